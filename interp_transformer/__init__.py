@@ -1,0 +1,40 @@
+"""interp_transformer: a GPT-2-style transformer you can read, hook and verify.
+
+Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
+
+=============  ==========================================================
+``batch``      independent sequences in one call
+``pos``        token position in a sequence (``query_pos``/``key_pos`` in attention)
+``head_index`` attention head within a block
+``layer``      block index
+``d_model``    width of the residual stream
+``d_head``     width of one head's query, key and value
+``d_mlp``      hidden width of the MLP (one entry per neuron)
+``d_vocab``    vocabulary size
+``n_ctx``      longest sequence the model accepts
+=============  ==========================================================
+"""
+
+from .cache import ActivationCache, get_act_name
+from .config import PRESETS, TransformerConfig, preset
+from .hooks import HookedRootModule, HookPoint
+from .kv_cache import KeyValueCache
+from .losses import lm_loss
+from .model import DemoTransformer
+from .shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
+
+__all__ = [
+    "ActivationCache",
+    "DemoTransformer",
+    "HookPoint",
+    "HookedRootModule",
+    "KeyValueCache",
+    "PRESETS",
+    "TransformerConfig",
+    "get_act_name",
+    "lm_loss",
+    "preset",
+    "set_shape_checking",
+    "shape_checking",
+    "shape_checking_enabled",
+]

@@ -1,0 +1,47 @@
+import math
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from ..config import TransformerConfig
+from ..hooks import HookPoint
+from ..shape_checks import shape_checked
+
+
+def gelu_new(x: Tensor) -> Tensor:
+    """GPT-2's GELU: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+
+    Computed by torch's fused tanh-approximate GELU, which is this formula.
+    """
+    return F.gelu(x, approximate="tanh")
+
+
+def gelu_new_reference(x: Tensor) -> Tensor:
+    """The formula of ``gelu_new`` written out, as the reference for tests."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTIVATIONS = {"gelu_new": gelu_new, "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+
+
+class MLP(nn.Module):
+    """Two-layer MLP: ``pre = x W_in + b_in``, ``post = act(pre)``, ``out = post W_out + b_out``."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act_fn = ACTIVATIONS[cfg.act_fn]
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+
+    @shape_checked
+    def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        pre = self.hook_pre(einops.einsum(normalized, self.W_in, "batch pos d_model, d_model d_mlp -> batch pos d_mlp") + self.b_in)
+        post = self.hook_post(self.act_fn(pre))
+        return einops.einsum(post, self.W_out, "batch pos d_mlp, d_mlp d_model -> batch pos d_model") + self.b_out

@@ -1,0 +1,20 @@
+import einops
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from ..config import TransformerConfig
+from ..shape_checks import shape_checked
+
+
+class Unembed(nn.Module):
+    """Logits from the final normalized residual: ``logits = x W_U + b_U``."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
+        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
+
+    @shape_checked
+    def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
+        return einops.einsum(normalized, self.W_U, "batch pos d_model, d_model d_vocab -> batch pos d_vocab") + self.b_U

@@ -1,0 +1,100 @@
+"""Model configuration: one frozen dataclass, validated on construction, plus GPT-2 presets.
+
+A config says *how big* a model is, not *which math* it runs. Architectures
+that change the math (post-norm encoders, rotary, RMSNorm, gated MLPs) get
+their own config and component classes instead of flags in this one.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+ACTIVATION_FUNCTIONS = ("gelu_new", "gelu", "relu", "silu")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Shape and numerics of a GPT-2-style decoder (pre-LayerNorm, learned positions, causal).
+
+    Set ``d_mlp=None`` for an attention-only model: its blocks have no MLP at all
+    (a different block class, not a switched-off branch).
+    """
+
+    d_model: int = 768  # width of the residual stream
+    n_layers: int = 12  # number of transformer blocks
+    n_heads: int = 12  # attention heads per block
+    d_head: int = 64  # width of each head's query/key/value; d_model == n_heads * d_head
+    d_mlp: Optional[int] = 3072  # MLP hidden width (4 * d_model in GPT-2); None = attention-only
+    d_vocab: int = 50257  # vocabulary size (GPT-2's byte-level BPE)
+    n_ctx: int = 1024  # longest sequence; rows of the positional embedding
+    act_fn: str = "gelu_new"  # GPT-2 uses the tanh approximation of GELU
+    layer_norm_eps: float = 1e-5  # added to the variance inside every LayerNorm
+    init_range: float = 0.02  # std of the normal init of weight matrices (GPT-2's value)
+    name: str = "custom"  # free-form label shown in reports
+
+    def __post_init__(self) -> None:
+        for field in ("d_model", "n_layers", "n_heads", "d_head", "d_vocab", "n_ctx"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or self.d_mlp <= 0):
+            raise ValueError(f"d_mlp must be a positive int or None (attention-only), got {self.d_mlp!r}")
+        if self.d_model != self.n_heads * self.d_head:
+            raise ValueError(
+                f"d_model={self.d_model} must equal n_heads*d_head={self.n_heads}*{self.d_head}"
+                f"={self.n_heads * self.d_head}"
+            )
+        if self.act_fn not in ACTIVATION_FUNCTIONS:
+            raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {self.act_fn!r}")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if not self.init_range > 0:
+            raise ValueError(f"init_range must be > 0, got {self.init_range!r}")
+
+    @property
+    def attn_only(self) -> bool:
+        return self.d_mlp is None
+
+    def replace(self, **changes) -> "TransformerConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def n_params(self, tied_embeddings: bool = False) -> int:
+        """Number of parameters, counted from the shapes in DESIGN section 4.
+
+        ``tied_embeddings=True`` counts ``W_U`` as ``W_E`` (how Hugging Face reports GPT-2).
+        """
+        d, L = self.d_model, self.n_layers
+        attn = 4 * d * d + 3 * d + d  # W_Q/K/V/O + b_Q/K/V + b_O
+        mlp = 0 if self.d_mlp is None else 2 * d * self.d_mlp + self.d_mlp + d
+        block = attn + mlp + (2 if self.d_mlp is not None else 1) * 2 * d
+        embed = self.d_vocab * d + self.n_ctx * d
+        unembed = (0 if tied_embeddings else self.d_vocab * d) + self.d_vocab
+        return embed + L * block + 2 * d + unembed
+
+
+def _gpt2(name: str, d_model: int, n_layers: int, n_heads: int) -> TransformerConfig:
+    return TransformerConfig(
+        d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_head=64, d_mlp=4 * d_model, name=name
+    )
+
+
+# Hugging Face reports (tied embeddings, no b_U): gpt2 124M, gpt2-medium 355M,
+# gpt2-large 774M, gpt2-xl 1558M, distilgpt2 82M.
+PRESETS: dict[str, TransformerConfig] = {
+    "gpt2": _gpt2("gpt2", 768, 12, 12),  # 124M
+    "gpt2-medium": _gpt2("gpt2-medium", 1024, 24, 16),  # 355M
+    "gpt2-large": _gpt2("gpt2-large", 1280, 36, 20),  # 774M
+    "gpt2-xl": _gpt2("gpt2-xl", 1600, 48, 25),  # 1558M
+    "distilgpt2": _gpt2("distilgpt2", 768, 6, 12),  # 82M
+}
+
+
+def preset(name: str) -> TransformerConfig:
+    """The config of a named GPT-2 family model, e.g. ``preset("gpt2")``."""
+    if name not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(name, PRESETS, n=3)
+        raise KeyError(f"unknown preset {name!r}; known: {sorted(PRESETS)}; closest: {close}")
+    return PRESETS[name]

@@ -1,0 +1,304 @@
+"""Hook points: named identity modules where activations can be read or replaced.
+
+A ``HookPoint`` returns its input unchanged. Its name is its path in the model
+(``blocks.0.attn.hook_pattern``), set by ``HookedRootModule.setup()`` from
+``named_modules()``. A hook function receives ``(activation, hook)`` and returns
+``None`` (keep the activation) or a replacement tensor of the same shape.
+
+Forward hooks run on the activation; backward hooks run on the gradient that
+flows back into it and may replace that gradient.
+"""
+
+import contextlib
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+HookFn = Callable[..., Optional[torch.Tensor]]
+NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+Direction = Literal["fwd", "bwd"]
+
+
+@dataclass
+class _Hook:
+    """One hook function attached to one hook point."""
+
+    fn: HookFn
+    direction: Direction
+    is_permanent: bool
+    handle: torch.utils.hooks.RemovableHandle
+    tensor_handles: list  # handles of per-forward gradient hooks (backward hooks only)
+
+    def remove(self) -> None:
+        self.handle.remove()
+        for handle in self.tensor_handles:
+            handle.remove()
+        self.tensor_handles.clear()
+
+
+class HookPoint(nn.Module):
+    """An identity module with a name, where hook functions can be attached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: Optional[str] = None
+        self._hooks: list[_Hook] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def add_hook(self, fn: HookFn, dir: Direction = "fwd", is_permanent: bool = False) -> _Hook:
+        """Attach ``fn(activation, hook) -> Tensor | None``; returns a handle with ``.remove()``."""
+        if not callable(fn):
+            raise TypeError(f"hook function for {self.name} must be callable, got {type(fn).__name__}")
+        if dir not in ("fwd", "bwd"):
+            raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
+        tensor_handles: list = []
+        if dir == "fwd":
+            handle = self.register_forward_hook(lambda module, inputs, output: self._call(fn, output))
+        else:
+
+            def register_grad_hook(module, inputs, output):
+                if output.requires_grad:
+                    tensor_handles.append(output.register_hook(lambda grad: self._call(fn, grad)))
+
+            handle = self.register_forward_hook(register_grad_hook)
+        hook = _Hook(fn, dir, is_permanent, handle, tensor_handles)
+        self._hooks.append(hook)
+        return hook
+
+    def _call(self, fn: HookFn, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+        result = fn(tensor, hook=self)
+        if result is None:
+            return None
+        if not isinstance(result, torch.Tensor):
+            raise TypeError(
+                f"hook {getattr(fn, '__name__', fn)!r} on {self.name} must return a Tensor or None, "
+                f"got {type(result).__name__}"
+            )
+        if result.shape != tensor.shape:
+            raise ValueError(
+                f"hook {getattr(fn, '__name__', fn)!r} on {self.name} returned shape {tuple(result.shape)}, "
+                f"expected {tuple(tensor.shape)} (a replacement must keep the activation's shape)"
+            )
+        return result
+
+    def remove_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False) -> None:
+        keep = []
+        for hook in self._hooks:
+            if (dir in ("both", hook.direction)) and (including_permanent or not hook.is_permanent):
+                hook.remove()
+            else:
+                keep.append(hook)
+        self._hooks = keep
+
+    def remove_hook(self, hook: _Hook) -> None:
+        hook.remove()
+        self._hooks = [h for h in self._hooks if h is not hook]
+
+    def has_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both") -> bool:
+        return any(dir in ("both", h.direction) for h in self._hooks)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, hooks={len(self._hooks)}"
+
+
+class HookedRootModule(nn.Module):
+    """Base class of hooked models: finds hook points by name and attaches hooks safely.
+
+    Call ``self.setup()`` at the end of ``__init__`` to name every ``HookPoint``.
+    """
+
+    hook_dict: dict[str, HookPoint]
+
+    def setup(self) -> None:
+        self.hook_dict = {}
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+
+    def hook_points(self) -> list[HookPoint]:
+        return list(self.hook_dict.values())
+
+    def resolve_hook_names(self, names_filter: NameFilter) -> list[str]:
+        """The hook names a filter selects: None (all), a name, a list of names, or a predicate.
+
+        Unknown names raise ``KeyError`` with the closest valid names; a predicate or
+        list that selects nothing raises ``ValueError``.
+        """
+        if names_filter is None:
+            return list(self.hook_dict)
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        if callable(names_filter):
+            selected = [name for name in self.hook_dict if names_filter(name)]
+            if not selected:
+                raise ValueError(
+                    f"the filter {getattr(names_filter, '__name__', names_filter)!r} matched no hook point; "
+                    f"hook names look like {list(self.hook_dict)[:3]}"
+                )
+            return selected
+        if not isinstance(names_filter, (list, tuple, set)):
+            raise TypeError(
+                f"names_filter must be None, a str, a list of str or a callable, got {type(names_filter).__name__}"
+            )
+        names = list(names_filter)
+        if not names:
+            raise ValueError("names_filter is an empty list: it would select no hook point")
+        for name in names:
+            self._check_hook_name(name)
+        return [name for name in self.hook_dict if name in set(names)]
+
+    def _check_hook_name(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"hook names are str, got {type(name).__name__}: {name!r}")
+        if name not in self.hook_dict:
+            close = difflib.get_close_matches(name, self.hook_dict, n=3, cutoff=0.5)
+            raise KeyError(f"no hook point named {name!r}; closest: {close}")
+
+    def add_hook(
+        self,
+        name: Union[str, Callable[[str], bool]],
+        fn: HookFn,
+        dir: Direction = "fwd",
+        is_permanent: bool = False,
+    ) -> list[_Hook]:
+        """Attach ``fn`` to the hook point ``name``, or to every hook point a predicate selects."""
+        return [self.hook_dict[n].add_hook(fn, dir, is_permanent) for n in self.resolve_hook_names(name)]
+
+    def reset_hooks(
+        self, including_permanent: bool = False, direction: Literal["fwd", "bwd", "both"] = "both"
+    ) -> None:
+        """Remove hooks from every hook point (permanent ones only if asked)."""
+        for hook_point in self.hook_dict.values():
+            hook_point.remove_hooks(direction, including_permanent)
+
+    @contextlib.contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Iterable[tuple] = (),
+        bwd_hooks: Iterable[tuple] = (),
+    ) -> Iterator["HookedRootModule"]:
+        """Attach ``(name_or_predicate, fn)`` hooks for the body of a ``with`` block.
+
+        Exactly the hooks added here are removed on exit, also when the body raises.
+        """
+        added: list[tuple[HookPoint, _Hook]] = []
+        try:
+            for direction, pairs in (("fwd", fwd_hooks), ("bwd", bwd_hooks)):
+                for pair in pairs:
+                    if not (isinstance(pair, tuple) and len(pair) == 2):
+                        raise TypeError(f"{direction}_hooks entries must be (name_or_predicate, fn) pairs, got {pair!r}")
+                    name, fn = pair
+                    for hook_name in self.resolve_hook_names(name):
+                        hook_point = self.hook_dict[hook_name]
+                        added.append((hook_point, hook_point.add_hook(fn, direction)))
+            yield self
+        finally:
+            for hook_point, hook in added:
+                hook_point.remove_hook(hook)
+
+    def run_with_hooks(self, *model_args, fwd_hooks: Iterable[tuple] = (), bwd_hooks: Iterable[tuple] = (), **model_kwargs):
+        """Run the model once with temporary hooks.
+
+        Backward hooks fire when ``.backward()`` is called inside this call's lifetime:
+        compute the loss from the returned output and call backward before the next
+        forward; gradient hooks attached to this run's tensors are removed on exit.
+        """
+        with self.hooks(fwd_hooks, bwd_hooks):
+            return self(*model_args, **model_kwargs)
+
+
+class CachingMixin:
+    """``run_with_cache`` and the cache-size estimate, for a ``HookedRootModule`` model."""
+
+    def run_with_cache(
+        self,
+        *model_args,
+        names_filter: NameFilter = None,
+        device: Union[str, torch.device, None] = None,
+        dtype: Optional[torch.dtype] = None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        backward_metric: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        **model_kwargs,
+    ):
+        """Run the model and keep the activations ``names_filter`` selects.
+
+        Returns ``(output, cache)``. Only the selected activations are kept; each is
+        stored without a copy unless ``device`` or ``dtype`` asks for one. With
+        ``incl_bwd`` the run calls backward on ``backward_metric(output)`` (default:
+        the mean next-token loss) and also caches gradients as ``<name>_grad``.
+        """
+        from .cache import ActivationCache
+
+        names = self.resolve_hook_names(names_filter)
+        store: dict[str, torch.Tensor] = {}
+
+        def save(suffix: str):
+            def save_hook(tensor: torch.Tensor, hook: HookPoint) -> None:
+                kept = tensor.detach()
+                if remove_batch_dim:
+                    kept = kept[0]
+                if device is not None or dtype is not None:
+                    kept = kept.to(device=device, dtype=dtype if kept.is_floating_point() else None)
+                store[hook.name + suffix] = kept
+
+            return save_hook
+
+        fwd = [(name, save("")) for name in names]
+        bwd = [(name, save("_grad")) for name in names] if incl_bwd else []
+        with self.hooks(fwd, bwd):
+            if incl_bwd:
+                with torch.enable_grad():
+                    output = self(*model_args, **model_kwargs)
+                    metric = backward_metric(output) if backward_metric is not None else self._default_metric(output, model_args)
+                    if metric.numel() != 1:
+                        raise ValueError(f"backward_metric must return a scalar, got shape {tuple(metric.shape)}")
+                    metric.backward()
+                output = output.detach()
+            else:
+                output = self(*model_args, **model_kwargs)
+        ordered = {name + s: store[name + s] for s in ("", "_grad") for name in names if name + s in store}
+        return output, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
+
+    def _default_metric(self, logits: torch.Tensor, model_args) -> torch.Tensor:
+        from .losses import lm_loss
+
+        return lm_loss(logits, self.prepare_tokens(model_args[0]))
+
+    def hook_shapes(self, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
+        """Shape of every hook's activation for a ``[batch, pos]`` input, in forward order.
+
+        Found by running the model on PyTorch's ``meta`` device: exact, and no compute.
+        """
+        shapes: dict[str, tuple[int, ...]] = {}
+
+        def record(tensor: torch.Tensor, hook: HookPoint) -> None:
+            shapes[hook.name] = tuple(tensor.shape)
+
+        params = {name: torch.empty_like(p, device="meta") for name, p in self.named_parameters()}
+        buffers = {name: torch.empty_like(b, device="meta") for name, b in self.named_buffers()}
+        tokens = torch.zeros(batch, pos, dtype=torch.long, device="meta")
+        with self.hooks([(lambda name: True, record)]):
+            torch.func.functional_call(self, {**params, **buffers}, (tokens,))
+        return shapes
+
+    def estimate_cache_bytes(
+        self, batch: int, pos: int, names_filter: NameFilter = None, dtype: Optional[torch.dtype] = None
+    ) -> int:
+        """Bytes ``run_with_cache`` will hold for a ``[batch, pos]`` input, before running it."""
+        names = set(self.resolve_hook_names(names_filter))
+        element_size = torch.empty(0, dtype=dtype or next(self.parameters()).dtype).element_size()
+        total = 0
+        for name, shape in self.hook_shapes(batch, pos).items():
+            if name in names:
+                numel = 1
+                for size in shape:
+                    numel *= size
+                total += numel * element_size
+        return total

@@ -1,0 +1,37 @@
+"""Shared fixtures. Models are built once per session; shape checks are always on here."""
+
+import pytest
+import torch
+
+from interp_transformer import DemoTransformer, TransformerConfig, set_shape_checking
+
+set_shape_checking(True)
+
+
+@pytest.fixture(autouse=True)
+def _shape_checks_on():
+    set_shape_checking(True)
+    yield
+
+
+@pytest.fixture(scope="session")
+def small_cfg() -> TransformerConfig:
+    return TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=256, d_vocab=97, n_ctx=32, name="small")
+
+
+@pytest.fixture(scope="session")
+def small_model(small_cfg) -> DemoTransformer:
+    model = DemoTransformer(small_cfg, seed=0)
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def attn_only_model() -> DemoTransformer:
+    cfg = TransformerConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=None, d_vocab=50, n_ctx=24, name="attn-only")
+    return DemoTransformer(cfg, seed=1).eval()
+
+
+@pytest.fixture
+def tokens(small_cfg) -> torch.Tensor:
+    return torch.randint(0, small_cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -37,7 +37,7 @@ class TransformerConfig:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{field} must be a positive int, got {value!r}")
-        if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or self.d_mlp <= 0):
+        if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp <= 0):
             raise ValueError(f"d_mlp must be a positive int or None (attention-only), got {self.d_mlp!r}")
         if self.d_model != self.n_heads * self.d_head:
             raise ValueError(
@@ -62,14 +62,18 @@ class TransformerConfig:
     def n_params(self, tied_embeddings: bool = False) -> int:
         """Number of parameters, counted from the shapes in DESIGN section 4.
 
-        ``tied_embeddings=True`` counts ``W_U`` as ``W_E`` (how Hugging Face reports GPT-2).
+        With ``tied_embeddings=False`` (default) this is the number of parameters of a
+        ``DemoTransformer`` built from this config. ``tied_embeddings=True`` counts the way
+        Hugging Face reports GPT-2: ``W_U`` shares ``W_E``'s storage and there is no ``b_U``
+        (GPT-2's ``lm_head`` has no bias; loading sets our ``b_U`` to zeros), e.g.
+        ``preset("gpt2").n_params(tied_embeddings=True) == 124_439_808``.
         """
         d, L = self.d_model, self.n_layers
         attn = 4 * d * d + 3 * d + d  # W_Q/K/V/O + b_Q/K/V + b_O
         mlp = 0 if self.d_mlp is None else 2 * d * self.d_mlp + self.d_mlp + d
         block = attn + mlp + (2 if self.d_mlp is not None else 1) * 2 * d
         embed = self.d_vocab * d + self.n_ctx * d
-        unembed = (0 if tied_embeddings else self.d_vocab * d) + self.d_vocab
+        unembed = 0 if tied_embeddings else self.d_vocab * d + self.d_vocab
         return embed + L * block + 2 * d + unembed
 
 
@@ -79,14 +83,13 @@ def _gpt2(name: str, d_model: int, n_layers: int, n_heads: int) -> TransformerCo
     )
 
 
-# Hugging Face reports (tied embeddings, no b_U): gpt2 124M, gpt2-medium 355M,
-# gpt2-large 774M, gpt2-xl 1558M, distilgpt2 82M.
+# Parameter counts as Hugging Face reports them, n_params(tied_embeddings=True).
 PRESETS: dict[str, TransformerConfig] = {
-    "gpt2": _gpt2("gpt2", 768, 12, 12),  # 124M
-    "gpt2-medium": _gpt2("gpt2-medium", 1024, 24, 16),  # 355M
-    "gpt2-large": _gpt2("gpt2-large", 1280, 36, 20),  # 774M
-    "gpt2-xl": _gpt2("gpt2-xl", 1600, 48, 25),  # 1558M
-    "distilgpt2": _gpt2("distilgpt2", 768, 6, 12),  # 82M
+    "gpt2": _gpt2("gpt2", 768, 12, 12),  # 124,439,808
+    "gpt2-medium": _gpt2("gpt2-medium", 1024, 24, 16),  # 354,823,168
+    "gpt2-large": _gpt2("gpt2-large", 1280, 36, 20),  # 774,030,080
+    "gpt2-xl": _gpt2("gpt2-xl", 1600, 48, 25),  # 1,557,611,200
+    "distilgpt2": _gpt2("distilgpt2", 768, 6, 12),  # 81,912,576
 }
 
 

@@ -32,10 +32,13 @@ class _Hook:
     handle: torch.utils.hooks.RemovableHandle
     tensor_handles: list  # handles of per-forward gradient hooks (backward hooks only)
 
-    def remove(self) -> None:
+    def remove(self, keep_grad_hooks: bool = False) -> None:
+        """Detach from the hook point. ``keep_grad_hooks`` leaves the gradient hooks already
+        attached to past forwards' tensors in place (they go away with those tensors)."""
         self.handle.remove()
-        for handle in self.tensor_handles:
-            handle.remove()
+        if not keep_grad_hooks:
+            for handle in self.tensor_handles:
+                handle.remove()
         self.tensor_handles.clear()
 
 
@@ -95,8 +98,8 @@ class HookPoint(nn.Module):
                 keep.append(hook)
         self._hooks = keep
 
-    def remove_hook(self, hook: _Hook) -> None:
-        hook.remove()
+    def remove_hook(self, hook: _Hook, keep_grad_hooks: bool = False) -> None:
+        hook.remove(keep_grad_hooks)
         self._hooks = [h for h in self._hooks if h is not hook]
 
     def has_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both") -> bool:
@@ -182,10 +185,15 @@ class HookedRootModule(nn.Module):
         self,
         fwd_hooks: Iterable[tuple] = (),
         bwd_hooks: Iterable[tuple] = (),
+        *,
+        keep_grad_hooks: bool = False,
     ) -> Iterator["HookedRootModule"]:
         """Attach ``(name_or_predicate, fn)`` hooks for the body of a ``with`` block.
 
         Exactly the hooks added here are removed on exit, also when the body raises.
+        Backward hooks fire on a ``.backward()`` called inside the block; with
+        ``keep_grad_hooks=True`` they also fire on a later backward through the tensors
+        of forwards run inside the block (no forward after exit gets them).
         """
         added: list[tuple[HookPoint, _Hook]] = []
         try:
@@ -200,16 +208,16 @@ class HookedRootModule(nn.Module):
             yield self
         finally:
             for hook_point, hook in added:
-                hook_point.remove_hook(hook)
+                hook_point.remove_hook(hook, keep_grad_hooks)
 
     def run_with_hooks(self, *model_args, fwd_hooks: Iterable[tuple] = (), bwd_hooks: Iterable[tuple] = (), **model_kwargs):
         """Run the model once with temporary hooks.
 
-        Backward hooks fire when ``.backward()`` is called inside this call's lifetime:
-        compute the loss from the returned output and call backward before the next
-        forward; gradient hooks attached to this run's tensors are removed on exit.
+        Every hook point is clean when this returns. Backward hooks stay attached to the
+        tensors of this one run, so they fire when you call ``.backward()`` on a loss
+        computed from the returned output (and never on another run).
         """
-        with self.hooks(fwd_hooks, bwd_hooks):
+        with self.hooks(fwd_hooks, bwd_hooks, keep_grad_hooks=True):
             return self(*model_args, **model_kwargs)
 
 
@@ -243,6 +251,10 @@ class CachingMixin:
             def save_hook(tensor: torch.Tensor, hook: HookPoint) -> None:
                 kept = tensor.detach()
                 if remove_batch_dim:
+                    if kept.shape[0] != 1:
+                        raise ValueError(
+                            f"remove_batch_dim=True needs a batch of one, {hook.name} has batch {kept.shape[0]}"
+                        )
                     kept = kept[0]
                 if device is not None or dtype is not None:
                     kept = kept.to(device=device, dtype=dtype if kept.is_floating_point() else None)

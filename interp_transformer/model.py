@@ -258,6 +258,12 @@ class DemoTransformer(CachingMixin, HookedRootModule):
     def b_O(self) -> Float[Tensor, "layer d_model"]:
         return self._stack(lambda b: b.attn.b_O)
 
+    def __getattr__(self, name: str):
+        # nn.Module.__getattr__ would replace _mlp_stack's message with "no attribute 'W_in'"
+        if name in ("W_in", "b_in", "W_out", "b_out") and self.__dict__.get("cfg") is not None and self.cfg.attn_only:
+            raise AttributeError(f"{name}: this model is attention-only (d_mlp=None) and has no MLP weights")
+        return super().__getattr__(name)
+
     def _mlp_stack(self, name: str) -> Tensor:
         if self.cfg.attn_only:
             raise AttributeError(f"{name}: this model is attention-only (d_mlp=None) and has no MLP weights")

@@ -6,6 +6,8 @@ import torch
 from interp_transformer import DemoTransformer, TransformerConfig, set_shape_checking
 
 set_shape_checking(True)
+# Tiny models run fastest on one thread; two threads on a shared 2-core machine oversubscribe.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,129 @@
+"""Input checks shared by the analysis tools.
+
+Every tool reports bad input the same way:
+
+- a layer, head or neuron index out of range: ``ValueError`` naming the valid range;
+- a cache without an activation the analysis reads: ``KeyError`` naming the missing
+  hooks and the ``names_filter`` that caches everything the analysis needs;
+- labels whose number differs from the axis they label: ``ValueError``.
+"""
+
+import numbers
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from interp_transformer import ActivationCache, DemoTransformer
+
+
+def check_model(model, what: str = "model") -> DemoTransformer:
+    if not isinstance(model, DemoTransformer):
+        raise TypeError(f"{what} must be a DemoTransformer, got {type(model).__name__}")
+    return model
+
+
+def check_cache(cache) -> ActivationCache:
+    if not isinstance(cache, ActivationCache):
+        raise TypeError(f"cache must be an ActivationCache (from model.run_with_cache), got {type(cache).__name__}")
+    return cache
+
+
+def _index(value, size: int, name: str, unit: str) -> int:
+    """``value`` as an index in ``[0, size)``; negative values count from the end, as in Python."""
+    if isinstance(value, Tensor) and value.ndim == 0 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not -size <= value < size:
+        raise ValueError(f"{name}={value} is out of range: the model has {size} {unit} (valid: 0..{size - 1}, or -{size}..-1)")
+    return int(value) % size
+
+
+def layer_index(model: DemoTransformer, layer, name: str = "layer") -> int:
+    return _index(layer, model.cfg.n_layers, name, "layers")
+
+
+def head_index(model: DemoTransformer, head, name: str = "head") -> int:
+    return _index(head, model.cfg.n_heads, name, "heads per layer")
+
+
+def neuron_index(model: DemoTransformer, neuron, name: str = "neuron") -> int:
+    require_mlp(model, name)
+    return _index(neuron, model.cfg.d_mlp, name, "neurons per layer (d_mlp)")
+
+
+def layer_list(model: DemoTransformer, layers) -> list[int]:
+    """``None`` (all layers), one layer, or a sequence of layers, as non-negative ints."""
+    if layers is None:
+        return list(range(model.cfg.n_layers))
+    if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+        return [layer_index(model, layers)]
+    return [layer_index(model, layer) for layer in layers]
+
+
+def require_mlp(model: DemoTransformer, what: str) -> None:
+    if model.cfg.attn_only:
+        raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
+
+
+def require_hooks(cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Optional[Sequence[str]] = None) -> None:
+    """Raise ``KeyError`` if the cache lacks any of ``names``, saying how to cache them."""
+    missing = [name for name in names if name not in cache.cache_dict]
+    if missing:
+        needed = list(all_needed if all_needed is not None else names)
+        raise KeyError(
+            f"{analysis} needs the activations {missing}, which the cache lacks: cache them with "
+            f"model.run_with_cache(tokens, names_filter={needed!r}) (or names_filter=None for every hook)"
+        )
+
+
+def cached(cache: ActivationCache, name: str) -> Tensor:
+    """The activation ``name`` with a leading batch axis, also for a ``remove_batch_dim`` cache."""
+    activation = cache.cache_dict[name]
+    return activation if cache.has_batch_dim else activation.unsqueeze(0)
+
+
+def check_labels(labels: Optional[Sequence], size: int, axis: str) -> Optional[list[str]]:
+    """``labels`` as a list of str, one per entry of ``axis``; ``None`` stays ``None``."""
+    if labels is None:
+        return None
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+        raise TypeError(f"{axis} labels must be a sequence of str, got {type(labels).__name__}")
+    if len(labels) != size:
+        raise ValueError(f"got {len(labels)} {axis} labels for {size} entries along {axis}: pass exactly one label per {axis}")
+    return [str(label) for label in labels]
+
+
+def token_ids(model: DemoTransformer, tokens, batch: int, name: str = "tokens") -> Tensor:
+    """An int or ``[batch]`` tensor of token ids, checked against ``d_vocab``, as ``[batch]`` int64."""
+    if isinstance(tokens, numbers.Integral) and not isinstance(tokens, bool):
+        tokens = torch.full((batch,), int(tokens), dtype=torch.long)
+    if isinstance(tokens, (list, tuple)):
+        tokens = torch.tensor(tokens, dtype=torch.long)
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be an int or an integer tensor [batch], got {tokens!r}")
+    if tokens.ndim == 0:
+        tokens = tokens.expand(batch)
+    if tokens.shape != (batch,):
+        raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(tokens.shape)}")
+    if int(tokens.min()) < 0 or int(tokens.max()) >= model.cfg.d_vocab:
+        raise ValueError(f"{name} must lie in [0, d_vocab={model.cfg.d_vocab}), got {tokens.tolist()}")
+    return tokens.to(device=model.W_U.device, dtype=torch.long)
+
+
+def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:
+    """An int or ``[batch]`` tensor of positions (negative counts from the end) as ``[batch]`` int64."""
+    if isinstance(pos, numbers.Integral) and not isinstance(pos, bool):
+        pos = torch.full((batch,), int(pos), dtype=torch.long)
+    if isinstance(pos, (list, tuple)):
+        pos = torch.tensor(pos, dtype=torch.long)
+    if not isinstance(pos, Tensor) or pos.is_floating_point() or pos.dtype == torch.bool:
+        raise TypeError(f"{name} must be an int or an integer tensor [batch], got {pos!r}")
+    if pos.ndim == 0:
+        pos = pos.expand(batch)
+    if pos.shape != (batch,):
+        raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(pos.shape)}")
+    if int(pos.min()) < -n_pos or int(pos.max()) >= n_pos:
+        raise ValueError(f"{name} must lie in [-{n_pos}, {n_pos}) for sequences of {n_pos} positions, got {pos.tolist()}")
+    return pos.long() % n_pos

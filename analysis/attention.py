@@ -1,0 +1,240 @@
+"""Attention patterns, attention entropy and head detectors.
+
+A head detector asks, for every head, how much of its attention lands where a
+*target pattern* says it should. A target is a ``[query_pos, key_pos]`` (or
+``[batch, query_pos, key_pos]``) mask ``T`` with values in ``[0, 1]``; the score
+of head ``(layer, head_index)`` is the mean, over the query rows that have any
+target, of the attention mass on the target::
+
+    score = mean_{batch, query_pos : sum_k T[q, k] > 0}  sum_{key_pos} pattern[q, k] * T[q, k]
+
+A head that attends only to its targets scores 1; a uniform head scores about
+``1 / (q + 1)`` per target. Built-in targets:
+
+- previous token: ``T[q, k] = 1`` if ``k = q - 1``;
+- duplicate token: ``T[q, k] = 1`` if ``k < q`` and ``tokens[k] == tokens[q]``;
+- induction: ``T[q, k] = 1`` if ``1 <= k <= q`` and ``tokens[k - 1] == tokens[q]``
+  (attend to the token after an earlier copy of the current one), measured on
+  repeated random token sequences from ``repeated_random_tokens``.
+
+How this differs from TransformerLens' ``detect_head``: rows without any target
+are left out of the mean (TransformerLens divides by every row, so a perfect
+previous-token head scores ``(pos - 1) / pos`` there and exactly 1 here), and
+targets that point at future keys, which causal attention can never reach, are
+an error rather than a silent zero.
+"""
+
+import numbers
+from typing import Optional, Union
+
+import einops
+import torch
+from jaxtyping import Float, Int, Shaped
+from torch import Tensor
+
+from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer.shape_checks import shape_checked
+
+from . import _checks
+
+
+def pattern_hook_names(model: DemoTransformer, layers=None) -> list[str]:
+    """The ``hook_pattern`` names of ``layers`` (default: all): the ``names_filter`` detectors need."""
+    return [f"blocks.{layer}.attn.hook_pattern" for layer in _checks.layer_list(model, layers)]
+
+
+def _patterns(cache: ActivationCache, analysis: str):
+    """Yield ``(layer, pattern [batch, head_index, query_pos, key_pos])`` for every layer."""
+    _checks.check_cache(cache)
+    names = pattern_hook_names(cache.model)
+    _checks.require_hooks(cache, names, analysis)
+    for layer, name in enumerate(names):
+        yield layer, _checks.cached(cache, name)
+
+
+def attention_pattern(
+    cache: ActivationCache, layer: int, head: Optional[int] = None
+) -> Union[Float[Tensor, "batch head_index query_pos key_pos"], Float[Tensor, "batch query_pos key_pos"]]:
+    """The attention pattern of ``layer`` (all heads) or of one ``head``, with a batch axis.
+
+    ``pattern[b, h, q, k]`` is the softmax weight query position ``q`` puts on key position ``k``.
+    """
+    _checks.check_cache(cache)
+    layer = _checks.layer_index(cache.model, layer)
+    name = f"blocks.{layer}.attn.hook_pattern"
+    _checks.require_hooks(cache, [name], "attention_pattern")
+    pattern = _checks.cached(cache, name)
+    return pattern if head is None else pattern[:, _checks.head_index(cache.model, head)]
+
+
+def attention_entropy(cache: ActivationCache, per_position: bool = False) -> Float[Tensor, "layer head_index *query_pos"]:
+    """Entropy (nats) of each head's attention distribution, ``-sum_k p[q, k] log p[q, k]``.
+
+    Averaged over batch and query positions: ``[layer, head_index]``; with
+    ``per_position=True`` averaged over batch only: ``[layer, head_index, query_pos]``.
+    Query ``q`` sees ``q + 1`` keys, so its entropy lies in ``[0, log(q + 1)]``.
+    """
+    entropies = []
+    for _, pattern in _patterns(cache, "attention_entropy"):
+        # xlogy gives 0 log 0 = 0 for the masked (future) keys
+        entropy = -torch.special.xlogy(pattern, pattern).sum(dim=-1)  # [batch, head_index, query_pos]
+        entropies.append(entropy.mean(dim=0) if per_position else entropy.mean(dim=(0, 2)))
+    return torch.stack(entropies)
+
+
+# ---- target patterns -------------------------------------------------------------------
+
+def _check_tokens(tokens) -> Tensor:
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an integer tensor [batch, pos], got {type(tokens).__name__}")
+    if tokens.ndim == 1:
+        tokens = tokens.unsqueeze(0)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, pos] (or [pos]), got {tuple(tokens.shape)}")
+    return tokens
+
+
+def previous_token_target(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
+    """``T[q, k] = 1`` where ``k = q - 1``."""
+    if isinstance(n_pos, bool) or not isinstance(n_pos, numbers.Integral) or n_pos < 1:
+        raise ValueError(f"n_pos must be a positive int, got {n_pos!r}")
+    return torch.diag(torch.ones(n_pos - 1), diagonal=-1)
+
+
+def duplicate_token_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch query_pos key_pos"]:
+    """``T[b, q, k] = 1`` where ``k < q`` and ``tokens[b, k] == tokens[b, q]``."""
+    tokens = _check_tokens(tokens)
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device).tril(-1)
+    return (same & earlier).float()
+
+
+def induction_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch query_pos key_pos"]:
+    """``T[b, q, k] = 1`` where ``1 <= k <= q`` and ``tokens[b, k - 1] == tokens[b, q]``."""
+    tokens = _check_tokens(tokens)
+    n_pos = tokens.shape[1]
+    target = torch.zeros(tokens.shape[0], n_pos, n_pos, device=tokens.device)
+    # key k follows token k-1; it is a target when that token equals the query's token
+    target[:, :, 1:] = (tokens[:, :, None] == tokens[:, None, :-1]).float()
+    return target * torch.ones(n_pos, n_pos, device=tokens.device).tril()
+
+
+def repeated_random_tokens(
+    model: DemoTransformer, seq_len: int, batch: int = 1, seed: int = 0, bos: Optional[int] = None
+) -> Int[Tensor, "batch pos"]:
+    """``[bos?, x_1 .. x_n, x_1 .. x_n]``: ``n = seq_len`` uniform random tokens, repeated.
+
+    The same ``seed`` gives the same tokens. With ``bos`` set, that id is prepended and
+    never drawn among the random tokens. ``pos = 2 * seq_len`` (+ 1 with ``bos``).
+    """
+    _checks.check_model(model)
+    for name, value in (("seq_len", seq_len), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    n_pos = 2 * seq_len + (bos is not None)
+    if n_pos > model.cfg.n_ctx:
+        raise ValueError(f"2*seq_len{' + 1 (bos)' if bos is not None else ''} = {n_pos} exceeds n_ctx={model.cfg.n_ctx}")
+    d_vocab = model.cfg.d_vocab
+    if bos is not None and not (isinstance(bos, numbers.Integral) and 0 <= bos < d_vocab):
+        raise ValueError(f"bos must be a token id in [0, d_vocab={d_vocab}), got {bos!r}")
+    generator = torch.Generator().manual_seed(seed)
+    half = torch.randint(0, d_vocab - (bos is not None), (batch, seq_len), generator=generator)
+    if bos is not None:
+        half = half + (half >= bos).long()  # skip the bos id
+    parts = [half, half] if bos is None else [torch.full((batch, 1), bos), half, half]
+    return torch.cat(parts, dim=1).to(model.W_E.device)
+
+
+# ---- detectors ------------------------------------------------------------------------
+
+def _check_target(target: Tensor, batch: int, n_pos: int) -> Tensor:
+    if not isinstance(target, Tensor):
+        raise TypeError(f"target must be a tensor [query_pos, key_pos] or [batch, query_pos, key_pos], got {type(target).__name__}")
+    target = target.float()
+    if target.ndim == 2:
+        target = target.unsqueeze(0)
+    if target.ndim != 3 or target.shape[-2:] != (n_pos, n_pos) or target.shape[0] not in (1, batch):
+        raise ValueError(
+            f"target must have shape [{n_pos}, {n_pos}] or [{batch}, {n_pos}, {n_pos}] to match the cached "
+            f"patterns [batch, head_index, query_pos, key_pos], got {tuple(target.shape)}"
+        )
+    if target.min() < 0 or target.max() > 1:
+        raise ValueError(f"target values must lie in [0, 1], got range [{float(target.min())}, {float(target.max())}]")
+    future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=target.device).triu(1)
+    if target[:, future].any():
+        raise ValueError("target marks key positions after the query (key_pos > query_pos), which causal attention never reaches")
+    return target
+
+
+@shape_checked
+def detect_head(
+    cache: ActivationCache,
+    target: Shaped[Tensor, "*batch query_pos key_pos"],
+    exclude_bos: bool = False,
+    exclude_current_token: bool = False,
+) -> Float[Tensor, "layer head_index"]:
+    """Score every head against a target pattern (see the module docstring for the formula).
+
+    ``exclude_bos`` drops key position 0 from the target; ``exclude_current_token`` drops
+    the diagonal ``k = q``. Needs ``hook_pattern`` of every layer in the cache.
+    """
+    patterns = [pattern for _, pattern in _patterns(cache, "detect_head")]
+    batch, _, n_pos, _ = patterns[0].shape
+    target = _check_target(target, batch, n_pos).to(patterns[0].device).expand(batch, n_pos, n_pos)
+    if exclude_bos:
+        target = target.clone()
+        target[..., 0] = 0
+    if exclude_current_token:
+        target = target * (1 - torch.eye(n_pos, device=target.device))
+    rows = (target.sum(dim=-1) > 0).float()  # [batch, query_pos]: the queries that have a target
+    if rows.sum() == 0:
+        raise ValueError("the target pattern marks no position: every score would be 0/0")
+    scores = []
+    for pattern in patterns:
+        mass = einops.einsum(pattern, target.to(pattern.dtype), "batch head_index q k, batch q k -> batch head_index q")
+        scores.append(einops.einsum(mass, rows.to(mass.dtype), "batch head_index q, batch q -> head_index") / rows.sum())
+    return torch.stack(scores)
+
+
+def previous_token_scores(cache: ActivationCache) -> Float[Tensor, "layer head_index"]:
+    """Mean attention from each query to the key just before it (queries ``q >= 1``)."""
+    n_pos = next(_patterns(cache, "previous_token_scores"))[1].shape[-1]
+    return detect_head(cache, previous_token_target(n_pos))
+
+
+def _tokens_of_cache(cache: ActivationCache, tokens) -> Tensor:
+    tokens = _check_tokens(tokens)
+    pattern = next(_patterns(cache, "token-based head detectors"))[1]
+    if tokens.shape != (pattern.shape[0], pattern.shape[-1]):
+        raise ValueError(
+            f"tokens have shape {tuple(tokens.shape)} but the cache holds patterns of batch={pattern.shape[0]}, "
+            f"pos={pattern.shape[-1]}: pass the tokens the cache was computed on"
+        )
+    return tokens.to(pattern.device)
+
+
+def duplicate_token_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "layer head_index"]:
+    """Mean attention to earlier copies of the query's token, over queries that have one.
+
+    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on.
+    """
+    return detect_head(cache, duplicate_token_target(_tokens_of_cache(cache, tokens)))
+
+
+def induction_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "layer head_index"]:
+    """Mean attention to the token after an earlier copy of the query's token.
+
+    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on; repeated random
+    sequences (``repeated_random_tokens``) give every query of the second half a target.
+    """
+    return detect_head(cache, induction_target(_tokens_of_cache(cache, tokens)))
+
+
+def induction_head_scores(
+    model: DemoTransformer, seq_len: int = 20, batch: int = 4, seed: int = 0, bos: Optional[int] = None
+) -> Float[Tensor, "layer head_index"]:
+    """Run ``model`` on ``repeated_random_tokens(model, seq_len, batch, seed, bos)`` and score induction."""
+    tokens = repeated_random_tokens(model, seq_len, batch, seed, bos)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=pattern_hook_names(model))
+    return induction_scores(cache, tokens)

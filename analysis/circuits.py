@@ -1,0 +1,203 @@
+"""QK and OV circuits as factored matrices, copying scores and composition scores.
+
+With the row-vector convention of the model (``x @ W``), head ``h`` of ``layer``
+scores query token ``a`` against key token ``b`` through its *full QK circuit*
+and moves token ``b``'s identity into logits through its *full OV circuit*::
+
+    full_qk = W_E W_Q[h] W_K[h]^T W_E^T      [d_vocab (query), d_vocab (key)]
+    full_ov = W_E W_V[h] W_O[h] W_U          [d_vocab (source), d_vocab (output)]
+
+Both have rank at most ``d_head`` and are returned as ``FactoredMatrix``, which
+never builds the ``d_vocab x d_vocab`` product unless asked (``.AB``). Evaluate
+them on token subsets with ``circuit_on_tokens`` or scan them row block by row
+block with ``diagonal_ranks``. These circuits leave out LayerNorm, positional
+embeddings and biases, as in "A Mathematical Framework for Transformer Circuits";
+fold LayerNorm into the weights first for a closer picture of a real model.
+
+Composition between a head ``A`` in an earlier layer and a head ``B`` in a later
+one (``W_OV = W_V W_O``, ``W_QK = W_Q W_K^T``, all ``d_model x d_model``)::
+
+    score = ||W_A W_B||_F / (||W_A||_F ||W_B||_F)
+    Q-composition: W_A = W_OV(A), W_B = W_QK(B)      (A writes what B's queries read)
+    K-composition: W_A = W_OV(A), W_B = W_QK(B)^T    (A writes what B's keys read)
+    V-composition: W_A = W_OV(A), W_B = W_OV(B)      (A writes what B's values read)
+"""
+
+import numbers
+from typing import Optional, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_transformer import DemoTransformer
+from interp_transformer.factored_matrix import FactoredMatrix
+
+from . import _checks
+
+__all__ = [
+    "FactoredMatrix",
+    "circuit_on_tokens",
+    "composition_score",
+    "composition_scores",
+    "copying_scores",
+    "diagonal_ranks",
+    "full_ov_circuit",
+    "full_qk_circuit",
+]
+
+COMPOSITION_KINDS = ("q", "k", "v")
+# circuit_on_tokens refuses to build more entries than this unless allow_large=True
+MAX_DENSE_ENTRIES = 2**24
+
+
+def _select(model: DemoTransformer, weight: Tensor, layer: Optional[int], head: Optional[int]) -> Tensor:
+    """Index a ``[layer, head_index, ...]`` weight; ``None`` keeps the axis."""
+    if layer is not None:
+        weight = weight[_checks.layer_index(model, layer)]
+        if head is not None:
+            return weight[_checks.head_index(model, head)]
+        return weight
+    if head is not None:
+        return weight[:, _checks.head_index(model, head)]
+    return weight
+
+
+@torch.no_grad()
+def full_qk_circuit(model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
+    """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
+
+    Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens.
+    """
+    _checks.check_model(model)
+    qk = FactoredMatrix(_select(model, model.W_Q, layer, head), _select(model, model.W_K, layer, head).mT)
+    return model.W_E @ qk @ model.W_E.T
+
+
+@torch.no_grad()
+def full_ov_circuit(model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
+    """``W_E W_V W_O W_U`` of one head, or of all heads (``None`` keeps the layer/head axis).
+
+    Shape ``[*, d_vocab, d_vocab]``: row ``s`` is the direct effect on the logits of
+    attending to source token ``s``.
+    """
+    _checks.check_model(model)
+    ov = FactoredMatrix(_select(model, model.W_V, layer, head), _select(model, model.W_O, layer, head))
+    return model.W_E @ ov @ model.W_U
+
+
+def _token_index(tokens, size: int, name: str) -> Union[slice, Tensor]:
+    if tokens is None:
+        return slice(None)
+    if isinstance(tokens, numbers.Integral) and not isinstance(tokens, bool):
+        tokens = [tokens]
+    tokens = torch.as_tensor(tokens)
+    if tokens.ndim != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be a 1-d sequence of token ids, got {tuple(tokens.shape)} {tokens.dtype}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got {tokens.tolist()}")
+    return tokens.long()
+
+
+def circuit_on_tokens(
+    circuit: FactoredMatrix,
+    row_tokens: Union[None, int, list, Int[Tensor, "n"]] = None,
+    col_tokens: Union[None, int, list, Int[Tensor, "m"]] = None,
+    allow_large: bool = False,
+) -> Float[Tensor, "*batch n m"]:
+    """The dense block ``circuit[..., row_tokens, col_tokens]`` (``None``: every token on that side).
+
+    Refuses to build more than ``MAX_DENSE_ENTRIES`` entries unless ``allow_large=True``:
+    a full GPT-2 circuit is 2.5 billion numbers per head.
+    """
+    if not isinstance(circuit, FactoredMatrix):
+        raise TypeError(f"circuit must be a FactoredMatrix, got {type(circuit).__name__}")
+    rows = _token_index(row_tokens, circuit.ldim, "row_tokens")
+    cols = _token_index(col_tokens, circuit.rdim, "col_tokens")
+    block = circuit.rows(rows).cols(cols)
+    n_entries = block.shape.numel()
+    if n_entries > MAX_DENSE_ENTRIES and not allow_large:
+        raise ValueError(
+            f"the block {tuple(block.shape)} has {n_entries:,} entries (limit {MAX_DENSE_ENTRIES:,}): choose "
+            "row_tokens/col_tokens, scan it with diagonal_ranks or circuit.iter_row_chunks, or pass allow_large=True"
+        )
+    return block.AB
+
+
+@torch.no_grad()
+def diagonal_ranks(circuit: FactoredMatrix, chunk_size: int = 1024) -> Int[Tensor, "*batch d_vocab"]:
+    """For each row ``t``, the rank of ``circuit[t, t]`` within its row (0 = the row's largest entry).
+
+    On a full OV circuit, rank 0 means attending to token ``t`` raises ``t``'s own logit
+    above every other: the head copies ``t``. ``(ranks == 0).float().mean()`` is the
+    fraction of tokens copied. Scanned in blocks of ``chunk_size`` rows, so peak memory
+    is ``chunk_size x d_vocab`` per head.
+    """
+    if not isinstance(circuit, FactoredMatrix):
+        raise TypeError(f"circuit must be a FactoredMatrix, got {type(circuit).__name__}")
+    if circuit.ldim != circuit.rdim:
+        raise ValueError(f"diagonal_ranks needs a square circuit, got shape {tuple(circuit.shape)}")
+    ranks = []
+    for rows, block in circuit.iter_row_chunks(chunk_size):
+        index = torch.arange(rows.start, rows.stop, device=block.device)
+        diagonal = block[..., torch.arange(len(index)), index]  # [*batch, chunk]
+        ranks.append((block > diagonal.unsqueeze(-1)).sum(dim=-1))
+    return torch.cat(ranks, dim=-1)
+
+
+@torch.no_grad()
+def copying_scores(
+    model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None
+) -> Float[Tensor, "*layer_head"]:
+    """Copying score of each head's full OV circuit: ``sum_i Re(l_i) / sum_i |l_i|``.
+
+    ``l_i`` are the eigenvalues of ``W_E W_V W_O W_U``; its nonzero ones are those of
+    the ``d_head x d_head`` matrix ``W_O W_U W_E W_V`` (``FactoredMatrix.eigenvalues``).
+    The score lies in ``[-1, 1]``: 1 when every eigenvalue is positive (the head raises
+    the logits of the tokens it attends to), -1 when every one is negative (it suppresses
+    them). Shape ``[layer, head_index]`` by default, fewer axes when ``layer``/``head`` is given.
+    """
+    eigenvalues = full_ov_circuit(model, layer, head).eigenvalues
+    return eigenvalues.real.sum(dim=-1) / eigenvalues.abs().sum(dim=-1)
+
+
+def _as_factored(matrix, name: str) -> FactoredMatrix:
+    if isinstance(matrix, FactoredMatrix):
+        return matrix
+    if isinstance(matrix, Tensor) and matrix.ndim >= 2:
+        return FactoredMatrix(matrix, torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device))
+    raise TypeError(f"{name} must be a FactoredMatrix or a tensor [..., rows, cols], got {type(matrix).__name__}")
+
+
+@torch.no_grad()
+def composition_score(
+    left: Union[FactoredMatrix, Float[Tensor, "*batch a b"]], right: Union[FactoredMatrix, Float[Tensor, "*batch b c"]]
+) -> Float[Tensor, "*batch"]:
+    """``||left @ right||_F / (||left||_F ||right||_F)``, from the factors (batch axes broadcast)."""
+    left, right = _as_factored(left, "left"), _as_factored(right, "right")
+    return (left @ right).norm() / (left.norm() * right.norm())
+
+
+@torch.no_grad()
+def composition_scores(model: DemoTransformer, kind: str) -> Float[Tensor, "layer head_index layer head_index"]:
+    """Q-, K- or V-composition (``kind`` = ``"q"``, ``"k"``, ``"v"``) of every pair of heads.
+
+    ``scores[l1, h1, l2, h2]`` is the composition of writer head ``(l1, h1)`` into reader
+    head ``(l2, h2)``; it is 0 unless ``l1 < l2`` (a head reads only earlier layers).
+    Computed one pair of layers at a time, so memory is ``n_heads^2`` small factors.
+    """
+    _checks.check_model(model)
+    if kind not in COMPOSITION_KINDS:
+        raise ValueError(f"kind must be one of {COMPOSITION_KINDS}, got {kind!r}")
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    OV, QK = model.OV, model.QK
+    reader = {"q": QK, "k": QK.T, "v": OV}[kind]
+    writer_norms, reader_norms = OV.norm(), reader.norm()  # [layer, head_index]
+    scores = torch.zeros(n_layers, n_heads, n_layers, n_heads, dtype=model.W_E.dtype, device=model.W_E.device)
+    for l1 in range(n_layers):
+        writers = OV[l1].unsqueeze(1)  # [head_index (writer), 1, d_model, d_model]
+        for l2 in range(l1 + 1, n_layers):
+            readers = reader[l2].unsqueeze(0)  # [1, head_index (reader), d_model, d_model]
+            product_norms = (writers @ readers).norm()  # [writer, reader]
+            scores[l1, :, l2, :] = product_norms / (writer_norms[l1][:, None] * reader_norms[l2][None, :])
+    return scores

@@ -1,0 +1,158 @@
+"""Activation patching: which activations carry the difference between two prompts?
+
+Run the model on a *corrupted* prompt, replace one activation with its value on the
+*clean* prompt, and measure ``metric(logits)``. Sweeping the replacement over layers
+and positions (residual stream) or layers and heads (head outputs) gives a map of
+where the information that moves the metric lives::
+
+    result[layer, pos] = metric(model(corrupted) with act_layer[:, pos] := clean act_layer[:, pos])
+
+Patching an entire activation that everything downstream reads (the whole residual
+stream at a layer) recovers the clean metric; patching a position or head where the
+two runs already agree gives the corrupted one. Clean and corrupted prompts must
+have the same shape so that positions line up.
+"""
+
+from typing import Callable, Optional, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp_transformer import ActivationCache, DemoTransformer
+
+from . import _checks
+
+Metric = Callable[[Tensor], Union[Tensor, float]]
+RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+
+
+def logit_diff_metric(
+    correct: Union[int, Int[Tensor, "batch"]], incorrect: Union[int, Int[Tensor, "batch"]], pos: int = -1
+) -> Metric:
+    """``metric(logits) = mean_batch(logits[b, pos, correct_b] - logits[b, pos, incorrect_b])``."""
+
+    def metric(logits: Float[Tensor, "batch pos d_vocab"]) -> Tensor:
+        at_pos = logits[:, pos]  # [batch, d_vocab]
+        rows = torch.arange(at_pos.shape[0], device=at_pos.device)
+        return (at_pos[rows, torch.as_tensor(correct)] - at_pos[rows, torch.as_tensor(incorrect)]).mean()
+
+    return metric
+
+
+def _evaluate(metric: Metric, logits: Tensor) -> float:
+    value = metric(logits)
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric must return a scalar, got a tensor of shape {tuple(value.shape)}")
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"metric must return a scalar tensor or float, got {type(value).__name__}")
+
+
+def _prepare(model: DemoTransformer, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
+    _checks.check_model(model)
+    if not callable(metric):
+        raise TypeError(f"metric must be a callable logits -> scalar, got {type(metric).__name__}")
+    clean, corrupted = model.prepare_tokens(clean_tokens), model.prepare_tokens(corrupted_tokens)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean tokens {tuple(clean.shape)} and corrupted tokens {tuple(corrupted.shape)} must have the same "
+            "[batch, pos] shape so that positions line up"
+        )
+    return clean, corrupted
+
+
+def _clean_activations(model, clean, clean_cache: Optional[ActivationCache], names: list[str], analysis: str) -> dict:
+    if clean_cache is None:
+        _, clean_cache = model.run_with_cache(clean, names_filter=names)
+    _checks.check_cache(clean_cache)
+    _checks.require_hooks(clean_cache, names, analysis)
+    activations = {name: _checks.cached(clean_cache, name) for name in names}
+    for name, activation in activations.items():
+        if activation.shape[:2] != clean.shape:
+            raise ValueError(f"clean_cache[{name!r}] has batch/pos {tuple(activation.shape[:2])}, the tokens {tuple(clean.shape)}")
+    return activations
+
+
+def _residual_hook_name(model: DemoTransformer, kind: str, layer: int) -> str:
+    if kind not in RESIDUAL_KINDS:
+        raise ValueError(f"kind must be one of {RESIDUAL_KINDS}, got {kind!r}")
+    if model.cfg.attn_only and kind in ("resid_mid", "mlp_out"):
+        raise ValueError(f"kind={kind!r} needs MLP layers; this model is attention-only (use resid_pre, resid_post or attn_out)")
+    return f"blocks.{layer}.hook_{kind}"
+
+
+@torch.no_grad()
+def patch_residual(
+    model: DemoTransformer,
+    clean_tokens: Int[Tensor, "batch pos"],
+    corrupted_tokens: Int[Tensor, "batch pos"],
+    metric: Metric,
+    *,
+    kind: str = "resid_pre",
+    per_position: bool = True,
+    clean_cache: Optional[ActivationCache] = None,
+    progress: bool = True,
+) -> Union[Float[Tensor, "layer pos"], Float[Tensor, "layer"]]:
+    """Patch the clean ``hook_{kind}`` into the corrupted run, one (layer, position) at a time.
+
+    ``kind`` is ``resid_pre`` (default), ``resid_mid``, ``resid_post``, ``attn_out`` or
+    ``mlp_out``. Returns ``[layer, pos]`` metric values; with ``per_position=False`` every
+    position of a layer is patched at once, giving ``[layer]``. ``clean_cache`` may be
+    passed to reuse a clean run; otherwise one is made. One forward pass per entry.
+    """
+    clean, corrupted = _prepare(model, clean_tokens, corrupted_tokens, metric)
+    n_layers, n_pos = model.cfg.n_layers, clean.shape[1]
+    names = [_residual_hook_name(model, kind, layer) for layer in range(n_layers)]
+    clean_acts = _clean_activations(model, clean, clean_cache, names, "patch_residual")
+    position_sets = [slice(p, p + 1) for p in range(n_pos)] if per_position else [slice(None)]
+    results = torch.empty(n_layers, len(position_sets), dtype=torch.float64)
+    with tqdm(total=results.numel(), desc=f"patching {kind}", disable=not progress) as bar:
+        for layer, name in enumerate(names):
+            for index, positions in enumerate(position_sets):
+
+                def patch(activation: Tensor, hook, positions=positions, name=name) -> Tensor:
+                    patched = activation.clone()
+                    patched[:, positions] = clean_acts[name][:, positions]
+                    return patched
+
+                results[layer, index] = _evaluate(metric, model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)]))
+                bar.update(1)
+    return results if per_position else results[:, 0]
+
+
+@torch.no_grad()
+def patch_head_outputs(
+    model: DemoTransformer,
+    clean_tokens: Int[Tensor, "batch pos"],
+    corrupted_tokens: Int[Tensor, "batch pos"],
+    metric: Metric,
+    *,
+    clean_cache: Optional[ActivationCache] = None,
+    progress: bool = True,
+) -> Float[Tensor, "layer head_index"]:
+    """Patch each head's clean output into the corrupted run, at every position at once.
+
+    A head's output is its slice ``hook_z[:, :, head]`` (what ``W_O[head]`` then writes to
+    the residual stream). Returns ``[layer, head_index]`` metric values.
+    """
+    clean, corrupted = _prepare(model, clean_tokens, corrupted_tokens, metric)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers)]
+    clean_z = _clean_activations(model, clean, clean_cache, names, "patch_head_outputs")
+    results = torch.empty(n_layers, n_heads, dtype=torch.float64)
+    with tqdm(total=results.numel(), desc="patching heads", disable=not progress) as bar:
+        for layer, name in enumerate(names):
+            for head in range(n_heads):
+
+                def patch(z: Tensor, hook, head=head, name=name) -> Tensor:
+                    patched = z.clone()
+                    patched[:, :, head] = clean_z[name][:, :, head]
+                    return patched
+
+                results[layer, head] = _evaluate(metric, model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)]))
+                bar.update(1)
+    return results

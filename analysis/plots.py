@@ -1,0 +1,51 @@
+"""Every analysis figure: functions that take tensors and labels and return a plotly ``go.Figure``.
+
+None of them calls ``.show()``: display the figure in a notebook, save it with
+``fig.write_html(path)`` or embed it with ``fig.to_html(include_plotlyjs=False)``.
+Signed values use the diverging ``RdBu`` scale centred on zero; axis titles use the
+axis glossary (``layer``, ``head_index``, ``query_pos``, ``key_pos``, ``pos``,
+``d_vocab``, ``neuron``). Labels must match the axis they label (one per entry),
+else ``ValueError``.
+
+=============================  ==========================================================
+attention                      ``plot_attention_pattern``, ``plot_attention_heads``
+per-head scores                ``plot_head_scores`` (detectors, entropy, DLA, copying)
+circuits                       ``plot_circuit``, ``plot_composition_scores``
+neurons                        ``plot_token_activations``, ``plot_neuron_summary``,
+                               ``plot_token_values``
+logit lens and attribution     ``plot_logit_lens``, ``plot_layer_attribution``
+patching                       ``plot_residual_patching``, ``plot_head_patching``
+=============================  ==========================================================
+"""
+
+from .plots_activations import (
+    plot_head_patching,
+    plot_layer_attribution,
+    plot_logit_lens,
+    plot_neuron_summary,
+    plot_residual_patching,
+    plot_token_activations,
+    plot_token_values,
+)
+from .plots_attention import (
+    plot_attention_heads,
+    plot_attention_pattern,
+    plot_circuit,
+    plot_composition_scores,
+    plot_head_scores,
+)
+
+__all__ = [
+    "plot_attention_heads",
+    "plot_attention_pattern",
+    "plot_circuit",
+    "plot_composition_scores",
+    "plot_head_patching",
+    "plot_head_scores",
+    "plot_layer_attribution",
+    "plot_logit_lens",
+    "plot_neuron_summary",
+    "plot_residual_patching",
+    "plot_token_activations",
+    "plot_token_values",
+]

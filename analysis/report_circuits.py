@@ -1,0 +1,109 @@
+"""The circuit sections of the report: QK/OV circuits of the top heads and composition scores.
+
+Nothing here builds a ``d_vocab x d_vocab`` matrix: circuits are evaluated on the
+prompt's own distinct tokens (at most ``MAX_CIRCUIT_TOKENS``) and on its positions.
+"""
+
+import torch
+from torch import Tensor
+
+from interp_transformer import DemoTransformer
+
+from . import circuits, plots, plots_base
+from .report_sections import (
+    DETECTOR_TITLES,
+    ReportContext,
+    ReportSection,
+    head_figure,
+    head_name,
+    ranked_heads,
+    shown_positions,
+    square_figure,
+)
+
+MAX_CIRCUIT_TOKENS = 24  # distinct prompt tokens shown in the QK/OV circuit views
+
+
+def top_heads(ctx: ReportContext, limit: int = 3) -> list[tuple[int, int, str]]:
+    """The best induction, previous-token and duplicate-token heads (distinct), as ``(layer, head, reason)``."""
+    random_scores = ctx.sections["detectors"].data["random"]
+    chosen: list[tuple[int, int, str]] = []
+    for name in ("induction", "previous_token", "duplicate_token"):
+        layer, head, score = ranked_heads(random_scores[name])[0]
+        if all((layer, head) != (l, h) for l, h, _ in chosen):
+            chosen.append((layer, head, f"top {DETECTOR_TITLES[name]} head, score {score:.2f}"))
+    return chosen[:limit]
+
+
+def _circuit_tokens(ctx: ReportContext) -> list[int]:
+    """The prompt's distinct tokens in order of first appearance, at most ``MAX_CIRCUIT_TOKENS``."""
+    return list(dict.fromkeys(ctx.tokens[0].tolist()))[:MAX_CIRCUIT_TOKENS]
+
+
+@torch.no_grad()
+def positional_qk(model: DemoTransformer, layer: int, head: int, n_pos: int) -> Tensor:
+    """``W_pos W_Q W_K^T W_pos^T`` on the first ``n_pos`` positions, future keys as NaN: ``[query_pos, key_pos]``."""
+    W_pos = model.W_pos[:n_pos]
+    scores = (W_pos @ model.W_Q[layer, head]) @ (W_pos @ model.W_K[layer, head]).T
+    future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=scores.device).triu(1)
+    return scores.float().masked_fill(future, float("nan"))
+
+
+def circuits_section(ctx: ReportContext) -> ReportSection:
+    model = ctx.model
+    token_ids = _circuit_tokens(ctx)
+    labels = [ctx.token_label(token_id) for token_id in token_ids]
+    section = ReportSection("circuits", "QK and OV circuits of the top heads")
+    section.paragraphs.append(
+        "Full QK circuit W_E W_Q W_K^T W_E^T: how much a query token attends to a key token from the tokens alone; "
+        "positional QK circuit W_pos W_Q W_K^T W_pos^T: the same from positions alone; full OV circuit W_E W_V W_O W_U: "
+        "the direct effect on each output logit of attending to a source token (a diagonal means the head copies). "
+        f"Shown on the prompt's {len(token_ids)} distinct tokens; LayerNorm and biases are left out. "
+        "The copying score of a head is sum(Re eigenvalues) / sum(|eigenvalues|) of its full OV circuit, in [-1, 1]."
+    )
+    n_tokens, n_shown = len(token_ids), shown_positions(ctx)
+    pos_labels = ctx.str_tokens[:n_shown]
+    heads = []
+    for layer, head, reason in top_heads(ctx):
+        name = head_name(layer, head)
+        qk = circuits.circuit_on_tokens(circuits.full_qk_circuit(model, layer, head), token_ids, token_ids)
+        ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, layer, head), token_ids, token_ids)
+        pos_qk = positional_qk(model, layer, head, n_shown)
+        qk_title = f"{name} full QK circuit<br><sup>{reason}</sup>"
+        section.figures += [
+            square_figure(plots.plot_circuit(qk, labels, labels, kind="qk", title=qk_title), n_tokens),
+            square_figure(plots_base.heatmap(
+                pos_qk, x_title="key_pos", y_title="query_pos", x_labels=pos_labels, y_labels=pos_labels, signed=True,
+                title=f"{name} positional QK circuit", colorbar_title="attention score", what="positional QK circuit"), n_shown),
+            square_figure(plots.plot_circuit(ov, labels, labels, kind="ov", title=f"{name} full OV circuit"), n_tokens),
+        ]
+        # on the token subset: how often a source token's own logit is its row's largest
+        diagonal_top = float((ov.argmax(dim=-1) == torch.arange(n_tokens, device=ov.device)).float().mean())
+        heads.append(dict(layer=layer, head=head, reason=reason, qk=qk, ov=ov, positional_qk=pos_qk, ov_diagonal_top=diagonal_top))
+    copying = circuits.copying_scores(model)
+    title = "copying score<br><sup>full OV circuit eigenvalues</sup>"
+    fig = plots.plot_head_scores(copying, title=title, signed=True, colorbar_title="copying")
+    fig.update_traces(zmin=-1.0, zmax=1.0)
+    section.figures.append(head_figure(fig, model.cfg.n_layers, model.cfg.n_heads))
+    section.data = dict(heads=heads, token_ids=token_ids, copying=copying)
+    return section
+
+
+def composition_section(ctx: ReportContext) -> ReportSection:
+    model = ctx.model
+    section = ReportSection("composition", "Composition scores")
+    if model.cfg.n_layers < 2:
+        section.paragraphs.append("The model has one layer: no head can compose with another.")
+        return section
+    section.paragraphs.append(
+        "How much a head in a later layer reads what a head in an earlier layer writes: ||W_A W_B||_F / (||W_A||_F ||W_B||_F) "
+        "with W_A the writer's W_OV and W_B the reader's W_QK (Q-composition), W_QK^T (K-composition) or W_OV "
+        "(V-composition). An induction head K-composes with a previous-token head."
+    )
+    scores = {}
+    n_heads = model.cfg.n_layers * model.cfg.n_heads
+    for kind in circuits.COMPOSITION_KINDS:
+        scores[kind] = circuits.composition_scores(model, kind)
+        section.figures.append(square_figure(plots.plot_composition_scores(scores[kind], kind=kind), n_heads))
+    section.data = dict(scores=scores)
+    return section

@@ -1,0 +1,97 @@
+"""The report's written interpretation: sentences generated from the numbers of the other sections.
+
+Thresholds (a head is named only when its score reaches them):
+
+- ``HEAD_SCORE_THRESHOLD = 0.4``: a detector score is the mean fraction of a head's
+  attention that lands on the detector's target, on repeated random tokens. A head
+  that spread its attention uniformly over ~20 keys would score ~0.05, so 0.4 means
+  the head puts most of its attention on one of ~20 candidate keys, every time.
+- ``COPYING_THRESHOLD = 0.5``: copying score of the full OV circuit, ``sum Re(l) / sum |l|``
+  over its eigenvalues ``l``; 0.5 means positive eigenvalues clearly dominate (the head
+  raises the logits of the tokens it attends to). A random head scores near 0.
+- ``IN_CONTEXT_RATIO = 0.5``: the model is said to use in-context copies when its loss on
+  the repeated half of random sequences is below half its loss on the first half.
+"""
+
+from .report_sections import DETECTOR_TITLES, DETECTORS, ReportContext, ReportSection, head_name, ranked_heads
+
+HEAD_SCORE_THRESHOLD = 0.4
+COPYING_THRESHOLD = 0.5
+IN_CONTEXT_RATIO = 0.5
+MAX_NAMED_HEADS = 5  # per detector, so a large model's summary stays short
+
+
+def classify_heads(scores: dict, threshold: float = HEAD_SCORE_THRESHOLD) -> dict[str, list[tuple[int, int, float]]]:
+    """For each detector, the heads scoring at least ``threshold``, highest first: ``(layer, head, score)``."""
+    return {name: [entry for entry in ranked_heads(scores[name]) if entry[2] >= threshold] for name in DETECTORS}
+
+
+def interpretation_section(ctx: ReportContext) -> ReportSection:
+    detectors = ctx.sections["detectors"].data
+    heads = classify_heads(detectors["random"])
+    lines: list[str] = []
+    for name in DETECTORS:
+        found = heads[name]
+        kind = DETECTOR_TITLES[name]
+        for layer, head, score in found[:MAX_NAMED_HEADS]:
+            lines.append(f"{head_name(layer, head)} is a{'n' if kind[0] in 'aeiou' else ''} {kind} head: score {score:.2f}")
+        if len(found) > MAX_NAMED_HEADS:
+            lines.append(f"... and {len(found) - MAX_NAMED_HEADS} more {kind} heads above {HEAD_SCORE_THRESHOLD}")
+        if not found:
+            layer, head, score = ranked_heads(detectors["random"][name])[0]
+            best = f"{head_name(layer, head)} at {score:.2f}"
+            lines.append(f"No {kind} head (threshold {HEAD_SCORE_THRESHOLD}); the highest score is {best}")
+    lines += _circuit_lines(ctx, heads)
+    first, repeated = detectors["first_half_loss"], detectors["repeated_half_loss"]
+    verdict = (": the model predicts tokens from their earlier copies (in-context learning)"
+               if repeated < IN_CONTEXT_RATIO * first else ": no sign of copying from earlier in the sequence")
+    lines.append(f"On repeated random tokens, loss is {repeated:.2f} nats on the repeated half vs {first:.2f} on the first half"
+                 + verdict)
+    lines.append(_prediction_line(ctx))
+    section = ReportSection("interpretation", "What the numbers say", paragraphs=list(lines))
+    section.paragraphs.append(
+        f"Thresholds: detector score >= {HEAD_SCORE_THRESHOLD} (fraction of attention on the target, on repeated random "
+        f"tokens), copying score >= {COPYING_THRESHOLD}, repeated-half loss < {IN_CONTEXT_RATIO} x first-half loss."
+    )
+    section.data = dict(lines=lines, heads=heads, thresholds=dict(
+        head_score=HEAD_SCORE_THRESHOLD, copying=COPYING_THRESHOLD, in_context_ratio=IN_CONTEXT_RATIO))
+    return section
+
+
+def _circuit_lines(ctx: ReportContext, heads: dict) -> list[str]:
+    """Copying of the induction heads and their K-composition with earlier previous-token heads."""
+    lines = []
+    copying = ctx.sections["circuits"].data["copying"]
+    composition = ctx.sections["composition"].data.get("scores")
+    for layer, head, _ in heads["induction"][:MAX_NAMED_HEADS]:
+        name = head_name(layer, head)
+        score = float(copying[layer, head])
+        does = "copies the token it attends to" if score >= COPYING_THRESHOLD else "does not clearly copy"
+        lines.append(f"{name}'s OV circuit {does}: copying score {score:.2f}")
+        if composition is None or layer == 0:
+            continue
+        k_scores = composition["k"][:layer, :, layer, head]  # every earlier writer into this head's keys
+        for p_layer, p_head, _ in heads["previous_token"]:
+            if p_layer < layer:
+                value = float(k_scores[p_layer, p_head])
+                rank = int((k_scores > value).sum()) + 1
+                lines.append(
+                    f"{head_name(p_layer, p_head)} -> {name}: K-composition {value:.2f}, rank {rank} of the "
+                    f"{k_scores.numel()} earlier heads writing into {name}'s keys (mean {float(k_scores.mean()):.2f})"
+                )
+    return lines
+
+
+def _prediction_line(ctx: ReportContext) -> str:
+    data = ctx.sections["attribution"].data
+    attr = data["attribution"]
+    contributions = [(head_name(layer, head), float(attr.heads[layer, head, 0]))
+                     for layer in range(attr.heads.shape[0]) for head in range(attr.heads.shape[1])]
+    contributions += [("embed", float(attr.embed[0])), ("pos_embed", float(attr.pos_embed[0]))]
+    if attr.mlp is not None:
+        contributions += [(f"MLP{layer}", float(attr.mlp[layer, 0])) for layer in range(attr.mlp.shape[0])]
+    top = sorted(contributions, key=lambda item: -abs(item[1]))[:3]
+    parts = ", ".join(f"{name} {value:+.2f}" for name, value in top)
+    predicted = ctx.token_label(data["predicted"])
+    return (f"At the last position the model predicts {predicted!r} with p = {data['predicted_prob']:.2f}; "
+            f"largest direct contributions to its logit: {parts}")

@@ -1,0 +1,260 @@
+"""The ``interp-transformer`` command line (also ``python -m interp_transformer``).
+
+Commands::
+
+    interp-transformer demo [--out FILE]                         the shipped induction model, end to end
+    interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
+    interp-transformer verify SOURCE [--prompt TEXT] [--float64]  hook-by-hook comparison with Hugging Face
+    interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
+
+Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
+(a missing path, an unknown model, an empty prompt), reported in one line
+without a traceback.
+"""
+
+import argparse
+import dataclasses
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+DEFAULT_REPORT = "interp_transformer_report.html"
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+DESCRIPTION = """\
+Read, hook and verify a GPT-2-style transformer, and see its circuits.
+
+Start with `interp-transformer demo`: it runs the small model shipped with the
+package (2 attention-only layers trained on repeated random tokens) and writes
+an HTML report that opens offline, showing its previous-token and induction heads.
+"""
+
+EPILOG = """\
+examples:
+  interp-transformer demo --out report.html
+  interp-transformer report --model induction-2l --prompt "0 5 9 13 5 9 13"
+  interp-transformer report --model ./my-gpt2-dir --prompt "The cat sat. The cat"
+  interp-transformer verify ./my-gpt2-dir --float64
+  interp-transformer train-induction --steps 1500 --out-dir ./retrained
+
+SOURCE is "induction-2l" (shipped with the package), a local Hugging Face model
+directory (written by save_pretrained), or a Hugging Face Hub name such as "gpt2"
+(offline, only if it is already in the Hugging Face cache).
+"""
+
+
+class UserError(ValueError):
+    """Bad input from the command line: printed as one line, exit code 2."""
+
+
+def _error_message(error: BaseException) -> str:
+    # str(KeyError("x")) is "'x'" with quotes; show the message itself
+    message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(message.split()) or type(error).__name__  # one line, even for multi-line messages
+
+
+# ---- model and prompt -------------------------------------------------------------------
+
+def _is_shipped(source: str) -> bool:
+    from .shipped import SHIPPED_MODELS
+
+    return source in SHIPPED_MODELS
+
+
+def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Optional[Path] = None):
+    """``(model, metadata)``: a shipped model by name (with its training record), else ``from_pretrained``."""
+    from .model import DemoTransformer
+
+    if _is_shipped(source):
+        from .shipped import PRETRAINED_DIR, load_shipped, load_shipped_metadata
+
+        directory = Path(weights_dir) if weights_dir is not None else PRETRAINED_DIR
+        model = load_shipped(source, dtype=dtype, directory=directory)
+        meta = load_shipped_metadata(source, directory)
+        return model, {"source": f"{source} (shipped, {directory})", "training": meta.get("training"), "curve": meta.get("curve")}
+    print(f"loading {source} ...", file=sys.stderr)
+    model = DemoTransformer.from_pretrained(source, dtype=dtype)
+    if not isinstance(model, DemoTransformer):
+        raise UserError(f"the report needs a GPT-2-style decoder model; {source} loads as {type(model).__name__}")
+    return model, {"source": source}
+
+
+def prompt_tokens(model, prompt: str) -> torch.Tensor:
+    """The prompt as ``[1, pos]`` ids: tokenized text, or ids separated by spaces/commas for a model without tokenizer."""
+    if not prompt or not prompt.strip():
+        raise UserError("the prompt is empty: give some text (or token ids, for a model without a tokenizer)")
+    if model.tokenizer is not None:
+        tokens = model.to_tokens(prompt)
+    else:
+        parts = [part for part in re.split(r"[\s,]+", prompt.strip()) if part]
+        if not all(re.fullmatch(r"\d+", part) for part in parts):
+            raise UserError(
+                f"{model.cfg.name} has no tokenizer: give the prompt as token ids in [0, {model.cfg.d_vocab}) "
+                f"separated by spaces, e.g. \"0 5 9 13 5 9 13\"; got {prompt!r}"
+            )
+        tokens = torch.tensor([[int(part) for part in parts]])
+    return model.prepare_tokens(tokens)  # checks the ids against d_vocab and the length against n_ctx
+
+
+def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="first") -> None:
+    from analysis.report import build_report
+
+    report = build_report(model, tokens, title=title, metadata=metadata, bos=bos, progress=True)
+    path = report.save(out).resolve()
+    print(f"report written to {path}")
+    print("summary:")
+    for line in report.summary:
+        print(f"  {line}")
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .induction import BOS_TOKEN, repeated_tokens
+
+    model, metadata = load_model("induction-2l", weights_dir=args.weights_dir)
+    longest = (model.cfg.n_ctx - 1) // 2
+    if not 2 <= args.seq_len <= longest:
+        raise UserError(f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} tokens), "
+                        f"got {args.seq_len}")
+    tokens = repeated_tokens(1, args.seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
+    print(f"prompt: BOS then {args.seq_len} random tokens, repeated: {tokens[0].tolist()}")
+    _write_report(model, tokens, "induction-2l: a previous-token head and an induction head", metadata, args.out, bos=BOS_TOKEN)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not args.model.strip():
+        raise UserError("--model is empty: give induction-2l, a model directory or a hub name")
+    model, metadata = load_model(args.model, DTYPES[args.dtype], args.weights_dir)
+    tokens = prompt_tokens(model, args.prompt)
+    _write_report(model, tokens, f"{args.model}: {args.prompt[:60]}", metadata, args.out)
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import run_verify
+
+    if args.prompt is not None and not args.prompt.strip():
+        raise UserError("the prompt is empty: omit --prompt to use the default sentence")
+    if _is_shipped(args.source):
+        raise UserError(f"{args.source} is shipped with the package and has no Hugging Face counterpart to verify against")
+    print(f"verifying {args.source} against Hugging Face ...", file=sys.stderr)
+    report = run_verify(args.source, args.prompt, torch.float64 if args.float64 else torch.float32)
+    print(report)
+    return EXIT_OK if report.ok else EXIT_MISMATCH
+
+
+def cmd_train_induction(args: argparse.Namespace) -> int:
+    from .induction import train_induction_model
+    from .shipped import PRETRAINED_DIR, load_shipped_metadata, save_shipped
+
+    settings = {}
+    try:  # retrain with the shipped model's recorded settings, so the result reproduces it
+        recorded = load_shipped_metadata("induction-2l").get("training") or {}
+        accepted = inspect.signature(train_induction_model).parameters
+        settings = {name: value for name, value in recorded.items() if name in accepted and name != "progress"}
+    except FileNotFoundError:
+        pass
+    overrides = {"steps": args.steps, "seed": args.seed, "lr": args.lr, "batch": args.batch}
+    settings.update({name: value for name, value in overrides.items() if value is not None})
+    for name in ("steps", "batch"):
+        if name in settings and settings[name] < 1:
+            raise UserError(f"--{name} must be a positive int, got {settings[name]}")
+    out_dir = Path(args.out_dir) if args.out_dir is not None else PRETRAINED_DIR
+    print(f"training induction-2l with {settings or 'the default settings'}", file=sys.stderr)
+    training = train_induction_model(**settings, progress=True)
+    metadata = {"training": training.settings, "curve": dataclasses.asdict(training.curve)}
+    weights, meta = save_shipped(training.model, "induction-2l", metadata, directory=out_dir)
+    curve = training.curve
+    print(f"final loss: first half {curve.first_half_loss[-1]:.3f}, repeated half {curve.repeated_half_loss[-1]:.3f} (nats)")
+    print(f"saved {weights} and {meta}")
+    return EXIT_OK
+
+
+# ---- parser -------------------------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package_version = version("interp-transformer")
+    except PackageNotFoundError:
+        package_version = "unknown"
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="interp-transformer", description=DESCRIPTION, epilog=EPILOG, formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    out_help = f"where to write the report (default: ./{DEFAULT_REPORT})"
+    weights_help = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
+
+    demo = commands.add_parser(
+        "demo", help="run the shipped induction model and write the HTML report",
+        description="Run the shipped 2-layer induction model on a repeated random sequence, detect its heads "
+                    "and write the HTML report.")
+    demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
+    demo.add_argument("--seq-len", type=_positive_int, default=15, metavar="N", help="random tokens before the repeat (default: 15)")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the random tokens (default: 0)")
+    demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=weights_help)
+    demo.set_defaults(run=cmd_demo)
+
+    report = commands.add_parser(
+        "report", help="write the HTML report for any model and prompt", epilog=EPILOG, formatter_class=raw,
+        description="Analyse a model on one prompt and write a self-contained HTML report.")
+    report.add_argument("--model", required=True, metavar="SOURCE", help="induction-2l, a Hugging Face model directory, or a hub name")
+    report.add_argument("--prompt", required=True, metavar="TEXT",
+                        help="the text to analyse; for a model without a tokenizer (induction-2l), "
+                             "token ids separated by spaces")
+    report.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
+    report.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the weights (default: float32)")
+    report.add_argument("--weights-dir", type=Path, metavar="DIR", help=f"for induction-2l: {weights_help}")
+    report.set_defaults(run=cmd_report)
+
+    verify = commands.add_parser(
+        "verify", help="compare the model with Hugging Face's, hook by hook",
+        description="Load SOURCE as our model and as the Hugging Face model, run both on one prompt and print the "
+                    "max/mean difference of every hook. Exit code 1 on a mismatch.")
+    verify.add_argument("source", metavar="SOURCE", help="a Hugging Face model directory or hub name")
+    verify.add_argument("--prompt", metavar="TEXT",
+                        help="text to compare on (default: a fixed sentence; random ids for a model without a tokenizer)")
+    verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")
+    verify.set_defaults(run=cmd_verify)
+
+    train = commands.add_parser(
+        "train-induction", help="retrain the shipped induction model",
+        description="Train the 2-layer attention-only model on repeated random tokens (deterministic for a seed) and "
+                    "save it as induction-2l. Options left out take the shipped model's recorded settings.")
+    train.add_argument("--steps", type=_positive_int, help="training steps")
+    train.add_argument("--seed", type=int, help="seed of the weights and the data")
+    train.add_argument("--lr", type=float, help="peak learning rate")
+    train.add_argument("--batch", type=_positive_int, help="sequences per step")
+    train.add_argument("--out-dir", type=Path, metavar="DIR",
+                       help="where to save induction-2l.safetensors and .json "
+                            "(default: inside the package, replacing the shipped model)")
+    train.set_defaults(run=cmd_train_induction)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; returns the exit code (the console script passes it to ``sys.exit``)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, KeyError, OSError) as error:  # OSError covers FileNotFoundError
+        print(f"interp-transformer {args.command}: error: {_error_message(error)}", file=sys.stderr)
+        return EXIT_USAGE

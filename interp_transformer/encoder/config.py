@@ -1,0 +1,93 @@
+"""Encoder configuration: a frozen dataclass for BERT-style (post-LayerNorm, bidirectional) models.
+
+It is its own class rather than flags on ``TransformerConfig``: an encoder runs
+different math (post-norm blocks, no causal mask, token-type embeddings), and a
+config says how big a model is, not which math it runs. The field names that
+mean the same thing as in ``TransformerConfig`` are spelled the same, so the
+shared components (``Embed``, ``PosEmbed``, ``MLP``, ``LayerNorm``) read them
+unchanged.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..config import ACTIVATION_FUNCTIONS
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Shape and numerics of a BERT-style encoder.
+
+    The heads are part of the config because they are part of the model: a
+    ``BertModel`` checkpoint usually has the pooler (``has_pooler``), a
+    ``BertForMaskedLM`` checkpoint the masked-language-model head (``has_mlm_head``).
+    """
+
+    d_model: int = 768  # width of the residual stream (BERT-base)
+    n_layers: int = 12  # number of encoder blocks
+    n_heads: int = 12  # attention heads per block
+    d_head: int = 64  # width of each head's query/key/value; d_model == n_heads * d_head
+    d_mlp: int = 3072  # MLP hidden width (4 * d_model in BERT)
+    d_vocab: int = 30522  # vocabulary size (BERT's uncased WordPiece vocabulary)
+    n_ctx: int = 512  # longest sequence; rows of the positional embedding
+    n_token_types: int = 2  # segment ids: 0 for sentence A, 1 for sentence B
+    act_fn: str = "gelu"  # BERT uses the exact (erf) GELU, not GPT-2's tanh approximation
+    layer_norm_eps: float = 1e-12  # BERT's value, much smaller than GPT-2's 1e-5
+    init_range: float = 0.02  # std of the normal init of weight matrices
+    has_mlm_head: bool = False  # masked-language-model head (BertForMaskedLM checkpoints)
+    has_pooler: bool = False  # tanh(W x[CLS] + b) pooler (BertModel checkpoints)
+    name: str = "custom"  # free-form label shown in reports
+
+    def __post_init__(self) -> None:
+        for field in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_token_types"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        if self.d_model != self.n_heads * self.d_head:
+            raise ValueError(
+                f"d_model={self.d_model} must equal n_heads*d_head={self.n_heads}*{self.d_head}"
+                f"={self.n_heads * self.d_head}"
+            )
+        if self.act_fn not in ACTIVATION_FUNCTIONS:
+            raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {self.act_fn!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if not isinstance(self.init_range, (int, float)) or not self.init_range > 0:
+            raise ValueError(f"init_range must be > 0, got {self.init_range!r}")
+        for field in ("has_mlm_head", "has_pooler"):
+            if not isinstance(getattr(self, field), bool):
+                raise TypeError(f"{field} must be a bool, got {getattr(self, field)!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+
+    @property
+    def attn_only(self) -> bool:
+        """Always False: every encoder block has an MLP (read by ``ActivationCache``)."""
+        return False
+
+    def replace(self, **changes) -> "EncoderConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def n_params(self) -> int:
+        """Number of parameters, counted from the shapes of ``EncoderTransformer``.
+
+        Our MLM head keeps its own ``W_U``; Hugging Face ties it to ``W_E`` and counts it once.
+        """
+        d, L = self.d_model, self.n_layers
+        embed = (self.d_vocab + self.n_ctx + self.n_token_types) * d + 2 * d
+        attn = 4 * d * d + 4 * d
+        mlp = 2 * d * self.d_mlp + self.d_mlp + d
+        block = attn + mlp + 2 * 2 * d
+        mlm_head = (d * d + d + 2 * d + d * self.d_vocab + self.d_vocab) if self.has_mlm_head else 0
+        pooler = (d * d + d) if self.has_pooler else 0
+        return embed + L * block + mlm_head + pooler
+
+
+# Hugging Face reports: bert-base-uncased 109.5M (with pooler), all-MiniLM-L6-v2 22.7M.
+ENCODER_PRESETS: dict[str, EncoderConfig] = {
+    "bert-base-uncased": EncoderConfig(has_pooler=True, name="bert-base-uncased"),
+    "all-MiniLM-L6-v2": EncoderConfig(
+        d_model=384, n_layers=6, n_heads=12, d_head=32, d_mlp=1536, has_pooler=True, name="all-MiniLM-L6-v2"
+    ),
+}

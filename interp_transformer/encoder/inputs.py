@@ -1,0 +1,99 @@
+"""Checked encoder inputs: token ids, the padding mask, segment ids, and text -> all three.
+
+Every check raises ``TypeError``/``ValueError`` naming what was expected and what
+came. Tensors on the ``meta`` device (``hook_shapes``) are checked for shape only.
+"""
+
+from typing import NamedTuple, Optional, Union
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from .config import EncoderConfig
+
+
+class EncoderTokens(NamedTuple):
+    """Tokenized text for an encoder: ids, the padding mask (1 real, 0 padding) and segment ids."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+    token_type_ids: Int[Tensor, "batch pos"]
+
+
+def check_tokens(tokens, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
+    """``tokens`` as int64 ``[batch, pos]`` (a ``[pos]`` tensor is a batch of one), ids in ``[0, d_vocab)``."""
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be an integer Tensor [batch, pos] (or text), got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an integer tensor (torch.long), got dtype {tokens.dtype}")
+    if tokens.ndim == 1:
+        tokens = tokens.unsqueeze(0)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, pos] (or [pos]), got shape {tuple(tokens.shape)}")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"tokens must be non-empty, got shape {tuple(tokens.shape)}")
+    if tokens.shape[1] > cfg.n_ctx:
+        raise ValueError(f"sequence of {tokens.shape[1]} tokens exceeds n_ctx={cfg.n_ctx}")
+    if not tokens.is_meta:
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= cfg.d_vocab:
+            raise ValueError(f"token ids must lie in [0, d_vocab={cfg.d_vocab}), got {low if low < 0 else high}")
+    return tokens.long()
+
+
+def _check_like_tokens(value, tokens: Tensor, name: str, allow_bool: bool) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a Tensor shaped like tokens {tuple(tokens.shape)}, got {type(value).__name__}")
+    if value.dtype.is_floating_point or value.dtype.is_complex or (value.dtype == torch.bool and not allow_bool):
+        kinds = "an integer or bool" if allow_bool else "an integer"
+        raise TypeError(f"{name} must be {kinds} tensor, got dtype {value.dtype}")
+    if value.ndim == 1:
+        value = value.unsqueeze(0)
+    if value.shape != tokens.shape:
+        raise ValueError(f"{name} has shape {tuple(value.shape)}, expected the tokens' shape {tuple(tokens.shape)}")
+    return value
+
+
+def check_attention_mask(attention_mask, tokens: Tensor) -> Int[Tensor, "batch pos"]:
+    """The mask shaped like ``tokens``, holding only 0 and 1, with a real token in every row."""
+    mask = _check_like_tokens(attention_mask, tokens, "attention_mask", allow_bool=True)
+    if not mask.is_meta:
+        if not ((mask == 0) | (mask == 1)).all():
+            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got values {mask.unique().tolist()}")
+        empty = (mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"attention_mask rows {empty} have no real token: every sequence needs at least one")
+    return mask
+
+
+def check_token_type_ids(token_type_ids, tokens: Tensor, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
+    """Segment ids shaped like ``tokens``, in ``[0, n_token_types)``."""
+    token_type_ids = _check_like_tokens(token_type_ids, tokens, "token_type_ids", allow_bool=False)
+    if not token_type_ids.is_meta:
+        low, high = int(token_type_ids.min()), int(token_type_ids.max())
+        if low < 0 or high >= cfg.n_token_types:
+            raise ValueError(f"token_type_ids must lie in [0, n_token_types={cfg.n_token_types}), got {low if low < 0 else high}")
+    return token_type_ids.long()
+
+
+def encode(tokenizer, text: Union[str, list], text_pair: Union[str, list, None], n_ctx: int) -> EncoderTokens:
+    """Tokenize with the tokenizer's own special tokens (BERT: ``[CLS] a [SEP] b [SEP]``), right-padded."""
+    for name, value in (("text", text), ("text_pair", text_pair)):
+        if value is None and name == "text_pair":
+            continue
+        if not (isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(t, str) for t in value))):
+            raise TypeError(f"{name} must be a str or a non-empty list of str, got {value!r:.80}")
+    if text_pair is not None and (type(text) is not type(text_pair) or (isinstance(text, list) and len(text) != len(text_pair))):
+        raise ValueError("text_pair must match text: both str, or lists of the same length")
+    encoded = tokenizer(
+        text, text_pair, padding=True, truncation=False, add_special_tokens=True,
+        return_attention_mask=True, return_token_type_ids=True, return_tensors="pt", verbose=False,
+    )
+    length = encoded["input_ids"].shape[1]
+    if length > n_ctx:
+        raise ValueError(f"text is {length} tokens long (special tokens included), more than n_ctx={n_ctx}")
+    return EncoderTokens(encoded["input_ids"], encoded["attention_mask"], encoded["token_type_ids"])
+
+
+__all__ = ["EncoderTokens", "check_attention_mask", "check_token_type_ids", "check_tokens", "encode"]

@@ -1,0 +1,360 @@
+"""EncoderTransformer: a BERT-style encoder whose every weight and activation you can read.
+
+Forward pass (``x`` is the residual stream, ``key_is_real`` the padding mask)::
+
+    x = embed_ln(W_E[tokens] + W_token_type[token_type_ids] + W_pos[positions])
+    for each block:   (post-LayerNorm, see EncoderBlock)
+        resid_mid = x + attn(x)
+        x = ln2(ln1(resid_mid) + mlp(ln1(resid_mid)))
+    hidden states = x                            [batch pos d_model]  (the output of a BertModel)
+    mlm logits    = mlm_head(x)                  [batch pos d_vocab]  (the output of a BertForMaskedLM)
+    pooled        = tanh(x[:, 0] W_pool + b_pool) [batch d_model]     (if it has the pooler)
+
+Hook points. Same name, same value as in ``DemoTransformer`` (DESIGN section 3):
+``hook_embed``, ``hook_pos_embed``, ``blocks.L.hook_resid_pre``, ``blocks.L.attn.hook_q/k/v``,
+``hook_attn_scores`` (padding keys at ``-inf``), ``hook_pattern`` (padding keys at 0),
+``hook_z``, ``blocks.L.hook_attn_out``, ``blocks.L.hook_resid_mid``
+(``= resid_pre + attn_out``), ``blocks.L.mlp.hook_pre/post``, ``blocks.L.hook_mlp_out``.
+
+Hooks that exist only here, or whose *meaning* differs because the block is post-norm:
+
+==========================================  =============================================
+``hook_token_type_embed``                   ``W_token_type[token_type_ids]``
+``embed_ln.hook_scale/hook_normalized``     LayerNorm of the summed embeddings (= ``blocks.0.hook_resid_pre``)
+``blocks.L.ln1.hook_normalized``            ``ln1(resid_mid)``: read by the MLP *and* the base of ``resid_post``
+``blocks.L.hook_resid_post``                ``ln1(resid_mid) + mlp_out`` (not ``resid_mid + mlp_out``), before ``ln2``
+``blocks.L.ln2.hook_normalized``            ``ln2(resid_post)``, the block's output
+``blocks.L.hook_normalized_resid_post``     the same value, under TransformerLens' ``HookedEncoder`` name;
+                                            ``= blocks.{L+1}.hook_resid_pre``; the last one is the hidden states
+``mlm_head.hook_pre/hook_post``             ``x W_transform + b_transform`` and its activation
+``mlm_head.ln.hook_scale/hook_normalized``  the head's LayerNorm (these fire when the forward returns MLM logits)
+==========================================  =============================================
+
+There is no ``ln_final``: each block ends in its own LayerNorm. Cache tools built on
+pre-norm algebra (``decompose_resid``, ``accumulated_resid(apply_ln=True)``,
+``apply_ln_to_stack``) do not describe a post-norm model: the residual stream is not a
+sum of component outputs here, it is renormalized twice per block.
+"""
+
+from typing import Optional, Union
+
+import einops
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
+from ..components import Embed, LayerNorm, PosEmbed
+from ..hooks import CachingMixin, HookedRootModule, HookPoint
+from ..shape_checks import shape_checked
+from .components import EncoderBlock, MLMHead, Pooler, TokenTypeEmbed
+from .config import EncoderConfig
+from .inputs import EncoderTokens, check_attention_mask, check_token_type_ids, check_tokens, encode
+
+RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
+
+
+TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, EncoderTokens]
+
+
+def _stacked(component: str, weight: str, shape: str) -> property:
+    def getter(self) -> Tensor:
+        return torch.stack([getattr(getattr(block, component), weight) for block in self.blocks])
+
+    getter.__doc__ = f"``blocks[L].{component}.{weight}`` stacked over blocks: ``[{shape}]``."
+    return property(getter)
+
+
+class EncoderTransformer(CachingMixin, HookedRootModule):
+    """BERT architecture with explicit per-head weights and a hook point on every activation.
+
+    ``forward(tokens, attention_mask=None, token_type_ids=None, return_type=None)``
+    returns what the checkpoint's own Hugging Face class returns: the masked-language-model
+    logits ``[batch, pos, d_vocab]`` for a model with an MLM head (``BertForMaskedLM``),
+    else the final hidden states ``[batch, pos, d_model]`` (``BertModel``). Ask for one
+    explicitly with ``return_type="hidden"``, ``"mlm_logits"`` or ``"pooled"`` (the
+    pooler's ``[batch, d_model]``). ``mlm_logits(...)``, ``pooled_output(...)`` and
+    ``mean_pooled_embedding(...)`` are shortcuts.
+
+    ``tokens`` is an integer tensor ``[batch, pos]`` (``[pos]`` is a batch of one), text
+    (tokenized with ``to_tokens_and_mask``, mask included), or an ``EncoderTokens``.
+    ``attention_mask`` is 1 on real tokens and 0 on padding; ``None`` means no padding.
+    """
+
+    def __init__(
+        self,
+        cfg: EncoderConfig,
+        tokenizer=None,
+        dtype: torch.dtype = torch.float32,
+        device: Union[str, torch.device, None] = None,
+        seed: Optional[int] = None,
+    ):
+        super().__init__()
+        if not isinstance(cfg, EncoderConfig):
+            raise TypeError(f"cfg must be an EncoderConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.embed = Embed(cfg)
+        self.hook_embed = HookPoint()
+        self.pos_embed = PosEmbed(cfg)
+        self.hook_pos_embed = HookPoint()
+        self.token_type_embed = TokenTypeEmbed(cfg)
+        self.hook_token_type_embed = HookPoint()
+        self.embed_ln = LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+        self.blocks = nn.ModuleList([EncoderBlock(cfg) for _ in range(cfg.n_layers)])
+        self.mlm_head = MLMHead(cfg) if cfg.has_mlm_head else None
+        self.pooler = Pooler(cfg) if cfg.has_pooler else None
+        self.init_weights(seed)
+        self.to(device=device, dtype=dtype)
+        self.setup()
+
+    def init_weights(self, seed: Optional[int] = None) -> None:
+        """BERT's init: weight matrices ~ N(0, init_range^2), biases 0, LayerNorm w = 1."""
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        for name, param in self.named_parameters():
+            with torch.no_grad():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith("W_"):
+                    param.copy_(torch.randn(param.shape, generator=generator) * self.cfg.init_range)
+                elif leaf == "w":
+                    param.fill_(1.0)
+                else:
+                    param.zero_()
+
+    # --- forward ---------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: TokensLike,
+        attention_mask: Optional[Tensor] = None,
+        token_type_ids: Optional[Tensor] = None,
+        *,
+        return_type: Optional[str] = None,
+        stop_at_layer: Optional[int] = None,
+    ) -> Float[Tensor, "batch ..."]:
+        if return_type is None:
+            return_type = "hidden" if self.mlm_head is None or stop_at_layer is not None else "mlm_logits"
+        if return_type not in RETURN_TYPES:
+            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+        if return_type == "mlm_logits" and self.mlm_head is None:
+            raise ValueError("this model has no MLM head (cfg.has_mlm_head=False); load a BertForMaskedLM checkpoint")
+        if return_type == "pooled" and self.pooler is None:
+            raise ValueError("this model has no pooler (cfg.has_pooler=False); load a BertModel checkpoint that has one")
+        n_blocks = self._check_stop_at_layer(stop_at_layer)
+        if n_blocks < self.cfg.n_layers and return_type != "hidden":
+            raise ValueError(f"stop_at_layer returns the residual stream; it needs return_type='hidden', got {return_type!r}")
+        tokens, key_is_real, token_type_ids = self.prepare_inputs(tokens, attention_mask, token_type_ids)
+        return self._forward(tokens, key_is_real, token_type_ids, n_blocks, return_type)
+
+    @shape_checked
+    def _forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        key_is_real: Optional[Bool[Tensor, "batch pos"]],
+        token_type_ids: Int[Tensor, "batch pos"],
+        n_blocks: int,
+        return_type: str,
+    ) -> Float[Tensor, "batch ..."]:
+        embed = self.hook_embed(self.embed(tokens))
+        pos_embed = self.hook_pos_embed(self.pos_embed(tokens))
+        token_type_embed = self.hook_token_type_embed(self.token_type_embed(token_type_ids))
+        # Hugging Face's order of summation, so float rounding matches too
+        residual = self.embed_ln(embed + token_type_embed + pos_embed)
+        for block in self.blocks[:n_blocks]:
+            residual = block(residual, key_is_real)
+        if return_type == "mlm_logits":
+            return self.mlm_head(residual)
+        if return_type == "pooled":
+            return self.pooler(residual)
+        return residual
+
+    def _check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
+        n_layers = self.cfg.n_layers
+        if stop_at_layer is None:
+            return n_layers
+        if not isinstance(stop_at_layer, int) or isinstance(stop_at_layer, bool) or not -n_layers <= stop_at_layer <= n_layers:
+            raise ValueError(f"stop_at_layer must be an int in [{-n_layers}, {n_layers}], got {stop_at_layer!r}")
+        return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
+
+    def mlm_logits(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch pos d_vocab"]:
+        """Masked-language-model logits ``[batch, pos, d_vocab]``: ``forward(..., return_type="mlm_logits")``."""
+        return self(tokens, attention_mask, token_type_ids, return_type="mlm_logits")
+
+    def pooled_output(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch d_model"]:
+        """The pooler's ``tanh(hidden[:, 0] W_pool + b_pool)``, ``[batch, d_model]``."""
+        return self(tokens, attention_mask, token_type_ids, return_type="pooled")
+
+    def mean_pooled_embedding(
+        self, tokens: TokensLike, attention_mask=None, token_type_ids=None, *, normalize: bool = False
+    ) -> Float[Tensor, "batch d_model"]:
+        """Sentence embedding: the mean of the hidden states over real tokens, ``[batch, d_model]``.
+
+        ``embedding[b] = sum_p mask[b, p] hidden[b, p] / sum_p mask[b, p]``; with
+        ``normalize`` it is scaled to unit L2 norm (what sentence-transformers'
+        all-MiniLM-L6-v2 outputs, so cosine similarity becomes a dot product).
+        """
+        tokens, key_is_real, token_type_ids = self.prepare_inputs(tokens, attention_mask, token_type_ids)
+        hidden = self._forward(tokens, key_is_real, token_type_ids, self.cfg.n_layers, "hidden")
+        weights = torch.ones_like(tokens, dtype=hidden.dtype) if key_is_real is None else key_is_real.to(hidden.dtype)
+        summed = einops.einsum(hidden, weights, "batch pos d_model, batch pos -> batch d_model")
+        embedding = summed / weights.sum(dim=-1, keepdim=True)
+        return torch.nn.functional.normalize(embedding, dim=-1) if normalize else embedding
+
+    def _default_metric(self, output: Tensor, model_args) -> Tensor:
+        raise ValueError(
+            "run_with_cache(incl_bwd=True) on an encoder needs backward_metric=fn(output) -> scalar: "
+            "an encoder has no next-token loss to default to"
+        )
+
+    # --- input checks ----------------------------------------------------------------------
+    def prepare_inputs(
+        self, tokens: TokensLike, attention_mask: Optional[Tensor] = None, token_type_ids: Optional[Tensor] = None
+    ) -> tuple[Tensor, Optional[Tensor], Tensor]:
+        """Check the inputs; return ``(tokens, key_is_real, token_type_ids)`` on the model's device.
+
+        ``tokens`` int64 ``[batch, pos]``; ``key_is_real`` bool ``[batch, pos]`` (or None:
+        no padding); ``token_type_ids`` int64 ``[batch, pos]`` (zeros when not given).
+        Raises ``TypeError``/``ValueError`` naming what was expected and what came.
+        """
+        if isinstance(tokens, EncoderTokens):
+            if attention_mask is not None or token_type_ids is not None:
+                raise ValueError("tokens is an EncoderTokens (it carries its own mask and token types): pass no other mask")
+            tokens, attention_mask, token_type_ids = tokens
+        elif isinstance(tokens, (str, list)):
+            if attention_mask is not None or token_type_ids is not None:
+                raise ValueError("text is tokenized with its own mask and token types: pass token ids to give a mask")
+            tokens, attention_mask, token_type_ids = self.to_tokens_and_mask(tokens)
+        device = self.embed.W_E.device
+        tokens = check_tokens(tokens, self.cfg)
+        key_is_real = None if attention_mask is None else check_attention_mask(attention_mask, tokens).to(device, torch.bool)
+        token_type_ids = torch.zeros_like(tokens) if token_type_ids is None else check_token_type_ids(token_type_ids, tokens, self.cfg)
+        return tokens.to(device), key_is_real, token_type_ids.to(device)
+
+    # --- loading and tokenizer -------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, source, **kwargs) -> "EncoderTransformer":
+        """Load a BERT checkpoint: hub name, local Hugging Face directory or in-memory HF model.
+
+        ``interp_transformer.loading.from_pretrained(source, **kwargs)`` (``dtype``,
+        ``device``, ``tokenizer``, ...), which must find a BERT-family checkpoint.
+        Conversion is strict (missing, unexpected or mis-shaped weights raise
+        ``ValueError``) and never unpickles untrusted files.
+        """
+        from ..loading import from_pretrained
+
+        model = from_pretrained(source, **kwargs)
+        if not isinstance(model, cls):
+            raise ValueError(f"{source!r:.80} holds a {type(model).__name__}, not an encoder; load it with its own class")
+        return model
+
+    def _require_tokenizer(self):
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer: pass token ids, or set model.tokenizer to a BERT tokenizer")
+        return self.tokenizer
+
+    def to_tokens_and_mask(self, text: Union[str, list], text_pair: Union[str, list, None] = None) -> EncoderTokens:
+        """Tokenize with the checkpoint's tokenizer: ``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for pairs).
+
+        Returns ``EncoderTokens(tokens, attention_mask, token_type_ids)``, each
+        ``[batch, pos]``: a list of texts is right-padded to the longest, the mask marks
+        real tokens with 1, ``token_type_ids`` is 1 on the second text of a pair. Pass
+        it to the model whole: ``model(encoded)``. Never truncates: a text longer than
+        ``n_ctx`` tokens raises ``ValueError``.
+        """
+        encoded = encode(self._require_tokenizer(), text, text_pair, self.cfg.n_ctx)
+        return EncoderTokens(*(t.to(self.embed.W_E.device) for t in encoded))
+
+    def to_tokens(self, text: Union[str, list]) -> Int[Tensor, "batch pos"]:
+        """Token ids ``[batch, pos]`` of one text or of texts of equal token length, ``[CLS] ... [SEP]``.
+
+        Ids alone, like ``DemoTransformer.to_tokens``. Texts that would need padding
+        raise ``ValueError``: ids without their mask would let real tokens attend to
+        padding. Use ``to_tokens_and_mask`` for those, and for sentence pairs.
+        """
+        encoded = self.to_tokens_and_mask(text)
+        if not bool(encoded.attention_mask.all()):
+            lengths = encoded.attention_mask.sum(dim=-1).tolist()
+            raise ValueError(
+                f"the texts have different token lengths {lengths}, so they need padding and an attention mask: "
+                "use to_tokens_and_mask(texts) and pass its result to the model"
+            )
+        return encoded.tokens
+
+    def to_str_tokens(self, tokens_or_text) -> Union[list[str], list[list[str]]]:
+        """WordPiece strings of each token, e.g. ``['[CLS]', 'hello', 'world', '[SEP]']``.
+
+        Text is tokenized with ``to_tokens_and_mask`` and shown without its padding; a list of
+        texts gives a list of lists. Token ids (``[pos]`` or ``[batch, pos]``) are shown
+        as given, padding included.
+        """
+        tokenizer = self._require_tokenizer()
+        if isinstance(tokens_or_text, EncoderTokens):
+            tokens_or_text = tokens_or_text.tokens
+        if isinstance(tokens_or_text, list) and tokens_or_text and not all(isinstance(t, str) for t in tokens_or_text):
+            tokens_or_text = torch.tensor(tokens_or_text)
+        if isinstance(tokens_or_text, (str, list)):
+            encoded = self.to_tokens_and_mask(tokens_or_text)
+            rows = [ids[mask.bool()].tolist() for ids, mask in zip(encoded.tokens, encoded.attention_mask)]
+            pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
+            return pieces[0] if isinstance(tokens_or_text, str) else pieces
+        ids = check_tokens(tokens_or_text, self.cfg)
+        pieces = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
+        return pieces[0] if len(pieces) == 1 else pieces
+
+    def to_string(self, tokens: Tensor) -> Union[str, list[str]]:
+        """Decode ids to text (special tokens kept): ``[pos]`` gives a str, ``[batch, pos]`` a list."""
+        tokenizer = self._require_tokenizer()
+        ids = check_tokens(tokens, self.cfg)
+        texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=False)
+        return texts[0] if tokens.ndim == 1 else texts
+
+    # --- weights stacked over blocks -------------------------------------------------------
+    @property
+    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        return self.pos_embed.W_pos
+
+    @property
+    def W_token_type(self) -> Float[Tensor, "n_token_types d_model"]:
+        return self.token_type_embed.W_token_type
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        """The MLM head's unembedding (only models with ``has_mlm_head``)."""
+        if self.mlm_head is None:
+            raise AttributeError("W_U: this encoder has no MLM head (cfg.has_mlm_head=False)")
+        return self.mlm_head.unembed.W_U
+
+    @property
+    def b_U(self) -> Float[Tensor, "d_vocab"]:
+        if self.mlm_head is None:
+            raise AttributeError("b_U: this encoder has no MLM head (cfg.has_mlm_head=False)")
+        return self.mlm_head.unembed.b_U
+
+    W_Q = _stacked("attn", "W_Q", "layer head_index d_model d_head")
+    W_K = _stacked("attn", "W_K", "layer head_index d_model d_head")
+    W_V = _stacked("attn", "W_V", "layer head_index d_model d_head")
+    W_O = _stacked("attn", "W_O", "layer head_index d_head d_model")
+    b_Q = _stacked("attn", "b_Q", "layer head_index d_head")
+    b_K = _stacked("attn", "b_K", "layer head_index d_head")
+    b_V = _stacked("attn", "b_V", "layer head_index d_head")
+    b_O = _stacked("attn", "b_O", "layer d_model")
+    W_in = _stacked("mlp", "W_in", "layer d_model d_mlp")
+    b_in = _stacked("mlp", "b_in", "layer d_mlp")
+    W_out = _stacked("mlp", "W_out", "layer d_mlp d_model")
+    b_out = _stacked("mlp", "b_out", "layer d_model")
+
+    @property
+    def QK(self):
+        """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
+        from ..factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self):
+        """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
+        from ..factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_V, self.W_O)

@@ -1,0 +1,155 @@
+"""Autoregressive generation with a key/value cache: greedy, temperature, top-k and top-p sampling.
+
+Each step turns the logits at the last position into one new token per
+sequence:
+
+- ``temperature == 0``: greedy, ``argmax(logits)`` (``top_k``/``top_p`` unused);
+- otherwise sample from ``softmax(logits / temperature)``, restricted to the
+  ``top_k`` most likely tokens and/or the nucleus: the most likely tokens whose
+  probabilities, taken in decreasing order, first reach ``top_p`` (always at
+  least one token).
+
+With ``use_kv_cache`` (default) the prompt runs once and each later step feeds
+only the new token, reusing the keys and values of earlier positions
+(``interp_transformer.kv_cache``); the result is the same as re-running the
+whole sequence every step, only faster. Hooks attached to the model run during
+generation: with the cache, a hook sees the prompt once, then one position per
+step.
+"""
+
+from typing import Optional, Sequence, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .kv_cache import KeyValueCache
+
+
+def sample_next_token(
+    logits: Float[Tensor, "batch d_vocab"],
+    temperature: float = 1.0,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Int[Tensor, "batch"]:
+    """One token per row of ``logits``; see the module docstring for the rule."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature if logits.dtype in (torch.float16, torch.bfloat16) else logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of the strictly better-ranked tokens
+        drop_sorted = mass_before >= top_p  # the first token always stays (mass_before = 0 < top_p)
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def _eos_ids(model, eos_token_id) -> list[int]:
+    if eos_token_id is None:
+        tokenizer = getattr(model, "tokenizer", None)
+        eos_token_id = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if eos_token_id is None:
+        return []
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    if not all(isinstance(i, int) and 0 <= i < model.cfg.d_vocab for i in ids):
+        raise ValueError(f"eos_token_id must be token id(s) in [0, d_vocab={model.cfg.d_vocab}), received {eos_token_id!r}")
+    return ids
+
+
+def _check_arguments(max_new_tokens, temperature, top_k, top_p, seed) -> None:
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, received {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), received {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, received {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, received {top_p!r}")
+    if seed is not None and not isinstance(seed, int):
+        raise ValueError(f"seed must be an int or None, received {seed!r}")
+
+
+def _prompt_tokens(model, tokens_or_text, prepend_bos: bool) -> tuple[Tensor, bool, int]:
+    """``[batch, pos]`` prompt ids, whether the input was text, and how many BOS tokens were added."""
+    if isinstance(tokens_or_text, str) or (isinstance(tokens_or_text, (list, tuple)) and tokens_or_text
+                                           and all(isinstance(t, str) for t in tokens_or_text)):
+        texts = [tokens_or_text] if isinstance(tokens_or_text, str) else list(tokens_or_text)
+        rows = [model.to_tokens(text, prepend_bos=prepend_bos)[0] for text in texts]
+        lengths = sorted({len(row) for row in rows})
+        if len(lengths) > 1:
+            raise ValueError(
+                f"the texts tokenize to different lengths {lengths}; generate needs equal lengths "
+                "(no padding mask is applied): generate one text at a time"
+            )
+        return torch.stack(rows), True, int(prepend_bos)
+    return model.prepare_tokens(tokens_or_text), False, 0
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokens_or_text: Union[str, Sequence[str], Int[Tensor, "batch pos"], Int[Tensor, "pos"]],
+    max_new_tokens: int = 10,
+    temperature: float = 1.0,
+    top_k: Optional[int] = None,
+    top_p: Optional[float] = None,
+    stop_at_eos: bool = True,
+    eos_token_id: Union[int, Sequence[int], None] = None,
+    seed: Optional[int] = None,
+    use_kv_cache: bool = True,
+    verbose: bool = False,
+    *,
+    prepend_bos: bool = True,
+) -> Union[Tensor, str, list[str]]:
+    """Extend ``tokens_or_text`` by up to ``max_new_tokens`` tokens.
+
+    Tokens in (``[batch, pos]``, or ``[pos]``), tokens out (same number of dims),
+    prompt included. Text in (a str, or a list of texts of equal token length),
+    text out: the prompt and its continuation, without the BOS that
+    ``prepend_bos`` added for the model. ``temperature=0`` is greedy; ``seed``
+    makes sampling reproducible (a private generator, the global RNG untouched).
+    With ``stop_at_eos`` a sequence that emits the EOS token (``eos_token_id``,
+    default the tokenizer's; without one nothing stops early) is finished: later
+    positions are filled with EOS, and generation stops when every sequence is
+    finished. ``ValueError`` if prompt + ``max_new_tokens`` exceeds ``n_ctx``.
+    ``verbose`` shows a progress bar.
+    """
+    _check_arguments(max_new_tokens, temperature, top_k, top_p, seed)
+    tokens, from_text, n_bos = _prompt_tokens(model, tokens_or_text, prepend_bos)
+    input_ndim = tokens_or_text.ndim if isinstance(tokens_or_text, Tensor) else 2
+    batch, prompt_len = tokens.shape
+    if prompt_len + max_new_tokens > model.cfg.n_ctx:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} = {prompt_len + max_new_tokens} "
+            f"exceeds n_ctx={model.cfg.n_ctx}"
+        )
+    eos_ids = torch.tensor(_eos_ids(model, eos_token_id) if stop_at_eos else [], dtype=torch.long, device=tokens.device)
+    generator = torch.Generator(device=tokens.device).manual_seed(seed) if seed is not None else None
+    kv_cache = KeyValueCache(model.cfg.n_layers) if use_kv_cache else None
+    finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
+    next_input = tokens
+    for _ in tqdm(range(max_new_tokens), disable=not verbose, desc="generating"):
+        logits = model(next_input if use_kv_cache else tokens, kv_cache=kv_cache)[:, -1, :]
+        new = sample_next_token(logits, temperature, top_k, top_p, generator)
+        if len(eos_ids):
+            new = torch.where(finished, eos_ids[0], new)
+            finished |= torch.isin(new, eos_ids)
+        tokens = torch.cat([tokens, new[:, None]], dim=1)
+        next_input = new[:, None]
+        if len(eos_ids) and bool(finished.all()):
+            break
+    if from_text:
+        texts = [model.to_string(row[n_bos:]) for row in tokens]
+        return texts[0] if isinstance(tokens_or_text, str) else texts
+    return tokens[0] if input_ndim == 1 else tokens
+
+
+__all__ = ["generate", "sample_next_token"]

@@ -1,0 +1,150 @@
+"""Loading pretrained models: resolve a source, convert its weights, build our model strictly.
+
+``from_pretrained(source)`` accepts a hub name (``"gpt2"``), a local Hugging
+Face directory, or an in-memory ``transformers`` model (see ``sources``), reads
+``model_type`` from its config and dispatches through ``ARCHITECTURES``.
+
+The architecture registry
+-------------------------
+``ARCHITECTURES`` maps a Hugging Face ``model_type`` to the module path of its
+converter, imported only when used. Adding an architecture is adding one module
+and one entry here. The module must define:
+
+``config_from_hf(hf_config) -> config``
+    Our config from the Hugging Face config; ``ValueError`` for variants it
+    cannot compute.
+``convert_state_dict(hf_state_dict, cfg) -> dict[str, Tensor]``
+    Pure conversion, Hugging Face names -> ours. Must not modify its input nor
+    return tensors sharing its input's memory; should read each input tensor
+    once (the input may be a ``LazyStateDict`` reading from disk) and check
+    names/shapes first with ``strict.check_checkpoint``.
+``build_model(cfg, state_dict, *, dtype, device, tokenizer) -> model``
+    Our model holding ``state_dict``; loads strictly (``strict.load_strict``:
+    missing, unexpected or mis-shaped keys raise ``CheckpointError``, a
+    ``ValueError`` listing them).
+``hf_reference_activations(hf_model, tokens, **forward_kwargs) -> dict[str, Tensor]``
+    Runs the Hugging Face model and returns its value for each of our hook
+    names it can map (plus ``"logits"`` if it has a head); ``verify`` compares
+    these with our ``run_with_cache``.
+
+and may define:
+
+``fallback_tokenizer(hf_config) -> tokenizer | None``
+    Used when neither the source nor the caller provides a tokenizer.
+``load_hf_model(directory, *, dtype) -> transformers model``
+    The reference model ``verify_pretrained`` compares against (default:
+    ``transformers.AutoModel`` with eager attention).
+
+Example (offline, a random-weight GPT-2):
+
+>>> import torch
+>>> from transformers import GPT2Config, GPT2LMHeadModel
+>>> _ = torch.manual_seed(0)
+>>> hf_model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=4, n_positions=16, vocab_size=50))
+>>> model = from_pretrained(hf_model)
+>>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
+(32, 4, 8)
+>>> supported_architectures()
+['bert', 'gpt2']
+"""
+
+import importlib
+from types import ModuleType
+from typing import Optional, Union
+
+import torch
+
+from .sources import ResolvedSource, Source, resolve_source
+from .strict import CheckpointError
+
+ARCHITECTURES: dict[str, str] = {
+    "gpt2": "interp_transformer.loading.gpt2",
+    "bert": "interp_transformer.loading.bert",
+}
+REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
+
+
+def supported_architectures() -> list[str]:
+    """The Hugging Face ``model_type`` values ``from_pretrained`` can load."""
+    return sorted(ARCHITECTURES)
+
+
+def architecture_module(model_type: str) -> ModuleType:
+    """The converter module for ``model_type``; ``ValueError`` naming the supported ones if there is none."""
+    if model_type not in ARCHITECTURES:
+        raise ValueError(
+            f"architecture {model_type!r} is not supported; supported architectures (Hugging Face "
+            f"model_type): {supported_architectures()}"
+        )
+    module = importlib.import_module(ARCHITECTURES[model_type])
+    missing = [name for name in REQUIRED_FUNCTIONS if not callable(getattr(module, name, None))]
+    if missing:
+        raise TypeError(f"architecture module {module.__name__} lacks the required functions {missing}")
+    return module
+
+
+def from_pretrained(
+    source: Source,
+    *,
+    dtype: Union[torch.dtype, str] = torch.float32,
+    device: Union[str, torch.device, None] = None,
+    tokenizer=None,
+    hf_config=None,
+    revision: Optional[str] = None,
+    cache_dir=None,
+    local_files_only: bool = False,
+):
+    """Load a pretrained model with Hugging Face-faithful weights (no weight processing).
+
+    ``source``: a hub repo id (``"gpt2"``, ``"gpt2-medium"``, ``"distilgpt2"``, ...),
+    a local directory written by ``save_pretrained`` (safetensors or ``.bin``), or
+    an in-memory ``transformers`` model. The config comes from the source's
+    ``config.json`` (or ``hf_config``), never from the name. ``dtype`` (float32 by
+    default; float64 for verification, bfloat16 allowed) and ``device`` say where
+    the weights live. ``tokenizer``: used as given; otherwise the tokenizer stored
+    with the source, else the architecture's fallback (for GPT-2 with its 50257-token
+    vocabulary, GPT-2's own tokenizer built offline), else none. ``revision``,
+    ``cache_dir`` and ``local_files_only`` are passed to the Hugging Face Hub.
+    """
+    model, _ = load_with_source(
+        source, dtype=dtype, device=device, tokenizer=tokenizer, hf_config=hf_config,
+        revision=revision, cache_dir=cache_dir, local_files_only=local_files_only,
+    )
+    return model
+
+
+def resolve_dtype(dtype: Union[torch.dtype, str]) -> torch.dtype:
+    """A torch dtype from a dtype or its name (``"float32"``, ``"bfloat16"``, ...)."""
+    names = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in names:
+        return names[dtype.removeprefix("torch.")]
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    raise ValueError(f"dtype must be a floating torch dtype or one of {sorted(names)}, received {dtype!r}")
+
+
+def load_with_source(source: Source, *, dtype=torch.float32, device=None, tokenizer=None, hf_config=None, **hub_kwargs):
+    """``from_pretrained``, also returning the ``ResolvedSource`` (used by ``verify_pretrained``)."""
+    dtype = resolve_dtype(dtype)
+    resolved: ResolvedSource = resolve_source(source, hf_config=hf_config, **hub_kwargs)
+    module = architecture_module(resolved.model_type)  # unsupported architectures fail before any weight is read
+    cfg = module.config_from_hf(resolved.hf_config)
+    if tokenizer is None:
+        tokenizer = resolved.load_tokenizer()
+    if tokenizer is None and hasattr(module, "fallback_tokenizer"):
+        tokenizer = module.fallback_tokenizer(resolved.hf_config)
+    # Tensors are cast as they are read, so conversion already produces the final dtype.
+    state_dict = module.convert_state_dict(resolved.open_state_dict(dtype), cfg)
+    model = module.build_model(cfg, state_dict, dtype=dtype, device=device, tokenizer=tokenizer)
+    return model, resolved
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "CheckpointError",
+    "architecture_module",
+    "from_pretrained",
+    "load_with_source",
+    "resolve_dtype",
+    "supported_architectures",
+]

@@ -1,0 +1,126 @@
+"""Strict checkpoint checks and weight loading without a second copy, shared by every architecture.
+
+``check_checkpoint`` compares the tensor names and shapes a checkpoint holds with
+the ones a converter expects, and raises one ``CheckpointError`` listing every
+missing, unexpected and mis-shaped tensor. ``load_strict`` puts a converted state
+dict into a model built on the ``meta`` device (no memory, no random init) with
+``load_state_dict(assign=True)``, so the model's parameters *are* the converted
+tensors: no copy, no initialisation that is thrown away.
+"""
+
+import re
+from typing import Callable, Iterable, Mapping, Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+Shape = tuple[int, ...]
+# Error messages list at most this many names per kind of problem.
+_MAX_LISTED = 20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model: missing, unexpected or mis-shaped tensors.
+
+    ``missing``, ``unexpected`` and ``mis_shaped`` (name -> (expected, received))
+    say exactly what is wrong, for programs; the message says it for people.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        missing: Iterable[str] = (),
+        unexpected: Iterable[str] = (),
+        mis_shaped: Optional[Mapping[str, tuple[Shape, Shape]]] = None,
+    ):
+        self.missing = sorted(missing)
+        self.unexpected = sorted(unexpected)
+        self.mis_shaped = dict(sorted((mis_shaped or {}).items()))
+        parts = []
+        if self.missing:
+            parts.append(f"missing {len(self.missing)} tensor(s): {_listing(self.missing)}")
+        if self.unexpected:
+            parts.append(f"unexpected {len(self.unexpected)} tensor(s): {_listing(self.unexpected)}")
+        if self.mis_shaped:
+            shown = [f"{name} expected {list(e)} received {list(r)}" for name, (e, r) in self.mis_shaped.items()]
+            parts.append(f"mis-shaped {len(shown)} tensor(s): {_listing(shown)}")
+        super().__init__(f"{what} does not fit the model: " + "; ".join(parts))
+
+
+def _listing(items: list[str]) -> str:
+    shown = ", ".join(items[:_MAX_LISTED])
+    return shown + (f", ... ({len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else "")
+
+
+def state_dict_shapes(state_dict: Mapping[str, Tensor]) -> dict[str, Shape]:
+    """Name -> shape of every tensor, read from file headers when the mapping can (no tensor data read)."""
+    shapes = getattr(state_dict, "shapes", None)
+    if callable(shapes):
+        return dict(shapes())
+    return {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
+
+
+def check_checkpoint(
+    received: Mapping[str, Shape],
+    expected: Mapping[str, Shape],
+    *,
+    what: str = "checkpoint",
+    optional: Iterable[str] = (),
+    ignored: Optional[re.Pattern] = None,
+) -> None:
+    """Raise ``CheckpointError`` unless ``received`` has exactly the ``expected`` names and shapes.
+
+    ``optional`` names may be absent (they are still shape-checked when present);
+    names that fully match ``ignored`` are skipped (e.g. non-weight buffers that old
+    checkpoints carry).
+    """
+    optional = set(optional)
+    missing = [name for name in expected if name not in received and name not in optional]
+    unexpected = [
+        name for name in received
+        if name not in expected and not (ignored is not None and ignored.fullmatch(name))
+    ]
+    mis_shaped = {
+        name: (tuple(expected[name]), tuple(shape))
+        for name, shape in received.items()
+        if name in expected and tuple(shape) != tuple(expected[name])
+    }
+    if missing or unexpected or mis_shaped:
+        raise CheckpointError(what, missing, unexpected, mis_shaped)
+
+
+def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
+    """Run ``factory()`` with the ``meta`` device as default: parameters get shapes but no memory."""
+    with torch.device("meta"):
+        return factory()
+
+
+def load_strict(
+    model: nn.Module,
+    state_dict: Mapping[str, Tensor],
+    *,
+    dtype: Optional[torch.dtype] = None,
+    device: Union[str, torch.device, None] = None,
+) -> nn.Module:
+    """Load ``state_dict`` into ``model`` (typically built with ``build_on_meta``), strictly.
+
+    Names and shapes must match the model's exactly (``CheckpointError`` lists every
+    difference). Floating tensors are cast to ``dtype`` and everything is moved to
+    ``device``; a tensor already right is used as is, without a copy
+    (``load_state_dict(assign=True)``). Returns ``model`` in eval mode.
+    """
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    check_checkpoint(state_dict_shapes(state_dict), expected, what="converted state dict")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    tensors = {}
+    for name in expected:
+        tensor = state_dict[name]
+        tensors[name] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
+    model.load_state_dict(tensors, strict=True, assign=True)
+    still_meta = [name for name, t in model.state_dict().items() if t.is_meta]
+    if still_meta:  # a parameter outside state_dict() (should not happen) would have no data
+        raise CheckpointError("converted state dict", missing=still_meta)
+    return model.eval()
+
+
+__all__ = ["CheckpointError", "build_on_meta", "check_checkpoint", "load_strict", "state_dict_shapes"]

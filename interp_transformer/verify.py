@@ -1,0 +1,266 @@
+"""Verification: does our model compute what the Hugging Face model computes, hook by hook?
+
+``verify_against_hf(model, hf_model, tokens)`` runs both models on the same
+tokens, takes Hugging Face's value for every hook the architecture module can map
+(``hf_reference_activations``: embeddings, each block's residual stream,
+LayerNorm outputs, q/k/v, attention patterns, z, attention and MLP outputs, the
+final LayerNorm, logits) and our value from ``run_with_cache``, and reports per
+hook the max and mean absolute difference. A hook is within tolerance when
+
+    max |ours - hf| <= atol + rtol * max |hf|
+
+(defaults by dtype: float32 ``atol=1e-4, rtol=1e-5``; float64 ``1e-9, 1e-10``;
+bfloat16/float16 ``1e-2, 1e-2``). The logits row comes from a plain forward, the
+path users run (fused attention when nothing is hooked).
+
+When some hook is beyond tolerance and ``float64_recheck`` is on, both models are
+copied to float64 and compared again: if float64 agrees, the differences were
+floating-point noise, not a bug. ``report.ok`` is True when every hook is within
+tolerance, or when the float64 re-run is.
+
+Weight processing (``interp_transformer.processing``) changes some activations
+on purpose; hooks a recorded step changes are skipped and listed in
+``report.skipped``, and after ``center_unembed`` log-probs are compared instead
+of logits.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from .loading import architecture_module, load_with_source, resolve_dtype
+
+DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
+    torch.float64: (1e-9, 1e-10),
+    torch.float32: (1e-4, 1e-5),
+    torch.bfloat16: (1e-2, 1e-2),
+    torch.float16: (1e-2, 1e-2),
+}
+# Hooks (last name component) whose values a processing step changes on purpose.
+CHANGED_BY_PROCESSING = {
+    "fold_ln": {"hook_normalized"},
+    "center_writing_weights": {
+        "hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+    },
+    "fold_value_biases": {"hook_v", "hook_z"},
+    "center_unembed": set(),  # logits shift by a constant per position: log-probs are compared instead
+}
+DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Verification comes before interpretation."
+
+
+@dataclass
+class VerifyRow:
+    """One compared activation: differences and the tolerance it was held to."""
+
+    hook: str
+    max_abs_diff: float
+    mean_abs_diff: float
+    tolerance: float
+    ok: bool
+
+
+@dataclass
+class VerifyReport:
+    """The result of ``verify_against_hf``; ``print(report)`` shows it as a table."""
+
+    rows: list[VerifyRow]
+    dtype: torch.dtype
+    atol: float
+    rtol: float
+    shape: tuple[int, ...]
+    skipped: list[str] = field(default_factory=list)
+    processing: list[str] = field(default_factory=list)
+    float64: Optional["VerifyReport"] = None
+
+    @property
+    def within_tolerance(self) -> bool:
+        """Every compared hook within tolerance at this report's dtype."""
+        return all(row.ok for row in self.rows)
+
+    @property
+    def ok(self) -> bool:
+        """Within tolerance, or (if not) the float64 re-run is: the differences are float noise."""
+        return self.within_tolerance or (self.float64 is not None and self.float64.ok)
+
+    @property
+    def first_divergence(self) -> Optional[str]:
+        """The first hook, in forward order, beyond tolerance at this report's dtype (None if none)."""
+        return next((row.hook for row in self.rows if not row.ok), None)
+
+    @property
+    def logits_max_diff(self) -> Optional[float]:
+        """Max absolute difference of the logits (log-probs after ``center_unembed``), if compared."""
+        return next((row.max_abs_diff for row in self.rows if row.hook in ("logits", "log_probs")), None)
+
+    def __getitem__(self, hook: str) -> VerifyRow:
+        for row in self.rows:
+            if row.hook == hook:
+                return row
+        raise KeyError(f"no row for {hook!r} in this report; rows: {[row.hook for row in self.rows]}")
+
+    def verdict(self) -> str:
+        if self.within_tolerance:
+            return f"MATCH: all {len(self.rows)} compared activations within tolerance"
+        if self.ok:
+            return (f"MATCH up to float noise: {self.first_divergence} is beyond the {_dtype_name(self.dtype)} "
+                    "tolerance, but the float64 re-run agrees")
+        where = self.float64.first_divergence if self.float64 is not None else self.first_divergence
+        return f"MISMATCH: first divergence at {where}" + (" (confirmed in float64)" if self.float64 is not None else "")
+
+    def __str__(self) -> str:
+        return "\n".join(self.table_lines(with_float64=True))
+
+    def table_lines(self, with_float64: bool = False) -> list[str]:
+        """The table as lines: a header, one line per hook, then the float64 re-run and the verdict."""
+        width = max([len("hook")] + [len(row.hook) for row in self.rows])
+        lines = [
+            f"verify against Hugging Face: tokens {list(self.shape)}, {_dtype_name(self.dtype)}, "
+            f"ok when max|diff| <= {self.atol:.0e} + {self.rtol:.0e} * max|hf|",
+        ]
+        if self.processing:
+            lines.append(f"weight processing applied: {self.processing}; skipped {len(self.skipped)} changed hooks")
+        lines.append(f"{'hook':<{width}}  {'max |diff|':>10}  {'mean |diff|':>11}  {'tolerance':>9}  ok")
+        for row in self.rows:
+            mark = "ok" if row.ok else "FAIL"
+            lines.append(f"{row.hook:<{width}}  {row.max_abs_diff:>10.2e}  {row.mean_abs_diff:>11.2e}  {row.tolerance:>9.1e}  {mark}")
+        if with_float64:
+            if self.float64 is not None:
+                lines += ["", "float64 re-run:"] + ["  " + line for line in self.float64.table_lines()]
+            lines.append(self.verdict())
+        return lines
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _skipped_hooks(names: list[str], processing: list[str]) -> set[str]:
+    unknown = [step for step in processing if step not in CHANGED_BY_PROCESSING]
+    if unknown:  # a step we know nothing about may change anything: keep only the output
+        return {name for name in names if name != "logits"}
+    changed = set().union(*(CHANGED_BY_PROCESSING[step] for step in processing)) if processing else set()
+    return {name for name in names if name.rsplit(".", 1)[-1] in changed}
+
+
+def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> VerifyReport:
+    dtype = next(model.parameters()).dtype
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    module = architecture_module(hf_model.config.model_type)
+    reference = module.hf_reference_activations(hf_model, tokens, **forward_kwargs)
+    processing = list(getattr(model, "processing", []))
+    skipped = _skipped_hooks(list(reference), processing)
+    hook_names = [name for name in model.hook_dict if name in reference and name not in skipped]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=hook_names, **forward_kwargs) if hook_names else (None, {})
+        ours = {name: cache[name] for name in hook_names}
+        if "logits" in reference:
+            ours["logits"] = model(tokens, **forward_kwargs)  # no hooks: the fused path users run
+    if "logits" in reference and "center_unembed" in processing:
+        reference["log_probs"] = reference.pop("logits").double().log_softmax(-1)
+        ours["log_probs"] = ours.pop("logits").double().log_softmax(-1)
+    rows = []
+    for name, value in ours.items():
+        ref = reference[name].detach().to("cpu", torch.float64)
+        if ref.shape != value.shape:
+            raise ValueError(f"{name}: our activation has shape {tuple(value.shape)}, Hugging Face's {tuple(ref.shape)}")
+        diff = (value.detach().to("cpu", torch.float64) - ref).abs()
+        # Masked attention entries are 0 in both; nan only if something is badly wrong.
+        max_diff = float(diff.max()) if diff.numel() else 0.0
+        max_diff = float("inf") if diff.isnan().any() else max_diff
+        tolerance = atol + rtol * float(ref.abs().max())
+        rows.append(VerifyRow(name, max_diff, float(diff.mean()), tolerance, max_diff <= tolerance))
+    return VerifyReport(rows, dtype, atol, rtol, tuple(tokens.shape), sorted(skipped, key=list(reference).index), processing)
+
+
+def _float64_copy(module):
+    """A float64 copy of ``module``; its float32 weights are converted once, never copied first."""
+    memo = {id(p): torch.nn.Parameter(p.detach().to(torch.float64), p.requires_grad) for p in module.parameters()}
+    memo.update({id(b): b.to(torch.float64) if b.is_floating_point() else b.clone() for b in module.buffers()})
+    tokenizer = getattr(module, "tokenizer", None)
+    if tokenizer is not None:
+        memo[id(tokenizer)] = tokenizer  # share, don't copy, the tokenizer
+    return copy.deepcopy(module, memo).to(torch.float64)
+
+
+def verify_against_hf(
+    model,
+    hf_model,
+    tokens,
+    *,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    float64_recheck: Union[bool, str] = True,
+    **forward_kwargs,
+) -> VerifyReport:
+    """Compare ``model`` with ``hf_model`` on ``tokens`` hook by hook; see the module docstring.
+
+    ``tokens``: ``[batch, pos]`` ids (or text, tokenized by ``model``). ``atol`` /
+    ``rtol`` default by the model's dtype. ``float64_recheck``: True re-runs both
+    models in float64 (on copies) when something is beyond tolerance; ``"always"``
+    re-runs even when all is within tolerance; False never. ``forward_kwargs`` go to
+    both forwards (e.g. an attention mask, for architectures that take one).
+    Neither model is changed.
+    """
+    if float64_recheck not in (True, False, "always"):
+        raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
+    if isinstance(tokens, (str, list)):
+        tokens = model.to_tokens(tokens)
+    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.ndim != 2:
+        raise TypeError(f"tokens must be an integer tensor [batch, pos] or text, received {tokens!r:.80}")
+    tokens = tokens.to(next(model.parameters()).device)
+    report = _compare(model, hf_model, tokens, atol, rtol, forward_kwargs)
+    needs_recheck = float64_recheck == "always" or (float64_recheck and not report.within_tolerance)
+    if needs_recheck and report.dtype != torch.float64:
+        report.float64 = _compare(_float64_copy(model), _float64_copy(hf_model), tokens, None, None, forward_kwargs)
+    return report
+
+
+def verify_pretrained(
+    source,
+    prompt: Optional[str] = None,
+    *,
+    dtype: Union[torch.dtype, str] = torch.float32,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    float64_recheck: Union[bool, str] = True,
+    **load_kwargs,
+) -> VerifyReport:
+    """Load ``source`` both as our model and as the Hugging Face model, and verify one against the other.
+
+    ``prompt`` is tokenized with the model's tokenizer (a fixed sentence by
+    default; seeded random tokens when the model has no tokenizer).
+    ``load_kwargs`` go to ``from_pretrained`` (e.g. ``local_files_only=True``).
+    """
+    dtype = resolve_dtype(dtype)
+    model, resolved = load_with_source(source, dtype=dtype, **load_kwargs)
+    if resolved.hf_model is not None:
+        hf_model = resolved.hf_model
+    else:
+        module = architecture_module(resolved.model_type)
+        if hasattr(module, "load_hf_model"):
+            hf_model = module.load_hf_model(resolved.directory, dtype=dtype)
+        else:
+            from transformers import AutoModel
+
+            hf_model = AutoModel.from_pretrained(str(resolved.directory), dtype=dtype, attn_implementation="eager").eval()
+    if model.tokenizer is not None:
+        tokens = model.to_tokens(prompt if prompt is not None else DEFAULT_PROMPT)
+    elif prompt is not None:
+        raise ValueError(f"{resolved.description} has no tokenizer, so the prompt cannot be tokenized; omit the prompt")
+    else:
+        generator = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, model.cfg.d_vocab, (1, min(16, model.cfg.n_ctx)), generator=generator)
+    return verify_against_hf(model, hf_model, tokens, atol=atol, rtol=rtol, float64_recheck=float64_recheck)
+
+
+def run_verify(source: str, prompt: Optional[str] = None, dtype: Union[torch.dtype, str] = torch.float32) -> VerifyReport:
+    """Entry point for ``interp-transformer verify SOURCE``: ``verify_pretrained`` with the CLI's arguments."""
+    return verify_pretrained(source, prompt, dtype=dtype)
+
+
+__all__ = ["DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]

@@ -6,6 +6,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from .init import check_stop_at_layer, init_explicit_weights
 from .components import AttnOnlyBlock, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
 from .config import TransformerConfig
 from .hooks import CachingMixin, HookedRootModule, HookPoint
@@ -52,16 +53,7 @@ class DemoTransformer(CachingMixin, HookedRootModule):
 
     def init_weights(self, seed: Optional[int] = None) -> None:
         """GPT-2's init: weight matrices ~ N(0, init_range^2), biases 0, LayerNorm w = 1."""
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        for name, param in self.named_parameters():
-            with torch.no_grad():
-                leaf = name.rsplit(".", 1)[-1]
-                if leaf.startswith("W_"):
-                    param.copy_(torch.randn(param.shape, generator=generator) * self.cfg.init_range)
-                elif leaf == "w":
-                    param.fill_(1.0)
-                else:
-                    param.zero_()
+        init_explicit_weights(self, self.cfg.init_range, seed)
 
     def forward(
         self,
@@ -89,12 +81,7 @@ class DemoTransformer(CachingMixin, HookedRootModule):
         return self.unembed(self.ln_final(residual))
 
     def _check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
-        n_layers = self.cfg.n_layers
-        if stop_at_layer is None:
-            return n_layers
-        if not isinstance(stop_at_layer, int) or not -n_layers <= stop_at_layer <= n_layers:
-            raise ValueError(f"stop_at_layer must be an int in [{-n_layers}, {n_layers}], got {stop_at_layer!r}")
-        return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
+        return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
 
     def prepare_tokens(self, tokens: TokensLike, offset: int = 0) -> Int[Tensor, "batch pos"]:
         """Check ``tokens`` and return them as ``[batch, pos]`` int64 on the model's device.

@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
+from ..init import check_stop_at_layer, init_explicit_weights
 from ..components import Embed, LayerNorm, PosEmbed
 from ..hooks import CachingMixin, HookedRootModule, HookPoint
 from ..shape_checks import shape_checked
@@ -109,16 +110,7 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
 
     def init_weights(self, seed: Optional[int] = None) -> None:
         """BERT's init: weight matrices ~ N(0, init_range^2), biases 0, LayerNorm w = 1."""
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        for name, param in self.named_parameters():
-            with torch.no_grad():
-                leaf = name.rsplit(".", 1)[-1]
-                if leaf.startswith("W_"):
-                    param.copy_(torch.randn(param.shape, generator=generator) * self.cfg.init_range)
-                elif leaf == "w":
-                    param.fill_(1.0)
-                else:
-                    param.zero_()
+        init_explicit_weights(self, self.cfg.init_range, seed)
 
     # --- forward ---------------------------------------------------------------------------
     def forward(
@@ -167,12 +159,7 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         return residual
 
     def _check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
-        n_layers = self.cfg.n_layers
-        if stop_at_layer is None:
-            return n_layers
-        if not isinstance(stop_at_layer, int) or isinstance(stop_at_layer, bool) or not -n_layers <= stop_at_layer <= n_layers:
-            raise ValueError(f"stop_at_layer must be an int in [{-n_layers}, {n_layers}], got {stop_at_layer!r}")
-        return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
+        return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
 
     def mlm_logits(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch pos d_vocab"]:
         """Masked-language-model logits ``[batch, pos, d_vocab]``: ``forward(..., return_type="mlm_logits")``."""

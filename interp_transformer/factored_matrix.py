@@ -318,8 +318,13 @@ class FactoredMatrix:
         return torch.linalg.eigvals(self.BA)
 
     def norm(self) -> Float[torch.Tensor, "*batch"]:
-        """Frobenius norm ``||AB||_F = sqrt(sum_i S_i^2)``, one value per batch entry."""
-        return self.S.square().sum(dim=-1).sqrt()
+        """Frobenius norm ``||AB||_F``, one value per batch entry.
+
+        ``||AB||_F^2 = tr((A^T A)(B B^T))``: two ``mdim x mdim`` Gram matrices, no SVD
+        (composition scores take thousands of these).
+        """
+        squared = ((self.A.mT @ self.A) * (self.B @ self.B.mT)).sum(dim=(-2, -1))
+        return squared.clamp_min(0).sqrt()
 
     def collapse_l(self) -> Float[torch.Tensor, "*batch k rdim"]:
         """``diag(S) Vh``: the thin right factor with ``AB = U @ collapse_l()``."""

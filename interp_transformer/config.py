@@ -12,6 +12,24 @@ from typing import Optional
 ACTIVATION_FUNCTIONS = ("gelu_new", "gelu", "relu", "silu")
 
 
+def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
+    """Checks every model config shares: sizes, ``d_model = n_heads * d_head``, act_fn, eps, init."""
+    for field in positive_int_fields:
+        value = getattr(cfg, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{field} must be a positive int, got {value!r}")
+    if cfg.d_model != cfg.n_heads * cfg.d_head:
+        raise ValueError(
+            f"d_model={cfg.d_model} must equal n_heads*d_head={cfg.n_heads}*{cfg.d_head}={cfg.n_heads * cfg.d_head}"
+        )
+    if cfg.act_fn not in ACTIVATION_FUNCTIONS:
+        raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {cfg.act_fn!r}")
+    for field in ("layer_norm_eps", "init_range"):
+        value = getattr(cfg, field)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{field} must be > 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """Shape and numerics of a GPT-2-style decoder (pre-LayerNorm, learned positions, causal).
@@ -33,23 +51,9 @@ class TransformerConfig:
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        for field in ("d_model", "n_layers", "n_heads", "d_head", "d_vocab", "n_ctx"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        validate_common_fields(self, ("d_model", "n_layers", "n_heads", "d_head", "d_vocab", "n_ctx"))
         if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp <= 0):
             raise ValueError(f"d_mlp must be a positive int or None (attention-only), got {self.d_mlp!r}")
-        if self.d_model != self.n_heads * self.d_head:
-            raise ValueError(
-                f"d_model={self.d_model} must equal n_heads*d_head={self.n_heads}*{self.d_head}"
-                f"={self.n_heads * self.d_head}"
-            )
-        if self.act_fn not in ACTIVATION_FUNCTIONS:
-            raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {self.act_fn!r}")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
-        if not self.init_range > 0:
-            raise ValueError(f"init_range must be > 0, got {self.init_range!r}")
 
     @property
     def attn_only(self) -> bool:

@@ -1,9 +1,9 @@
-"""Helpers shared by every model class: weight init and layer-index checks."""
+"""Helpers shared by every model class: weight init, token checks and layer-index checks."""
 
 from typing import Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 
 def init_explicit_weights(model: nn.Module, init_range: float, seed: Optional[int] = None) -> None:
@@ -27,3 +27,30 @@ def check_stop_at_layer(stop_at_layer: Optional[int], n_layers: int) -> int:
     if not isinstance(stop_at_layer, int) or isinstance(stop_at_layer, bool) or not -n_layers <= stop_at_layer <= n_layers:
         raise ValueError(f"stop_at_layer must be an int in [{-n_layers}, {n_layers}], got {stop_at_layer!r}")
     return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
+
+
+def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0) -> Tensor:
+    """``tokens`` as int64 ``[batch, pos]`` (a ``[pos]`` tensor is a batch of one), ids in ``[0, d_vocab)``.
+
+    ``offset`` counts positions already processed (a key/value cache); ``offset + pos``
+    must not exceed ``n_ctx``.
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be an integer Tensor [batch, pos] (or text), got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an integer tensor (torch.long), got dtype {tokens.dtype}")
+    if tokens.ndim == 1:
+        tokens = tokens.unsqueeze(0)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, pos] (or [pos]), got shape {tuple(tokens.shape)}")
+    batch, pos = tokens.shape
+    if batch == 0 or pos == 0:
+        raise ValueError(f"tokens must be non-empty, got shape {tuple(tokens.shape)}")
+    if offset + pos > n_ctx:
+        cached = f" after {offset} cached positions" if offset else ""
+        raise ValueError(f"sequence of {pos} tokens{cached} exceeds n_ctx={n_ctx}")
+    if not tokens.is_meta:
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= d_vocab:
+            raise ValueError(f"token ids must lie in [0, d_vocab={d_vocab}), got {low if low < 0 else high}")
+    return tokens.long()

@@ -6,7 +6,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .init import check_stop_at_layer, init_explicit_weights
+from .init import check_stop_at_layer, check_token_ids, init_explicit_weights
 from .components import AttnOnlyBlock, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
 from .config import TransformerConfig
 from .hooks import CachingMixin, HookedRootModule, HookPoint
@@ -92,28 +92,8 @@ class DemoTransformer(CachingMixin, HookedRootModule):
         """
         if isinstance(tokens, (str, list)):
             tokens = self.to_tokens(tokens)
-        if not isinstance(tokens, Tensor):
-            raise TypeError(f"tokens must be an integer Tensor [batch, pos] (or text), got {type(tokens).__name__}")
-        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-            raise TypeError(f"tokens must be an integer tensor (torch.long), got dtype {tokens.dtype}")
-        if tokens.ndim == 1:
-            tokens = tokens.unsqueeze(0)
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must have shape [batch, pos] (or [pos]), got shape {tuple(tokens.shape)}")
-        batch, pos = tokens.shape
-        if batch == 0 or pos == 0:
-            raise ValueError(f"tokens must be non-empty, got shape {tuple(tokens.shape)}")
-        if offset + pos > self.cfg.n_ctx:
-            raise ValueError(
-                f"sequence of {pos} tokens" + (f" after {offset} cached positions" if offset else "")
-                + f" exceeds n_ctx={self.cfg.n_ctx}"
-            )
-        if not tokens.is_meta:
-            low, high = int(tokens.min()), int(tokens.max())
-            if low < 0 or high >= self.cfg.d_vocab:
-                bad = low if low < 0 else high
-                raise ValueError(f"token ids must lie in [0, d_vocab={self.cfg.d_vocab}), got {bad}")
-        return tokens.to(device=self.W_E.device, dtype=torch.long)
+        tokens = check_token_ids(tokens, self.cfg.d_vocab, self.cfg.n_ctx, offset)
+        return tokens.to(device=self.W_E.device)
 
     # --- loading, generation and circuits live in their own modules -----------------------
     @classmethod

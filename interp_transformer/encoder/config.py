@@ -11,7 +11,7 @@ unchanged.
 import dataclasses
 from dataclasses import dataclass
 
-from ..config import ACTIVATION_FUNCTIONS
+from ..config import validate_common_fields
 
 
 @dataclass(frozen=True)
@@ -39,21 +39,9 @@ class EncoderConfig:
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        for field in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_token_types"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{field} must be a positive int, got {value!r}")
-        if self.d_model != self.n_heads * self.d_head:
-            raise ValueError(
-                f"d_model={self.d_model} must equal n_heads*d_head={self.n_heads}*{self.d_head}"
-                f"={self.n_heads * self.d_head}"
-            )
-        if self.act_fn not in ACTIVATION_FUNCTIONS:
-            raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {self.act_fn!r}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
-        if not isinstance(self.init_range, (int, float)) or not self.init_range > 0:
-            raise ValueError(f"init_range must be > 0, got {self.init_range!r}")
+        validate_common_fields(
+            self, ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_token_types")
+        )
         for field in ("has_mlm_head", "has_pooler"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field} must be a bool, got {getattr(self, field)!r}")

@@ -10,6 +10,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..init import check_token_ids
 from .config import EncoderConfig
 
 
@@ -23,23 +24,7 @@ class EncoderTokens(NamedTuple):
 
 def check_tokens(tokens, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
     """``tokens`` as int64 ``[batch, pos]`` (a ``[pos]`` tensor is a batch of one), ids in ``[0, d_vocab)``."""
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"tokens must be an integer Tensor [batch, pos] (or text), got {type(tokens).__name__}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"tokens must be an integer tensor (torch.long), got dtype {tokens.dtype}")
-    if tokens.ndim == 1:
-        tokens = tokens.unsqueeze(0)
-    if tokens.ndim != 2:
-        raise ValueError(f"tokens must have shape [batch, pos] (or [pos]), got shape {tuple(tokens.shape)}")
-    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise ValueError(f"tokens must be non-empty, got shape {tuple(tokens.shape)}")
-    if tokens.shape[1] > cfg.n_ctx:
-        raise ValueError(f"sequence of {tokens.shape[1]} tokens exceeds n_ctx={cfg.n_ctx}")
-    if not tokens.is_meta:
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= cfg.d_vocab:
-            raise ValueError(f"token ids must lie in [0, d_vocab={cfg.d_vocab}), got {low if low < 0 else high}")
-    return tokens.long()
+    return check_token_ids(tokens, cfg.d_vocab, cfg.n_ctx)
 
 
 def _check_like_tokens(value, tokens: Tensor, name: str, allow_bool: bool) -> Tensor:

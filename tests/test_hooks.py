@@ -35,15 +35,16 @@ def toks(model):
 def test_noop_hook_leaves_logits_bit_identical(model, toks):
     baseline = model(toks)
     for name in model.hook_dict:
-        observed_layer = None
-        if name.endswith(("hook_attn_scores", "hook_pattern")):
-            # observing the scores or the pattern selects the explicit path in that layer:
-            # the bitwise reference is a run with that layer's fused path switched off
-            observed_layer = model.blocks[int(name.split(".")[1])].attn
-            observed_layer.use_fused_attention = False
+        # observing the scores, the pattern or a LayerNorm's scale selects the explicit path
+        # in that module: the bitwise reference is a run with its fused path switched off
+        switch = {"hook_attn_scores": "use_fused_attention", "hook_pattern": "use_fused_attention", "hook_scale": "use_fused_layer_norm"}
+        module_name, hook_name = name.rsplit(".", 1) if "." in name else ("", name)
+        observed = model.get_submodule(module_name) if hook_name in switch else None
+        if observed is not None:
+            setattr(observed, switch[hook_name], False)
         expected = model(toks)
-        if observed_layer is not None:
-            observed_layer.use_fused_attention = True
+        if observed is not None:
+            setattr(observed, switch[hook_name], True)
         else:
             assert torch.equal(expected, baseline)
         for noop in (lambda t, hook: None, lambda t, hook: t.clone()):

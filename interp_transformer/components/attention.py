@@ -11,6 +11,7 @@ from ..config import TransformerConfig
 from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
+from .affine import affine
 
 
 class Attention(nn.Module):
@@ -68,11 +69,30 @@ class Attention(nn.Module):
         else:
             z = self._explicit_z(q, k, v, offset)
         z = self.hook_z(z)
-        return einops.einsum(z, self.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos d_model") + self.b_O
+        return self._combine_heads(z)
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        return einops.einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+        """``x W[h] + b[h]`` for every head ``h``, as one product batched over heads.
+
+        Same as ``einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b``.
+        The batched product reads ``W`` where it lies; laying the heads side by side as one
+        ``[d_model, head_index * d_head]`` matrix would copy ``W`` on every call, which
+        costs more than the product itself when generating one token at a time.
+        """
+        x_per_head = einops.repeat(x, "batch pos d_model -> head_index (batch pos) d_model", head_index=W.shape[0])
+        b_per_head = einops.rearrange(b, "head_index d_head -> head_index 1 d_head")
+        projected = torch.baddbmm(b_per_head, x_per_head, W)
+        return einops.rearrange(projected, "head_index (batch pos) d_head -> batch pos head_index d_head", batch=x.shape[0])
+
+    def _combine_heads(self, z: Tensor) -> Tensor:
+        """``sum_h z[h] W_O[h] + b_O``: one product over ``(head_index d_head)``.
+
+        Same as ``einsum(z, W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos d_model") + b_O``.
+        """
+        z_heads = einops.rearrange(z, "batch pos head_index d_head -> batch pos (head_index d_head)")
+        W_O_heads = einops.rearrange(self.W_O, "head_index d_head d_model -> (head_index d_head) d_model")
+        return affine(z_heads, W_O_heads, self.b_O)
 
     def causal_mask(self, query_len: int, key_len: int, offset: int, device) -> Tensor:
         """``[query_pos, key_pos]`` booleans, True where the key lies in the query's future."""

@@ -1,6 +1,5 @@
 import math
 
-import einops
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
@@ -9,6 +8,7 @@ from torch import Tensor, nn
 from ..config import TransformerConfig
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
+from .affine import affine
 
 
 def gelu_new(x: Tensor) -> Tensor:
@@ -42,6 +42,7 @@ class MLP(nn.Module):
 
     @shape_checked
     def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        pre = self.hook_pre(einops.einsum(normalized, self.W_in, "batch pos d_model, d_model d_mlp -> batch pos d_mlp") + self.b_in)
+        # affine(x, W, b) is einsum(x, W, "batch pos d_in, d_in d_out -> batch pos d_out") + b
+        pre = self.hook_pre(affine(normalized, self.W_in, self.b_in))
         post = self.hook_post(self.act_fn(pre))
-        return einops.einsum(post, self.W_out, "batch pos d_mlp, d_mlp d_model -> batch pos d_model") + self.b_out
+        return affine(post, self.W_out, self.b_out)

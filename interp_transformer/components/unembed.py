@@ -1,10 +1,10 @@
-import einops
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from ..shape_checks import shape_checked
+from .affine import affine
 
 
 class Unembed(nn.Module):
@@ -17,4 +17,5 @@ class Unembed(nn.Module):
 
     @shape_checked
     def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        return einops.einsum(normalized, self.W_U, "batch pos d_model, d_model d_vocab -> batch pos d_vocab") + self.b_U
+        # einsum(normalized, W_U, "batch pos d_model, d_model d_vocab -> batch pos d_vocab") + b_U
+        return affine(normalized, self.W_U, self.b_U)

@@ -140,8 +140,10 @@ class ActivationCache:
         return f"ActivationCache({len(self)} activations, {self.nbytes() / 2**20:.1f} MiB)"
 
     def nbytes(self) -> int:
-        """Bytes held by the cached tensors."""
-        return sum(t.nelement() * t.element_size() for t in self.cache_dict.values())
+        """Bytes held by the cached tensors: each buffer once, however many names share it."""
+        from .hooks import held_bytes
+
+        return held_bytes(self.cache_dict.values())
 
     def to(self, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None) -> "ActivationCache":
         """A copy of the cache on another device and/or in another dtype."""

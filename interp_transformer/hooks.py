@@ -154,7 +154,10 @@ class HookedRootModule(nn.Module):
             raise ValueError("names_filter is an empty list: it would select no hook point")
         for name in names:
             self._check_hook_name(name)
-        return [name for name in self.hook_dict if name in set(names)]
+        if len(names) == 1:
+            return names
+        wanted = set(names)
+        return [name for name in self.hook_dict if name in wanted]
 
     def _check_hook_name(self, name: str) -> None:
         if not isinstance(name, str):
@@ -221,6 +224,65 @@ class HookedRootModule(nn.Module):
             return self(*model_args, **model_kwargs)
 
 
+def _storage_id(tensor: torch.Tensor) -> int:
+    # the address of the storage object; views and aliases of one buffer share it (also on "meta")
+    return tensor.untyped_storage()._cdata
+
+
+def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``: the memory that keeping them costs.
+
+    A tensor stored under two names, or two views of one buffer, count once; a small
+    view that keeps a large buffer alive counts the whole buffer.
+    """
+    storages = {_storage_id(t): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+class _ActivationKeeper:
+    """What ``run_with_cache`` keeps of each activation, and nothing more.
+
+    An activation is kept without a copy when it is exactly its buffer; it is copied
+    when ``device`` or ``dtype`` asks for it, or when it is a view into a larger buffer
+    or a broadcast view. A buffer seen under several hook
+    names (``blocks.0.hook_resid_post`` is ``blocks.1.hook_resid_pre``) is copied once
+    and shared, so converting a cache never duplicates storage.
+    """
+
+    def __init__(self, device, dtype: Optional[torch.dtype], remove_batch_dim: bool, force_copy: bool = False):
+        self.device = torch.device(device) if device is not None else None
+        self.dtype = dtype
+        self.remove_batch_dim = remove_batch_dim
+        self.force_copy = force_copy  # the meta-device dry run of a copy to another device
+        self.kept: dict[str, torch.Tensor] = {}
+        self._copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # view -> (source, copy)
+
+    def hook(self, suffix: str) -> HookFn:
+        def keep(tensor: torch.Tensor, hook: HookPoint) -> None:
+            self.kept[hook.name + suffix] = self._keep(tensor, hook.name)
+
+        return keep
+
+    def _keep(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        kept = tensor.detach()
+        if self.remove_batch_dim:
+            if kept.shape[0] != 1:
+                raise ValueError(f"remove_batch_dim=True needs a batch of one, {name} has batch {kept.shape[0]}")
+            kept = kept[0]
+        dtype = self.dtype if (self.dtype is not None and kept.is_floating_point()) else kept.dtype
+        device = self.device if self.device is not None else kept.device
+        # a view that is not exactly its buffer is copied: a slice would keep a larger buffer
+        # alive, and a broadcast view of a weight (the positional embedding) would change
+        # with the weight instead of recording this run
+        owns_buffer = kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
+        if owns_buffer and not self.force_copy and dtype == kept.dtype and device == kept.device:
+            return kept
+        view = (_storage_id(kept), kept.storage_offset(), tuple(kept.shape), kept.stride(), kept.dtype)
+        if view not in self._copies:
+            self._copies[view] = (kept, kept.to(device=device, dtype=dtype, copy=True))
+        return self._copies[view][1]
+
+
 class CachingMixin:
     """``run_with_cache`` and the cache-size estimate, for a ``HookedRootModule`` model."""
 
@@ -237,33 +299,19 @@ class CachingMixin:
     ):
         """Run the model and keep the activations ``names_filter`` selects.
 
-        Returns ``(output, cache)``. Only the selected activations are kept; each is
-        stored without a copy unless ``device`` or ``dtype`` asks for one. With
-        ``incl_bwd`` the run calls backward on ``backward_metric(output)`` (default:
-        the mean next-token loss) and also caches gradients as ``<name>_grad``.
+        Returns ``(output, cache)``. Only the selected activations are kept, each
+        buffer once (see ``_ActivationKeeper``): ``device`` and ``dtype`` choose where
+        and how the cache stores them (e.g. ``dtype=torch.bfloat16`` halves a float32
+        run's cache). With ``incl_bwd`` the run calls backward on
+        ``backward_metric(output)`` (default: the mean next-token loss) and also caches
+        gradients as ``<name>_grad``.
         """
         from .cache import ActivationCache
 
         names = self.resolve_hook_names(names_filter)
-        store: dict[str, torch.Tensor] = {}
-
-        def save(suffix: str):
-            def save_hook(tensor: torch.Tensor, hook: HookPoint) -> None:
-                kept = tensor.detach()
-                if remove_batch_dim:
-                    if kept.shape[0] != 1:
-                        raise ValueError(
-                            f"remove_batch_dim=True needs a batch of one, {hook.name} has batch {kept.shape[0]}"
-                        )
-                    kept = kept[0]
-                if device is not None or dtype is not None:
-                    kept = kept.to(device=device, dtype=dtype if kept.is_floating_point() else None)
-                store[hook.name + suffix] = kept
-
-            return save_hook
-
-        fwd = [(name, save("")) for name in names]
-        bwd = [(name, save("_grad")) for name in names] if incl_bwd else []
+        keeper = _ActivationKeeper(device, dtype, remove_batch_dim)
+        fwd = [(name, keeper.hook("")) for name in names]
+        bwd = [(name, keeper.hook("_grad")) for name in names] if incl_bwd else []
         with self.hooks(fwd, bwd):
             if incl_bwd:
                 with torch.enable_grad():
@@ -275,6 +323,7 @@ class CachingMixin:
                 output = output.detach()
             else:
                 output = self(*model_args, **model_kwargs)
+        store = keeper.kept
         ordered = {name + s: store[name + s] for s in ("", "_grad") for name in names if name + s in store}
         return output, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
 
@@ -282,6 +331,14 @@ class CachingMixin:
         from .losses import lm_loss
 
         return lm_loss(logits, self.prepare_tokens(model_args[0]))
+
+    def _meta_forward(self, batch: int, pos: int, hooks: list) -> None:
+        """Run the model with ``hooks`` on PyTorch's ``meta`` device: shapes only, no compute."""
+        params = {name: torch.empty_like(p, device="meta") for name, p in self.named_parameters()}
+        buffers = {name: torch.empty_like(b, device="meta") for name, b in self.named_buffers()}
+        tokens = torch.zeros(batch, pos, dtype=torch.long, device="meta")
+        with self.hooks(hooks):
+            torch.func.functional_call(self, {**params, **buffers}, (tokens,))
 
     def hook_shapes(self, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
         """Shape of every hook's activation for a ``[batch, pos]`` input, in forward order.
@@ -293,24 +350,25 @@ class CachingMixin:
         def record(tensor: torch.Tensor, hook: HookPoint) -> None:
             shapes[hook.name] = tuple(tensor.shape)
 
-        params = {name: torch.empty_like(p, device="meta") for name, p in self.named_parameters()}
-        buffers = {name: torch.empty_like(b, device="meta") for name, b in self.named_buffers()}
-        tokens = torch.zeros(batch, pos, dtype=torch.long, device="meta")
-        with self.hooks([(lambda name: True, record)]):
-            torch.func.functional_call(self, {**params, **buffers}, (tokens,))
+        self._meta_forward(batch, pos, [(lambda name: True, record)])
         return shapes
 
     def estimate_cache_bytes(
-        self, batch: int, pos: int, names_filter: NameFilter = None, dtype: Optional[torch.dtype] = None
+        self,
+        batch: int,
+        pos: int,
+        names_filter: NameFilter = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Union[str, torch.device, None] = None,
+        remove_batch_dim: bool = False,
     ) -> int:
-        """Bytes ``run_with_cache`` will hold for a ``[batch, pos]`` input, before running it."""
-        names = set(self.resolve_hook_names(names_filter))
-        element_size = torch.empty(0, dtype=dtype or next(self.parameters()).dtype).element_size()
-        total = 0
-        for name, shape in self.hook_shapes(batch, pos).items():
-            if name in names:
-                numel = 1
-                for size in shape:
-                    numel *= size
-                total += numel * element_size
-        return total
+        """Bytes ``run_with_cache`` will hold for a ``[batch, pos]`` input, before running it.
+
+        Exact: the same keeping rules run on PyTorch's ``meta`` device, and the result
+        equals ``cache.nbytes()`` of the real run with the same arguments.
+        """
+        names = self.resolve_hook_names(names_filter)
+        moves = device is not None and torch.device(device) != next(self.parameters()).device
+        keeper = _ActivationKeeper(None, dtype, remove_batch_dim, force_copy=moves)
+        self._meta_forward(batch, pos, [(name, keeper.hook("")) for name in names])
+        return held_bytes(keeper.kept.values())

@@ -138,9 +138,51 @@ def test_estimate_cache_bytes_is_exact(model, names_filter, dtype):
         estimate = model.estimate_cache_bytes(batch, pos, names_filter=names_filter, dtype=dtype)
         _, cache = model.run_with_cache(random_tokens(model.cfg, batch, pos), names_filter=names_filter, dtype=dtype)
         assert estimate == cache.nbytes()
-        by_hand = sum(t.numel() * t.element_size() for t in cache.values())
-        assert cache.nbytes() == by_hand
+        assert cache.nbytes() == distinct_buffer_bytes(cache)
     assert_no_hooks(model)
+
+
+def distinct_buffer_bytes(cache) -> int:
+    """Bytes of the cache's buffers counted by address, each once; every buffer is exactly its tensor."""
+    buffers = {}
+    for name, t in cache.items():
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), f"{name} keeps a larger buffer alive"
+        buffers[t.untyped_storage().data_ptr()] = t.numel() * t.element_size()
+    return sum(buffers.values())
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_a_buffer_seen_under_two_names_is_stored_once(model, toks, dtype):
+    _, cache = model.run_with_cache(toks, dtype=dtype)
+    for layer in range(model.cfg.n_layers - 1):
+        post, pre = cache["resid_post", layer], cache["resid_pre", layer + 1]
+        assert post.data_ptr() == pre.data_ptr() and post.dtype == (dtype or torch.float32)
+    per_name = sum(t.numel() * t.element_size() for t in cache.values())
+    resid_bytes = cache["resid_pre", 1].numel() * cache["resid_pre", 1].element_size()
+    assert cache.nbytes() == per_name - (model.cfg.n_layers - 1) * resid_bytes
+
+
+def test_a_view_of_a_larger_buffer_is_copied_not_kept_whole(model, toks):
+    """A cached view must not keep its whole buffer alive (a hook may hand on a slice)."""
+    d_model = model.cfg.d_model
+    big = torch.randn(*toks.shape, 10 * d_model)
+    model.add_hook("hook_embed", lambda t, hook: big[..., :d_model])
+    try:
+        _, cache = model.run_with_cache(toks, names_filter="hook_embed")
+    finally:
+        model.reset_hooks()
+    kept = cache["embed"]
+    assert torch.equal(kept, big[..., :d_model])
+    assert cache.nbytes() == kept.numel() * 4 == big.numel() * 4 // 10
+    assert model.estimate_cache_bytes(*toks.shape, names_filter="hook_embed") == cache.nbytes()
+    assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("options", [dict(remove_batch_dim=True), dict(device="cpu"), dict(device="cpu", dtype=torch.bfloat16)])
+def test_estimate_is_exact_with_every_storage_option(model, options):
+    tokens = random_tokens(model.cfg, 1, 9)
+    _, cache = model.run_with_cache(tokens, **options)
+    assert model.estimate_cache_bytes(1, 9, **options) == cache.nbytes() == distinct_buffer_bytes(cache)
 
 
 # --- short keys ------------------------------------------------------------------------------------

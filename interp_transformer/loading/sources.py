@@ -93,16 +93,21 @@ def _open_safetensors(path: Path) -> tuple[dict, dict]:
     from safetensors import SafetensorError, safe_open
 
     try:
-        handle = safe_open(str(path), framework="pt", device="cpu")
-        names = list(handle.keys())
-        shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in names}
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            names = list(handle.keys())
+            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in names}
     except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is corrupt or truncated") from error
 
     def loader(name: str) -> Callable[[], Tensor]:
         def load() -> Tensor:
+            # One handle per tensor: a handle maps the whole file, and every page a
+            # conversion touches stays resident while the mapping lives. Per tensor, the
+            # mapping (and its pages) goes away with the tensor, so loading holds about
+            # one source tensor beside the converted model instead of the whole file.
             try:
-                return handle.get_tensor(name)
+                with safe_open(str(path), framework="pt", device="cpu") as handle:
+                    return handle.get_tensor(name)
             except (SafetensorError, OSError, ValueError, RuntimeError) as error:
                 raise ValueError(f"cannot read tensor {name!r} from {path} ({error}); the file is corrupt") from error
 

@@ -29,7 +29,8 @@ def test_bench_script_runs_every_section_on_a_tiny_model(tmp_path):
     assert {row[1] for row in forward} == {"interp_transformer", "interp_transformer, shape checks off", "HF eager", "HF sdpa"}
     assert all(float(row[2]) > 0 for row in forward)
     cache = table_rows(report, "run_with_cache")
-    assert {row[2] for row in cache} == {"everything", "everything, bfloat16 storage", "attention patterns", "resid_post"}
-    assert [row[6] for row in cache] == ["yes"] * len(cache), "the cache memory estimate missed what the cache held"
+    assert {row[2] for row in cache} == {"nothing (forward)", "everything", "everything, bfloat16 storage", "attention patterns", "resid_post"}
+    kept = [row for row in cache if row[2] != "nothing (forward)"]
+    assert [row[6] for row in kept] == ["yes"] * len(kept), "the cache memory estimate missed what the cache held"
     assert "ids equal to HF's: yes" in report
     assert len(table_rows(report, "from_pretrained")) == 2

@@ -103,9 +103,11 @@ class Attention(nn.Module):
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
         attn_scores = einops.einsum(
             q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head -> batch head_index query_pos key_pos"
-        ) / math.sqrt(self.cfg.d_head)
+        )
         mask = self.causal_mask(q.shape[1], k.shape[1], offset, q.device)
-        attn_scores = self.hook_attn_scores(attn_scores.masked_fill(mask, float("-inf")))
+        # scaled and masked in place, on the product's own fresh buffer: a copy per step
+        # would cost 48 MB per layer at GPT-2 small's 1024 positions
+        attn_scores = self.hook_attn_scores(attn_scores.div_(math.sqrt(self.cfg.d_head)).masked_fill_(mask, float("-inf")))
         pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
         return einops.einsum(
             pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"

@@ -1,4 +1,4 @@
-"""analysis: tools that read a DemoTransformer and its ActivationCache and answer questions.
+"""analysis: tools that read a model (a DemoTransformer or a BERT-style EncoderTransformer) and its ActivationCache.
 
 Nothing here changes the model. Each tool returns plain tensors or small
 dataclasses; ``analysis.plots`` turns them into plotly figures.

@@ -9,18 +9,35 @@ Every tool reports bad input the same way:
 """
 
 import numbers
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer.encoder import EncoderTransformer
+
+AnyModel = Union[DemoTransformer, EncoderTransformer]
 
 
-def check_model(model, what: str = "model") -> DemoTransformer:
-    if not isinstance(model, DemoTransformer):
-        raise TypeError(f"{what} must be a DemoTransformer, got {type(model).__name__}")
+def check_model(model, what: str = "model", encoders: bool = True) -> AnyModel:
+    """``model`` if it is a ``DemoTransformer`` (or, with ``encoders``, an ``EncoderTransformer``)."""
+    kinds = (DemoTransformer, EncoderTransformer) if encoders else (DemoTransformer,)
+    if not isinstance(model, kinds):
+        expected = " or ".join(kind.__name__ for kind in kinds)
+        raise TypeError(f"{what} must be a {expected}, got {type(model).__name__}")
     return model
+
+
+def is_encoder(model) -> bool:
+    """True for a BERT-style encoder: bidirectional attention, post-LayerNorm blocks, no next-token logits."""
+    return isinstance(model, EncoderTransformer)
+
+
+def require_decoder(model, what: str, instead: str) -> None:
+    """Raise ``TypeError`` when ``what`` (a decoder-only analysis) is asked of an encoder; ``instead`` says what to use."""
+    if is_encoder(model):
+        raise TypeError(f"{what} needs a decoder (DemoTransformer); an EncoderTransformer {instead}")
 
 
 def check_cache(cache) -> ActivationCache:
@@ -109,7 +126,7 @@ def token_ids(model: DemoTransformer, tokens, batch: int, name: str = "tokens") 
         raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(tokens.shape)}")
     if int(tokens.min()) < 0 or int(tokens.max()) >= model.cfg.d_vocab:
         raise ValueError(f"{name} must lie in [0, d_vocab={model.cfg.d_vocab}), got {tokens.tolist()}")
-    return tokens.to(device=model.W_U.device, dtype=torch.long)
+    return tokens.to(device=model.W_E.device, dtype=torch.long)
 
 
 def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:

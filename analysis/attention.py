@@ -12,16 +12,24 @@ A head that attends only to its targets scores 1; a uniform head scores about
 ``1 / (q + 1)`` per target. Built-in targets:
 
 - previous token: ``T[q, k] = 1`` if ``k = q - 1``;
-- duplicate token: ``T[q, k] = 1`` if ``k < q`` and ``tokens[k] == tokens[q]``;
+- next token (encoders only): ``T[q, k] = 1`` if ``k = q + 1``;
+- duplicate token: ``T[q, k] = 1`` if ``k < q`` and ``tokens[k] == tokens[q]``
+  (``k != q`` for an encoder, which sees copies on both sides);
 - induction: ``T[q, k] = 1`` if ``1 <= k <= q`` and ``tokens[k - 1] == tokens[q]``
   (attend to the token after an earlier copy of the current one), measured on
   repeated random token sequences from ``repeated_random_tokens``.
+
+Encoders (``EncoderTransformer``) attend in both directions, so their targets may mark
+later keys. A padded batch needs its ``attention_mask`` ``[batch, pos]`` (1 real, 0
+padding): padding query rows leave the mean, and target entries on padding keys are
+dropped (the padding id repeats, so a duplicate-token target would otherwise reward
+padding attending to padding).
 
 How this differs from TransformerLens' ``detect_head``: rows without any target
 are left out of the mean (TransformerLens divides by every row, so a perfect
 previous-token head scores ``(pos - 1) / pos`` there and exactly 1 here), and
 targets that point at future keys, which causal attention can never reach, are
-an error rather than a silent zero.
+an error for a decoder rather than a silent zero.
 """
 
 import numbers
@@ -32,13 +40,14 @@ import torch
 from jaxtyping import Float, Int, Shaped
 from torch import Tensor
 
-from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer import ActivationCache
+from interp_transformer.encoder import EncoderTokens
 from interp_transformer.shape_checks import shape_checked
 
 from . import _checks
 
 
-def pattern_hook_names(model: DemoTransformer, layers=None) -> list[str]:
+def pattern_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
     """The ``hook_pattern`` names of ``layers`` (default: all): the ``names_filter`` detectors need."""
     return [f"blocks.{layer}.attn.hook_pattern" for layer in _checks.layer_list(model, layers)]
 
@@ -72,7 +81,9 @@ def attention_entropy(cache: ActivationCache, per_position: bool = False) -> Flo
 
     Averaged over batch and query positions: ``[layer, head_index]``; with
     ``per_position=True`` averaged over batch only: ``[layer, head_index, query_pos]``.
-    Query ``q`` sees ``q + 1`` keys, so its entropy lies in ``[0, log(q + 1)]``.
+    In a decoder query ``q`` sees ``q + 1`` keys, so its entropy lies in ``[0, log(q + 1)]``;
+    in an encoder every query sees every real key (``[0, log(n_real)]``). Padding query
+    rows are averaged like any other: use an unpadded cache for a clean number.
     """
     entropies = []
     for _, pattern in _patterns(cache, "attention_entropy"):
@@ -101,12 +112,21 @@ def previous_token_target(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
     return torch.diag(torch.ones(n_pos - 1), diagonal=-1)
 
 
-def duplicate_token_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch query_pos key_pos"]:
-    """``T[b, q, k] = 1`` where ``k < q`` and ``tokens[b, k] == tokens[b, q]``."""
+def next_token_target(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
+    """``T[q, k] = 1`` where ``k = q + 1``: a later key, which only an encoder's attention reaches."""
+    return previous_token_target(n_pos).T.contiguous()
+
+
+def duplicate_token_target(tokens: Int[Tensor, "batch pos"], bidirectional: bool = False) -> Float[Tensor, "batch query_pos key_pos"]:
+    """``T[b, q, k] = 1`` where ``k < q`` (``k != q`` if ``bidirectional``) and ``tokens[b, k] == tokens[b, q]``."""
     tokens = _check_tokens(tokens)
     same = tokens[:, :, None] == tokens[:, None, :]
-    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device).tril(-1)
-    return (same & earlier).float()
+    n_pos = tokens.shape[1]
+    if bidirectional:
+        allowed = ~torch.eye(n_pos, dtype=torch.bool, device=tokens.device)
+    else:
+        allowed = torch.ones(n_pos, n_pos, dtype=torch.bool, device=tokens.device).tril(-1)
+    return (same & allowed).float()
 
 
 def induction_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch query_pos key_pos"]:
@@ -120,34 +140,43 @@ def induction_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch q
 
 
 def repeated_random_tokens(
-    model: DemoTransformer, seq_len: int, batch: int = 1, seed: int = 0, bos: Optional[int] = None
+    model: _checks.AnyModel, seq_len: int, batch: int = 1, seed: int = 0, bos: Optional[int] = None,
+    eos: Optional[int] = None,
 ) -> Int[Tensor, "batch pos"]:
-    """``[bos?, x_1 .. x_n, x_1 .. x_n]``: ``n = seq_len`` uniform random tokens, repeated.
+    """``[bos?, x_1 .. x_n, x_1 .. x_n, eos?]``: ``n = seq_len`` uniform random tokens, repeated.
 
     The same ``seed`` gives the same tokens. With ``bos`` set, that id is prepended and
-    never drawn among the random tokens. ``pos = 2 * seq_len`` (+ 1 with ``bos``).
+    never drawn among the random tokens; ``eos`` likewise, appended (an encoder's
+    ``[CLS] ... [SEP]``). ``pos = 2 * seq_len`` (+ 1 for each of ``bos`` and ``eos``).
     """
     _checks.check_model(model)
     for name, value in (("seq_len", seq_len), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    n_pos = 2 * seq_len + (bos is not None)
+    n_pos = 2 * seq_len + (bos is not None) + (eos is not None)
     if n_pos > model.cfg.n_ctx:
-        raise ValueError(f"2*seq_len{' + 1 (bos)' if bos is not None else ''} = {n_pos} exceeds n_ctx={model.cfg.n_ctx}")
+        extra = "".join(f" + 1 ({name})" for name, value in (("bos", bos), ("eos", eos)) if value is not None)
+        raise ValueError(f"2*seq_len{extra} = {n_pos} exceeds n_ctx={model.cfg.n_ctx}")
     d_vocab = model.cfg.d_vocab
-    if bos is not None and not (isinstance(bos, numbers.Integral) and 0 <= bos < d_vocab):
-        raise ValueError(f"bos must be a token id in [0, d_vocab={d_vocab}), got {bos!r}")
+    for name, value in (("bos", bos), ("eos", eos)):
+        if value is not None and (isinstance(value, bool) or not (isinstance(value, numbers.Integral) and 0 <= value < d_vocab)):
+            raise ValueError(f"{name} must be a token id in [0, d_vocab={d_vocab}), got {value!r}")
+    excluded = sorted({int(value) for value in (bos, eos) if value is not None})
     generator = torch.Generator().manual_seed(seed)
-    half = torch.randint(0, d_vocab - (bos is not None), (batch, seq_len), generator=generator)
+    half = torch.randint(0, d_vocab - len(excluded), (batch, seq_len), generator=generator)
+    for token_id in excluded:  # ascending, so each shift skips one excluded id
+        half = half + (half >= token_id).long()
+    parts = [half, half]
     if bos is not None:
-        half = half + (half >= bos).long()  # skip the bos id
-    parts = [half, half] if bos is None else [torch.full((batch, 1), bos), half, half]
+        parts.insert(0, torch.full((batch, 1), bos))
+    if eos is not None:
+        parts.append(torch.full((batch, 1), eos))
     return torch.cat(parts, dim=1).to(model.W_E.device)
 
 
 # ---- detectors ------------------------------------------------------------------------
 
-def _check_target(target: Tensor, batch: int, n_pos: int) -> Tensor:
+def _check_target(target: Tensor, batch: int, n_pos: int, causal: bool) -> Tensor:
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a tensor [query_pos, key_pos] or [batch, query_pos, key_pos], got {type(target).__name__}")
     target = target.float()
@@ -161,9 +190,22 @@ def _check_target(target: Tensor, batch: int, n_pos: int) -> Tensor:
     if target.min() < 0 or target.max() > 1:
         raise ValueError(f"target values must lie in [0, 1], got range [{float(target.min())}, {float(target.max())}]")
     future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=target.device).triu(1)
-    if target[:, future].any():
+    if causal and target[:, future].any():
         raise ValueError("target marks key positions after the query (key_pos > query_pos), which causal attention never reaches")
     return target
+
+
+def _check_mask(attention_mask, batch: int, n_pos: int) -> Optional[Tensor]:
+    """``attention_mask`` ``[batch, pos]`` of 0/1 (or bool) as a bool tensor; ``None`` stays ``None``."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, Tensor) or attention_mask.is_floating_point():
+        raise TypeError(f"attention_mask must be an integer or bool tensor [batch, pos], got {attention_mask!r:.80}")
+    if attention_mask.shape != (batch, n_pos):
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, the cached patterns need [{batch}, {n_pos}]")
+    if attention_mask.dtype != torch.bool and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError("attention_mask must hold 1 (real token) or 0 (padding) only")
+    return attention_mask.bool()
 
 
 @shape_checked
@@ -172,15 +214,23 @@ def detect_head(
     target: Shaped[Tensor, "*batch query_pos key_pos"],
     exclude_bos: bool = False,
     exclude_current_token: bool = False,
+    attention_mask: Optional[Tensor] = None,
 ) -> Float[Tensor, "layer head_index"]:
     """Score every head against a target pattern (see the module docstring for the formula).
 
     ``exclude_bos`` drops key position 0 from the target; ``exclude_current_token`` drops
-    the diagonal ``k = q``. Needs ``hook_pattern`` of every layer in the cache.
+    the diagonal ``k = q``. ``attention_mask`` (1 real, 0 padding) drops padding queries
+    and padding keys. A decoder's target may not mark later keys; an encoder's may.
+    Needs ``hook_pattern`` of every layer in the cache.
     """
     patterns = [pattern for _, pattern in _patterns(cache, "detect_head")]
     batch, _, n_pos, _ = patterns[0].shape
-    target = _check_target(target, batch, n_pos).to(patterns[0].device).expand(batch, n_pos, n_pos)
+    causal = not _checks.is_encoder(cache.model)
+    target = _check_target(target, batch, n_pos, causal).to(patterns[0].device).expand(batch, n_pos, n_pos)
+    is_real = _check_mask(attention_mask, batch, n_pos)
+    if is_real is not None:
+        is_real = is_real.to(target.device)
+        target = target * (is_real[:, :, None] & is_real[:, None, :])
     if exclude_bos:
         target = target.clone()
         target[..., 0] = 0
@@ -196,10 +246,28 @@ def detect_head(
     return torch.stack(scores)
 
 
-def previous_token_scores(cache: ActivationCache) -> Float[Tensor, "layer head_index"]:
+def previous_token_scores(cache: ActivationCache, attention_mask: Optional[Tensor] = None) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just before it (queries ``q >= 1``)."""
     n_pos = next(_patterns(cache, "previous_token_scores"))[1].shape[-1]
-    return detect_head(cache, previous_token_target(n_pos))
+    return detect_head(cache, previous_token_target(n_pos), attention_mask=attention_mask)
+
+
+def next_token_scores(cache: ActivationCache, attention_mask: Optional[Tensor] = None) -> Float[Tensor, "layer head_index"]:
+    """Mean attention from each query to the key just after it: encoders only (a decoder never sees it)."""
+    _checks.check_cache(cache)
+    if not _checks.is_encoder(cache.model):
+        raise ValueError("next_token_scores: a decoder's causal attention never reaches the next token; this needs an encoder")
+    n_pos = next(_patterns(cache, "next_token_scores"))[1].shape[-1]
+    return detect_head(cache, next_token_target(n_pos), attention_mask=attention_mask)
+
+
+def _tokens_and_mask(tokens, attention_mask) -> tuple[Tensor, Optional[Tensor]]:
+    """An ``EncoderTokens`` brings its own mask; plain ids take ``attention_mask`` (default: no padding)."""
+    if isinstance(tokens, EncoderTokens):
+        if attention_mask is not None:
+            raise ValueError("tokens is an EncoderTokens, which carries its own attention_mask: pass no other")
+        return tokens.tokens, tokens.attention_mask
+    return tokens, attention_mask
 
 
 def _tokens_of_cache(cache: ActivationCache, tokens) -> Tensor:
@@ -213,25 +281,41 @@ def _tokens_of_cache(cache: ActivationCache, tokens) -> Tensor:
     return tokens.to(pattern.device)
 
 
-def duplicate_token_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "layer head_index"]:
-    """Mean attention to earlier copies of the query's token, over queries that have one.
+def duplicate_token_scores(
+    cache: ActivationCache,
+    tokens: Union[Int[Tensor, "batch pos"], EncoderTokens],
+    attention_mask: Optional[Tensor] = None,
+    bidirectional: Optional[bool] = None,
+) -> Float[Tensor, "layer head_index"]:
+    """Mean attention to other copies of the query's token, over queries that have one.
 
-    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on.
+    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on (or the
+    ``EncoderTokens``, mask included). ``bidirectional`` (default: as the model attends,
+    True for an encoder) counts later copies too; a decoder counts earlier ones only.
     """
-    return detect_head(cache, duplicate_token_target(_tokens_of_cache(cache, tokens)))
+    tokens, attention_mask = _tokens_and_mask(tokens, attention_mask)
+    if bidirectional is None:
+        bidirectional = _checks.is_encoder(_checks.check_cache(cache).model)
+    target = duplicate_token_target(_tokens_of_cache(cache, tokens), bidirectional)
+    return detect_head(cache, target, attention_mask=attention_mask)
 
 
-def induction_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "layer head_index"]:
+def induction_scores(
+    cache: ActivationCache, tokens: Union[Int[Tensor, "batch pos"], EncoderTokens], attention_mask: Optional[Tensor] = None
+) -> Float[Tensor, "layer head_index"]:
     """Mean attention to the token after an earlier copy of the query's token.
 
-    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on; repeated random
-    sequences (``repeated_random_tokens``) give every query of the second half a target.
+    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on (or the
+    ``EncoderTokens``); repeated random sequences (``repeated_random_tokens``) give every
+    query of the second half a target. On an encoder the target is the same (earlier
+    copies only), although its attention could also reach later ones.
     """
-    return detect_head(cache, induction_target(_tokens_of_cache(cache, tokens)))
+    tokens, attention_mask = _tokens_and_mask(tokens, attention_mask)
+    return detect_head(cache, induction_target(_tokens_of_cache(cache, tokens)), attention_mask=attention_mask)
 
 
 def induction_head_scores(
-    model: DemoTransformer, seq_len: int = 20, batch: int = 4, seed: int = 0, bos: Optional[int] = None
+    model: _checks.AnyModel, seq_len: int = 20, batch: int = 4, seed: int = 0, bos: Optional[int] = None
 ) -> Float[Tensor, "layer head_index"]:
     """Run ``model`` on ``repeated_random_tokens(model, seq_len, batch, seed, bos)`` and score induction."""
     tokens = repeated_random_tokens(model, seq_len, batch, seed, bos)

@@ -19,6 +19,11 @@ over the components ``x_c`` that sum to the final residual: token and positional
 embeddings, each head's ``z_h W_O[h]``, each layer's ``b_O``, each MLP layer's
 ``hook_mlp_out`` (its neurons ``post_n W_out[n]`` plus ``b_out``). The terms of
 ``LogitAttribution`` sum to the logit (difference) exactly, up to float rounding.
+
+Both need a decoder's ``ln_final`` and ``W_U``. A post-LayerNorm encoder has neither a
+final LayerNorm that reads a sum of components nor logits linear in its hidden states:
+``analysis.encoder_attribution`` is its exact counterpart (direct contributions to a
+chosen direction of the hidden states, every LayerNorm scale frozen).
 """
 
 from dataclasses import dataclass
@@ -30,6 +35,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache, DemoTransformer
+
+ENCODER_INSTEAD = (
+    "has no ln_final and no logits linear in its hidden states; use "
+    "analysis.encoder_attribution.encoder_direct_attribution(cache, direction) for exact direct contributions"
+)
 
 from . import _checks
 
@@ -67,6 +77,7 @@ def logit_lens(
     """
     _checks.check_cache(cache)
     model = cache.model
+    _checks.require_decoder(model, "logit_lens", ENCODER_INSTEAD)
     names = logit_lens_hook_names(model)
     _checks.require_hooks(cache, names, "logit_lens")
     resid = torch.stack([_checks.cached(cache, name) for name in names])  # [layer+1, batch, pos, d_model]
@@ -118,6 +129,7 @@ class _Readout:
 
     def __init__(self, cache: ActivationCache, tokens, incorrect_tokens, pos, analysis: str, names: list[str]):
         self.cache, self.model = cache, cache.model
+        _checks.require_decoder(self.model, analysis, ENCODER_INSTEAD)
         _checks.require_hooks(cache, names, analysis)
         scale = _checks.cached(cache, "ln_final.hook_scale")  # [batch, pos, 1]
         batch, n_pos = scale.shape[:2]

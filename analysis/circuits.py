@@ -14,6 +14,13 @@ block with ``diagonal_ranks``. These circuits leave out LayerNorm, positional
 embeddings and biases, as in "A Mathematical Framework for Transformer Circuits";
 fold LayerNorm into the weights first for a closer picture of a real model.
 
+Encoders (``EncoderTransformer``): the QK circuit is the same. The OV circuit needs an
+output space: ``read_out="unembed"`` uses the MLM decoder ``W_U`` (it leaves out the MLM
+head's dense + activation + LayerNorm transform, as it leaves out LayerNorm), and a
+``BertModel`` without an MLM head has none; ``read_out="embed"`` reads the head's output
+against the token embeddings instead, ``W_E W_V W_O W_E^T`` (BERT ties its MLM decoder
+to ``W_E``, so this is the tied read-out), for any model.
+
 Composition between a head ``A`` in an earlier layer and a head ``B`` in a later
 one (``W_OV = W_V W_O``, ``W_QK = W_Q W_K^T``, all ``d_model x d_model``)::
 
@@ -30,7 +37,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer import DemoTransformer
 from interp_transformer.factored_matrix import FactoredMatrix
 
 from . import _checks
@@ -47,11 +53,12 @@ __all__ = [
 ]
 
 COMPOSITION_KINDS = ("q", "k", "v")
+READ_OUTS = ("unembed", "embed")
 # circuit_on_tokens refuses to build more entries than this unless allow_large=True
 MAX_DENSE_ENTRIES = 2**24
 
 
-def _select(model: DemoTransformer, weight: Tensor, layer: Optional[int], head: Optional[int]) -> Tensor:
+def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head: Optional[int]) -> Tensor:
     """Index a ``[layer, head_index, ...]`` weight; ``None`` keeps the axis."""
     if layer is not None:
         weight = weight[_checks.layer_index(model, layer)]
@@ -64,7 +71,7 @@ def _select(model: DemoTransformer, weight: Tensor, layer: Optional[int], head: 
 
 
 @torch.no_grad()
-def full_qk_circuit(model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
+def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
     """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
     Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens.
@@ -74,16 +81,34 @@ def full_qk_circuit(model: DemoTransformer, layer: Optional[int] = None, head: O
     return model.W_E @ qk @ model.W_E.T
 
 
+def _read_out_matrix(model: _checks.AnyModel, read_out: str) -> Tensor:
+    """``W_U`` (``read_out="unembed"``) or ``W_E^T`` (``"embed"``): ``[d_model, d_vocab]``."""
+    if read_out not in READ_OUTS:
+        raise ValueError(f"read_out must be one of {READ_OUTS}, got {read_out!r}")
+    if read_out == "embed":
+        return model.W_E.T
+    if _checks.is_encoder(model) and model.mlm_head is None:
+        raise ValueError(
+            "this encoder has no MLM head (cfg.has_mlm_head=False), so no W_U to read the OV circuit out with: "
+            "pass read_out='embed' to read it against the token embeddings W_E^T (BERT ties its MLM decoder to W_E)"
+        )
+    return model.W_U
+
+
 @torch.no_grad()
-def full_ov_circuit(model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
+def full_ov_circuit(
+    model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None, read_out: str = "unembed"
+) -> FactoredMatrix:
     """``W_E W_V W_O W_U`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
     Shape ``[*, d_vocab, d_vocab]``: row ``s`` is the direct effect on the logits of
-    attending to source token ``s``.
+    attending to source token ``s``. ``read_out="embed"`` replaces ``W_U`` by ``W_E^T``
+    (row ``s``: how much the head's output resembles each token's embedding), the only
+    read-out of an encoder without an MLM head.
     """
     _checks.check_model(model)
     ov = FactoredMatrix(_select(model, model.W_V, layer, head), _select(model, model.W_O, layer, head))
-    return model.W_E @ ov @ model.W_U
+    return model.W_E @ ov @ _read_out_matrix(model, read_out)
 
 
 def _token_index(tokens, size: int, name: str) -> Union[slice, Tensor]:
@@ -147,7 +172,7 @@ def diagonal_ranks(circuit: FactoredMatrix, chunk_size: int = 1024) -> Int[Tenso
 
 @torch.no_grad()
 def copying_scores(
-    model: DemoTransformer, layer: Optional[int] = None, head: Optional[int] = None
+    model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None, read_out: str = "unembed"
 ) -> Float[Tensor, "*layer_head"]:
     """Copying score of each head's full OV circuit: ``sum_i Re(l_i) / sum_i |l_i|``.
 
@@ -156,8 +181,14 @@ def copying_scores(
     The score lies in ``[-1, 1]``: 1 when every eigenvalue is positive (the head raises
     the logits of the tokens it attends to), -1 when every one is negative (it suppresses
     them). Shape ``[layer, head_index]`` by default, fewer axes when ``layer``/``head`` is given.
+    ``read_out`` as in ``full_ov_circuit``.
     """
-    eigenvalues = full_ov_circuit(model, layer, head).eigenvalues
+    _checks.check_model(model)
+    # W_O R W_E W_V with the d_model x d_model product R W_E formed once, not W_E W_V per head:
+    # the same matrix FactoredMatrix.eigenvalues would build, without a d_vocab-long factor per head
+    read_out_embed = _read_out_matrix(model, read_out) @ model.W_E  # [d_model, d_model]
+    W_V, W_O = _select(model, model.W_V, layer, head), _select(model, model.W_O, layer, head)
+    eigenvalues = torch.linalg.eigvals(W_O @ read_out_embed @ W_V)  # [..., d_head]
     return eigenvalues.real.sum(dim=-1) / eigenvalues.abs().sum(dim=-1)
 
 
@@ -179,7 +210,7 @@ def composition_score(
 
 
 @torch.no_grad()
-def composition_scores(model: DemoTransformer, kind: str) -> Float[Tensor, "layer head_index layer head_index"]:
+def composition_scores(model: _checks.AnyModel, kind: str) -> Float[Tensor, "layer head_index layer head_index"]:
     """Q-, K- or V-composition (``kind`` = ``"q"``, ``"k"``, ``"v"``) of every pair of heads.
 
     ``scores[l1, h1, l2, h2]`` is the composition of writer head ``(l1, h1)`` into reader

@@ -6,6 +6,13 @@ stream. Its *direct logit effect* is the vector ``W_out[n] @ W_U`` over ``d_voca
 what one unit of activation adds to each token's logit through the unembedding alone,
 ignoring the final LayerNorm (fold LayerNorm into the weights first for a real model)
 and every later layer.
+
+Encoders (``EncoderTransformer``): activations, summaries and top activating examples
+work the same (``top_activations`` runs its batches without a padding mask, so feed it
+texts of equal token length). A neuron of a post-LayerNorm encoder has no direct logit
+effect: its write passes through every later ``ln1``/``ln2`` and, for MLM logits, a
+non-linear head, so ``neuron_logit_effect`` refuses it; ``analysis.encoder_attribution``
+gives exact direct contributions to a chosen output direction instead.
 """
 
 from dataclasses import dataclass
@@ -17,13 +24,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer import ActivationCache
 from interp_transformer.shape_checks import shape_checked
 
 from . import _checks
 
 
-def post_hook_names(model: DemoTransformer, layers=None) -> list[str]:
+def post_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
     """The ``mlp.hook_post`` names of ``layers`` (default: all)."""
     _checks.require_mlp(model, "post_hook_names")
     return [f"blocks.{layer}.mlp.hook_post" for layer in _checks.layer_list(model, layers)]
@@ -125,7 +132,7 @@ def _batches(tokens, batch_size: int) -> Iterable[Tensor]:
 
 
 def top_activations(
-    model: DemoTransformer,
+    model: _checks.AnyModel,
     tokens: Union[Int[Tensor, "n_texts pos"], Iterable[Int[Tensor, "batch pos"]]],
     layer: int,
     neurons: Union[None, int, Sequence[int], Tensor] = None,
@@ -176,9 +183,14 @@ class NeuronLogitEffect:
 
 
 @torch.no_grad()
-def neuron_logit_effect(model: DemoTransformer, layer: int, neuron: int, k: int = 10) -> NeuronLogitEffect:
+def neuron_logit_effect(model: _checks.AnyModel, layer: int, neuron: int, k: int = 10) -> NeuronLogitEffect:
     """Direct effect of one unit of ``neuron``'s activation on every logit: ``W_out[n] @ W_U``."""
     _checks.check_model(model)
+    _checks.require_decoder(
+        model, "neuron_logit_effect",
+        "reads a neuron's write through every later post-norm LayerNorm (and, for MLM logits, a non-linear head), so "
+        "W_out[n] W_U is no direct logit effect; use analysis.encoder_attribution.encoder_direct_attribution",
+    )
     layer = _checks.layer_index(model, layer)
     neuron = _checks.neuron_index(model, neuron)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= model.cfg.d_vocab:

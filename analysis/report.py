@@ -10,6 +10,10 @@ attribution), each holding its numbers in ``section.data`` and its plotly figure
 writes one HTML file that opens offline: plotly's JavaScript is embedded once in
 the page head, and nothing is fetched from the network (no CDN, web fonts or MathJax).
 
+An ``EncoderTransformer`` (BERT-style) gets the same report where it applies, the
+encoder's own detectors and output attribution where a decoder section would not apply,
+and a section ``"omitted"`` listing what is left out and why (``analysis.report_encoder``).
+
 >>> import torch
 >>> from interp_transformer import DemoTransformer, TransformerConfig
 >>> cfg = TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_head=8, d_mlp=None, d_vocab=20, n_ctx=16)
@@ -33,10 +37,15 @@ from plotly.offline import get_plotlyjs
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_transformer import DemoTransformer
-
 from . import _checks
 from .report_circuits import circuits_section, composition_section
+from .report_encoder import (
+    encoder_attribution_section,
+    encoder_detectors_section,
+    encoder_interpretation_section,
+    encoder_model_section,
+    omitted_section,
+)
 from .report_interpretation import interpretation_section
 from .report_sections import (
     ReportContext,
@@ -62,6 +71,20 @@ BUILDERS = (
     ("interpretation", interpretation_section),
 )
 DISPLAY_ORDER = ("model", "tokens", "interpretation", "attention", "detectors", "circuits", "composition", "neurons", "attribution")
+ENCODER_BUILDERS = (
+    ("model", encoder_model_section),
+    ("tokens", tokens_section),
+    ("detectors", encoder_detectors_section),
+    ("attention", attention_section),
+    ("circuits", circuits_section),
+    ("composition", composition_section),
+    ("neurons", neurons_section),
+    ("attribution", encoder_attribution_section),
+    ("omitted", omitted_section),
+    ("interpretation", encoder_interpretation_section),
+)
+ENCODER_DISPLAY_ORDER = ("model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition",
+                         "neurons", "attribution")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 FIRST_TOKEN = "first"  # default ``bos`` of build_report: the prompt's first token
 
@@ -143,13 +166,16 @@ class Report:
         return path
 
 
-def _prompt_tokens(model: DemoTransformer, tokens) -> Tensor:
+def _prompt_tokens(model: _checks.AnyModel, tokens) -> Tensor:
     if isinstance(tokens, Tensor) and tokens.ndim == 2 and tokens.shape[0] != 1:
         raise ValueError(f"build_report takes one prompt: tokens of shape [pos] or [1, pos], got {tuple(tokens.shape)}")
-    return model.prepare_tokens(tokens)
+    tokens = model.prepare_tokens(tokens)
+    if tokens.shape[0] != 1:
+        raise ValueError(f"build_report takes one prompt: a single text or tokens [pos] / [1, pos], got {tuple(tokens.shape)}")
+    return tokens
 
 
-def _token_labeller(model: DemoTransformer):
+def _token_labeller(model: _checks.AnyModel):
     if model.tokenizer is None:
         return lambda token_id: str(token_id)
     return lambda token_id: model.to_str_tokens(torch.tensor([token_id]))[0]
@@ -157,7 +183,7 @@ def _token_labeller(model: DemoTransformer):
 
 @torch.no_grad()
 def build_report(
-    model: DemoTransformer,
+    model: _checks.AnyModel,
     tokens: Union[Int[Tensor, "pos"], Int[Tensor, "1 pos"], str],
     *,
     title: str = "interp_transformer report",
@@ -175,8 +201,13 @@ def build_report(
     training curve. ``bos``: token put before the repeated random sequences the head
     detectors run on (default the prompt's first token, which is BOS for text prompts;
     ``None`` for none). ``progress`` shows a progress bar over the sections.
+
+    For an ``EncoderTransformer`` the prompt is one unpadded text (``[CLS] ... [SEP]``) or
+    ids; the detectors' random sequences are framed by ``bos`` and the prompt's last token
+    (``[SEP]`` for text), and the sections are those of ``ENCODER_DISPLAY_ORDER``.
     """
     _checks.check_model(model)
+    encoder = _checks.is_encoder(model)
     tokens = _prompt_tokens(model, tokens)
     label = _token_labeller(model)
     if str_tokens is None:
@@ -186,9 +217,11 @@ def build_report(
         bos = int(tokens[0, 0])
     elif bos is not None and (isinstance(bos, bool) or not isinstance(bos, numbers.Integral)):
         raise TypeError(f"bos must be a token id, None or {FIRST_TOKEN!r}, got {bos!r}")
-    logits, cache = model.run_with_cache(tokens)
-    ctx = ReportContext(model, tokens, str_tokens, cache, logits, label, bos, dict(metadata or {}))
-    for key, builder in tqdm(BUILDERS, desc="building report", disable=not progress, unit="section"):
+    eos = int(tokens[0, -1]) if encoder and tokens.shape[1] >= 2 else None
+    builders, order = (ENCODER_BUILDERS, ENCODER_DISPLAY_ORDER) if encoder else (BUILDERS, DISPLAY_ORDER)
+    output, cache = model.run_with_cache(tokens)
+    ctx = ReportContext(model, tokens, str_tokens, cache, output, label, bos, dict(metadata or {}), eos=eos)
+    for key, builder in tqdm(builders, desc="building report", disable=not progress, unit="section"):
         ctx.sections[key] = builder(ctx)
-    sections = [ctx.sections[key] for key in DISPLAY_ORDER]
+    sections = [ctx.sections[key] for key in order]
     return Report(title, sections, summary=list(ctx.sections["interpretation"].data["lines"]))

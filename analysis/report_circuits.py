@@ -2,14 +2,14 @@
 
 Nothing here builds a ``d_vocab x d_vocab`` matrix: circuits are evaluated on the
 prompt's own distinct tokens (at most ``MAX_CIRCUIT_TOKENS``) and on its positions.
+On an encoder the positional QK circuit has no causal mask, and the OV circuit is read
+out with the MLM decoder ``W_U`` or, for a checkpoint without an MLM head, with ``W_E^T``.
 """
 
 import torch
 from torch import Tensor
 
-from interp_transformer import DemoTransformer
-
-from . import circuits, plots, plots_base
+from . import _checks, circuits, plots, plots_base
 from .report_sections import (
     DETECTOR_TITLES,
     ReportContext,
@@ -25,10 +25,16 @@ MAX_CIRCUIT_TOKENS = 24  # distinct prompt tokens shown in the QK/OV circuit vie
 
 
 def top_heads(ctx: ReportContext, limit: int = 3) -> list[tuple[int, int, str]]:
-    """The best induction, previous-token and duplicate-token heads (distinct), as ``(layer, head, reason)``."""
+    """The best head of each detector the report ran (distinct), as ``(layer, head, reason)``.
+
+    Detectors in the order induction, previous-token, next-token, duplicate-token; those the
+    report did not run (induction and next-token are for decoders and encoders only) are skipped.
+    """
     random_scores = ctx.sections["detectors"].data["random"]
     chosen: list[tuple[int, int, str]] = []
-    for name in ("induction", "previous_token", "duplicate_token"):
+    for name in ("induction", "previous_token", "next_token", "duplicate_token"):
+        if random_scores.get(name) is None:
+            continue
         layer, head, score = ranked_heads(random_scores[name])[0]
         if all((layer, head) != (l, h) for l, h, _ in chosen):
             chosen.append((layer, head, f"top {DETECTOR_TITLES[name]} head, score {score:.2f}"))
@@ -41,24 +47,42 @@ def _circuit_tokens(ctx: ReportContext) -> list[int]:
 
 
 @torch.no_grad()
-def positional_qk(model: DemoTransformer, layer: int, head: int, n_pos: int) -> Tensor:
-    """``W_pos W_Q W_K^T W_pos^T`` on the first ``n_pos`` positions, future keys as NaN: ``[query_pos, key_pos]``."""
+def positional_qk(model: _checks.AnyModel, layer: int, head: int, n_pos: int) -> Tensor:
+    """``W_pos W_Q W_K^T W_pos^T`` on the first ``n_pos`` positions: ``[query_pos, key_pos]``.
+
+    A decoder's future keys, which its attention never reaches, are NaN; an encoder's are kept.
+    """
     W_pos = model.W_pos[:n_pos]
     scores = (W_pos @ model.W_Q[layer, head]) @ (W_pos @ model.W_K[layer, head]).T
+    if _checks.is_encoder(model):
+        return scores.float()
     future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=scores.device).triu(1)
     return scores.float().masked_fill(future, float("nan"))
+
+
+def ov_read_out(model: _checks.AnyModel) -> str:
+    """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``, an encoder without MLM head)."""
+    return "embed" if _checks.is_encoder(model) and model.mlm_head is None else "unembed"
 
 
 def circuits_section(ctx: ReportContext) -> ReportSection:
     model = ctx.model
     token_ids = _circuit_tokens(ctx)
     labels = [ctx.token_label(token_id) for token_id in token_ids]
+    read_out = ov_read_out(model)
     section = ReportSection("circuits", "QK and OV circuits of the top heads")
+    if read_out == "embed":
+        ov_text = ("full OV circuit W_E W_V W_O W_E^T: how much attending to a source token writes each token's embedding "
+                   "(this checkpoint has no MLM head, hence no W_U; BERT ties its MLM decoder to W_E, so W_E^T is the tied "
+                   "read-out; a diagonal means the head copies)")
+    else:
+        ov_text = ("full OV circuit W_E W_V W_O W_U: the direct effect on each output logit of attending to a source token "
+                   "(a diagonal means the head copies)")
     section.paragraphs.append(
         "Full QK circuit W_E W_Q W_K^T W_E^T: how much a query token attends to a key token from the tokens alone; "
-        "positional QK circuit W_pos W_Q W_K^T W_pos^T: the same from positions alone; full OV circuit W_E W_V W_O W_U: "
-        "the direct effect on each output logit of attending to a source token (a diagonal means the head copies). "
-        f"Shown on the prompt's {len(token_ids)} distinct tokens; LayerNorm and biases are left out. "
+        f"positional QK circuit W_pos W_Q W_K^T W_pos^T: the same from positions alone; {ov_text}. "
+        f"Shown on the prompt's {len(token_ids)} distinct tokens; LayerNorm and biases are left out"
+        + (" (and so is the MLM head's transform)" if _checks.is_encoder(model) and read_out == "unembed" else "") + ". "
         "The copying score of a head is sum(Re eigenvalues) / sum(|eigenvalues|) of its full OV circuit, in [-1, 1]."
     )
     n_tokens, n_shown = len(token_ids), shown_positions(ctx)
@@ -67,7 +91,7 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
     for layer, head, reason in top_heads(ctx):
         name = head_name(layer, head)
         qk = circuits.circuit_on_tokens(circuits.full_qk_circuit(model, layer, head), token_ids, token_ids)
-        ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, layer, head), token_ids, token_ids)
+        ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, layer, head, read_out), token_ids, token_ids)
         pos_qk = positional_qk(model, layer, head, n_shown)
         qk_title = f"{name} full QK circuit<br><sup>{reason}</sup>"
         section.figures += [
@@ -80,12 +104,12 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
         # on the token subset: how often a source token's own logit is its row's largest
         diagonal_top = float((ov.argmax(dim=-1) == torch.arange(n_tokens, device=ov.device)).float().mean())
         heads.append(dict(layer=layer, head=head, reason=reason, qk=qk, ov=ov, positional_qk=pos_qk, ov_diagonal_top=diagonal_top))
-    copying = circuits.copying_scores(model)
+    copying = circuits.copying_scores(model, read_out=read_out)
     title = "copying score<br><sup>full OV circuit eigenvalues</sup>"
     fig = plots.plot_head_scores(copying, title=title, signed=True, colorbar_title="copying")
     fig.update_traces(zmin=-1.0, zmax=1.0)
     section.figures.append(head_figure(fig, model.cfg.n_layers, model.cfg.n_heads))
-    section.data = dict(heads=heads, token_ids=token_ids, copying=copying)
+    section.data = dict(heads=heads, token_ids=token_ids, copying=copying, read_out=read_out)
     return section
 
 
@@ -100,6 +124,10 @@ def composition_section(ctx: ReportContext) -> ReportSection:
         "with W_A the writer's W_OV and W_B the reader's W_QK (Q-composition), W_QK^T (K-composition) or W_OV "
         "(V-composition). An induction head K-composes with a previous-token head."
     )
+    if _checks.is_encoder(model):
+        section.paragraphs.append(
+            "In this post-LayerNorm encoder a head's output passes through its block's ln1 and ln2 (and every later block's) "
+            "before another head reads it; the scores, like the circuits, leave LayerNorm out.")
     scores = {}
     n_heads = model.cfg.n_layers * model.cfg.n_heads
     for kind in circuits.COMPOSITION_KINDS:

@@ -22,25 +22,34 @@ MAX_NAMED_HEADS = 5  # per detector, so a large model's summary stays short
 
 
 def classify_heads(scores: dict, threshold: float = HEAD_SCORE_THRESHOLD) -> dict[str, list[tuple[int, int, float]]]:
-    """For each detector, the heads scoring at least ``threshold``, highest first: ``(layer, head, score)``."""
-    return {name: [entry for entry in ranked_heads(scores[name]) if entry[2] >= threshold] for name in DETECTORS}
+    """For each detector that ran (``scores[name]`` not None), the heads scoring at least ``threshold``, highest first.
+
+    Entries are ``(layer, head, score)``.
+    """
+    return {name: [entry for entry in ranked_heads(values) if entry[2] >= threshold]
+            for name, values in scores.items() if values is not None}
 
 
-def interpretation_section(ctx: ReportContext) -> ReportSection:
-    detectors = ctx.sections["detectors"].data
-    heads = classify_heads(detectors["random"])
+def detector_lines(scores: dict, heads: dict) -> list[str]:
+    """One sentence per named head (at most ``MAX_NAMED_HEADS`` per detector), or the best score when none qualifies."""
     lines: list[str] = []
-    for name in DETECTORS:
-        found = heads[name]
+    for name, found in heads.items():
         kind = DETECTOR_TITLES[name]
         for layer, head, score in found[:MAX_NAMED_HEADS]:
             lines.append(f"{head_name(layer, head)} is a{'n' if kind[0] in 'aeiou' else ''} {kind} head: score {score:.2f}")
         if len(found) > MAX_NAMED_HEADS:
             lines.append(f"... and {len(found) - MAX_NAMED_HEADS} more {kind} heads above {HEAD_SCORE_THRESHOLD}")
         if not found:
-            layer, head, score = ranked_heads(detectors["random"][name])[0]
+            layer, head, score = ranked_heads(scores[name])[0]
             best = f"{head_name(layer, head)} at {score:.2f}"
             lines.append(f"No {kind} head (threshold {HEAD_SCORE_THRESHOLD}); the highest score is {best}")
+    return lines
+
+
+def interpretation_section(ctx: ReportContext) -> ReportSection:
+    detectors = ctx.sections["detectors"].data
+    heads = classify_heads({name: detectors["random"][name] for name in DETECTORS})
+    lines = detector_lines(detectors["random"], heads)
     lines += _circuit_lines(ctx, heads)
     first, repeated = detectors["first_half_loss"], detectors["repeated_half_loss"]
     verdict = (": the model predicts tokens from their earlier copies (in-context learning)"

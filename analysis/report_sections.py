@@ -3,7 +3,8 @@
 Each ``*_section(ctx)`` reads the model and the prompt's cache from a
 ``ReportContext``, computes its numbers with the analysis tools, stores them in
 ``section.data`` (what tests and the written interpretation read) and draws its
-figures with ``analysis.plots``. Circuit sections live in ``analysis.report_circuits``.
+figures with ``analysis.plots``. Circuit sections live in ``analysis.report_circuits``,
+the encoder's own sections in ``analysis.report_encoder``.
 """
 
 import dataclasses
@@ -16,17 +17,18 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
-from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer import ActivationCache
 from interp_transformer.losses import lm_loss
 
-from . import attention, attribution, neurons, plots, plots_base
+from . import _checks, attention, attribution, neurons, plots, plots_base
 
 MAX_PATTERN_CELLS = 2**22  # attention view: at most this many numbers over all heads (a few MB of HTML)
 MAX_CELL_TEXT_POSITIONS = 40  # logit-lens cells show their top token only up to this many positions
 RANDOM_SEQ_LEN = 20  # length of each half of the repeated random sequences the detectors run on
 RANDOM_BATCH = 4
 DETECTORS = ("previous_token", "duplicate_token", "induction")
-DETECTOR_TITLES = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction"}
+DETECTOR_TITLES = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction",
+                   "next_token": "next-token"}
 
 
 @dataclass
@@ -47,9 +49,14 @@ class ReportSection:
 
 @dataclass
 class ReportContext:
-    """What every section reads: the model, the prompt ``tokens [1, pos]``, its labels and full cache."""
+    """What every section reads: the model, the prompt ``tokens [1, pos]``, its labels and full cache.
 
-    model: DemoTransformer
+    ``logits`` is the model's output on the prompt: next-token logits for a decoder, the
+    hidden states (or MLM logits) for an encoder. ``eos`` is the token the encoder's random
+    detector sequences end with (``None`` for a decoder).
+    """
+
+    model: _checks.AnyModel
     tokens: Tensor
     str_tokens: list[str]
     cache: ActivationCache
@@ -58,6 +65,7 @@ class ReportContext:
     bos: Optional[int]
     metadata: dict = field(default_factory=dict)
     sections: dict = field(default_factory=dict)  # key -> ReportSection, filled in order
+    eos: Optional[int] = None
 
     @property
     def n_pos(self) -> int:
@@ -180,13 +188,14 @@ def attention_section(ctx: ReportContext) -> ReportSection:
     model = ctx.model
     patterns = torch.stack([attention.attention_pattern(ctx.cache, layer)[0] for layer in range(model.cfg.n_layers)])
     n_shown = shown_positions(ctx)
-    detectors = ctx.sections["detectors"].data["random"]
-    top_layer, top_head, _ = ranked_heads(detectors["induction"])[0]
+    detectors = ctx.sections["detectors"].data
+    lead = detectors.get("lead", "induction")  # the detector whose best head the view opens on
+    top_layer, top_head, _ = ranked_heads(detectors["random"][lead])[0]
     entropy = attention.attention_entropy(ctx.cache)
     section = ReportSection("attention", "Attention patterns of every head")
     section.paragraphs.append(
         "Pick a head from the menu (top right). Rows are query positions, columns key positions; each row sums to 1. "
-        f"The view opens on {head_name(top_layer, top_head)}, the head with the highest induction score."
+        f"The view opens on {head_name(top_layer, top_head)}, the head with the highest {DETECTOR_TITLES[lead]} score."
     )
     if n_shown < ctx.n_pos:
         section.paragraphs.append(f"The prompt has {ctx.n_pos} tokens; the view shows the first {n_shown} to keep the page small.")
@@ -208,6 +217,21 @@ def _detector_scores(cache: ActivationCache, tokens: Tensor) -> dict[str, Option
         if attention.duplicate_token_target(tokens).any() else None,
         "induction": attention.induction_scores(cache, tokens) if attention.induction_target(tokens).any() else None,
     }
+
+
+def add_detector_figures(section: ReportSection, names, random_scores: dict, prompt_scores: dict, cfg, no_target: str) -> None:
+    """One ``[layer, head_index]`` figure per detector on repeated random tokens, then one per detector on
+    the prompt (or a sentence saying why the prompt gives that detector nothing to score)."""
+    for name in names:
+        fig = plots.plot_head_scores(random_scores[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>repeated random tokens</sup>")
+        section.figures.append(head_figure(fig, cfg.n_layers, cfg.n_heads, unit_range=True))
+    for name in names:
+        if prompt_scores[name] is None:
+            section.paragraphs.append(
+                f"The prompt gives the {DETECTOR_TITLES[name]} detector no target ({no_target}): not scored on the prompt.")
+        else:
+            fig = plots.plot_head_scores(prompt_scores[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>on the prompt</sup>")
+            section.figures.append(head_figure(fig, cfg.n_layers, cfg.n_heads, unit_range=True))
 
 
 def detectors_section(ctx: ReportContext) -> ReportSection:
@@ -232,19 +256,7 @@ def detectors_section(ctx: ReportContext) -> ReportSection:
     first_half = float(per_token[:, offset:offset + seq_len - 1].mean())
     repeated_half = float(per_token[:, offset + seq_len - 1:].mean())
     prompt_scores = _detector_scores(ctx.cache, ctx.tokens)
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    for name in DETECTORS:
-        title = f"{DETECTOR_TITLES[name]} score<br><sup>repeated random tokens</sup>"
-        fig = plots.plot_head_scores(random_scores[name], title=title)
-        section.figures.append(head_figure(fig, n_layers, n_heads, unit_range=True))
-    for name in DETECTORS:
-        if prompt_scores[name] is None:
-            section.paragraphs.append(
-                f"The prompt gives the {DETECTOR_TITLES[name]} detector no target (no repeated token): not scored on the prompt.")
-        else:
-            title = f"{DETECTOR_TITLES[name]} score<br><sup>on the prompt</sup>"
-            fig = plots.plot_head_scores(prompt_scores[name], title=title)
-            section.figures.append(head_figure(fig, n_layers, n_heads, unit_range=True))
+    add_detector_figures(section, DETECTORS, random_scores, prompt_scores, model.cfg, no_target="no repeated token")
     section.data = dict(random=random_scores, prompt=prompt_scores, random_tokens=random_tokens, seq_len=seq_len,
                         first_half_loss=first_half, repeated_half_loss=repeated_half)
     return section
@@ -262,24 +274,30 @@ def neurons_section(ctx: ReportContext) -> ReportSection:
     summary = neurons.neuron_summary(ctx.cache, "max")
     layer, neuron = divmod(int(summary.flatten().argmax()), model.cfg.d_mlp)
     activations = neurons.neuron_activations(ctx.cache, layer, neuron)[0]
-    k = min(8, model.cfg.d_vocab)
-    effect = neurons.neuron_logit_effect(model, layer, neuron, k=k)
-    values = torch.cat([effect.top_values, effect.bottom_values])
-    labels = [ctx.token_label(int(t)) for t in torch.cat([effect.top_tokens, effect.bottom_tokens])]
-    section.paragraphs.append(
-        f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g}). "
-        "Its direct logit effect W_out[n] W_U ignores the final LayerNorm and later layers."
-    )
     summary_fig = plots.plot_neuron_summary(summary, title="max activation of every neuron on the prompt")
     summary_fig.update_yaxes(dtick=1)
     section.figures += [
         sized(summary_fig, min(700, 170 + 30 * model.cfg.n_layers), 1100),
         sized(plots.plot_token_activations(activations, ctx.str_tokens, title=f"L{layer} neuron {neuron} over the prompt"), 200,
               min(1100, 200 + 50 * ctx.n_pos)),
-        sized(plots.plot_token_values(values, labels, title=f"L{layer} neuron {neuron}: most promoted and suppressed tokens"),
-              120 + 22 * len(values), 600),
     ]
-    section.data = dict(skipped=False, summary=summary, top_neuron=(layer, neuron), activations=activations, logit_effect=effect)
+    section.data = dict(skipped=False, summary=summary, top_neuron=(layer, neuron), activations=activations, logit_effect=None)
+    largest = f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g})."
+    if _checks.is_encoder(model):
+        section.paragraphs.append(
+            f"{largest} Its direct logit effect is not shown: in a post-LayerNorm encoder a neuron's write passes through "
+            "every later LayerNorm (and, for MLM logits, a non-linear head) before any logit, so W_out[n] W_U is no "
+            "direct effect. The output attribution section gives exact direct contributions of whole MLP layers.")
+        return section
+    k = min(8, model.cfg.d_vocab)
+    effect = neurons.neuron_logit_effect(model, layer, neuron, k=k)
+    values = torch.cat([effect.top_values, effect.bottom_values])
+    labels = [ctx.token_label(int(t)) for t in torch.cat([effect.top_tokens, effect.bottom_tokens])]
+    section.paragraphs.append(f"{largest} Its direct logit effect W_out[n] W_U ignores the final LayerNorm and later layers.")
+    section.figures.append(
+        sized(plots.plot_token_values(values, labels, title=f"L{layer} neuron {neuron}: most promoted and suppressed tokens"),
+              120 + 22 * len(values), 600))
+    section.data["logit_effect"] = effect
     return section
 
 

@@ -9,6 +9,14 @@ Stacks of residual-stream components (``accumulated_resid``, ``decompose_resid``
 ``stack_head_results``, ``stack_neuron_results``) have shape
 ``[component, batch, pos, d_model]``; ``apply_ln_to_stack`` pushes them through a
 LayerNorm with its scale frozen to the cached value, so they stay additive.
+
+Post-LayerNorm encoders (``EncoderTransformer``): ``ln1`` and ``ln2`` renormalize the
+residual stream inside every block, so it is not a sum of component outputs and no
+``ln_final`` reads it. There, ``accumulated_resid`` (without ``apply_ln``),
+``stack_head_results`` and ``stack_neuron_results`` keep their meaning (the hidden
+state entering each block, each head's and neuron's write); ``decompose_resid``,
+``apply_ln_to_stack``, ``logit_attrs`` and the short keys ``"scale"``/``"normalized"``
+without a layer raise an error that says so and names the tool to use instead.
 """
 
 import difflib
@@ -46,6 +54,19 @@ GLOBAL_KEYS: dict[str, str] = {
     "normalized": "ln_final.hook_normalized",
 }
 LN_SUBLAYERS = ("ln1", "ln2")
+POST_NORM_ADVICE = (
+    "an encoder is post-LayerNorm: ln1 and ln2 renormalize the residual stream inside every block, so it is not a "
+    "sum of component outputs and no final LayerNorm reads it. For an exact split of an output direction over "
+    "embeddings, heads, MLPs and LayerNorm biases (every LayerNorm scale frozen from the cache) use "
+    "analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
+)
+
+
+def is_post_norm(model) -> bool:
+    """True for a post-LayerNorm model (``EncoderTransformer``), whose residual stream is not additive."""
+    from .encoder import EncoderTransformer  # imported here: the encoder package imports this module's users
+
+    return isinstance(model, EncoderTransformer)
 
 
 def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None) -> str:
@@ -97,7 +118,15 @@ class ActivationCache:
             if key in self.cache_dict or key in self.model.hook_dict:
                 return key
             if ALIASES.get(key, key) in GLOBAL_KEYS:
-                return get_act_name(key)
+                name = get_act_name(key)
+                if name.startswith("ln_final.") and is_post_norm(self.model):
+                    last = self.model.cfg.n_layers - 1
+                    raise KeyError(
+                        f"{key!r} without a layer means {name}, and an encoder has no ln_final (post-LayerNorm: each "
+                        f"block ends in its own ln2, and the last block's is the final normalization): use "
+                        f"cache[{key!r}, {last}, 'ln2'], i.e. 'blocks.{last}.ln2.hook_{key}'"
+                    )
+                return name
             return key
         if isinstance(key, tuple) and 1 <= len(key) <= 3:
             return get_act_name(*key, n_layers=self.model.cfg.n_layers)
@@ -188,7 +217,16 @@ class ActivationCache:
         Shape ``[component, batch, pos, d_model]``; labels ``"0_pre"``, ``"0_mid"``, ..., ``"final_post"``.
         With ``apply_ln`` each is pushed through the LayerNorm that reads the residual at
         ``layer`` (the final LayerNorm for ``layer=None``): the logit lens.
+
+        On a post-LayerNorm encoder the entries are the hidden states entering each block
+        (``hook_resid_pre``, already normalized by the previous block's ``ln2``), with
+        ``incl_mid`` also ``resid_mid = resid_pre + attn_out``, and ``"final_post"`` is the
+        model's final hidden state (the last ``hook_normalized_resid_post``, *not* the
+        last ``hook_resid_post``, which is before ``ln2``). ``apply_ln`` raises there: no
+        LayerNorm reads the stream the way ``ln_final`` does in a decoder.
         """
+        if apply_ln and is_post_norm(self.model):
+            raise ValueError(f"accumulated_resid(apply_ln=True) has no meaning here: {POST_NORM_ADVICE}")
         end = self._layer_bound(layer)
         components, labels = [], []
         for l in range(end):
@@ -198,7 +236,8 @@ class ActivationCache:
                 components.append(self["resid_mid", l])
                 labels.append(f"{l}_mid")
         if end == self.model.cfg.n_layers:
-            components.append(self["resid_post", end - 1])
+            final = f"blocks.{end - 1}.hook_normalized_resid_post" if is_post_norm(self.model) else ("resid_post", end - 1)
+            components.append(self[final])
             labels.append("final_post")
         else:
             components.append(self["resid_pre", end])
@@ -218,7 +257,10 @@ class ActivationCache:
 
         ``embed``, ``pos_embed``, then ``L_attn_out`` and ``L_mlp_out`` per block; with
         ``mode="all"`` and ``incl_embeds`` they sum to the residual stream at ``layer``.
+        Raises ``ValueError`` on a post-LayerNorm encoder, whose stream is no such sum.
         """
+        if is_post_norm(self.model):
+            raise ValueError(f"decompose_resid has no meaning here: {POST_NORM_ADVICE}")
         if mode not in ("all", "attn", "mlp"):
             raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
         end = self._layer_bound(layer)
@@ -303,7 +345,11 @@ class ActivationCache:
         or block ``layer``'s ``ln1`` (``ln2`` if ``mlp_input``). The bias ``b`` is left
         out so the result stays additive: the components of a residual sum to
         ``normalized - b``. ``pos_slice`` must be the one the stack was sliced with.
+        Raises ``ValueError`` on a post-LayerNorm encoder (the components of its stream do
+        not add up to what a LayerNorm reads).
         """
+        if is_post_norm(self.model):
+            raise ValueError(f"apply_ln_to_stack has no meaning here: {POST_NORM_ADVICE}")
         if layer is None or layer == self.model.cfg.n_layers:
             scale, ln = self["scale"], self.model.ln_final
         else:
@@ -323,7 +369,11 @@ class ActivationCache:
 
         ``residual_stack`` should already be through ``apply_ln_to_stack``; the result is
         ``stack . W_U[:, token]`` (no ``b_U``), broadcast over the stack's batch/pos axes.
+        Raises ``ValueError`` on a post-LayerNorm encoder: its MLM logits are read after a
+        non-linear head, so no stack of residual components dots into them.
         """
+        if is_post_norm(self.model):
+            raise ValueError(f"logit_attrs has no meaning here: {POST_NORM_ADVICE}")
         W_U = self.model.W_U
         direction = self.model.tokens_to_residual_directions(tokens)
         if incorrect_tokens is not None:

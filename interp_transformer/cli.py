@@ -4,7 +4,7 @@ Commands::
 
     interp-transformer demo [--out FILE]                         the shipped induction model, end to end
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
-    interp-transformer verify SOURCE [--prompt TEXT] [--float64]  hook-by-hook comparison with Hugging Face
+    interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
@@ -27,7 +27,7 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 DESCRIPTION = """\
-Read, hook and verify a GPT-2-style transformer, and see its circuits.
+Read, hook and verify a GPT-2-style transformer (or a BERT-style encoder), and see its circuits.
 
 Start with `interp-transformer demo`: it runs the small model shipped with the
 package (2 attention-only layers trained on repeated random tokens) and writes
@@ -39,12 +39,16 @@ examples:
   interp-transformer demo --out report.html
   interp-transformer report --model induction-2l --prompt "0 5 9 13 5 9 13"
   interp-transformer report --model ./my-gpt2-dir --prompt "The cat sat. The cat"
+  interp-transformer report --model ./my-bert-dir --prompt "A man is eating food."
   interp-transformer verify ./my-gpt2-dir --float64
+  interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
 
 SOURCE is "induction-2l" (shipped with the package), a local Hugging Face model
 directory (written by save_pretrained), or a Hugging Face Hub name such as "gpt2"
-(offline, only if it is already in the Hugging Face cache).
+(offline, only if it is already in the Hugging Face cache). GPT-2 and BERT checkpoints
+load; a BERT-style encoder gets the encoder report (sections that need next-token
+prediction are listed as omitted, with the reason) and is verified on a padded batch.
 """
 
 
@@ -67,8 +71,12 @@ def _is_shipped(source: str) -> bool:
 
 
 def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Optional[Path] = None):
-    """``(model, metadata)``: a shipped model by name (with its training record), else ``from_pretrained``."""
-    from .model import DemoTransformer
+    """``(model, metadata)``: a shipped model by name (with its training record), else ``from_pretrained``.
+
+    ``from_pretrained`` dispatches on the checkpoint's architecture: a ``DemoTransformer``
+    for GPT-2, an ``EncoderTransformer`` for BERT.
+    """
+    from .loading import from_pretrained
 
     if _is_shipped(source):
         from .shipped import PRETRAINED_DIR, load_shipped, load_shipped_metadata
@@ -78,10 +86,8 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
         meta = load_shipped_metadata(source, directory)
         return model, {"source": f"{source} (shipped, {directory})", "training": meta.get("training"), "curve": meta.get("curve")}
     print(f"loading {source} ...", file=sys.stderr)
-    model = DemoTransformer.from_pretrained(source, dtype=dtype)
-    if not isinstance(model, DemoTransformer):
-        raise UserError(f"the report needs a GPT-2-style decoder model; {source} loads as {type(model).__name__}")
-    return model, {"source": source}
+    model = from_pretrained(source, dtype=dtype)
+    return model, {"source": source, "architecture": type(model).__name__}
 
 
 def prompt_tokens(model, prompt: str) -> torch.Tensor:
@@ -98,7 +104,7 @@ def prompt_tokens(model, prompt: str) -> torch.Tensor:
                 f"separated by spaces, e.g. \"0 5 9 13 5 9 13\"; got {prompt!r}"
             )
         tokens = torch.tensor([[int(part) for part in parts]])
-    return model.prepare_tokens(tokens)  # checks the ids against d_vocab and the length against n_ctx
+    return model.prepare_tokens(tokens)  # checks the ids against d_vocab and the length against n_ctx (both model kinds)
 
 
 def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="first") -> None:
@@ -137,15 +143,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify_source(args: argparse.Namespace) -> str:
+    if args.source is not None and args.model is not None:
+        raise UserError(f"give the model once: either SOURCE ({args.source!r}) or --model ({args.model!r})")
+    source = args.source if args.source is not None else args.model
+    if source is None or not source.strip():
+        raise UserError("no model to verify: give SOURCE or --model SOURCE (a Hugging Face model directory or hub name)")
+    return source
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import run_verify
 
-    if args.prompt is not None and not args.prompt.strip():
-        raise UserError("the prompt is empty: omit --prompt to use the default sentence")
-    if _is_shipped(args.source):
-        raise UserError(f"{args.source} is shipped with the package and has no Hugging Face counterpart to verify against")
-    print(f"verifying {args.source} against Hugging Face ...", file=sys.stderr)
-    report = run_verify(args.source, args.prompt, torch.float64 if args.float64 else torch.float32)
+    source = _verify_source(args)
+    prompts = args.prompt
+    if prompts is not None and any(not prompt.strip() for prompt in prompts):
+        raise UserError("a prompt is empty: omit --prompt to use the default sentences")
+    if _is_shipped(source):
+        raise UserError(f"{source} is shipped with the package and has no Hugging Face counterpart to verify against")
+    print(f"verifying {source} against Hugging Face ...", file=sys.stderr)
+    # one --prompt is one text; several are a batch (padded, with its attention mask, for an encoder)
+    prompt = prompts if prompts is None or len(prompts) > 1 else prompts[0]
+    report = run_verify(source, prompt, torch.float64 if args.float64 else torch.float32)
     print(report)
     return EXIT_OK if report.ok else EXIT_MISMATCH
 
@@ -216,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="write the HTML report for any model and prompt", epilog=EPILOG, formatter_class=raw,
         description="Analyse a model on one prompt and write a self-contained HTML report.")
-    report.add_argument("--model", required=True, metavar="SOURCE", help="induction-2l, a Hugging Face model directory, or a hub name")
+    report.add_argument("--model", required=True, metavar="SOURCE",
+                        help="induction-2l, a Hugging Face model directory (GPT-2 or BERT), or a hub name")
     report.add_argument("--prompt", required=True, metavar="TEXT",
                         help="the text to analyse; for a model without a tokenizer (induction-2l), "
                              "token ids separated by spaces")
@@ -227,11 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = commands.add_parser(
         "verify", help="compare the model with Hugging Face's, hook by hook",
-        description="Load SOURCE as our model and as the Hugging Face model, run both on one prompt and print the "
-                    "max/mean difference of every hook. Exit code 1 on a mismatch.")
-    verify.add_argument("source", metavar="SOURCE", help="a Hugging Face model directory or hub name")
-    verify.add_argument("--prompt", metavar="TEXT",
-                        help="text to compare on (default: a fixed sentence; random ids for a model without a tokenizer)")
+        description="Load SOURCE as our model and as the Hugging Face model, run both on the same tokens and print the "
+                    "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; padding "
+                    "positions are left out of the comparison. Exit code 1 on a mismatch.")
+    verify.add_argument("source", nargs="?", metavar="SOURCE", help="a Hugging Face model directory or hub name")
+    verify.add_argument("--model", metavar="SOURCE", help="the same as SOURCE, spelled like the report command's option")
+    verify.add_argument("--prompt", metavar="TEXT", action="append",
+                        help="text to compare on; repeat it for a batch (default: a fixed sentence, for an encoder a padded "
+                             "batch of four sentences; random ids for a model without a tokenizer)")
     verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")
     verify.set_defaults(run=cmd_verify)
 

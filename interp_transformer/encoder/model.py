@@ -32,8 +32,9 @@ Hooks that exist only here, or whose *meaning* differs because the block is post
 
 There is no ``ln_final``: each block ends in its own LayerNorm. Cache tools built on
 pre-norm algebra (``decompose_resid``, ``accumulated_resid(apply_ln=True)``,
-``apply_ln_to_stack``) do not describe a post-norm model: the residual stream is not a
-sum of component outputs here, it is renormalized twice per block.
+``apply_ln_to_stack``, ``logit_attrs``) raise on a post-norm model, saying why: the
+residual stream is not a sum of component outputs here, it is renormalized twice per
+block. ``analysis.encoder_attribution`` splits an output direction exactly instead.
 """
 
 from typing import Optional, Union
@@ -214,6 +215,49 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         key_is_real = None if attention_mask is None else check_attention_mask(attention_mask, tokens).to(device, torch.bool)
         token_type_ids = torch.zeros_like(tokens) if token_type_ids is None else check_token_type_ids(token_type_ids, tokens, self.cfg)
         return tokens.to(device), key_is_real, token_type_ids.to(device)
+
+    def prepare_tokens(self, tokens: Union[Tensor, str, list, EncoderTokens]) -> Int[Tensor, "batch pos"]:
+        """Token ids ``[batch, pos]`` (int64, on the model's device) of inputs that need no padding mask.
+
+        Text goes through ``to_tokens`` (``[CLS] ... [SEP]``; texts that would need padding
+        raise ``ValueError``); tensors are checked like ``forward``'s; an ``EncoderTokens``
+        is accepted when its mask marks every position real and its token types are 0.
+        Like ``DemoTransformer.prepare_tokens``, this is what tools that run one unpadded
+        prompt (the report, the command line) call.
+        """
+        if isinstance(tokens, (str, list)):
+            tokens = self.to_tokens(tokens)
+        if isinstance(tokens, EncoderTokens):
+            if not bool(tokens.attention_mask.all()) or bool(tokens.token_type_ids.any()):
+                raise ValueError(
+                    "these EncoderTokens carry padding or segment ids, which token ids alone would lose: "
+                    "pass them to the model whole instead"
+                )
+            tokens = tokens.tokens
+        return check_tokens(tokens, self.cfg).to(self.embed.W_E.device)
+
+    def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
+        """The MLM decoder's column of each token, ``W_U[:, token]``: shape ``tokens.shape + (d_model,)``.
+
+        In a ``BertForMaskedLM`` the logit of token ``t`` is ``mlm_head.ln(post) . W_U[:, t] + b_U[t]``,
+        so this direction lives in the space of ``mlm_head.ln.hook_normalized``, *after* the
+        head's non-linear transform, not in the space of the hidden states (as ``W_U[:, t]``
+        does for a decoder, up to ``ln_final``). A model without an MLM head has no such
+        direction and raises ``ValueError``.
+        """
+        if self.mlm_head is None:
+            raise ValueError(
+                "tokens_to_residual_directions needs an MLM head (cfg.has_mlm_head=False here): a BertModel maps "
+                "hidden states to no vocabulary; load a BertForMaskedLM checkpoint, or pick a direction in "
+                "d_model yourself (e.g. for analysis.encoder_attribution)"
+            )
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            tokens = torch.tensor(tokens)
+        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise TypeError(f"tokens must be an int or an integer tensor, got {tokens!r:.80}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.d_vocab):
+            raise ValueError(f"token ids must lie in [0, d_vocab={self.cfg.d_vocab}), got {tokens.tolist()}")
+        return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
 
     # --- loading and tokenizer -------------------------------------------------------------
     @classmethod

@@ -314,3 +314,26 @@ def test_apply_ln_to_stack_is_additive(model, full):
     mid_parts = torch.cat([parts, cache["attn_out", 2][None]])
     total = cache.apply_ln_to_stack(mid_parts, layer=2, mlp_input=True).sum(0)
     torch.testing.assert_close(total + model.blocks[2].ln2.b, cache["normalized", 2, "ln2"], rtol=0, atol=1e-5)
+
+
+def test_names_filter_keeps_nothing_else_alive(model, toks):
+    """After a filtered run, the memory of every activation outside the filter has been freed."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen: dict[str, StorageWeakRef] = {}
+
+    def watch(tensor, hook):
+        seen[hook.name] = StorageWeakRef(tensor.untyped_storage())  # expires when the buffer is freed
+
+    kept_names = ["blocks.1.attn.hook_pattern", "blocks.2.hook_resid_post"]
+    with model.hooks([(lambda name: True, watch)]):
+        logits, cache = model.run_with_cache(toks, names_filter=kept_names)
+    del logits  # its autograd graph holds what backward would need, as any PyTorch output does
+    gc.collect()
+    alive = sorted(name for name, ref in seen.items() if not ref.expired())
+    assert len(seen) == len(model.hook_dict)
+    # hook_pos_embed is a broadcast view of W_pos: its buffer is the weight, alive with the model
+    assert alive == sorted(kept_names + ["hook_pos_embed"]), alive
+    assert list(cache.keys()) == kept_names

@@ -20,12 +20,10 @@ from interp_transformer.encoder import EncoderTransformer
 AnyModel = Union[DemoTransformer, EncoderTransformer]
 
 
-def check_model(model, what: str = "model", encoders: bool = True) -> AnyModel:
-    """``model`` if it is a ``DemoTransformer`` (or, with ``encoders``, an ``EncoderTransformer``)."""
-    kinds = (DemoTransformer, EncoderTransformer) if encoders else (DemoTransformer,)
-    if not isinstance(model, kinds):
-        expected = " or ".join(kind.__name__ for kind in kinds)
-        raise TypeError(f"{what} must be a {expected}, got {type(model).__name__}")
+def check_model(model, what: str = "model") -> AnyModel:
+    """``model`` if it is a ``DemoTransformer`` or an ``EncoderTransformer``."""
+    if not isinstance(model, (DemoTransformer, EncoderTransformer)):
+        raise TypeError(f"{what} must be a DemoTransformer or EncoderTransformer, got {type(model).__name__}")
     return model
 
 

@@ -36,12 +36,12 @@ from torch import Tensor
 
 from interp_transformer import ActivationCache, DemoTransformer
 
+from . import _checks
+
 ENCODER_INSTEAD = (
     "has no ln_final and no logits linear in its hidden states; use "
     "analysis.encoder_attribution.encoder_direct_attribution(cache, direction) for exact direct contributions"
 )
-
-from . import _checks
 
 TokenArg = Union[int, Int[Tensor, "batch"]]
 PosArg = Union[int, Int[Tensor, "batch"]]

@@ -53,7 +53,8 @@ def _evaluate(metric: Metric, logits: Tensor) -> float:
 
 
 def _prepare(model: DemoTransformer, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
-    _checks.check_model(model, encoders=False)  # patching is built and tested for decoders only
+    _checks.check_model(model)
+    _checks.require_decoder(model, "activation patching", "is not supported: patching is built and tested for decoders only")
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar, got {type(metric).__name__}")
     clean, corrupted = model.prepare_tokens(clean_tokens), model.prepare_tokens(corrupted_tokens)

@@ -167,8 +167,6 @@ class Report:
 
 
 def _prompt_tokens(model: _checks.AnyModel, tokens) -> Tensor:
-    if isinstance(tokens, Tensor) and tokens.ndim == 2 and tokens.shape[0] != 1:
-        raise ValueError(f"build_report takes one prompt: tokens of shape [pos] or [1, pos], got {tuple(tokens.shape)}")
     tokens = model.prepare_tokens(tokens)
     if tokens.shape[0] != 1:
         raise ValueError(f"build_report takes one prompt: a single text or tokens [pos] / [1, pos], got {tuple(tokens.shape)}")

@@ -33,6 +33,7 @@ from .report_sections import (
     ReportContext,
     ReportSection,
     add_detector_figures,
+    detector_scores,
     head_figure,
     head_name,
     model_section,
@@ -54,17 +55,6 @@ def encoder_model_section(ctx: ReportContext) -> ReportSection:
     return section
 
 
-def _scores(cache, tokens) -> dict:
-    """Every encoder detector whose target marks at least one position of ``tokens``, else ``None``."""
-    has_neighbours = tokens.shape[1] >= 2
-    return {
-        "previous_token": attention.previous_token_scores(cache) if has_neighbours else None,
-        "next_token": attention.next_token_scores(cache) if has_neighbours else None,
-        "duplicate_token": attention.duplicate_token_scores(cache, tokens)
-        if attention.duplicate_token_target(tokens, bidirectional=True).any() else None,
-    }
-
-
 def encoder_detectors_section(ctx: ReportContext) -> ReportSection:
     model = ctx.model
     framing = [token for token in (ctx.bos, ctx.eos) if token is not None]
@@ -81,8 +71,8 @@ def encoder_detectors_section(ctx: ReportContext) -> ReportSection:
     random_tokens = attention.repeated_random_tokens(model, seq_len, RANDOM_BATCH, seed=0, bos=ctx.bos, eos=ctx.eos)
     with torch.no_grad():
         _, cache = model.run_with_cache(random_tokens, names_filter=attention.pattern_hook_names(model))
-    random_scores = _scores(cache, random_tokens)
-    prompt_scores = _scores(ctx.cache, ctx.tokens)
+    random_scores = detector_scores(cache, random_tokens, ENCODER_DETECTORS)
+    prompt_scores = detector_scores(ctx.cache, ctx.tokens, ENCODER_DETECTORS)
     add_detector_figures(section, ENCODER_DETECTORS, random_scores, prompt_scores, model.cfg, no_target="too short or no repeated token")
     section.data = dict(random=random_scores, prompt=prompt_scores, random_tokens=random_tokens, seq_len=seq_len,
                         lead="previous_token")

@@ -208,15 +208,22 @@ def attention_section(ctx: ReportContext) -> ReportSection:
 
 # ---- head detectors -----------------------------------------------------------------------
 
-def _detector_scores(cache: ActivationCache, tokens: Tensor) -> dict[str, Optional[Tensor]]:
-    """Scores of every detector whose target marks at least one position of ``tokens``, else ``None``."""
-    n_pos = tokens.shape[1]
-    return {
-        "previous_token": attention.previous_token_scores(cache) if n_pos >= 2 else None,
-        "duplicate_token": attention.duplicate_token_scores(cache, tokens)
-        if attention.duplicate_token_target(tokens).any() else None,
-        "induction": attention.induction_scores(cache, tokens) if attention.induction_target(tokens).any() else None,
+def detector_scores(cache: ActivationCache, tokens: Tensor, names) -> dict[str, Optional[Tensor]]:
+    """Scores of each detector in ``names`` whose target marks at least one position of ``tokens``, else ``None``."""
+    bidirectional = _checks.is_encoder(cache.model)
+    has_target = {
+        "previous_token": lambda: tokens.shape[1] >= 2,
+        "next_token": lambda: tokens.shape[1] >= 2,
+        "duplicate_token": lambda: bool(attention.duplicate_token_target(tokens, bidirectional).any()),
+        "induction": lambda: bool(attention.induction_target(tokens).any()),
     }
+    score = {
+        "previous_token": lambda: attention.previous_token_scores(cache),
+        "next_token": lambda: attention.next_token_scores(cache),
+        "duplicate_token": lambda: attention.duplicate_token_scores(cache, tokens),
+        "induction": lambda: attention.induction_scores(cache, tokens),
+    }
+    return {name: score[name]() if has_target[name]() else None for name in names}
 
 
 def add_detector_figures(section: ReportSection, names, random_scores: dict, prompt_scores: dict, cfg, no_target: str) -> None:
@@ -249,13 +256,13 @@ def detectors_section(ctx: ReportContext) -> ReportSection:
     random_tokens = attention.repeated_random_tokens(model, seq_len, RANDOM_BATCH, seed=0, bos=ctx.bos)
     with torch.no_grad():
         logits, cache = model.run_with_cache(random_tokens, names_filter=attention.pattern_hook_names(model))
-    random_scores = _detector_scores(cache, random_tokens)
+    random_scores = detector_scores(cache, random_tokens, DETECTORS)
     # columns of per_token predict the next position; the first half's first token is unpredictable
     per_token = lm_loss(logits, random_tokens, per_token=True)
     offset = int(ctx.bos is not None)
     first_half = float(per_token[:, offset:offset + seq_len - 1].mean())
     repeated_half = float(per_token[:, offset + seq_len - 1:].mean())
-    prompt_scores = _detector_scores(ctx.cache, ctx.tokens)
+    prompt_scores = detector_scores(ctx.cache, ctx.tokens, DETECTORS)
     add_detector_figures(section, DETECTORS, random_scores, prompt_scores, model.cfg, no_target="no repeated token")
     section.data = dict(random=random_scores, prompt=prompt_scores, random_tokens=random_tokens, seq_len=seq_len,
                         first_half_loss=first_half, repeated_half_loss=repeated_half)

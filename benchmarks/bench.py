@@ -21,6 +21,7 @@ GFLOP/s of the forward against a plain large matmul.
 """
 
 import argparse
+import collections
 import contextlib
 import gc
 import json
@@ -47,8 +48,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_load import GPT2_SMALL, TINY, build_hf_model, measure_loading, weights_nbytes  # noqa: E402
+from bench_load import GPT2_SMALL, TINY, build_hf_model, measure_loading, weights_nbytes, weights_sha256  # noqa: E402
 from bench_report import Table, markdown_report, update_docs  # noqa: E402
+from tl_worker import random_tokens  # noqa: E402
 
 SHAPES = [(1, 128), (1, 1024), (8, 128)]
 QUICK_SHAPES = [(1, 128)]
@@ -75,19 +77,24 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int, warmup:
     return times
 
 
-def timed(fn: Callable[[], object]) -> Callable[[], float]:
+def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], float]:
+    """A contender that runs ``fn`` under ``inference_mode`` and returns its seconds.
+
+    With ``faults`` it also appends the minor page faults of each run (first touches of
+    fresh memory) to that list.
+    """
+
     def run() -> float:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         with torch.inference_mode():
             start = time.perf_counter()
             fn()
-            return time.perf_counter() - start
+            seconds = time.perf_counter() - start
+        if faults is not None:
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return seconds
 
     return run
-
-
-def random_tokens(batch: int, pos: int, seed: int, vocab: int) -> torch.Tensor:
-    """The same ids ``tl_worker.py`` draws for this shape and seed."""
-    return torch.randint(0, vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))
 
 
 # --- TransformerLens worker -------------------------------------------------------------------
@@ -183,21 +190,7 @@ def bench_cache(ours, tl, shapes, rounds, warmup, seed, vocab) -> Table:
         tokens = random_tokens(batch, pos, seed, vocab)
         held: dict[str, tuple[int, int]] = {}
 
-        faults: dict[str, list[int]] = {}
-
-        def counting_faults(name, fn):
-            """Time ``fn`` and count the minor page faults it takes (first touches of fresh memory)."""
-
-            def run():
-                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                with torch.inference_mode():
-                    start = time.perf_counter()
-                    fn()
-                    seconds = time.perf_counter() - start
-                faults.setdefault(name, []).append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-                return seconds
-
-            return run
+        faults: dict[str, list[int]] = collections.defaultdict(list)
 
         def cache_run(name, names_filter, dtype=None):
             estimate = ours.estimate_cache_bytes(batch, pos, names_filter=names_filter, dtype=dtype)
@@ -206,9 +199,9 @@ def bench_cache(ours, tl, shapes, rounds, warmup, seed, vocab) -> Table:
                 _, cache = ours.run_with_cache(tokens, names_filter=names_filter, dtype=dtype)
                 held[name] = (cache.nbytes(), estimate)
 
-            return counting_faults(name, keep)
+            return timed(keep, faults[name])
 
-        contenders = {"forward": counting_faults("forward", lambda: ours(tokens))}
+        contenders = {"forward": timed(lambda: ours(tokens), faults["forward"])}
         for name, names_filter in filters.items():
             contenders[name] = cache_run(name, names_filter)
         contenders["everything, bfloat16 storage"] = cache_run("everything, bfloat16 storage", None, torch.bfloat16)
@@ -362,8 +355,6 @@ def main(argv=None) -> int:
     tl, tl_note = start_transformer_lens(args, shapes) if {"forward", "cache"} & set(sections) else (None, "not needed")
     try:
         if tl is not None:
-            from bench_load import weights_sha256
-
             if tl.info["weights_sha256"] != weights_sha256(hf_eager):
                 raise RuntimeError("TransformerLens worker built other weights than this process (sha256 differs)")
         tables = []

@@ -9,7 +9,6 @@ every library already imported (and, for the in-memory source, the HF model buil
 
 import argparse
 import gc
-import hashlib
 import json
 import resource
 import subprocess
@@ -19,7 +18,9 @@ from pathlib import Path
 
 import torch
 
-GPT2_SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+# shared with the TransformerLens worker, so both processes build and digest the same model
+from tl_worker import GPT2_SMALL, weights_sha256  # noqa: F401
+
 TINY = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 211, "n_positions": 128}
 
 
@@ -37,15 +38,6 @@ def weights_nbytes(model) -> int:
     """float32 bytes of the parameters, each buffer once (GPT-2 ties ``lm_head`` to ``wte``)."""
     storages = {p.untyped_storage().data_ptr(): p.numel() * 4 for p in model.parameters()}
     return sum(storages.values())
-
-
-def weights_sha256(model) -> str:
-    """The digest ``tl_worker.py`` reports: name + float32 bytes of each ``named_parameters()`` entry."""
-    digest = hashlib.sha256()
-    for name, parameter in model.named_parameters():
-        digest.update(name.encode())
-        digest.update(parameter.detach().float().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _status_kib(field: str) -> int:

@@ -120,6 +120,11 @@ def gpt2_tokenizer(directory):
     return tokenizer
 
 
+def random_tokens(batch, pos, seed, vocab):
+    """The token ids of a ``batch x pos`` shape: every process that draws them gets the same."""
+    return torch.randint(0, vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))
+
+
 def weights_sha256(model):
     """sha256 over the parameters' float32 bytes, in ``named_parameters`` order.
 
@@ -193,10 +198,7 @@ class Worker:
     def tokens(self, batch, pos):
         """Token ids ``[batch, pos]``, the same for every call with this shape and seed."""
         if (batch, pos) not in self._tokens:
-            generator = torch.Generator().manual_seed(self.seed)
-            self._tokens[(batch, pos)] = torch.randint(
-                0, self.config["vocab_size"], (batch, pos), generator=generator
-            )
+            self._tokens[(batch, pos)] = random_tokens(batch, pos, self.seed, self.config["vocab_size"])
         return self._tokens[(batch, pos)]
 
     def measure(self, op, tokens):

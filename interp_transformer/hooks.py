@@ -154,8 +154,6 @@ class HookedRootModule(nn.Module):
             raise ValueError("names_filter is an empty list: it would select no hook point")
         for name in names:
             self._check_hook_name(name)
-        if len(names) == 1:
-            return names
         wanted = set(names)
         return [name for name in self.hook_dict if name in wanted]
 
@@ -255,7 +253,8 @@ class _ActivationKeeper:
         self.remove_batch_dim = remove_batch_dim
         self.force_copy = force_copy  # the meta-device dry run of a copy to another device
         self.kept: dict[str, torch.Tensor] = {}
-        self._copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # view -> (source, copy)
+        # view -> (source, copy); the source is held so that no new buffer reuses its address mid-run
+        self._copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def hook(self, suffix: str) -> HookFn:
         def keep(tensor: torch.Tensor, hook: HookPoint) -> None:

@@ -1,4 +1,4 @@
-"""Helpers shared by every model class: weight init, token checks and layer-index checks."""
+"""Helpers shared by every model class: weight init, token checks, layer-index checks and unembedding directions."""
 
 from typing import Optional
 
@@ -54,3 +54,19 @@ def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0) -> Tensor
         if low < 0 or high >= d_vocab:
             raise ValueError(f"token ids must lie in [0, d_vocab={d_vocab}), got {low if low < 0 else high}")
     return tokens.long()
+
+
+def unembedding_directions(W_U: Tensor, tokens) -> Tensor:
+    """Columns ``W_U[:, token]`` of ``W_U [d_model, d_vocab]``: shape ``tokens.shape + (d_model,)``.
+
+    ``tokens`` is an int or an integer tensor of ids in ``[0, d_vocab)``; anything else
+    raises ``TypeError`` / ``ValueError`` naming what was received.
+    """
+    d_vocab = W_U.shape[1]
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        tokens = torch.tensor(tokens)
+    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an int or an integer tensor, got {tokens!r:.80}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= d_vocab):
+        raise ValueError(f"token ids must lie in [0, d_vocab={d_vocab}), got {tokens.tolist()}")
+    return W_U[:, tokens.to(W_U.device)].movedim(0, -1)

@@ -6,7 +6,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .init import check_stop_at_layer, check_token_ids, init_explicit_weights
+from .init import check_stop_at_layer, check_token_ids, init_explicit_weights, unembedding_directions
 from .components import AttnOnlyBlock, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
 from .config import TransformerConfig
 from .hooks import CachingMixin, HookedRootModule, HookPoint
@@ -165,13 +165,7 @@ class DemoTransformer(CachingMixin, HookedRootModule):
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
         """Unembedding directions ``W_U[:, token]``, shape ``tokens.shape + (d_model,)``."""
-        if isinstance(tokens, int):
-            tokens = torch.tensor(tokens)
-        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point:
-            raise TypeError(f"tokens must be an int or an integer tensor, got {tokens!r}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.d_vocab):
-            raise ValueError(f"token ids must lie in [0, d_vocab={self.cfg.d_vocab}), got {tokens.tolist()}")
-        return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
+        return unembedding_directions(self.W_U, tokens)
 
     # --- weights stacked over layers -----------------------------------------------------
     def _stack(self, getter) -> Tensor:

@@ -19,8 +19,8 @@ they returned; a later call with the same signature runs unchecked and its
 result's shape and dtype are compared with the remembered ones. Only when they
 differ (the same module class with other sizes, say) is the result checked in
 full against the annotation. A call with any new shape, dtype or type gets the
-full check. Arguments whose verdict could
-depend on their contents (lists, tuples, dicts) always get the full check.
+full check. Arguments whose verdict could depend on their contents (lists, tuples,
+dicts) always get the full check.
 """
 
 import collections
@@ -77,12 +77,11 @@ def _describe(value: Any) -> Optional[Hashable]:
 
 def _call_signature(args: tuple, kwargs: dict) -> Optional[Hashable]:
     """The summary of a call's arguments, or None when one of them cannot be summarized."""
-    names = [None] * len(args) + sorted(kwargs)
-    values = list(args) + [kwargs[name] for name in sorted(kwargs)]
-    described = [_describe(value) for value in values]
-    if any(d is None for d in described):
+    keywords = sorted(kwargs)
+    described = [(None, _describe(value)) for value in args] + [(name, _describe(kwargs[name])) for name in keywords]
+    if any(d is None for _, d in described):
         return None
-    return tuple(zip(names, described))
+    return tuple(described)
 
 
 def _return_checker(fn: Callable) -> Callable:
@@ -122,12 +121,13 @@ def shape_checked(fn: F) -> F:
         signature = _call_signature(args, kwargs)
         if signature is None or signature not in passed:
             result = checked(*args, **kwargs)
+            returned = _describe(result)
         else:
             result = fn(*args, **kwargs)
-            if _describe(result) == passed[signature]:
+            returned = _describe(result)
+            if returned == passed[signature]:
                 return result
             check_result(result, args, kwargs)
-        returned = _describe(result)
         if signature is not None and returned is not None:
             passed[signature] = returned
             if len(passed) > MAX_REMEMBERED_SIGNATURES:

@@ -44,7 +44,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
-from ..init import check_stop_at_layer, init_explicit_weights
+from ..init import check_stop_at_layer, init_explicit_weights, unembedding_directions
 from ..components import Embed, LayerNorm, PosEmbed
 from ..hooks import CachingMixin, HookedRootModule, HookPoint
 from ..shape_checks import shape_checked
@@ -251,13 +251,7 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
                 "hidden states to no vocabulary; load a BertForMaskedLM checkpoint, or pick a direction in "
                 "d_model yourself (e.g. for analysis.encoder_attribution)"
             )
-        if isinstance(tokens, int) and not isinstance(tokens, bool):
-            tokens = torch.tensor(tokens)
-        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise TypeError(f"tokens must be an int or an integer tensor, got {tokens!r:.80}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.d_vocab):
-            raise ValueError(f"token ids must lie in [0, d_vocab={self.cfg.d_vocab}), got {tokens.tolist()}")
-        return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
+        return unembedding_directions(self.W_U, tokens)
 
     # --- loading and tokenizer -------------------------------------------------------------
     @classmethod

@@ -1,96 +1,58 @@
 """ActivationCache: the activations of one run, addressable by full or short names.
 
-Short keys go through an explicit table (no regular expressions):
-``cache["pattern", 0]`` is ``blocks.0.attn.hook_pattern``, ``cache["resid_pre", -1]``
-the last block's input, ``cache["normalized", 0, "ln1"]`` the first LayerNorm's
-output, ``cache["scale"]`` the final LayerNorm's scale.
+Short keys go through the model's explicit name table (``model.hook_names``, no regular
+expressions): ``cache["pattern", 0]`` is ``blocks.0.attn.hook_pattern``,
+``cache["resid_pre", -1]`` the last block's input, ``cache["normalized", 0, "ln1"]`` the
+first LayerNorm's output, ``cache["scale"]`` the final norm's scale.
 
 Stacks of residual-stream components (``accumulated_resid``, ``decompose_resid``,
 ``stack_head_results``, ``stack_neuron_results``) have shape
-``[component, batch, pos, d_model]``; ``apply_ln_to_stack`` pushes them through a
-LayerNorm with its scale frozen to the cached value, so they stay additive.
+``[component, batch, pos, d_model]``; ``apply_ln_to_stack`` pushes them through a norm
+with its scale frozen to the cached value (the norm's own ``apply_frozen``), so they
+stay additive.
 
-Post-LayerNorm encoders (``EncoderTransformer``): ``ln1`` and ``ln2`` renormalize the
-residual stream inside every block, so it is not a sum of component outputs and no
-``ln_final`` reads it. There, ``accumulated_resid`` (without ``apply_ln``),
-``stack_head_results`` and ``stack_neuron_results`` keep their meaning (the hidden
-state entering each block, each head's and neuron's write); ``decompose_resid``,
-``apply_ln_to_stack``, ``logit_attrs`` and the short keys ``"scale"``/``"normalized"``
-without a layer raise an error that says so and names the tool to use instead.
+What applies is decided by the model's capabilities (``model.capabilities``), never by
+its class. In a post-norm model the norms renormalize the residual stream inside every
+block, so it is not a sum of component outputs and no final norm reads it. There,
+``accumulated_resid`` (without ``apply_ln``), ``stack_head_results`` and
+``stack_neuron_results`` keep their meaning (the hidden state entering each block, each
+head's and neuron's write); ``decompose_resid``, ``apply_ln_to_stack`` and ``logit_attrs``
+raise an error that says so and names the tool to use instead.
 """
 
 import difflib
-from typing import Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import einops
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-# short name -> full name template; {layer} is a block index, {sub} is ln1 or ln2
-LAYER_KEYS: dict[str, str] = {
-    "resid_pre": "blocks.{layer}.hook_resid_pre",
-    "resid_mid": "blocks.{layer}.hook_resid_mid",
-    "resid_post": "blocks.{layer}.hook_resid_post",
-    "attn_out": "blocks.{layer}.hook_attn_out",
-    "mlp_out": "blocks.{layer}.hook_mlp_out",
-    "q": "blocks.{layer}.attn.hook_q",
-    "k": "blocks.{layer}.attn.hook_k",
-    "v": "blocks.{layer}.attn.hook_v",
-    "z": "blocks.{layer}.attn.hook_z",
-    "attn_scores": "blocks.{layer}.attn.hook_attn_scores",
-    "pattern": "blocks.{layer}.attn.hook_pattern",
-    "pre": "blocks.{layer}.mlp.hook_pre",
-    "post": "blocks.{layer}.mlp.hook_post",
-    "scale": "blocks.{layer}.{sub}.hook_scale",
-    "normalized": "blocks.{layer}.{sub}.hook_normalized",
-}
-# TransformerLens spellings that name the same activations
-ALIASES: dict[str, str] = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
-GLOBAL_KEYS: dict[str, str] = {
-    "embed": "hook_embed",
-    "pos_embed": "hook_pos_embed",
-    "scale": "ln_final.hook_scale",
-    "normalized": "ln_final.hook_normalized",
-}
-LN_SUBLAYERS = ("ln1", "ln2")
-POST_NORM_ADVICE = (
-    "an encoder is post-LayerNorm: ln1 and ln2 renormalize the residual stream inside every block, so it is not a "
-    "sum of component outputs and no final LayerNorm reads it. For an exact split of an output direction over "
-    "embeddings, heads, MLPs and LayerNorm biases (every LayerNorm scale frozen from the cache) use "
-    "analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
+from .hook_names import ALIASES
+
+POST_NORM_INSTEAD = (
+    "For an exact split of an output direction over embeddings, heads, MLPs and norm biases (every norm's scale frozen "
+    "from the cache) use analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
 )
 
 
-def is_post_norm(model) -> bool:
-    """True for a post-LayerNorm model (``EncoderTransformer``), whose residual stream is not additive."""
-    from .encoder import EncoderTransformer  # imported here: the encoder package imports this module's users
-
-    return isinstance(model, EncoderTransformer)
+def _not_additive(model, what: str) -> ValueError:
+    return ValueError(f"{what} has no meaning here: {model.capabilities.why_not_additive()}. {POST_NORM_INSTEAD}")
 
 
-def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None) -> str:
-    """Full hook name of a short key: ``get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``."""
-    name = ALIASES.get(name, name)
-    if layer is None:
-        if name not in GLOBAL_KEYS:
-            raise KeyError(f"{name!r} needs a layer, e.g. ({name!r}, 0); short names without a layer: {sorted(GLOBAL_KEYS)}")
-        return GLOBAL_KEYS[name]
-    if name not in LAYER_KEYS:
-        close = difflib.get_close_matches(name, list(LAYER_KEYS) + list(ALIASES), n=3)
-        raise KeyError(f"unknown short name {name!r}; closest: {close}; all: {sorted(LAYER_KEYS)}")
-    if not isinstance(layer, int):
-        raise KeyError(f"layer must be an int, got {layer!r}")
-    if n_layers is not None:
-        if not -n_layers <= layer < n_layers:
-            raise KeyError(f"layer {layer} out of range for a model with {n_layers} layers")
-        layer %= n_layers
-    if "{sub}" in LAYER_KEYS[name]:
-        if sub not in LN_SUBLAYERS:
-            raise KeyError(f"{name!r} needs the LayerNorm: ({name!r}, {layer}, 'ln1') or 'ln2'; got {sub!r}")
-    elif sub is not None:
-        raise KeyError(f"{name!r} takes no sub-layer, got {sub!r}")
-    return LAYER_KEYS[name].format(layer=layer, sub=sub)
+def storage_id(tensor: torch.Tensor) -> int:
+    # the address of the storage object; views and aliases of one buffer share it (also on "meta")
+    return tensor.untyped_storage()._cdata
+
+
+def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``: the memory that keeping them costs.
+
+    A tensor stored under two names, or two views of one buffer, count once; a small
+    view that keeps a large buffer alive counts the whole buffer.
+    """
+    storages = {storage_id(t): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
 
 
 PosSlice = Union[None, int, slice, list, Tensor]
@@ -117,20 +79,18 @@ class ActivationCache:
         if isinstance(key, str):
             if key in self.cache_dict or key in self.model.hook_dict:
                 return key
-            if ALIASES.get(key, key) in GLOBAL_KEYS:
-                name = get_act_name(key)
-                if name.startswith("ln_final.") and is_post_norm(self.model):
-                    last = self.model.cfg.n_layers - 1
-                    raise KeyError(
-                        f"{key!r} without a layer means {name}, and an encoder has no ln_final (post-LayerNorm: each "
-                        f"block ends in its own ln2, and the last block's is the final normalization): use "
-                        f"cache[{key!r}, {last}, 'ln2'], i.e. 'blocks.{last}.ln2.hook_{key}'"
-                    )
-                return name
-            return key
+            names = self.model.hook_names
+            short = ALIASES.get(key, key)
+            if short in names.global_keys or short in names.unavailable:
+                return self.model.act_name(key)  # the model's table, or its advice where it lacks the key
+            return key  # not a short name: reported as an unknown activation
         if isinstance(key, tuple) and 1 <= len(key) <= 3:
-            return get_act_name(*key, n_layers=self.model.cfg.n_layers)
-        raise KeyError(f"cache keys are a hook name or (short_name, layer[, 'ln1'|'ln2']), got {key!r}")
+            return self.model.act_name(*key)
+        raise KeyError(f"cache keys are a hook name or (short_name, layer[, sub-layer]), got {key!r}")
+
+    def _has_hook(self, name: str, layer: int) -> bool:
+        """Whether the model has the short-named hook in block ``layer`` (an attention-only block has no MLP)."""
+        return self.model.act_name(name, layer) in self.model.hook_dict
 
     def __getitem__(self, key) -> Tensor:
         name = self._full_name(key)
@@ -170,8 +130,6 @@ class ActivationCache:
 
     def nbytes(self) -> int:
         """Bytes held by the cached tensors: each buffer once, however many names share it."""
-        from .hooks import held_bytes
-
         return held_bytes(self.cache_dict.values())
 
     def to(self, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None) -> "ActivationCache":
@@ -218,26 +176,26 @@ class ActivationCache:
         With ``apply_ln`` each is pushed through the LayerNorm that reads the residual at
         ``layer`` (the final LayerNorm for ``layer=None``): the logit lens.
 
-        On a post-LayerNorm encoder the entries are the hidden states entering each block
-        (``hook_resid_pre``, already normalized by the previous block's ``ln2``), with
-        ``incl_mid`` also ``resid_mid = resid_pre + attn_out``, and ``"final_post"`` is the
-        model's final hidden state (the last ``hook_normalized_resid_post``, *not* the
-        last ``hook_resid_post``, which is before ``ln2``). ``apply_ln`` raises there: no
-        LayerNorm reads the stream the way ``ln_final`` does in a decoder.
+        ``"final_post"`` is the hook the model names its final residual stream
+        (``hook_names.final_residual``). On a post-norm model (BERT) the entries are the
+        hidden states entering each block (``hook_resid_pre``, already normalized by the
+        previous block's ``ln2``), with ``incl_mid`` also ``resid_mid = resid_pre + attn_out``,
+        and ``"final_post"`` is the final hidden state (the last ``hook_normalized_resid_post``,
+        *not* the last ``hook_resid_post``, which is before ``ln2``). ``apply_ln`` raises
+        there: no norm reads the stream the way ``ln_final`` does in a pre-norm decoder.
         """
-        if apply_ln and is_post_norm(self.model):
-            raise ValueError(f"accumulated_resid(apply_ln=True) has no meaning here: {POST_NORM_ADVICE}")
+        if apply_ln and not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, "accumulated_resid(apply_ln=True)")
         end = self._layer_bound(layer)
         components, labels = [], []
         for l in range(end):
             components.append(self["resid_pre", l])
             labels.append(f"{l}_pre")
-            if incl_mid and not self.model.cfg.attn_only:
+            if incl_mid and self._has_hook("resid_mid", l):
                 components.append(self["resid_mid", l])
                 labels.append(f"{l}_mid")
         if end == self.model.cfg.n_layers:
-            final = f"blocks.{end - 1}.hook_normalized_resid_post" if is_post_norm(self.model) else ("resid_post", end - 1)
-            components.append(self[final])
+            components.append(self[self.model.hook_names.final_residual_name(end)])
             labels.append("final_post")
         else:
             components.append(self["resid_pre", end])
@@ -255,24 +213,26 @@ class ActivationCache:
     ):
         """The outputs of every component that wrote to the residual before ``layer``.
 
-        ``embed``, ``pos_embed``, then ``L_attn_out`` and ``L_mlp_out`` per block; with
-        ``mode="all"`` and ``incl_embeds`` they sum to the residual stream at ``layer``.
-        Raises ``ValueError`` on a post-LayerNorm encoder, whose stream is no such sum.
+        The embeddings the architecture adds to the stream (``hook_names.input_writers``:
+        ``embed``, ``pos_embed`` for GPT-2), then ``L_attn_out`` and ``L_mlp_out`` per block;
+        with ``mode="all"`` and ``incl_embeds`` they sum to the residual stream at ``layer``.
+        Raises ``ValueError`` on a post-norm model, whose stream is no such sum.
         """
-        if is_post_norm(self.model):
-            raise ValueError(f"decompose_resid has no meaning here: {POST_NORM_ADVICE}")
+        if not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, "decompose_resid")
         if mode not in ("all", "attn", "mlp"):
             raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
         end = self._layer_bound(layer)
         components, labels = [], []
         if incl_embeds:
-            components += [self["embed"], self["pos_embed"]]
-            labels += ["embed", "pos_embed"]
+            for name in self.model.hook_names.input_writers:
+                components.append(self[name])
+                labels.append(name)
         for l in range(end):
             if mode in ("all", "attn"):
                 components.append(self["attn_out", l])
                 labels.append(f"{l}_attn_out")
-            if mode in ("all", "mlp") and not self.model.cfg.attn_only:
+            if mode in ("all", "mlp") and self._has_hook("mlp_out", l):
                 components.append(self["mlp_out", l])
                 labels.append(f"{l}_mlp_out")
         if not components:
@@ -316,7 +276,7 @@ class ActivationCache:
         Shape ``[layer * neuron, batch, pos, d_model]``, labels ``"L0N5"``. Select
         neurons with ``neuron_slice``: the full stack is large.
         """
-        if self.model.cfg.attn_only:
+        if not self._has_hook("post", 0):
             raise ValueError("stack_neuron_results: this model is attention-only and has no neurons")
         end = self._layer_bound(layer)
         neurons = torch.arange(self.model.cfg.d_mlp)
@@ -339,25 +299,26 @@ class ActivationCache:
         mlp_input: bool = False,
         pos_slice: PosSlice = None,
     ) -> Float[Tensor, "... pos d_model"]:
-        """Push each component through a LayerNorm whose scale is frozen to the cached one.
+        """Push each component through a norm whose scale is frozen to the cached one.
 
-        ``x -> (x - mean(x)) / scale * w`` with ``scale`` from ``ln_final`` (``layer=None``)
-        or block ``layer``'s ``ln1`` (``ln2`` if ``mlp_input``). The bias ``b`` is left
-        out so the result stays additive: the components of a residual sum to
-        ``normalized - b``. ``pos_slice`` must be the one the stack was sliced with.
-        Raises ``ValueError`` on a post-LayerNorm encoder (the components of its stream do
-        not add up to what a LayerNorm reads).
+        The norm is the final one (``layer=None``) or block ``layer``'s ``ln1`` (``ln2`` if
+        ``mlp_input``), applied by its own ``apply_frozen`` (LayerNorm:
+        ``x -> (x - mean(x)) / scale * w``). The bias is left out so the result stays
+        additive: the components of a residual sum to ``normalized - b``. ``pos_slice`` must
+        be the one the stack was sliced with. Raises ``ValueError`` on a post-norm model
+        (the components of its stream do not add up to what a norm reads).
         """
-        if is_post_norm(self.model):
-            raise ValueError(f"apply_ln_to_stack has no meaning here: {POST_NORM_ADVICE}")
+        if not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, "apply_ln_to_stack")
         if layer is None or layer == self.model.cfg.n_layers:
-            scale, ln = self["scale"], self.model.ln_final
+            norm = self.model.final_norm
+            if norm is None:
+                raise ValueError("apply_ln_to_stack(layer=None) needs the final norm, and this model has none")
+            scale = self["scale"]
         else:
             sub = "ln2" if mlp_input else "ln1"
-            scale, ln = self["scale", layer, sub], getattr(self.model.blocks[layer], sub)
-        scale = _slice_pos(scale, pos_slice, pos_dim=scale.ndim - 2)
-        centred = residual_stack - residual_stack.mean(dim=-1, keepdim=True)
-        return centred / scale * ln.w
+            scale, norm = self["scale", layer, sub], getattr(self.model.blocks[layer], sub)
+        return norm.apply_frozen(residual_stack, _slice_pos(scale, pos_slice, pos_dim=scale.ndim - 2))
 
     def logit_attrs(
         self,
@@ -369,11 +330,11 @@ class ActivationCache:
 
         ``residual_stack`` should already be through ``apply_ln_to_stack``; the result is
         ``stack . W_U[:, token]`` (no ``b_U``), broadcast over the stack's batch/pos axes.
-        Raises ``ValueError`` on a post-LayerNorm encoder: its MLM logits are read after a
-        non-linear head, so no stack of residual components dots into them.
+        Raises ``ValueError`` on a post-norm model: no stack of residual components dots
+        into its output.
         """
-        if is_post_norm(self.model):
-            raise ValueError(f"logit_attrs has no meaning here: {POST_NORM_ADVICE}")
+        if not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, "logit_attrs")
         W_U = self.model.W_U
         direction = self.model.tokens_to_residual_directions(tokens)
         if incorrect_tokens is not None:

@@ -1,4 +1,4 @@
-"""interp_transformer: a GPT-2-style transformer you can read, hook and verify.
+"""interp_transformer: transformers you can read, hook and verify.
 
 Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
 
@@ -15,22 +15,30 @@ Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
 =============  ==========================================================
 """
 
-from .cache import ActivationCache, get_act_name
-from .config import PRESETS, TransformerConfig, preset
+from .architectures.gpt2 import PRESETS, TransformerConfig, preset
+from .cache import ActivationCache
+from .capabilities import Capabilities
+from .encoder import EncoderConfig, EncoderTransformer
+from .hook_names import get_act_name
 from .hooks import HookedRootModule, HookPoint
 from .kv_cache import KeyValueCache
+from .loading import from_pretrained
 from .losses import lm_loss
 from .model import DemoTransformer
 from .shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
 
 __all__ = [
     "ActivationCache",
+    "Capabilities",
     "DemoTransformer",
+    "EncoderConfig",
+    "EncoderTransformer",
     "HookPoint",
     "HookedRootModule",
     "KeyValueCache",
     "PRESETS",
     "TransformerConfig",
+    "from_pretrained",
     "get_act_name",
     "lm_loss",
     "preset",

@@ -35,10 +35,15 @@ class LayerKVCache:
 
 
 class KeyValueCache:
-    """One ``LayerKVCache`` per block. Pass to ``model(tokens, kv_cache=cache)`` step after step."""
+    """One ``LayerKVCache`` per block. Pass to ``model(tokens, kv_cache=cache)`` step after step.
+
+    ``key_is_real [batch, n_positions]`` remembers which cached positions were padding
+    (None while every one was real), so later steps never attend to them.
+    """
 
     def __init__(self, n_layers: int) -> None:
         self.layers = [LayerKVCache() for _ in range(n_layers)]
+        self.key_is_real: Optional[Tensor] = None
 
     def __getitem__(self, layer: int) -> LayerKVCache:
         return self.layers[layer]

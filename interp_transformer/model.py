@@ -1,4 +1,4 @@
-"""DemoTransformer: a GPT-2-style decoder whose every weight and activation you can read."""
+"""DemoTransformer: a decoder whose every weight and activation you can read, of any registered architecture."""
 
 from typing import Optional, Union
 
@@ -6,82 +6,117 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .init import check_stop_at_layer, check_token_ids, init_explicit_weights, unembedding_directions
-from .components import AttnOnlyBlock, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
-from .config import TransformerConfig
-from .hooks import CachingMixin, HookedRootModule, HookPoint
+from .architectures import DecoderParts
+from .base import HookedTransformerBase
+from .components import TokenLayout
+from .hooks import HookPoint
 from .kv_cache import KeyValueCache
 from .shape_checks import shape_checked
+from .token_checks import check_attention_mask, check_token_ids
 
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
 
 
-class DemoTransformer(CachingMixin, HookedRootModule):
-    """GPT-2 architecture with explicit per-head weights and a hook point on every activation.
+class DemoTransformer(HookedTransformerBase):
+    """A causal decoder with explicit per-head weights and a hook point on every activation.
+
+    ``DemoTransformer(cfg)`` builds the parts ``cfg``'s architecture picks (GPT-2 for a
+    ``TransformerConfig``; see ``interp_transformer.architectures``) and composes them::
+
+        residual = hook_embed(embed(tokens)) + hook_pos_embed(pos_embed(positions))
+        residual = block(residual)            for every block
+        logits   = unembed(ln_final(residual))
+
+    (``pos_embed`` only where the architecture has learned or fixed positions.)
 
     ``forward(tokens)`` returns logits ``[batch, pos, d_vocab]``. ``tokens`` is an
     integer tensor ``[batch, pos]``; a 1-D tensor ``[pos]`` is read as a batch of one,
-    and a string or list of strings is tokenized first when the model has a tokenizer.
+    and a string or list of strings is tokenized first when the model has a tokenizer
+    (a list is padded, with its mask). ``attention_mask [batch, pos]`` (1 real, 0 padding)
+    makes a padded batch give each row exactly what it gives alone: padded keys are never
+    attended and positions count from each row's first real token (left or right padding).
     ``stop_at_layer=L`` returns the residual stream entering block ``L`` instead.
     """
 
+    kind = "decoder"
+    TOKENIZER_HINT = "e.g. model.tokenizer = interp_transformer.tokens.offline_gpt2_tokenizer()"
+
     def __init__(
         self,
-        cfg: TransformerConfig,
+        cfg,
         tokenizer=None,
         dtype: torch.dtype = torch.float32,
         device: Union[str, torch.device, None] = None,
         seed: Optional[int] = None,
     ):
-        super().__init__()
-        if not isinstance(cfg, TransformerConfig):
-            raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
-        self.cfg = cfg
-        self.tokenizer = tokenizer
-        self.processing: list[str] = []  # weight-processing steps applied, in order
-        block_class = AttnOnlyBlock if cfg.attn_only else TransformerBlock
-        self.embed = Embed(cfg)
+        super().__init__(cfg, tokenizer)
+        parts = self.architecture.build(cfg)
+        if not isinstance(parts, DecoderParts):
+            raise TypeError(
+                f"a DemoTransformer composes a decoder, but architecture {self.architecture.name!r} builds "
+                f"{type(parts).__name__}; build its own model class"
+            )
+        self.embed = parts.embed
         self.hook_embed = HookPoint()
-        self.pos_embed = PosEmbed(cfg)
-        self.hook_pos_embed = HookPoint()
-        self.blocks = nn.ModuleList([block_class(cfg) for _ in range(cfg.n_layers)])
-        self.ln_final = LayerNorm(cfg.d_model, cfg.layer_norm_eps)
-        self.unembed = Unembed(cfg)
-        self.init_weights(seed)
-        self.to(device=device, dtype=dtype)
-        self.setup()
-
-    def init_weights(self, seed: Optional[int] = None) -> None:
-        """GPT-2's init: weight matrices ~ N(0, init_range^2), biases 0, LayerNorm w = 1."""
-        init_explicit_weights(self, self.cfg.init_range, seed)
+        self.pos_embed = parts.pos_embed
+        if parts.pos_embed is not None:
+            self.hook_pos_embed = HookPoint()
+        self.blocks = nn.ModuleList(parts.blocks)
+        self.ln_final = parts.ln_final
+        self.unembed = parts.unembed
+        self.finish_init(seed, dtype, device)
 
     def forward(
         self,
         tokens: TokensLike,
         *,
+        attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
         stop_at_layer: Optional[int] = None,
         kv_cache: Optional[KeyValueCache] = None,
     ) -> Float[Tensor, "batch pos d_out"]:
-        offset = kv_cache.n_positions if kv_cache is not None else 0
-        tokens = self.prepare_tokens(tokens, offset=offset)
-        n_blocks = self._check_stop_at_layer(stop_at_layer)
-        return self._forward(tokens, n_blocks, kv_cache, offset)
+        tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
+        n_blocks = self.check_stop_at_layer(stop_at_layer)
+        if kv_cache is not None:
+            kv_cache.key_is_real = layout.key_is_real
+        return self._forward(tokens, layout, n_blocks, kv_cache)
 
     @shape_checked
     def _forward(
-        self, tokens: Int[Tensor, "batch pos"], n_blocks: int, kv_cache: Optional[KeyValueCache], offset: int
+        self, tokens: Int[Tensor, "batch pos"], layout: TokenLayout, n_blocks: int, kv_cache: Optional[KeyValueCache]
     ) -> Float[Tensor, "batch pos d_out"]:
-        embed = self.hook_embed(self.embed(tokens))
-        pos_embed = self.hook_pos_embed(self.pos_embed(tokens, offset))
-        residual = embed + pos_embed
+        residual = self.hook_embed(self.embed(tokens))
+        if self.pos_embed is not None:  # learned positions; rotary ones act inside attention
+            residual = residual + self.hook_pos_embed(self.pos_embed(tokens, layout.offset, layout.positions))
         for layer, block in enumerate(self.blocks[:n_blocks]):
-            residual = block(residual, kv_cache[layer] if kv_cache is not None else None)
+            residual = block(residual, layout, kv_cache[layer] if kv_cache is not None else None)
         if n_blocks < self.cfg.n_layers:
             return residual
         return self.unembed(self.ln_final(residual))
 
-    def _check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
-        return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
+    def prepare_inputs(
+        self, tokens: TokensLike, attention_mask: Optional[Tensor] = None, kv_cache: Optional[KeyValueCache] = None
+    ) -> tuple[Int[Tensor, "batch pos"], TokenLayout]:
+        """Checked ``[batch, pos]`` ids on the model's device and their ``TokenLayout``.
+
+        Text is tokenized with its padding mask (``to_tokens_and_mask``); passing a mask
+        beside text raises ``ValueError``. The layout continues after the positions (and
+        the padding) a key/value cache holds.
+        """
+        if isinstance(tokens, str) or (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
+            if attention_mask is not None:
+                raise ValueError("text is tokenized with its own attention mask: pass token ids to give a mask")
+            tokens, attention_mask = self.to_tokens_and_mask(tokens)
+        offset = kv_cache.n_positions if kv_cache is not None else 0
+        tokens = self.prepare_tokens(tokens, offset=offset)
+        past = kv_cache.key_is_real if kv_cache is not None else None
+        if attention_mask is None and past is None:
+            return tokens, TokenLayout.contiguous(tokens.shape[0], tokens.shape[1], offset, tokens.device)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(tokens)
+        mask = check_attention_mask(attention_mask, tokens, allow_empty_rows=past is not None).to(tokens.device)
+        if past is not None and past.shape[0] != tokens.shape[0]:
+            raise ValueError(f"the key/value cache holds batch {past.shape[0]}, got tokens with batch {tokens.shape[0]}")
+        return tokens, TokenLayout.from_attention_mask(mask, past)
 
     def prepare_tokens(self, tokens: TokensLike, offset: int = 0) -> Int[Tensor, "batch pos"]:
         """Check ``tokens`` and return them as ``[batch, pos]`` int64 on the model's device.
@@ -95,17 +130,7 @@ class DemoTransformer(CachingMixin, HookedRootModule):
         tokens = check_token_ids(tokens, self.cfg.d_vocab, self.cfg.n_ctx, offset)
         return tokens.to(device=self.W_E.device)
 
-    # --- loading, generation and circuits live in their own modules -----------------------
-    @classmethod
-    def from_pretrained(cls, source, **kwargs) -> "DemoTransformer":
-        """Load a model: hub name, local Hugging Face directory or in-memory HF model.
-
-        See ``interp_transformer.loading.from_pretrained`` for the arguments.
-        """
-        from .loading import from_pretrained
-
-        return from_pretrained(source, **kwargs)
-
+    # --- generation and prompts live in their own modules --------------------------------
     def generate(self, tokens_or_text, *args, **kwargs):
         """Sample a continuation; see ``interp_transformer.generate.generate``."""
         from .generate import generate
@@ -118,35 +143,24 @@ class DemoTransformer(CachingMixin, HookedRootModule):
 
         return test_prompt(self, prompt, answer, **kwargs)
 
-    @property
-    def QK(self):
-        """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from .factored_matrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self):
-        """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from .factored_matrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_V, self.W_O)
-
     # --- tokenizer conveniences (see interp_transformer.tokens) -------------------------
-    def _require_tokenizer(self):
-        if self.tokenizer is None:
-            raise ValueError(
-                "this model has no tokenizer: pass token ids, or attach one with "
-                "model.tokenizer = interp_transformer.tokens.offline_gpt2_tokenizer()"
-            )
-        return self.tokenizer
-
     def to_tokens(self, text, prepend_bos: bool = True, padding_side: str = "right") -> Int[Tensor, "batch pos"]:
         """Text (or a list of texts, right-padded) to ``[batch, pos]`` ids; BOS prepended by default."""
         from . import tokens as tok
 
         ids = tok.to_tokens(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
         return ids.to(self.W_E.device)
+
+    def to_tokens_and_mask(self, text, prepend_bos: bool = True, padding_side: str = "right"):
+        """Text (or a list of texts, padded on ``padding_side``) to ``TokensAndMask(tokens, attention_mask)``.
+
+        Pass both to the model, ``model(tokens, attention_mask=attention_mask)``, or the
+        pair whole to tools that take it; the mask is 1 on real tokens, 0 on padding.
+        """
+        from . import tokens as tok
+
+        encoded = tok.to_tokens_and_mask(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
+        return tok.TokensAndMask(*(t.to(self.W_E.device) for t in encoded))
 
     def to_str_tokens(self, tokens_or_text, prepend_bos: bool = True):
         from . import tokens as tok
@@ -162,86 +176,3 @@ class DemoTransformer(CachingMixin, HookedRootModule):
         from . import tokens as tok
 
         return tok.get_token_position(self._require_tokenizer(), single_token, tokens_or_text, mode=mode, prepend_bos=prepend_bos)
-
-    def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
-        """Unembedding directions ``W_U[:, token]``, shape ``tokens.shape + (d_model,)``."""
-        return unembedding_directions(self.W_U, tokens)
-
-    # --- weights stacked over layers -----------------------------------------------------
-    def _stack(self, getter) -> Tensor:
-        return torch.stack([getter(block) for block in self.blocks])
-
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
-        return self.pos_embed.W_pos
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        return self.unembed.W_U
-
-    @property
-    def b_U(self) -> Float[Tensor, "d_vocab"]:
-        return self.unembed.b_U
-
-    @property
-    def W_Q(self) -> Float[Tensor, "layer head_index d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_Q)
-
-    @property
-    def W_K(self) -> Float[Tensor, "layer head_index d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_K)
-
-    @property
-    def W_V(self) -> Float[Tensor, "layer head_index d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_V)
-
-    @property
-    def W_O(self) -> Float[Tensor, "layer head_index d_head d_model"]:
-        return self._stack(lambda b: b.attn.W_O)
-
-    @property
-    def b_Q(self) -> Float[Tensor, "layer head_index d_head"]:
-        return self._stack(lambda b: b.attn.b_Q)
-
-    @property
-    def b_K(self) -> Float[Tensor, "layer head_index d_head"]:
-        return self._stack(lambda b: b.attn.b_K)
-
-    @property
-    def b_V(self) -> Float[Tensor, "layer head_index d_head"]:
-        return self._stack(lambda b: b.attn.b_V)
-
-    @property
-    def b_O(self) -> Float[Tensor, "layer d_model"]:
-        return self._stack(lambda b: b.attn.b_O)
-
-    def __getattr__(self, name: str):
-        # nn.Module.__getattr__ would replace _mlp_stack's message with "no attribute 'W_in'"
-        if name in ("W_in", "b_in", "W_out", "b_out") and self.__dict__.get("cfg") is not None and self.cfg.attn_only:
-            raise AttributeError(f"{name}: this model is attention-only (d_mlp=None) and has no MLP weights")
-        return super().__getattr__(name)
-
-    def _mlp_stack(self, name: str) -> Tensor:
-        if self.cfg.attn_only:
-            raise AttributeError(f"{name}: this model is attention-only (d_mlp=None) and has no MLP weights")
-        return self._stack(lambda b: getattr(b.mlp, name))
-
-    @property
-    def W_in(self) -> Float[Tensor, "layer d_model d_mlp"]:
-        return self._mlp_stack("W_in")
-
-    @property
-    def b_in(self) -> Float[Tensor, "layer d_mlp"]:
-        return self._mlp_stack("b_in")
-
-    @property
-    def W_out(self) -> Float[Tensor, "layer d_mlp d_model"]:
-        return self._mlp_stack("W_out")
-
-    @property
-    def b_out(self) -> Float[Tensor, "layer d_model"]:
-        return self._mlp_stack("b_out")

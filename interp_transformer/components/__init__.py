@@ -1,11 +1,37 @@
-"""One module per component; each is small, typed, and hooked where DESIGN section 3 says."""
+"""One part per file; each is small, typed, and hooked where DESIGN section 3 says.
+
+Parts are interchangeable by protocol: an architecture module (``interp_transformer.architectures``)
+picks them and a block or model composes them.
+"""
 
 from .attention import Attention
-from .block import AttnOnlyBlock, TransformerBlock
+from .bert_heads import MLMHead, Pooler
+from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
 from .embed import Embed
 from .layer_norm import LayerNorm
+from .layout import TokenLayout
+from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .pos_embed import PosEmbed
+from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed
 
-__all__ = ["Attention", "AttnOnlyBlock", "TransformerBlock", "Embed", "LayerNorm", "MLP", "gelu_new", "PosEmbed", "Unembed"]
+__all__ = [
+    "Attention",
+    "AttnOnlyBlock",
+    "CausalMask",
+    "Embed",
+    "LayerNorm",
+    "MLMHead",
+    "MLP",
+    "PaddingMask",
+    "Pooler",
+    "PosEmbed",
+    "PostNormBlock",
+    "SlidingWindowMask",
+    "TokenLayout",
+    "TokenTypeEmbed",
+    "TransformerBlock",
+    "Unembed",
+    "gelu_new",
+]

@@ -1,5 +1,5 @@
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import einops
 import torch
@@ -7,32 +7,41 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
 from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .affine import affine
+from .layout import TokenLayout
+from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with explicit per-head weights.
+    """Multi-head attention with explicit per-head weights; which keys a query sees is up to its mask parts.
 
-    For each head ``h``: ``q = x W_Q[h] + b_Q[h]`` (likewise ``k``, ``v``),
-    ``attn_scores = q k^T / sqrt(d_head)`` masked so a query never sees a later key,
-    ``pattern = softmax(attn_scores)``, ``z = pattern v``, and
-    ``attn_out = sum_h z_h W_O[h] + b_O``.
+    For each head ``h``, with ``x`` the normalized residual stream of the queries and
+    ``source`` that of the keys (``x`` itself, or ``kv_input`` for cross-attention)::
 
-    Two paths compute ``z``: the explicit einsum path (the reference, and the only
-    one that produces ``attn_scores`` and ``pattern``), and PyTorch's fused
-    ``scaled_dot_product_attention``, used only while nothing hooks or caches the
-    scores or the pattern of this layer. ``uses_fused_path()`` is the one place the
-    choice is made.
+        q = x W_Q[h] + b_Q[h]        k = source W_K[h] + b_K[h]        v = source W_V[h] + b_V[h]
+        attn_scores = q k^T * scale            (scale = 1/sqrt(d_head) unless given; -inf where a mask disallows)
+        pattern = softmax(attn_scores)         over key_pos
+        z = pattern v
+        attn_out = sum_h z_h W_O[h] + b_O
+
+    ``masks`` (default ``CausalMask`` and ``PaddingMask``) read the ``TokenLayout`` of the
+    forward pass; see ``interp_transformer.components.masks``. An encoder passes
+    ``(PaddingMask(),)``; cross-attention likewise, with the source's layout.
+
+    Two paths compute ``z``: the explicit einsum path (the reference, and the only one
+    that produces ``attn_scores`` and ``pattern``) and PyTorch's fused
+    ``scaled_dot_product_attention``, used only while nothing hooks or caches the scores
+    or the pattern of this layer. ``uses_fused_path()`` is the one place the choice is made.
     """
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg, masks: Optional[Sequence[nn.Module]] = None, *, scale: Optional[float] = None):
         super().__init__()
-        self.cfg = cfg
         n_heads, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.n_heads, self.d_head = n_heads, d_head
+        self.scale = 1 / math.sqrt(d_head) if scale is None else float(scale)
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
@@ -41,6 +50,7 @@ class Attention(nn.Module):
         self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
         self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
         self.b_O = nn.Parameter(torch.zeros(d_model))
+        self.masks = nn.ModuleList(masks if masks is not None else (CausalMask(), PaddingMask()))
         self.use_fused_attention = True  # set False to always run the explicit path
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
@@ -49,27 +59,55 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
 
+    def input_weights(self) -> list[tuple[Tensor, Tensor]]:
+        """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites."""
+        return [(self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V)]
+
+    def output_weights(self) -> list[Tensor]:
+        """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
+        return [self.W_O, self.b_O]
+
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: nobody observes the scores or the pattern."""
         return self.use_fused_attention and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks())
 
     @shape_checked
     def forward(
-        self, normalized: Float[Tensor, "batch pos d_model"], kv_cache: Optional[LayerKVCache] = None
+        self,
+        normalized: Float[Tensor, "batch pos d_model"],
+        layout: Optional[TokenLayout] = None,
+        kv_cache: Optional[LayerKVCache] = None,
+        kv_input: Optional[Float[Tensor, "batch key_pos d_model"]] = None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        if layout is None:  # a standalone call: one fresh, unpadded sequence per row
+            offset = kv_cache.n_positions if kv_cache is not None else 0
+            layout = TokenLayout.contiguous(normalized.shape[0], normalized.shape[1], offset, normalized.device)
+        source = normalized if kv_input is None else kv_input
         q = self.hook_q(self._project(normalized, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project(normalized, self.W_K, self.b_K))
-        v = self.hook_v(self._project(normalized, self.W_V, self.b_V))
-        offset = 0
+        k = self.hook_k(self._project(source, self.W_K, self.b_K))
+        v = self.hook_v(self._project(source, self.W_V, self.b_V))
         if kv_cache is not None:
-            offset = kv_cache.n_positions
             k, v = kv_cache.append(k, v)
-        if self.uses_fused_path():
-            z = self._fused_z(q, k, v, offset)
+        z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
+        return self._combine_heads(self.hook_z(z))
+
+    def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
+        # attn_scores = q k^T * scale, -inf where a mask disallows the key
+        attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed_keys(self.masks, layout)))
+        pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
+        return einops.einsum(
+            pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
+        )
+
+    def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
+        """``z`` by PyTorch's fused kernel: the same formula, without forming the scores."""
+        to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
+        q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
+        if fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
-            z = self._explicit_z(q, k, v, offset)
-        z = self.hook_z(z)
-        return self._combine_heads(z)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed_keys(self.masks, layout), scale=self.scale)
+        return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
@@ -94,37 +132,32 @@ class Attention(nn.Module):
         W_O_heads = einops.rearrange(self.W_O, "head_index d_head d_model -> (head_index d_head) d_model")
         return affine(z_heads, W_O_heads, self.b_O)
 
-    def causal_mask(self, query_len: int, key_len: int, offset: int, device) -> Tensor:
-        """``[query_pos, key_pos]`` booleans, True where the key lies in the query's future."""
-        query_pos = torch.arange(offset, offset + query_len, device=device)[:, None]
-        key_pos = torch.arange(key_len, device=device)[None, :]
-        return key_pos > query_pos
 
-    def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
-        # attn_scores = q k^T / sqrt(d_head), -inf where the key lies in the query's future.
-        # One product computes all of it: the mask enters as an additive bias (0 or -inf)
-        # that baddbmm writes before accumulating alpha * q k^T onto it, where dividing and
-        # masking afterwards would be two more passes over [batch, head_index, query_pos,
-        # key_pos] (48 MB per layer at GPT-2 small's 1024 positions).
-        future = self.causal_mask(q.shape[1], k.shape[1], offset, q.device)
-        mask_bias = torch.zeros(future.shape, dtype=q.dtype, device=q.device).masked_fill_(future, float("-inf"))
-        q_heads = einops.rearrange(q, "batch query_pos head_index d_head -> (batch head_index) query_pos d_head")
-        k_heads = einops.rearrange(k, "batch key_pos head_index d_head -> (batch head_index) d_head key_pos")
-        scores = torch.baddbmm(mask_bias, q_heads, k_heads, alpha=1 / math.sqrt(self.cfg.d_head))
-        attn_scores = self.hook_attn_scores(
-            einops.rearrange(scores, "(batch head_index) query_pos key_pos -> batch head_index query_pos key_pos", batch=q.shape[0])
-        )
-        pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
-        return einops.einsum(
-            pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
-        )
+def masked_scores(
+    q: Float[Tensor, "batch query_pos head_index d_head"],
+    k: Float[Tensor, "batch key_pos head_index d_head"],
+    scale: float,
+    allowed: Optional[Tensor],
+) -> Float[Tensor, "batch head_index query_pos key_pos"]:
+    """``attn_scores = einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head ->
+    batch head_index query_pos key_pos") * scale``, set to ``-inf`` where ``allowed`` is False.
 
-    def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
-        to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
-        q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
-        if offset == 0 and q.shape[2] == k.shape[2]:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            allowed = ~self.causal_mask(q.shape[2], k.shape[2], offset, q.device)
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
+    ``allowed`` broadcasts to ``[batch, head_index, query_pos, key_pos]`` (None: every key).
+    Computed as one batched product that starts from the mask written as an additive bias
+    (0 or -inf) and accumulates ``scale * q k^T`` onto it: scaling and masking afterwards
+    would be two more passes over ``[batch, head_index, query_pos, key_pos]``, 48 MB per layer
+    at GPT-2 small's 1024 positions, about 5% of a forward that keeps every activation.
+    """
+    batch, n_heads = q.shape[0], q.shape[2]
+    q_heads = einops.rearrange(q, "batch query_pos head_index d_head -> (batch head_index) query_pos d_head")
+    k_heads = einops.rearrange(k, "batch key_pos head_index d_head -> (batch head_index) d_head key_pos")
+    if allowed is None:
+        scores = torch.baddbmm(q_heads.new_empty(1, 1, 1), q_heads, k_heads, beta=0, alpha=scale)
+    else:
+        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(allowed.logical_not(), float("-inf"))
+        if bias.shape[0] == 1 and bias.shape[1] == 1:  # one mask for every row and head: broadcast it
+            bias = bias[0]
+        else:  # a mask per row (padding): one bias matrix per (row, head)
+            bias = einops.rearrange(bias.expand(batch, n_heads, -1, -1), "batch head_index q k -> (batch head_index) q k")
+        scores = torch.baddbmm(bias, q_heads, k_heads, alpha=scale)
+    return einops.rearrange(scores, "(batch head_index) query_pos key_pos -> batch head_index query_pos key_pos", batch=batch)

@@ -2,16 +2,19 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
 from ..shape_checks import shape_checked
 
 
 class Embed(nn.Module):
     """Token embedding: ``embed = W_E[tokens]``."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
+
+    def output_weights(self) -> list[Tensor]:
+        """``W_E``: what this part writes to the residual stream (``d_model`` last)."""
+        return [self.W_E]
 
     @shape_checked
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:

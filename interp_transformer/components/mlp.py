@@ -5,7 +5,6 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
 from .affine import affine
@@ -30,7 +29,7 @@ ACTIVATIONS = {"gelu_new": gelu_new, "gelu": F.gelu, "relu": F.relu, "silu": F.s
 class MLP(nn.Module):
     """Two-layer MLP: ``pre = x W_in + b_in``, ``post = act(pre)``, ``out = post W_out + b_out``."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
         self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
@@ -39,6 +38,14 @@ class MLP(nn.Module):
         self.act_fn = ACTIVATIONS[cfg.act_fn]
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
+
+    def input_weights(self) -> list[tuple[Tensor, Tensor]]:
+        """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites."""
+        return [(self.W_in, self.b_in)]
+
+    def output_weights(self) -> list[Tensor]:
+        """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
+        return [self.W_out, self.b_out]
 
     @shape_checked
     def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:

@@ -2,7 +2,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
 from ..shape_checks import shape_checked
 from .affine import affine
 
@@ -10,10 +9,14 @@ from .affine import affine
 class Unembed(nn.Module):
     """Logits from the final normalized residual: ``logits = x W_U + b_U``."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
+
+    def input_weights(self) -> list[tuple[Tensor, Tensor]]:
+        """``(W_U, b_U)``: what folding the final norm into the read-out rewrites."""
+        return [(self.W_U, self.b_U)]
 
     @shape_checked
     def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:

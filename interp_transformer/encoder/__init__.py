@@ -1,6 +1,9 @@
 """BERT-style encoders: post-LayerNorm blocks, bidirectional attention with a padding mask,
 token-type embeddings, and the MLM head / pooler that BERT checkpoints ship.
 
+The architecture (config, parts, capabilities, hook names) is ``interp_transformer.architectures.bert``;
+``EncoderTransformer`` composes it.
+
 >>> import torch
 >>> from interp_transformer.encoder import EncoderConfig, EncoderTransformer
 >>> model = EncoderTransformer(EncoderConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16), seed=0)
@@ -8,20 +11,19 @@ token-type embeddings, and the MLM head / pooler that BERT checkpoints ship.
 torch.Size([1, 5, 32])
 """
 
-from .components import EncoderAttention, EncoderBlock, MLMHead, Pooler, TokenTypeEmbed
-from .config import ENCODER_PRESETS, EncoderConfig
+from ..architectures.bert import ENCODER_PRESETS, EncoderConfig
+from ..components import MLMHead, Pooler, PostNormBlock, TokenTypeEmbed
 from .inputs import EncoderTokens
 from .model import RETURN_TYPES, EncoderTransformer
 
 __all__ = [
     "ENCODER_PRESETS",
-    "EncoderAttention",
-    "EncoderBlock",
     "EncoderConfig",
     "EncoderTokens",
     "EncoderTransformer",
     "MLMHead",
     "Pooler",
+    "PostNormBlock",
     "RETURN_TYPES",
     "TokenTypeEmbed",
 ]

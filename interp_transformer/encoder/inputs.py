@@ -10,8 +10,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..init import check_token_ids
-from .config import EncoderConfig
+from ..architectures.bert import EncoderConfig
+from ..token_checks import check_attention_mask, check_like_tokens, check_token_ids
 
 
 class EncoderTokens(NamedTuple):
@@ -27,34 +27,9 @@ def check_tokens(tokens, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
     return check_token_ids(tokens, cfg.d_vocab, cfg.n_ctx)
 
 
-def _check_like_tokens(value, tokens: Tensor, name: str, allow_bool: bool) -> Tensor:
-    if not isinstance(value, Tensor):
-        raise TypeError(f"{name} must be a Tensor shaped like tokens {tuple(tokens.shape)}, got {type(value).__name__}")
-    if value.dtype.is_floating_point or value.dtype.is_complex or (value.dtype == torch.bool and not allow_bool):
-        kinds = "an integer or bool" if allow_bool else "an integer"
-        raise TypeError(f"{name} must be {kinds} tensor, got dtype {value.dtype}")
-    if value.ndim == 1:
-        value = value.unsqueeze(0)
-    if value.shape != tokens.shape:
-        raise ValueError(f"{name} has shape {tuple(value.shape)}, expected the tokens' shape {tuple(tokens.shape)}")
-    return value
-
-
-def check_attention_mask(attention_mask, tokens: Tensor) -> Int[Tensor, "batch pos"]:
-    """The mask shaped like ``tokens``, holding only 0 and 1, with a real token in every row."""
-    mask = _check_like_tokens(attention_mask, tokens, "attention_mask", allow_bool=True)
-    if not mask.is_meta:
-        if not ((mask == 0) | (mask == 1)).all():
-            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got values {mask.unique().tolist()}")
-        empty = (mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
-        if empty:
-            raise ValueError(f"attention_mask rows {empty} have no real token: every sequence needs at least one")
-    return mask
-
-
 def check_token_type_ids(token_type_ids, tokens: Tensor, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
     """Segment ids shaped like ``tokens``, in ``[0, n_token_types)``."""
-    token_type_ids = _check_like_tokens(token_type_ids, tokens, "token_type_ids", allow_bool=False)
+    token_type_ids = check_like_tokens(token_type_ids, tokens, "token_type_ids", allow_bool=False)
     if not token_type_ids.is_meta:
         low, high = int(token_type_ids.min()), int(token_type_ids.max())
         if low < 0 or high >= cfg.n_token_types:

@@ -3,7 +3,7 @@
 Forward pass (``x`` is the residual stream, ``key_is_real`` the padding mask)::
 
     x = embed_ln(W_E[tokens] + W_token_type[token_type_ids] + W_pos[positions])
-    for each block:   (post-LayerNorm, see EncoderBlock)
+    for each block:   (post-LayerNorm, see components.PostNormBlock)
         resid_mid = x + attn(x)
         x = ln2(ln1(resid_mid) + mlp(ln1(resid_mid)))
     hidden states = x                            [batch pos d_model]  (the output of a BertModel)
@@ -44,12 +44,11 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
-from ..init import check_stop_at_layer, init_explicit_weights, unembedding_directions
-from ..components import Embed, LayerNorm, PosEmbed
-from ..hooks import CachingMixin, HookedRootModule, HookPoint
+from ..architectures.bert import EncoderConfig, EncoderParts
+from ..base import HookedTransformerBase, WeightView, unembedding_directions
+from ..components import TokenLayout
+from ..hooks import HookPoint
 from ..shape_checks import shape_checked
-from .components import EncoderBlock, MLMHead, Pooler, TokenTypeEmbed
-from .config import EncoderConfig
 from .inputs import EncoderTokens, check_attention_mask, check_token_type_ids, check_tokens, encode
 
 RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
@@ -58,15 +57,7 @@ RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, EncoderTokens]
 
 
-def _stacked(component: str, weight: str, shape: str) -> property:
-    def getter(self) -> Tensor:
-        return torch.stack([getattr(getattr(block, component), weight) for block in self.blocks])
-
-    getter.__doc__ = f"``blocks[L].{component}.{weight}`` stacked over blocks: ``[{shape}]``."
-    return property(getter)
-
-
-class EncoderTransformer(CachingMixin, HookedRootModule):
+class EncoderTransformer(HookedTransformerBase):
     """BERT architecture with explicit per-head weights and a hook point on every activation.
 
     ``forward(tokens, attention_mask=None, token_type_ids=None, return_type=None)``
@@ -82,6 +73,9 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
     ``attention_mask`` is 1 on real tokens and 0 on padding; ``None`` means no padding.
     """
 
+    kind = "encoder"
+    TOKENIZER_HINT = "a BERT tokenizer"
+
     def __init__(
         self,
         cfg: EncoderConfig,
@@ -90,28 +84,21 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         device: Union[str, torch.device, None] = None,
         seed: Optional[int] = None,
     ):
-        super().__init__()
-        if not isinstance(cfg, EncoderConfig):
-            raise TypeError(f"cfg must be an EncoderConfig, got {type(cfg).__name__}")
-        self.cfg = cfg
-        self.tokenizer = tokenizer
-        self.embed = Embed(cfg)
+        super().__init__(cfg, tokenizer)
+        parts = self.architecture.build(cfg)
+        if not isinstance(parts, EncoderParts):
+            raise TypeError(f"an EncoderTransformer composes an encoder, but {self.architecture.name!r} builds {type(parts).__name__}")
+        self.embed = parts.embed
         self.hook_embed = HookPoint()
-        self.pos_embed = PosEmbed(cfg)
+        self.pos_embed = parts.pos_embed
         self.hook_pos_embed = HookPoint()
-        self.token_type_embed = TokenTypeEmbed(cfg)
+        self.token_type_embed = parts.token_type_embed
         self.hook_token_type_embed = HookPoint()
-        self.embed_ln = LayerNorm(cfg.d_model, cfg.layer_norm_eps)
-        self.blocks = nn.ModuleList([EncoderBlock(cfg) for _ in range(cfg.n_layers)])
-        self.mlm_head = MLMHead(cfg) if cfg.has_mlm_head else None
-        self.pooler = Pooler(cfg) if cfg.has_pooler else None
-        self.init_weights(seed)
-        self.to(device=device, dtype=dtype)
-        self.setup()
-
-    def init_weights(self, seed: Optional[int] = None) -> None:
-        """BERT's init: weight matrices ~ N(0, init_range^2), biases 0, LayerNorm w = 1."""
-        init_explicit_weights(self, self.cfg.init_range, seed)
+        self.embed_ln = parts.embed_ln
+        self.blocks = nn.ModuleList(parts.blocks)
+        self.mlm_head = parts.mlm_head
+        self.pooler = parts.pooler
+        self.finish_init(seed, dtype, device)
 
     # --- forward ---------------------------------------------------------------------------
     def forward(
@@ -131,7 +118,7 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
             raise ValueError("this model has no MLM head (cfg.has_mlm_head=False); load a BertForMaskedLM checkpoint")
         if return_type == "pooled" and self.pooler is None:
             raise ValueError("this model has no pooler (cfg.has_pooler=False); load a BertModel checkpoint that has one")
-        n_blocks = self._check_stop_at_layer(stop_at_layer)
+        n_blocks = self.check_stop_at_layer(stop_at_layer)
         if n_blocks < self.cfg.n_layers and return_type != "hidden":
             raise ValueError(f"stop_at_layer returns the residual stream; it needs return_type='hidden', got {return_type!r}")
         tokens, key_is_real, token_type_ids = self.prepare_inputs(tokens, attention_mask, token_type_ids)
@@ -151,16 +138,14 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         token_type_embed = self.hook_token_type_embed(self.token_type_embed(token_type_ids))
         # Hugging Face's order of summation, so float rounding matches too
         residual = self.embed_ln(embed + token_type_embed + pos_embed)
+        layout = TokenLayout.contiguous(tokens.shape[0], tokens.shape[1], device=tokens.device, key_is_real=key_is_real)
         for block in self.blocks[:n_blocks]:
-            residual = block(residual, key_is_real)
+            residual = block(residual, layout)
         if return_type == "mlm_logits":
             return self.mlm_head(residual)
         if return_type == "pooled":
             return self.pooler(residual)
         return residual
-
-    def _check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
-        return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
 
     def mlm_logits(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch pos d_vocab"]:
         """Masked-language-model logits ``[batch, pos, d_vocab]``: ``forward(..., return_type="mlm_logits")``."""
@@ -185,12 +170,6 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         summed = einops.einsum(hidden, weights, "batch pos d_model, batch pos -> batch d_model")
         embedding = summed / weights.sum(dim=-1, keepdim=True)
         return torch.nn.functional.normalize(embedding, dim=-1) if normalize else embedding
-
-    def _default_metric(self, output: Tensor, model_args) -> Tensor:
-        raise ValueError(
-            "run_with_cache(incl_bwd=True) on an encoder needs backward_metric=fn(output) -> scalar: "
-            "an encoder has no next-token loss to default to"
-        )
 
     # --- input checks ----------------------------------------------------------------------
     def prepare_inputs(
@@ -254,27 +233,6 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         return unembedding_directions(self.W_U, tokens)
 
     # --- loading and tokenizer -------------------------------------------------------------
-    @classmethod
-    def from_pretrained(cls, source, **kwargs) -> "EncoderTransformer":
-        """Load a BERT checkpoint: hub name, local Hugging Face directory or in-memory HF model.
-
-        ``interp_transformer.loading.from_pretrained(source, **kwargs)`` (``dtype``,
-        ``device``, ``tokenizer``, ...), which must find a BERT-family checkpoint.
-        Conversion is strict (missing, unexpected or mis-shaped weights raise
-        ``ValueError``) and never unpickles untrusted files.
-        """
-        from ..loading import from_pretrained
-
-        model = from_pretrained(source, **kwargs)
-        if not isinstance(model, cls):
-            raise ValueError(f"{source!r:.80} holds a {type(model).__name__}, not an encoder; load it with its own class")
-        return model
-
-    def _require_tokenizer(self):
-        if self.tokenizer is None:
-            raise ValueError("this model has no tokenizer: pass token ids, or set model.tokenizer to a BERT tokenizer")
-        return self.tokenizer
-
     def to_tokens_and_mask(self, text: Union[str, list], text_pair: Union[str, list, None] = None) -> EncoderTokens:
         """Tokenize with the checkpoint's tokenizer: ``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for pairs).
 
@@ -331,55 +289,7 @@ class EncoderTransformer(CachingMixin, HookedRootModule):
         texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=False)
         return texts[0] if tokens.ndim == 1 else texts
 
-    # --- weights stacked over blocks -------------------------------------------------------
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
-        return self.pos_embed.W_pos
-
-    @property
-    def W_token_type(self) -> Float[Tensor, "n_token_types d_model"]:
-        return self.token_type_embed.W_token_type
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        """The MLM head's unembedding (only models with ``has_mlm_head``)."""
-        if self.mlm_head is None:
-            raise AttributeError("W_U: this encoder has no MLM head (cfg.has_mlm_head=False)")
-        return self.mlm_head.unembed.W_U
-
-    @property
-    def b_U(self) -> Float[Tensor, "d_vocab"]:
-        if self.mlm_head is None:
-            raise AttributeError("b_U: this encoder has no MLM head (cfg.has_mlm_head=False)")
-        return self.mlm_head.unembed.b_U
-
-    W_Q = _stacked("attn", "W_Q", "layer head_index d_model d_head")
-    W_K = _stacked("attn", "W_K", "layer head_index d_model d_head")
-    W_V = _stacked("attn", "W_V", "layer head_index d_model d_head")
-    W_O = _stacked("attn", "W_O", "layer head_index d_head d_model")
-    b_Q = _stacked("attn", "b_Q", "layer head_index d_head")
-    b_K = _stacked("attn", "b_K", "layer head_index d_head")
-    b_V = _stacked("attn", "b_V", "layer head_index d_head")
-    b_O = _stacked("attn", "b_O", "layer d_model")
-    W_in = _stacked("mlp", "W_in", "layer d_model d_mlp")
-    b_in = _stacked("mlp", "b_in", "layer d_mlp")
-    W_out = _stacked("mlp", "W_out", "layer d_mlp d_model")
-    b_out = _stacked("mlp", "b_out", "layer d_model")
-
-    @property
-    def QK(self):
-        """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from ..factored_matrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self):
-        """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from ..factored_matrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_V, self.W_O)
+    # --- weights only an encoder has ------------------------------------------------------
+    W_token_type = WeightView("token_type_embed", "W_token_type", "n_token_types d_model")
+    W_U = WeightView("mlm_head.unembed", "W_U", "d_model d_vocab")
+    b_U = WeightView("mlm_head.unembed", "b_U", "d_vocab")

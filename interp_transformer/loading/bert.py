@@ -45,10 +45,12 @@ import einops
 import torch
 from torch import Tensor
 
-from ..encoder import EncoderConfig, EncoderTransformer
+from ..architectures.bert import EncoderConfig
+from ..encoder import EncoderTransformer
 from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("bert",)
+VERIFY_PADDED = True  # verify_pretrained compares on a padded batch by default: the mask must match too
 # Hugging Face hidden_act -> our act_fn ("gelu" is the exact erf GELU in both)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
 # Buffers that old checkpoints store beside the weights.

@@ -1,17 +1,38 @@
-"""Encoder configuration: a frozen dataclass for BERT-style (post-LayerNorm, bidirectional) models.
+"""BERT: its config, presets, parts, capabilities and hook names (``EncoderTransformer`` composes them).
 
-It is its own class rather than flags on ``TransformerConfig``: an encoder runs
-different math (post-norm blocks, no causal mask, token-type embeddings), and a
-config says how big a model is, not which math it runs. The field names that
-mean the same thing as in ``TransformerConfig`` are spelled the same, so the
-shared components (``Embed``, ``PosEmbed``, ``MLP``, ``LayerNorm``) read them
-unchanged.
+The config is its own class rather than flags on ``TransformerConfig``: an encoder runs
+different math (post-norm blocks, no causal mask, token-type embeddings), and a config
+says how big a model is, not which math it runs. Field names that mean the same thing
+as in ``TransformerConfig`` are spelled the same, so the shared parts (``Embed``,
+``PosEmbed``, ``MLP``, ``LayerNorm``) read them unchanged.
+
+BERT's parts: token, position and token-type embeddings summed and normalized
+(``embed_ln``), ``PostNormBlock(Attention(masks=(PaddingMask(),)), LayerNorm, MLP,
+LayerNorm)`` blocks, and the heads the checkpoint ships (MLM head, pooler).
 """
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
-from ..config import validate_common_fields
+from torch import nn
+
+from ..capabilities import Capabilities
+from ..components import (
+    MLP,
+    Attention,
+    Embed,
+    LayerNorm,
+    MLMHead,
+    PaddingMask,
+    Pooler,
+    PosEmbed,
+    PostNormBlock,
+    TokenTypeEmbed,
+)
+from ..hook_names import BLOCK_HOOKS, HookNames
+from .registry import Architecture
+from .validation import validate_common_fields
 
 
 @dataclass(frozen=True)
@@ -79,3 +100,56 @@ ENCODER_PRESETS: dict[str, EncoderConfig] = {
         d_model=384, n_layers=6, n_heads=12, d_head=32, d_mlp=1536, has_pooler=True, name="all-MiniLM-L6-v2"
     ),
 }
+
+
+@dataclass(frozen=True)
+class EncoderParts:
+    """The parts of a BERT-style encoder, in forward order: what ``EncoderTransformer`` composes."""
+
+    embed: nn.Module
+    pos_embed: nn.Module
+    token_type_embed: nn.Module
+    embed_ln: nn.Module
+    blocks: list
+    mlm_head: Optional[nn.Module]
+    pooler: Optional[nn.Module]
+
+
+def build(cfg: EncoderConfig) -> EncoderParts:
+    """BERT's parts: summed embeddings and their LayerNorm, post-norm blocks, the heads ``cfg`` asks for."""
+
+    def block():
+        attn = Attention(cfg, masks=(PaddingMask(),))  # bidirectional: only padding is hidden
+        return PostNormBlock(attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg), LayerNorm(cfg.d_model, cfg.layer_norm_eps))
+
+    return EncoderParts(
+        embed=Embed(cfg),
+        pos_embed=PosEmbed(cfg),
+        token_type_embed=TokenTypeEmbed(cfg),
+        embed_ln=LayerNorm(cfg.d_model, cfg.layer_norm_eps),
+        blocks=[block() for _ in range(cfg.n_layers)],
+        mlm_head=MLMHead(cfg) if cfg.has_mlm_head else None,
+        pooler=Pooler(cfg) if cfg.has_pooler else None,
+    )
+
+
+CAPABILITIES = Capabilities(
+    causal=False, norm_placement="post", final_norm=None, read_out=None, next_token_logits=False, embedding_norm="embed_ln"
+)
+
+_NO_FINAL_NORM = (
+    "{key!r} without a layer means ln_final.hook_{key}, and an encoder has no ln_final (post-LayerNorm: each block ends in "
+    "its own ln2, and the last block's is the final normalization): use cache[{key!r}, {last}, 'ln2'], i.e. "
+    "'blocks.{last}.ln2.hook_{key}'"
+)
+HOOK_NAMES = HookNames(
+    layer_keys={**BLOCK_HOOKS, "normalized_resid_post": "blocks.{layer}.hook_normalized_resid_post"},
+    global_keys={"embed": "hook_embed", "pos_embed": "hook_pos_embed", "token_type_embed": "hook_token_type_embed"},
+    input_writers=("embed", "token_type_embed", "pos_embed"),
+    final_residual="blocks.{last}.hook_normalized_resid_post",
+    unavailable={"scale": _NO_FINAL_NORM, "normalized": _NO_FINAL_NORM},
+)
+
+ARCHITECTURE = Architecture(
+    name="bert", config_class=EncoderConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+)

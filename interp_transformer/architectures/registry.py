@@ -1,0 +1,83 @@
+"""The architecture registry: which config class is built by which architecture.
+
+An ``Architecture`` holds what one family of models needs beyond its parts: its
+config class, how its parts are built from a config, its capabilities and its
+hook-name table. ``DemoTransformer(cfg)`` and ``EncoderTransformer(cfg)`` look their
+architecture up here by the config's class, so a new architecture is a new module
+and one ``register`` call, never a branch in an existing forward (see
+``docs/architecture.md``).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from torch import nn
+
+from ..capabilities import Capabilities
+from ..hook_names import HookNames
+
+
+@dataclass(frozen=True)
+class DecoderParts:
+    """The parts of a decoder, in forward order: what ``DemoTransformer`` composes.
+
+    ``pos_embed`` is None when positions act inside attention (rotary) or there are none.
+    """
+
+    embed: nn.Module
+    pos_embed: Optional[nn.Module]
+    blocks: list
+    ln_final: nn.Module
+    unembed: nn.Module
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture: ``build(cfg)`` gives its parts, ``capabilities(cfg)`` its facts."""
+
+    name: str
+    config_class: type
+    build: Callable[[Any], Any]
+    capabilities: Callable[[Any], Capabilities]
+    hook_names: HookNames
+
+
+_REGISTRY: dict[type, Architecture] = {}
+
+
+def register(architecture: Architecture) -> Architecture:
+    """Make ``architecture`` the one that builds models from configs of its ``config_class``."""
+    if not isinstance(architecture, Architecture):
+        raise TypeError(f"expected an Architecture, got {type(architecture).__name__}")
+    existing = _REGISTRY.get(architecture.config_class)
+    if existing is not None and existing.name != architecture.name:
+        raise ValueError(
+            f"{architecture.config_class.__name__} is already built by architecture {existing.name!r}; "
+            f"unregister it before registering {architecture.name!r}"
+        )
+    _REGISTRY[architecture.config_class] = architecture
+    return architecture
+
+
+def unregister(architecture: Architecture) -> None:
+    """Remove ``architecture`` from the registry (``KeyError`` if it is not there)."""
+    if _REGISTRY.get(architecture.config_class) is not architecture:
+        raise KeyError(f"architecture {architecture.name!r} is not registered")
+    del _REGISTRY[architecture.config_class]
+
+
+def registered() -> list[Architecture]:
+    """Every registered architecture, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def architecture_of(cfg) -> Architecture:
+    """The architecture that builds models from ``cfg``; ``TypeError`` naming the known config classes otherwise."""
+    architecture = _REGISTRY.get(type(cfg))
+    if architecture is None:
+        known = ", ".join(klass.__name__ for klass in _REGISTRY)
+        raise TypeError(f"cfg must be the config of a registered architecture ({known}), got {type(cfg).__name__}")
+    return architecture
+
+
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "register", "registered", "unregister"]

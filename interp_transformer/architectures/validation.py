@@ -1,0 +1,24 @@
+"""Checks every model config shares: positive sizes, ``d_model = n_heads * d_head``, a known activation, eps and init."""
+
+ACTIVATION_FUNCTIONS = ("gelu_new", "gelu", "relu", "silu")
+
+
+def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
+    """Checks every model config shares: sizes, ``d_model = n_heads * d_head``, act_fn, eps, init."""
+    for field in positive_int_fields:
+        value = getattr(cfg, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{field} must be a positive int, got {value!r}")
+    if cfg.d_model != cfg.n_heads * cfg.d_head:
+        raise ValueError(
+            f"d_model={cfg.d_model} must equal n_heads*d_head={cfg.n_heads}*{cfg.d_head}={cfg.n_heads * cfg.d_head}"
+        )
+    if cfg.act_fn not in ACTIVATION_FUNCTIONS:
+        raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {cfg.act_fn!r}")
+    for field in ("layer_norm_eps", "init_range"):
+        value = getattr(cfg, field)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{field} must be > 0, got {value!r}")
+
+
+__all__ = ["ACTIVATION_FUNCTIONS", "validate_common_fields"]

@@ -1,0 +1,229 @@
+"""What every hooked model shares: its architecture's facts, stacked weights, circuits, init and checks.
+
+``HookedTransformerBase`` is the one base of ``DemoTransformer`` (decoders of every
+architecture) and ``EncoderTransformer``. A subclass builds its parts in ``__init__``
+from ``self.architecture.build(cfg)``, calls ``self.finish_init(...)`` and writes its
+forward; everything below comes with it:
+
+- ``architecture``, ``capabilities``, ``hook_names``, ``act_name(...)``, ``final_norm``,
+  ``read_out``: the facts tools ask (``interp_transformer.capabilities``);
+- stacked weights over layers (``W_Q [layer, head_index, d_model, d_head]``, ...,
+  ``W_in``, ...) and the model-level ones (``W_E``, ``W_pos``, ``W_U``, ``b_U``), each read
+  where its part keeps it (``WeightView``); ``QK`` and ``OV`` as factored matrices;
+- GPT-2's weight init, ``run_with_cache`` (``CachingMixin``), the ``stop_at_layer`` check,
+  the default backward metric and ``from_pretrained`` restricted to the class.
+"""
+
+import operator
+from typing import Optional, Union
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from .architectures import Architecture, architecture_of
+from .caching import CachingMixin
+from .capabilities import Capabilities
+from .hook_names import HookNames
+from .hooks import HookedRootModule
+from .losses import lm_loss
+from .token_checks import check_stop_at_layer
+
+# why a model may lack the part a weight lives in
+MISSING_PART = {
+    "mlp": "this model is attention-only (d_mlp=None): its blocks have no MLP weights",
+    "pos_embed": "this model has no learned positional embedding (its positions act inside attention, or it has none)",
+    "unembed": "this model has no unembedding",
+    "mlm_head.unembed": "this encoder has no MLM head (cfg.has_mlm_head=False)",
+}
+
+
+class WeightView:
+    """A weight read where its part keeps it: ``model.<part>.<weight>``, or stacked over blocks.
+
+    ``WeightView("attn", "W_Q", "layer head_index d_model d_head", stacked=True)`` is
+    ``torch.stack([block.attn.W_Q for block in model.blocks])``. A model whose parts lack
+    the weight raises ``AttributeError`` saying why (``MISSING_PART``).
+    """
+
+    def __init__(self, part: str, weight: str, shape: str, stacked: bool = False):
+        self.part, self.weight, self.shape, self.stacked = part, weight, shape, stacked
+        where = f"blocks[L].{part}.{weight} stacked over blocks" if stacked else f"{part}.{weight}"
+        self.__doc__ = f"``{where}``: ``[{shape}]``."
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, model, owner=None):
+        if model is None:
+            return self
+        read = operator.attrgetter(f"{self.part}.{self.weight}")
+        try:
+            if self.stacked:
+                return torch.stack([read(block) for block in model.blocks])
+            return read(model)
+        except AttributeError:
+            raise AttributeError(self.missing(model)) from None
+
+    def missing(self, model) -> str:
+        reason = MISSING_PART.get(self.part, f"its parts have no {self.part}.{self.weight}")
+        return f"{self.name}: {reason}"
+
+
+class HookedTransformerBase(CachingMixin, HookedRootModule):
+    """The shared base of hooked models (see the module docstring)."""
+
+    kind = "model"  # "decoder" or "encoder": what from_pretrained of a subclass accepts
+
+    def __init__(self, cfg, tokenizer=None):
+        super().__init__()
+        self.architecture: Architecture = architecture_of(cfg)
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.processing: list[str] = []  # weight-processing steps applied, in order
+
+    def finish_init(self, seed: Optional[int], dtype: torch.dtype, device: Union[str, torch.device, None]) -> None:
+        """Initialize the weights, place them, and name every hook point: the end of each ``__init__``."""
+        self.init_weights(seed)
+        self.to(device=device, dtype=dtype)
+        self.setup()
+
+    def init_weights(self, seed: Optional[int] = None) -> None:
+        """GPT-2's init: weight matrices (``W_*``) ~ N(0, init_range^2), biases 0, norm weights ``w`` = 1."""
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith("W_"):
+                    param.copy_(torch.randn(param.shape, generator=generator) * self.cfg.init_range)
+                elif leaf == "w":
+                    param.fill_(1.0)
+                else:
+                    param.zero_()
+
+    # --- the facts tools ask -------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.architecture.capabilities(self.cfg)
+
+    @property
+    def hook_names(self) -> HookNames:
+        return self.architecture.hook_names
+
+    def act_name(self, name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
+        """The full hook name of a short one in this model: ``act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``."""
+        return self.hook_names.full_name(name, layer, sub, n_layers=self.cfg.n_layers)
+
+    @property
+    def final_norm(self) -> Optional[nn.Module]:
+        """The norm that reads the final residual stream before the read-out, or None."""
+        path = self.capabilities.final_norm
+        return operator.attrgetter(path)(self) if path is not None else None
+
+    @property
+    def read_out(self) -> Optional[nn.Module]:
+        """The linear map from the final norm's output to the logits, or None."""
+        path = self.capabilities.read_out
+        return operator.attrgetter(path)(self) if path is not None else None
+
+    def check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
+        """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""
+        return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
+
+    def default_backward_metric(self, output: Tensor, model_args: tuple) -> Tensor:
+        """What ``run_with_cache(incl_bwd=True)`` differentiates when no metric is given: the mean next-token loss."""
+        if not self.capabilities.next_token_logits:
+            raise ValueError(
+                "run_with_cache(incl_bwd=True) on this model needs backward_metric=fn(output) -> scalar: "
+                "its output is not next-token logits, so there is no next-token loss to default to"
+            )
+        return lm_loss(output, self.prepare_tokens(model_args[0]))
+
+    @classmethod
+    def from_pretrained(cls, source, **kwargs):
+        """Load a checkpoint of this class's kind; see ``interp_transformer.loading.from_pretrained`` for the arguments.
+
+        A checkpoint of another kind raises ``ValueError`` naming the class that loads it;
+        ``interp_transformer.from_pretrained`` returns whatever the checkpoint holds.
+        """
+        from .loading import from_pretrained
+
+        model = from_pretrained(source, **kwargs)
+        if not isinstance(model, cls):
+            article = "an" if cls.kind[0] in "aeiou" else "a"
+            raise ValueError(
+                f"{source!r:.80} holds a {type(model).__name__}, not {article} {cls.kind}; load it with "
+                f"{type(model).__name__}.from_pretrained or interp_transformer.from_pretrained"
+            )
+        return model
+
+    def _require_tokenizer(self):
+        if self.tokenizer is None:
+            raise ValueError(f"this model has no tokenizer: pass token ids, or set model.tokenizer ({self.TOKENIZER_HINT})")
+        return self.tokenizer
+
+    TOKENIZER_HINT = "a Hugging Face tokenizer"
+
+    # --- weights, read where their parts keep them -----------------------------------------
+    W_E = WeightView("embed", "W_E", "d_vocab d_model")
+    W_pos = WeightView("pos_embed", "W_pos", "n_ctx d_model")
+    W_U = WeightView("unembed", "W_U", "d_model d_vocab")
+    b_U = WeightView("unembed", "b_U", "d_vocab")
+    W_Q = WeightView("attn", "W_Q", "layer head_index d_model d_head", stacked=True)
+    W_K = WeightView("attn", "W_K", "layer head_index d_model d_head", stacked=True)
+    W_V = WeightView("attn", "W_V", "layer head_index d_model d_head", stacked=True)
+    W_O = WeightView("attn", "W_O", "layer head_index d_head d_model", stacked=True)
+    b_Q = WeightView("attn", "b_Q", "layer head_index d_head", stacked=True)
+    b_K = WeightView("attn", "b_K", "layer head_index d_head", stacked=True)
+    b_V = WeightView("attn", "b_V", "layer head_index d_head", stacked=True)
+    b_O = WeightView("attn", "b_O", "layer d_model", stacked=True)
+    W_in = WeightView("mlp", "W_in", "layer d_model d_mlp", stacked=True)
+    b_in = WeightView("mlp", "b_in", "layer d_mlp", stacked=True)
+    W_out = WeightView("mlp", "W_out", "layer d_mlp d_model", stacked=True)
+    b_out = WeightView("mlp", "b_out", "layer d_model", stacked=True)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            view = getattr(type(self), name, None)
+            if isinstance(view, WeightView):  # Python retries here when a view's part is missing: keep its reason
+                raise AttributeError(view.missing(self)) from None
+            raise
+
+    @property
+    def QK(self):
+        """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
+        from .factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self):
+        """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
+        from .factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
+        """Unembedding directions ``W_U[:, token]``, shape ``tokens.shape + (d_model,)``."""
+        return unembedding_directions(self.W_U, tokens)
+
+
+def unembedding_directions(W_U: Tensor, tokens) -> Tensor:
+    """Columns ``W_U[:, token]`` of ``W_U [d_model, d_vocab]``: shape ``tokens.shape + (d_model,)``.
+
+    ``tokens`` is an int or an integer tensor of ids in ``[0, d_vocab)``; anything else
+    raises ``TypeError`` / ``ValueError`` naming what was received.
+    """
+    d_vocab = W_U.shape[1]
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        tokens = torch.tensor(tokens)
+    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an int or an integer tensor, got {tokens!r:.80}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= d_vocab):
+        raise ValueError(f"token ids must lie in [0, d_vocab={d_vocab}), got {tokens.tolist()}")
+    return W_U[:, tokens.to(W_U.device)].movedim(0, -1)
+
+
+__all__ = ["HookedTransformerBase", "WeightView", "unembedding_directions"]

@@ -6,16 +6,21 @@ computes. Each works in place, returns the model, and appends its name to
 ``model.processing`` (once: calling it again does nothing), so caches and
 verification reports can say which steps were applied.
 
+Which weights read a norm and which write to the residual stream is what the parts
+declare (``block.norm_readers()``, ``part.input_weights()``, ``part.output_weights()``);
+the algebra of each norm is the norm's own (``fold_into``, ``removes_mean``). Processing
+rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``) is refused.
+
 ``fold_ln``
-    Folds each LayerNorm's ``w`` and ``b`` into the layer that reads it: for
+    Folds each norm's ``w`` and ``b`` into the part that reads it: for
     ``ln1`` into ``W_Q/W_K/W_V`` and ``b_Q/b_K/b_V``, for ``ln2`` into ``W_in``
     and ``b_in``, for ``ln_final`` into ``W_U`` and ``b_U``:
-    ``W' = diag(w) W``, ``b' = b_next + b W``. The LayerNorm keeps its ``w``/``b``
+    ``W' = diag(w) W``, ``b' = b_next + b W``. The norm keeps its ``w``/``b``
     parameters, set to 1 and 0. Since ``hook_normalized`` is taken after ``w`` and
     ``b``, after folding it holds the pure normalization ``(x - mean(x)) / scale``.
-    With ``center_weights`` (default) the folded reading weights also have their
-    mean over ``d_model`` removed, which changes nothing: they only ever read
-    vectors of zero mean.
+    With ``center_weights`` (default: when every norm subtracts the mean) the folded
+    reading weights also have their mean over ``d_model`` removed, which changes
+    nothing: they only ever read vectors of zero mean.
 ``center_writing_weights``
     Removes the mean over ``d_model`` from every weight that writes to the
     residual stream (``W_E``, ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``). Every
@@ -44,59 +49,61 @@ Example:
 import einops
 import torch
 
+from .base import HookedTransformerBase
+
+STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
+
+
 def _pending(model, step: str) -> bool:
-    """True if ``step`` must run now; False when it was already applied."""
-    if not hasattr(model, "processing"):
-        raise TypeError(f"expected a DemoTransformer (with a .processing list), received {type(model).__name__}")
+    """True if ``step`` must run now; False when it was already applied. Refuses models it cannot process exactly."""
+    if not isinstance(model, HookedTransformerBase):
+        raise TypeError(f"expected a hooked model (a DemoTransformer, with a .processing list), received {type(model).__name__}")
+    if not model.capabilities.additive_residual:
+        raise ValueError(f"{step}: {model.capabilities.why_not_additive()}, so the rewrite would change what it computes")
     return step not in model.processing
 
 
-def _fold_into(w: torch.Tensor, b: torch.Tensor, W: torch.Tensor, b_next: torch.Tensor, pattern: str, center: bool) -> None:
-    """In place: ``W <- diag(w) W`` (optionally centred over d_model), ``b_next <- b_next + b W``."""
-    b_next.add_(einops.einsum(b, W, pattern))
-    W.mul_(einops.rearrange(w, "d_model -> d_model 1") if W.ndim == 2 else einops.rearrange(w, "d_model -> 1 d_model 1"))
-    if center:
-        W.sub_(W.mean(dim=-2, keepdim=True))
+def _norm_readers(model) -> list:
+    """``(norm, part)`` for every norm of the model and the part reading its output, final norm last."""
+    pairs = [pair for block in model.blocks for pair in block.norm_readers()]
+    if model.final_norm is not None and model.read_out is not None:
+        pairs.append((model.final_norm, model.read_out))
+    return pairs
 
 
-def fold_ln(model, center_weights: bool = True):
-    """Fold every LayerNorm's ``w``/``b`` into the next layer's weights (see module docstring)."""
+def fold_ln(model, center_weights=None):
+    """Fold every norm's ``w``/``b`` into the next part's weights (see module docstring)."""
     if not _pending(model, "fold_ln"):
         return model
     if "fold_value_biases" in model.processing:
         raise ValueError("fold_ln must come before fold_value_biases: folding ln1 writes into b_V again")
+    readers = _norm_readers(model)
+    removes_mean = all(norm.removes_mean for norm, _ in readers)
+    if center_weights and not removes_mean:
+        raise ValueError("fold_ln(center_weights=True): this model's norms do not subtract the mean, so centring the "
+                         "weights that read them would change the output; pass center_weights=False")
+    center = removes_mean if center_weights is None else bool(center_weights)
     with torch.no_grad():
-        for block in model.blocks:
-            ln, attn = block.ln1, block.attn
-            for W, b_next in ((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K), (attn.W_V, attn.b_V)):
-                _fold_into(ln.w, ln.b, W, b_next, "d_model, head_index d_model d_head -> head_index d_head", center_weights)
-            _reset(ln)
-            if hasattr(block, "mlp"):
-                _fold_into(block.ln2.w, block.ln2.b, block.mlp.W_in, block.mlp.b_in, "d_model, d_model d_mlp -> d_mlp", center_weights)
-                _reset(block.ln2)
-        unembed = model.unembed
-        _fold_into(model.ln_final.w, model.ln_final.b, unembed.W_U, unembed.b_U, "d_model, d_model d_vocab -> d_vocab", center_weights)
-        _reset(model.ln_final)
+        for norm, part in readers:
+            for W, b_next in part.input_weights():
+                norm.fold_into(W, b_next, center)
+        for norm, _ in readers:
+            norm.reset()
     model.processing.append("fold_ln")
     return model
-
-
-def _reset(ln) -> None:
-    ln.w.fill_(1.0)
-    ln.b.zero_()
 
 
 def center_writing_weights(model):
     """Remove the mean over ``d_model`` from every weight writing to the residual stream."""
     if not _pending(model, "center_writing_weights"):
         return model
+    if not all(norm.removes_mean for norm, _ in _norm_readers(model)):
+        raise ValueError("center_writing_weights: this model's norms do not subtract the mean, so the mean of the residual "
+                         "stream reaches its readers and removing it would change the output")
+    writers = [model.embed] + ([model.pos_embed] if model.pos_embed is not None else [])
+    writers += [part for block in model.blocks for part in block.writers()]
     with torch.no_grad():
-        writers = [model.embed.W_E, model.pos_embed.W_pos]
-        for block in model.blocks:
-            writers += [block.attn.W_O, block.attn.b_O]
-            if hasattr(block, "mlp"):
-                writers += [block.mlp.W_out, block.mlp.b_out]
-        for weight in writers:  # d_model is the last axis of each
+        for weight in (w for part in writers for w in part.output_weights()):  # d_model is the last axis of each
             weight.sub_(weight.mean(dim=-1, keepdim=True))
     model.processing.append("center_writing_weights")
     return model
@@ -126,6 +133,10 @@ def fold_value_biases(model):
     return model
 
 
+STEP_FUNCTIONS = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
+                  "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
+
+
 def process_weights(
     model,
     *,
@@ -135,18 +146,12 @@ def process_weights(
     fold_value_biases: bool = True,
 ):
     """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first)."""
-    steps = [
-        (fold_ln, _fold_ln),
-        (center_writing_weights, _center_writing_weights),
-        (center_unembed, _center_unembed),
-        (fold_value_biases, _fold_value_biases),
-    ]
-    for wanted, step in steps:
-        if wanted:
-            step(model)
+    wanted = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
+              "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
+    for name in STEPS:
+        if wanted[name]:
+            STEP_FUNCTIONS[name](model)
     return model
 
 
-_fold_ln, _center_writing_weights, _center_unembed, _fold_value_biases = fold_ln, center_writing_weights, center_unembed, fold_value_biases
-
-__all__ = ["center_unembed", "center_writing_weights", "fold_ln", "fold_value_biases", "process_weights"]
+__all__ = ["STEPS", "center_unembed", "center_writing_weights", "fold_ln", "fold_value_biases", "process_weights"]

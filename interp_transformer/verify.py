@@ -20,8 +20,8 @@ two correct float32 implementations that sum in different orders differ there by
 rounding a bug. ``rtol * max|hf|`` scales the tolerance with each hook's magnitude, and
 the float64 re-run, which must agree to ``1e-9``, is what separates rounding from a bug.
 
-Padding. Encoders take an attention mask (pass an ``EncoderTokens``, texts, or
-``attention_mask=`` in ``forward_kwargs``). Outputs at padding positions are
+Padding. Models take an attention mask (pass texts, the model's ``to_tokens_and_mask``
+result, or ``attention_mask=`` in ``forward_kwargs``). Outputs at padding positions are
 meaningless by definition, so only real positions are compared: every hook indexed
 ``[batch, pos, ...]`` at the positions the mask marks real, and attention patterns
 ``[batch, head_index, query_pos, key_pos]`` on real query rows (their padding keys
@@ -45,7 +45,6 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .encoder import EncoderTokens, EncoderTransformer
 from .loading import architecture_module, load_with_source, resolve_dtype
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
@@ -64,13 +63,15 @@ CHANGED_BY_PROCESSING = {
     "center_unembed": set(),  # logits shift by a constant per position: log-probs are compared instead
 }
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Verification comes before interpretation."
-# an encoder is verified on a padded batch by default: the mask is part of what must match
-DEFAULT_ENCODER_PROMPTS = (
+# a model whose converter asks for it (VERIFY_PADDED, e.g. BERT) is verified on a padded batch by
+# default: the mask is part of what must match
+DEFAULT_PADDED_PROMPTS = (
     "Hello world",
     "The quick brown fox jumps over the lazy dog.",
     "A man is eating food.",
     "Verification comes before interpretation, and padding must never change a real token.",
 )
+DEFAULT_ENCODER_PROMPTS = DEFAULT_PADDED_PROMPTS
 QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")  # [batch, head_index, query_pos, key_pos]
 
 
@@ -228,6 +229,11 @@ def _float64_copy(module):
     return copy.deepcopy(module, memo).to(torch.float64)
 
 
+def _is_encoded(value) -> bool:
+    """A tokenizer result that carries the forward's other arguments: a NamedTuple whose first field is ``tokens``."""
+    return isinstance(value, tuple) and getattr(value, "_fields", ("",))[0] == "tokens"
+
+
 def verify_against_hf(
     model,
     hf_model,
@@ -240,10 +246,10 @@ def verify_against_hf(
 ) -> VerifyReport:
     """Compare ``model`` with ``hf_model`` on ``tokens`` hook by hook; see the module docstring.
 
-    ``tokens``: ``[batch, pos]`` ids, text (a str or a list, tokenized by ``model``: an
-    encoder pads a list and brings its attention mask), or an ``EncoderTokens``
-    (ids, mask and segment ids together). ``atol`` / ``rtol`` default by the model's
-    dtype. ``float64_recheck``: True re-runs both models in float64 (on copies) when
+    ``tokens``: ``[batch, pos]`` ids, text (a str or a list, tokenized by the model's
+    ``to_tokens_and_mask``: a list is padded and brings its attention mask), or such a
+    tokenizer result (``TokensAndMask``, an encoder's ``EncoderTokens`` with segment ids).
+    ``atol`` / ``rtol`` default by the model's dtype. ``float64_recheck``: True re-runs both models in float64 (on copies) when
     something is beyond tolerance; ``"always"`` re-runs even when all is within
     tolerance; False never. ``forward_kwargs`` go to both forwards (e.g.
     ``attention_mask`` and ``token_type_ids`` for an encoder); with a mask, padding
@@ -252,14 +258,18 @@ def verify_against_hf(
     if float64_recheck not in (True, False, "always"):
         raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
     if isinstance(tokens, (str, list)):
-        tokens = model.to_tokens_and_mask(tokens) if isinstance(model, EncoderTransformer) else model.to_tokens(tokens)
-    if isinstance(tokens, EncoderTokens):
-        given = sorted(set(forward_kwargs) & {"attention_mask", "token_type_ids"})
+        tokens = model.to_tokens_and_mask(tokens)
+    if _is_encoded(tokens):  # (tokens, attention_mask, ...): the model's forward arguments, by name
+        extra = dict(tokens._asdict())
+        tokens = extra.pop("tokens")
+        given = sorted(set(forward_kwargs) & set(extra))
         if given:
-            raise ValueError(f"tokens is an EncoderTokens, which carries its own mask and segment ids: do not also pass {given}")
-        tokens, forward_kwargs["attention_mask"], forward_kwargs["token_type_ids"] = tokens
+            raise ValueError(f"tokens carries its own mask and the forward's other arguments {sorted(extra)}: "
+                             f"do not also pass {given}")
+        forward_kwargs.update(extra)
     if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.ndim != 2:
-        raise TypeError(f"tokens must be an integer tensor [batch, pos], an EncoderTokens or text, received {tokens!r:.80}")
+        raise TypeError(f"tokens must be an integer tensor [batch, pos], text, or the model's to_tokens_and_mask(...), "
+                        f"received {tokens!r:.80}")
     device = next(model.parameters()).device
     tokens = tokens.to(device)
     forward_kwargs = {name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()}
@@ -283,8 +293,9 @@ def verify_pretrained(
     """Load ``source`` both as our model and as the Hugging Face model, and verify one against the other.
 
     ``prompt`` (a text or a list of texts) is tokenized with the model's tokenizer:
-    a fixed sentence by default, for an encoder ``DEFAULT_ENCODER_PROMPTS``, a padded
-    batch of sentences of different lengths, so that the padding mask is verified too;
+    a fixed sentence by default, or ``DEFAULT_PADDED_PROMPTS``, a padded batch of
+    sentences of different lengths, where the architecture's converter asks for it
+    (``VERIFY_PADDED``; BERT), so that the padding mask is verified too;
     seeded random tokens when the model has no tokenizer. ``load_kwargs`` go to
     ``from_pretrained`` (e.g. ``local_files_only=True``).
     """
@@ -300,10 +311,9 @@ def verify_pretrained(
             from transformers import AutoModel
 
             hf_model = AutoModel.from_pretrained(str(resolved.directory), dtype=dtype, attn_implementation="eager").eval()
-    if model.tokenizer is not None and isinstance(model, EncoderTransformer):
-        tokens = model.to_tokens_and_mask(list(DEFAULT_ENCODER_PROMPTS) if prompt is None else prompt)
-    elif model.tokenizer is not None:
-        tokens = model.to_tokens(prompt if prompt is not None else DEFAULT_PROMPT)
+    if model.tokenizer is not None:
+        default = list(DEFAULT_PADDED_PROMPTS) if getattr(architecture_module(resolved.model_type), "VERIFY_PADDED", False) else DEFAULT_PROMPT
+        tokens = model.to_tokens_and_mask(default if prompt is None else prompt)
     elif prompt is not None:
         raise ValueError(f"{resolved.description} has no tokenizer, so the prompt cannot be tokenized; omit the prompt")
     else:
@@ -319,4 +329,4 @@ def run_verify(
     return verify_pretrained(source, prompt, dtype=dtype)
 
 
-__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]
+__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_PADDED_PROMPTS", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]

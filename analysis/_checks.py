@@ -9,33 +9,35 @@ Every tool reports bad input the same way:
 """
 
 import numbers
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from interp_transformer import ActivationCache, DemoTransformer
-from interp_transformer.encoder import EncoderTransformer
+from interp_transformer import ActivationCache
+from interp_transformer.base import HookedTransformerBase
 
-AnyModel = Union[DemoTransformer, EncoderTransformer]
+AnyModel = HookedTransformerBase  # a DemoTransformer of any architecture, or an EncoderTransformer
+
+# what a capability-dependent analysis needs, in words (the key is a property of model.capabilities)
+NEEDS = {
+    "linear_logits": "next-token logits read linearly (frozen final-norm scale) from an additive residual stream: a "
+                     "pre-norm decoder such as a DemoTransformer",
+    "next_token_logits": "a model whose output is next-token logits (a DemoTransformer)",
+}
 
 
 def check_model(model, what: str = "model") -> AnyModel:
-    """``model`` if it is a ``DemoTransformer`` or an ``EncoderTransformer``."""
-    if not isinstance(model, (DemoTransformer, EncoderTransformer)):
+    """``model`` if it is a hooked model (a ``DemoTransformer`` or an ``EncoderTransformer``)."""
+    if not isinstance(model, HookedTransformerBase):
         raise TypeError(f"{what} must be a DemoTransformer or EncoderTransformer, got {type(model).__name__}")
     return model
 
 
-def is_encoder(model) -> bool:
-    """True for a BERT-style encoder: bidirectional attention, post-LayerNorm blocks, no next-token logits."""
-    return isinstance(model, EncoderTransformer)
-
-
-def require_decoder(model, what: str, instead: str) -> None:
-    """Raise ``TypeError`` when ``what`` (a decoder-only analysis) is asked of an encoder; ``instead`` says what to use."""
-    if is_encoder(model):
-        raise TypeError(f"{what} needs a decoder (DemoTransformer); an EncoderTransformer {instead}")
+def require(model, capability: str, what: str, instead: str) -> None:
+    """Raise ``TypeError`` unless ``model.capabilities.<capability>`` holds; ``instead`` says what to use then."""
+    if not getattr(model.capabilities, capability):
+        raise TypeError(f"{what} needs {NEEDS[capability]}; this model {instead}")
 
 
 def check_cache(cache) -> ActivationCache:
@@ -55,20 +57,20 @@ def _index(value, size: int, name: str, unit: str) -> int:
     return int(value) % size
 
 
-def layer_index(model: DemoTransformer, layer, name: str = "layer") -> int:
+def layer_index(model: AnyModel, layer, name: str = "layer") -> int:
     return _index(layer, model.cfg.n_layers, name, "layers")
 
 
-def head_index(model: DemoTransformer, head, name: str = "head") -> int:
+def head_index(model: AnyModel, head, name: str = "head") -> int:
     return _index(head, model.cfg.n_heads, name, "heads per layer")
 
 
-def neuron_index(model: DemoTransformer, neuron, name: str = "neuron") -> int:
+def neuron_index(model: AnyModel, neuron, name: str = "neuron") -> int:
     require_mlp(model, name)
     return _index(neuron, model.cfg.d_mlp, name, "neurons per layer (d_mlp)")
 
 
-def layer_list(model: DemoTransformer, layers) -> list[int]:
+def layer_list(model: AnyModel, layers) -> list[int]:
     """``None`` (all layers), one layer, or a sequence of layers, as non-negative ints."""
     if layers is None:
         return list(range(model.cfg.n_layers))
@@ -77,8 +79,8 @@ def layer_list(model: DemoTransformer, layers) -> list[int]:
     return [layer_index(model, layer) for layer in layers]
 
 
-def require_mlp(model: DemoTransformer, what: str) -> None:
-    if model.cfg.attn_only:
+def require_mlp(model: AnyModel, what: str) -> None:
+    if model.act_name("post", 0) not in model.hook_dict:
         raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
 
 
@@ -110,7 +112,7 @@ def check_labels(labels: Optional[Sequence], size: int, axis: str) -> Optional[l
     return [str(label) for label in labels]
 
 
-def token_ids(model: DemoTransformer, tokens, batch: int, name: str = "tokens") -> Tensor:
+def token_ids(model: AnyModel, tokens, batch: int, name: str = "tokens") -> Tensor:
     """An int or ``[batch]`` tensor of token ids, checked against ``d_vocab``, as ``[batch]`` int64."""
     if isinstance(tokens, numbers.Integral) and not isinstance(tokens, bool):
         tokens = torch.full((batch,), int(tokens), dtype=torch.long)

@@ -19,8 +19,8 @@ A head that attends only to its targets scores 1; a uniform head scores about
   (attend to the token after an earlier copy of the current one), measured on
   repeated random token sequences from ``repeated_random_tokens``.
 
-Encoders (``EncoderTransformer``) attend in both directions, so their targets may mark
-later keys. A padded batch needs its ``attention_mask`` ``[batch, pos]`` (1 real, 0
+Bidirectional models (``model.capabilities.causal`` False: encoders) attend in both
+directions, so their targets may mark later keys. A padded batch needs its ``attention_mask`` ``[batch, pos]`` (1 real, 0
 padding): padding query rows leave the mean, and target entries on padding keys are
 dropped (the padding id repeats, so a duplicate-token target would otherwise reward
 padding attending to padding).
@@ -41,7 +41,6 @@ from jaxtyping import Float, Int, Shaped
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.encoder import EncoderTokens
 from interp_transformer.shape_checks import shape_checked
 
 from . import _checks
@@ -49,7 +48,7 @@ from . import _checks
 
 def pattern_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
     """The ``hook_pattern`` names of ``layers`` (default: all): the ``names_filter`` detectors need."""
-    return [f"blocks.{layer}.attn.hook_pattern" for layer in _checks.layer_list(model, layers)]
+    return [model.act_name("pattern", layer) for layer in _checks.layer_list(model, layers)]
 
 
 def _patterns(cache: ActivationCache, analysis: str):
@@ -70,7 +69,7 @@ def attention_pattern(
     """
     _checks.check_cache(cache)
     layer = _checks.layer_index(cache.model, layer)
-    name = f"blocks.{layer}.attn.hook_pattern"
+    name = cache.model.act_name("pattern", layer)
     _checks.require_hooks(cache, [name], "attention_pattern")
     pattern = _checks.cached(cache, name)
     return pattern if head is None else pattern[:, _checks.head_index(cache.model, head)]
@@ -225,7 +224,7 @@ def detect_head(
     """
     patterns = [pattern for _, pattern in _patterns(cache, "detect_head")]
     batch, _, n_pos, _ = patterns[0].shape
-    causal = not _checks.is_encoder(cache.model)
+    causal = cache.model.capabilities.causal
     target = _check_target(target, batch, n_pos, causal).to(patterns[0].device).expand(batch, n_pos, n_pos)
     is_real = _check_mask(attention_mask, batch, n_pos)
     if is_real is not None:
@@ -255,17 +254,18 @@ def previous_token_scores(cache: ActivationCache, attention_mask: Optional[Tenso
 def next_token_scores(cache: ActivationCache, attention_mask: Optional[Tensor] = None) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just after it: encoders only (a decoder never sees it)."""
     _checks.check_cache(cache)
-    if not _checks.is_encoder(cache.model):
-        raise ValueError("next_token_scores: a decoder's causal attention never reaches the next token; this needs an encoder")
+    if cache.model.capabilities.causal:
+        raise ValueError("next_token_scores: causal attention never reaches the next token; this needs bidirectional attention")
     n_pos = next(_patterns(cache, "next_token_scores"))[1].shape[-1]
     return detect_head(cache, next_token_target(n_pos), attention_mask=attention_mask)
 
 
 def _tokens_and_mask(tokens, attention_mask) -> tuple[Tensor, Optional[Tensor]]:
-    """An ``EncoderTokens`` brings its own mask; plain ids take ``attention_mask`` (default: no padding)."""
-    if isinstance(tokens, EncoderTokens):
+    """A tokenizer result (``TokensAndMask``, ``EncoderTokens``) brings its own mask; plain ids take
+    ``attention_mask`` (default: no padding)."""
+    if isinstance(tokens, tuple) and hasattr(tokens, "attention_mask"):
         if attention_mask is not None:
-            raise ValueError("tokens is an EncoderTokens, which carries its own attention_mask: pass no other")
+            raise ValueError(f"tokens is a {type(tokens).__name__}, which carries its own attention_mask: pass no other")
         return tokens.tokens, tokens.attention_mask
     return tokens, attention_mask
 
@@ -283,25 +283,25 @@ def _tokens_of_cache(cache: ActivationCache, tokens) -> Tensor:
 
 def duplicate_token_scores(
     cache: ActivationCache,
-    tokens: Union[Int[Tensor, "batch pos"], EncoderTokens],
+    tokens: Union[Int[Tensor, "batch pos"], tuple],
     attention_mask: Optional[Tensor] = None,
     bidirectional: Optional[bool] = None,
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention to other copies of the query's token, over queries that have one.
 
-    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on (or the
-    ``EncoderTokens``, mask included). ``bidirectional`` (default: as the model attends,
+    ``tokens`` must be the ``[batch, pos]`` ids the cache was computed on (or the model's
+    tokenizer result, mask included). ``bidirectional`` (default: as the model attends,
     True for an encoder) counts later copies too; a decoder counts earlier ones only.
     """
     tokens, attention_mask = _tokens_and_mask(tokens, attention_mask)
     if bidirectional is None:
-        bidirectional = _checks.is_encoder(_checks.check_cache(cache).model)
+        bidirectional = not _checks.check_cache(cache).model.capabilities.causal
     target = duplicate_token_target(_tokens_of_cache(cache, tokens), bidirectional)
     return detect_head(cache, target, attention_mask=attention_mask)
 
 
 def induction_scores(
-    cache: ActivationCache, tokens: Union[Int[Tensor, "batch pos"], EncoderTokens], attention_mask: Optional[Tensor] = None
+    cache: ActivationCache, tokens: Union[Int[Tensor, "batch pos"], tuple], attention_mask: Optional[Tensor] = None
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention to the token after an earlier copy of the query's token.
 

@@ -2,8 +2,8 @@
 
 **Logit lens.** Read the residual stream ``r`` entering each block (and the final one)
 as if it were the last: ``lens(r) = LN_final(r) W_U + b_U``, where ``LN_final`` is the
-whole final LayerNorm, ``(r - mean(r)) / sqrt(var(r) + eps) * w + b``, with the scale
-recomputed from ``r`` itself. At the final residual this is exactly the model's logits.
+whole final norm (LayerNorm: ``(r - mean(r)) / sqrt(var(r) + eps) * w + b``), with the
+scale recomputed from ``r`` itself (the norm's own ``normalize``). At the final residual this is exactly the model's logits.
 (``cache.accumulated_resid(apply_ln=True)`` instead freezes the scale to the final
 residual's and drops ``b``: right for attribution, where sums must stay additive, but
 it misreads earlier residuals, whose norm is smaller.)
@@ -20,10 +20,11 @@ embeddings, each head's ``z_h W_O[h]``, each layer's ``b_O``, each MLP layer's
 ``hook_mlp_out`` (its neurons ``post_n W_out[n]`` plus ``b_out``). The terms of
 ``LogitAttribution`` sum to the logit (difference) exactly, up to float rounding.
 
-Both need a decoder's ``ln_final`` and ``W_U``. A post-LayerNorm encoder has neither a
-final LayerNorm that reads a sum of components nor logits linear in its hidden states:
-``analysis.encoder_attribution`` is its exact counterpart (direct contributions to a
-chosen direction of the hidden states, every LayerNorm scale frozen).
+The norm's algebra is the norm's own (``pull_back``, ``bias_term``), so an RMSNorm
+decoder is read the same way. Both tools need ``model.capabilities.linear_logits``: a
+final norm and a linear read-out over an additive residual stream. A post-norm model
+has neither: ``analysis.encoder_attribution`` is its exact counterpart (direct
+contributions to a chosen direction of the hidden states, every norm's scale frozen).
 """
 
 from dataclasses import dataclass
@@ -34,12 +35,12 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer import ActivationCache
 
 from . import _checks
 
-ENCODER_INSTEAD = (
-    "has no ln_final and no logits linear in its hidden states; use "
+POST_NORM_INSTEAD = (
+    "has no final norm reading an additive residual stream, or no logits linear in it; use "
     "analysis.encoder_attribution.encoder_direct_attribution(cache, direction) for exact direct contributions"
 )
 
@@ -47,22 +48,22 @@ TokenArg = Union[int, Int[Tensor, "batch"]]
 PosArg = Union[int, Int[Tensor, "batch"]]
 
 
-def logit_lens_hook_names(model: DemoTransformer) -> list[str]:
-    """The hooks ``logit_lens`` reads: every ``hook_resid_pre`` and the last ``hook_resid_post``."""
-    last = model.cfg.n_layers - 1
-    return [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)] + [f"blocks.{last}.hook_resid_post"]
+def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:
+    """The hooks ``logit_lens`` reads: every ``hook_resid_pre`` and the final residual stream."""
+    n_layers = model.cfg.n_layers
+    return [model.act_name("resid_pre", layer) for layer in range(n_layers)] + [model.hook_names.final_residual_name(n_layers)]
 
 
-def attribution_hook_names(model: DemoTransformer, neurons: bool = False) -> list[str]:
+def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> list[str]:
     """The hooks ``direct_logit_attribution`` reads (with ``neurons``: ``neuron_logit_attribution`` too)."""
-    names = ["hook_embed", "hook_pos_embed"]
+    names = [model.act_name(name) for name in model.hook_names.input_writers]
     for layer in range(model.cfg.n_layers):
-        names.append(f"blocks.{layer}.attn.hook_z")
-        if not model.cfg.attn_only:
-            names.append(f"blocks.{layer}.hook_mlp_out")
+        names.append(model.act_name("z", layer))
+        if model.act_name("mlp_out", layer) in model.hook_dict:
+            names.append(model.act_name("mlp_out", layer))
             if neurons:
-                names.append(f"blocks.{layer}.mlp.hook_post")
-    return names + ["ln_final.hook_scale"]
+                names.append(model.act_name("post", layer))
+    return names + [model.act_name("scale")]
 
 
 @torch.no_grad()
@@ -77,7 +78,7 @@ def logit_lens(
     """
     _checks.check_cache(cache)
     model = cache.model
-    _checks.require_decoder(model, "logit_lens", ENCODER_INSTEAD)
+    _checks.require(model, "linear_logits", "logit_lens", POST_NORM_INSTEAD)
     names = logit_lens_hook_names(model)
     _checks.require_hooks(cache, names, "logit_lens")
     resid = torch.stack([_checks.cached(cache, name) for name in names])  # [layer+1, batch, pos, d_model]
@@ -85,10 +86,7 @@ def logit_lens(
         pos_slice = slice(pos_slice, pos_slice + 1 if pos_slice != -1 else None)
     if pos_slice is not None:
         resid = resid[:, :, pos_slice]
-    ln = model.ln_final
-    centred = resid - resid.mean(dim=-1, keepdim=True)
-    normalized = centred / (centred.pow(2).mean(dim=-1, keepdim=True) + ln.eps).sqrt() * ln.w + ln.b
-    logits = normalized @ model.W_U + model.b_U
+    logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
     labels = [f"{layer}_pre" for layer in range(model.cfg.n_layers)] + ["final_post"]
     return (logits, labels) if return_labels else logits
 
@@ -100,7 +98,8 @@ class LogitAttribution:
     ``heads [layer, head_index, batch]`` (``z_h W_O[h]``), ``attn_bias [layer, batch]``
     (``b_O``), ``mlp [layer, batch]`` (whole ``hook_mlp_out``, ``b_out`` included; ``None``
     for attention-only models), ``mlp_bias [layer, batch]`` (the ``b_out`` part of ``mlp``),
-    ``embed``, ``pos_embed``, ``ln_final_bias`` (``b_lnf . d``), ``unembed_bias``
+    ``embed``, ``pos_embed`` (zero where positions act inside attention, e.g. rotary),
+    ``ln_final_bias`` (``b_lnf . d``; zero for a norm without bias), ``unembed_bias``
     (``b_U[t] - b_U[t']``), each ``[batch]``. ``total()`` sums every term except
     ``mlp_bias`` (already in ``mlp``) and equals the logit (difference).
     """
@@ -129,9 +128,10 @@ class _Readout:
 
     def __init__(self, cache: ActivationCache, tokens, incorrect_tokens, pos, analysis: str, names: list[str]):
         self.cache, self.model = cache, cache.model
-        _checks.require_decoder(self.model, analysis, ENCODER_INSTEAD)
+        _checks.require(self.model, "linear_logits", analysis, POST_NORM_INSTEAD)
         _checks.require_hooks(cache, names, analysis)
-        scale = _checks.cached(cache, "ln_final.hook_scale")  # [batch, pos, 1]
+        self.norm = self.model.final_norm
+        scale = _checks.cached(cache, self.model.act_name("scale"))  # [batch, pos, 1]
         batch, n_pos = scale.shape[:2]
         self.batch_index = torch.arange(batch, device=scale.device)
         self.pos = _checks.positions(pos, batch, n_pos).to(scale.device)
@@ -143,8 +143,7 @@ class _Readout:
             self.incorrect_tokens = _checks.token_ids(self.model, incorrect_tokens, batch, "incorrect_tokens")
             direction = direction - W_U[:, self.incorrect_tokens].T
         self.direction = direction
-        weighted = direction * self.model.ln_final.w
-        self.centred = weighted - weighted.mean(dim=-1, keepdim=True)  # c, [batch, d_model]
+        self.centred = self.norm.pull_back(direction)  # c, [batch, d_model]: the direction the frozen norm reads
         self.scale = scale[self.batch_index, self.pos, 0]  # [batch]
 
     def at_pos(self, name: str) -> Tensor:
@@ -167,28 +166,30 @@ def direct_logit_attribution(
     """
     _checks.check_cache(cache)
     model = cache.model
+    _checks.require(model, "linear_logits", "direct_logit_attribution", POST_NORM_INSTEAD)
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "direct_logit_attribution", attribution_hook_names(model))
     heads, attn_bias, mlp, mlp_bias = [], [], [], []
     for layer, block in enumerate(model.blocks):
-        z = readout.at_pos(f"blocks.{layer}.attn.hook_z")  # [batch, head_index, d_head]
+        z = readout.at_pos(model.act_name("z", layer))  # [batch, head_index, d_head]
         # z_h W_O[h] . c = z_h . (W_O[h] c): no [head_index, batch, d_model] stack needed
         W_O_c = einops.einsum(block.attn.W_O, readout.centred, "head_index d_head d_model, batch d_model -> head_index batch d_head")
         heads.append(einops.einsum(z, W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch") / readout.scale)
         attn_bias.append(readout.read(block.attn.b_O))
-        if not model.cfg.attn_only:
-            mlp.append(readout.read(readout.at_pos(f"blocks.{layer}.hook_mlp_out")))
+        if model.act_name("mlp_out", layer) in model.hook_dict:
+            mlp.append(readout.read(readout.at_pos(model.act_name("mlp_out", layer))))
             mlp_bias.append(readout.read(block.mlp.b_out))
     unembed_bias = model.b_U[readout.tokens]
     if readout.incorrect_tokens is not None:
         unembed_bias = unembed_bias - model.b_U[readout.incorrect_tokens]
+    inputs = {name: readout.read(readout.at_pos(model.act_name(name))) for name in model.hook_names.input_writers}
     return LogitAttribution(
-        embed=readout.read(readout.at_pos("hook_embed")),
-        pos_embed=readout.read(readout.at_pos("hook_pos_embed")),
+        embed=inputs["embed"],
+        pos_embed=inputs.get("pos_embed", torch.zeros_like(inputs["embed"])),
         heads=torch.stack(heads),
         attn_bias=torch.stack(attn_bias),
         mlp=torch.stack(mlp) if mlp else None,
         mlp_bias=torch.stack(mlp_bias) if mlp_bias else None,
-        ln_final_bias=readout.direction @ model.ln_final.b,
+        ln_final_bias=readout.norm.bias_term(readout.direction),
         unembed_bias=unembed_bias,
     )
 
@@ -208,13 +209,14 @@ def neuron_logit_attribution(
     """
     _checks.check_cache(cache)
     model = cache.model
+    _checks.require(model, "linear_logits", "neuron_logit_attribution", POST_NORM_INSTEAD)
     _checks.require_mlp(model, "neuron_logit_attribution")
     layers = _checks.layer_list(model, layer)
-    names = [f"blocks.{l}.mlp.hook_post" for l in layers] + ["ln_final.hook_scale"]
+    names = [model.act_name("post", l) for l in layers] + [model.act_name("scale")]
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "neuron_logit_attribution", names)
     result = []
     for l in layers:
-        post = readout.at_pos(f"blocks.{l}.mlp.hook_post")  # [batch, d_mlp]
+        post = readout.at_pos(model.act_name("post", l))  # [batch, d_mlp]
         W_out_c = einops.einsum(model.blocks[l].mlp.W_out, readout.centred, "d_mlp d_model, batch d_model -> d_mlp batch")
         result.append(post.T * W_out_c / readout.scale)
     return result[0] if layer is not None else torch.stack(result)

@@ -15,9 +15,9 @@ embeddings and biases, as in "A Mathematical Framework for Transformer Circuits"
 fold LayerNorm into the weights first for a closer picture of a real model.
 
 Encoders (``EncoderTransformer``): the QK circuit is the same. The OV circuit needs an
-output space: ``read_out="unembed"`` uses the MLM decoder ``W_U`` (it leaves out the MLM
-head's dense + activation + LayerNorm transform, as it leaves out LayerNorm), and a
-``BertModel`` without an MLM head has none; ``read_out="embed"`` reads the head's output
+output space: ``read_out="unembed"`` uses the model's ``W_U`` (for BERT the MLM decoder;
+it leaves out the MLM head's dense + activation + LayerNorm transform, as it leaves out
+LayerNorm), and a model without one (a ``BertModel`` without MLM head) raises; ``read_out="embed"`` reads the head's output
 against the token embeddings instead, ``W_E W_V W_O W_E^T`` (BERT ties its MLM decoder
 to ``W_E``, so this is the tied read-out), for any model.
 
@@ -87,12 +87,13 @@ def _read_out_matrix(model: _checks.AnyModel, read_out: str) -> Tensor:
         raise ValueError(f"read_out must be one of {READ_OUTS}, got {read_out!r}")
     if read_out == "embed":
         return model.W_E.T
-    if _checks.is_encoder(model) and model.mlm_head is None:
+    try:
+        return model.W_U
+    except AttributeError as missing:
         raise ValueError(
-            "this encoder has no MLM head (cfg.has_mlm_head=False), so no W_U to read the OV circuit out with: "
-            "pass read_out='embed' to read it against the token embeddings W_E^T (BERT ties its MLM decoder to W_E)"
-        )
-    return model.W_U
+            f"this model has no W_U to read the OV circuit out with ({missing}): pass read_out='embed' to read it "
+            "against the token embeddings W_E^T (BERT ties its MLM decoder to W_E)"
+        ) from None
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""Direct attribution for post-LayerNorm encoders: exact contributions to a direction of the hidden states.
+"""Direct attribution for post-norm models (BERT): exact contributions to a direction of the hidden states.
 
 A decoder's direct logit attribution (``analysis.attribution``) rests on pre-norm algebra:
 the residual stream is a sum of component outputs and one final LayerNorm reads it. A
@@ -50,6 +50,8 @@ positions, and head outputs are terms here), so each position's split stands alo
 (mean pooling: with ``d`` the unit sentence embedding, ``f`` is the embedding's norm).
 """
 
+import functools
+import operator
 from dataclasses import dataclass, fields
 from typing import Callable, Optional, Union
 
@@ -65,15 +67,24 @@ from . import _checks
 PosArg = Union[None, int, Tensor, str]
 
 
+def _embedding_norm(model):
+    """The norm applied to the summed embeddings (``capabilities.embedding_norm``), or None."""
+    path = model.capabilities.embedding_norm
+    return operator.attrgetter(path)(model) if path is not None else None
+
+
 def encoder_attribution_hook_names(model, neurons: bool = False) -> list[str]:
     """The hooks ``encoder_direct_attribution`` reads (with ``neurons``, each MLP's ``hook_post`` too)."""
-    names = ["hook_embed", "hook_token_type_embed", "hook_pos_embed", "embed_ln.hook_scale"]
+    names = [model.act_name(name) for name in model.hook_names.input_writers]
+    embedding_norm = _embedding_norm(model)
+    if embedding_norm is not None:
+        names.append(embedding_norm.hook_scale.name)
     for layer in range(model.cfg.n_layers):
-        b = f"blocks.{layer}."
-        names += [b + "attn.hook_z", b + "ln1.hook_scale", b + "hook_mlp_out", b + "ln2.hook_scale"]
+        names += [model.act_name("z", layer), model.act_name("scale", layer, "ln1"), model.act_name("mlp_out", layer),
+                  model.act_name("scale", layer, "ln2")]
         if neurons:
-            names.append(b + "mlp.hook_post")
-    return names + [f"blocks.{model.cfg.n_layers - 1}.hook_normalized_resid_post"]
+            names.append(model.act_name("post", layer))
+    return names + [model.hook_names.final_residual_name(model.cfg.n_layers)]
 
 
 @dataclass
@@ -163,10 +174,12 @@ def _reducer(pos: PosArg, attention_mask, batch: int, n_pos: int, device) -> Cal
     return lambda t: t[..., rows, positions]
 
 
-def _back(direction: Tensor, layer_norm, scale: Tensor) -> Tensor:
-    """Pull ``g`` back through a LayerNorm with frozen ``scale``: ``(w * g - mean(w * g)) / scale``."""
-    weighted = direction * layer_norm.w
-    return (weighted - weighted.mean(dim=-1, keepdim=True)) / scale
+def _require_post_norm(model, what: str) -> None:
+    if model.capabilities.norm_placement != "post":
+        raise TypeError(
+            f"{what} needs a post-norm model's cache (an EncoderTransformer); for a pre-norm decoder use "
+            f"analysis.attribution.direct_logit_attribution (got a {type(model).__name__})"
+        )
 
 
 def _read(vector: Tensor, direction: Tensor) -> Tensor:
@@ -192,41 +205,42 @@ def encoder_direct_attribution(
     """
     _checks.check_cache(cache)
     model = cache.model
-    if not _checks.is_encoder(model):
-        raise TypeError(
-            "encoder_direct_attribution needs an EncoderTransformer's cache; for a decoder use "
-            f"analysis.attribution.direct_logit_attribution (got a {type(model).__name__})"
-        )
+    _require_post_norm(model, "encoder_direct_attribution")
     _checks.require_hooks(cache, encoder_attribution_hook_names(model, neurons), "encoder_direct_attribution")
     act = lambda name: _checks.cached(cache, name)  # noqa: E731
-    hidden = act(f"blocks.{model.cfg.n_layers - 1}.hook_normalized_resid_post")
+    hidden = act(model.hook_names.final_residual_name(model.cfg.n_layers))
     batch, n_pos = hidden.shape[:2]
     g = _directions(direction, batch, n_pos, hidden)
     value = _read(hidden, g)
     reduce = _reducer(pos, attention_mask, batch, n_pos, hidden.device)
     terms: dict[str, list[Tensor]] = {name: [] for name in ("heads", "attn_bias", "ln1_bias", "mlp", "mlp_bias", "ln2_bias", "neurons")}
     for layer in reversed(range(model.cfg.n_layers)):
-        block, b = model.blocks[layer], f"blocks.{layer}."
-        terms["ln2_bias"].append(_read(block.ln2.b, g))
-        g = _back(g, block.ln2, act(b + "ln2.hook_scale"))  # reads resid_post = ln1_out + mlp_out
-        terms["mlp"].append(_read(act(b + "hook_mlp_out"), g))
+        block, name = model.blocks[layer], functools.partial(model.act_name, layer=layer)
+        terms["ln2_bias"].append(block.ln2.bias_term(g))
+        g = block.ln2.pull_back(g, act(name("scale", sub="ln2")))  # reads resid_post = ln1_out + mlp_out
+        terms["mlp"].append(_read(act(name("mlp_out")), g))
         terms["mlp_bias"].append(_read(block.mlp.b_out, g))
         if neurons:
             W_out_g = einops.einsum(block.mlp.W_out, g, "d_mlp d_model, batch pos d_model -> batch pos d_mlp")
-            terms["neurons"].append(einops.rearrange(act(b + "mlp.hook_post") * W_out_g, "batch pos d_mlp -> d_mlp batch pos"))
-        terms["ln1_bias"].append(_read(block.ln1.b, g))
-        g = _back(g, block.ln1, act(b + "ln1.hook_scale"))  # reads resid_mid = resid_pre + attn_out
+            terms["neurons"].append(einops.rearrange(act(name("post")) * W_out_g, "batch pos d_mlp -> d_mlp batch pos"))
+        terms["ln1_bias"].append(block.ln1.bias_term(g))
+        g = block.ln1.pull_back(g, act(name("scale", sub="ln1")))  # reads resid_mid = resid_pre + attn_out
         W_O_g = einops.einsum(block.attn.W_O, g, "head_index d_head d_model, batch pos d_model -> batch pos head_index d_head")
-        heads = einops.einsum(act(b + "attn.hook_z"), W_O_g, "batch pos head_index d_head, batch pos head_index d_head -> head_index batch pos")
+        heads = einops.einsum(act(name("z")), W_O_g, "batch pos head_index d_head, batch pos head_index d_head -> head_index batch pos")
         terms["heads"].append(heads)
         terms["attn_bias"].append(_read(block.attn.b_O, g))
-    embed_ln_bias = _read(model.embed_ln.b, g)
-    g = _back(g, model.embed_ln, act("embed_ln.hook_scale"))
+    embedding_norm = _embedding_norm(model)
+    embed_ln_bias = torch.zeros_like(value)
+    if embedding_norm is not None:
+        embed_ln_bias = embedding_norm.bias_term(g)
+        g = embedding_norm.pull_back(g, act(embedding_norm.hook_scale.name))
     stacked = {name: reduce(torch.stack(values[::-1])) for name, values in terms.items() if values}  # layer order
+    inputs = {name: _read(act(model.act_name(name)), g) for name in model.hook_names.input_writers}
+    zero = torch.zeros_like(value)
     return EncoderAttribution(
-        embed=reduce(_read(act("hook_embed"), g)),
-        token_type_embed=reduce(_read(act("hook_token_type_embed"), g)),
-        pos_embed=reduce(_read(act("hook_pos_embed"), g)),
+        embed=reduce(inputs["embed"]),
+        token_type_embed=reduce(inputs.get("token_type_embed", zero)),
+        pos_embed=reduce(inputs.get("pos_embed", zero)),
         embed_ln_bias=reduce(embed_ln_bias),
         value=reduce(value),
         **stacked,
@@ -243,9 +257,8 @@ def sentence_embedding_direction(
     """
     _checks.check_cache(cache)
     model = cache.model
-    if not _checks.is_encoder(model):
-        raise TypeError(f"sentence_embedding_direction needs an EncoderTransformer's cache, got a {type(model).__name__}")
-    name = f"blocks.{model.cfg.n_layers - 1}.hook_normalized_resid_post"
+    _require_post_norm(model, "sentence_embedding_direction")
+    name = model.hook_names.final_residual_name(model.cfg.n_layers)
     _checks.require_hooks(cache, [name], "sentence_embedding_direction")
     hidden = _checks.cached(cache, name)
     pooled = _reducer("mean", attention_mask, hidden.shape[0], hidden.shape[1], hidden.device)(einops.rearrange(

@@ -1,7 +1,7 @@
 """MLP neurons: activations, top activating examples by streaming, and direct effect on logits.
 
 A neuron ``n`` of block ``layer`` has activation ``post[n] = act(x W_in[:, n] + b_in[n])``
-(``blocks.{layer}.mlp.hook_post``) and writes ``post[n] * W_out[n]`` to the residual
+(``blocks.{layer}.mlp.hook_post``; in a gated MLP ``act(gate) * up``) and writes ``post[n] * W_out[n]`` to the residual
 stream. Its *direct logit effect* is the vector ``W_out[n] @ W_U`` over ``d_vocab``:
 what one unit of activation adds to each token's logit through the unembedding alone,
 ignoring the final LayerNorm (fold LayerNorm into the weights first for a real model)
@@ -33,7 +33,7 @@ from . import _checks
 def post_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
     """The ``mlp.hook_post`` names of ``layers`` (default: all)."""
     _checks.require_mlp(model, "post_hook_names")
-    return [f"blocks.{layer}.mlp.hook_post" for layer in _checks.layer_list(model, layers)]
+    return [model.act_name("post", layer) for layer in _checks.layer_list(model, layers)]
 
 
 def neuron_activations(
@@ -186,10 +186,10 @@ class NeuronLogitEffect:
 def neuron_logit_effect(model: _checks.AnyModel, layer: int, neuron: int, k: int = 10) -> NeuronLogitEffect:
     """Direct effect of one unit of ``neuron``'s activation on every logit: ``W_out[n] @ W_U``."""
     _checks.check_model(model)
-    _checks.require_decoder(
-        model, "neuron_logit_effect",
-        "reads a neuron's write through every later post-norm LayerNorm (and, for MLM logits, a non-linear head), so "
-        "W_out[n] W_U is no direct logit effect; use analysis.encoder_attribution.encoder_direct_attribution",
+    _checks.require(
+        model, "linear_logits", "neuron_logit_effect",
+        "reads a neuron's write through every later post-norm LayerNorm (or a non-linear head), so W_out[n] W_U is no "
+        "direct logit effect; use analysis.encoder_attribution.encoder_direct_attribution",
     )
     layer = _checks.layer_index(model, layer)
     neuron = _checks.neuron_index(model, neuron)

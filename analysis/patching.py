@@ -20,7 +20,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_transformer import ActivationCache, DemoTransformer
+from interp_transformer import ActivationCache
 
 from . import _checks
 
@@ -52,9 +52,9 @@ def _evaluate(metric: Metric, logits: Tensor) -> float:
     raise TypeError(f"metric must return a scalar tensor or float, got {type(value).__name__}")
 
 
-def _prepare(model: DemoTransformer, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
+def _prepare(model: _checks.AnyModel, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
     _checks.check_model(model)
-    _checks.require_decoder(model, "activation patching", "is not supported: patching is built and tested for decoders only")
+    _checks.require(model, "next_token_logits", "activation patching", "returns no next-token logits: patching is built and tested for decoders only")
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar, got {type(metric).__name__}")
     clean, corrupted = model.prepare_tokens(clean_tokens), model.prepare_tokens(corrupted_tokens)
@@ -78,17 +78,18 @@ def _clean_activations(model, clean, clean_cache: Optional[ActivationCache], nam
     return activations
 
 
-def _residual_hook_name(model: DemoTransformer, kind: str, layer: int) -> str:
+def _residual_hook_name(model: _checks.AnyModel, kind: str, layer: int) -> str:
     if kind not in RESIDUAL_KINDS:
         raise ValueError(f"kind must be one of {RESIDUAL_KINDS}, got {kind!r}")
-    if model.cfg.attn_only and kind in ("resid_mid", "mlp_out"):
+    name = model.act_name(kind, layer)
+    if name not in model.hook_dict:
         raise ValueError(f"kind={kind!r} needs MLP layers; this model is attention-only (use resid_pre, resid_post or attn_out)")
-    return f"blocks.{layer}.hook_{kind}"
+    return name
 
 
 @torch.no_grad()
 def patch_residual(
-    model: DemoTransformer,
+    model: _checks.AnyModel,
     clean_tokens: Int[Tensor, "batch pos"],
     corrupted_tokens: Int[Tensor, "batch pos"],
     metric: Metric,
@@ -127,7 +128,7 @@ def patch_residual(
 
 @torch.no_grad()
 def patch_head_outputs(
-    model: DemoTransformer,
+    model: _checks.AnyModel,
     clean_tokens: Int[Tensor, "batch pos"],
     corrupted_tokens: Int[Tensor, "batch pos"],
     metric: Metric,
@@ -142,7 +143,7 @@ def patch_head_outputs(
     """
     clean, corrupted = _prepare(model, clean_tokens, corrupted_tokens, metric)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers)]
+    names = [model.act_name("z", layer) for layer in range(n_layers)]
     clean_z = _clean_activations(model, clean, clean_cache, names, "patch_head_outputs")
     results = torch.empty(n_layers, n_heads, dtype=torch.float64)
     with tqdm(total=results.numel(), desc="patching heads", disable=not progress) as bar:

@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 from analysis import attention
-from analysis.report_interpretation import HEAD_SCORE_THRESHOLD
+from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from interp_transformer import DemoTransformer
-from interp_transformer.cli import DEFAULT_REPORT, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, main
+from analysis.cli import DEFAULT_REPORT, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, main
 from interp_transformer.induction import BOS_TOKEN, train_induction_model
 from interp_transformer.shipped import load_shipped, shipped_paths
 from interp_transformer.verify import VerifyReport, VerifyRow

@@ -20,7 +20,7 @@ from plotly.offline import get_plotlyjs
 from analysis import attention
 from analysis.encoder_attribution import encoder_direct_attribution
 from analysis.report import ENCODER_DISPLAY_ORDER, build_report
-from interp_transformer.cli import EXIT_OK, main
+from analysis.cli import EXIT_OK, main
 
 from .encoder_helpers import minilm, minilm_path, random_mlm
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from interp_transformer.cli import EXIT_OK, EXIT_USAGE, main
+from analysis.cli import EXIT_OK, EXIT_USAGE, main
 from interp_transformer.encoder import EncoderTransformer
 from interp_transformer.verify import DEFAULT_ENCODER_PROMPTS, verify_against_hf
 

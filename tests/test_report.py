@@ -12,9 +12,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis import attention
 from analysis.report import DISPLAY_ORDER, build_report
-from analysis.report_interpretation import HEAD_SCORE_THRESHOLD
-from analysis.report_circuits import MAX_CIRCUIT_TOKENS
-from analysis.report_sections import RANDOM_BATCH
+from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
+from analysis.report.sections.circuits import MAX_CIRCUIT_TOKENS
+from analysis.report.sections.detectors import RANDOM_BATCH
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.tokens import offline_gpt2_tokenizer
 
@@ -214,7 +214,7 @@ def test_bad_input_is_refused(attn_only_model, tokens, labels, error, match):
 
 
 def test_long_prompts_show_the_first_positions_only(attn_only_model, monkeypatch):
-    import analysis.report_sections as sections
+    import analysis.report.context as sections
 
     n_heads = attn_only_model.cfg.n_layers * attn_only_model.cfg.n_heads
     monkeypatch.setattr(sections, "MAX_PATTERN_CELLS", n_heads * 6 * 6)  # room for 6 x 6 patterns

@@ -1,5 +1,9 @@
 """The report's written interpretation: sentences generated from the numbers of the other sections.
 
+What it says depends on which sections the model's capabilities gave: the loss on
+repeated tokens and the prediction at the last position need next-token logits; the
+sentence embedding's split needs the output attribution; whatever was left out is named.
+
 Thresholds (a head is named only when its score reaches them):
 
 - ``HEAD_SCORE_THRESHOLD = 0.4``: a detector score is the mean fraction of a head's
@@ -13,7 +17,10 @@ Thresholds (a head is named only when its score reaches them):
   the repeated half of random sequences is below half its loss on the first half.
 """
 
-from .report_sections import DETECTOR_TITLES, DETECTORS, ReportContext, ReportSection, head_name, ranked_heads
+from dataclasses import dataclass
+
+from ..context import ReportContext, ReportSection, SectionData, head_name, ranked_heads
+from .detectors import DETECTOR_TITLES
 
 HEAD_SCORE_THRESHOLD = 0.4
 COPYING_THRESHOLD = 0.5
@@ -46,33 +53,52 @@ def detector_lines(scores: dict, heads: dict) -> list[str]:
     return lines
 
 
+@dataclass
+class InterpretationData(SectionData):
+    lines: list[str]
+    heads: dict  # detector -> [(layer, head, score)] above the threshold
+    thresholds: dict
+
+
 def interpretation_section(ctx: ReportContext) -> ReportSection:
     detectors = ctx.sections["detectors"].data
-    heads = classify_heads({name: detectors["random"][name] for name in DETECTORS})
-    lines = detector_lines(detectors["random"], heads)
+    heads = classify_heads(detectors.random)
+    lines = detector_lines(detectors.random, heads)
     lines += _circuit_lines(ctx, heads)
-    first, repeated = detectors["first_half_loss"], detectors["repeated_half_loss"]
-    verdict = (": the model predicts tokens from their earlier copies (in-context learning)"
-               if repeated < IN_CONTEXT_RATIO * first else ": no sign of copying from earlier in the sequence")
-    lines.append(f"On repeated random tokens, loss is {repeated:.2f} nats on the repeated half vs {first:.2f} on the first half"
-                 + verdict)
-    lines.append(_prediction_line(ctx))
-    section = ReportSection("interpretation", "What the numbers say", paragraphs=list(lines))
-    section.paragraphs.append(
-        f"Thresholds: detector score >= {HEAD_SCORE_THRESHOLD} (fraction of attention on the target, on repeated random "
-        f"tokens), copying score >= {COPYING_THRESHOLD}, repeated-half loss < {IN_CONTEXT_RATIO} x first-half loss."
-    )
-    section.data = dict(lines=lines, heads=heads, thresholds=dict(
-        head_score=HEAD_SCORE_THRESHOLD, copying=COPYING_THRESHOLD, in_context_ratio=IN_CONTEXT_RATIO))
+    thresholds = dict(head_score=HEAD_SCORE_THRESHOLD)
+    notes = [f"detector score >= {HEAD_SCORE_THRESHOLD} (fraction of attention on the target, on repeated random tokens)"]
+    if "induction" in heads:
+        thresholds["copying"] = COPYING_THRESHOLD
+        notes.append(f"copying score >= {COPYING_THRESHOLD}")
+    if detectors.repeated_half_loss is not None:
+        first, repeated = detectors.first_half_loss, detectors.repeated_half_loss
+        verdict = (": the model predicts tokens from their earlier copies (in-context learning)"
+                   if repeated < IN_CONTEXT_RATIO * first else ": no sign of copying from earlier in the sequence")
+        lines.append(f"On repeated random tokens, loss is {repeated:.2f} nats on the repeated half vs {first:.2f} on the first half"
+                     + verdict)
+        thresholds["in_context_ratio"] = IN_CONTEXT_RATIO
+        notes.append(f"repeated-half loss < {IN_CONTEXT_RATIO} x first-half loss")
+    attribution = ctx.sections.get("attribution")
+    if attribution is not None and attribution.data.get("predicted") is not None:
+        lines.append(_prediction_line(ctx))
+    elif attribution is not None:
+        lines.append(_attribution_line(ctx))
+    if "omitted" in ctx.sections:
+        omitted = "; ".join(part["what"] for part in ctx.sections["omitted"].data.parts)
+        kind = "an encoder" if not ctx.model.capabilities.causal else "this model"
+        lines.append(f"Not shown for {kind} (see 'Not in this report'): {omitted}")
+    section = ReportSection("interpretation", "What the numbers say", paragraphs=list(lines),
+                            data=InterpretationData(lines=lines, heads=heads, thresholds=thresholds))
+    section.paragraphs.append("Thresholds: " + ", ".join(notes) + ".")
     return section
 
 
 def _circuit_lines(ctx: ReportContext, heads: dict) -> list[str]:
     """Copying of the induction heads and their K-composition with earlier previous-token heads."""
     lines = []
-    copying = ctx.sections["circuits"].data["copying"]
-    composition = ctx.sections["composition"].data.get("scores")
-    for layer, head, _ in heads["induction"][:MAX_NAMED_HEADS]:
+    copying = ctx.sections["circuits"].data.copying
+    composition = ctx.sections["composition"].data.scores
+    for layer, head, _ in heads.get("induction", [])[:MAX_NAMED_HEADS]:
         name = head_name(layer, head)
         score = float(copying[layer, head])
         does = "copies the token it attends to" if score >= COPYING_THRESHOLD else "does not clearly copy"
@@ -93,7 +119,7 @@ def _circuit_lines(ctx: ReportContext, heads: dict) -> list[str]:
 
 def _prediction_line(ctx: ReportContext) -> str:
     data = ctx.sections["attribution"].data
-    attr = data["attribution"]
+    attr = data.attribution
     contributions = [(head_name(layer, head), float(attr.heads[layer, head, 0]))
                      for layer in range(attr.heads.shape[0]) for head in range(attr.heads.shape[1])]
     contributions += [("embed", float(attr.embed[0])), ("pos_embed", float(attr.pos_embed[0]))]
@@ -101,6 +127,20 @@ def _prediction_line(ctx: ReportContext) -> str:
         contributions += [(f"MLP{layer}", float(attr.mlp[layer, 0])) for layer in range(attr.mlp.shape[0])]
     top = sorted(contributions, key=lambda item: -abs(item[1]))[:3]
     parts = ", ".join(f"{name} {value:+.2f}" for name, value in top)
-    predicted = ctx.token_label(data["predicted"])
-    return (f"At the last position the model predicts {predicted!r} with p = {data['predicted_prob']:.2f}; "
+    predicted = ctx.token_label(data.predicted)
+    return (f"At the last position the model predicts {predicted!r} with p = {data.predicted_prob:.2f}; "
             f"largest direct contributions to its logit: {parts}")
+
+
+def _attribution_line(ctx: ReportContext) -> str:
+    data = ctx.sections["attribution"].data
+    attr = data.attribution
+    n_layers, n_heads = attr.heads.shape[:2]
+    parts = [(head_name(layer, head), float(attr.heads[layer, head, 0])) for layer in range(n_layers) for head in range(n_heads)]
+    parts += [(f"MLP{layer}", float(attr.mlp[layer, 0])) for layer in range(n_layers)]
+    parts += [(f"L{layer} LayerNorm biases", float(attr.layer_norm_biases[layer, 0])) for layer in range(n_layers)]
+    embeddings = attr.embed + attr.token_type_embed + attr.pos_embed + attr.embed_ln_bias
+    parts.append(("embeddings", float(embeddings[0])))
+    top = sorted(parts, key=lambda item: -abs(item[1]))[:3]
+    listed = ", ".join(f"{name} {value:+.2f}" for name, value in top)
+    return f"The sentence embedding has norm {data.value:.2f}; largest direct contributions: {listed}"

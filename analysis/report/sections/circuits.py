@@ -1,25 +1,28 @@
-"""The circuit sections of the report: QK/OV circuits of the top heads and composition scores.
+"""QK and OV circuits of the top heads, and each head's copying score.
 
 Nothing here builds a ``d_vocab x d_vocab`` matrix: circuits are evaluated on the
 prompt's own distinct tokens (at most ``MAX_CIRCUIT_TOKENS``) and on its positions.
-On an encoder the positional QK circuit has no causal mask, and the OV circuit is read
-out with the MLM decoder ``W_U`` or, for a checkpoint without an MLM head, with ``W_E^T``.
+Under bidirectional attention the positional QK circuit has no causal mask; the OV
+circuit is read out with ``W_U`` or, for a model without one, with ``W_E^T``.
 """
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from . import _checks, circuits, plots, plots_base
-from .report_sections import (
-    DETECTOR_TITLES,
-    ReportContext,
-    ReportSection,
-    head_figure,
-    head_name,
-    ranked_heads,
-    shown_positions,
-    square_figure,
-)
+from ... import _checks, circuits, plots, plots_base
+from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, square_figure
+from .detectors import DETECTOR_TITLES
+
+
+@dataclass
+class CircuitsData(SectionData):
+    heads: list[dict]  # per top head: layer, head, reason, qk, ov, positional_qk (None without learned positions), ov_diagonal_top
+    token_ids: list[int]
+    copying: Tensor  # [layer, head_index]
+    read_out: str
+
 
 MAX_CIRCUIT_TOKENS = 24  # distinct prompt tokens shown in the QK/OV circuit views
 
@@ -50,19 +53,24 @@ def _circuit_tokens(ctx: ReportContext) -> list[int]:
 def positional_qk(model: _checks.AnyModel, layer: int, head: int, n_pos: int) -> Tensor:
     """``W_pos W_Q W_K^T W_pos^T`` on the first ``n_pos`` positions: ``[query_pos, key_pos]``.
 
-    A decoder's future keys, which its attention never reaches, are NaN; an encoder's are kept.
+    Under causal attention the future keys, which a query never reaches, are NaN; with
+    bidirectional attention they are kept.
     """
     W_pos = model.W_pos[:n_pos]
     scores = (W_pos @ model.W_Q[layer, head]) @ (W_pos @ model.W_K[layer, head]).T
-    if _checks.is_encoder(model):
+    if not model.capabilities.causal:
         return scores.float()
     future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=scores.device).triu(1)
     return scores.float().masked_fill(future, float("nan"))
 
 
 def ov_read_out(model: _checks.AnyModel) -> str:
-    """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``, an encoder without MLM head)."""
-    return "embed" if _checks.is_encoder(model) and model.mlm_head is None else "unembed"
+    """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``: e.g. an encoder without MLM head)."""
+    try:
+        model.W_U
+    except AttributeError:
+        return "embed"
+    return "unembed"
 
 
 def circuits_section(ctx: ReportContext) -> ReportSection:
@@ -82,25 +90,31 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
         "Full QK circuit W_E W_Q W_K^T W_E^T: how much a query token attends to a key token from the tokens alone; "
         f"positional QK circuit W_pos W_Q W_K^T W_pos^T: the same from positions alone; {ov_text}. "
         f"Shown on the prompt's {len(token_ids)} distinct tokens; LayerNorm and biases are left out"
-        + (" (and so is the MLM head's transform)" if _checks.is_encoder(model) and read_out == "unembed" else "") + ". "
+        + (" (and so is any non-linear head before W_U)" if model.capabilities.read_out is None and read_out == "unembed" else "")
+        + ". "
         "The copying score of a head is sum(Re eigenvalues) / sum(|eigenvalues|) of its full OV circuit, in [-1, 1]."
     )
-    n_tokens, n_shown = len(token_ids), shown_positions(ctx)
+    n_tokens, n_shown = len(token_ids), ctx.shown_positions()
+    has_learned_positions = model.pos_embed is not None
+    if not has_learned_positions:
+        section.paragraphs.append(
+            "This model has no learned positional embedding (its positions act inside attention, as a rotation of "
+            "queries and keys), so there is no positional QK circuit to show, and the token QK circuit leaves out how "
+            "the rotation changes scores with the distance between query and key.")
     pos_labels = ctx.str_tokens[:n_shown]
     heads = []
     for layer, head, reason in top_heads(ctx):
         name = head_name(layer, head)
         qk = circuits.circuit_on_tokens(circuits.full_qk_circuit(model, layer, head), token_ids, token_ids)
         ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, layer, head, read_out), token_ids, token_ids)
-        pos_qk = positional_qk(model, layer, head, n_shown)
+        pos_qk = positional_qk(model, layer, head, n_shown) if has_learned_positions else None
         qk_title = f"{name} full QK circuit<br><sup>{reason}</sup>"
-        section.figures += [
-            square_figure(plots.plot_circuit(qk, labels, labels, kind="qk", title=qk_title), n_tokens),
-            square_figure(plots_base.heatmap(
+        section.figures.append(square_figure(plots.plot_circuit(qk, labels, labels, kind="qk", title=qk_title), n_tokens))
+        if pos_qk is not None:
+            section.figures.append(square_figure(plots_base.heatmap(
                 pos_qk, x_title="key_pos", y_title="query_pos", x_labels=pos_labels, y_labels=pos_labels, signed=True,
-                title=f"{name} positional QK circuit", colorbar_title="attention score", what="positional QK circuit"), n_shown),
-            square_figure(plots.plot_circuit(ov, labels, labels, kind="ov", title=f"{name} full OV circuit"), n_tokens),
-        ]
+                title=f"{name} positional QK circuit", colorbar_title="attention score", what="positional QK circuit"), n_shown))
+        section.figures.append(square_figure(plots.plot_circuit(ov, labels, labels, kind="ov", title=f"{name} full OV circuit"), n_tokens))
         # on the token subset: how often a source token's own logit is its row's largest
         diagonal_top = float((ov.argmax(dim=-1) == torch.arange(n_tokens, device=ov.device)).float().mean())
         heads.append(dict(layer=layer, head=head, reason=reason, qk=qk, ov=ov, positional_qk=pos_qk, ov_diagonal_top=diagonal_top))
@@ -109,29 +123,5 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
     fig = plots.plot_head_scores(copying, title=title, signed=True, colorbar_title="copying")
     fig.update_traces(zmin=-1.0, zmax=1.0)
     section.figures.append(head_figure(fig, model.cfg.n_layers, model.cfg.n_heads))
-    section.data = dict(heads=heads, token_ids=token_ids, copying=copying, read_out=read_out)
-    return section
-
-
-def composition_section(ctx: ReportContext) -> ReportSection:
-    model = ctx.model
-    section = ReportSection("composition", "Composition scores")
-    if model.cfg.n_layers < 2:
-        section.paragraphs.append("The model has one layer: no head can compose with another.")
-        return section
-    section.paragraphs.append(
-        "How much a head in a later layer reads what a head in an earlier layer writes: ||W_A W_B||_F / (||W_A||_F ||W_B||_F) "
-        "with W_A the writer's W_OV and W_B the reader's W_QK (Q-composition), W_QK^T (K-composition) or W_OV "
-        "(V-composition). An induction head K-composes with a previous-token head."
-    )
-    if _checks.is_encoder(model):
-        section.paragraphs.append(
-            "In this post-LayerNorm encoder a head's output passes through its block's ln1 and ln2 (and every later block's) "
-            "before another head reads it; the scores, like the circuits, leave LayerNorm out.")
-    scores = {}
-    n_heads = model.cfg.n_layers * model.cfg.n_heads
-    for kind in circuits.COMPOSITION_KINDS:
-        scores[kind] = circuits.composition_scores(model, kind)
-        section.figures.append(square_figure(plots.plot_composition_scores(scores[kind], kind=kind), n_heads))
-    section.data = dict(scores=scores)
+    section.data = CircuitsData(heads=heads, token_ids=token_ids, copying=copying, read_out=read_out)
     return section

@@ -1,4 +1,7 @@
-"""The ``interp-transformer`` command line (also ``python -m interp_transformer``).
+"""The ``interp-transformer`` command line (also ``python -m analysis`` and ``python -m interp_transformer``).
+
+It lives on the analysis side because ``demo`` and ``report`` run the analysis tools;
+the model package never imports ``analysis``.
 
 Commands::
 
@@ -65,7 +68,7 @@ def _error_message(error: BaseException) -> str:
 # ---- model and prompt -------------------------------------------------------------------
 
 def _is_shipped(source: str) -> bool:
-    from .shipped import SHIPPED_MODELS
+    from interp_transformer.shipped import SHIPPED_MODELS
 
     return source in SHIPPED_MODELS
 
@@ -76,10 +79,10 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
     ``from_pretrained`` dispatches on the checkpoint's architecture: a ``DemoTransformer``
     for GPT-2, an ``EncoderTransformer`` for BERT.
     """
-    from .loading import from_pretrained
+    from interp_transformer.loading import from_pretrained
 
     if _is_shipped(source):
-        from .shipped import PRETRAINED_DIR, load_shipped, load_shipped_metadata
+        from interp_transformer.shipped import PRETRAINED_DIR, load_shipped, load_shipped_metadata
 
         directory = Path(weights_dir) if weights_dir is not None else PRETRAINED_DIR
         model = load_shipped(source, dtype=dtype, directory=directory)
@@ -108,7 +111,7 @@ def prompt_tokens(model, prompt: str) -> torch.Tensor:
 
 
 def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="first") -> None:
-    from analysis.report import build_report
+    from .report import build_report
 
     report = build_report(model, tokens, title=title, metadata=metadata, bos=bos, progress=True)
     path = report.save(out).resolve()
@@ -121,7 +124,7 @@ def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="fir
 # ---- commands -----------------------------------------------------------------------------
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .induction import BOS_TOKEN, repeated_tokens
+    from interp_transformer.induction import BOS_TOKEN, repeated_tokens
 
     model, metadata = load_model("induction-2l", weights_dir=args.weights_dir)
     longest = (model.cfg.n_ctx - 1) // 2
@@ -153,7 +156,7 @@ def _verify_source(args: argparse.Namespace) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import run_verify
+    from interp_transformer.verify import run_verify
 
     source = _verify_source(args)
     prompts = args.prompt
@@ -170,8 +173,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_train_induction(args: argparse.Namespace) -> int:
-    from .induction import train_induction_model
-    from .shipped import PRETRAINED_DIR, load_shipped_metadata, save_shipped
+    from interp_transformer.induction import train_induction_model
+    from interp_transformer.shipped import PRETRAINED_DIR, load_shipped_metadata, save_shipped
 
     settings = {}
     try:  # retrain with the shipped model's recorded settings, so the result reproduces it

@@ -1,0 +1,61 @@
+"""Attention patterns of every head (a menu picks one), and each head's attention entropy."""
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+import torch
+from torch import Tensor
+
+from ... import attention, plots, plots_base
+from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, sized
+from .detectors import DETECTOR_TITLES
+
+
+@dataclass
+class AttentionData(SectionData):
+    patterns: Tensor  # [layer, head_index, query_pos, key_pos] of the prompt
+    entropy: Tensor  # [layer, head_index], nats
+
+
+def attention_selector(patterns: Tensor, str_tokens: list[str], initial: tuple[int, int]) -> go.Figure:
+    """One heatmap per head ``patterns [layer, head_index, query_pos, key_pos]``; a dropdown shows one at a time."""
+    n_layers, n_heads = patterns.shape[:2]
+    names = [head_name(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    first = names.index(head_name(*initial))
+    template = plots.plot_attention_pattern(patterns[initial], str_tokens, title=f"attention pattern of {names[first]}")
+    traces = []
+    for index, name in enumerate(names):
+        trace = go.Heatmap(template.data[0])
+        values = plots_base.to_numpy(patterns[index // n_heads, index % n_heads]).round(4)  # 4 decimals keep the page small
+        trace.update(z=values.tolist(), visible=index == first, name=name)
+        traces.append(trace)
+    fig = go.Figure(traces, layout=template.layout)
+    buttons = [
+        dict(label=name, method="update",
+             args=[{"visible": [other == index for other in range(len(names))]}, {"title.text": f"attention pattern of {name}"}])
+        for index, name in enumerate(names)
+    ]
+    menu = dict(buttons=buttons, active=first, direction="down", x=1.0, xanchor="right", y=1.12, yanchor="bottom")
+    fig.update_layout(updatemenus=[menu])
+    side = min(760, 220 + 18 * len(str_tokens))
+    return sized(fig, side + 60, side + 140)
+
+
+def attention_section(ctx: ReportContext) -> ReportSection:
+    model = ctx.model
+    patterns = torch.stack([attention.attention_pattern(ctx.cache, layer)[0] for layer in range(model.cfg.n_layers)])
+    n_shown = ctx.shown_positions()
+    detectors = ctx.sections["detectors"].data
+    top_layer, top_head, _ = ranked_heads(detectors.random[detectors.lead])[0]
+    entropy = attention.attention_entropy(ctx.cache)
+    section = ReportSection("attention", "Attention patterns of every head", data=AttentionData(patterns, entropy))
+    section.paragraphs.append(
+        "Pick a head from the menu (top right). Rows are query positions, columns key positions; each row sums to 1. "
+        f"The view opens on {head_name(top_layer, top_head)}, the head with the highest {DETECTOR_TITLES[detectors.lead]} score."
+    )
+    if n_shown < ctx.n_pos:
+        section.paragraphs.append(f"The prompt has {ctx.n_pos} tokens; the view shows the first {n_shown} to keep the page small.")
+    section.figures.append(attention_selector(patterns[..., :n_shown, :n_shown], ctx.str_tokens[:n_shown], (top_layer, top_head)))
+    entropy_fig = plots.plot_head_scores(entropy, title="attention entropy<br><sup>on the prompt</sup>", colorbar_title="nats")
+    section.figures.append(head_figure(entropy_fig, model.cfg.n_layers, model.cfg.n_heads))
+    return section

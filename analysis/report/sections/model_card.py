@@ -1,0 +1,67 @@
+"""The model card: the config, parameters, processing, tokenizer, what the residual stream is, training curve."""
+
+import dataclasses
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+from ..context import ReportContext, ReportSection, SectionData, sized
+
+
+@dataclass
+class ModelCardData(SectionData):
+    config: dict[str, Any]
+    processing: list[str]
+
+
+def _table(rows) -> str:
+    cells = "".join(f"<tr><th>{html.escape(str(name))}</th><td>{html.escape(str(value))}</td></tr>" for name, value in rows)
+    return f'<table class="kv">{cells}</table>'
+
+
+def _structure(ctx: ReportContext) -> str:
+    """One paragraph on what the model is: its blocks, its attention, where its norms sit, its heads."""
+    model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
+    has_mlp = model.act_name("post", 0) in model.hook_dict
+    parts = ["Attention-only model: its blocks have no MLP." if not has_mlp
+             else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."]
+    if not capabilities.causal:
+        parts.append("Bidirectional attention: every real token sees every other.")
+    if capabilities.norm_placement == "post":
+        parts.append("Post-norm blocks (ln1 after attention, ln2 after the MLP): the residual stream is renormalized "
+                     "twice per block, so it is not a sum of component outputs.")
+    heads = {"has_mlm_head": "an MLM head", "has_pooler": "a pooler"}  # output heads a config may say it has
+    if any(hasattr(cfg, flag) for flag in heads):
+        present = [label for flag, label in heads.items() if getattr(cfg, flag)]
+        parts.append(f"The checkpoint has {' and '.join(present)}." if present else "The checkpoint has neither an MLM "
+                     "head nor a pooler.")
+    return " ".join(parts)
+
+
+def model_section(ctx: ReportContext) -> ReportSection:
+    model, cfg = ctx.model, ctx.model.cfg
+    rows = [(name, value) for name, value in dataclasses.asdict(cfg).items()]
+    rows.append(("architecture", model.architecture.name))
+    rows.append(("parameters", f"{sum(p.numel() for p in model.parameters()):,}"))
+    rows.append(("dtype", str(next(model.parameters()).dtype).removeprefix("torch.")))
+    processing = list(model.processing)
+    rows.append(("weight processing", ", ".join(processing) if processing else "none (weights as loaded)"))
+    tokenizer = model.tokenizer
+    rows.append(("tokenizer", type(tokenizer).__name__ if tokenizer is not None else "none: tokens are labelled by id"))
+    rows += [(name, value) for name, value in ctx.metadata.items() if name != "curve"]
+    section = ReportSection("model", "Model card", html=_table(rows),
+                            data=ModelCardData(config=dataclasses.asdict(cfg), processing=processing))
+    section.paragraphs.append(_structure(ctx))
+    curve = ctx.metadata.get("curve")
+    if isinstance(curve, dict) and {"steps", "first_half_loss", "repeated_half_loss"} <= set(curve):
+        fig = go.Figure([
+            go.Scatter(x=curve["steps"], y=curve["first_half_loss"], mode="lines", name="first half (unpredictable)"),
+            go.Scatter(x=curve["steps"], y=curve["repeated_half_loss"], mode="lines", name="repeated half"),
+        ])
+        fig.update_layout(title=dict(text="training curve: loss per half of repeated random sequences"))
+        fig.update_xaxes(title_text="training step")
+        fig.update_yaxes(title_text="next-token loss (nats)")
+        section.figures.append(sized(fig, 360, 640))
+    return section

@@ -1,0 +1,55 @@
+"""The most active MLP neuron on the prompt, every neuron's peak, and the top neuron's direct logit effect."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ... import neurons, plots
+from ...neurons import NeuronLogitEffect
+from ..context import ReportContext, ReportSection, SectionData, sized
+
+
+@dataclass
+class NeuronsData(SectionData):
+    skipped: bool  # True for an attention-only model
+    summary: Optional[Tensor] = None  # [layer, d_mlp] max activation on the prompt
+    top_neuron: Optional[tuple[int, int]] = None  # (layer, neuron)
+    activations: Optional[Tensor] = None  # [pos] of the top neuron
+    logit_effect: Optional[NeuronLogitEffect] = None  # only where logits are linear in the residual stream
+
+
+def neurons_section(ctx: ReportContext) -> ReportSection:
+    model = ctx.model
+    section = ReportSection("neurons", "MLP neurons", data=NeuronsData(skipped=True))
+    if model.act_name("post", 0) not in model.hook_dict:
+        section.paragraphs.append("This model is attention-only (d_mlp=None): it has no MLP neurons to show.")
+        return section
+    summary = neurons.neuron_summary(ctx.cache, "max")
+    layer, neuron = divmod(int(summary.flatten().argmax()), model.cfg.d_mlp)
+    activations = neurons.neuron_activations(ctx.cache, layer, neuron)[0]
+    summary_fig = plots.plot_neuron_summary(summary, title="max activation of every neuron on the prompt")
+    summary_fig.update_yaxes(dtick=1)
+    section.figures += [
+        sized(summary_fig, min(700, 170 + 30 * model.cfg.n_layers), 1100),
+        sized(plots.plot_token_activations(activations, ctx.str_tokens, title=f"L{layer} neuron {neuron} over the prompt"), 200,
+              min(1100, 200 + 50 * ctx.n_pos)),
+    ]
+    section.data = NeuronsData(skipped=False, summary=summary, top_neuron=(layer, neuron), activations=activations)
+    largest = f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g})."
+    if not model.capabilities.linear_logits:
+        section.paragraphs.append(
+            f"{largest} Its direct logit effect is not shown: in this model a neuron's write passes through later "
+            "post-norm LayerNorms or a non-linear head before any logit, so W_out[n] W_U is no direct effect.")
+        return section
+    k = min(8, model.cfg.d_vocab)
+    effect = neurons.neuron_logit_effect(model, layer, neuron, k=k)
+    values = torch.cat([effect.top_values, effect.bottom_values])
+    labels = [ctx.token_label(int(t)) for t in torch.cat([effect.top_tokens, effect.bottom_tokens])]
+    section.paragraphs.append(f"{largest} Its direct logit effect W_out[n] W_U ignores the final LayerNorm and later layers.")
+    section.figures.append(
+        sized(plots.plot_token_values(values, labels, title=f"L{layer} neuron {neuron}: most promoted and suppressed tokens"),
+              120 + 22 * len(values), 600))
+    section.data.logit_effect = effect
+    return section

@@ -1,0 +1,92 @@
+"""What this model's report leaves out, and why: read from the model's capabilities.
+
+========================================  ===================================================
+left out when                             instead
+========================================  ===================================================
+logits are not linear in an additive      output attribution of the sentence embedding
+residual stream: no logit lens, no DLA    (bidirectional post-norm models), else nothing
+attention is bidirectional: no induction  next-token heads; duplicate-token heads counting
+heads, no loss on repeats                 copies on both sides
+logits are not linear: no neuron direct   MLP layers' exact contributions in the output
+logit effect ``W_out W_U``                attribution, where it applies
+the model has no ``W_U``                  OV circuits read out with ``W_E^T``
+========================================  ===================================================
+"""
+
+import html
+from dataclasses import dataclass
+
+from ..context import ReportContext, ReportSection, SectionData
+from .circuits import ov_read_out
+
+
+@dataclass
+class OmittedData(SectionData):
+    parts: list[dict[str, str]]  # {"what", "why", "instead"} per part left out
+
+
+def has_output_attribution(model) -> bool:
+    """The sentence-embedding attribution applies: a bidirectional post-norm model (BERT)."""
+    capabilities = model.capabilities
+    return not capabilities.linear_logits and capabilities.norm_placement == "post" and not capabilities.causal
+
+
+def _missing_unembedding(model) -> str:
+    try:
+        model.W_U
+    except AttributeError as missing:
+        return str(missing).split(": ", 1)[-1]
+    return ""
+
+
+def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
+    """What the full report shows and this one does not: ``{"what", "why", "instead"}`` per part."""
+    model = ctx.model
+    capabilities = model.capabilities
+    parts = []
+    if not capabilities.linear_logits:
+        reasons = []
+        if not capabilities.next_token_logits:
+            reasons.append("this model predicts no next token")
+        if not capabilities.additive_residual:
+            reasons.append("no final norm and W_U read its residual stream: post-LayerNorm blocks renormalize the stream "
+                           "twice per block")
+        missing = _missing_unembedding(model)
+        if missing:
+            reasons.append(f"it has no W_U ({missing})")
+        elif capabilities.read_out is None:
+            reasons.append("the head before W_U is non-linear (dense, activation, LayerNorm)")
+        instead = ("output attribution: the sentence embedding's norm split exactly over every component"
+                   if has_output_attribution(model) else "none in this report")
+        parts.append(dict(what="next-token prediction, logit lens and direct logit attribution", why=", and ".join(reasons),
+                          instead=instead))
+    if not capabilities.causal:
+        parts.append(dict(
+            what="induction heads and the loss on repeated random tokens",
+            why="both measure in-context prediction of the next token under causal attention; this model sees the whole "
+                "sequence at once and has no next-token loss",
+            instead="next-token heads (which only bidirectional attention can form) and duplicate-token heads counting "
+                    "copies on both sides"))
+    if not capabilities.linear_logits and model.act_name("post", 0) in model.hook_dict:
+        parts.append(dict(
+            what="direct logit effect of the most active neuron (W_out W_U)",
+            why="a neuron's write passes through later norms or a non-linear head before any output, so W_out W_U is no "
+                "direct effect",
+            instead="MLP layers' exact direct contributions in the output attribution" if has_output_attribution(model)
+                    else "none in this report"))
+    if ov_read_out(model) == "embed":
+        parts.append(dict(what="OV circuits read out with W_U", why=f"this model has no W_U ({_missing_unembedding(model)})",
+                          instead="OV circuits read out against the token embeddings W_E^T (BERT's tied read-out)"))
+    return parts
+
+
+def omitted_section(ctx: ReportContext) -> ReportSection:
+    parts = omitted_parts(ctx)
+    items = "".join(
+        f"<li><b>{html.escape(part['what'])}</b>: {html.escape(part['why'])}. Instead: {html.escape(part['instead'])}.</li>"
+        for part in parts
+    )
+    section = ReportSection("omitted", "Not in this report, and why", html=f"<ul>{items}</ul>", data=OmittedData(parts))
+    kind = "a bidirectional, post-norm encoder" if not ctx.model.capabilities.causal else "not a pre-norm decoder"
+    section.paragraphs.append(f"This model is {kind}: parts of the full report do not apply to it.")
+    return section

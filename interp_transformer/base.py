@@ -150,9 +150,9 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
 
         model = from_pretrained(source, **kwargs)
         if not isinstance(model, cls):
-            article = "an" if cls.kind[0] in "aeiou" else "a"
+            a = lambda word: ("an " if word[0].lower() in "aeiou" else "a ") + word  # noqa: E731
             raise ValueError(
-                f"{source!r:.80} holds a {type(model).__name__}, not {article} {cls.kind}; load it with "
+                f"{source!r:.80} holds {a(type(model).__name__)}, not {a(cls.kind)}; load it with "
                 f"{type(model).__name__}.from_pretrained or interp_transformer.from_pretrained"
             )
         return model

@@ -1,4 +1,4 @@
-"""Verification: does our model compute what the Hugging Face model computes, hook by hook?
+"""Verification: does our model compute what the Hugging Face model (or any reference module) computes, hook by hook?
 
 ``verify_against_hf(model, hf_model, tokens)`` runs both models on the same
 tokens, takes Hugging Face's value for every hook the architecture module can map
@@ -32,6 +32,10 @@ copied to float64 and compared again: if float64 agrees, the differences were
 floating-point noise, not a bug. ``report.ok`` is True when every hook is within
 tolerance, or when the float64 re-run is.
 
+``verify_against_module(model, reference, tokens, hook_map)`` does the same against
+any ``nn.Module`` (a model you wrote yourself): ``hook_map`` says which of its
+submodules' outputs (or inputs) hold each of our hooks' values.
+
 Weight processing (``interp_transformer.processing``) changes some activations
 on purpose; hooks a recorded step changes are skipped and listed in
 ``report.skipped``, and after ``center_unembed`` log-probs are compared instead
@@ -39,11 +43,12 @@ of logits.
 """
 
 import copy
+import difflib
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .loading import architecture_module, load_with_source, resolve_dtype
 
@@ -182,13 +187,20 @@ def _real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
     return value.movedim(axis, 1)[is_real.to(value.device)]
 
 
-def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> VerifyReport:
+ReferenceFn = Callable[..., dict]  # (reference_model, tokens, **forward_kwargs) -> {hook name or "logits": tensor}
+
+
+def _hf_reference(hf_model, tokens: Tensor, **forward_kwargs) -> dict:
+    """Hugging Face's activations under our hook names, from the architecture's converter module."""
+    return architecture_module(hf_model.config.model_type).hf_reference_activations(hf_model, tokens, **forward_kwargs)
+
+
+def _compare(model, reference_model, reference_fn: ReferenceFn, tokens: Tensor, atol, rtol, forward_kwargs) -> VerifyReport:
     dtype = next(model.parameters()).dtype
     default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
-    module = architecture_module(hf_model.config.model_type)
-    reference = module.hf_reference_activations(hf_model, tokens, **forward_kwargs)
+    reference = reference_fn(reference_model, tokens, **forward_kwargs)
     processing = list(getattr(model, "processing", []))
     skipped = _skipped_hooks(list(reference), processing)
     hook_names = [name for name in model.hook_dict if name in reference and name not in skipped]
@@ -205,8 +217,10 @@ def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> Ver
     rows = []
     for name, value in ours.items():
         ref = reference[name].detach().to("cpu", torch.float64)
+        if ref.shape != value.shape and ref.ndim < value.ndim and _broadcasts(ref.shape, value.shape):
+            ref = ref.expand(value.shape)  # the same for every row (e.g. positional embeddings)
         if ref.shape != value.shape:
-            raise ValueError(f"{name}: our activation has shape {tuple(value.shape)}, Hugging Face's {tuple(ref.shape)}")
+            raise ValueError(f"{name}: our activation has shape {tuple(value.shape)}, the reference's {tuple(ref.shape)}")
         ref = _real_part(name, ref, is_real)
         diff = (_real_part(name, value.detach().to("cpu", torch.float64), is_real) - ref).abs()
         # Masked attention entries are 0 in both; nan only if something is badly wrong.
@@ -217,6 +231,13 @@ def _compare(model, hf_model, tokens: Tensor, atol, rtol, forward_kwargs) -> Ver
     real_positions = None if is_real is None else int(is_real.sum())
     return VerifyReport(rows, dtype, atol, rtol, tuple(tokens.shape), sorted(skipped, key=list(reference).index), processing,
                         real_positions=real_positions)
+
+
+def _broadcasts(shape: torch.Size, to: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, to) == to
+    except RuntimeError:
+        return False
 
 
 def _float64_copy(module):
@@ -255,8 +276,6 @@ def verify_against_hf(
     ``attention_mask`` and ``token_type_ids`` for an encoder); with a mask, padding
     positions are left out of the comparison. Neither model is changed.
     """
-    if float64_recheck not in (True, False, "always"):
-        raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
     if isinstance(tokens, (str, list)):
         tokens = model.to_tokens_and_mask(tokens)
     if _is_encoded(tokens):  # (tokens, attention_mask, ...): the model's forward arguments, by name
@@ -273,11 +292,87 @@ def verify_against_hf(
     device = next(model.parameters()).device
     tokens = tokens.to(device)
     forward_kwargs = {name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()}
-    report = _compare(model, hf_model, tokens, atol, rtol, forward_kwargs)
+    return _report_with_recheck(model, hf_model, _hf_reference, tokens, atol, rtol, float64_recheck, forward_kwargs)
+
+
+def _report_with_recheck(model, reference_model, reference_fn, tokens, atol, rtol, float64_recheck, forward_kwargs) -> VerifyReport:
+    if float64_recheck not in (True, False, "always"):
+        raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
+    report = _compare(model, reference_model, reference_fn, tokens, atol, rtol, forward_kwargs)
     needs_recheck = float64_recheck == "always" or (float64_recheck and not report.within_tolerance)
     if needs_recheck and report.dtype != torch.float64:
-        report.float64 = _compare(_float64_copy(model), _float64_copy(hf_model), tokens, None, None, forward_kwargs)
+        report.float64 = _compare(_float64_copy(model), _float64_copy(reference_model), reference_fn, tokens, None, None,
+                                  forward_kwargs)
     return report
+
+
+def capture_activations(module: nn.Module, hook_map: Mapping[str, str], run: Callable[[], object]) -> tuple[dict, object]:
+    """Call ``run()`` with torch hooks on ``module``'s submodules; return ``({name: tensor}, run's result)``.
+
+    ``hook_map`` maps a name (ours, e.g. ``"blocks.0.hook_attn_out"``) to where the value
+    is in ``module``: ``"path.to.submodule"`` (its output; the first element of a tuple
+    output) or ``"path.to.submodule:input"`` (its first positional input). Every hook is
+    removed afterwards, also when ``run`` raises. An unknown path raises ``KeyError``
+    naming the closest submodule names.
+    """
+    submodules = dict(module.named_modules())
+    captured, handles = {}, []
+    try:
+        for name, where in hook_map.items():
+            path, _, side = where.partition(":")
+            if path not in submodules:
+                close = difflib.get_close_matches(path, submodules, n=3)
+                raise KeyError(f"{where!r} (for {name!r}) names no submodule of {type(module).__name__}; closest: {close}")
+            if side not in ("", "input"):
+                raise ValueError(f"{where!r}: the part after ':' must be 'input', got {side!r}")
+            if side == "input":
+                hook = (lambda name: lambda mod, args: captured.__setitem__(name, args[0].detach()))(name)
+                handles.append(submodules[path].register_forward_pre_hook(hook))
+            else:
+                hook = (lambda name: lambda mod, args, out: captured.__setitem__(
+                    name, (out[0] if isinstance(out, tuple) else out).detach()))(name)
+                handles.append(submodules[path].register_forward_hook(hook))
+        with torch.no_grad():
+            result = run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured, result
+
+
+def verify_against_module(
+    model,
+    reference: nn.Module,
+    tokens: Tensor,
+    hook_map: Mapping[str, str],
+    *,
+    logits: bool = True,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    float64_recheck: Union[bool, str] = True,
+    **forward_kwargs,
+) -> VerifyReport:
+    """Compare ``model`` hook by hook with any ``nn.Module`` that computes the same thing (your own model, say).
+
+    ``reference(tokens)`` must return the logits (or a tuple whose first element is them)
+    when ``logits`` is True; ``hook_map`` says where each of our hooks' values lies in it
+    (see ``capture_activations``). The report reads like ``verify_against_hf``'s, float64
+    re-run included (on copies of both).
+    """
+    if not isinstance(reference, nn.Module):
+        raise TypeError(f"reference must be a torch nn.Module, received {type(reference).__name__}")
+    unknown = [name for name in hook_map if name not in model.hook_dict]
+    if unknown:
+        raise KeyError(f"hook_map names hooks the model does not have: {unknown}")
+
+    def reference_fn(reference_model, tokens, **kwargs):
+        acts, output = capture_activations(reference_model, hook_map, lambda: reference_model(tokens))
+        if logits:
+            acts["logits"] = (output[0] if isinstance(output, tuple) else output).detach()
+        return acts
+
+    device = next(model.parameters()).device
+    return _report_with_recheck(model, reference.eval(), reference_fn, tokens.to(device), atol, rtol, float64_recheck, forward_kwargs)
 
 
 def verify_pretrained(
@@ -329,4 +424,4 @@ def run_verify(
     return verify_pretrained(source, prompt, dtype=dtype)
 
 
-__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_PADDED_PROMPTS", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]
+__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_PADDED_PROMPTS", "capture_activations", "verify_against_module", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]

@@ -237,6 +237,16 @@ def test_unsupported_architectures_list_the_supported_ones(tmp_path):
         EncoderTransformer.from_pretrained(tmp_path / "..")
 
 
+def test_each_class_loads_its_own_kind_and_the_generic_loader_any_kind():
+    import interp_transformer
+    from interp_transformer import DemoTransformer
+
+    bert = random_hf_model("BertModel", **HF_CONFIGS[0][2])
+    with pytest.raises(ValueError, match="holds an EncoderTransformer, not a decoder"):
+        DemoTransformer.from_pretrained(bert)
+    assert isinstance(interp_transformer.from_pretrained(bert), EncoderTransformer)
+
+
 # --- bad input ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args, kwargs, error, message",

@@ -144,3 +144,61 @@ def test_remembered_signatures_are_bounded():
     for rows in range(1, shape_checks.MAX_REMEMBERED_SIGNATURES + 20):
         checked(torch.zeros(rows, 1))
     assert len(Doubler.__call__.remembered_signatures) == shape_checks.MAX_REMEMBERED_SIGNATURES
+
+
+# --- one Attention, every mask: the fused kernel against the explicit formula ---------------
+from interp_transformer.components import CausalMask, PaddingMask, SlidingWindowMask, TokenLayout  # noqa: E402
+from interp_transformer.components.attention import masked_scores  # noqa: E402
+from interp_transformer.kv_cache import LayerKVCache  # noqa: E402
+
+PADDED = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])  # a left-padded and a right-padded row
+MASK_CASES = {
+    "causal": ((CausalMask(), PaddingMask()), None),
+    "causal+left/right padding": ((CausalMask(), PaddingMask()), PADDED),
+    "bidirectional padding": ((PaddingMask(),), PADDED),
+    "no mask": ((), None),
+    "sliding window 3": ((SlidingWindowMask(3), PaddingMask()), None),
+    "sliding window 2, padded": ((SlidingWindowMask(2), PaddingMask()), PADDED),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", list(MASK_CASES))
+def test_fused_and_explicit_attention_agree_under_every_mask(case, dtype):
+    masks, attention_mask = MASK_CASES[case]
+    attn, generator = random_attention(dtype, seed=5, scale=0.3)
+    attn.masks = torch.nn.ModuleList(masks)
+    x = torch.randn(2, 7, CFG.d_model, dtype=dtype, generator=generator)
+    layout = (TokenLayout.contiguous(2, 7) if attention_mask is None else TokenLayout.from_attention_mask(attention_mask))
+    fused = attn(x, layout)
+    attn.use_fused_attention = False
+    explicit = attn(x, layout)
+    real = torch.ones(2, 7, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    torch.testing.assert_close(fused[real], explicit[real], rtol=0, atol=TOLERANCE[dtype])
+    assert torch.isfinite(explicit).all() and torch.isfinite(fused).all()  # padding rows too: finite, never NaN
+
+
+@pytest.mark.parametrize("case", ["causal", "sliding window 3"])
+def test_attention_with_a_key_value_cache_equals_the_whole_sequence(case):
+    masks, _ = MASK_CASES[case]
+    attn, generator = random_attention(torch.float64, seed=6, scale=0.3)
+    attn.masks = torch.nn.ModuleList(masks)
+    x = torch.randn(2, 7, CFG.d_model, dtype=torch.float64, generator=generator)
+    whole = attn(x, TokenLayout.contiguous(2, 7))
+    for fused in (True, False):
+        attn.use_fused_attention = fused
+        cache = LayerKVCache()
+        steps = [attn(x[:, :4], TokenLayout.contiguous(2, 4), cache)]
+        steps += [attn(x[:, p:p + 1], TokenLayout.contiguous(2, 1, offset=p), cache) for p in range(4, 7)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=0, atol=1e-12)
+
+
+def test_masked_scores_is_the_einsum_formula_with_the_mask():
+    generator = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(2, 5, 3, 4, dtype=torch.float64, generator=generator) for _ in range(2))
+    per_row = torch.rand(2, 1, 5, 5, generator=generator) > 0.3
+    shared = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    formula = einops.einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head -> batch head_index query_pos key_pos") * 0.5
+    for allowed in (None, shared, per_row):
+        expected = formula if allowed is None else formula.masked_fill(~allowed, float("-inf"))
+        torch.testing.assert_close(masked_scores(q, k, 0.5, allowed), expected, rtol=0, atol=1e-12)

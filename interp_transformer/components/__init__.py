@@ -12,6 +12,7 @@ from .layer_norm import LayerNorm
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
+from .no_norm import NoNorm
 from .pos_embed import PosEmbed
 from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed
@@ -24,6 +25,7 @@ __all__ = [
     "LayerNorm",
     "MLMHead",
     "MLP",
+    "NoNorm",
     "PaddingMask",
     "Pooler",
     "PosEmbed",

@@ -154,7 +154,9 @@ def write_llama_gguf(
     for key, value in (extra_metadata or {}).items():
         key = key.format(arch=architecture)
         writer.kv_data[0].pop(key, None)
-        if isinstance(value, str):
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, str):
             writer.add_string(key, value)
         elif isinstance(value, float):
             writer.add_float32(key, value)

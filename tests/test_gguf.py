@@ -7,14 +7,15 @@ Face model or tensor the file was made from.
 
 import importlib.metadata
 import os
+import random
 
 import numpy as np
 import pytest
 import torch
 
-from tests.gguf_helpers import Q, hand_dequantize, tiny_llama, tiny_vocabulary, write_llama_gguf
-
-from interp_transformer.loading.gguf import find_smollm2, read_gguf, unpermute_rotary_rows  # noqa: E402
+from interp_transformer.loading.gguf import find_smollm2, read_gguf, unpermute_rotary_rows
+from interp_transformer.loading.gguf_format import read_header, read_tensor
+from .gguf_helpers import Q, gguf, hand_dequantize, tiny_llama, tiny_vocabulary, write_llama_gguf
 
 transformers = pytest.importorskip("transformers")
 
@@ -107,18 +108,17 @@ def test_every_type_dequantizes_to_its_round_trip(mixed_file):
         assert 0 < (read - original).abs().max() <= step, name
 
 
-def test_dequantization_matches_a_hand_decoder(mixed_file, tmp_path):
+def test_dequantization_matches_a_hand_decoder(tmp_path):
     """Q8_0 and Q4_1 (the SmolLM2 file's types) decoded straight from the block layout, no gguf package."""
-    gguf = pytest.importorskip("gguf")
-    rng = np.random.default_rng(0)
-    values = rng.standard_normal((8, 256)).astype(np.float32)
+    values = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
     writer = gguf.GGUFWriter(str(tmp_path / "blocks.gguf"), "llama")
     blocks = {qtype: gguf.quants.quantize(values, qtype) for qtype in (Q.Q8_0, Q.Q4_1)}
     for qtype, packed in blocks.items():
         writer.add_tensor(f"{qtype.name}.weight", packed, raw_dtype=qtype)
-    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
-    from interp_transformer.loading.gguf_format import read_header, read_tensor
-
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     header = read_header(tmp_path / "blocks.gguf")
     for qtype, packed in blocks.items():
         read = read_tensor(header.path, header.tensors[f"{qtype.name}.weight"])
@@ -183,17 +183,21 @@ def test_rope_scaling(tmp_path, vocab_size, scaling, expected):
 # ---------------------------------------------------------------- tokenizer
 
 
-@pytest.mark.parametrize("pre", ["gpt2", "llama-bpe", "qwen2"])
-def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path, vocab_size, pre):
-    write_llama_gguf(tmp_path / "tok.gguf", tiny_llama(vocab_size, num_hidden_layers=1), pre=pre)
+@pytest.mark.parametrize("pre, add_bos", [("gpt2", False), ("llama-bpe", False), ("qwen2", False), ("gpt2", True)])
+def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path, vocab_size, pre, add_bos):
+    write_llama_gguf(tmp_path / "tok.gguf", tiny_llama(vocab_size, num_hidden_layers=1), pre=pre,
+                     extra_metadata={"tokenizer.ggml.add_bos_token": add_bos, "tokenizer.chat_template": "{{ x }}"})
     ours = read_gguf(tmp_path / "tok.gguf").tokenizer
     reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tok.gguf")
     assert isinstance(ours, transformers.PreTrainedTokenizerFast)
     assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (1, 2, 0)
+    assert ours.chat_template == "{{ x }}"
     for text in TEXTS:
         ids = ours(text)["input_ids"]
         assert ids == reference(text)["input_ids"], text
-        assert ours.decode(ids) == text
+        text_ids = ids[1:] if add_bos else ids
+        assert ids[:len(ids) - len(text_ids)] == ([1] if add_bos else [])
+        assert ours.decode(text_ids) == text
 
 
 def test_smollm_pre_tokenizer_splits_every_digit(tmp_path, vocab_size):
@@ -241,6 +245,27 @@ def test_corrupt_files_are_clear_errors(f32_file, tmp_path):
         read_gguf(tmp_path / "type.gguf")
     with pytest.raises(ValueError, match="no GGUF file at"):
         read_gguf(tmp_path / "absent.gguf")
+
+
+def test_corrupt_header_bytes_give_value_errors_only(tmp_path, vocab_size):
+    """Random bytes of the header overwritten: each file reads, or fails with a ValueError; nothing else escapes."""
+    write_llama_gguf(tmp_path / "good.gguf", tiny_llama(vocab_size, num_hidden_layers=1))
+    data = (tmp_path / "good.gguf").read_bytes()
+    header_end = min(info.start for info in read_header(tmp_path / "good.gguf").tensors.values())
+    rng, outcomes = random.Random(0), []
+    for _ in range(150):
+        corrupt = bytearray(data)
+        for _ in range(rng.choice([1, 2, 4])):
+            corrupt[rng.randrange(header_end)] = rng.randrange(256)
+        (tmp_path / "corrupt.gguf").write_bytes(bytes(corrupt))
+        try:
+            checkpoint = read_gguf(tmp_path / "corrupt.gguf")
+            for name in checkpoint.state_dict:
+                checkpoint.state_dict[name]
+            outcomes.append("read")
+        except ValueError:
+            outcomes.append("ValueError")
+    assert outcomes.count("ValueError") > 100  # most corruptions are caught, as errors that say what is wrong
 
 
 def test_unsupported_quantization_type(f32_file, tmp_path):

@@ -119,6 +119,10 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(checkpoint, hf_gguf):
         assert ids == reference(text)["input_ids"], text
         assert ours.decode(ids) == text
         assert ours.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = ours.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
 
 
 MEASURE = """

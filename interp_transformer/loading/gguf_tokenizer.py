@@ -143,6 +143,9 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
     if len(vocab) != len(tokens):
         raise ValueError(f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id")
 
+    unknown = [" ".join(merge) for merge in merges if not all(part in vocab for part in (*merge, "".join(merge)))]
+    if unknown:
+        raise ValueError(f"tokenizer.ggml.merges holds {len(unknown)} merge(s) of or into tokens not in the vocabulary, e.g. {unknown[:5]}")
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     backend.pre_tokenizer = _pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     backend.decoder = decoders.ByteLevel()

@@ -122,15 +122,18 @@ def write_llama_gguf(
     pre: str = "gpt2",
     tokenizer_model: str = "gpt2",
     extra_metadata: Optional[dict] = None,
+    respell: Optional[dict[str, str]] = None,
 ) -> dict[str, torch.Tensor]:
     """Write ``hf_model`` as llama.cpp would; return what each Hugging Face tensor should read back as.
 
     ``types`` maps GGUF names to ggml types (default F32; 1-D norms always F32,
     as llama.cpp keeps them). ``extra_metadata`` adds or replaces metadata keys
-    (``{arch}`` in a key is the architecture).
+    (``{arch}`` in a key is the architecture). ``respell`` writes some tokens in
+    another spelling (e.g. raw text instead of GPT-2's byte alphabet).
     """
     config = hf_model.config
     tokens, merges = tiny_vocabulary()
+    tokens = [(respell or {}).get(token, token) for token in tokens]
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)

@@ -200,6 +200,16 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path, vocab_size, pre
         assert ours.decode(text_ids) == text
 
 
+def test_tokens_written_as_raw_text_are_respelled(tmp_path, vocab_size):
+    """A plain token stored as text (" the", not "Ġthe") is found as BPE spells it, as transformers does."""
+    write_llama_gguf(tmp_path / "raw.gguf", tiny_llama(vocab_size, num_hidden_layers=1), respell={"Ġthe": " the"})
+    ours = read_gguf(tmp_path / "raw.gguf").tokenizer
+    reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="raw.gguf")
+    the = tiny_vocabulary()[0].index("Ġthe")
+    assert ours(" the")["input_ids"] == reference(" the")["input_ids"] == [the]
+    assert ours.decode([the]) == " the"
+
+
 def test_smollm_pre_tokenizer_splits_every_digit(tmp_path, vocab_size):
     """llama.cpp's "smollm" rule isolates each \\p{N} before GPT-2's word regex."""
     write_llama_gguf(tmp_path / "tok.gguf", tiny_llama(vocab_size, num_hidden_layers=1), pre="smollm")
@@ -217,6 +227,9 @@ def test_tokenizer_errors(tmp_path, vocab_size):
     write_llama_gguf(tmp_path / "pre.gguf", hf_model, pre="made-up")
     with pytest.raises(ValueError, match="tokenizer.ggml.pre='made-up'.*known: "):
         read_gguf(tmp_path / "pre.gguf")
+    write_llama_gguf(tmp_path / "small.gguf", tiny_llama(vocab_size - 10, num_hidden_layers=1))
+    with pytest.raises(ValueError, match=f"the tokenizer has {vocab_size} tokens but token_embd.weight only"):
+        read_gguf(tmp_path / "small.gguf")
 
 
 # ---------------------------------------------------------------- bad input

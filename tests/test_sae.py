@@ -172,7 +172,8 @@ def test_missing_unexpected_and_mis_shaped_tensors_are_listed(folder):
         tensors["stray"] = torch.zeros(3)
 
     _rewrite_weights(folder, damage)
-    with pytest.raises(CheckpointError, match=r"missing 1 tensor\(s\): threshold.*unexpected 1 tensor\(s\): stray.*W_dec expected \[24, 16\] received \[24, 15\]"):
+    listed = r"missing 1 tensor\(s\): threshold.*unexpected 1 tensor\(s\): stray.*W_dec expected \[24, 16\] received \[24, 15\]"
+    with pytest.raises(CheckpointError, match=listed):
         SAE.load(folder)
 
 
@@ -235,7 +236,8 @@ def test_corrupt_and_missing_files_give_clear_errors(folder, tmp_path):
     ],
 )
 def test_invalid_configs_are_refused(change, message):
-    cfg = {"architecture": "standard", "d_in": 16, "d_sae": 24, "metadata": {"hook_name": "blocks.0.hook_resid_pre", "sae_lens_version": "6.1.0"}}
+    metadata = {"hook_name": "blocks.0.hook_resid_pre", "sae_lens_version": "6.1.0"}
+    cfg = {"architecture": "standard", "d_in": 16, "d_sae": 24, "metadata": metadata}
     with pytest.raises(ValueError, match=message):
         SAEConfig.from_dict({**cfg, **change})
 

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from interp_transformer import DemoTransformer, processing
 from interp_transformer.sae import ProcessingMismatch, run_with_cache_with_saes, run_with_saes, splice_saes
+from interp_transformer.sae.sae import HOOK_NAMES
 
 from .sae_helpers import FIXTURES, SPLICE, SPLICE_CFG, fixture_sae, random_sae, saelens_model
 
@@ -115,7 +116,8 @@ def test_hook_z_sae_reads_and_writes_heads(model, clean):
     with torch.no_grad():
         reference = model.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.attn.hook_z", lambda z, hook: sae(z))])
         logits, cache = run_with_cache_with_saes(model, TOKENS, saes=[sae])
-    assert torch.equal(cache["blocks.0.attn.hook_z.hook_sae_input"], einops.rearrange(z, "b p head_index d_head -> b p (head_index d_head)"))
+    flat = einops.rearrange(z, "batch pos head_index d_head -> batch pos (head_index d_head)")
+    assert torch.equal(cache["blocks.0.attn.hook_z.hook_sae_input"], flat)
     assert cache["blocks.0.attn.hook_z.hook_sae_output"].shape == z.shape
     assert (logits - reference).abs().max() < MODEL_TOLERANCE
 
@@ -193,7 +195,8 @@ def test_everything_is_restored_on_exit(model, raises):
                 raise RuntimeError("body failed")
     after = _state(model)
     assert after[0] is before[0] and after[1:] == before[1:] and after[3] == []
-    assert [name for name, _ in saes[0].named_modules()] == ["", *saes[0].hook_dict] and saes[0].hook_sae_acts_post.name == "hook_sae_acts_post"
+    assert [name for name, _ in saes[0].named_modules()] == ["", *saes[0].hook_dict]
+    assert saes[0].hook_sae_acts_post.name == "hook_sae_acts_post"
     assert not any(point.has_hooks() for sae in saes for point in sae.hook_dict.values())
 
 
@@ -217,7 +220,7 @@ def test_two_saes_at_one_hook_are_refused(model):
 
 def test_sae_hooks_are_cached_and_editable_through_the_model(model):
     sae = fixture_sae("gated")
-    names = [f"blocks.1.hook_resid_mid.{hook}" for hook in ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_error", "hook_sae_output")]
+    names = [f"blocks.1.hook_resid_mid.{hook}" for hook in HOOK_NAMES]
     with torch.no_grad(), splice_saes(model, sae, use_error_term=True):
         _, cache = model.run_with_cache(TOKENS)
         assert [name for name in cache if "hook_sae" in name] == names

@@ -247,7 +247,8 @@ class SAE(HookedRootModule):
         the input, so it is in ``forward`` and not here.
         """
         if not isinstance(feature_acts, Tensor) or not feature_acts.is_floating_point():
-            raise TypeError(f"feature_acts must be a floating-point Tensor, got {getattr(feature_acts, 'dtype', type(feature_acts).__name__)}")
+            received = getattr(feature_acts, "dtype", type(feature_acts).__name__)
+            raise TypeError(f"feature_acts must be a floating-point Tensor, got {received}")
         if feature_acts.ndim < 1 or feature_acts.shape[-1] != self.d_sae:
             raise ValueError(f"feature_acts must have shape [..., d_sae={self.d_sae}], got {list(feature_acts.shape)}")
         state = self._pending if self._pending is not None else EncodeState(None, self.d_head)

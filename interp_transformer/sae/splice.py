@@ -66,7 +66,10 @@ def special_token_ids(model, exclude: SpecialTokens) -> Optional[list[int]]:
     if exclude is True:
         tokenizer = getattr(model, "tokenizer", None)
         if tokenizer is None:
-            raise ValueError("exclude_special_tokens=True reads the special tokens from the model's tokenizer, and this model has none; pass the token ids instead, e.g. exclude_special_tokens=[0]")
+            raise ValueError(
+                "exclude_special_tokens=True reads the special tokens from the model's tokenizer, and this model "
+                "has none; pass the token ids instead, e.g. exclude_special_tokens=[0]"
+            )
         ids = sorted({getattr(tokenizer, attr) for attr in SPECIAL_TOKEN_ATTRIBUTES if getattr(tokenizer, attr, None) is not None})
         if not ids:
             raise ValueError(f"exclude_special_tokens=True, but the tokenizer defines none of {list(SPECIAL_TOKEN_ATTRIBUTES)}")

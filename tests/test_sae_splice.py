@@ -228,3 +228,15 @@ def test_sae_hooks_are_cached_and_editable_through_the_model(model):
     acts = cache[names[2]]
     assert torch.allclose(cache[names[3]], acts @ sae.W_dec + sae.b_dec, atol=1e-5)
     assert (steered - model(TOKENS)).abs().max() > 1e-2
+
+
+def test_shape_only_dry_runs_see_the_spliced_saes(model):
+    saes = [fixture_sae("standard"), fixture_sae("standard_hook_z"), fixture_sae("topk")]
+    with torch.no_grad(), splice_saes(model, saes, use_error_term=True, exclude_special_tokens=[0]):
+        shapes = model.hook_shapes(*TOKENS.shape)
+        estimate = model.estimate_cache_bytes(*TOKENS.shape)
+        _, cache = model.run_with_cache(TOKENS)
+    assert sum("hook_sae" in name for name in shapes) == 18
+    assert {name: tuple(t.shape) for name, t in cache.items()} == shapes
+    assert estimate == cache.nbytes()
+    assert all(not p.is_meta for sae in saes for p in sae.parameters())

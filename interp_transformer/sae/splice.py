@@ -19,7 +19,8 @@ Inside ``with splice_saes(model, [sae]):``
   ``.hook_sae_output`` (SAELens' names and places: a transcoder's are under
   ``hook_name_out``). ``model.run_with_cache`` caches them and
   ``model.run_with_hooks`` edits them, e.g. ablates a feature at
-  ``<hook>.hook_sae_acts_post``;
+  ``<hook>.hook_sae_acts_post``; ``model.hook_shapes`` and
+  ``model.estimate_cache_bytes`` (dry runs on the ``meta`` device) include them;
 - with ``exclude_special_tokens`` (``True``: the tokenizer's BOS, EOS, PAD, SEP
   and decoder-start ids; or a list of token ids) those positions bypass the
   SAE: the model's own activation flows on there, and their error is 0.
@@ -131,6 +132,19 @@ def spliced_output(sae: SAE, x: Tensor, activation: Tensor, use_error_term: bool
     return sae.hook_sae_output(out).to(activation.dtype)
 
 
+@contextlib.contextmanager
+def weights_on_meta(sae: SAE) -> Iterator[None]:
+    """The SAE's weights swapped for ``meta`` tensors of the same shapes: for the model's shape-only dry
+    runs (``hook_shapes``, ``estimate_cache_bytes``), which run on PyTorch's ``meta`` device."""
+    real = dict(sae._parameters)
+    try:
+        for name, weight in real.items():
+            sae._parameters[name] = torch.nn.Parameter(torch.empty_like(weight, device="meta"), weight.requires_grad)
+        yield
+    finally:
+        sae._parameters.update(real)
+
+
 class _Splice:
     """One SAE in one model: its hook points attached, its reading and writing hooks added."""
 
@@ -180,15 +194,16 @@ class _Splice:
             x, self.captured = self.captured, None
             if x is None:
                 raise ValueError(f"the transcoder writes at {self.write_name} before it has read {self.read_name} in this forward")
-        head = self.sae.cfg.hook_head_index
-        if head is None:
-            bypass = self.bypass.for_activation(activation, self.write_name) if self.bypass is not None else None
-            return spliced_output(self.sae, x, activation, self.use_error_term, bypass)
-        one_head = activation[..., head, :]
-        bypass = self.bypass.for_activation(one_head, self.write_name) if self.bypass is not None else None
-        replaced = activation.clone()
-        replaced[..., head, :] = spliced_output(self.sae, x[..., head, :], one_head, self.use_error_term, bypass)
-        return replaced
+        with weights_on_meta(self.sae) if activation.is_meta else contextlib.nullcontext():
+            head = self.sae.cfg.hook_head_index
+            if head is None:
+                bypass = self.bypass.for_activation(activation, self.write_name) if self.bypass is not None else None
+                return spliced_output(self.sae, x, activation, self.use_error_term, bypass)
+            one_head = activation[..., head, :]
+            bypass = self.bypass.for_activation(one_head, self.write_name) if self.bypass is not None else None
+            replaced = activation.clone()
+            replaced[..., head, :] = spliced_output(self.sae, x[..., head, :], one_head, self.use_error_term, bypass)
+            return replaced
 
 
 def _as_list(saes: SAEs) -> list[SAE]:

@@ -240,3 +240,14 @@ def test_shape_only_dry_runs_see_the_spliced_saes(model):
     assert {name: tuple(t.shape) for name, t in cache.items()} == shapes
     assert estimate == cache.nbytes()
     assert all(not p.is_meta for sae in saes for p in sae.parameters())
+
+
+def test_feature_gradients_are_the_downstream_gradient_read_through_the_decoder(model):
+    """With the error term, d loss / d acts = (d loss / d resid_pre) W_dec^T: attribution through features."""
+    sae, name = fixture_sae("standard"), "blocks.1.hook_resid_pre"
+    _, clean = model.run_with_cache(TOKENS, names_filter=name, incl_bwd=True)
+    with splice_saes(model, sae, use_error_term=True):
+        _, spliced = model.run_with_cache(TOKENS, names_filter=f"{name}.hook_sae_acts_post", incl_bwd=True)
+    expected = clean[f"{name}_grad"] @ sae.W_dec.detach().T
+    assert torch.allclose(spliced[f"{name}.hook_sae_acts_post_grad"], expected, atol=1e-6)
+    assert expected.abs().max() > 1e-3

@@ -36,6 +36,7 @@ from ..hooks import HookedRootModule, HookPoint
 from ..loading.strict import check_checkpoint, state_dict_shapes
 from .architectures import architecture_named, linear
 from .config import SAEConfig, parse_dtype
+from .loading import load_sae, prepare_tensors, save_sae
 from .normalization import InputStats, denormalize, normalize
 
 # Hook points of an SAE, in the order they fire.
@@ -107,8 +108,6 @@ class SAE(HookedRootModule):
         cls, folder: Union[str, Path], *, dtype: DTypeLike = None, device: Union[str, torch.device, None] = None
     ) -> "SAE":
         """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``."""
-        from .loading import load_sae
-
         return load_sae(folder, dtype=dtype, device=device)
 
     @classmethod
@@ -124,15 +123,11 @@ class SAE(HookedRootModule):
 
         Tensors already of the right dtype and device are used without a copy.
         """
-        from .loading import prepare_tensors
-
         config = cfg if isinstance(cfg, SAEConfig) else SAEConfig.from_dict(cfg)
         return cls(config, prepare_tensors(config, tensors), dtype=dtype, device=device)
 
     def save(self, folder: Union[str, Path]) -> Path:
         """Write ``cfg.json`` (format 6.x) and ``sae_weights.safetensors`` (and ``sparsity``) to ``folder``."""
-        from .loading import save_sae
-
         return save_sae(self, folder)
 
     # --- what it is ---------------------------------------------------------------------

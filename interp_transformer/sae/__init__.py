@@ -1,0 +1,35 @@
+"""Sparse autoencoders and transcoders in SAELens' format: load, encode/decode, splice into a model.
+
+Axes, beside the model's glossary: ``d_in`` (width an SAE reads), ``d_sae``
+(number of features), ``d_out`` (width it writes: ``d_in``, or a transcoder's
+output width).
+
+- ``SAE.load(folder)`` / ``SAE.from_dict(cfg, tensors)``: the standard, gated,
+  top-k, AbsTop-k, JumpReLU and transcoder (plain, skip, JumpReLU) architectures,
+  config format 6.x and older (``config``, ``architectures``, ``loading``);
+- ``sae.encode(x)``, ``sae.decode(feature_acts)``, ``sae(x)``: SAELens' math,
+  hook points named as in SAELens (``sae``, ``normalization``);
+- ``splice_saes(model, saes)``, ``run_with_saes``, ``run_with_cache_with_saes``:
+  the SAE's hook points join the model's (``<hook_name>.hook_sae_acts_post``)
+  while its reconstruction replaces the activation (``splice``), on a model
+  processed as the SAE expects (``processing``).
+
+See ``docs/saes.md``.
+"""
+
+from .architectures import ARCHITECTURES
+from .config import SAEConfig
+from .processing import ProcessingMismatch, check_processing
+from .sae import SAE
+from .splice import run_with_cache_with_saes, run_with_saes, splice_saes
+
+__all__ = [
+    "ARCHITECTURES",
+    "ProcessingMismatch",
+    "SAE",
+    "SAEConfig",
+    "check_processing",
+    "run_with_cache_with_saes",
+    "run_with_saes",
+    "splice_saes",
+]

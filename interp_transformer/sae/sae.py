@@ -1,0 +1,279 @@
+"""``SAE``: a sparse autoencoder or transcoder in SAELens' format, with SAELens' hook points.
+
+For an input ``x`` (an activation of the model, ``[..., d_in]``, or
+``[..., head_index, d_head]`` for a ``hook_z`` SAE):
+
+1. ``sae_in = x`` cast to the SAE's dtype, heads flattened for ``hook_z``
+   (``... head_index d_head -> ... (head_index d_head)``)        -> ``hook_sae_input``
+2. ``sae_in = normalize(sae_in)`` (``normalize_activations``), then
+   ``sae_in - b_dec`` when ``apply_b_dec_to_input``
+3. pre-activations (architecture-specific, see ``architectures``) -> ``hook_sae_acts_pre``
+4. feature activations ``acts [..., d_sae]``                      -> ``hook_sae_acts_post``
+5. ``recons = acts W_dec + b_dec``                                -> ``hook_sae_recons``
+6. ``recons`` denormalized (not for transcoders), heads restored for ``hook_z``
+7. ``output = recons`` (``+ x W_skip^T`` for skip transcoders)    -> ``hook_sae_output``
+
+``encode`` is steps 1-4, ``decode`` steps 5-6, ``forward`` all of them. Spliced
+into a model with an error term, the error (``hook_sae_error``) is added
+before step 7; see ``interp_transformer.sae.splice``.
+
+Like SAELens, ``encode`` remembers the statistics of its input that ``decode``
+needs to undo ``constant_norm_rescale`` or ``layer_norm``, and ``decode`` uses
+them once: call ``encode(x)`` right before ``decode(feature_acts)``.
+``forward`` and splicing keep nothing between calls.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import einops
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from ..hooks import HookedRootModule, HookPoint
+from ..loading.strict import check_checkpoint, state_dict_shapes
+from .architectures import architecture_named, linear
+from .config import SAEConfig, parse_dtype
+from .loading import load_sae, prepare_tensors, save_sae
+from .normalization import InputStats, denormalize, normalize
+
+# Hook points of an SAE, in the order they fire.
+HOOK_NAMES = (
+    "hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_error", "hook_sae_output",
+)
+DTypeLike = Union[str, torch.dtype, None]
+# What an SAE reads and writes: one vector per position, or one per head for hook_z SAEs.
+ActivationIn = Union[Float[Tensor, "*batch d_in"], Float[Tensor, "*batch head_index d_head"]]
+ActivationOut = Union[Float[Tensor, "*batch d_out"], Float[Tensor, "*batch head_index d_head"]]
+
+
+@dataclass(frozen=True)
+class EncodeState:
+    """What decoding one input needs besides its features: normalization statistics, head width."""
+
+    stats: Optional[InputStats]
+    d_head: Optional[int]  # hook_z SAEs only
+
+
+class SAE(HookedRootModule):
+    """A sparse autoencoder or transcoder, loaded from SAELens' format (see the module docstring).
+
+    Build one with ``SAE.load(folder)`` or ``SAE.from_dict(cfg, tensors)``. The
+    tensors are parameters named as in SAELens (``W_enc [d_in, d_sae]``,
+    ``b_enc [d_sae]``, ``W_dec [d_sae, d_out]``, ``b_dec [d_out]``, plus
+    ``threshold``, ``b_gate``/``r_mag``/``b_mag`` or ``W_skip`` by architecture).
+    ``sparsity`` holds the log10 feature firing rates of ``sparsity.safetensors``
+    when the folder has one.
+    """
+
+    def __init__(
+        self,
+        cfg: SAEConfig,
+        tensors: Mapping[str, Tensor],
+        *,
+        dtype: DTypeLike = None,
+        device: Union[str, torch.device, None] = None,
+        sparsity: Optional[Tensor] = None,
+    ):
+        super().__init__()
+        if not isinstance(cfg, SAEConfig):
+            raise TypeError(f"cfg must be an SAEConfig (use SAE.from_dict for a cfg.json dict), got {type(cfg).__name__}")
+        if dtype is not None and parse_dtype(dtype) != cfg.dtype:
+            cfg = cfg.replace(dtype=parse_dtype(dtype))
+        self.cfg = cfg
+        self.arch = architecture_named(cfg.architecture)
+        expected = self.arch.shapes(cfg.d_in, cfg.d_sae, cfg.d_out)
+        check_checkpoint(state_dict_shapes(tensors), expected, what=f"the tensors of a {cfg.architecture} SAE")
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        for name in self.arch.parameters:
+            tensor = tensors[name]
+            if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+                raise TypeError(f"SAE tensor {name} must be a floating-point Tensor, got {getattr(tensor, 'dtype', type(tensor))}")
+            self.register_parameter(name, nn.Parameter(tensor.detach().to(device=device, dtype=cfg.dtype)))
+        if sparsity is not None and tuple(sparsity.shape) != (cfg.d_sae,):
+            raise ValueError(f"sparsity must have shape [d_sae]=[{cfg.d_sae}], got {list(sparsity.shape)}")
+        # not persistent: state_dict() holds exactly the tensors of sae_weights.safetensors
+        self.register_buffer("sparsity", None if sparsity is None else sparsity.to(device), persistent=False)
+        for name in HOOK_NAMES:
+            setattr(self, name, HookPoint())
+        self.d_head: Optional[int] = None  # hook_z: head width of the last input encoded
+        self._pending: Optional[EncodeState] = None  # what the last encode() left for decode()
+        self.setup()
+
+    # --- building ---------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls, folder: Union[str, Path], *, dtype: DTypeLike = None, device: Union[str, torch.device, None] = None
+    ) -> "SAE":
+        """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``."""
+        return load_sae(folder, dtype=dtype, device=device)
+
+    @classmethod
+    def from_dict(
+        cls,
+        cfg: Union[Mapping[str, Any], SAEConfig],
+        tensors: Mapping[str, Tensor],
+        *,
+        dtype: DTypeLike = None,
+        device: Union[str, torch.device, None] = None,
+    ) -> "SAE":
+        """An SAE from a ``cfg.json`` dict (either generation) and its tensors, checked strictly.
+
+        Tensors already of the right dtype and device are used without a copy.
+        """
+        config = cfg if isinstance(cfg, SAEConfig) else SAEConfig.from_dict(cfg)
+        return cls(config, prepare_tensors(config, tensors), dtype=dtype, device=device)
+
+    def save(self, folder: Union[str, Path]) -> Path:
+        """Write ``cfg.json`` (format 6.x) and ``sae_weights.safetensors`` (and ``sparsity``) to ``folder``."""
+        return save_sae(self, folder)
+
+    # --- what it is ---------------------------------------------------------------------
+    @property
+    def d_in(self) -> int:
+        return self.cfg.d_in
+
+    @property
+    def d_sae(self) -> int:
+        return self.cfg.d_sae
+
+    @property
+    def d_out(self) -> int:
+        return self.cfg.d_out
+
+    @property
+    def is_transcoder(self) -> bool:
+        return self.arch.transcoder
+
+    @property
+    def hook_name(self) -> Optional[str]:
+        return self.cfg.hook_name
+
+    @property
+    def hook_name_out(self) -> Optional[str]:
+        return self.cfg.hook_name_out
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the SAE runs in: its weights' (``sae.to(torch.float64)`` changes it)."""
+        return self.W_dec.dtype
+
+    # --- the math (pure: nothing kept between calls) ------------------------------------
+    def _hook(self, name: str, tensor: Tensor, hooked: bool) -> Tensor:
+        return getattr(self, name)(tensor) if hooked else tensor
+
+    def check_input(self, x: Tensor) -> None:
+        """``TypeError``/``ValueError`` unless ``x`` is a float tensor this SAE reads."""
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"SAE input must be a floating-point Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if self.cfg.reshape_activations == "hook_z":
+            if x.ndim < 2 or x.shape[-2] * x.shape[-1] != self.d_in:
+                raise ValueError(
+                    f"a hook_z SAE ({self.hook_name}) reads [..., head_index, d_head] with head_index*d_head = "
+                    f"d_in={self.d_in}; got shape {list(x.shape)}"
+                )
+        elif x.ndim < 1 or x.shape[-1] != self.d_in:
+            raise ValueError(f"SAE ({self.hook_name}) reads [..., d_in={self.d_in}]; got shape {list(x.shape)}")
+
+    def encode_with_state(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, EncodeState]:
+        """Feature activations of ``x`` and what ``decode_with_state`` needs to reconstruct it.
+
+        ``hooked=False`` runs without any hook point (the clean pass of the error term).
+        """
+        sae_in = x.to(self.dtype)
+        d_head = None
+        if self.cfg.reshape_activations == "hook_z":
+            d_head = sae_in.shape[-1]
+            sae_in = einops.rearrange(sae_in, "... head_index d_head -> ... (head_index d_head)")
+        sae_in = self._hook("hook_sae_input", sae_in, hooked)
+        sae_in, stats = normalize(self.cfg.normalize_activations, sae_in)
+        if self.cfg.apply_b_dec_to_input:
+            sae_in = sae_in - self.b_dec
+        acts = self.arch.encode(self, sae_in, lambda pre: self._hook("hook_sae_acts_pre", pre, hooked))
+        return self._hook("hook_sae_acts_post", acts, hooked), EncodeState(stats, d_head)
+
+    def decode_with_state(self, feature_acts: Tensor, state: EncodeState, hooked: bool = True) -> Tensor:
+        """Reconstruction of the input ``state`` came from, from (possibly edited) ``feature_acts``."""
+        if self.cfg.rescale_acts_by_decoder_norm:
+            feature_acts = feature_acts * (1 / self.W_dec.norm(dim=-1))
+        recons = self._hook("hook_sae_recons", linear(feature_acts, self.W_dec, self.b_dec), hooked)
+        if self.is_transcoder:
+            return recons  # its output lives at another hook: nothing to denormalize or reshape
+        recons = denormalize(self.cfg.normalize_activations, recons, state.stats)
+        if self.cfg.reshape_activations == "hook_z":
+            if state.d_head is None:
+                raise ValueError("a hook_z SAE needs the head width to decode: call encode(x) first, or set sae.d_head")
+            recons = einops.rearrange(recons, "... (head_index d_head) -> ... head_index d_head", d_head=state.d_head)
+        return recons
+
+    def skip_term(self, x: Tensor) -> Optional[Tensor]:
+        """``x W_skip^T [..., d_out]`` for a skip transcoder, None for any other SAE."""
+        if not self.arch.skip:
+            return None
+        return x.to(self.dtype) @ einops.rearrange(self.W_skip, "d_out d_in -> d_in d_out")
+
+    def reconstruct(self, x: Tensor, hooked: bool = True) -> Tensor:
+        """``decode(encode(x))`` plus the skip term: the output before ``hook_sae_output``."""
+        feature_acts, state = self.encode_with_state(x, hooked)
+        recons = self.decode_with_state(feature_acts, state, hooked)
+        skip = self.skip_term(x)
+        return recons if skip is None else recons + skip
+
+    # --- the public verbs ----------------------------------------------------------------
+    def encode(self, x: ActivationIn) -> Float[Tensor, "*batch d_sae"]:
+        """Feature activations ``[..., d_sae]`` of ``x [..., d_in]`` (``[..., head_index, d_head]`` for hook_z).
+
+        Keeps what ``decode`` needs to undo the input normalization, for the next ``decode``.
+        """
+        self.check_input(x)
+        feature_acts, state = self.encode_with_state(x)
+        self._pending = state
+        if state.d_head is not None:
+            self.d_head = state.d_head
+        return feature_acts
+
+    def decode(self, feature_acts: Float[Tensor, "*batch d_sae"]) -> ActivationOut:
+        """``feature_acts W_dec + b_dec``, mapped back to the input's scale and shape (see the module docstring).
+
+        With ``constant_norm_rescale`` or ``layer_norm`` this uses the statistics the last
+        ``encode`` kept, once, as SAELens does. The skip term of a skip transcoder needs
+        the input, so it is in ``forward`` and not here.
+        """
+        if not isinstance(feature_acts, Tensor) or not feature_acts.is_floating_point():
+            received = getattr(feature_acts, "dtype", type(feature_acts).__name__)
+            raise TypeError(f"feature_acts must be a floating-point Tensor, got {received}")
+        if feature_acts.ndim < 1 or feature_acts.shape[-1] != self.d_sae:
+            raise ValueError(f"feature_acts must have shape [..., d_sae={self.d_sae}], got {list(feature_acts.shape)}")
+        state = self._pending if self._pending is not None else EncodeState(None, self.d_head)
+        self._pending = None
+        return self.decode_with_state(feature_acts.to(self.dtype), state)
+
+    def forward(self, x: ActivationIn) -> ActivationOut:
+        """``decode(encode(x))`` (plus ``x W_skip^T`` for skip transcoders), through ``hook_sae_output``."""
+        self.check_input(x)
+        return self.hook_sae_output(self.reconstruct(x))
+
+    # --- weight rewrites -------------------------------------------------------------------
+    @torch.no_grad()
+    def fold_activation_norm_scaling_factor(self, scaling_factor: float) -> "SAE":
+        """Fold the constant ``c`` of ``expected_average_only_in`` into the weights, as SAELens does.
+
+        ``W_enc <- c W_enc``, ``W_dec <- W_dec / c``, ``b_dec <- b_dec / c``; the SAE then
+        reads unscaled activations exactly as it read ``c * x`` before, and the config
+        says ``normalize_activations="none"``.
+        """
+        if not isinstance(scaling_factor, (int, float)) or isinstance(scaling_factor, bool) or not scaling_factor > 0:
+            raise ValueError(f"scaling_factor must be a positive number, got {scaling_factor!r}")
+        self.W_enc.mul_(scaling_factor)
+        self.W_dec.div_(scaling_factor)
+        self.b_dec.div_(scaling_factor)
+        self.cfg = self.cfg.replace(normalize_activations="none")
+        return self
+
+    def extra_repr(self) -> str:
+        return repr(self.cfg)
+
+
+__all__ = ["EncodeState", "HOOK_NAMES", "SAE"]

@@ -5,7 +5,7 @@ A model that mixes in ``CachingMixin`` (beside ``HookedRootModule``) gets
 activation is decided by ``_ActivationKeeper``; ``held_bytes`` counts the memory it holds.
 """
 
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 

@@ -4,9 +4,8 @@ Every check raises ``TypeError``/``ValueError`` naming what was expected and wha
 came. Tensors on the ``meta`` device (``hook_shapes``) are checked for shape only.
 """
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Union
 
-import torch
 from jaxtyping import Int
 from torch import Tensor
 

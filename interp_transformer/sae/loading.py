@@ -96,15 +96,12 @@ def prepare_tensors(cfg: SAEConfig, tensors: Mapping[str, Tensor]) -> dict[str, 
     return tensors
 
 
-def load_sae(folder: Union[str, Path], *, dtype=None, device=None):
-    """Load an SAE folder (see the module docstring) as an ``SAE``.
+def read_sae_folder(folder: Union[str, Path], *, dtype=None) -> tuple[SAEConfig, dict, Optional[Tensor]]:
+    """An SAE folder (see the module docstring) as ``(config, prepared tensors, sparsity or None)``.
 
-    ``dtype`` overrides the config's dtype; tensors are cast as they are read.
-    ``device`` defaults to the CPU (a ``"device"`` written in ``cfg.json`` is
-    ignored, as SAELens' ``load_from_disk`` ignores it).
+    ``dtype`` overrides the config's dtype; tensors are cast as they are read. ``SAE.load``
+    builds the module from these.
     """
-    from .sae import SAE
-
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder: an SAE in SAELens' format is a folder with {CFG_FILE} and {WEIGHTS_FILE}")
@@ -118,7 +115,7 @@ def load_sae(folder: Union[str, Path], *, dtype=None, device=None):
         if set(stored) != {"sparsity"}:
             raise ValueError(f"{folder / SPARSITY_FILE} must hold one tensor named 'sparsity', got {sorted(stored)}")
         sparsity = stored["sparsity"]
-    return SAE(cfg, tensors, device=device, sparsity=sparsity)
+    return cfg, tensors, sparsity
 
 
 def save_sae(sae, folder: Union[str, Path]) -> Path:
@@ -149,4 +146,4 @@ def save_sae(sae, folder: Union[str, Path]) -> Path:
     return folder
 
 
-__all__ = ["CFG_FILE", "SPARSITY_FILE", "WEIGHTS_FILE", "load_sae", "prepare_tensors", "read_config", "read_weights", "save_sae"]
+__all__ = ["CFG_FILE", "SPARSITY_FILE", "WEIGHTS_FILE", "prepare_tensors", "read_sae_folder", "read_config", "read_weights", "save_sae"]

@@ -36,7 +36,7 @@ from ..hooks import HookedRootModule, HookPoint
 from ..loading.strict import check_checkpoint, state_dict_shapes
 from .architectures import architecture_named, linear
 from .config import SAEConfig, parse_dtype
-from .loading import load_sae, prepare_tensors, save_sae
+from .loading import prepare_tensors, read_sae_folder, save_sae
 from .normalization import InputStats, denormalize, normalize
 
 # Hook points of an SAE, in the order they fire.
@@ -107,8 +107,13 @@ class SAE(HookedRootModule):
     def load(
         cls, folder: Union[str, Path], *, dtype: DTypeLike = None, device: Union[str, torch.device, None] = None
     ) -> "SAE":
-        """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``."""
-        return load_sae(folder, dtype=dtype, device=device)
+        """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``.
+
+        ``device`` defaults to the CPU (a ``"device"`` written in ``cfg.json`` is ignored, as
+        SAELens' ``load_from_disk`` ignores it).
+        """
+        config, tensors, sparsity = read_sae_folder(folder, dtype=dtype)
+        return cls(config, tensors, device=device, sparsity=sparsity)
 
     @classmethod
     def from_dict(

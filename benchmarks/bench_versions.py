@@ -1,0 +1,121 @@
+"""Two versions of interp_transformer and Hugging Face, timed in one interleaved run: did a change cost speed?
+
+    python benchmarks/bench_versions.py --base 483b7b0            # that commit against the working tree
+    python benchmarks/bench_versions.py --base main --rounds 9 --shapes 1x128,1x1024
+
+Each version runs in its own worker process (``PYTHONPATH`` set to its checkout; the
+base commit is checked out into a temporary git worktree, removed afterwards), and so
+does Hugging Face's GPT-2 (sdpa attention). Every worker builds the same random-weight
+GPT-2 small from the same seed (ours through ``DemoTransformer.from_pretrained`` of the
+Hugging Face model) and times one operation per request under ``torch.inference_mode()``:
+the forward pass and ``run_with_cache`` keeping everything. Each round asks every worker
+once, in a rotating order, so a busy machine slows all of them alike; the table gives
+medians and the ratios of both versions to Hugging Face, and of the new to the base.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKER = r"""
+import json, sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)).eval()
+if sys.argv[2] == "hf":
+    hf.set_attn_implementation("sdpa")
+    run = {"forward": lambda tokens: hf(tokens, use_cache=False).logits}
+else:
+    from interp_transformer import DemoTransformer
+    model = DemoTransformer.from_pretrained(hf).eval()
+    del hf
+    run = {"forward": lambda tokens: model(tokens), "cache_all": lambda tokens: model.run_with_cache(tokens)}
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "quit":
+        break
+    tokens = torch.randint(0, 50257, (request["batch"], request["pos"]), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        start = time.perf_counter()
+        out = run[request["op"]](tokens)
+        seconds = time.perf_counter() - start
+    del out
+    print(json.dumps({"seconds": seconds}), flush=True)
+"""
+
+
+class Worker:
+    def __init__(self, name: str, kind: str, pythonpath: str, threads: int):
+        env = dict(os.environ, PYTHONPATH=pythonpath)
+        self.name = name
+        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(threads), kind], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        if not json.loads(self.process.stdout.readline()).get("ready"):
+            raise RuntimeError(f"worker {name} did not start")
+
+    def ask(self, **request) -> float:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        self.process.stdin.flush()
+        self.process.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="git revision to compare the working tree against")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", default="1x128,1x1024,8x128")
+    args = parser.parse_args()
+    shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    with tempfile.TemporaryDirectory() as scratch:
+        base_dir = Path(scratch) / "base"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base_dir), args.base], check=True,
+                       capture_output=True)
+        try:
+            workers = [Worker("base", "ours", str(base_dir), args.threads), Worker("new", "ours", str(REPO), args.threads),
+                       Worker("HF sdpa", "hf", str(REPO), args.threads)]
+            rows = []
+            for batch, pos in shapes:
+                for op in ("forward", "cache_all"):
+                    contenders = [w for w in workers if op == "forward" or w.name != "HF sdpa"]
+                    times = {w.name: [] for w in contenders}
+                    for round_index in range(args.warmup + args.rounds):
+                        shift = round_index % len(contenders)
+                        for worker in contenders[shift:] + contenders[:shift]:
+                            seconds = worker.ask(op=op, batch=batch, pos=pos)
+                            if round_index >= args.warmup:
+                                times[worker.name].append(seconds)
+                    medians = {name: statistics.median(values) for name, values in times.items()}
+                    rows.append((f"{batch}x{pos}", op, medians))
+                    print(f"{batch}x{pos} {op}: " + ", ".join(f"{n} {m * 1e3:.1f} ms" for n, m in medians.items()), file=sys.stderr)
+            for worker in workers:
+                worker.close()
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_dir)], check=False, capture_output=True)
+    forward = {shape: medians for shape, op, medians in rows if op == "forward"}
+    print(f"| shape | measure | base ms | new ms | HF sdpa ms | base x HF | new x HF | new x base |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape, op, medians in rows:
+        hf = forward[shape]["HF sdpa"]
+        what = "forward" if op == "forward" else "run_with_cache everything"
+        print(f"| {shape} | {what} | {medians['base'] * 1e3:.1f} | {medians['new'] * 1e3:.1f} | {hf * 1e3:.1f} | "
+              f"{medians['base'] / hf:.3f} | {medians['new'] / hf:.3f} | {medians['new'] / medians['base']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -299,12 +299,15 @@ def test_saelens_activations_store_reads_the_export(gpt2_harvest, tmp_path):
 def test_memory_budget_picks_the_largest_batch_that_fits_or_says_the_minimum(ids_jsonl, tmp_path):
     model = load_shipped("induction-2l")
     hooks = ["blocks.1.hook_resid_post"]
-    per_context = 12 * 64 * 4 + 12 * 4 + 8  # activation, token ids, index
-    budget = model.estimate_cache_bytes(5, 12, hooks, torch.float32) + 5 * per_context
+    per_context = 12 * 64 * 4 + 12 * 4 + 8  # stored: the activation, token ids, context index
+    logits = 12 * model.cfg.d_vocab * 4  # the forward reaches the unembed: its logits are held per batch
+    budget = model.estimate_cache_bytes(5, 12, hooks, torch.float32) + 5 * (logits + per_context)
     manifest = harvest(model, ids_jsonl, tmp_path / "a", hooks=hooks, context_length=12, batch_size=None,
                        memory_budget_bytes=budget, bos_token_id=0, progress=False)  # fmt: skip
     assert manifest.layout["batch_size"] == 5
-    minimum = model.estimate_cache_bytes(1, 12, hooks, torch.float32) + per_context
+    log = json.loads((tmp_path / "a" / "runs.jsonl").read_text())
+    assert log["estimated_held_bytes"] <= budget
+    minimum = model.estimate_cache_bytes(1, 12, hooks, torch.float32) + logits + per_context
     with pytest.raises(ValueError, match=f"needs {minimum} bytes"):
         harvest(model, ids_jsonl, tmp_path / "b", hooks=hooks, context_length=12, batch_size=4,
                 memory_budget_bytes=minimum + 10, bos_token_id=0, progress=False)  # fmt: skip
@@ -322,6 +325,9 @@ def test_bad_input_is_refused_before_anything_is_written(gpt2_harvest, gpt2_mode
         harvest(gpt2_model, text_jsonl, gpt2_harvest, hooks="blocks.9.*", **settings)
     with pytest.raises(ValueError, match="corpus is empty"):
         harvest(gpt2_model, ["", ""], gpt2_harvest, hooks=GPT2_HOOKS, **settings)
+    with pytest.raises(ValueError, match="corpus is empty"):
+        harvest(gpt2_model, ["", ""], tmp_path / "new", hooks=GPT2_HOOKS, **settings)
+    assert not (tmp_path / "new").exists()
     with pytest.raises(ValueError, match="fewer than the 15"):
         harvest(gpt2_model, ["Hello world"], gpt2_harvest, hooks=GPT2_HOOKS, **settings)
     with pytest.raises(ValueError, match="n_ctx=64"):

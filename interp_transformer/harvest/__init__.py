@@ -3,13 +3,15 @@
 >>> import tempfile
 >>> from interp_transformer.harvest import ActivationShards, harvest
 >>> documents = [[3, 7, 11, 5, 9, 2, 8, 4] * 4, [6, 1, 12, 13] * 5]   # token ids: induction-2l has no tokenizer
->>> out = tempfile.mkdtemp()
+>>> folder = tempfile.TemporaryDirectory()
+>>> out = folder.name
 >>> manifest = harvest("induction-2l", documents, out, hooks="blocks.*.hook_resid_post", context_length=9,
 ...                    batch_size=2, bos_token_id=0, progress=False)
 >>> manifest.n_contexts, manifest.hook_names
 (6, ['blocks.0.hook_resid_post', 'blocks.1.hook_resid_post'])
 >>> ActivationShards(out)[0]["blocks.1.hook_resid_post"].shape      # [pos, d_model]
 torch.Size([9, 64])
+>>> folder.cleanup()
 
 Pieces, one file each: ``corpus`` (where documents come from), ``contexts``
 (tokens -> fixed-length contexts, the BOS convention), ``selection`` (which

@@ -3,11 +3,13 @@
 While harvesting, a process holds two kinds of activations:
 
 - the cache of one batch, exactly ``model.estimate_cache_bytes(batch_size,
-  context_length, hooks, dtype)`` bytes (what ``run_with_cache`` keeps);
+  context_length, hooks, dtype)`` bytes (what ``run_with_cache`` keeps), and the
+  batch's output: the residual stream when the forward stops early, the logits
+  ``[batch, pos, d_vocab]`` when a hook needs the full forward;
 - the shard being filled: ``shard_contexts * bytes_per_context``, where one context
   stores ``sum over hooks of prod(shape) * itemsize`` plus its token ids and index.
 
-``held = cache(batch_size) + shard_contexts * bytes_per_context`` must fit in
+``held = cache(batch_size) + output(batch_size) + shard_contexts * bytes_per_context`` must fit in
 ``memory_budget_bytes`` when one is given. Weights and the forward pass's
 transient tensors (freed as it goes) are not part of the budget.
 Without a ``batch_size``, the largest batch that fits is chosen; when even
@@ -16,7 +18,9 @@ that minimum.
 """
 
 import math
+import resource
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -31,7 +35,7 @@ MAX_AUTO_BATCH = 4096
 class BatchPlan:
     batch_size: int
     shard_contexts: int
-    cache_bytes: int  # one batch's run_with_cache
+    cache_bytes: int  # one batch's run_with_cache, and its output
     bytes_per_context: int  # what one context adds to a shard
     held_bytes: int  # cache_bytes + one full shard
 
@@ -67,6 +71,7 @@ def plan_batches(
     batch_size: Optional[int],
     memory_budget_bytes: Optional[int],
     shard_contexts: Optional[int] = None,
+    output_bytes_per_context: int = 0,
 ) -> BatchPlan:
     """Choose (or check) the batch size and the shard size; ``ValueError`` when the budget cannot hold them."""
     _check_positive("batch_size", batch_size)
@@ -75,7 +80,7 @@ def plan_batches(
     per_context = bytes_per_context(layouts, dtype, context_length)
 
     def cache(batch: int) -> int:
-        return model.estimate_cache_bytes(batch, context_length, hooks, dtype)
+        return model.estimate_cache_bytes(batch, context_length, hooks, dtype) + batch * output_bytes_per_context
 
     def held(batch: int, shard: int) -> int:
         return cache(batch) + min(shard, n_contexts) * per_context
@@ -119,3 +124,35 @@ def _too_small(budget: int, needed: int, what: str, minimum: Optional[int] = Non
 def _check_positive(name: str, value) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise ValueError(f"{name} must be a positive int or None, received {value!r}")
+
+
+# ---- measuring what the budget bounds (Linux /proc; elsewhere the process-lifetime peak) -------------
+
+
+def _status_bytes(field: str) -> Optional[int]:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def current_rss_bytes() -> Optional[int]:
+    """Resident memory of this process now (``VmRSS``), or None where ``/proc`` is absent."""
+    return _status_bytes("VmRSS")
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak window: on Linux, ``5`` into ``/proc/self/clear_refs`` resets ``VmHWM``."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory since ``reset_peak_rss`` (``VmHWM``), else over the process's life."""
+    peak = _status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -13,6 +13,7 @@ raised, reaches every rank, so a refused run stops all ranks with the same
 message instead of leaving them waiting at a barrier.
 """
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
@@ -21,6 +22,10 @@ import torch
 import torch.distributed as dist
 
 T = TypeVar("T")
+# How long a rank waits for the others at a collective. Rank 0 tokenizes the whole corpus while the
+# others wait, which takes longer than torch's default 30 minutes on a large text corpus.
+TIMEOUT_ENV = "INTERP_TRANSFORMER_HARVEST_TIMEOUT_MINUTES"
+DEFAULT_TIMEOUT_MINUTES = 180
 # Errors re-raised on every rank with their own type; anything else arrives as a RuntimeError.
 _PORTABLE_ERRORS = {cls.__name__: cls for cls in (ValueError, TypeError, KeyError, FileNotFoundError, OSError)}
 
@@ -100,7 +105,8 @@ def init_distributed(device: Optional[torch.device] = None) -> DistContext:
     """Join (or create) the process group ``torchrun`` describes; a single process without it.
 
     The device is ``device`` if given, else ``cuda:LOCAL_RANK`` when CUDA is
-    available (NCCL), else the CPU (gloo).
+    available (NCCL), else the CPU (gloo). Collectives time out after
+    ``INTERP_TRANSFORMER_HARVEST_TIMEOUT_MINUTES`` (default 180).
     """
     use_cuda = torch.cuda.is_available()
     local_rank = _env_int("LOCAL_RANK", 0)
@@ -117,5 +123,6 @@ def init_distributed(device: Optional[torch.device] = None) -> DistContext:
     if not dist.is_available():
         raise RuntimeError(f"WORLD_SIZE={world_size} asks for several processes, but this torch build has no torch.distributed")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend)
+    minutes = _env_int(TIMEOUT_ENV, DEFAULT_TIMEOUT_MINUTES)
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=minutes))
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, owns_group=True)

@@ -21,7 +21,6 @@ world size: every missing shard is assigned to some rank of the new run.
 
 import json
 import os
-import resource
 import signal
 import time
 from datetime import datetime, timezone
@@ -31,13 +30,13 @@ from typing import Optional, Union
 import torch
 from tqdm.auto import tqdm
 
-from .budget import BatchPlan, plan_batches
+from .budget import BatchPlan, current_rss_bytes, peak_rss_bytes, plan_batches, reset_peak_rss
 from .contexts import make_contexts, special_tokens, tokenize_documents
 from .corpus import CorpusLike, as_corpus
 from .distributed import DistContext, init_distributed
 from .fingerprint import content_hash, make_fingerprint, tensor_sha256
 from .manifest import FORMAT, Manifest, ShardRecord
-from .selection import HookLayout, HookSelection, hook_layouts, select_hooks, stop_at_layer_for
+from .selection import HookLayout, HookSelection, forward_output_bytes, hook_layouts, select_hooks, stop_at_layer_for
 from .source import ModelSource, load_model
 from .storage import (
     RUNS_FILE, TOKENS_FILE, atomic_write_json, atomic_write_text, check_writable, load_tensor, read_json, record_name,
@@ -115,10 +114,21 @@ def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, co
     specials = special_tokens(getattr(model, "tokenizer", None), prepend_bos, bos_token_id, separator_token_id)
     corpus = as_corpus(corpus, text_field)
     layouts = hook_layouts(model, hooks, context_length)
+    stop_at_layer = stop_at_layer_for(model, hooks)
+    output_bytes = forward_output_bytes(model, context_length, stop_at_layer)
 
     kept_on_rank0: dict = {}
 
     def prepare() -> dict:
+        created = not out_dir.exists()
+        try:
+            return _prepare()
+        except BaseException:
+            if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+                out_dir.rmdir()  # a refused run leaves no trace
+            raise
+
+    def _prepare() -> dict:
         check_writable(out_dir)
         _refuse_foreign_folder(out_dir)
         remove_stale_temporaries(out_dir)
@@ -126,7 +136,8 @@ def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, co
         contexts = make_contexts(ids, context_length, specials.bos_token_id, specials.separator_token_id)
         fingerprint = make_fingerprint(model, hooks, context_length, prepend_bos, specials.bos_token_id, specials.separator_token_id, dtype)
         n_contexts = contexts.token_ids.shape[0]
-        plan = plan_batches(model, hooks, layouts, context_length, dtype, n_contexts, batch_size, memory_budget_bytes, shard_contexts)
+        plan = plan_batches(model, hooks, layouts, context_length, dtype, n_contexts, batch_size, memory_budget_bytes,
+                            shard_contexts, output_bytes)  # fmt: skip
         tokens = {
             "file": TOKENS_FILE, "tokens_sha256": tensor_sha256(contexts.token_ids), "n_contexts": n_contexts,
             "n_documents": contexts.n_documents, "n_stream_tokens": contexts.n_stream_tokens,
@@ -158,7 +169,7 @@ def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, co
     manifest_json = prepared["manifest"]
     token_ids = kept_on_rank0["token_ids"] if ctx.is_rank0 else _load_tokens(out_dir, manifest_json["tokens"]["tokens_sha256"], ctx.rank)
     chash = manifest_json["content_hash"]
-    stats = _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan, dtype, chash, stop_at_layer_for(model, hooks), progress)
+    stats = _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan, dtype, chash, stop_at_layer, progress)
     all_stats = ctx.gather_to_all(stats)
     ctx.barrier()
 
@@ -216,6 +227,8 @@ def _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan,
     kill_at, kill_stage = _kill_point(ctx.rank)
     bar = tqdm(total=sum(ranges[s][1] - ranges[s][0] for s in todo) * context_length, unit="tok", unit_scale=True,
                desc=f"harvest (rank {ctx.rank} of {ctx.world_size})", disable=not (progress and ctx.is_rank0))  # fmt: skip
+    reset_peak_rss()
+    rss_before = current_rss_bytes()
     start = time.perf_counter()
     try:
         for count, index in enumerate(todo):
@@ -236,7 +249,7 @@ def _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan,
     return {
         "rank": ctx.rank, "seconds": seconds, "tokens_computed": computed_tokens, "shards_computed": len(todo),
         "shards_kept": len(mine) - len(todo), "shards_redone": len(had_file & set(todo)),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss_before_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
     }  # fmt: skip
 
 
@@ -249,7 +262,8 @@ def _compute_shard(model, token_ids, first, stop, hooks, layouts: list[HookLayou
         end = min(start + batch_size, stop)
         batch = token_ids[start:end].to(device=device, dtype=torch.long)
         with torch.no_grad():
-            _, cache = model.run_with_cache(batch, names_filter=hooks, dtype=dtype, **forward_kwargs)
+            output, cache = model.run_with_cache(batch, names_filter=hooks, dtype=dtype, **forward_kwargs)
+        del output  # not kept: it would live on beside the next batch's forward
         for name in hooks:
             if name not in cache:
                 raise RuntimeError(f"the forward pass (stop_at_layer={stop_at_layer}) did not reach hook {name}")
@@ -290,7 +304,8 @@ def _append_run_log(out_dir: Path, all_stats: list[dict], plan: BatchPlan, ctx: 
         "shards_computed": sum(s["shards_computed"] for s in all_stats),
         "shards_kept": sum(s["shards_kept"] for s in all_stats),
         "shards_redone": sum(s["shards_redone"] for s in all_stats),
-        "estimated_held_bytes": plan.held_bytes, "peak_rss_bytes": [s["peak_rss_bytes"] for s in all_stats],
+        "estimated_held_bytes": plan.held_bytes, "rss_before_bytes": [s["rss_before_bytes"] for s in all_stats],
+        "peak_rss_bytes": [s["peak_rss_bytes"] for s in all_stats],
     }  # fmt: skip
     path = out_dir / RUNS_FILE
     previous = path.read_text(encoding="utf-8") if path.is_file() else ""

@@ -53,6 +53,22 @@ def _match(names: list[str], pattern: str) -> list[str]:
     raise KeyError(f"no hook point named {pattern!r}; closest: {close}{hint}")
 
 
+def forward_output_bytes(model, context_length: int, stop_at_layer: Optional[int]) -> int:
+    """Bytes of what the forward returns for one context (logits, or the residual when it stops early).
+
+    The output of every batch is held next to its cache until the batch is stored,
+    so the memory budget counts it. Found by a shape-only run on the meta device.
+    """
+    import torch
+
+    meta = {name: torch.empty_like(t, device="meta") for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    tokens = torch.zeros(1, context_length, dtype=torch.long, device="meta")
+    kwargs = {} if stop_at_layer is None else {"stop_at_layer": stop_at_layer}
+    with torch.no_grad():
+        output = torch.func.functional_call(model, meta, (tokens,), kwargs)
+    return output.numel() * output.element_size()
+
+
 def stop_at_layer_for(model, hooks: Sequence[str]) -> Optional[int]:
     """The number of blocks to run so that every hook in ``hooks`` fires, or ``None`` for the whole model.
 

@@ -5,6 +5,7 @@ tokenization of the corpus, a single-process harvest (for torchrun's output),
 and SAELens itself when its virtual environment is present.
 """
 
+import argparse
 import copy
 import hashlib
 import json
@@ -21,7 +22,7 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader
 
 from interp_transformer.harvest import ActivationShards, ActivationStream, Corpus, Manifest, ShardShuffleSampler, export_saelens, harvest
-from interp_transformer.harvest.cli import main
+from interp_transformer.harvest.cli import add_harvest_parser, main
 from interp_transformer.harvest.run import KILL_ENV
 from interp_transformer.loading import from_pretrained
 from interp_transformer.processing import fold_ln
@@ -290,7 +291,8 @@ def test_saelens_activations_store_reads_the_export(gpt2_harvest, tmp_path):
     ours = ActivationShards(gpt2_harvest)
     expected = torch.stack([ours[i]["blocks.1.attn.hook_z"] for i in range(n)])
     assert torch.equal(acts, einops.rearrange(expected, "context pos head_index d_head -> (context pos) (head_index d_head)"))
-    assert token_ids.long().tolist() == torch.stack([ours[i]["token_ids"] for i in range(n)]).reshape(-1).tolist()
+    expected_ids = einops.rearrange(torch.stack([ours[i]["token_ids"] for i in range(n)]), "context pos -> (context pos)")
+    assert token_ids.long().tolist() == expected_ids.tolist()
 
 
 # ---- memory budget --------------------------------------------------------------------------------
@@ -361,3 +363,16 @@ def test_cli_reports_bad_input_in_one_line(ids_jsonl, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.count("\n") == 1 and "blocks.0.hook_resid_pre" in err
+
+
+def test_cli_mounts_as_a_subcommand_and_applies_processing(ids_jsonl, tmp_path):
+    parser = argparse.ArgumentParser(prog="interp-transformer")
+    add_harvest_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["harvest", "--model", "induction-2l", "--corpus", str(ids_jsonl), "--bos-token-id", "0",
+                              "--context-length", "8", "--memory-budget", "1MiB", "--hooks", "*hook_attn_out",
+                              "--process", "fold_ln", "--out", str(tmp_path / "acts"), "--no-progress"])  # fmt: skip
+    assert args.run(args) == 0
+    manifest = Manifest.read(tmp_path / "acts").verify()
+    assert manifest.fingerprint["processing"] == ["fold_ln"]
+    assert manifest.hook_names == ["blocks.0.hook_attn_out", "blocks.1.hook_attn_out"]
+    assert manifest.layout["batch_size"] >= 1

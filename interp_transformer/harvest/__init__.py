@@ -13,6 +13,9 @@
 torch.Size([9, 64])
 >>> folder.cleanup()
 
+Axes: stored tensors add ``context`` (a context's global index) in front of a
+hook's own axes, e.g. ``[context, pos, d_model]``.
+
 Pieces, one file each: ``corpus`` (where documents come from), ``contexts``
 (tokens -> fixed-length contexts, the BOS convention), ``selection`` (which
 hooks, how deep), ``budget`` (batch and shard sizes under a memory budget),

@@ -51,9 +51,9 @@ class SpecialTokens:
 
 @dataclass
 class Contexts:
-    """``token_ids [n_contexts, context_length]`` (int32) and what the cut left out."""
+    """``token_ids [context, pos]`` (int32; ``pos`` runs over ``context_length``) and what the cut left out."""
 
-    token_ids: Int[Tensor, "n_contexts pos"]
+    token_ids: Int[Tensor, "context pos"]
     n_documents: int
     n_stream_tokens: int  # tokens in the joined stream, separators included, BOS not
     dropped_tokens: int  # stream tokens after the last full context
@@ -152,7 +152,7 @@ def make_contexts(
             f"context_length={context_length} needs; give more text or a shorter context_length"
         )
     cut = torch.from_numpy(stream[: n_contexts * body].copy())
-    token_ids = einops.rearrange(cut, "(n_contexts pos) -> n_contexts pos", n_contexts=n_contexts)
+    token_ids = einops.rearrange(cut, "(context pos) -> context pos", context=n_contexts)
     if bos_token_id is not None:
         bos = torch.full((n_contexts, 1), bos_token_id, dtype=token_ids.dtype)
         token_ids = torch.cat([bos, token_ids], dim=1)

@@ -68,14 +68,17 @@ class DistContext:
     def on_rank0(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on rank 0 only; every rank returns its result or raises its error."""
         outcome: tuple = ("ok", None)
+        original: Optional[BaseException] = None
         if self.is_rank0:
             try:
                 outcome = ("ok", fn())
             except (ValueError, TypeError, KeyError, OSError, RuntimeError) as error:
                 if self.backend is None:
                     raise
-                outcome = ("error", (type(error).__name__, _message(error)))
+                original, outcome = error, ("error", (type(error).__name__, _message(error)))
         outcome = self.broadcast_from_rank0(outcome)
+        if original is not None:
+            raise original
         if outcome[0] == "error":
             name, message = outcome[1]
             raise _PORTABLE_ERRORS.get(name, RuntimeError)(message)

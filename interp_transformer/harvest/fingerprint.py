@@ -24,6 +24,7 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Optional
 
+import einops
 import torch
 
 
@@ -40,7 +41,7 @@ def weights_sha256(model: torch.nn.Module) -> str:
 
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     # a uint8 view reads every dtype's bytes (numpy has no bfloat16) without converting values
-    flat = tensor.cpu().contiguous().reshape(-1)
+    flat = einops.rearrange(tensor.detach().cpu().contiguous(), "... -> (...)")
     return memoryview(flat.view(torch.uint8).numpy())
 
 

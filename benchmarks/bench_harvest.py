@@ -5,7 +5,7 @@
 
 Builds a random-weight GPT-2 (``--layers``, ``--d-model``; GPT-2's vocabulary), saves
 it as a Hugging Face directory, writes a corpus of random token ids, then runs the
-same harvest command twice in fresh processes:
+same harvest command three times, each in fresh processes:
 
 - 1 process (``python -m interp_transformer.harvest``), with torch's default threads and with one;
 - 2 processes (``torchrun --nproc_per_node 2``, one thread each, torchrun's default).

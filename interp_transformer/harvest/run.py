@@ -194,10 +194,10 @@ def _refuse_foreign_folder(out_dir: Path) -> None:
 
 
 def _load_tokens(out_dir: Path, expected_sha: str, rank: int) -> torch.Tensor:
-    token_ids = load_tensor(out_dir / TOKENS_FILE, "token_ids")
-    if tensor_sha256(token_ids) != expected_sha:
+    path = out_dir / TOKENS_FILE
+    if not path.is_file() or tensor_sha256(token_ids := load_tensor(path, "token_ids")) != expected_sha:
         raise ValueError(
-            f"rank {rank} reads a different {TOKENS_FILE} than rank 0 wrote: out_dir {out_dir} must be one folder "
+            f"rank {rank} does not find the {TOKENS_FILE} rank 0 wrote: out_dir {out_dir} must be one folder "
             "that every node sees (a shared filesystem)"
         )
     return token_ids

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the separate virtual environment in which SAELens writes the parity
-# fixtures of interp_transformer.sae (benchmarks/saelens_parity.py).
+# fixtures of interp_transformer.sae (benchmarks/saelens_parity.py) and reads our
+# harvest exports (benchmarks/saelens_worker.py, driven by tests/test_harvest.py).
 #
 # SAELens pins TransformerLens < 4, which pins typeguard 4; interp_transformer
 # pins typeguard==2.13.3. The two cannot share an environment, so SAELens gets

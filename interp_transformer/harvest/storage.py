@@ -1,0 +1,165 @@
+"""Files of a harvest folder, each written atomically.
+
+Layout of ``out_dir``::
+
+    manifest.json                  what was harvested, how, and every shard's hash (see ``manifest``)
+    tokens.safetensors             token_ids [n_contexts, pos] (int32), the contexts in global order
+    shard-000000.safetensors       one tensor per hook [n_contexts_in_shard, pos, ...],
+                                   plus context_index [n_contexts_in_shard] and token_ids
+    shard-000000.json              the shard's record: context range, sha256, content hash
+    runs.jsonl                     one line per run: world size, tokens per second, peak memory
+
+Every file is written under a temporary name in the same folder, flushed and
+``fsync``-ed, then renamed over its final name (``os.replace`` is atomic on
+POSIX), and the folder is ``fsync``-ed so the rename itself survives a crash.
+A reader therefore sees either the old file or the complete new one, never a
+partial file. A shard counts as finished only when its record exists and the
+sha256 of the shard file equals the hash in the record; the record is written
+after the shard, so a process killed between the two leaves a shard that is
+redone.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from ..tokens import sha256_of_file
+
+MANIFEST_FILE = "manifest.json"
+TOKENS_FILE = "tokens.safetensors"
+RUNS_FILE = "runs.jsonl"
+TEMP_MARKER = ".tmp-"
+METADATA_KEY = "harvest"
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:06d}.safetensors"
+
+
+def record_name(index: int) -> str:
+    return f"shard-{index:06d}.json"
+
+
+def _temp_path(path: Path) -> Path:
+    return path.parent / f".{path.name}{TEMP_MARKER}{os.getpid()}"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], before_rename: Optional[Callable[[Path], None]] = None) -> None:
+    """Write ``path`` through ``write(temp_path)``, fsync it, and rename it into place.
+
+    ``before_rename(temp_path)`` runs after the fsync (used to hash the bytes on
+    disk). The temporary file is removed if anything fails.
+    """
+    temp = _temp_path(path)
+    try:
+        write(temp)
+        with open(temp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        if before_rename is not None:
+            before_rename(temp)
+        os.replace(temp, path)
+    finally:
+        if temp.exists():
+            temp.unlink()
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); the file is damaged") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, received {type(data).__name__}")
+    return data
+
+
+def remove_stale_temporaries(directory: Path) -> list[str]:
+    """Delete temporary files left by killed writers; returns their names.
+
+    Call it only while no process writes into ``directory`` (before the run's
+    first barrier).
+    """
+    stale = sorted(p for p in directory.iterdir() if p.name.startswith(".") and TEMP_MARKER in p.name)
+    for path in stale:
+        path.unlink()
+    return [p.name for p in stale]
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict, on_temp_file=None) -> str:
+    """Atomically write ``tensors`` as safetensors; returns the sha256 of the bytes written.
+
+    ``metadata`` goes into the header as one key, ``"harvest"``, holding its JSON
+    with sorted keys: safetensors keeps header metadata in a hash map whose order
+    varies between processes, and one key keeps the file's bytes reproducible.
+
+    ``on_temp_file(temp_path)`` runs once the temporary file is complete, before
+    the rename (the resumability tests use it to stop a process at that moment).
+    """
+    digest: dict[str, str] = {}
+
+    def hash_and_hook(temp: Path) -> None:
+        digest["sha256"] = sha256_of_file(temp)
+        if on_temp_file is not None:
+            on_temp_file(temp)
+
+    header = {METADATA_KEY: json.dumps(metadata, sort_keys=True)}
+    atomic_write(path, lambda temp: save_file(tensors, str(temp), metadata=header), before_rename=hash_and_hook)
+    return digest["sha256"]
+
+
+def read_metadata(path: Path) -> dict:
+    """The metadata ``save_tensors`` wrote (``ValueError`` if the file is unreadable or has none)."""
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            header = dict(handle.metadata() or {})
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is damaged") from error
+    if METADATA_KEY not in header:
+        raise ValueError(f"{path} has no {METADATA_KEY!r} metadata: it was not written by a harvest")
+    return json.loads(header[METADATA_KEY])
+
+
+def load_tensor(path: Path, name: str) -> torch.Tensor:
+    """One tensor of a safetensors file (``ValueError`` if the file or the name is missing)."""
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            if name not in handle.keys():
+                raise ValueError(f"{path} holds no tensor {name!r}; it holds {sorted(handle.keys())}")
+            return handle.get_tensor(name)
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is damaged") from error
+
+
+def check_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written there (``ValueError`` otherwise)."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"out_dir {directory} is a file, expected a folder (or a path where one can be created)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-probe{TEMP_MARKER}{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"cannot write into out_dir {directory}: {error.strerror or error}") from error

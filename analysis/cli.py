@@ -9,6 +9,7 @@ Commands::
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
+    interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
 (a missing path, an unknown model, an empty prompt), reported in one line
@@ -273,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to save induction-2l.safetensors and .json "
                             "(default: inside the package, replacing the shipped model)")
     train.set_defaults(run=cmd_train_induction)
+
+    from interp_transformer.harvest.cli import add_harvest_parser
+
+    add_harvest_parser(commands)
     return parser
 
 

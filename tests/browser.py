@@ -21,6 +21,7 @@ it reaches the network, with no separate chromedriver version to keep in step.
 """
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import time
@@ -118,6 +119,26 @@ def find_chromium() -> str | None:
         if found:
             return found
     return None
+
+
+def require_browser() -> None:
+    """Skip the calling test when Chromium or playwright is missing; fail instead when ``REQUIRE_BROWSER=1``.
+
+    CI sets ``REQUIRE_BROWSER=1`` after ``.ci/install_browser.sh``, so a missing
+    browser fails there instead of skipping quietly.
+    """
+    import pytest
+
+    missing = None
+    if find_chromium() is None:
+        missing = "chromium not installed: run .ci/install_browser.sh"
+    elif importlib.util.find_spec("playwright") is None:
+        missing = "playwright not installed: pip install -e '.[dev]'"
+    if missing is None:
+        return
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        pytest.fail(missing + " (REQUIRE_BROWSER=1)")
+    pytest.skip(missing)
 
 
 def is_external(url: str) -> bool:

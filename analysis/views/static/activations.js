@@ -27,6 +27,7 @@ lib.kinds.activations = function (root, data) {
     });
     text.markSelected(state.pinned);
     var shown = state.preview !== null ? state.preview : state.pinned;
+    text.spans.forEach(function (span, pos) { span.classList.toggle("itv-active", pos === shown); });
     if (shown === null) {
       var top = 0;
       values.forEach(function (value, pos) { if (Math.abs(value) > Math.abs(values[top])) top = pos; });

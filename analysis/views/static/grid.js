@@ -5,9 +5,19 @@ lib.kinds.grid = function (root, data) {
   var n = tokens.length;
 
   // One cell per query_pos (row) and key_pos (column), `cell` pixels wide, colours exact (no smoothing).
+  // Thumbnails (one pixel a cell) are written as raw pixels: a rectangle per cell is slow for long texts.
   function drawPattern(canvas, matrix, cell) {
     canvas.width = canvas.height = n * cell;
     var ctx = canvas.getContext("2d");
+    if (cell === 1) {
+      var image = ctx.createImageData(n, n);
+      for (var i = 0; i < n * n; i++) {
+        var rgb = lib.colour(matrix[Math.floor(i / n)][i % n], scale);
+        image.data.set([rgb[0], rgb[1], rgb[2], 255], 4 * i);
+      }
+      ctx.putImageData(image, 0, 0);
+      return;
+    }
     for (var q = 0; q < n; q++) {
       for (var k = 0; k < n; k++) {
         ctx.fillStyle = "rgb(" + lib.colour(matrix[q][k], scale).join(", ") + ")";

@@ -4,8 +4,10 @@ Used by tests that check our HTML reports the way a reader sees them: the
 plotly figures really render, no script fails, and nothing is fetched from
 the network (the report must work offline, with plotly.js embedded).
 
-Import it from any test as ``from tests.browser import BrowserSession, check_html, find_chromium``
+Import it from any test as ``from tests.browser import BrowserSession, check_html, require_browser``
 (``tests`` is a package, and pytest puts the repository root on ``sys.path``).
+``BrowserSession.open_page`` gives a loaded page to interact with (hover, click,
+type) while the same console errors and requests are recorded.
 
 Requirements, both optional so that importing this module never fails:
 

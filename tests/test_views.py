@@ -3,9 +3,11 @@
 What the page does with the data is tested in the browser (tests/test_views_browser.py).
 """
 
+import fnmatch
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +310,13 @@ def test_numpy_and_lists_are_taken_too():
     assert attention_view(TOKENS, pattern).data["pattern"] == attention_view(TOKENS, torch.from_numpy(pattern)).data["pattern"]
     assert activation_view(["a", "b"], [1, -1]).data["columns"] == [[1, -1]]
     assert attention_view(TOKENS, torch.eye(6)).data["heads"] == ["H0"]  # one head's [query_pos, key_pos]
+
+
+def test_every_static_file_is_package_data():
+    # A file under static/ that pyproject's package-data misses would be absent from an installed package.
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    patterns = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    static = Path(view_module.__file__).parent / "static"
+    files = sorted(path.name for path in static.iterdir())
+    assert {"core.js", "views.css"} <= set(files)
+    assert [name for name in files if not any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns["analysis.views"])] == []

@@ -73,7 +73,7 @@ lib.legend = function (scale, caption) {
   bar.style.background = lib.gradient(scale);
   return el("div", {"class": "itv-legend"}, [
     el("span", {"class": "itv-legend-caption", text: caption}),
-    el("span", {text: String(scale.min)}), bar, el("span", {text: String(scale.max)})
+    el("span", {"class": "itv-legend-range"}, [el("span", {text: String(scale.min)}), bar, el("span", {text: String(scale.max)})])
   ]);
 };
 

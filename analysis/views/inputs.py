@@ -9,6 +9,7 @@ import math
 import numbers
 from typing import Optional, Sequence
 
+import einops
 import numpy as np
 from torch import Tensor
 
@@ -100,7 +101,7 @@ def attention_patterns(pattern, n_tokens: int, what: str) -> np.ndarray:
             f"{what}: pattern must be [head_index, query_pos, key_pos] or [query_pos, key_pos], got shape {shape}"
         )
     if array.ndim == 2:
-        array = array[None]
+        array = einops.rearrange(array, "query_pos key_pos -> 1 query_pos key_pos")  # one head
     n_heads, n_query, n_key = array.shape
     if n_query != n_key:
         raise ValueError(
@@ -109,7 +110,7 @@ def attention_patterns(pattern, n_tokens: int, what: str) -> np.ndarray:
         )
     if n_query != n_tokens:
         hint = ""
-        if array.ndim == 3 and n_heads == n_tokens:
+        if len(shape) == 3 and n_heads == n_tokens:
             hint = " (is the first axis a batch axis? choose a batch row, e.g. pattern[0])"
         raise ValueError(
             f"{what}: got {n_tokens} tokens but a pattern over {n_query} positions (shape {shape}): "
@@ -139,7 +140,7 @@ def activation_values(values, n_tokens: int, what: str) -> np.ndarray:
     if array.ndim not in (1, 2):
         raise ValueError(f"{what}: values must be [pos] or [pos, n] (n columns: neurons, features...), got shape {shape}")
     if array.ndim == 1:
-        array = array[:, None]
+        array = einops.rearrange(array, "pos -> pos 1")  # one column
     if array.shape[0] != n_tokens:
         hint = ""
         if array.shape[1] == n_tokens:

@@ -4,8 +4,10 @@ Used by tests that check our HTML reports the way a reader sees them: the
 plotly figures really render, no script fails, and nothing is fetched from
 the network (the report must work offline, with plotly.js embedded).
 
-Import it from any test as ``from tests.browser import BrowserSession, check_html, find_chromium``
+Import it from any test as ``from tests.browser import BrowserSession, check_html, require_browser``
 (``tests`` is a package, and pytest puts the repository root on ``sys.path``).
+``BrowserSession.open_page`` gives a loaded page to interact with (hover, click,
+type) while the same console errors and requests are recorded.
 
 Requirements, both optional so that importing this module never fails:
 
@@ -20,12 +22,15 @@ request (including ones that fail) as events, and can block a request before
 it reaches the network, with no separate chromedriver version to keep in step.
 """
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 # Chromium as this machine's closed network needs it: without the
@@ -92,6 +97,16 @@ class BrowserCheck:
     timed_out: bool = False
 
 
+@dataclass
+class OpenedPage:
+    """A page opened by ``BrowserSession.open_page``, with what it has logged and asked for so far."""
+
+    page: Any
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    external_requests: list[str] = field(default_factory=list)
+
+
 def find_chromium() -> str | None:
     """Path of a runnable Chromium, or None.
 
@@ -106,6 +121,26 @@ def find_chromium() -> str | None:
         if found:
             return found
     return None
+
+
+def require_browser() -> None:
+    """Skip the calling test when Chromium or playwright is missing; fail instead when ``REQUIRE_BROWSER=1``.
+
+    CI sets ``REQUIRE_BROWSER=1`` after ``.ci/install_browser.sh``, so a missing
+    browser fails there instead of skipping quietly.
+    """
+    import pytest
+
+    missing = None
+    if find_chromium() is None:
+        missing = "chromium not installed: run .ci/install_browser.sh"
+    elif importlib.util.find_spec("playwright") is None:
+        missing = "playwright not installed: pip install -e '.[dev]'"
+    if missing is None:
+        return
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        pytest.fail(missing + " (REQUIRE_BROWSER=1)")
+    pytest.skip(missing)
 
 
 def is_external(url: str) -> bool:
@@ -158,27 +193,30 @@ class BrowserSession:
                 self._playwright.stop()
             self._browser = self._playwright = None
 
-    def check_html(
+    @contextlib.contextmanager
+    def open_page(
         self,
         path: str | os.PathLike,
-        screenshot_path: str | os.PathLike,
+        viewport: tuple[int, int] = (1280, 800),
         timeout_s: float = 30,
-    ) -> BrowserCheck:
-        """Open ``path``, wait for its plots, save a full-page PNG; see module ``check_html``."""
+    ) -> Iterator["OpenedPage"]:
+        """Open ``path`` in a fresh context and yield it loaded, recording what ``BrowserCheck`` records.
+
+        For tests that interact with a page (hover, click, type) and then assert on
+        ``opened.console_errors``, ``opened.page_errors`` and ``opened.external_requests``.
+        External requests are aborted before they reach the network. The context is
+        closed on exit.
+        """
         if self._browser is None:
             raise RuntimeError("BrowserSession is not open: use it as `with BrowserSession() as browser:`")
         html = Path(path).resolve()
         if not html.is_file():
             raise FileNotFoundError(f"expected an HTML file to open, got {str(html)!r}, which does not exist")
-        screenshot = Path(screenshot_path)
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        console_errors: list[str] = []
-        page_errors: list[str] = []
-        external_requests: list[str] = []
+        opened = OpenedPage(page=None)
 
         def on_request(request) -> None:
             if is_external(request.url):
-                external_requests.append(request.url)
+                opened.external_requests.append(request.url)
 
         def block_external(route) -> None:
             # Abort before DNS: the request is already recorded by on_request,
@@ -188,21 +226,36 @@ class BrowserSession:
             else:
                 route.continue_()
 
-        context = self._browser.new_context(viewport={"width": 1280, "height": 800})
+        width, height = viewport
+        context = self._browser.new_context(viewport={"width": width, "height": height})
         try:
             context.on("request", on_request)
             context.route("**/*", block_external)
-            page = context.new_page()
-            page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
-            page.on("pageerror", lambda error: page_errors.append(str(error)))
+            page = opened.page = context.new_page()
+            page.on("console", lambda msg: opened.console_errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda error: opened.page_errors.append(str(error)))
             page.on("websocket", on_request)
             page.goto(html.as_uri(), wait_until="load", timeout=timeout_s * 1000)
+            yield opened
+        finally:
+            context.close()
 
+    def check_html(
+        self,
+        path: str | os.PathLike,
+        screenshot_path: str | os.PathLike,
+        timeout_s: float = 30,
+    ) -> BrowserCheck:
+        """Open ``path``, wait for its plots, save a full-page PNG; see module ``check_html``."""
+        screenshot = Path(screenshot_path)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        with self.open_page(path, timeout_s=timeout_s) as opened:
+            page = opened.page
             deadline = time.monotonic() + timeout_s
             counts = page.evaluate(_COUNT_PLOTS_JS, PLOT_DIV_SELECTOR)
             # After "load" every inline script has run; rendering that has not
             # started by now will not start if Plotly is missing or a script threw.
-            while counts["n_rendered_plots"] < counts["n_plots"] and counts["plotly_loaded"] and not page_errors:
+            while counts["n_rendered_plots"] < counts["n_plots"] and counts["plotly_loaded"] and not opened.page_errors:
                 if time.monotonic() > deadline:
                     break
                 page.wait_for_timeout(50)
@@ -212,16 +265,14 @@ class BrowserSession:
             page.evaluate(_TWO_FRAMES_JS)
             page.screenshot(path=str(screenshot), full_page=True)
             title = page.title()
-        finally:
-            context.close()
 
         return BrowserCheck(
             n_plot_svgs=counts["n_plot_svgs"],
             n_plots=counts["n_plots"],
             n_rendered_plots=counts["n_rendered_plots"],
-            console_errors=console_errors,
-            page_errors=page_errors,
-            external_requests=external_requests,
+            console_errors=opened.console_errors,
+            page_errors=opened.page_errors,
+            external_requests=opened.external_requests,
             title=title,
             screenshot_path=screenshot,
             timed_out=timed_out,

@@ -10,8 +10,6 @@ Skipped when Chromium or playwright is missing, unless REQUIRE_BROWSER=1
 instead of skipping quietly).
 """
 
-import importlib.util
-import os
 import struct
 from pathlib import Path
 
@@ -20,26 +18,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from tests.browser import BrowserCheck, BrowserSession, check_html, find_chromium, is_external
-
-
-def _require_browser() -> None:
-    missing = None
-    if find_chromium() is None:
-        missing = "chromium not installed: run .ci/install_browser.sh"
-    elif importlib.util.find_spec("playwright") is None:
-        missing = "playwright not installed: pip install -e '.[dev]'"
-    if missing is None:
-        return
-    if os.environ.get("REQUIRE_BROWSER") == "1":
-        pytest.fail(missing + " (REQUIRE_BROWSER=1)")
-    pytest.skip(missing)
+from tests.browser import BrowserCheck, BrowserSession, check_html, is_external, require_browser
 
 
 @pytest.fixture(scope="module")
 def browser():
     # One browser for the module: starting Chromium is most of a check's cost.
-    _require_browser()
+    require_browser()
     with BrowserSession() as session:
         yield session
 
@@ -127,7 +112,7 @@ window.addEventListener("load", () => setTimeout(
 
 def test_write_html_full_page_renders(tmp_path):
     # The one-shot check_html (its own browser), on a page from plotly.io.write_html.
-    _require_browser()
+    require_browser()
     report = tmp_path / "one_figure.html"
     pio.write_html(_lines(), report, include_plotlyjs=True, full_html=True)
 

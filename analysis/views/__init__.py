@@ -1,0 +1,20 @@
+"""Interactive views of text, for notebooks and HTML pages, that work offline.
+
+- ``attention_view(tokens, pattern)``: the text coloured by one head's attention
+  from (or to) the token under the pointer; a head menu; all heads side by side.
+- ``activation_view(tokens, values, names)``: the text coloured by a per-token value
+  (neurons, SAE features), one column at a time, the value on hover.
+- ``pattern_grid(pattern, tokens)``: every head's ``[query_pos, key_pos]`` pattern as a
+  thumbnail; clicking one enlarges it with token labels and values on hover.
+
+Each returns a ``View``: shown inline by Jupyter and VS Code (``_repr_html_``), written
+as a standalone page by ``save``, embedded in a larger page by ``to_html()``. The HTML
+holds its data and its own small script: no CDN, no font, no request of any kind.
+"""
+
+from .activations import activation_view
+from .attention import attention_view
+from .grid import pattern_grid
+from .view import View, library_script, page_html, save_page
+
+__all__ = ["View", "activation_view", "attention_view", "library_script", "page_html", "pattern_grid", "save_page"]

@@ -4,9 +4,9 @@
 as if it were the last: ``lens(r) = LN_final(r) W_U + b_U``, where ``LN_final`` is the
 whole final norm (LayerNorm: ``(r - mean(r)) / sqrt(var(r) + eps) * w + b``), with the
 scale recomputed from ``r`` itself (the norm's own ``normalize``). At the final residual this is exactly the model's logits.
-(``cache.accumulated_resid(apply_ln=True)`` instead freezes the scale to the final
-residual's and drops ``b``: right for attribution, where sums must stay additive, but
-it misreads earlier residuals, whose norm is smaller.)
+(``cache.accumulated_resid(apply_ln=True)`` does the same; ``cache.apply_ln_to_stack``
+instead freezes the scale to the final residual's and drops ``b``: right for attribution,
+where sums must stay additive, but it misreads earlier residuals, whose norm is smaller.)
 
 **Direct logit attribution.** For an answer token ``t`` (minus an optional wrong token
 ``t'``) at one position, let ``d = W_U[:, t] - W_U[:, t']``. With the final LayerNorm's

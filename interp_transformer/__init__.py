@@ -26,9 +26,26 @@ from .loading import from_pretrained
 from .losses import lm_loss
 from .model import DemoTransformer
 from .shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
+from .slices import Slice
+
+# TransformerLens' classic API (a thin layer over the above; see interp_transformer.compat)
+from .compat import (  # noqa: E402
+    FactoredMatrix,
+    HookedTransformer,
+    HookedTransformerConfig,
+    HookedTransformerKeyValueCache,
+    TransformerLensKeyValueCache,
+)
+from . import head_detector, patching, utils  # noqa: E402
 
 __all__ = [
     "ActivationCache",
+    "FactoredMatrix",
+    "HookedTransformer",
+    "HookedTransformerConfig",
+    "HookedTransformerKeyValueCache",
+    "Slice",
+    "TransformerLensKeyValueCache",
     "Capabilities",
     "DemoTransformer",
     "EncoderConfig",
@@ -40,9 +57,12 @@ __all__ = [
     "TransformerConfig",
     "from_pretrained",
     "get_act_name",
+    "head_detector",
+    "patching",
     "lm_loss",
     "preset",
     "set_shape_checking",
     "shape_checking",
     "shape_checking_enabled",
+    "utils",
 ]

@@ -122,7 +122,8 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
 
     @property
     def hook_names(self) -> HookNames:
-        return self.architecture.hook_names
+        names = self.architecture.hook_names
+        return names(self.cfg) if callable(names) else names  # a table, or one per config (as capabilities)
 
     def act_name(self, name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
         """The full hook name of a short one in this model: ``act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``."""

@@ -104,10 +104,7 @@ class FactoredMatrix:
             if not isinstance(factor, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(factor).__name__}")
             if factor.ndim < 2:
-                raise ValueError(
-                    f"{name} must have at least 2 axes [..., rows, columns], "
-                    f"got shape {_shape(factor)}"
-                )
+                raise ValueError(f"{name} must have at least 2 axes [..., rows, columns], got shape {_shape(factor)}")
         if A.shape[-1] != B.shape[-2]:
             raise ValueError(
                 f"inner dimensions differ: A has shape {_shape(A)} = [..., ldim, mdim], "
@@ -118,9 +115,7 @@ class FactoredMatrix:
         try:
             batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
         except RuntimeError as error:
-            raise ValueError(
-                f"batch axes of A {_shape(A)[:-2]} and B {_shape(B)[:-2]} do not broadcast"
-            ) from error
+            raise ValueError(f"batch axes of A {_shape(A)[:-2]} and B {_shape(B)[:-2]} do not broadcast") from error
         dtype = torch.promote_types(A.dtype, B.dtype)
         self._A = A.to(dtype).expand(*batch, *A.shape[-2:])
         self._B = B.to(dtype).expand(*batch, *B.shape[-2:])
@@ -179,7 +174,7 @@ class FactoredMatrix:
 
     def to(self, *args: Any, **kwargs: Any) -> "FactoredMatrix":
         """Move or cast both factors, with the arguments of ``torch.Tensor.to``."""
-        return FactoredMatrix(self._A.to(*args, **kwargs), self._B.to(*args, **kwargs))
+        return self._new(self._A.to(*args, **kwargs), self._B.to(*args, **kwargs))
 
     def unsqueeze(self, dim: int) -> "FactoredMatrix":
         """Insert a batch axis of size 1 at ``dim`` (counted as in ``Tensor.unsqueeze`` on AB).
@@ -193,7 +188,7 @@ class FactoredMatrix:
                 f"unsqueeze dim must be a batch position, in [0, {n_batch}] or "
                 f"[{-self.ndim - 1}, -3] for shape {_shape(self)}, got {dim}"
             )
-        return FactoredMatrix(self._A.unsqueeze(position), self._B.unsqueeze(position))
+        return self._new(self._A.unsqueeze(position), self._B.unsqueeze(position))
 
     # ---- dense products ---------------------------------------------------------------
 
@@ -211,7 +206,7 @@ class FactoredMatrix:
     @property
     def T(self) -> "FactoredMatrix":
         """The transpose ``(AB)^T = B^T A^T``, still factored."""
-        return FactoredMatrix(self._B.mT, self._A.mT)
+        return self._new(self._B.mT, self._A.mT)
 
     def get_corner(self, k: int = 3) -> Float[torch.Tensor, "*batch k k"]:
         """The dense top-left ``k x k`` block of AB in every batch entry: ``A[:k] @ B[:, :k]``."""
@@ -241,8 +236,8 @@ class FactoredMatrix:
         # (AB) other splits as A (B other), inner mdim, or as (AB) other, inner rdim. Keep the
         # smaller inner dim; AB is built only when rdim < mdim, where it is smaller than A.
         if self.rdim < self.mdim:
-            return FactoredMatrix(self.AB, other)
-        return FactoredMatrix(self._A, self._B @ other)
+            return self._new(self.AB, other)
+        return self._new(self._A, self._B @ other)
 
     def __rmatmul__(self, other: Any) -> Union["FactoredMatrix", torch.Tensor]:
         """``other @ AB``, the mirror image of ``__matmul__``."""
@@ -253,20 +248,21 @@ class FactoredMatrix:
             return ((other.unsqueeze(-2) @ self._A) @ self._B).squeeze(-2)
         self._check_operand(other, -1, self.ldim, f"shape [..., n, {self.ldim}] on the left")
         if self.ldim < self.mdim:
-            return FactoredMatrix(other, self.AB)
-        return FactoredMatrix(other @ self._A, self._B)
+            return self._new(other, self.AB)
+        return self._new(other @ self._A, self._B)
 
     def __mul__(self, scalar: Scalar) -> "FactoredMatrix":
-        """``c * AB = (c A) B`` for a Python number or 0-d tensor ``c``."""
+        """``c * AB = (c A) B`` for a Python number or a one-element tensor ``c`` (any number of axes of size 1)."""
         if isinstance(scalar, torch.Tensor):
-            if scalar.ndim != 0:
+            if scalar.numel() != 1:
                 raise ValueError(
-                    f"FactoredMatrix can only be multiplied by a scalar (0-d tensor), got shape "
+                    f"FactoredMatrix can only be multiplied by a scalar (a tensor of one element), got shape "
                     f"{_shape(scalar)}; use @ for matrix products"
                 )
+            scalar = scalar.reshape(())
         elif isinstance(scalar, bool) or not isinstance(scalar, (int, float)):
             return NotImplemented
-        return FactoredMatrix(self._A * scalar, self._B)
+        return self._new(self._A * scalar, self._B)
 
     __rmul__ = __mul__
 
@@ -280,10 +276,13 @@ class FactoredMatrix:
         # A = Q_A R_A and B^H = Q_B R_B (thin QR), so AB = Q_A (R_A R_B^H) Q_B^H. The core
         # R_A R_B^H is at most mdim x mdim; its SVD U_c S Vh_c gives AB = (Q_A U_c) S (Vh_c Q_B^H),
         # and Q_A U_c, Vh_c Q_B^H keep orthonormal columns/rows. Cost O((ldim + rdim) mdim^2).
-        Q_A, R_A = torch.linalg.qr(self._A)
-        Q_B, R_B = torch.linalg.qr(self._B.mH)
+        # Half precision (which torch.linalg does not decompose) is computed in float32 and returned as given.
+        A, B = _decomposable(self._A), _decomposable(self._B)
+        Q_A, R_A = torch.linalg.qr(A)
+        Q_B, R_B = torch.linalg.qr(B.mH)
         U_core, S, Vh_core = torch.linalg.svd(R_A @ R_B.mH, full_matrices=False)
-        return SVD(U=Q_A @ U_core, S=S, Vh=Vh_core @ Q_B.mH)
+        dtype = self.dtype
+        return SVD(U=(Q_A @ U_core).to(dtype), S=S.to(dtype), Vh=(Vh_core @ Q_B.mH).to(dtype))
 
     def svd(self) -> SVD:
         """Thin SVD ``AB = U diag(S) Vh`` computed from the factors (cached).
@@ -314,8 +313,10 @@ class FactoredMatrix:
         ``AB x = l x`` with ``l != 0`` implies ``BA (B x) = l (B x)`` and ``B x != 0``, so the
         nonzero eigenvalues of the big AB are exactly those of the ``mdim x mdim`` BA,
         with multiplicity. The two spectra (ldim and mdim values) differ only by zeros.
+        Half precision is computed in float32 (complex64 eigenvalues).
         """
-        return torch.linalg.eigvals(self.BA)
+        self._require_square("eigenvalues")
+        return torch.linalg.eigvals(_decomposable(self._B) @ _decomposable(self._A))
 
     def norm(self) -> Float[torch.Tensor, "*batch"]:
         """Frobenius norm ``||AB||_F``, one value per batch entry.
@@ -337,17 +338,17 @@ class FactoredMatrix:
     def make_even(self) -> "FactoredMatrix":
         """The same AB with balanced factors ``A' = U sqrt(S)``, ``B' = sqrt(S) Vh`` (inner k)."""
         root_S = self.S.sqrt()
-        return FactoredMatrix(self.U * root_S[..., None, :], root_S[..., :, None] * self.Vh)
+        return self._new(self.U * root_S[..., None, :], root_S[..., :, None] * self.Vh)
 
     # ---- indexing and scanning --------------------------------------------------------
 
     def rows(self, index: AxisIndex) -> "FactoredMatrix":
         """Rows ``index`` of AB, factored: ``A[..., index, :] @ B``; an int keeps its axis."""
-        return FactoredMatrix(self._A[..., _keep_axis(index), :], self._B)
+        return self._new(self._A[..., _keep_axis(index), :], self._B)
 
     def cols(self, index: AxisIndex) -> "FactoredMatrix":
         """Columns ``index`` of AB, factored: ``A @ B[..., :, index]``; an int keeps its axis."""
-        return FactoredMatrix(self._A, self._B[..., :, _keep_axis(index)])
+        return self._new(self._A, self._B[..., :, _keep_axis(index)])
 
     def __getitem__(self, index: Any) -> Union["FactoredMatrix", torch.Tensor]:
         """Index AB as ``fm[*batch_index, row_index, column_index]`` (missing trailing = ``:``).
@@ -359,7 +360,7 @@ class FactoredMatrix:
         """
         batch_index, row, col = self._split_index(index)
         whole = (slice(None), slice(None))
-        selected = FactoredMatrix(self._A[batch_index + whole], self._B[batch_index + whole])
+        selected = self._new(self._A[batch_index + whole], self._B[batch_index + whole])
         selected = selected.rows(row).cols(col)
         if not (_is_integer(row) or _is_integer(col)):
             return selected
@@ -397,16 +398,17 @@ class FactoredMatrix:
 
     # ---- helpers ----------------------------------------------------------------------
 
+    def _new(self, A: torch.Tensor, B: torch.Tensor) -> "FactoredMatrix":
+        """A factored matrix of this one's class (so that a subclass's results stay of the subclass)."""
+        return type(self)(A, B)
+
     def _require_square(self, what: str) -> None:
         if self.ldim != self.rdim:
             raise ValueError(f"{what} needs a square AB (ldim == rdim), got shape {_shape(self)}")
 
     def _check_operand(self, other: torch.Tensor, axis: int, size: int, wanted: str) -> None:
         if other.shape[axis] != size:
-            raise ValueError(
-                f"cannot multiply {self!r} with a tensor of shape {_shape(other)}: "
-                f"expected {wanted}"
-            )
+            raise ValueError(f"cannot multiply {self!r} with a tensor of shape {_shape(other)}: expected {wanted}")
 
     def _split_index(self, index: Any) -> tuple[tuple, Any, Any]:
         """Expand ``...`` and missing trailing axes into (batch indices, row index, col index)."""
@@ -421,9 +423,7 @@ class FactoredMatrix:
             raise IndexError("an index can only have a single ellipsis ('...')")
         n_explicit = len(index) - len(ellipses)
         if n_explicit > self.ndim:
-            raise IndexError(
-                f"too many indices for FactoredMatrix of shape {_shape(self)}: got {n_explicit}"
-            )
+            raise IndexError(f"too many indices for FactoredMatrix of shape {_shape(self)}: got {n_explicit}")
         fill = (slice(None),) * (self.ndim - n_explicit)
         at = ellipses[0] if ellipses else len(index)  # no ellipsis: fill the trailing axes
         index = index[:at] + fill + index[at + 1 :]
@@ -431,13 +431,14 @@ class FactoredMatrix:
 
 
 def _chain(left: FactoredMatrix, right: FactoredMatrix) -> FactoredMatrix:
-    """``(A1 B1)(A2 B2)`` as a FactoredMatrix whose inner dim is ``min(mdim1, mdim2)``."""
+    """``(A1 B1)(A2 B2)`` as a FactoredMatrix whose inner dim is ``min(mdim1, rdim1, mdim2)``."""
     if left.rdim != right.ldim:
-        raise ValueError(
-            f"cannot multiply {left!r} @ {right!r}: "
-            f"left rdim={left.rdim} must equal right ldim={right.ldim}"
-        )
-    middle = left.B @ right.A  # [*batch, mdim1, mdim2], small
-    if left.mdim <= right.mdim:
-        return FactoredMatrix(left.A, middle @ right.B)
-    return FactoredMatrix(left.A @ middle, right.B)
+        raise ValueError(f"cannot multiply {left!r} @ {right!r}: left rdim={left.rdim} must equal right ldim={right.ldim}")
+    # (A1 B1)(A2 B2) = ((A1 B1) A2) B2: each product keeps the smaller inner dim, so the result's is
+    # min(mdim1, rdim1, mdim2) and no factor bigger than the inputs is built
+    return (left @ right.A) @ right.B
+
+
+def _decomposable(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in a dtype ``torch.linalg`` decomposes: half precision (bfloat16, float16) becomes float32."""
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 # TransformerLens spellings that name the same activations
-ALIASES: dict[str, str] = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
+ALIASES: dict[str, str] = {
+    "attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post",
+    "key": "k", "query": "q", "value": "v",
+}
+# TransformerLens' layer_type spellings of the sub-module a hook sits in ("" = the block itself)
+SUB_ALIASES: dict[str, str] = {"a": "attn", "attention": "attn", "attn": "attn", "m": "mlp", "mlp": "mlp",
+                               "b": "", "block": "", "blocks": ""}
 
 # short name -> full name template; {layer} is a block index, {sub} a norm of the block (ln1, ln2)
 BLOCK_HOOKS: dict[str, str] = {
@@ -33,6 +39,7 @@ BLOCK_HOOKS: dict[str, str] = {
     "k": "blocks.{layer}.attn.hook_k",
     "v": "blocks.{layer}.attn.hook_v",
     "z": "blocks.{layer}.attn.hook_z",
+    "result": "blocks.{layer}.attn.hook_result",  # z_h W_O[h] per head: hooked only by opt-in parts, computed by the cache
     "attn_scores": "blocks.{layer}.attn.hook_attn_scores",
     "pattern": "blocks.{layer}.attn.hook_pattern",
     "pre": "blocks.{layer}.mlp.hook_pre",
@@ -93,13 +100,37 @@ class HookNames:
             if sub not in self.sublayers:
                 options = " or ".join(repr(s) for s in self.sublayers)
                 raise KeyError(f"{name!r} needs the norm: ({name!r}, {layer}, {options}); got {sub!r}")
-        elif sub is not None:
+        elif sub is not None and not _names_its_part(template, sub):
             raise KeyError(f"{name!r} takes no sub-layer, got {sub!r}")
         return template.format(layer=layer, sub=sub)
 
     def final_residual_name(self, n_layers: int) -> str:
         """The hook holding the final residual stream of a model with ``n_layers`` blocks."""
         return self.final_residual.format(last=n_layers - 1)
+
+
+def _names_its_part(template: str, sub: str) -> bool:
+    """True when ``sub`` is TransformerLens' layer_type for the part the hook sits in (``"a"`` for ``attn.hook_k``)."""
+    part = template.split(".")[2] if template.count(".") == 3 else ""
+    return SUB_ALIASES.get(sub) == part
+
+
+def split_compact_name(name: str) -> Optional[tuple[str, int, Optional[str]]]:
+    """TransformerLens' compact spelling ``"k6a"`` -> ``("k", 6, "a")``, ``"scale4ln1"`` -> ``("scale", 4, "ln1")``.
+
+    The name is read as letters, then the layer's digits, then an optional sub-layer;
+    anything else (a full hook name, a name without digits) gives None.
+
+    >>> split_compact_name("scale4ln1"), split_compact_name("pre5"), split_compact_name("hook_embed")
+    (('scale', 4, 'ln1'), ('pre', 5, None), None)
+    """
+    if not isinstance(name, str) or "." in name:
+        return None
+    start = next((i for i, char in enumerate(name) if char.isdigit()), None)
+    if not start or not all(char.isalpha() or char == "_" for char in name[:start]):
+        return None
+    end = next((i for i in range(start, len(name)) if not name[i].isdigit()), len(name))
+    return name[:start], int(name[start:end]), (name[end:] or None)
 
 
 DECODER_HOOK_NAMES = HookNames(
@@ -120,4 +151,4 @@ def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = No
     return DECODER_HOOK_NAMES.full_name(name, layer, sub, n_layers)
 
 
-__all__ = ["ALIASES", "BLOCK_HOOKS", "DECODER_HOOK_NAMES", "HookNames", "get_act_name"]
+__all__ = ["ALIASES", "BLOCK_HOOKS", "DECODER_HOOK_NAMES", "SUB_ALIASES", "HookNames", "get_act_name", "split_compact_name"]

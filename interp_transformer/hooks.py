@@ -175,9 +175,15 @@ class HookPoint(nn.Module):
         for hooks in (self._forward_hooks, self._forward_pre_hooks, self._backward_hooks, self._backward_pre_hooks):
             hooks.clear()
 
-    def has_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both") -> bool:
-        """Whether this thread's forward runs a hook of direction ``dir`` here."""
-        return any(dir in ("both", hook.direction) for hook in self.active_hooks())
+    def has_hooks(
+        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: Optional[int] = None
+    ) -> bool:
+        """Whether this thread's forward runs a hook of direction ``dir`` here (permanent ones only if asked; only
+        ``level``'s if given)."""
+        if dir not in ("fwd", "bwd", "both"):
+            raise ValueError(f"dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
+        return any(dir in ("both", hook.direction) and (including_permanent or not hook.is_permanent)
+                   and (level is None or hook.level == level) for hook in self.active_hooks())
 
     @property
     def fwd_hooks(self) -> list[_Hook]:

@@ -174,6 +174,12 @@ def _single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str
     return ids[0]
 
 
+def single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str, int]) -> int:
+    """The id of a string that is exactly one token (or an id, range-checked); ``ValueError`` naming the pieces otherwise."""
+    _check_tokenizer(tokenizer)
+    return _single_token_id(tokenizer, single_token)
+
+
 def _describe_str_tokens(str_tokens: list[str]) -> str:
     if len(str_tokens) <= _MAX_TOKENS_IN_MESSAGE:
         return repr(str_tokens)
@@ -329,6 +335,6 @@ def get_token_position(
 __all__ = [
     "END_OF_TEXT", "GPT2_ENCODER_JSON_SHA256", "GPT2_N_CTX", "GPT2_VOCAB_BPE_SHA256", "TokensAndMask",
     "bos_token_id", "check_sha256", "get_token_position", "gpt2_tokenizer_from_files", "offline_gpt2_tokenizer",
-    "offline_gpt2_tokenizer_paths", "pad_token_id", "sha256_of_file", "to_str_tokens", "to_string", "to_tokens",
+    "offline_gpt2_tokenizer_paths", "pad_token_id", "sha256_of_file", "single_token_id", "to_str_tokens", "to_string", "to_tokens",
     "to_tokens_and_mask",
 ]  # fmt: skip

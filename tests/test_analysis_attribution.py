@@ -76,11 +76,11 @@ def test_components_match_the_cache_decomposition(model64, run):
     _, _, cache = run
     answers = torch.tensor([1, 2, 3])
     attr = attribution.direct_logit_attribution(cache, answers, incorrect_tokens=4, pos=-1)
-    heads = cache.stack_head_results(apply_ln=True)[:, :, -1]  # [layer*head, batch, d_model]
-    expected_heads = cache.logit_attrs(heads, answers, torch.tensor([4, 4, 4]))
+    heads = cache.stack_head_results(pos_slice=-1)  # [layer*head, batch, d_model]; logit_attrs applies the final norm
+    expected_heads = cache.logit_attrs(heads, answers, torch.tensor([4, 4, 4]), pos_slice=-1)
     assert torch.allclose(attr.heads.flatten(0, 1), expected_heads, atol=1e-10)
-    parts, labels = cache.decompose_resid(apply_ln=True, return_labels=True)
-    expected = dict(zip(labels, cache.logit_attrs(parts[:, :, -1], answers, torch.tensor([4, 4, 4]))))
+    parts, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
+    expected = dict(zip(labels, cache.logit_attrs(parts, answers, torch.tensor([4, 4, 4]), pos_slice=-1)))
     assert torch.allclose(attr.embed, expected["embed"], atol=1e-10)
     for layer in range(3):
         assert torch.allclose(attr.attn[layer], expected[f"{layer}_attn_out"], atol=1e-10)
@@ -95,8 +95,8 @@ def test_neuron_attributions_sum_to_the_mlp_layer(run):
     assert torch.allclose(per_neuron.sum(dim=1) + attr.mlp_bias, attr.mlp, atol=1e-10)
     assert torch.allclose(attribution.neuron_logit_attribution(cache, 7, pos=4, layer=1), per_neuron[1])
     # one neuron against the cache's own neuron stack
-    stack = cache.stack_neuron_results(layer=None, neuron_slice=[5], apply_ln=True)[:, :, 4]  # [layer, batch, d_model]
-    assert torch.allclose(per_neuron[:, 5], cache.logit_attrs(stack, 7), atol=1e-10)
+    stack = cache.stack_neuron_results(layer=None, neuron_slice=[5], pos_slice=4)  # [layer, batch, d_model]
+    assert torch.allclose(per_neuron[:, 5], cache.logit_attrs(stack, 7, pos_slice=4), atol=1e-10)
 
 
 def test_attention_only_model(attn_only64):

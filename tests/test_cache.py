@@ -83,11 +83,15 @@ def test_remove_batch_dim(model, toks, full):
         assert value.shape == batched[name].shape[1:]
         assert torch.equal(value, batched[name][0])
     dropped = batched.remove_batch_dim()
-    assert all(torch.equal(dropped[n], cache[n]) for n in cache)
+    assert dropped is batched and not batched.has_batch_dim  # in place, as in TransformerLens
+    assert all(torch.equal(batched[n], cache[n]) for n in cache)
+    assert batched.remove_batch_dim() is batched and batched["embed"].ndim == 2  # a second call changes nothing
     with pytest.raises(ValueError, match="batch"):
         model.run_with_cache(toks, remove_batch_dim=True)
+    untouched = full[1]["embed"]
     with pytest.raises(ValueError, match="batch size 1"):
         full[1].remove_batch_dim()
+    assert full[1].has_batch_dim and full[1]["embed"] is untouched
     assert_no_hooks(model)
 
 
@@ -260,6 +264,27 @@ def test_decompose_and_accumulate(model, full):
         cache.decompose_resid(mode="heads")
     with pytest.raises(ValueError, match="layer"):
         cache.accumulated_resid(7)
+    with pytest.raises(ValueError, match="-1"):
+        cache.accumulated_resid(-2)
+
+
+def test_layer_minus_one_means_every_layer_through_the_final_one(model, full):
+    """As in TransformerLens: -1 (and None) is n_layers, the final residual stream, not "the last block"."""
+    _, cache = full
+    n = model.cfg.n_layers
+    for call in (cache.accumulated_resid, cache.decompose_resid, cache.stack_head_results, cache.stack_neuron_results):
+        torch.testing.assert_close(call(-1), call(n), rtol=0, atol=0)
+        torch.testing.assert_close(call(None), call(n), rtol=0, atol=0)
+    stack, labels = cache.accumulated_resid(-1, return_labels=True)
+    assert labels[-1] == "final_post" and len(labels) == n + 1
+    torch.testing.assert_close(cache.decompose_resid(-1).sum(0), cache["resid_post", n - 1], rtol=0, atol=1e-5)
+    assert cache.stack_head_results(-1).shape[0] == n * model.cfg.n_heads
+    # apply_ln at -1 is the final norm, with its cached scale
+    parts = cache.decompose_resid(-1)
+    ln = model.ln_final
+    by_hand = (parts - parts.mean(-1, keepdim=True)) / cache["scale"] * ln.w
+    torch.testing.assert_close(cache.apply_ln_to_stack(parts, -1), by_hand, rtol=0, atol=0)
+    torch.testing.assert_close(cache.decompose_resid(-1, apply_ln=True), by_hand, rtol=0, atol=0)
 
 
 def test_stack_neuron_results_sum_to_mlp_out(model, full):
@@ -276,8 +301,14 @@ def test_logit_lens_at_the_end_is_the_final_layer_norm(model, full):
     logits, cache = full
     resid = cache["resid_post", -1]
     ln = model.ln_final
-    by_hand = F.layer_norm(resid, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps) - ln.b
-    torch.testing.assert_close(cache.accumulated_resid(apply_ln=True)[-1], by_hand, rtol=0, atol=1e-5)
+    # at the final layer each entry is read by the whole final norm, its scale recomputed (the logit lens)
+    lens = cache.accumulated_resid(apply_ln=True)
+    torch.testing.assert_close(lens[-1], F.layer_norm(resid, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps),
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(lens[-1] @ model.W_U + model.b_U, logits, rtol=0, atol=1e-4)
+    first = cache["resid_pre", 0]
+    torch.testing.assert_close(lens[0], F.layer_norm(first, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps),
+                               rtol=0, atol=1e-5)
     # inside the model: the LayerNorm reading the residual at that layer (block 1's ln1)
     ln1 = model.blocks[1].ln1
     by_hand = F.layer_norm(cache["resid_pre", 1], (model.cfg.d_model,), ln1.w, ln1.b, model.cfg.layer_norm_eps) - ln1.b
@@ -287,21 +318,27 @@ def test_logit_lens_at_the_end_is_the_final_layer_norm(model, full):
 @pytest.mark.parametrize("pos_slice", [None, -1])
 def test_direct_logit_attribution_sums_to_the_logit(model, toks, full, pos_slice):
     logits, cache = full
-    stack = cache.decompose_resid(apply_ln=True, pos_slice=pos_slice)
+    stack = cache.decompose_resid(pos_slice=pos_slice)  # logit_attrs reads it through the final norm itself
     target = toks[:, -1] if pos_slice == -1 else toks  # any token per (batch, pos)
-    attrs = cache.logit_attrs(stack, target)
+    attrs = cache.logit_attrs(stack, target, pos_slice=pos_slice)
     W_U, b_U, b = model.W_U, model.b_U, model.ln_final.b
     rebuilt = attrs.sum(0) + (b @ W_U)[target] + b_U[target]
     chosen = logits[:, -1] if pos_slice == -1 else logits
     expected = chosen.gather(-1, target[..., None])[..., 0]
     torch.testing.assert_close(rebuilt, expected, rtol=0, atol=1e-4)
     # a logit difference: the constant parts cancel
-    diff = cache.logit_attrs(stack, target, incorrect_tokens=torch.zeros_like(target)).sum(0)
+    diff = cache.logit_attrs(stack, target, incorrect_tokens=torch.zeros_like(target), pos_slice=pos_slice).sum(0)
     expected_diff = expected - chosen[..., 0] - ((b @ W_U)[target] - (b @ W_U)[0]) - (b_U[target] - b_U[0])
     torch.testing.assert_close(diff, expected_diff, rtol=0, atol=1e-4)
     # per-head results through the same frozen LayerNorm, for a single token
-    heads = cache.stack_head_results(apply_ln=True, pos_slice=-1)
-    assert cache.logit_attrs(heads, 3).shape == (model.cfg.n_layers * model.cfg.n_heads, toks.shape[0])
+    heads = cache.stack_head_results(pos_slice=-1)
+    assert cache.logit_attrs(heads, 3, pos_slice=-1).shape == (model.cfg.n_layers * model.cfg.n_heads, toks.shape[0])
+    # the same number as reading the stack through apply_ln_to_stack and dotting by hand
+    normalized = cache.apply_ln_to_stack(heads, -1, pos_slice=-1)
+    torch.testing.assert_close(cache.logit_attrs(heads, 3, pos_slice=-1), normalized @ model.W_U[:, 3], rtol=0, atol=1e-6)
+    # one batch row, with and without the stack's batch axis
+    one = cache.logit_attrs(heads[:, 1], 3, pos_slice=-1, batch_slice=1, has_batch_dim=False)
+    torch.testing.assert_close(one, (normalized @ model.W_U[:, 3])[:, 1], rtol=0, atol=1e-6)
 
 
 def test_apply_ln_to_stack_is_additive(model, full):

@@ -396,3 +396,32 @@ def test_row_chunks_bound_memory(vocab_sized):
     reference = (A[rows] @ B).topk(2, dim=-1)
     close(top.values[rows], reference.values)
     assert torch.equal(top.indices[rows], reference.indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_decompositions_run_in_float32_and_come_back_in_the_input_dtype(dtype):
+    """torch.linalg refuses half precision: SVD and eigenvalues are computed in float32, then cast back."""
+    generator = torch.Generator().manual_seed(3)
+    A, B = torch.randn(2, 6, 3, generator=generator), torch.randn(2, 3, 6, generator=generator)
+    half = FactoredMatrix(A.to(dtype), B.to(dtype))
+    reference = FactoredMatrix(A.to(dtype).float(), B.to(dtype).float())
+    U, S, Vh = half.svd()
+    assert U.dtype == S.dtype == Vh.dtype == dtype
+    torch.testing.assert_close(S.float(), reference.S, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close((U @ torch.diag_embed(S) @ Vh).float(), reference.AB, rtol=0, atol=5e-2)
+    eigenvalues = half.eigenvalues
+    assert eigenvalues.dtype == torch.complex64
+    torch.testing.assert_close(eigenvalues.abs().sort(-1).values, reference.eigenvalues.abs().sort(-1).values, rtol=1e-4, atol=1e-4)
+
+
+def test_a_one_element_tensor_is_a_scalar_and_results_keep_the_subclass():
+    class Tagged(FactoredMatrix):
+        pass
+
+    fm = Tagged(torch.randn(4, 2, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64))
+    for scalar in (torch.tensor([2.0], dtype=torch.float64), torch.tensor([[2.0]], dtype=torch.float64)):
+        close((fm * scalar).AB, 2 * fm.AB)
+        close((scalar * fm).AB, 2 * fm.AB)
+    for result in (fm * 2, fm.T, fm @ torch.randn(5, 3, dtype=torch.float64), fm[1:3], fm @ fm.T, fm.make_even()):
+        assert type(result) is Tagged
+    assert (fm @ Tagged(torch.randn(5, 1, dtype=torch.float64), torch.randn(1, 4, dtype=torch.float64))).mdim == 1

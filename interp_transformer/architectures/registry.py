@@ -9,7 +9,7 @@ and one ``register`` call, never a branch in an existing forward (see
 """
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from torch import nn
 
@@ -33,13 +33,17 @@ class DecoderParts:
 
 @dataclass(frozen=True)
 class Architecture:
-    """One architecture: ``build(cfg)`` gives its parts, ``capabilities(cfg)`` its facts."""
+    """One architecture: ``build(cfg)`` gives its parts, ``capabilities(cfg)`` its facts.
+
+    ``hook_names`` is its table, or a function of the config giving one (when the
+    config decides which hooks exist, e.g. whether positions enter the residual stream).
+    """
 
     name: str
     config_class: type
     build: Callable[[Any], Any]
     capabilities: Callable[[Any], Capabilities]
-    hook_names: HookNames
+    hook_names: Union[HookNames, Callable[[Any], HookNames]]
 
 
 _REGISTRY: dict[type, Architecture] = {}

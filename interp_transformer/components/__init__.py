@@ -9,6 +9,7 @@ from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
 from .embed import Embed
 from .layer_norm import LayerNorm
+from .layer_norm_pre import LayerNormPre
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
@@ -23,6 +24,7 @@ __all__ = [
     "CausalMask",
     "Embed",
     "LayerNorm",
+    "LayerNormPre",
     "MLMHead",
     "MLP",
     "NoNorm",

@@ -23,7 +23,14 @@ def gelu_new_reference(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-ACTIVATIONS = {"gelu_new": gelu_new, "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+def gelu_fast(x: Tensor) -> Tensor:
+    """``0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2)))``: ``gelu_new`` arranged differently (TransformerLens' name)."""
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+# gelu_pytorch_tanh is Hugging Face's name of gelu_new
+ACTIVATIONS = {"gelu_new": gelu_new, "gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_fast": gelu_fast,
+               "gelu_pytorch_tanh": gelu_new}
 
 
 class MLP(nn.Module):

@@ -1,0 +1,33 @@
+"""TransformerLens' classic API on our model: code written for ``HookedTransformer`` runs with one import changed.
+
+``from interp_transformer import HookedTransformer, HookedTransformerConfig, ActivationCache,
+FactoredMatrix, utils`` gives TransformerLens' names with its defaults and semantics;
+``interp_transformer.head_detector`` and ``interp_transformer.patching`` mirror its modules
+of those names. Everything here is a thin layer over the core: ``HookedTransformer`` is a
+``DemoTransformer`` built from a registered architecture (``compat.architecture``), whose
+parts add hook points but never change a value the core computes. What differs from
+TransformerLens on purpose is listed in ``docs/from_transformerlens.md``.
+"""
+
+from .architecture import ARCHITECTURE
+from .config import HookedTransformerConfig
+from .factored_matrix import FactoredMatrix
+from .kv_cache import (
+    HookedTransformerKeyValueCache,
+    HookedTransformerKeyValueCacheEntry,
+    TransformerLensKeyValueCache,
+    TransformerLensKeyValueCacheEntry,
+)
+from .model import HookedTransformer, Output
+
+__all__ = [
+    "ARCHITECTURE",
+    "FactoredMatrix",
+    "HookedTransformer",
+    "HookedTransformerConfig",
+    "HookedTransformerKeyValueCache",
+    "HookedTransformerKeyValueCacheEntry",
+    "Output",
+    "TransformerLensKeyValueCache",
+    "TransformerLensKeyValueCacheEntry",
+]

@@ -1,0 +1,158 @@
+"""The architecture a ``HookedTransformerConfig`` builds: TransformerLens' decoder, picked from our parts.
+
+Registered in the architecture registry like every other architecture, so
+``DemoTransformer(HookedTransformerConfig(...))`` builds it and every tool reads its
+capabilities and hook names; ``HookedTransformer`` (``interp_transformer.compat``) is the
+``DemoTransformer`` subclass with TransformerLens' forward and methods.
+
+=============================  ==============================================================
+config                         part
+=============================  ==============================================================
+``normalization_type``         ``"LN"``: ``LayerNorm``; ``"LNPre"``: ``LayerNormPre``;
+                               ``None``: ``NoNorm`` (the identity); ``"RMS"``/``"RMSPre"``:
+                               refused until an RMSNorm part exists
+``positional_embedding_type``  ``"standard"``: ``PosEmbed`` added to the residual stream;
+                               ``"shortformer"``: ``PosEmbed`` added to the query and key
+                               inputs only (``HookedBlock(shortformer=True)``);
+                               ``"rotary"``, ``"alibi"``: refused until those parts exist
+``attn_only``                  blocks without MLP
+``attention_dir``              ``CausalMask`` + ``PaddingMask``, or ``PaddingMask`` alone
+``use_attn_result``            ``ResultAttention`` (adds ``hook_result``)
+``use_split_qkv_input``,       ``HookedBlock`` with ``hook_q_input``/``k_input``/``v_input``,
+``use_attn_in``,               ``hook_attn_in``, ``hook_mlp_in``
+``use_hook_mlp_in``
+``attn_scale``,                the attention's scale ``1 / attn_scale`` (1 without
+``use_attn_scale``             ``use_attn_scale``), divided by ``layer + 1`` with
+                               ``scale_attn_by_inverse_layer_idx``
+``d_vocab_out``                the unembedding's width
+=============================  ==============================================================
+"""
+
+import dataclasses
+from types import SimpleNamespace
+
+from ..architectures import Architecture, DecoderParts, register
+from ..capabilities import Capabilities
+from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, LayerNorm, LayerNormPre, NoNorm, PaddingMask, PosEmbed
+from ..components import TransformerBlock, Unembed
+from ..components.mlp import ACTIVATIONS
+from ..hook_names import BLOCK_HOOKS, HookNames
+from .config import HookedTransformerConfig
+from .parts import HookedBlock, ResultAttention, SplitInputAttention, share_state
+
+# hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
+TOGGLE_HOOKS = {
+    "q_input": "blocks.{layer}.hook_q_input",
+    "k_input": "blocks.{layer}.hook_k_input",
+    "v_input": "blocks.{layer}.hook_v_input",
+    "attn_in": "blocks.{layer}.hook_attn_in",
+    "mlp_in": "blocks.{layer}.hook_mlp_in",
+}
+
+# (field, value it must keep, what it would need)
+UNSUPPORTED = (
+    ("use_local_attn", False, "local attention (GPT-Neo's sliding windows)"),
+    ("parallel_attn_mlp", False, "parallel attention and MLP blocks (GPT-J, NeoX)"),
+    ("gated_mlp", False, "a gated MLP"),
+    ("n_key_value_heads", None, "grouped-query attention"),
+    ("post_embedding_ln", False, "a norm after the embeddings"),
+    ("num_experts", None, "a mixture-of-experts MLP"),
+    ("use_qk_norm", False, "query/key norms"),
+    ("use_normalization_before_and_after", False, "norms after each sub-layer (Gemma 2)"),
+    ("final_rms", False, "an RMSNorm final norm"),
+    ("load_in_4bit", False, "4-bit weights"),
+    ("n_devices", 1, "layers spread over several devices"),
+)
+
+
+def check_supported(cfg: HookedTransformerConfig) -> None:
+    """``ValueError`` naming every field of ``cfg`` that asks for math this library does not compute (yet)."""
+    problems = [f"{field}={getattr(cfg, field)!r} ({needs})" for field, keep, needs in UNSUPPORTED if getattr(cfg, field) != keep]
+    if cfg.normalization_type in ("RMS", "RMSPre"):
+        problems.append(f"normalization_type={cfg.normalization_type!r} (an RMSNorm part; not in this version)")
+    if cfg.positional_embedding_type in ("rotary", "alibi"):
+        problems.append(f"positional_embedding_type={cfg.positional_embedding_type!r} (a {cfg.positional_embedding_type} "
+                        "positions part; not in this version)")
+    if cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0:
+        problems.append("attn_scores_soft_cap / output_logits_soft_cap > 0 (soft-capped scores or logits)")
+    if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
+        problems.append(f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's own "
+                        f"LayerNorm; supported: {sorted(ACTIVATIONS)})")
+    if cfg.d_vocab <= 0:
+        problems.append(f"d_vocab={cfg.d_vocab} (give d_vocab, or a tokenizer to take it from)")
+    if problems:
+        raise ValueError("this HookedTransformerConfig asks for what interp_transformer does not compute: " + "; ".join(problems))
+
+
+def _norm(cfg: HookedTransformerConfig):
+    if cfg.normalization_type == "LN":
+        return LayerNorm(cfg.d_model, cfg.eps)
+    if cfg.normalization_type == "LNPre":
+        return LayerNormPre(cfg.d_model, cfg.eps)
+    return NoNorm()
+
+
+def _attention(cfg: HookedTransformerConfig, layer: int):
+    masks = (CausalMask(), PaddingMask()) if cfg.attention_dir == "causal" else (PaddingMask(),)
+    scale = 1.0 / cfg.attn_scale if cfg.use_attn_scale else 1.0
+    if cfg.scale_attn_by_inverse_layer_idx:
+        scale = scale / (layer + 1)
+    attn = SplitInputAttention(cfg, masks, scale=scale)
+    return ResultAttention.adopt(attn) if cfg.use_attn_result else attn
+
+
+def block_flags(cfg: HookedTransformerConfig) -> dict:
+    """The ``HookedBlock`` flags ``cfg`` asks for."""
+    return dict(attn_in=cfg.use_attn_in, split_qkv_input=cfg.use_split_qkv_input, mlp_in=cfg.use_hook_mlp_in and not cfg.attn_only,
+                shortformer=cfg.positional_embedding_type == "shortformer")
+
+
+def build_block(cfg: HookedTransformerConfig, layer: int):
+    """One block: ``TransformerBlock``/``AttnOnlyBlock`` unless ``cfg`` asks for hooks or positions only ``HookedBlock`` has."""
+    ln1, attn = _norm(cfg), _attention(cfg, layer)
+    ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), MLP(cfg))
+    flags = block_flags(cfg)
+    if any(flags.values()):
+        return HookedBlock(ln1, attn, ln2, mlp, **flags)
+    return AttnOnlyBlock(ln1, attn) if cfg.attn_only else TransformerBlock(ln1, attn, ln2, mlp)
+
+
+def build(cfg: HookedTransformerConfig) -> DecoderParts:
+    """TransformerLens' decoder from our parts (see the module docstring)."""
+    check_supported(cfg)
+    return DecoderParts(
+        embed=Embed(cfg),
+        pos_embed=PosEmbed(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
+        blocks=[build_block(cfg, layer) for layer in range(cfg.n_layers)],
+        ln_final=_norm(cfg),
+        unembed=Unembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),
+    )
+
+
+def capabilities(cfg: HookedTransformerConfig) -> Capabilities:
+    # without a norm (normalization_type=None) the final "norm" is the identity: logits stay linear in the residual
+    return Capabilities(causal=cfg.attention_dir == "causal", norm_placement="pre", final_norm="ln_final", read_out="unembed",
+                        next_token_logits=cfg.attention_dir == "causal")
+
+
+def hook_names(cfg: HookedTransformerConfig) -> HookNames:
+    """The hook-name table of a model built from ``cfg``: the blocks', the toggles', and what ``cfg`` puts at the top."""
+    global_keys = {"embed": "hook_embed"}
+    if cfg.positional_embedding_type in ("standard", "shortformer"):
+        global_keys["pos_embed"] = "hook_pos_embed"
+    if cfg.normalization_type is not None:
+        global_keys.update(scale="ln_final.hook_scale", normalized="ln_final.hook_normalized")
+    writers = ("embed", "pos_embed") if cfg.positional_embedding_type == "standard" else ("embed",)
+    return HookNames(layer_keys={**BLOCK_HOOKS, **TOGGLE_HOOKS}, global_keys=global_keys, input_writers=writers)
+
+
+def replace_config(cfg: HookedTransformerConfig, **changes) -> HookedTransformerConfig:
+    """``cfg`` with ``changes`` (no re-validation: the fields changed are the model's own toggles)."""
+    return dataclasses.replace(cfg, **changes)
+
+
+ARCHITECTURE = register(Architecture(
+    name="transformerlens", config_class=HookedTransformerConfig, build=build, capabilities=capabilities, hook_names=hook_names
+))
+
+__all__ = ["ARCHITECTURE", "TOGGLE_HOOKS", "block_flags", "build", "build_block", "check_supported", "share_state"]

@@ -1,0 +1,283 @@
+"""The parts TransformerLens-compatible models add to ours: split inputs, per-head results, shortformer positions.
+
+Each is a subclass or a block built from the same parameters as the core parts, and each
+only *adds* hook points whose values equal what the core computes (DESIGN section 3):
+
+=========================  ==============================================================
+``SplitInputAttention``    ``Attention`` whose queries, keys and values may read different
+                           inputs, each ``[batch, pos, d_model]`` or one per head
+                           ``[batch, pos, head_index, d_model]``; also callable with
+                           TransformerLens' keywords (``query_input=``, ``key_input=``,
+                           ``value_input=``). Given one shared input it *is* ``Attention``.
+``ResultAttention``        adds ``hook_result`` ``[batch, pos, head_index, d_model]`` =
+                           ``z_h W_O[h]`` (``use_attn_result``).
+``HookedBlock``            a pre-norm block with TransformerLens' optional input hooks:
+                           ``hook_attn_in``, ``hook_q_input``/``k_input``/``v_input``
+                           (the residual stream repeated per head) and ``hook_mlp_in``;
+                           and shortformer positions (added to the query and key inputs
+                           only, read from a ``ShortformerLayout``).
+=========================  ==============================================================
+
+Exactness: when no hook changed an added hook point's value (the hooked tensor is the
+one handed in, not modified in place) and none observes its gradient, the block or
+attention takes the core's own path, so every other activation is the core's, bit for
+bit. When a hook did change it, the change flows on: per-head inputs are normalized
+(``ln1.normalize``, whose hooks do not fire: there is no single normalized stream then)
+and projected head by head; per-head results are summed, ``attn_out = sum_h result_h + b_O``.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import einops
+import torch
+from torch import Tensor, nn
+
+from ..components import Attention, TokenLayout
+from ..hooks import HookPoint
+
+
+@dataclass(frozen=True)
+class ShortformerLayout(TokenLayout):
+    """A ``TokenLayout`` carrying the positional embedding ``[batch, pos, d_model]`` that shortformer blocks add
+    to their query and key inputs (the residual stream never holds it)."""
+
+    pos_embed: Optional[Tensor] = None
+
+
+def _untouched(hooked: Tensor, handed_in: Tensor, version: int, hook: HookPoint) -> bool:
+    """Whether a hook point left its value as it was: the same tensor, not written in place, no gradient observer."""
+    return hooked is handed_in and hooked._version == version and not hook.has_hooks("bwd")
+
+
+class SplitInputAttention(Attention):
+    """``Attention`` whose queries, keys and values may read different inputs (see the module docstring).
+
+    ``forward(normalized, layout, kv_cache)`` is ``Attention``'s. TransformerLens' call
+    ``attn(query_input=x, key_input=x, value_input=x, past_kv_cache_entry=None,
+    attention_mask=None)`` goes to ``forward_inputs``.
+    """
+
+    def forward(
+        self,
+        normalized: Optional[Tensor] = None,
+        layout: Optional[TokenLayout] = None,
+        kv_cache=None,
+        kv_input: Optional[Tensor] = None,
+        *,
+        query_input: Optional[Tensor] = None,
+        key_input: Optional[Tensor] = None,
+        value_input: Optional[Tensor] = None,
+        past_kv_cache_entry=None,
+        attention_mask: Optional[Tensor] = None,
+    ) -> Tensor:
+        if query_input is None:
+            if normalized is None:
+                raise TypeError("attention needs its input: attn(normalized) or attn(query_input=..., key_input=..., value_input=...)")
+            return super().forward(normalized, layout, kv_cache, kv_input)
+        if normalized is not None or kv_input is not None:
+            raise TypeError("pass the input once: positionally (normalized) or as query_input/key_input/value_input")
+        kv_cache = past_kv_cache_entry if past_kv_cache_entry is not None else kv_cache
+        if attention_mask is not None and layout is None:
+            layout = TokenLayout.from_attention_mask(attention_mask.to(query_input.device))
+        key_input = query_input if key_input is None else key_input
+        value_input = key_input if value_input is None else value_input
+        return self.forward_inputs(query_input, key_input, value_input, layout, kv_cache)
+
+    def forward_inputs(
+        self, query_input: Tensor, key_input: Tensor, value_input: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None
+    ) -> Tensor:
+        """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs; the rest as ``Attention``.
+
+        Each input is ``[batch, pos, d_model]`` (read by every head) or
+        ``[batch, pos, head_index, d_model]`` (one per head). One shared 3-d input takes
+        ``Attention.forward`` itself.
+        """
+        if query_input is key_input is value_input and query_input.ndim == 3:
+            return super().forward(query_input, layout, kv_cache)
+        for name, x in (("query_input", query_input), ("key_input", key_input), ("value_input", value_input)):
+            if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != self.n_heads):
+                raise ValueError(f"{name} must be [batch, pos, d_model] or [batch, pos, head_index={self.n_heads}, d_model], "
+                                 f"got shape {tuple(x.shape)}")
+        if layout is None:  # a standalone call: one fresh, unpadded sequence per row
+            offset = kv_cache.n_positions if kv_cache is not None and hasattr(kv_cache, "n_positions") else 0
+            if kv_cache is not None and hasattr(kv_cache, "past_keys"):
+                offset = kv_cache.past_keys.shape[1]
+            layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
+        q = self.hook_q(self._project_input(query_input, self.W_Q, self.b_Q))
+        k = self.hook_k(self._project_input(key_input, self.W_K, self.b_K))
+        v = self.hook_v(self._project_input(value_input, self.W_V, self.b_V))
+        if kv_cache is not None:
+            k, v = kv_cache.append(k, v)
+        z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
+        return self._combine_heads(self.hook_z(z))
+
+    def _project_input(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        """``x W[h] + b[h]`` per head: ``Attention``'s product for a shared input, an einsum for one input per head."""
+        if x.ndim == 3:
+            return self._project(x, W, b)
+        return einops.einsum(x, W, "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+
+
+class ResultAttention(SplitInputAttention):
+    """``SplitInputAttention`` with ``hook_result``: each head's write ``z_h W_O[h]`` ``[batch, pos, head_index, d_model]``.
+
+    ``attn_out = sum_h result_h + b_O``. While nothing hooks ``hook_result`` the result is
+    not even formed; while hooks only read it, ``attn_out`` is the core's own product.
+    """
+
+    @classmethod
+    def adopt(cls, attention: Attention) -> "ResultAttention":
+        """A ``ResultAttention`` holding ``attention``'s parameters, masks and hook points (the same objects)."""
+        adopted = share_state(cls, attention)
+        adopted.hook_result = HookPoint()  # registered last: it fires after hook_z
+        return adopted
+
+    def _combine_heads(self, z: Tensor) -> Tensor:
+        if not self.hook_result.has_hooks():
+            return super()._combine_heads(z)
+        result = einops.einsum(z, self.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos head_index d_model")
+        version = result._version
+        hooked = self.hook_result(result)
+        if _untouched(hooked, result, version, self.hook_result):
+            return super()._combine_heads(z)
+        return einops.reduce(hooked, "batch pos head_index d_model -> batch pos d_model", "sum") + self.b_O
+
+
+def share_state(cls: type, part: nn.Module) -> nn.Module:
+    """A new ``cls`` instance with ``part``'s state: the same parameter, buffer, submodule and hook objects.
+
+    Its registries are its own dicts (adding a hook point to it leaves ``part`` alone), so a
+    part can be swapped for a subclass that adds hook points, keeping every weight (and
+    an optimizer's hold on it) and every hook already attached.
+    """
+    adopted = cls.__new__(cls)
+    adopted.__dict__.update(part.__dict__)
+    for registry in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
+        adopted.__dict__[registry] = type(part.__dict__[registry])(part.__dict__[registry])
+    return adopted
+
+
+class HookedBlock(nn.Module):
+    """A pre-norm block with TransformerLens' optional hooks on its inputs, and optional shortformer positions.
+
+    ``resid_mid = resid_pre + attn(ln1(.))``, ``resid_post = resid_mid + mlp(ln2(resid_mid))``
+    (no MLP: ``resid_post = resid_pre + attn_out``), exactly ``TransformerBlock``'s formula;
+    the flags only add hook points (see the module docstring):
+
+    - ``attn_in``: ``hook_attn_in`` ``[batch, pos, head_index, d_model]``, the residual stream
+      each head's attention reads;
+    - ``split_qkv_input``: ``hook_q_input``, ``hook_k_input``, ``hook_v_input``, the same
+      residual stream as three hook points, so a query, a key or a value input can be
+      patched alone (with ``attn_in`` too, these are what the heads read);
+    - ``mlp_in``: ``hook_mlp_in`` ``[batch, pos, d_model]``, the MLP's input (a copy of
+      ``resid_mid``, so a hook editing it in place changes the MLP's input only);
+    - ``shortformer``: the layout's ``pos_embed`` is added to the normalized query and key
+      inputs only; the residual stream and the values never hold positions.
+    """
+
+    def __init__(self, ln1: nn.Module, attn: SplitInputAttention, ln2: Optional[nn.Module] = None, mlp: Optional[nn.Module] = None,
+                 *, attn_in: bool = False, split_qkv_input: bool = False, mlp_in: bool = False, shortformer: bool = False):
+        super().__init__()
+        if (ln2 is None) != (mlp is None):
+            raise ValueError("ln2 and mlp come together: pass both, or neither for an attention-only block")
+        if mlp_in and mlp is None:
+            raise ValueError("hook_mlp_in needs an MLP: this block is attention-only")
+        self.shortformer = shortformer
+        self.hook_resid_pre = HookPoint()
+        if attn_in:
+            self.hook_attn_in = HookPoint()
+        if split_qkv_input:
+            self.hook_q_input = HookPoint()
+            self.hook_k_input = HookPoint()
+            self.hook_v_input = HookPoint()
+        self.ln1 = ln1
+        self.attn = attn
+        self.hook_attn_out = HookPoint()
+        if mlp is not None:
+            self.hook_resid_mid = HookPoint()
+            if mlp_in:
+                self.hook_mlp_in = HookPoint()
+            self.ln2 = ln2
+            self.mlp = mlp
+            self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    @classmethod
+    def from_block(cls, block: nn.Module, **flags) -> "HookedBlock":
+        """A ``HookedBlock`` of ``block``'s parts and hook points (the same objects), with the hooks ``flags`` ask for."""
+        mlp = getattr(block, "mlp", None)
+        flags.setdefault("shortformer", getattr(block, "shortformer", False))
+        new = cls(block.ln1, block.attn, getattr(block, "ln2", None), mlp, **flags)
+        for name, module in block.named_children():
+            if isinstance(module, HookPoint) and hasattr(new, name):
+                setattr(new, name, module)  # keep the hooks already attached there
+        return new
+
+    def flags(self) -> dict:
+        """The hook flags this block was built with."""
+        return dict(attn_in=hasattr(self, "hook_attn_in"), split_qkv_input=hasattr(self, "hook_q_input"),
+                    mlp_in=hasattr(self, "hook_mlp_in"), shortformer=self.shortformer)
+
+    def norm_readers(self) -> list:
+        """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
+        return [(self.ln1, self.attn)] + ([(self.ln2, self.mlp)] if hasattr(self, "mlp") else [])
+
+    def writers(self) -> list:
+        """The parts whose outputs are added to the residual stream."""
+        return [self.attn] + ([self.mlp] if hasattr(self, "mlp") else [])
+
+    def forward(self, resid_pre: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None) -> Tensor:
+        resid_pre = self.hook_resid_pre(resid_pre)
+        attn_out = self.hook_attn_out(self._attention(resid_pre, layout, kv_cache))
+        if not hasattr(self, "mlp"):
+            return self.hook_resid_post(resid_pre + attn_out)
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_in = self.hook_mlp_in(resid_mid.clone()) if hasattr(self, "hook_mlp_in") else resid_mid
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mlp_in)))
+        return self.hook_resid_post(resid_mid + mlp_out)
+
+    def _positions(self, layout: Optional[TokenLayout]) -> Optional[Tensor]:
+        if not self.shortformer:
+            return None
+        pos_embed = getattr(layout, "pos_embed", None)
+        if pos_embed is None:
+            raise ValueError("a shortformer block adds the positional embedding to its query and key inputs, and reads it "
+                             "from the forward pass's layout: run the model with HookedTransformer, whose forward provides it "
+                             "(a DemoTransformer adds positions to the residual stream instead)")
+        return pos_embed
+
+    def _attention(self, resid_pre: Tensor, layout: Optional[TokenLayout], kv_cache) -> Tensor:
+        pos = self._positions(layout)
+        per_head = self._per_head_inputs(resid_pre)
+        if per_head is None:  # the shared path: one normalized stream, as in TransformerBlock
+            normalized = self.ln1(resid_pre)
+            if pos is None:
+                return self.attn(normalized, layout, kv_cache)
+            return self.attn.forward_inputs(normalized + pos, normalized + pos, normalized, layout, kv_cache)
+        q_in, k_in, v_in = (self.ln1.normalize(x) for x in per_head)
+        if pos is not None:
+            q_in, k_in = q_in + pos[:, :, None], k_in + pos[:, :, None]
+        return self.attn.forward_inputs(q_in, k_in, v_in, layout, kv_cache)
+
+    def _per_head_inputs(self, resid_pre: Tensor) -> Optional[tuple]:
+        """The hooked per-head inputs ``(q_in, k_in, v_in)``, or None when no hook changed them (the shared path)."""
+        hooks = [getattr(self, name) for name in ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input") if hasattr(self, name)]
+        if not any(hook.has_hooks() for hook in hooks):
+            return None
+        untouched = True
+        hooked = {}
+        for hook in hooks:
+            repeated = einops.repeat(resid_pre, "batch pos d_model -> batch pos head_index d_model", head_index=self.attn.n_heads)
+            repeated = repeated.contiguous()  # its own memory: a hook may edit one head's copy in place
+            version = repeated._version
+            hooked[hook] = hook(repeated)
+            untouched = untouched and _untouched(hooked[hook], repeated, version, hook)
+        if untouched:
+            return None
+        if hasattr(self, "hook_q_input"):
+            return hooked[self.hook_q_input], hooked[self.hook_k_input], hooked[self.hook_v_input]
+        return (hooked[self.hook_attn_in],) * 3
+
+
+__all__ = ["HookedBlock", "ResultAttention", "ShortformerLayout", "SplitInputAttention", "share_state"]

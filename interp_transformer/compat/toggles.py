@@ -1,0 +1,78 @@
+"""TransformerLens' toggles: ``set_use_attn_result``, ``set_use_split_qkv_input``, ``set_use_attn_in``, ``set_use_hook_mlp_in``.
+
+Each swaps parts in place and renames the hooks (``model.setup()``); none changes a value
+the model computes (``interp_transformer.compat.parts``). Turning one on puts in parts that
+share every parameter, hook point and hook already attached (``ResultAttention.adopt``,
+``HookedBlock.from_block``); turning it off takes the added hook points away again, with
+the hooks on them. The config field of the same name follows (``model.cfg.use_attn_result``).
+
+Adding a hook to a point a toggle has not created raises ``KeyError`` naming the closest
+hook points (TransformerLens: ``AssertionError``).
+"""
+
+from ..components import AttnOnlyBlock, TransformerBlock
+from .architecture import block_flags
+from .parts import HookedBlock, ResultAttention, SplitInputAttention, share_state
+
+
+class ToggleMethods:
+    """The ``set_use_*`` methods of ``HookedTransformer``."""
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """Hook each head's write to the residual stream at ``blocks.L.attn.hook_result`` ``[batch, pos, head_index, d_model]``."""
+        self.cfg.use_attn_result = bool(use_attn_result)
+        for block in self.blocks:
+            has = hasattr(block.attn, "hook_result")
+            if use_attn_result and not has:
+                block.attn = ResultAttention.adopt(block.attn)
+            elif not use_attn_result and has:
+                plain = share_state(SplitInputAttention, block.attn)
+                del plain._modules["hook_result"]
+                block.attn = plain
+        self.setup()
+
+    def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
+        """Hook the residual stream each head's query, key and value read: ``blocks.L.hook_q_input`` (``k``, ``v``)."""
+        self.cfg.use_split_qkv_input = bool(use_split_qkv_input)
+        self._rebuild_blocks()
+
+    def set_use_attn_in(self, use_attn_in: bool) -> None:
+        """Hook the residual stream each head reads, ``blocks.L.hook_attn_in`` ``[batch, pos, head_index, d_model]``."""
+        self.cfg.use_attn_in = bool(use_attn_in)
+        self._rebuild_blocks()
+
+    def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:
+        """Hook the MLP's input, ``blocks.L.hook_mlp_in`` ``[batch, pos, d_model]``."""
+        if use_hook_mlp_in and self.cfg.attn_only:
+            raise ValueError("set_use_hook_mlp_in: this model is attention-only, its blocks have no MLP")
+        self.cfg.use_hook_mlp_in = bool(use_hook_mlp_in)
+        self._rebuild_blocks()
+
+    def set_ungroup_grouped_query_attention(self, ungroup_grouped_query_attention: bool) -> None:
+        """Grouped-query attention is not in this version: only ``False`` is accepted."""
+        if ungroup_grouped_query_attention:
+            raise ValueError("this model has no grouped-query attention to ungroup")
+        self.cfg.ungroup_grouped_query_attention = False
+
+    def _rebuild_blocks(self) -> None:
+        """Give every block the hook points the config's toggles ask for (the same parts and hooks otherwise)."""
+        flags = block_flags(self.cfg)
+        for layer, block in enumerate(self.blocks):
+            if any(flags.values()):
+                self.blocks[layer] = HookedBlock.from_block(block, **flags)
+            elif isinstance(block, HookedBlock):
+                self.blocks[layer] = _core_block(block)
+        self.setup()
+
+
+def _core_block(block: HookedBlock):
+    """The core block of ``block``'s parts, keeping its hook points (and their hooks)."""
+    mlp = getattr(block, "mlp", None)
+    core = AttnOnlyBlock(block.ln1, block.attn) if mlp is None else TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
+    for name, module in core.named_children():
+        if name.startswith("hook_"):
+            setattr(core, name, getattr(block, name))
+    return core
+
+
+__all__ = ["ToggleMethods"]

@@ -1,0 +1,435 @@
+"""Residual-stream stacks of an ``ActivationCache``: the logit lens, decompositions and direct logit attribution.
+
+Every stack has shape ``[component, *batch_and_pos, d_model]`` (``pos`` gone when
+``pos_slice`` is an int). The arguments, their order and their meaning follow
+TransformerLens' ``ActivationCache``:
+
+- ``layer`` is the block whose *input* is decomposed: ``0 .. n_layers``, where
+  ``n_layers`` means the final residual stream (what the final norm reads). ``None`` and
+  ``-1`` both mean ``n_layers``, i.e. *every* layer through the final one (not "the last
+  block"): ``accumulated_resid(layer=-1)`` ends with ``"final_post"``, and ``apply_ln``
+  then uses the final norm. Other negative layers raise ``ValueError``.
+- ``mlp_input`` decomposes the input of block ``layer``'s MLP instead of its attention
+  (``resid_mid``; the norm is then ``ln2``).
+- ``pos_slice`` / ``batch_slice`` take a ``Slice`` or anything ``Slice`` accepts.
+- ``apply_ln`` pushes each component through the norm reading that input with its scale
+  frozen to the cached one (the norm's own ``apply_frozen``: for LayerNorm
+  ``(x - mean(x)) / scale * w``, bias left out), so the stack stays additive. Only
+  ``accumulated_resid(apply_ln=True)`` at the final layer recomputes the final norm for
+  each entry (``recompute_ln``): each entry is then a residual stream read on its own, the
+  logit lens. One difference from TransformerLens: the frozen norm includes its weight
+  ``w`` (TransformerLens divides by the scale only); the two agree once ``fold_ln`` has
+  run, which sets ``w = 1``.
+
+A post-norm model (capabilities) keeps what still has a meaning there (the hidden state
+entering each block, each head's and neuron's write) and raises on the rest.
+"""
+
+from typing import Optional, Union
+
+import einops
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .slices import Slice, SliceInput
+
+POST_NORM_INSTEAD = (
+    "For an exact split of an output direction over embeddings, heads, MLPs and norm biases (every norm's scale frozen "
+    "from the cache) use analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
+)
+SliceLike = Union[Slice, SliceInput]
+
+
+def _not_additive(model, what: str) -> ValueError:
+    return ValueError(f"{what} has no meaning here: {model.capabilities.why_not_additive()}. {POST_NORM_INSTEAD}")
+
+
+class ResidualStacks:
+    """The residual-stream tools of ``ActivationCache`` (see the module docstring)."""
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _require_additive(self, what: str) -> None:
+        if not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, what)
+
+    def _input_layer(self, layer: Optional[int]) -> int:
+        """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final residual)."""
+        n_layers = self.model.cfg.n_layers
+        if layer is None or (isinstance(layer, int) and layer == -1):
+            return n_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
+            raise ValueError(f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the final "
+                             f"residual stream (as in TransformerLens), got {layer!r}")
+        return layer
+
+    def _residual_at(self, layer: int) -> Tensor:
+        """The residual stream entering block ``layer`` (``n_layers``: the final residual stream)."""
+        if layer == self.model.cfg.n_layers:
+            return self[self.model.hook_names.final_residual_name(layer)]
+        return self["resid_pre", layer]
+
+    def _norm_and_scale(self, layer: int, mlp_input: bool):
+        """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it has none)."""
+        if layer == self.model.cfg.n_layers:
+            if mlp_input:
+                raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
+            norm, key = self.model.final_norm, ("scale",)
+            if norm is None:
+                raise ValueError("this model has no final norm to apply")
+        else:
+            sub = "ln2" if mlp_input else "ln1"
+            norm, key = getattr(self.model.blocks[layer], sub), ("scale", layer, sub)
+        name = self.model.act_name(*key)
+        scale = self[name] if name in self.model.hook_dict else None  # a norm without a scale (none at all) has no hook
+        return norm, scale
+
+    def _empty(self, pos_slice: Slice, last: Optional[int] = None) -> Tensor:
+        """A stack of no components, shaped like the embeddings after ``pos_slice`` (last axis ``last`` if given)."""
+        like = pos_slice.apply(self[self.model.hook_names.input_writers[0]], dim=-2)
+        shape = like.shape if last is None else (*like.shape[:-1], last)
+        return like.new_zeros((0, *shape))
+
+    @staticmethod
+    def _finish(stack: Tensor, labels: list, return_labels: bool):
+        return (stack, labels) if return_labels else stack
+
+    # --- stacks -----------------------------------------------------------------------------------
+    def accumulated_resid(
+        self,
+        layer: Optional[int] = None,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: SliceLike = None,
+        mlp_input: bool = False,
+        return_labels: bool = False,
+    ):
+        """The residual stream entering each block up to ``layer`` (None/-1: every block, then the final one).
+
+        Labels ``"0_pre"``, ``"0_mid"`` (with ``incl_mid``), ..., ``"final_post"``; with
+        ``mlp_input`` also ``resid_mid`` of block ``layer``. With ``apply_ln`` each entry is
+        read by the norm at ``layer``: at the final layer the final norm recomputed on each
+        entry (the logit lens: ``final_norm(r)`` whole), elsewhere with its cached scale.
+        On a post-norm model the entries are the hidden states entering each block and
+        ``apply_ln`` raises.
+        """
+        if apply_ln:
+            self._require_additive("accumulated_resid(apply_ln=True)")
+        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        n_layers = self.model.cfg.n_layers
+        components, labels = [], []
+        for l in range(layer + 1):
+            if l == n_layers:
+                components.append(self._residual_at(n_layers))
+                labels.append("final_post")
+                continue
+            components.append(self["resid_pre", l])
+            labels.append(f"{l}_pre")
+            if ((incl_mid and l < layer) or (mlp_input and l == layer)) and self._has_hook("resid_mid", l):
+                components.append(self["resid_mid", l])
+                labels.append(f"{l}_mid")
+        stack = torch.stack([pos_slice.apply(c, dim=-2) for c in components])
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, recompute_ln=layer == n_layers)
+        return self._finish(stack, labels, return_labels)
+
+    def decompose_resid(
+        self,
+        layer: Optional[int] = None,
+        mlp_input: bool = False,
+        mode: str = "all",
+        apply_ln: bool = False,
+        pos_slice: SliceLike = None,
+        incl_embeds: bool = True,
+        return_labels: bool = False,
+    ):
+        """The outputs of every component that wrote to the residual stream before block ``layer``.
+
+        The embeddings summed into the stream (``hook_names.input_writers``), then
+        ``L_attn_out`` and ``L_mlp_out`` per block (``mode``: ``"all"``, ``"attn"``, ``"mlp"``),
+        with ``mlp_input`` also block ``layer``'s ``attn_out``; with ``mode="all"`` and
+        ``incl_embeds`` they sum to the residual stream there. Raises on a post-norm model.
+        """
+        self._require_additive("decompose_resid")
+        if mode not in ("all", "attn", "mlp"):
+            raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
+        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        components, labels = [], []
+        if incl_embeds:
+            for name in self.model.hook_names.input_writers:
+                components.append(self[name])
+                labels.append(name)
+        for l in range(layer):
+            if mode in ("all", "attn"):
+                components.append(self["attn_out", l])
+                labels.append(f"{l}_attn_out")
+            if mode in ("all", "mlp") and self._has_hook("mlp_out", l):
+                components.append(self["mlp_out", l])
+                labels.append(f"{l}_mlp_out")
+        if mlp_input and mode in ("all", "attn"):
+            if layer == self.model.cfg.n_layers:
+                raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
+            components.append(self["attn_out", layer])
+            labels.append(f"{layer}_attn_out")
+        if not components:
+            raise ValueError(f"decompose_resid(layer={layer}, mode={mode!r}, incl_embeds={incl_embeds}) selects no component")
+        stack = torch.stack([pos_slice.apply(c, dim=-2) for c in components])
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+        return self._finish(stack, labels, return_labels)
+
+    def stack_head_results(
+        self,
+        layer: Optional[int] = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: SliceLike = None,
+        apply_ln: bool = False,
+    ):
+        """Each head's write to the residual, ``z_h W_O[h]`` (no ``b_O``), for the blocks before ``layer``.
+
+        Shape ``[layer * head_index, ...]``, labels ``"L0H3"``; computed from the cached ``z``
+        (``cache["result", L]``). ``incl_remainder`` adds ``"remainder"``: the residual
+        stream entering block ``layer`` minus the heads (for ``layer=0``, the whole input of
+        block 0; TransformerLens uses the last block's output there).
+        """
+        if apply_ln or incl_remainder:
+            self._require_additive("stack_head_results(apply_ln=True or incl_remainder=True)")
+        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        parts, labels = [], []
+        for l in range(layer):
+            parts.append(pos_slice.apply(self["result", l], dim=-3))
+            labels.extend(f"L{l}H{h}" for h in range(parts[-1].shape[-2]))
+        if parts:
+            stack = einops.rearrange(torch.cat(parts, dim=-2), "... component d_model -> component ... d_model")
+        else:
+            stack = self._empty(pos_slice)
+        if incl_remainder:
+            remainder = pos_slice.apply(self._residual_at(layer), dim=-2) - stack.sum(dim=0)
+            stack = torch.cat([stack, remainder[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+        return self._finish(stack, labels, return_labels)
+
+    def stack_activation(self, activation_name: str, layer: Optional[int] = -1, sublayer_type: Optional[str] = None) -> Tensor:
+        """``cache[activation_name, L, sublayer_type]`` stacked over the blocks before ``layer`` (None/-1: all)."""
+        return torch.stack([self[(activation_name, l, sublayer_type)] for l in range(self._input_layer(layer))])
+
+    def get_neuron_results(
+        self,
+        layer: int,
+        neuron_slice: SliceLike = None,
+        pos_slice: SliceLike = None,
+        project_output_onto: Optional[Tensor] = None,
+    ) -> Tensor:
+        """Each neuron's write ``post[n] * W_out[n]`` in block ``layer``: ``[..., neuron, d_model]``.
+
+        With ``project_output_onto`` (``[d_model]`` or ``[d_model, n_outs]``) the write is
+        projected first (``post[n] * (W_out[n] @ p)``), never forming ``[..., neuron, d_model]``.
+        """
+        neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice(pos_slice)
+        acts = neuron_slice.apply(pos_slice.apply(self["post", layer], dim=-2), dim=-1)
+        W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0).to(acts.dtype)
+        if project_output_onto is None:
+            return acts[..., None] * W_out
+        projected = W_out @ project_output_onto.to(W_out)
+        return acts * projected if projected.ndim == 1 else acts[..., None] * projected
+
+    def stack_neuron_results(
+        self,
+        layer: Optional[int],
+        pos_slice: SliceLike = None,
+        neuron_slice: SliceLike = None,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        apply_ln: bool = False,
+        project_output_onto: Optional[Tensor] = None,
+    ):
+        """Each MLP neuron's write to the residual, ``post[n] * W_out[n]``, for the blocks before ``layer``.
+
+        Shape ``[layer * neuron, ...]``, labels ``"L0N5"``; select neurons with
+        ``neuron_slice`` (the full stack is large). ``project_output_onto`` (``[d_model]`` or
+        ``[d_model, n_outs]``) projects each write without forming the full stack; with
+        ``apply_ln`` the direction is pulled back through the frozen norm first (the norm's
+        ``pull_back``), so the result is the projection of the normalized write.
+        """
+        if not self._has_hook("post", 0):
+            raise ValueError("stack_neuron_results: this model is attention-only and has no neurons")
+        if apply_ln or incl_remainder:
+            self._require_additive("stack_neuron_results(apply_ln=True or incl_remainder=True)")
+        layer, pos_slice, neuron_slice = self._input_layer(layer), Slice(pos_slice), Slice.unwrap(neuron_slice)
+        neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp))
+        labels = [f"L{l}N{int(n)}" for l in range(layer) for n in neurons]
+        project, squeeze = _as_columns(project_output_onto)
+        scale = None
+        if apply_ln and project is not None:  # LN_s(x) . p = x . pull_back(p) / s, so project onto the pulled-back direction
+            norm, scale = self._norm_and_scale(layer, False)
+            project = norm.pull_back(project.mT.to(self.model.W_E.dtype)).mT
+            scale = None if scale is None else pos_slice.apply(scale, dim=-2)
+        parts = [self.get_neuron_results(l, neuron_slice, pos_slice, project) for l in range(layer)]
+        last = None if project is None else project.shape[-1]
+        if parts:
+            stack = einops.rearrange(torch.cat(parts, dim=-2), "... component d -> component ... d")
+        else:
+            stack = self._empty(pos_slice, last)
+        if scale is not None:
+            stack = stack / scale
+        if incl_remainder:
+            remainder = pos_slice.apply(self._residual_at(layer), dim=-2)
+            if apply_ln and project is not None:
+                remainder = self.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
+                remainder = remainder @ _as_columns(project_output_onto)[0].to(remainder)
+            elif project is not None:
+                remainder = remainder @ project.to(remainder)
+            stack = torch.cat([stack, (remainder - stack.sum(dim=0))[None]])
+            labels.append("remainder")
+        if apply_ln and project is None:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+        return self._finish(stack.squeeze(-1) if squeeze else stack, labels, return_labels)
+
+    def get_full_resid_decomposition(
+        self,
+        layer: Optional[int] = None,
+        mlp_input: bool = False,
+        expand_neurons: bool = True,
+        apply_ln: bool = False,
+        pos_slice: SliceLike = None,
+        return_labels: bool = False,
+        project_output_onto: Optional[Tensor] = None,
+    ):
+        """Every write into block ``layer``'s input: each head, each neuron (or MLP layer), the embeddings, the biases.
+
+        In that order (labels ``"L0H0"``..., ``"L0N0"``... or ``"0_mlp_out"``..., the
+        embedding names, ``"bias"``); without ``apply_ln`` they sum to the residual stream
+        there. ``"bias"`` is ``sum b_O`` (and ``sum b_out`` when neurons are expanded) over the
+        blocks before ``layer`` (with ``mlp_input``, also block ``layer``'s ``b_O``).
+        """
+        self._require_additive("get_full_resid_decomposition")
+        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        heads, labels = self.stack_head_results(layer + int(mlp_input), return_labels=True, pos_slice=pos_slice)
+        components = [heads]
+        if layer > 0 and self._has_hook("post", 0):
+            if expand_neurons:
+                neurons, neuron_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True)
+            else:
+                neurons, neuron_labels = self.decompose_resid(layer, mlp_input, "mlp", pos_slice=pos_slice, incl_embeds=False,
+                                                              return_labels=True)
+            components.append(neurons)
+            labels.extend(neuron_labels)
+        for name in self.model.hook_names.input_writers:
+            components.append(pos_slice.apply(self[name], dim=-2)[None])
+            labels.append(name)
+        bias = self._accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons).to(heads)
+        components.append(bias.expand(1, *heads.shape[1:]))
+        labels.append("bias")
+        stack = torch.cat(components)
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+        project, squeeze = _as_columns(project_output_onto)
+        if project is not None:
+            stack = stack @ project.to(stack)
+            stack = stack.squeeze(-1) if squeeze else stack
+        return self._finish(stack, labels, return_labels)
+
+    def _accumulated_bias(self, layer: int, mlp_input: bool, include_mlp_biases: bool) -> Float[Tensor, "d_model"]:
+        """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with ``mlp_input``."""
+        total = torch.zeros(self.model.cfg.d_model, device=self.model.W_E.device, dtype=self.model.W_E.dtype)
+        for l in range(layer + int(mlp_input)):
+            block = self.model.blocks[l]
+            total = total + block.attn.b_O
+            if include_mlp_biases and l < layer and self._has_hook("mlp_out", l) and getattr(block.mlp, "b_out", None) is not None:
+                total = total + block.mlp.b_out
+        return total.detach()
+
+    # --- norms and logits ---------------------------------------------------------------------------
+    def apply_ln_to_stack(
+        self,
+        residual_stack: Float[Tensor, "component ... d_model"],
+        layer: Optional[int] = None,
+        mlp_input: bool = False,
+        pos_slice: SliceLike = None,
+        batch_slice: SliceLike = None,
+        has_batch_dim: bool = True,
+        recompute_ln: bool = False,
+    ) -> Float[Tensor, "component ... d_model"]:
+        """Read each component through the norm at block ``layer``'s input, its scale frozen to the cached one.
+
+        The norm is block ``layer``'s ``ln1`` (``ln2`` with ``mlp_input``), or the final
+        norm for ``layer`` None/-1/``n_layers``; applied by its own ``apply_frozen`` (bias
+        left out, so the components of a residual sum to ``normalized - b``). ``pos_slice``
+        must be the one the stack was sliced with; ``batch_slice`` is applied to the stack's
+        batch axis (axis 1, when ``has_batch_dim``) and to the scale. ``recompute_ln`` (final
+        norm only) applies the whole final norm to each component with its own scale.
+        Raises ``ValueError`` on a post-norm model.
+        """
+        self._require_additive("apply_ln_to_stack")
+        layer, pos_slice, batch_slice = self._input_layer(layer), Slice(pos_slice), Slice(batch_slice)
+        if has_batch_dim:
+            residual_stack = batch_slice.apply(residual_stack, dim=1)
+        norm, scale = self._norm_and_scale(layer, mlp_input)
+        if recompute_ln and layer == self.model.cfg.n_layers:
+            return norm.normalize(residual_stack)
+        if scale is not None:
+            scale = pos_slice.apply(scale, dim=-2)
+            if self.has_batch_dim:
+                scale = batch_slice.apply(scale, dim=0)
+        return norm.apply_frozen(residual_stack, scale)
+
+    def logit_attrs(
+        self,
+        residual_stack: Float[Tensor, "component ... d_model"],
+        tokens: Union[str, int, Int[Tensor, "..."]],
+        incorrect_tokens: Union[None, str, int, Int[Tensor, "..."]] = None,
+        pos_slice: SliceLike = None,
+        batch_slice: SliceLike = None,
+        has_batch_dim: bool = True,
+    ) -> Float[Tensor, "component ..."]:
+        """Each component's direct contribution to the logit of ``tokens`` (minus ``incorrect_tokens``).
+
+        The stack is read through the final norm first (``apply_ln_to_stack(stack, -1,
+        pos_slice=..., batch_slice=..., has_batch_dim=...)``, scale frozen), then dotted with
+        ``W_U[:, token]`` (no ``b_U``): pass the stack as the cache gives it, not already
+        normalized. ``tokens`` is a token id, a single-token string or an id tensor
+        broadcasting against the stack's batch/pos axes; ``incorrect_tokens`` must have the
+        same shape. Raises ``ValueError`` on a post-norm model.
+        """
+        self._require_additive("logit_attrs")
+        tokens = self._token_ids(tokens)
+        direction = self.model.tokens_to_residual_directions(tokens)
+        if incorrect_tokens is not None:
+            incorrect_tokens = self._token_ids(incorrect_tokens)
+            if tokens.shape != incorrect_tokens.shape:
+                raise ValueError(f"tokens and incorrect_tokens must have the same shape, got {tuple(tokens.shape)} and "
+                                 f"{tuple(incorrect_tokens.shape)}")
+            direction = direction - self.model.tokens_to_residual_directions(incorrect_tokens)
+        scaled = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim)
+        try:
+            torch.broadcast_shapes(scaled.shape[1:], direction.shape)
+        except RuntimeError:
+            raise ValueError(f"tokens of shape {tuple(direction.shape[:-1])} do not match the stack's batch/pos axes "
+                             f"{tuple(scaled.shape[1:-1])}") from None
+        return (scaled * direction.to(scaled.dtype)).sum(dim=-1)
+
+    def _token_ids(self, tokens) -> Tensor:
+        if isinstance(tokens, str):
+            from .tokens import single_token_id
+
+            tokens = single_token_id(self.model._require_tokenizer(), tokens)
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            tokens = torch.tensor(tokens)
+        if not isinstance(tokens, Tensor):
+            raise TypeError(f"tokens must be a token id, a single-token str or an integer tensor, got {tokens!r:.80}")
+        return tokens
+
+
+def _as_columns(project: Optional[Tensor]) -> tuple[Optional[Tensor], bool]:
+    """A projection as ``[d_model, n_outs]`` columns, and whether it was one ``[d_model]`` vector."""
+    if project is None:
+        return None, False
+    if not isinstance(project, Tensor) or project.ndim not in (1, 2):
+        raise ValueError(f"project_output_onto must be a [d_model] or [d_model, n_outs] tensor, got {project!r:.80}")
+    return (project[:, None], True) if project.ndim == 1 else (project, False)
+
+
+__all__ = ["ResidualStacks", "POST_NORM_INSTEAD"]

@@ -104,11 +104,13 @@ class HookPoint(nn.Module):
             result = self._call(hook.fn, x)
             return x if result is None else result
         if x.requires_grad:
-            hook.tensor_handles.append(x.register_hook(lambda grad: self._call(hook.fn, grad)))
+            hook.tensor_handles.append(x.register_hook(lambda grad: self._call(hook.fn, grad, backward=True)))
         return x
 
-    def _call(self, fn: HookFn, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    def _call(self, fn: HookFn, tensor: torch.Tensor, backward: bool = False) -> Optional[torch.Tensor]:
         result = fn(tensor, hook=self)
+        if backward and isinstance(result, tuple) and len(result) == 1:
+            result = result[0]  # TransformerLens' backward hooks may return (grad,), as torch's module hooks do
         if result is None:
             return None
         name = getattr(fn, "__name__", fn)

@@ -85,8 +85,8 @@ def generic_activation_patch(
         def patch(corrupted: Tensor, hook, index=index, clean=clean) -> Tensor:
             return patch_setter(corrupted.clone(), list(index), clean.to(corrupted))
 
-        logits = model.run_with_hooks(corrupted_tokens, fwd_hooks=[(name, patch)])
-        value = float(patching_metric(logits))
+        with torch.no_grad():
+            value = float(patching_metric(model.run_with_hooks(corrupted_tokens, fwd_hooks=[(name, patch)])))
         output[tuple(index) if index_df is None else number] = value
     if return_index_df:
         return output, index_df if index_df is not None else make_df_from_ranges(output.shape, index_axis_names)

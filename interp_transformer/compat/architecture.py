@@ -33,12 +33,12 @@ from types import SimpleNamespace
 
 from ..architectures import Architecture, DecoderParts, register
 from ..capabilities import Capabilities
-from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, LayerNorm, LayerNormPre, NoNorm, PaddingMask, PosEmbed
+from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, LayerNorm, LayerNormPre, NoNorm, PaddingMask
 from ..components import TransformerBlock, Unembed
 from ..components.mlp import ACTIVATIONS
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
-from .parts import HookedBlock, ResultAttention, SplitInputAttention, share_state
+from .parts import HookedBlock, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state
 
 # hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
 TOGGLE_HOOKS = {
@@ -122,7 +122,7 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
     check_supported(cfg)
     return DecoderParts(
         embed=Embed(cfg),
-        pos_embed=PosEmbed(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
+        pos_embed=PositionalEmbedding(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
         blocks=[build_block(cfg, layer) for layer in range(cfg.n_layers)],
         ln_final=_norm(cfg),
         unembed=Unembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),

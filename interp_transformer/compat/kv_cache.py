@@ -16,14 +16,26 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..kv_cache import LayerKVCache
 
 @dataclass
-class HookedTransformerKeyValueCacheEntry:
-    """Keys and values of one block so far; ``append`` returns them with the new ones (and keeps them unless frozen)."""
+class HookedTransformerKeyValueCacheEntry(LayerKVCache):
+    """Keys and values of one block so far; ``append`` returns them with the new ones (and keeps them unless frozen).
+
+    A ``LayerKVCache`` (what our blocks take) holding TransformerLens' fields.
+    """
 
     past_keys: Float[Tensor, "batch pos_so_far head_index d_head"]
     past_values: Float[Tensor, "batch pos_so_far head_index d_head"]
     frozen: bool = False
+
+    @property
+    def keys(self) -> Tensor:
+        return self.past_keys
+
+    @property
+    def values(self) -> Tensor:
+        return self.past_values
 
     @classmethod
     def init_cache_entry(cls, cfg, device: Union[torch.device, str, None], batch_size: int = 1) -> "HookedTransformerKeyValueCacheEntry":

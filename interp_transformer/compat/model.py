@@ -76,9 +76,22 @@ class HookedTransformer(TextMethods, ToggleMethods, PretrainedMethods, Generatio
         if cfg.use_hook_tokens:  # first in forward order: it fires before the embedding
             self.__dict__["_modules"] = {"hook_tokens": HookPoint(), **self._modules}
             self.setup()
-        if cfg.init_weights and cfg.init_mode != "gpt2":
-            self.init_weights()
+        self.set_fast_paths(False)
         self.dataset = None
+
+    def set_fast_paths(self, enabled: bool) -> None:
+        """Whether attention and LayerNorm may use their fused kernels while nothing observes them (default False).
+
+        Off, as in TransformerLens (which has only the explicit formulas), every run computes
+        the same bits whether or not a hook or cache observes the pattern or the scale. On,
+        the fused paths run where nothing observes them (``docs/performance.md``): faster,
+        equal to float rounding.
+        """
+        self.fast_paths = bool(enabled)
+        for module in self.modules():
+            for switch in ("use_fused_attention", "use_fused_layer_norm"):
+                if hasattr(module, switch):
+                    setattr(module, switch, self.fast_paths)
 
     # --- the forward pass ---------------------------------------------------------------------------
     def forward(
@@ -185,6 +198,8 @@ class HookedTransformer(TextMethods, ToggleMethods, PretrainedMethods, Generatio
             layout = TokenLayout.contiguous(batch, pos, offset, device)
         else:
             mask = new_mask if new_mask is not None else torch.ones(shape, dtype=torch.long, device=device)
+            if past is None and offset:  # every cached position is real
+                past = torch.ones(batch, offset, dtype=torch.bool, device=device)
             layout = TokenLayout.from_attention_mask(mask, past)
         if isinstance(cache, KeyValueCache) and store:
             cache.key_is_real = layout.key_is_real
@@ -294,7 +309,8 @@ class HookedTransformer(TextMethods, ToggleMethods, PretrainedMethods, Generatio
     def to(self, *args, print_details: bool = False, **kwargs):
         """``nn.Module.to``; ``cfg.device`` and ``cfg.dtype`` follow the weights."""
         super().to(*args, **kwargs)
-        self.cfg.device = str(self.W_E.device)
+        if not self.W_E.is_meta:  # (while being built on the meta device, the config keeps the device it will load to)
+            self.cfg.device = str(self.W_E.device)
         self.cfg.dtype = self.W_E.dtype
         return self
 

@@ -33,7 +33,7 @@ import einops
 import torch
 from torch import Tensor, nn
 
-from ..components import Attention, TokenLayout
+from ..components import Attention, PosEmbed, TokenLayout
 from ..hooks import HookPoint
 
 
@@ -43,6 +43,30 @@ class ShortformerLayout(TokenLayout):
     to their query and key inputs (the residual stream never holds it)."""
 
     pos_embed: Optional[Tensor] = None
+
+
+class PositionalEmbedding(PosEmbed):
+    """``PosEmbed`` that also takes TransformerLens' call ``pos_embed(tokens, offset, attention_mask=mask)``.
+
+    With ``attention_mask`` (``[batch, offset + pos]``, 1 real, 0 padding; the cached
+    positions' entries first) each real token's position counts from its row's first real
+    token and padding gets zeros, as in TransformerLens. In the model's own forward the
+    positions come from the layout (padding then repeats its last real position, which no
+    real token reads).
+    """
+
+    def forward(self, tokens: Tensor, offset: int = 0, positions: Optional[Tensor] = None, *,
+                attention_mask: Optional[Tensor] = None) -> Tensor:
+        if attention_mask is None:
+            return super().forward(tokens, offset, positions)
+        if positions is not None:
+            raise ValueError("pass positions or attention_mask, not both")
+        if attention_mask.shape != (tokens.shape[0], offset + tokens.shape[1]):
+            raise ValueError(f"attention_mask must be [batch, offset + pos] = {[tokens.shape[0], offset + tokens.shape[1]]}, "
+                             f"got {list(attention_mask.shape)}")
+        mask = attention_mask.to(self.W_pos.device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, offset:]
+        return self.W_pos[positions] * mask[:, offset:, None].to(self.W_pos.dtype)
 
 
 def _untouched(hooked: Tensor, handed_in: Tensor, version: int, hook: HookPoint) -> bool:
@@ -280,4 +304,4 @@ class HookedBlock(nn.Module):
         return (hooked[self.hook_attn_in],) * 3
 
 
-__all__ = ["HookedBlock", "ResultAttention", "ShortformerLayout", "SplitInputAttention", "share_state"]
+__all__ = ["HookedBlock", "PositionalEmbedding", "ResultAttention", "ShortformerLayout", "SplitInputAttention", "share_state"]

@@ -98,6 +98,7 @@ class PretrainedMethods:
         model = build_on_meta(lambda: cls(cfg, tokenizer=core.tokenizer, move_to_device=False,
                                           default_padding_side=default_padding_side))
         load_strict(model, core.state_dict(), dtype=dtype, device=core.W_E.device)
+        model.cfg.device = str(model.W_E.device)
         model.process_weights_(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed,
                                fold_value_biases=fold_value_biases, refactor_factored_attn_matrices=refactor_factored_attn_matrices)
         logging.info("Loaded pretrained model %s into HookedTransformer", name)
@@ -154,6 +155,7 @@ class PretrainedMethods:
                     setattr(block, name, pre(getattr(block, name)))
         self.ln_final = pre(self.ln_final)
         self.cfg.normalization_type = "LNPre"
+        self.set_fast_paths(self.fast_paths)
         self.setup()
 
     @torch.no_grad()

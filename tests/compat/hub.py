@@ -22,7 +22,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from interp_transformer import HookedTransformer
+from interp_transformer import HookedTransformer, HookedTransformerConfig
 from interp_transformer.compat.text import GPT2_TOKENIZER_NAMES
 from interp_transformer.gpt2_tokenizer import offline_gpt2_tokenizer
 
@@ -55,9 +55,27 @@ def hf_stand_in(name: str) -> GPT2LMHeadModel:
     return randomize_(GPT2LMHeadModel(config), seed=1).eval()
 
 
+# TransformerLens' own attention-only checkpoints: built from a HookedTransformerConfig (no Hugging Face model has their shape)
+ATTN_ONLY = {f"attn-only-{n}l": n for n in (1, 2, 3, 4)}
+
+
 def stand_in(name: str, **kwargs) -> HookedTransformer:
     """``HookedTransformer.from_pretrained`` of the random model standing in for ``name``."""
+    if name in ATTN_ONLY:
+        return attn_only_stand_in(name, **kwargs)
     return HookedTransformer.from_pretrained(hf_stand_in(name), **kwargs)
+
+
+def attn_only_stand_in(name: str, fold_ln: bool = True, center_writing_weights: bool = True, center_unembed: bool = True,
+                       refactor_factored_attn_matrices: bool = False, fold_value_biases: bool = True, **kwargs) -> HookedTransformer:
+    """A random attention-only model of ``name``'s shape (d_model 512, 8 heads, LayerNorm), processed as from_pretrained does."""
+    cfg = HookedTransformerConfig(n_layers=ATTN_ONLY[name], d_model=512, d_head=64, n_heads=8, n_ctx=1024, d_vocab=50257,
+                                  attn_only=True, normalization_type="LN", act_fn=None, model_name=name, seed=ATTN_ONLY[name])
+    model = HookedTransformer(cfg, tokenizer=offline_gpt2_tokenizer(), **kwargs)
+    randomize_(model, seed=2)
+    model.process_weights_(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed,
+                           refactor_factored_attn_matrices=refactor_factored_attn_matrices, fold_value_biases=fold_value_biases)
+    return model.eval()
 
 
 def stand_in_no_processing(name: str, **kwargs) -> HookedTransformer:
@@ -73,6 +91,7 @@ class AutoTokenizer:
             pytest.skip(f"needs the hub: the tokenizer {name!r}")
         tokenizer = copy.deepcopy(offline_gpt2_tokenizer())
         tokenizer.pad_token = None  # as the hub's GPT-2 tokenizer: no pad token
+        tokenizer.name_or_path = "gpt2"
         if add_bos_token:
             tokenizer.add_bos_token = True
         return tokenizer
@@ -89,3 +108,9 @@ class AutoModelForCausalLM:
 def einsum(pattern: str, *tensors):
     """``fancy_einsum.einsum``: the pattern first."""
     return einops.einsum(*tensors, pattern)
+
+
+# the SoLU checkpoints' tokenizer, whose ids and pieces some tests assert
+NEEDS_SOLU_TOKENIZER = pytest.mark.skip(
+    reason="needs the hub: the SoLU models' tokenizer (NeelNanda/gpt-neox-tokenizer-digits), whose ids and pieces it asserts"
+)

@@ -80,9 +80,11 @@ class ResidualStacks:
         else:
             sub = "ln2" if mlp_input else "ln1"
             norm, key = getattr(self.model.blocks[layer], sub), ("scale", layer, sub)
-        name = self.model.act_name(*key)
-        scale = self[name] if name in self.model.hook_dict else None  # a norm without a scale (none at all) has no hook
-        return norm, scale
+        try:
+            name = self.model.act_name(*key)
+        except KeyError:  # the architecture names no scale there: its norm has none (no normalization at all)
+            return norm, None
+        return norm, (self[name] if name in self.model.hook_dict else None)
 
     def _empty(self, pos_slice: Slice, last: Optional[int] = None) -> Tensor:
         """A stack of no components, shaped like the embeddings after ``pos_slice`` (last axis ``last`` if given)."""

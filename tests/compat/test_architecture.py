@@ -1,0 +1,129 @@
+"""A ``HookedTransformerConfig`` builds our parts: norms, shortformer positions, masks, scales; and refuses what we lack."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerConfig
+from interp_transformer.components import LayerNorm, LayerNormPre, NoNorm
+
+
+def config(**overrides) -> HookedTransformerConfig:
+    settings = dict(n_layers=2, d_model=24, d_head=6, n_ctx=12, d_vocab=30, act_fn="relu", seed=0)
+    settings.update(overrides)
+    return HookedTransformerConfig(**settings)
+
+
+def randomized(model):
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.1)
+    return model.eval()
+
+
+TOKENS = torch.randint(0, 30, (2, 8), generator=torch.Generator().manual_seed(1))
+
+
+def test_defaults_follow_transformer_lens():
+    cfg = HookedTransformerConfig(d_model=64, d_head=16, n_layers=3, n_ctx=32, d_vocab=50)
+    assert (cfg.n_heads, cfg.d_mlp, cfg.act_fn, cfg.normalization_type, cfg.d_vocab_out) == (4, 256, "relu", "LN", 50)
+    assert cfg.initializer_range == pytest.approx(0.8 / 8) and cfg.attn_scale == pytest.approx(4.0)
+    assert cfg.n_params == 3 * (4 * 64 * 64 + 2 * 64 * 256)
+    assert HookedTransformerConfig.unwrap(cfg.to_dict()) == cfg
+    with pytest.raises(TypeError, match="d_modle"):
+        HookedTransformerConfig.from_dict({**cfg.to_dict(), "d_modle": 3})
+    with pytest.raises(ValueError, match="normalization_type"):
+        config(normalization_type="BatchNorm")
+    with pytest.raises(ValueError, match="act_fn"):
+        config(act_fn="swish")
+
+
+@pytest.mark.parametrize("normalization_type, part", [("LN", LayerNorm), ("LNPre", LayerNormPre), (None, NoNorm)])
+def test_normalization_types_pick_their_norm(normalization_type, part):
+    model = randomized(HookedTransformer(config(normalization_type=normalization_type)))
+    assert all(isinstance(norm, part) for block in model.blocks for norm in (block.ln1, block.ln2))
+    assert isinstance(model.ln_final, part)
+    logits, cache = model.run_with_cache(TOKENS)
+    final = cache["resid_post", -1]
+    if normalization_type == "LN":
+        expected = F.layer_norm(final, (24,), model.ln_final.w, model.ln_final.b, 1e-5)
+    elif normalization_type == "LNPre":
+        expected = F.layer_norm(final, (24,), None, None, 1e-5)
+    else:
+        expected = final
+        assert "ln_final.hook_scale" not in model.hook_dict and not any("ln1" in name for name in model.hook_dict)
+    torch.testing.assert_close(logits, expected @ model.W_U + model.b_U, rtol=0, atol=1e-5)
+    # the residual stream decomposes exactly, and the logit lens reads through the model's own final norm
+    torch.testing.assert_close(cache.decompose_resid().sum(0), final, rtol=0, atol=1e-5)
+    torch.testing.assert_close(cache.accumulated_resid(apply_ln=True)[-1] @ model.W_U + model.b_U, logits, rtol=0, atol=1e-4)
+
+
+def test_shortformer_positions_enter_queries_and_keys_only():
+    model = randomized(HookedTransformer(config(positional_embedding_type="shortformer")))
+    logits, cache = model.run_with_cache(TOKENS)
+    assert model.hook_names.input_writers == ("embed",)
+    torch.testing.assert_close(cache["resid_pre", 0], cache["embed"], rtol=0, atol=0)
+    pos = model.W_pos[:8]
+    torch.testing.assert_close(cache["pos_embed"], pos.expand(2, 8, 24), rtol=0, atol=0)
+    for layer in range(2):
+        attn = model.blocks[layer].attn
+        normalized = cache["normalized", layer, "ln1"]
+        for name, W, b, extra in (("q", attn.W_Q, attn.b_Q, pos), ("k", attn.W_K, attn.b_K, pos), ("v", attn.W_V, attn.b_V, 0)):
+            expected = torch.einsum("bpm,hmd->bphd", normalized + extra, W) + b
+            torch.testing.assert_close(cache[name, layer], expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", -1], rtol=0, atol=1e-5)
+    # a DemoTransformer would add the positions to the residual stream: it refuses instead of computing that
+    with pytest.raises(ValueError, match="shortformer"):
+        DemoTransformer(model.cfg)(TOKENS)
+
+
+def test_attention_scale_direction_and_output_width():
+    cfg = config(attention_dir="bidirectional", use_attn_scale=False, d_vocab_out=7, scale_attn_by_inverse_layer_idx=True)
+    model = randomized(HookedTransformer(cfg))
+    logits, cache = model.run_with_cache(TOKENS)
+    assert logits.shape == (2, 8, 7) and model.W_U.shape == (24, 7)
+    assert not model.capabilities.causal
+    for layer in range(2):
+        q, k = cache["q", layer], cache["k", layer]
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / (layer + 1)  # no 1/sqrt(d_head), then 1/(layer+1)
+        torch.testing.assert_close(cache["attn_scores", layer], scores, rtol=0, atol=1e-5)
+
+
+def test_hook_tokens_sees_and_replaces_the_ids():
+    model = randomized(HookedTransformer(config(use_hook_tokens=True)))
+    assert list(model.hook_dict)[0] == "hook_tokens"
+    replaced = TOKENS.clone()
+    replaced[:, 0] = 3
+
+    def swap(tokens, hook):
+        tokens[:, 0] = 3
+        return tokens
+
+    assert torch.equal(model.run_with_hooks(TOKENS.clone(), fwd_hooks=[("hook_tokens", swap)]), model(replaced))
+    _, cache = model.run_with_cache(TOKENS)
+    assert torch.equal(cache["hook_tokens"], TOKENS)
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (dict(normalization_type="RMS"), "RMSNorm"),
+    (dict(positional_embedding_type="rotary"), "rotary"),
+    (dict(n_key_value_heads=2), "grouped-query"),
+    (dict(gated_mlp=True), "gated"),
+    (dict(parallel_attn_mlp=True), "parallel"),
+    (dict(act_fn="solu_ln"), "solu_ln"),
+    (dict(output_logits_soft_cap=30.0), "soft-capped"),
+])
+def test_what_we_do_not_compute_is_refused_by_name(overrides, named):
+    with pytest.raises(ValueError, match=named):
+        HookedTransformer(config(**overrides))
+
+
+def test_n_params_total_and_init_modes():
+    model = HookedTransformer(config(init_mode="xavier_normal", initializer_range=1.0))
+    assert model.n_params_total == sum(p.numel() for p in model.parameters())
+    W = model.blocks[0].attn.W_Q  # fan_in 24, fan_out 4 * 6: std sqrt(2 / 48)
+    assert W.std().item() == pytest.approx((2 / 48) ** 0.5, rel=0.2)
+    assert torch.equal(model.blocks[0].ln1.w, torch.ones(24)) and torch.equal(model.blocks[0].attn.b_Q, torch.zeros(4, 6))
+    with pytest.raises(ValueError, match="init_mode"):
+        HookedTransformer(config(init_mode="orthogonal"))

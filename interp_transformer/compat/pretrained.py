@@ -45,6 +45,41 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
     )
 
 
+def get_official_model_name(model_name: str) -> str:
+    """The hub name of a GPT-2-family model named as TransformerLens names it (``"gpt2-small"`` -> ``"gpt2"``)."""
+    from ..config import PRESETS
+
+    name = MODEL_ALIASES.get(model_name, model_name).removeprefix("openai-community/").removeprefix("distilbert/")
+    if name not in PRESETS:
+        import difflib
+
+        raise ValueError(f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; closest: "
+                         f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with from_pretrained)")
+    return name
+
+
+def get_pretrained_model_config(model_name: str, default_prepend_bos: Optional[bool] = None, device=None,
+                                dtype=torch.float32, **kwargs) -> HookedTransformerConfig:
+    """The ``HookedTransformerConfig`` of a GPT-2-family model, from its known shape (no download).
+
+    TransformerLens' other keywords (``fold_ln``, ``checkpoint_index``, ``n_devices`` ...) are
+    accepted where they change nothing here, refused otherwise.
+    """
+    from ..config import PRESETS
+
+    if kwargs.get("checkpoint_index") is not None or kwargs.get("checkpoint_value") is not None:
+        raise ValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported")
+    if kwargs.get("n_devices", 1) != 1:
+        raise ValueError(f"n_devices={kwargs['n_devices']}: this model runs on one device")
+    name = get_official_model_name(model_name)
+    cfg = config_from_core(PRESETS[name], name, default_prepend_bos)
+    cfg.device = str(device) if device is not None else cfg.device
+    cfg.dtype = dtype
+    if kwargs.get("fold_ln"):
+        cfg.normalization_type = "LNPre"
+    return cfg
+
+
 class PretrainedMethods:
     """``from_pretrained``, ``from_pretrained_no_processing`` and ``process_weights_`` of ``HookedTransformer``."""
 
@@ -186,4 +221,4 @@ class PretrainedMethods:
         self.processing.append("refactor_factored_attn_matrices")
 
 
-__all__ = ["MODEL_ALIASES", "PretrainedMethods", "config_from_core"]
+__all__ = ["MODEL_ALIASES", "PretrainedMethods", "config_from_core", "get_official_model_name", "get_pretrained_model_config"]

@@ -36,7 +36,9 @@ GPT2_TOKENIZER_NAMES = ("gpt2", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer called ``name`` on the Hugging Face Hub; GPT-2's is built offline from its pinned files."""
     if name in GPT2_TOKENIZER_NAMES:
-        return copy.deepcopy(offline_gpt2_tokenizer())
+        tokenizer = copy.deepcopy(offline_gpt2_tokenizer())
+        tokenizer.name_or_path = "gpt2"
+        return tokenizer
     try:
         return AutoTokenizer.from_pretrained(name)
     except OSError as error:
@@ -111,7 +113,7 @@ class TextMethods:
         pad = tok.pad_token_id(tokenizer) if any(len(ids) < longest for ids in encoded) else 0
         rows = [[pad] * (longest - len(ids)) + ids if padding_side == "left" else ids + [pad] * (longest - len(ids)) for ids in encoded]
         tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), longest)
-        return tokens.to(self.W_E.device) if move_to_device else tokens
+        return tokens.to(self.cfg.device) if move_to_device else tokens
 
     def to_string(self, tokens) -> Union[str, list]:
         """Ids to text: ``[pos]`` (or a list of ints, or one id) gives a str, ``[batch, pos]`` a list of str."""

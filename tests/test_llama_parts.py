@@ -307,8 +307,9 @@ def test_fold_ln_refuses_a_norm_bias_with_nowhere_to_go():
     (dict(sliding_window=0), "sliding_window must be a positive int, got 0"),
     (dict(attn_biases=("q", "x")), r"attn_biases must be a tuple of distinct names from \('q', 'k', 'v', 'o'\)"),
     (dict(act_fn="swish"), "act_fn must be one of"),
-    (dict(rotary_base=1.0), "rotary_base must be a number > 1, got 1.0"),
-    (dict(rms_norm_eps=0.0), "rms_norm_eps must be a number > 0, got 0.0"),
+    (dict(rotary_base=1.0), "rotary_base must be a finite number > 1, got 1.0"),
+    (dict(init_range=float("nan")), "init_range must be a finite number > 0, got nan"),
+    (dict(rms_norm_eps=0.0), "rms_norm_eps must be a finite number > 0, got 0.0"),
 ])
 def test_bad_configs_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -330,6 +331,7 @@ HF_SHAPE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_a
     (Qwen2Config(**HF_SHAPE, use_sliding_window=True, sliding_window=4, max_window_layers=1),
      "qwen2 config mixes full_attention and sliding_attention layers"),
     (GPTNeoXConfig(), "config_from_hf reads the model types"),
+    (HFLlamaConfig(**{**HF_SHAPE, "vocab_size": 0}), "llama config field vocab_size must be a positive int, got 0"),
 ])
 def test_hugging_face_variants_we_do_not_compute_are_refused(hf_config, message):
     with pytest.raises(ValueError, match=message):
@@ -346,6 +348,8 @@ def test_every_sliding_layer_gives_the_window():
 def test_checkpoints_that_do_not_fit_are_refused_before_reading():
     hf_model = tiny_hf_model("llama-mha-biases")
     cfg, state_dict = config_from_hf(hf_model.config), dict(hf_model.state_dict())
+    with pytest.raises(CheckpointError, match="the config says num_hidden_layers=3, the checkpoint holds layers 0..1"):
+        convert_state_dict(state_dict, cfg.replace(n_layers=3))
     untied = {name: t for name, t in state_dict.items() if name != "lm_head.weight"}
     with pytest.raises(CheckpointError, match="missing 1 tensor\\(s\\): lm_head.weight"):
         convert_state_dict(untied, cfg)  # untied: the read-out must be there

@@ -19,6 +19,7 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,8 +41,8 @@ def _check_positive_int(name: str, value) -> None:
 
 
 def _check_positive_number(name: str, value, above: float = 0.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > above:
-        raise ValueError(f"{name} must be a number > {above:g}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > above:
+        raise ValueError(f"{name} must be a finite number > {above:g}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..architectures.llama import LlamaConfig
 from ..components.rotary import RopeScaling
 from .gpt2 import ACTIVATIONS
 from .llama_reference import hf_reference_activations
-from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)
@@ -107,6 +107,9 @@ def config_from_hf(hf_config) -> LlamaConfig:
     model_type = hf_config.model_type
     if model_type not in MODEL_TYPES:
         raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    require_config_fields(hf_config, model_type, positive_ints=(
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
+    ), positive_floats=("rms_norm_eps",))
     if getattr(hf_config, "mlp_bias", False):
         raise ValueError(f"{model_type} config has mlp_bias=True (biases on gate/up/down projections); only mlp_bias=False is supported")
     activation = hf_config.hidden_act
@@ -178,6 +181,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     """
     names = {_strip_prefix(name): name for name in hf_state_dict}
     shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+    check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
     optional = ["lm_head.weight"] if cfg.tied_embeddings else []
     check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint", optional=optional)
 

@@ -76,7 +76,10 @@ def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head:
 def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
     """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
-    Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens.
+    Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens. In a model
+    with rotary positions (the Llama family) the real score rotates ``q`` and ``k`` by their
+    positions first, so this circuit is the score of a query and key at the *same*
+    position only: it leaves out how the score changes with their distance.
     """
     _checks.check_model(model)
     qk = FactoredMatrix(_select(model, model.W_Q, layer, head), _select(model, model.W_K, layer, head).mT)

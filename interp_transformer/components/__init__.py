@@ -8,6 +8,7 @@ from .attention import Attention
 from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
 from .embed import Embed
+from .gated_mlp import GatedMLP
 from .layer_norm import LayerNorm
 from .layer_norm_pre import LayerNormPre
 from .layout import TokenLayout
@@ -15,6 +16,8 @@ from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
 from .pos_embed import PosEmbed
+from .rms_norm import RMSNorm
+from .rotary import RopeScaling, Rotary
 from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed
 
@@ -23,6 +26,7 @@ __all__ = [
     "AttnOnlyBlock",
     "CausalMask",
     "Embed",
+    "GatedMLP",
     "LayerNorm",
     "LayerNormPre",
     "MLMHead",
@@ -32,6 +36,9 @@ __all__ = [
     "Pooler",
     "PosEmbed",
     "PostNormBlock",
+    "RMSNorm",
+    "RopeScaling",
+    "Rotary",
     "SlidingWindowMask",
     "TokenLayout",
     "TokenTypeEmbed",

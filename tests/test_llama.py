@@ -158,7 +158,7 @@ def test_identities(family64):
     torch.testing.assert_close(normalized, cache["normalized"])
     torch.testing.assert_close(normalized @ model.W_U + model.b_U, logits)
     answers = TOKENS[:, 1:]
-    attributions = cache.logit_attrs(cache.apply_ln_to_stack(components)[:, :, :-1], answers)
+    attributions = cache.logit_attrs(components[:, :, :-1], answers, pos_slice=(0, -1))  # read through the final norm
     expected = logits[:, :-1].gather(-1, answers[..., None])[..., 0] - model.b_U[answers]
     torch.testing.assert_close(attributions.sum(dim=0), expected)
 

@@ -9,12 +9,15 @@ capabilities and hook names; ``HookedTransformer`` (``interp_transformer.compat`
 config                         part
 =============================  ==============================================================
 ``normalization_type``         ``"LN"``: ``LayerNorm``; ``"LNPre"``: ``LayerNormPre``;
-                               ``None``: ``NoNorm`` (the identity); ``"RMS"``/``"RMSPre"``:
-                               refused until an RMSNorm part exists
+                               ``"RMS"``: ``RMSNorm``; ``"RMSPre"``: ``RMSNormPre``;
+                               ``None``: ``NoNorm`` (the identity); ``final_rms``: an RMS final norm
 ``positional_embedding_type``  ``"standard"``: ``PosEmbed`` added to the residual stream;
                                ``"shortformer"``: ``PosEmbed`` added to the query and key
-                               inputs only (``HookedBlock(shortformer=True)``);
-                               ``"rotary"``, ``"alibi"``: refused until those parts exist
+                               inputs only (``HookedBlock(shortformer=True)``); ``"rotary"``:
+                               ``Rotary`` inside attention (``rotary_dim``, ``rotary_base``,
+                               ``rotary_adjacent_pairs``); ``"alibi"``: refused
+``n_key_value_heads``          grouped-query attention; ``use_qk_norm``: RMSNorm on q and k
+``gated_mlp``                  ``GatedMLP``
 ``attn_only``                  blocks without MLP
 ``attention_dir``              ``CausalMask`` + ``PaddingMask``, or ``PaddingMask`` alone
 ``use_attn_result``            ``ResultAttention`` (adds ``hook_result``)
@@ -28,13 +31,12 @@ config                         part
 =============================  ==============================================================
 """
 
-import dataclasses
 from types import SimpleNamespace
 
 from ..architectures import Architecture, DecoderParts, register
 from ..capabilities import Capabilities
-from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, LayerNorm, LayerNormPre, NoNorm, PaddingMask
-from ..components import TransformerBlock, Unembed
+from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
+from ..components import RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
 from ..components.mlp import ACTIVATIONS
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
@@ -51,28 +53,29 @@ TOGGLE_HOOKS = {
 
 # (field, value it must keep, what it would need)
 UNSUPPORTED = (
-    ("use_local_attn", False, "local attention (GPT-Neo's sliding windows)"),
+    ("use_local_attn", False, "local attention (GPT-Neo's alternating windows)"),
     ("parallel_attn_mlp", False, "parallel attention and MLP blocks (GPT-J, NeoX)"),
-    ("gated_mlp", False, "a gated MLP"),
-    ("n_key_value_heads", None, "grouped-query attention"),
     ("post_embedding_ln", False, "a norm after the embeddings"),
     ("num_experts", None, "a mixture-of-experts MLP"),
-    ("use_qk_norm", False, "query/key norms"),
     ("use_normalization_before_and_after", False, "norms after each sub-layer (Gemma 2)"),
-    ("final_rms", False, "an RMSNorm final norm"),
+    ("ungroup_grouped_query_attention", False, "keys and values repeated per query head in the hooks"),
     ("load_in_4bit", False, "4-bit weights"),
     ("n_devices", 1, "layers spread over several devices"),
 )
+NORMS = {"LN": LayerNorm, "LNPre": LayerNormPre, "RMS": RMSNorm, "RMSPre": RMSNormPre}
 
 
 def check_supported(cfg: HookedTransformerConfig) -> None:
     """``ValueError`` naming every field of ``cfg`` that asks for math this library does not compute (yet)."""
     problems = [f"{field}={getattr(cfg, field)!r} ({needs})" for field, keep, needs in UNSUPPORTED if getattr(cfg, field) != keep]
-    if cfg.normalization_type in ("RMS", "RMSPre"):
-        problems.append(f"normalization_type={cfg.normalization_type!r} (an RMSNorm part; not in this version)")
-    if cfg.positional_embedding_type in ("rotary", "alibi"):
-        problems.append(f"positional_embedding_type={cfg.positional_embedding_type!r} (a {cfg.positional_embedding_type} "
-                        "positions part; not in this version)")
+    if cfg.positional_embedding_type == "alibi":
+        problems.append("positional_embedding_type='alibi' (an ALiBi positions part; not in this version)")
+    if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
+        problems.append(f"final_rms=True with normalization_type={cfg.normalization_type!r} (final_rms replaces a LayerNorm)")
+    if cfg.n_key_value_heads is not None and (cfg.n_key_value_heads <= 0 or cfg.n_heads % cfg.n_key_value_heads):
+        problems.append(f"n_key_value_heads={cfg.n_key_value_heads} (must divide n_heads={cfg.n_heads})")
+    if cfg.positional_embedding_type == "rotary" and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
+        problems.append(f"rotary_dim={cfg.rotary_dim} (an even number of dimensions, at most d_head={cfg.d_head})")
     if cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0:
         problems.append("attn_scores_soft_cap / output_logits_soft_cap > 0 (soft-capped scores or logits)")
     if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
@@ -84,12 +87,11 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
         raise ValueError("this HookedTransformerConfig asks for what interp_transformer does not compute: " + "; ".join(problems))
 
 
-def _norm(cfg: HookedTransformerConfig):
-    if cfg.normalization_type == "LN":
-        return LayerNorm(cfg.d_model, cfg.eps)
-    if cfg.normalization_type == "LNPre":
-        return LayerNormPre(cfg.d_model, cfg.eps)
-    return NoNorm()
+def _norm(cfg: HookedTransformerConfig, final: bool = False):
+    kind = cfg.normalization_type
+    if final and cfg.final_rms:  # TransformerLens' SoLU models: LayerNorm blocks, an RMSNorm final norm
+        kind = {"LN": "RMS", "LNPre": "RMSPre"}[kind]
+    return NORMS[kind](cfg.d_model, cfg.eps) if kind is not None else NoNorm()
 
 
 def _attention(cfg: HookedTransformerConfig, layer: int):
@@ -97,7 +99,12 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
     scale = 1.0 / cfg.attn_scale if cfg.use_attn_scale else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         scale = scale / (layer + 1)
-    attn = SplitInputAttention(cfg, masks, scale=scale)
+    parts = {}
+    if cfg.positional_embedding_type == "rotary":
+        parts["rotary"] = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, interleaved=cfg.rotary_adjacent_pairs)
+    if cfg.use_qk_norm:
+        parts.update(q_norm=RMSNorm(cfg.d_head, cfg.eps), k_norm=RMSNorm(cfg.d_head, cfg.eps))
+    attn = SplitInputAttention(cfg, masks, scale=scale, n_key_value_heads=cfg.n_key_value_heads, **parts)
     return ResultAttention.adopt(attn) if cfg.use_attn_result else attn
 
 
@@ -110,7 +117,7 @@ def block_flags(cfg: HookedTransformerConfig) -> dict:
 def build_block(cfg: HookedTransformerConfig, layer: int):
     """One block: ``TransformerBlock``/``AttnOnlyBlock`` unless ``cfg`` asks for hooks or positions only ``HookedBlock`` has."""
     ln1, attn = _norm(cfg), _attention(cfg, layer)
-    ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), MLP(cfg))
+    ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg))
     flags = block_flags(cfg)
     if any(flags.values()):
         return HookedBlock(ln1, attn, ln2, mlp, **flags)
@@ -124,7 +131,7 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
         embed=Embed(cfg),
         pos_embed=PositionalEmbedding(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
         blocks=[build_block(cfg, layer) for layer in range(cfg.n_layers)],
-        ln_final=_norm(cfg),
+        ln_final=_norm(cfg, final=True),
         unembed=Unembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),
     )
 
@@ -143,12 +150,12 @@ def hook_names(cfg: HookedTransformerConfig) -> HookNames:
     if cfg.normalization_type is not None:
         global_keys.update(scale="ln_final.hook_scale", normalized="ln_final.hook_normalized")
     writers = ("embed", "pos_embed") if cfg.positional_embedding_type == "standard" else ("embed",)
-    return HookNames(layer_keys={**BLOCK_HOOKS, **TOGGLE_HOOKS}, global_keys=global_keys, input_writers=writers)
-
-
-def replace_config(cfg: HookedTransformerConfig, **changes) -> HookedTransformerConfig:
-    """``cfg`` with ``changes`` (no re-validation: the fields changed are the model's own toggles)."""
-    return dataclasses.replace(cfg, **changes)
+    layer_keys = {**BLOCK_HOOKS, **TOGGLE_HOOKS}
+    if cfg.positional_embedding_type == "rotary":
+        layer_keys.update(rot_q="blocks.{layer}.attn.hook_rot_q", rot_k="blocks.{layer}.attn.hook_rot_k")
+    if cfg.gated_mlp:
+        layer_keys["pre_linear"] = "blocks.{layer}.mlp.hook_pre_linear"
+    return HookNames(layer_keys=layer_keys, global_keys=global_keys, input_writers=writers)
 
 
 ARCHITECTURE = register(Architecture(

@@ -36,7 +36,7 @@ from .kv_cache import HookedTransformerKeyValueCache
 from .losses import get_attention_mask, lm_cross_entropy_loss
 from .parts import ShortformerLayout
 from .pretrained import PretrainedMethods
-from .text import TextMethods, load_tokenizer, prepare_tokenizer, warn_ignored_padding_side
+from .text import TransformerLensTextMethods, load_tokenizer, prepare_tokenizer, warn_ignored_padding_side
 from .toggles import ToggleMethods
 
 RETURN_TYPES = ("logits", "loss", "both", None)
@@ -52,7 +52,7 @@ class Output(NamedTuple):
     loss: Tensor
 
 
-class HookedTransformer(TextMethods, ToggleMethods, PretrainedMethods, GenerationMethods, DemoTransformer):
+class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMethods, GenerationMethods, DemoTransformer):
     """TransformerLens' ``HookedTransformer`` on our model (see the module docstring)."""
 
     def __init__(self, cfg: Union[HookedTransformerConfig, dict], tokenizer=None, move_to_device: bool = True,
@@ -89,7 +89,7 @@ class HookedTransformer(TextMethods, ToggleMethods, PretrainedMethods, Generatio
         """
         self.fast_paths = bool(enabled)
         for module in self.modules():
-            for switch in ("use_fused_attention", "use_fused_layer_norm"):
+            for switch in ("use_fused_attention", "use_fused_layer_norm", "use_fused_rms_norm"):
                 if hasattr(module, switch):
                     setattr(module, switch, self.fast_paths)
 

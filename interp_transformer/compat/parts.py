@@ -119,18 +119,21 @@ class SplitInputAttention(Attention):
         """
         if query_input is key_input is value_input and query_input.ndim == 3:
             return super().forward(query_input, layout, kv_cache)
-        for name, x in (("query_input", query_input), ("key_input", key_input), ("value_input", value_input)):
-            if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != self.n_heads):
-                raise ValueError(f"{name} must be [batch, pos, d_model] or [batch, pos, head_index={self.n_heads}, d_model], "
+        for name, x, heads in (("query_input", query_input, self.n_heads), ("key_input", key_input, self.n_key_value_heads),
+                               ("value_input", value_input, self.n_key_value_heads)):
+            if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != heads):
+                raise ValueError(f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, d_model], "
                                  f"got shape {tuple(x.shape)}")
         if layout is None:  # a standalone call: one fresh, unpadded sequence per row
             offset = kv_cache.n_positions if kv_cache is not None and hasattr(kv_cache, "n_positions") else 0
             if kv_cache is not None and hasattr(kv_cache, "past_keys"):
                 offset = kv_cache.past_keys.shape[1]
             layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
+        stored = self.stored  # keys and values as stored: one per key/value head
         q = self.hook_q(self._project_input(query_input, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project_input(key_input, self.W_K, self.b_K))
-        v = self.hook_v(self._project_input(value_input, self.W_V, self.b_V))
+        k = self.hook_k(self._project_input(key_input, stored("W_K"), stored("b_K")))
+        v = self.hook_v(self._project_input(value_input, stored("W_V"), stored("b_V")))
+        q, k = self._normalize_and_rotate(q, k, layout)
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)
         z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
@@ -291,8 +294,10 @@ class HookedBlock(nn.Module):
             return None
         untouched = True
         hooked = {}
+        kv_hooks = (getattr(self, "hook_k_input", None), getattr(self, "hook_v_input", None))
         for hook in hooks:
-            repeated = einops.repeat(resid_pre, "batch pos d_model -> batch pos head_index d_model", head_index=self.attn.n_heads)
+            heads = self.attn.n_key_value_heads if hook in kv_hooks else self.attn.n_heads
+            repeated = einops.repeat(resid_pre, "batch pos d_model -> batch pos head_index d_model", head_index=heads)
             repeated = repeated.contiguous()  # its own memory: a hook may edit one head's copy in place
             version = repeated._version
             hooked[hook] = hook(repeated)
@@ -301,6 +306,9 @@ class HookedBlock(nn.Module):
             return None
         if hasattr(self, "hook_q_input"):
             return hooked[self.hook_q_input], hooked[self.hook_k_input], hooked[self.hook_v_input]
+        if self.attn.n_key_value_heads != self.attn.n_heads:
+            raise ValueError("an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: edit "
+                             "hook_k_input/hook_v_input instead (set_use_split_qkv_input)")
         return (hooked[self.hook_attn_in],) * 3
 
 

@@ -20,7 +20,7 @@ from typing import Optional, Union
 import torch
 
 from .. import processing
-from ..components import LayerNorm, LayerNormPre
+from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from ..loading import load_with_source, resolve_dtype
 from ..loading.strict import build_on_meta, load_strict
 from .config import HookedTransformerConfig
@@ -31,18 +31,32 @@ MODEL_ALIASES = {"gpt2-small": "gpt2", "gpt2-base": "gpt2", "distillgpt2": "dist
 
 
 def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -> HookedTransformerConfig:
-    """The ``HookedTransformerConfig`` of a loaded GPT-2-style ``TransformerConfig``."""
-    if not hasattr(core_cfg, "layer_norm_eps") or not hasattr(core_cfg, "d_mlp"):
-        raise ValueError(f"HookedTransformer holds GPT-2-style decoders; this checkpoint is a {type(core_cfg).__name__} model: "
-                         "load it with interp_transformer.from_pretrained")
-    return HookedTransformerConfig(
-        d_model=core_cfg.d_model, d_head=core_cfg.d_head, n_layers=core_cfg.n_layers, n_ctx=core_cfg.n_ctx,
-        n_heads=core_cfg.n_heads, d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model,
-        attn_only=core_cfg.d_mlp is None, d_vocab=core_cfg.d_vocab, act_fn=core_cfg.act_fn, eps=core_cfg.layer_norm_eps,
-        normalization_type="LN", positional_embedding_type="standard", original_architecture="GPT2LMHeadModel",
-        model_name=name, tokenizer_name=name if name in MODEL_ALIASES.values() or name.startswith("gpt2") else None,
-        default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos, init_weights=False,
-    )
+    """The ``HookedTransformerConfig`` of a loaded model's config: a GPT-2-style ``TransformerConfig`` or a ``LlamaConfig``."""
+    from ..architectures.gpt2 import TransformerConfig
+    from ..architectures.llama import LlamaConfig
+
+    common = dict(d_model=core_cfg.d_model, d_head=core_cfg.d_head, n_layers=core_cfg.n_layers, n_ctx=core_cfg.n_ctx,
+                  n_heads=core_cfg.n_heads, d_vocab=core_cfg.d_vocab, act_fn=core_cfg.act_fn, model_name=name,
+                  default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos, init_weights=False)
+    if isinstance(core_cfg, TransformerConfig):
+        return HookedTransformerConfig(
+            **common, d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model, attn_only=core_cfg.d_mlp is None,
+            eps=core_cfg.layer_norm_eps, normalization_type="LN", positional_embedding_type="standard",
+            original_architecture="GPT2LMHeadModel",
+            tokenizer_name=name if name in MODEL_ALIASES.values() or name.startswith("gpt2") else None,
+        )
+    if isinstance(core_cfg, LlamaConfig):
+        if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
+            raise ValueError("HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "
+                             "cannot say them): load this checkpoint with interp_transformer.from_pretrained")
+        return HookedTransformerConfig(
+            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.rms_norm_eps, normalization_type="RMS",
+            positional_embedding_type="rotary", rotary_base=core_cfg.rotary_base, rotary_dim=core_cfg.d_head,
+            n_key_value_heads=core_cfg.n_key_value_heads if core_cfg.n_key_value_heads != core_cfg.n_heads else None,
+            gated_mlp=True, use_qk_norm=core_cfg.qk_norm, original_architecture="LlamaForCausalLM",
+        )
+    raise ValueError(f"HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2 and Llama families); "
+                     f"this checkpoint is a {type(core_cfg).__name__} model: load it with interp_transformer.from_pretrained")
 
 
 def get_official_model_name(model_name: str) -> str:
@@ -163,7 +177,7 @@ class PretrainedMethods:
         if center_writing_weights and self.cfg.normalization_type not in ("LN", "LNPre"):
             logging.warning("center_writing_weights needs LayerNorm (the mean of the residual stream must not matter): skipped")
             center_writing_weights = False
-        if fold_ln and self.cfg.normalization_type == "LN":
+        if fold_ln and self.cfg.normalization_type in ("LN", "RMS"):
             processing.fold_ln(self)
             self._norms_to_pre()
         if center_writing_weights:
@@ -176,11 +190,13 @@ class PretrainedMethods:
             self.refactor_factored_attn_matrices()
 
     def _norms_to_pre(self) -> None:
-        """After ``fold_ln``: every LayerNorm (now ``w = 1``, ``b = 0``) becomes a ``LayerNormPre``, keeping its hooks."""
+        """After ``fold_ln``: every LayerNorm (RMSNorm), now ``w = 1`` (and ``b = 0``), becomes a ``LayerNormPre``
+        (``RMSNormPre``), keeping its hooks; ``normalization_type`` becomes ``"LNPre"`` (``"RMSPre"``)."""
         def pre(norm):
-            if not isinstance(norm, LayerNorm):
+            kind = {LayerNorm: LayerNormPre, RMSNorm: RMSNormPre}.get(type(norm))
+            if kind is None:
                 return norm
-            new = LayerNormPre(self.cfg.d_model, norm.eps)
+            new = kind(self.cfg.d_model, norm.eps)
             new.hook_scale, new.hook_normalized = norm.hook_scale, norm.hook_normalized
             return new
 
@@ -189,7 +205,7 @@ class PretrainedMethods:
                 if hasattr(block, name):
                     setattr(block, name, pre(getattr(block, name)))
         self.ln_final = pre(self.ln_final)
-        self.cfg.normalization_type = "LNPre"
+        self.cfg.normalization_type = {"LN": "LNPre", "RMS": "RMSPre"}[self.cfg.normalization_type]
         self.set_fast_paths(self.fast_paths)
         self.setup()
 

@@ -66,7 +66,7 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, default_padding_side: 
     return tokenizer
 
 
-class TextMethods:
+class TransformerLensTextMethods:
     """TransformerLens' tokenization methods (see the module docstring); needs ``cfg``, ``tokenizer`` and ``W_E``."""
 
     def set_tokenizer(self, tokenizer: PreTrainedTokenizerBase, default_padding_side: Optional[str] = None) -> None:
@@ -201,4 +201,4 @@ def warn_ignored_padding_side(default_padding_side: Optional[str]) -> None:
         logging.warning("default_padding_side is explicitly given but ignored because tokenizer is not set.")
 
 
-__all__ = ["GPT2_TOKENIZER_NAMES", "TextMethods", "load_tokenizer", "prepare_tokenizer"]
+__all__ = ["GPT2_TOKENIZER_NAMES", "TransformerLensTextMethods", "load_tokenizer", "prepare_tokenizer"]

@@ -17,6 +17,7 @@ from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
 from .pos_embed import PosEmbed
 from .rms_norm import RMSNorm
+from .rms_norm_pre import RMSNormPre
 from .rotary import RopeScaling, Rotary
 from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed
@@ -37,6 +38,7 @@ __all__ = [
     "PosEmbed",
     "PostNormBlock",
     "RMSNorm",
+    "RMSNormPre",
     "RopeScaling",
     "Rotary",
     "SlidingWindowMask",

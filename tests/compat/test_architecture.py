@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerConfig
-from interp_transformer.components import LayerNorm, LayerNormPre, NoNorm
+from interp_transformer.components import LayerNorm, LayerNormPre, NoNorm, RMSNorm, RMSNormPre
 
 
 def config(**overrides) -> HookedTransformerConfig:
@@ -39,7 +39,8 @@ def test_defaults_follow_transformer_lens():
         config(act_fn="swish")
 
 
-@pytest.mark.parametrize("normalization_type, part", [("LN", LayerNorm), ("LNPre", LayerNormPre), (None, NoNorm)])
+@pytest.mark.parametrize("normalization_type, part", [("LN", LayerNorm), ("LNPre", LayerNormPre), ("RMS", RMSNorm),
+                                                       ("RMSPre", RMSNormPre), (None, NoNorm)])
 def test_normalization_types_pick_their_norm(normalization_type, part):
     model = randomized(HookedTransformer(config(normalization_type=normalization_type)))
     assert all(isinstance(norm, part) for block in model.blocks for norm in (block.ln1, block.ln2))
@@ -50,6 +51,10 @@ def test_normalization_types_pick_their_norm(normalization_type, part):
         expected = F.layer_norm(final, (24,), model.ln_final.w, model.ln_final.b, 1e-5)
     elif normalization_type == "LNPre":
         expected = F.layer_norm(final, (24,), None, None, 1e-5)
+    elif normalization_type == "RMS":
+        expected = final / (final.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * model.ln_final.w
+    elif normalization_type == "RMSPre":
+        expected = final / (final.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
     else:
         expected = final
         assert "ln_final.hook_scale" not in model.hook_dict and not any("ln1" in name for name in model.hook_dict)
@@ -106,13 +111,13 @@ def test_hook_tokens_sees_and_replaces_the_ids():
 
 
 @pytest.mark.parametrize("overrides, named", [
-    (dict(normalization_type="RMS"), "RMSNorm"),
-    (dict(positional_embedding_type="rotary"), "rotary"),
-    (dict(n_key_value_heads=2), "grouped-query"),
-    (dict(gated_mlp=True), "gated"),
+    (dict(positional_embedding_type="alibi"), "alibi"),
     (dict(parallel_attn_mlp=True), "parallel"),
+    (dict(use_local_attn=True, window_size=4, attn_types=["global", "local"]), "local attention"),
     (dict(act_fn="solu_ln"), "solu_ln"),
     (dict(output_logits_soft_cap=30.0), "soft-capped"),
+    (dict(num_experts=4, experts_per_token=2), "mixture-of-experts"),
+    (dict(n_key_value_heads=3), "divide"),
 ])
 def test_what_we_do_not_compute_is_refused_by_name(overrides, named):
     with pytest.raises(ValueError, match=named):
@@ -127,3 +132,31 @@ def test_n_params_total_and_init_modes():
     assert torch.equal(model.blocks[0].ln1.w, torch.ones(24)) and torch.equal(model.blocks[0].attn.b_Q, torch.zeros(4, 6))
     with pytest.raises(ValueError, match="init_mode"):
         HookedTransformer(config(init_mode="orthogonal"))
+
+
+def test_rotary_grouped_gated_models_match_the_llama_architecture():
+    """The same model through both configs: HookedTransformerConfig(RMS, rotary, grouped, gated) and LlamaConfig."""
+    from interp_transformer.architectures.llama import LlamaConfig
+
+    cfg = config(act_fn="silu", normalization_type="RMS", positional_embedding_type="rotary", rotary_base=10000,
+                 n_key_value_heads=2, gated_mlp=True, d_mlp=40)
+    model = randomized(HookedTransformer(cfg))
+    llama = DemoTransformer(LlamaConfig(d_model=24, n_layers=2, n_heads=4, n_key_value_heads=2, d_head=6, d_mlp=40, d_vocab=30,
+                                        n_ctx=12, rms_norm_eps=1e-5, rotary_base=10000.0))
+    llama.load_state_dict(model.state_dict())
+    logits, cache = model.run_with_cache(TOKENS)
+    torch.testing.assert_close(logits, llama(TOKENS), rtol=0, atol=1e-5)
+    assert cache["k", 0].shape == (2, 8, 2, 6) and cache["rot_q", 1].shape == (2, 8, 4, 6) and "hook_pos_embed" not in model.hook_dict
+    torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", -1], rtol=0, atol=1e-5)
+    model.set_use_split_qkv_input(True)  # grouped keys and values: one input per key/value head
+    _, split = model.run_with_cache(TOKENS)
+    assert split["k_input", 0].shape == (2, 8, 2, 24) and split["q_input", 0].shape == (2, 8, 4, 24)
+
+
+def test_final_rms_and_qk_norm():
+    model = randomized(HookedTransformer(config(final_rms=True, use_qk_norm=True)))
+    assert isinstance(model.ln_final, RMSNorm) and isinstance(model.blocks[0].ln1, LayerNorm)
+    _, cache = model.run_with_cache(TOKENS)
+    attn = model.blocks[0].attn
+    q = torch.einsum("bpm,hmd->bphd", cache["normalized", 0, "ln1"], attn.W_Q) + attn.b_Q
+    torch.testing.assert_close(cache["q", 0], q, rtol=0, atol=1e-5)  # hook_q is before the norm, as with Qwen3's

@@ -227,3 +227,26 @@ def test_a_tiny_hf_model_without_gpt2_vocabulary_has_no_tokenizer_but_runs():
         torch.testing.assert_close(small(tokens), tiny_gpt2()(tokens).logits, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="tokenizer"):
         small("text")
+
+
+def test_from_pretrained_loads_the_llama_family_with_rms_processing():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         vocab_size=100, max_position_embeddings=32, rope_theta=10000.0, tie_word_embeddings=False)
+    hf_llama = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # norm weights away from 1, so that folding them matters
+        for name, param in hf_llama.named_parameters():
+            if "norm" in name:
+                param.add_(torch.randn_like(param) * 0.1)
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = hf_llama(tokens).logits
+    raw = HookedTransformer.from_pretrained_no_processing(hf_llama)
+    assert (raw.cfg.normalization_type, raw.cfg.positional_embedding_type, raw.cfg.n_key_value_heads) == ("RMS", "rotary", 2)
+    torch.testing.assert_close(raw(tokens), reference, rtol=0, atol=1e-5)
+    processed = HookedTransformer.from_pretrained(hf_llama)
+    assert processed.cfg.normalization_type == "RMSPre"
+    assert processed.processing == ["fold_ln", "center_unembed", "fold_value_biases"]  # RMSNorm keeps the mean: no centring
+    torch.testing.assert_close(processed(tokens).log_softmax(-1), reference.log_softmax(-1), rtol=0, atol=1e-5)

@@ -1,10 +1,8 @@
 """Ported from TransformerLens v3.5.1, tests/unit/test_split_qkv.py (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Skipped: the grouped-query attention test (a model family not in this version).
 """
 
-import pytest
 import torch
 
 from interp_transformer import HookedTransformer
@@ -53,7 +51,6 @@ def test_split_qkv_normal_attn_correct():
     assert torch.allclose(normal_output, split_output, atol=1e-6)
 
 
-@pytest.mark.skip(reason="needs grouped-query attention (n_key_value_heads): a model family not in this version")
 def test_split_qkv_grouped_query_attn_correct():
     """Enabling split_qkv_input forks the q_input hook at n_heads but the k/v_input hooks at n_key_value_heads for grouped query attention, without changing the output."""
 

@@ -1,10 +1,8 @@
 """Ported from TransformerLens v3.5.1, tests/unit/test_use_attn_result.py (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Skipped: the grouped-query attention test (a model family not in this version).
 """
 
-import pytest
 import torch
 
 from interp_transformer import HookedTransformer
@@ -48,7 +46,6 @@ def test_atten_result_normal_attn_correct():
     assert torch.allclose(summed, cache["blocks.0.hook_attn_out"], atol=1e-5)
 
 
-@pytest.mark.skip(reason="needs grouped-query attention (n_key_value_heads): a model family not in this version")
 def test_atten_result_grouped_query_attn_correct():
     """Enabling use_attn_result exposes per-head hook_result that sums back to attn output (grouped-query attention)."""
 

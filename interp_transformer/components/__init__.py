@@ -10,14 +10,13 @@ from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
 from .embed import Embed
 from .gated_mlp import GatedMLP
 from .layer_norm import LayerNorm
-from .layer_norm_pre import LayerNormPre
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
+from .norm_pre import LayerNormPre, RMSNormPre
 from .pos_embed import PosEmbed
 from .rms_norm import RMSNorm
-from .rms_norm_pre import RMSNormPre
 from .rotary import RopeScaling, Rotary
 from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed

@@ -94,6 +94,11 @@ def get_pretrained_model_config(model_name: str, default_prepend_bos: Optional[b
     return cfg
 
 
+def get_basic_config(model_name: str, **kwargs) -> HookedTransformerConfig:
+    """TransformerLens' basic config of a known model: its ``HookedTransformerConfig`` (sizes, eps, init range)."""
+    return get_pretrained_model_config(model_name, **kwargs)
+
+
 class PretrainedMethods:
     """``from_pretrained``, ``from_pretrained_no_processing`` and ``process_weights_`` of ``HookedTransformer``."""
 
@@ -237,4 +242,4 @@ class PretrainedMethods:
         self.processing.append("refactor_factored_attn_matrices")
 
 
-__all__ = ["MODEL_ALIASES", "PretrainedMethods", "config_from_core", "get_official_model_name", "get_pretrained_model_config"]
+__all__ = ["MODEL_ALIASES", "PretrainedMethods", "config_from_core", "get_basic_config", "get_official_model_name", "get_pretrained_model_config"]

@@ -1,7 +1,8 @@
 """Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_constructor.py (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): batch axes that do not broadcast raise ValueError (TransformerLens: RuntimeError).
+Adapted (our error contract): batch axes that do not broadcast raise ValueError (TransformerLens: RuntimeError), and
+so does an inner-dimension mismatch (TransformerLens: AssertionError; it skips that test, which runs here).
 """
 
 import pytest
@@ -57,18 +58,11 @@ def test_factored_matrix_broadcast_mismatch():
         FactoredMatrix(A, B)
 
 
-@pytest.mark.skip(
-    """
-    AssertionError will not be reached due to jaxtyping argument consistency
-    checks, which are enabled at test time but not run time.
-
-    See https://github.com/TransformerLensOrg/TransformerLens/issues/190
-    """
-)
+# TransformerLens skips this test (its jaxtyping checks fire first, issue 190); ours reaches the check: it runs here
 def test_factored_matrix_inner_mismatch():
     A = torch.ones((2, 3, 4))
     B = torch.ones((2, 3, 5))
-    with pytest.raises(AssertionError) as e:
+    with pytest.raises(ValueError) as e:  # ours: ValueError
         FactoredMatrix(A, B)
 
     assert "inner dimension" in str(e.value)

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from interp_transformer.sae import SAE
+from interp_transformer.sae.data import TokenBatches, TokenSource
 
 from .. import _checks
 from ..plots import plot_feature_histogram, plot_token_values
@@ -185,7 +186,7 @@ def build_dashboards(
 def feature_dashboards(
     model: _checks.AnyModel,
     sae: SAE,
-    source,
+    source: Union[TokenBatches, TokenSource],
     features: Union[None, int, Sequence[int], Tensor] = None,
     *,
     n_logits: int = 10,

@@ -11,12 +11,11 @@ left out of both, unless ``exclude_special_tokens=False``; they still show in wi
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_transformer.sae import SAE, check_processing
-from interp_transformer.sae.data import TokenBatches, activation_at, feature_acts, keep_mask, token_batches
+from interp_transformer.sae.data import TokenBatches, TokenSource, activation_at, feature_acts, keep_mask, token_batches
 
 from .. import _checks
 from .examples import FeatureExamples, StreamingTopExamples
@@ -39,7 +38,7 @@ class FeatureReading:
 def read_features(
     model: _checks.AnyModel,
     sae: SAE,
-    source,
+    source: Union[TokenBatches, TokenSource],
     features: Union[None, int, Sequence[int], Tensor] = None,
     *,
     k: int = 10,

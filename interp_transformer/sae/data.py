@@ -17,6 +17,7 @@ document and one batch, whatever the corpus' size.
 ``activation_at(model, tokens, hook_name)`` runs only the blocks the hook needs.
 """
 
+import difflib
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
@@ -131,8 +132,6 @@ def _corpus_batches(model, corpus: Corpus, batch_size, context_length, prepend_b
 def activation_at(model, tokens: Int[Tensor, "batch pos"], hook_name: str) -> Tensor:
     """The activation at ``hook_name`` for ``tokens``, running only the blocks it needs (no gradient)."""
     if hook_name not in model.hook_dict:
-        import difflib
-
         close = difflib.get_close_matches(hook_name, list(model.hook_dict), n=3, cutoff=0.5)
         raise KeyError(f"{hook_name!r} is not a hook point of this model; closest: {close}")
     stop = stop_at_layer_for(model, [hook_name])

@@ -219,6 +219,27 @@ def test_saelens_model_protocol(model):
     torch.testing.assert_close(loss, utils.lm_cross_entropy_loss(expected, tokens, per_token=True), rtol=0, atol=1e-5)
 
 
+def test_sae_splice_methods_take_transformer_lens_keywords(raw, model):
+    """``run_with_saes(..., return_type="loss")`` as SAELens' HookedSAETransformer is called (on the unprocessed
+    model SAELens trains on): the spliced loss by hand; a processed model is refused, since its residual moved."""
+    from interp_transformer.sae.processing import ProcessingMismatch
+
+    from ..sae_helpers import random_sae
+
+    hook = "blocks.0.hook_resid_post"
+    sae = random_sae("standard", hook_name=hook, d_in=32, d_sae=48, seed=1)
+    tokens = raw.to_tokens(TEXTS[0])
+    with torch.no_grad():
+        loss = raw.run_with_saes(tokens, saes=[sae], return_type="loss")
+        _, full = raw.run_with_cache(tokens, names_filter=[hook])
+        expected = raw(sae(full[hook]), start_at_layer=1, tokens=tokens, return_type="loss")
+        _, cache = raw.run_with_cache_with_saes(tokens, saes=[sae], return_type=None)
+    torch.testing.assert_close(loss, expected, rtol=0, atol=1e-5)
+    assert f"{hook}.hook_sae_acts_post" in cache and not any(point.has_hooks() for point in raw.hook_dict.values())
+    with pytest.raises(ProcessingMismatch, match="center_writing_weights"):
+        model.run_with_saes(tokens, saes=[sae])
+
+
 def test_a_tiny_hf_model_without_gpt2_vocabulary_has_no_tokenizer_but_runs():
     small = HookedTransformer.from_pretrained_no_processing(tiny_gpt2())
     assert small.tokenizer is None and small.cfg.d_vocab == 61

@@ -7,15 +7,24 @@ module     config                    model
 ``bert``   ``EncoderConfig``         ``EncoderTransformer``: post-LayerNorm encoder
 =========  ========================  ==================================================
 
+Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
+``encoder_decoder``): ``bart`` (``BartConfig``: post-LayerNorm, learned positions at an
+offset of 2), ``marian`` (``MarianConfig``: post-LayerNorm, sinusoidal positions),
+``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer).
+
 Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here; its
 Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architecture.md``
 is the recipe for adding one.
 """
 
-from . import bert, gpt2
+from . import bart, bert, gpt2, marian, seq2seq
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
 register(bert.ARCHITECTURE)
+register(bart.ARCHITECTURE)
+register(marian.ARCHITECTURE)
+register(seq2seq.ARCHITECTURE)
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bert", "gpt2", "register", "registered", "unregister"]
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "marian", "register", "registered", "seq2seq",
+           "unregister"]

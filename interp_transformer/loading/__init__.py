@@ -45,7 +45,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bert', 'gpt2']
+['bart', 'bert', 'gpt2', 'marian']
 """
 
 import importlib
@@ -60,6 +60,8 @@ from .strict import CheckpointError
 ARCHITECTURES: dict[str, str] = {
     "gpt2": "interp_transformer.loading.gpt2",
     "bert": "interp_transformer.loading.bert",
+    "bart": "interp_transformer.loading.bart",
+    "marian": "interp_transformer.loading.marian",
 }
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

@@ -19,6 +19,7 @@ without a traceback.
 import argparse
 import dataclasses
 import inspect
+import math
 import re
 import sys
 from pathlib import Path
@@ -107,7 +108,11 @@ def prompt_tokens(model, prompt: str) -> torch.Tensor:
                 f"{model.cfg.name} has no tokenizer: give the prompt as token ids in [0, {model.cfg.d_vocab}) "
                 f"separated by spaces, e.g. \"0 5 9 13 5 9 13\"; got {prompt!r}"
             )
-        tokens = torch.tensor([[int(part) for part in parts]])
+        ids = [int(part) for part in parts]
+        too_large = [token for token in ids if token >= model.cfg.d_vocab]
+        if too_large:
+            raise UserError(f"token id {too_large[0]} is not below d_vocab={model.cfg.d_vocab} (ids lie in [0, {model.cfg.d_vocab}))")
+        tokens = torch.tensor([ids])
     return model.prepare_tokens(tokens)  # checks the ids against d_vocab and the length against n_ctx (both model kinds)
 
 
@@ -175,7 +180,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_train_induction(args: argparse.Namespace) -> int:
     from interp_transformer.induction import train_induction_model
-    from interp_transformer.shipped import PRETRAINED_DIR, load_shipped_metadata, save_shipped
+    from interp_transformer.shipped import load_shipped_metadata, save_shipped
 
     settings = {}
     try:  # retrain with the shipped model's recorded settings, so the result reproduces it
@@ -189,7 +194,9 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     for name in ("steps", "batch"):
         if name in settings and settings[name] < 1:
             raise UserError(f"--{name} must be a positive int, got {settings[name]}")
-    out_dir = Path(args.out_dir) if args.out_dir is not None else PRETRAINED_DIR
+    if "lr" in settings and not (math.isfinite(settings["lr"]) and settings["lr"] > 0):
+        raise UserError(f"--lr must be a finite positive number, got {settings['lr']}")
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"
     print(f"training induction-2l with {settings or 'the default settings'}", file=sys.stderr)
     training = train_induction_model(**settings, progress=True)
     metadata = {"training": training.settings, "curve": dataclasses.asdict(training.curve)}
@@ -271,8 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, help="peak learning rate")
     train.add_argument("--batch", type=_positive_int, help="sequences per step")
     train.add_argument("--out-dir", type=Path, metavar="DIR",
-                       help="where to save induction-2l.safetensors and .json "
-                            "(default: inside the package, replacing the shipped model)")
+                       help="where to save induction-2l.safetensors and .json (default: ./induction-2l-retrained; "
+                            "the model shipped inside the package is never overwritten; load a retrained one with "
+                            "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
 
     from interp_transformer.harvest.cli import add_harvest_parser
@@ -286,6 +294,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, KeyError, OSError) as error:  # OSError covers FileNotFoundError
+    except (ValueError, KeyError, TypeError, OSError) as error:  # OSError covers FileNotFoundError
         print(f"interp-transformer {args.command}: error: {_error_message(error)}", file=sys.stderr)
         return EXIT_USAGE

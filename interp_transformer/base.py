@@ -82,6 +82,20 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         self.tokenizer = tokenizer
         self.processing: list[str] = []  # weight-processing steps applied, in order
 
+    @property
+    def tokenizer(self):
+        """The Hugging Face tokenizer text goes through (None: the model takes token ids only)."""
+        return self.__dict__.get("_tokenizer")
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer) -> None:
+        from transformers import PreTrainedTokenizerBase
+
+        if tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
+            raise TypeError(f"tokenizer must be a Hugging Face tokenizer (PreTrainedTokenizerBase) or None, received "
+                            f"{type(tokenizer).__name__}: {tokenizer!r:.60}")
+        self.__dict__["_tokenizer"] = tokenizer
+
     def finish_init(self, seed: Optional[int], dtype: torch.dtype, device: Union[str, torch.device, None]) -> None:
         """Initialize the weights, place them, and name every hook point: the end of each ``__init__``."""
         self.init_weights(seed)

@@ -13,6 +13,24 @@ from .cache import ActivationCache, held_bytes, storage_id
 from .hooks import HookFn, HookPoint, NameFilter
 
 
+def check_storage_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
+    """``dtype`` if it can store activations: a floating torch dtype (or None, keep each one's own)."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch dtype (e.g. torch.bfloat16) or None, got {dtype!r}: "
+                        "storing activations as integers would truncate every value")
+    return dtype
+
+
+def check_device(device) -> Optional[torch.device]:
+    """``device`` as a ``torch.device`` (None stays None); ``ValueError`` naming what came for anything else."""
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be a torch device or its name (e.g. 'cpu', 'cuda:0'), got {device!r}") from error
+
+
 class _ActivationKeeper:
     """What ``run_with_cache`` keeps of each activation, and nothing more.
 
@@ -24,8 +42,8 @@ class _ActivationKeeper:
     """
 
     def __init__(self, device, dtype: Optional[torch.dtype], remove_batch_dim: bool, force_copy: bool = False):
-        self.device = torch.device(device) if device is not None else None
-        self.dtype = dtype
+        self.device = check_device(device)
+        self.dtype = check_storage_dtype(dtype)
         self.remove_batch_dim = remove_batch_dim
         self.force_copy = force_copy  # the meta-device dry run of a copy to another device
         self.kept: dict[str, torch.Tensor] = {}
@@ -90,6 +108,9 @@ class CachingMixin:
                 with torch.enable_grad():
                     output = self(*model_args, **model_kwargs)
                     metric = backward_metric(output) if backward_metric is not None else self.default_backward_metric(output, model_args)
+                    if not isinstance(metric, torch.Tensor) or not metric.requires_grad:
+                        raise TypeError(f"backward_metric must return a scalar tensor computed from the output (so that it "
+                                        f"can be differentiated), got {type(metric).__name__} {metric!r:.60}")
                     if metric.numel() != 1:
                         raise ValueError(f"backward_metric must return a scalar, got shape {tuple(metric.shape)}")
                     metric.backward()
@@ -136,7 +157,7 @@ class CachingMixin:
         equals ``cache.nbytes()`` of the real run with the same arguments.
         """
         names = self.resolve_hook_names(names_filter)
-        moves = device is not None and torch.device(device) != next(self.parameters()).device
+        moves = device is not None and check_device(device) != next(self.parameters()).device
         keeper = _ActivationKeeper(None, dtype, remove_batch_dim, force_copy=moves)
         self._meta_forward(batch, pos, [(name, keeper.hook("")) for name in names])
         return held_bytes(keeper.kept.values())

@@ -17,6 +17,7 @@ generation: with the cache, a hook sees the prompt once, then one position per
 step.
 """
 
+import math
 from typing import Optional, Sequence, Union
 
 import torch
@@ -25,6 +26,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .kv_cache import KeyValueCache
+from .token_checks import check_attention_mask, is_text
 
 
 def sample_next_token(
@@ -64,33 +66,38 @@ def _eos_ids(model, eos_token_id) -> list[int]:
     return ids
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_arguments(max_new_tokens, temperature, top_k, top_p, seed) -> None:
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, received {max_new_tokens!r}")
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), received {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), received {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, received {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, received {top_p!r}")
-    if seed is not None and not isinstance(seed, int):
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ValueError(f"seed must be an int or None, received {seed!r}")
 
 
-def _prompt_tokens(model, tokens_or_text, prepend_bos: bool) -> tuple[Tensor, bool, int]:
-    """``[batch, pos]`` prompt ids, whether the input was text, and how many BOS tokens were added."""
-    if isinstance(tokens_or_text, str) or (isinstance(tokens_or_text, (list, tuple)) and tokens_or_text
-                                           and all(isinstance(t, str) for t in tokens_or_text)):
-        texts = [tokens_or_text] if isinstance(tokens_or_text, str) else list(tokens_or_text)
-        rows = [model.to_tokens(text, prepend_bos=prepend_bos)[0] for text in texts]
-        lengths = sorted({len(row) for row in rows})
-        if len(lengths) > 1:
-            raise ValueError(
-                f"the texts tokenize to different lengths {lengths}; generate needs equal lengths "
-                "(no padding mask is applied): generate one text at a time"
-            )
-        return torch.stack(rows), True, int(prepend_bos)
-    return model.prepare_tokens(tokens_or_text), False, 0
+def _prompt_tokens(model, tokens_or_text, prepend_bos: bool, attention_mask) -> tuple[Tensor, Optional[Tensor], bool, int]:
+    """``[batch, pos]`` prompt ids, their padding mask (None: none), whether the input was text, BOS tokens added.
+
+    Texts of different lengths are padded on the left with their mask, so every row's
+    continuation starts right after its own last token.
+    """
+    if is_text(tokens_or_text):
+        if attention_mask is not None:
+            raise ValueError("text is tokenized with its own attention mask: pass token ids to give a mask")
+        tokens, mask = model.to_tokens_and_mask(tokens_or_text, prepend_bos=prepend_bos, padding_side="left")
+        return tokens, (None if bool(mask.all()) else mask), True, int(prepend_bos)
+    tokens = model.prepare_tokens(tokens_or_text)
+    if attention_mask is not None:
+        attention_mask = check_attention_mask(attention_mask, tokens).to(tokens.device)
+    return tokens, attention_mask, False, 0
 
 
 @torch.no_grad()
@@ -108,13 +115,15 @@ def generate(
     verbose: bool = False,
     *,
     prepend_bos: bool = True,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
 ) -> Union[Tensor, str, list[str]]:
     """Extend ``tokens_or_text`` by up to ``max_new_tokens`` tokens.
 
-    Tokens in (``[batch, pos]``, or ``[pos]``), tokens out (same number of dims),
-    prompt included. Text in (a str, or a list of texts of equal token length),
-    text out: the prompt and its continuation, without the BOS that
-    ``prepend_bos`` added for the model. ``temperature=0`` is greedy; ``seed``
+    Tokens in (``[batch, pos]``, or ``[pos]``; a padded batch with its ``attention_mask``),
+    tokens out (same number of dims), prompt included. Text in (a str, or a list of
+    texts, padded on the left with their mask so each row continues its own text exactly
+    as it would alone), text out: the prompt and its continuation, without the padding
+    and the BOS that ``prepend_bos`` added for the model. ``temperature=0`` is greedy; ``seed``
     makes sampling reproducible (a private generator, the global RNG untouched).
     With ``stop_at_eos`` a sequence that emits the EOS token (``eos_token_id``,
     default the tokenizer's; without one nothing stops early) is finished: later
@@ -123,7 +132,7 @@ def generate(
     ``verbose`` shows a progress bar.
     """
     _check_arguments(max_new_tokens, temperature, top_k, top_p, seed)
-    tokens, from_text, n_bos = _prompt_tokens(model, tokens_or_text, prepend_bos)
+    tokens, mask, from_text, n_bos = _prompt_tokens(model, tokens_or_text, prepend_bos, attention_mask)
     input_ndim = tokens_or_text.ndim if isinstance(tokens_or_text, Tensor) else 2
     batch, prompt_len = tokens.shape
     if prompt_len + max_new_tokens > model.cfg.n_ctx:
@@ -135,19 +144,23 @@ def generate(
     generator = torch.Generator(device=tokens.device).manual_seed(seed) if seed is not None else None
     kv_cache = KeyValueCache(model.cfg.n_layers) if use_kv_cache else None
     finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
-    next_input = tokens
+    next_input, next_mask = tokens, mask
     for _ in tqdm(range(max_new_tokens), disable=not verbose, desc="generating"):
-        logits = model(next_input if use_kv_cache else tokens, kv_cache=kv_cache)[:, -1, :]
+        logits = model(next_input, attention_mask=next_mask, kv_cache=kv_cache)[:, -1, :]
         new = sample_next_token(logits, temperature, top_k, top_p, generator)
         if len(eos_ids):
             new = torch.where(finished, eos_ids[0], new)
             finished |= torch.isin(new, eos_ids)
         tokens = torch.cat([tokens, new[:, None]], dim=1)
-        next_input = new[:, None]
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(new[:, None])], dim=1)
+        # with the cache only the new token runs (the cache remembers the padding); without it, everything again
+        next_input, next_mask = (new[:, None], None) if use_kv_cache else (tokens, mask)
         if len(eos_ids) and bool(finished.all()):
             break
     if from_text:
-        texts = [model.to_string(row[n_bos:]) for row in tokens]
+        rows = tokens if mask is None else [row[keep.bool()] for row, keep in zip(tokens, mask)]
+        texts = [model.to_string(row[n_bos:]) for row in rows]
         return texts[0] if isinstance(tokens_or_text, str) else texts
     return tokens[0] if input_ndim == 1 else tokens
 

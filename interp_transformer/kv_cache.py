@@ -42,6 +42,8 @@ class KeyValueCache:
     """
 
     def __init__(self, n_layers: int) -> None:
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+            raise ValueError(f"n_layers must be a positive int (the model's cfg.n_layers), got {n_layers!r}")
         self.layers = [LayerKVCache() for _ in range(n_layers)]
         self.key_is_real: Optional[Tensor] = None
 
@@ -54,3 +56,13 @@ class KeyValueCache:
     @property
     def n_positions(self) -> int:
         return self.layers[0].n_positions if self.layers else 0
+
+    def check_fits(self, n_layers: int) -> None:
+        """``ValueError`` unless this cache has one layer per block and every layer holds the same positions."""
+        if len(self.layers) != n_layers:
+            raise ValueError(f"this key/value cache has {len(self.layers)} layers, the model {n_layers}: "
+                             f"make it with KeyValueCache({n_layers})")
+        held = {layer.n_positions for layer in self.layers}
+        if len(held) > 1:
+            raise ValueError(f"the layers of this key/value cache hold different numbers of positions {sorted(held)}: "
+                             "it was filled by an interrupted or partial run; start a new cache")

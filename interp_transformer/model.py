@@ -12,12 +12,13 @@ from .components import TokenLayout
 from .hooks import HookPoint
 from .kv_cache import KeyValueCache
 from .shape_checks import shape_checked
-from .token_checks import check_attention_mask, check_token_ids
+from .text_methods import TextMethods
+from .token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
 
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
 
 
-class DemoTransformer(HookedTransformerBase):
+class DemoTransformer(TextMethods, HookedTransformerBase):
     """A causal decoder with explicit per-head weights and a hook point on every activation.
 
     ``DemoTransformer(cfg)`` builds the parts ``cfg``'s architecture picks (GPT-2 for a
@@ -35,7 +36,10 @@ class DemoTransformer(HookedTransformerBase):
     (a list is padded, with its mask). ``attention_mask [batch, pos]`` (1 real, 0 padding)
     makes a padded batch give each row exactly what it gives alone: padded keys are never
     attended and positions count from each row's first real token (left or right padding).
-    ``stop_at_layer=L`` returns the residual stream entering block ``L`` instead.
+    ``stop_at_layer=L`` returns the residual stream entering block ``L`` instead (for
+    ``L = n_layers``, the final residual stream, before the final norm).
+
+    Text in and out (``to_tokens``, ``to_str_tokens``, ``generate``, ...) comes from ``TextMethods``.
     """
 
     kind = "decoder"
@@ -74,22 +78,32 @@ class DemoTransformer(HookedTransformerBase):
         stop_at_layer: Optional[int] = None,
         kv_cache: Optional[KeyValueCache] = None,
     ) -> Float[Tensor, "batch pos d_out"]:
-        tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
         n_blocks = self.check_stop_at_layer(stop_at_layer)
         if kv_cache is not None:
+            if stop_at_layer is not None:
+                raise ValueError("kv_cache cannot be filled by a run that stops early (stop_at_layer): its later layers "
+                                 "would miss these positions; run the whole model, or leave out the cache")
+            kv_cache.check_fits(self.cfg.n_layers)
+        tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
+        if kv_cache is not None:
             kv_cache.key_is_real = layout.key_is_real
-        return self._forward(tokens, layout, n_blocks, kv_cache)
+        return self._forward(tokens, layout, n_blocks, kv_cache, stop_at_layer is not None)
 
     @shape_checked
     def _forward(
-        self, tokens: Int[Tensor, "batch pos"], layout: TokenLayout, n_blocks: int, kv_cache: Optional[KeyValueCache]
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        layout: TokenLayout,
+        n_blocks: int,
+        kv_cache: Optional[KeyValueCache],
+        return_residual: bool = False,
     ) -> Float[Tensor, "batch pos d_out"]:
         residual = self.hook_embed(self.embed(tokens))
         if self.pos_embed is not None:  # learned positions; rotary ones act inside attention
             residual = residual + self.hook_pos_embed(self.pos_embed(tokens, layout.offset, layout.positions))
         for layer, block in enumerate(self.blocks[:n_blocks]):
             residual = block(residual, layout, kv_cache[layer] if kv_cache is not None else None)
-        if n_blocks < self.cfg.n_layers:
+        if return_residual:
             return residual
         return self.unembed(self.ln_final(residual))
 
@@ -102,10 +116,11 @@ class DemoTransformer(HookedTransformerBase):
         beside text raises ``ValueError``. The layout continues after the positions (and
         the padding) a key/value cache holds.
         """
-        if isinstance(tokens, str) or (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
+        if is_text(tokens):
             if attention_mask is not None:
                 raise ValueError("text is tokenized with its own attention mask: pass token ids to give a mask")
-            tokens, attention_mask = self.to_tokens_and_mask(tokens)
+            # left padding: every row's last position is its last real token, as it would be alone
+            tokens, attention_mask = self.to_tokens_and_mask(tokens, padding_side="left")
         offset = kv_cache.n_positions if kv_cache is not None else 0
         tokens = self.prepare_tokens(tokens, offset=offset)
         past = kv_cache.key_is_real if kv_cache is not None else None
@@ -125,54 +140,7 @@ class DemoTransformer(HookedTransformerBase):
         ``[0, d_vocab)``, a sequence longer than ``n_ctx``, an empty sequence or a
         tensor that is not 1-D or 2-D.
         """
-        if isinstance(tokens, (str, list)):
+        if is_text(tokens):
             tokens = self.to_tokens(tokens)
-        tokens = check_token_ids(tokens, self.cfg.d_vocab, self.cfg.n_ctx, offset)
+        tokens = check_token_ids(as_id_tensor(tokens), self.cfg.d_vocab, self.cfg.n_ctx, offset, allow_meta=self.W_E.is_meta)
         return tokens.to(device=self.W_E.device)
-
-    # --- generation and prompts live in their own modules --------------------------------
-    def generate(self, tokens_or_text, *args, **kwargs):
-        """Sample a continuation; see ``interp_transformer.generate.generate``."""
-        from .generate import generate
-
-        return generate(self, tokens_or_text, *args, **kwargs)
-
-    def test_prompt(self, prompt: str, answer: str, **kwargs):
-        """Rank and probability of ``answer`` after ``prompt``; see ``interp_transformer.prompts.test_prompt``."""
-        from .prompts import test_prompt
-
-        return test_prompt(self, prompt, answer, **kwargs)
-
-    # --- tokenizer conveniences (see interp_transformer.tokens) -------------------------
-    def to_tokens(self, text, prepend_bos: bool = True, padding_side: str = "right") -> Int[Tensor, "batch pos"]:
-        """Text (or a list of texts, right-padded) to ``[batch, pos]`` ids; BOS prepended by default."""
-        from . import tokens as tok
-
-        ids = tok.to_tokens(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
-        return ids.to(self.W_E.device)
-
-    def to_tokens_and_mask(self, text, prepend_bos: bool = True, padding_side: str = "right"):
-        """Text (or a list of texts, padded on ``padding_side``) to ``TokensAndMask(tokens, attention_mask)``.
-
-        Pass both to the model, ``model(tokens, attention_mask=attention_mask)``, or the
-        pair whole to tools that take it; the mask is 1 on real tokens, 0 on padding.
-        """
-        from . import tokens as tok
-
-        encoded = tok.to_tokens_and_mask(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
-        return tok.TokensAndMask(*(t.to(self.W_E.device) for t in encoded))
-
-    def to_str_tokens(self, tokens_or_text, prepend_bos: bool = True):
-        from . import tokens as tok
-
-        return tok.to_str_tokens(self._require_tokenizer(), tokens_or_text, prepend_bos=prepend_bos)
-
-    def to_string(self, tokens):
-        from . import tokens as tok
-
-        return tok.to_string(self._require_tokenizer(), tokens)
-
-    def get_token_position(self, single_token, tokens_or_text, mode: str = "first", prepend_bos: bool = True) -> int:
-        from . import tokens as tok
-
-        return tok.get_token_position(self._require_tokenizer(), single_token, tokens_or_text, mode=mode, prepend_bos=prepend_bos)

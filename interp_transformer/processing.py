@@ -20,14 +20,18 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
     ``b``, after folding it holds the pure normalization ``(x - mean(x)) / scale``.
     With ``center_weights`` (default: when every norm subtracts the mean) the folded
     reading weights also have their mean over ``d_model`` removed, which changes
-    nothing: they only ever read vectors of zero mean.
+    nothing: they only ever read vectors of zero mean. An RMSNorm has no ``b`` and
+    folds ``w`` alone (into a gated MLP's ``W_gate`` too, which has no bias: a norm
+    with a non-zero bias cannot be folded there and is refused); it does not subtract
+    the mean, so ``center_weights=True`` is refused.
 ``center_writing_weights``
     Removes the mean over ``d_model`` from every weight that writes to the
     residual stream (``W_E``, ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``). Every
     reader of the residual stream starts with a LayerNorm, which removes that mean
     anyway, so nothing downstream changes; afterwards every ``hook_resid_*``
     (and ``hook_embed``, ``hook_pos_embed``, ``hook_attn_out``, ``hook_mlp_out``)
-    has zero mean over ``d_model``.
+    has zero mean over ``d_model``. Refused where a norm keeps the mean (RMSNorm):
+    there the mean reaches the readers; ``process_weights`` skips it by default.
 ``center_unembed``
     Removes the mean over ``d_vocab`` from ``W_U`` and ``b_U``. Logits shift by the
     same amount for every token at a position, so log-probs (and softmax) are
@@ -45,6 +49,8 @@ Example:
 >>> process_weights(model).processing
 ['fold_ln', 'center_writing_weights', 'center_unembed', 'fold_value_biases']
 """
+
+from typing import Optional
 
 import einops
 import torch
@@ -78,28 +84,49 @@ def fold_ln(model, center_weights=None):
     if "fold_value_biases" in model.processing:
         raise ValueError("fold_ln must come before fold_value_biases: folding ln1 writes into b_V again")
     readers = _norm_readers(model)
-    removes_mean = all(norm.removes_mean for norm, _ in readers)
-    if center_weights and not removes_mean:
-        raise ValueError("fold_ln(center_weights=True): this model's norms do not subtract the mean, so centring the "
-                         "weights that read them would change the output; pass center_weights=False")
-    center = removes_mean if center_weights is None else bool(center_weights)
+    keeping_mean = _norms_keeping_the_mean(readers)
+    if center_weights and keeping_mean:
+        raise ValueError(f"fold_ln(center_weights=True): this model's norms ({keeping_mean}) do not subtract the mean, so centring "
+                         "the weights that read them would change the output; pass center_weights=False")
+    _check_biases_have_somewhere_to_go(readers)
+    center = not keeping_mean if center_weights is None else bool(center_weights)
     with torch.no_grad():
         for norm, part in readers:
             for W, b_next in part.input_weights():
-                norm.fold_into(W, b_next, center)
+                # a reader without a bias (a gated MLP's gate) gets a throwaway one: the check above made sure
+                # the norm adds nothing to it
+                norm.fold_into(W, b_next if b_next is not None else W.new_zeros(W.shape[:-2] + W.shape[-1:]), center)
         for norm, _ in readers:
             norm.reset()
     model.processing.append("fold_ln")
     return model
 
 
+def _norms_keeping_the_mean(readers) -> str:
+    """The class names of the norms that do not subtract the mean (``"RMSNorm"``), or ``""`` when all do."""
+    return ", ".join(sorted({type(norm).__name__ for norm, _ in readers if not norm.removes_mean}))
+
+
+def _check_biases_have_somewhere_to_go(readers) -> None:
+    """Refuse, before anything changes, to fold a norm's bias into weights that have no bias to take ``b W``."""
+    for norm, part in readers:
+        for W, b_next in part.input_weights():
+            if b_next is None and bool(norm.bias_term(W.transpose(-1, -2)).any()):
+                raise ValueError(
+                    f"fold_ln: {type(part).__name__} has weights without a bias (shape {tuple(W.shape)}) reading a "
+                    f"{type(norm).__name__} whose bias is not zero, so b W has nowhere to go; only a norm without a "
+                    "bias (RMSNorm) or with a zero bias can be folded into it"
+                )
+
+
 def center_writing_weights(model):
     """Remove the mean over ``d_model`` from every weight writing to the residual stream."""
     if not _pending(model, "center_writing_weights"):
         return model
-    if not all(norm.removes_mean for norm, _ in _norm_readers(model)):
-        raise ValueError("center_writing_weights: this model's norms do not subtract the mean, so the mean of the residual "
-                         "stream reaches its readers and removing it would change the output")
+    keeping_mean = _norms_keeping_the_mean(_norm_readers(model))
+    if keeping_mean:
+        raise ValueError(f"center_writing_weights: this model's norms ({keeping_mean}) do not subtract the mean, so the mean of "
+                         "the residual stream reaches their readers and removing it would change the output")
     writers = [model.embed] + ([model.pos_embed] if model.pos_embed is not None else [])
     writers += [part for block in model.blocks for part in block.writers()]
     with torch.no_grad():
@@ -121,14 +148,19 @@ def center_unembed(model):
 
 
 def fold_value_biases(model):
-    """Move each head's value bias into the attention output bias: ``b_O += sum_h b_V[h] W_O[h]``, ``b_V = 0``."""
+    """Move each head's value bias into the attention output bias: ``b_O += sum_h b_V[h] W_O[h]``, ``b_V = 0``.
+
+    With grouped-query attention ``b_V[h]`` is the bias of query head ``h``'s key/value
+    head (``attn.b_V`` gives it per query head), and the stored per-key/value-head bias is
+    what becomes zero.
+    """
     if not _pending(model, "fold_value_biases"):
         return model
     with torch.no_grad():
         for block in model.blocks:
             attn = block.attn
             attn.b_O.add_(einops.einsum(attn.b_V, attn.W_O, "head_index d_head, head_index d_head d_model -> d_model"))
-            attn.b_V.zero_()
+            attn.stored("b_V").zero_()
     model.processing.append("fold_value_biases")
     return model
 
@@ -141,11 +173,18 @@ def process_weights(
     model,
     *,
     fold_ln: bool = True,
-    center_writing_weights: bool = True,
+    center_writing_weights: Optional[bool] = None,
     center_unembed: bool = True,
     fold_value_biases: bool = True,
 ):
-    """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first)."""
+    """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first).
+
+    ``center_writing_weights=None`` (default) centres where it is exact: when every norm
+    subtracts the mean (LayerNorm), not in an RMSNorm model; ``True`` asks for it and is
+    refused where it would change the output.
+    """
+    if center_writing_weights is None:  # where it is exact (and not yet done)
+        center_writing_weights = _pending(model, "center_writing_weights") and not _norms_keeping_the_mean(_norm_readers(model))
     wanted = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
               "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
     for name in STEPS:

@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Optional, Union
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from .config import TransformerConfig
+from .loading.sources import LazyStateDict, open_safetensors_file
+from .loading.strict import build_on_meta, load_strict
 from .model import DemoTransformer
+
+
+def _read_safetensors(path: Path) -> LazyStateDict:
+    """The tensors of a safetensors file, read strictly (a damaged file gives a ``ValueError`` naming it)."""
+    loaders, shapes = open_safetensors_file(path)
+    return LazyStateDict(loaders, shapes, description=str(path))
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 SHIPPED_MODELS = ("induction-2l",)
@@ -27,8 +35,22 @@ def shipped_paths(name: str, directory: Path = PRETRAINED_DIR) -> tuple[Path, Pa
     return directory / f"{name}.safetensors", directory / f"{name}.json"
 
 
-def save_shipped(model: DemoTransformer, name: str, metadata: dict, directory: Path = PRETRAINED_DIR) -> tuple[Path, Path]:
-    """Write ``model``'s weights (safetensors) and ``{config, **metadata}`` (JSON)."""
+def inside_package(directory: Path) -> bool:
+    """Whether ``directory`` lies inside the installed ``interp_transformer`` package."""
+    package = Path(__file__).resolve().parent
+    return Path(directory).resolve() == package or package in Path(directory).resolve().parents
+
+
+def save_shipped(model: DemoTransformer, name: str, metadata: dict, directory: Path) -> tuple[Path, Path]:
+    """Write ``model``'s weights (safetensors) and ``{config, **metadata}`` (JSON) into ``directory``.
+
+    The copy inside the installed package is never overwritten (``ValueError``): a retrained
+    model goes to a directory of yours, and loads from there with ``load_shipped(name, directory=...)``.
+    """
+    directory = Path(directory)
+    if inside_package(directory):
+        raise ValueError(f"{directory} is inside the installed package: a retrained model is written to a directory "
+                         "of yours (--out-dir), never over the shipped one")
     weights_path, meta_path = shipped_paths(name, directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
@@ -42,7 +64,24 @@ def load_shipped_metadata(name: str, directory: Path = PRETRAINED_DIR) -> dict:
     _, meta_path = shipped_paths(name, directory)
     if not meta_path.exists():
         raise FileNotFoundError(f"{meta_path} is missing: retrain with `interp-transformer train-induction`")
-    return json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{meta_path} is not valid JSON ({error})") from error
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{meta_path} must be a JSON object with a 'config' object (the model's TransformerConfig)")
+    return meta
+
+
+def _config_of(meta: dict, meta_path: Path) -> TransformerConfig:
+    fields = {field.name for field in dataclasses.fields(TransformerConfig)}
+    unknown = sorted(set(meta["config"]) - fields)
+    if unknown:
+        raise ValueError(f"{meta_path}: unknown config keys {unknown}; a TransformerConfig has {sorted(fields)}")
+    try:
+        return TransformerConfig(**meta["config"])
+    except TypeError as error:
+        raise ValueError(f"{meta_path}: {error}") from error
 
 
 def load_shipped(
@@ -53,13 +92,13 @@ def load_shipped(
 ) -> DemoTransformer:
     """Load a shipped model by name, e.g. ``load_shipped("induction-2l")``."""
     directory = PRETRAINED_DIR if directory is None else Path(directory)
-    weights_path, _ = shipped_paths(name, directory)
-    meta = load_shipped_metadata(name, directory)
-    cfg = TransformerConfig(**meta["config"])
-    model = DemoTransformer(cfg, dtype=dtype, device=device)
-    state = load_file(str(weights_path))
-    model.load_state_dict(state, strict=True)
-    return model.to(dtype=dtype).eval()
+    weights_path, meta_path = shipped_paths(name, directory)
+    cfg = _config_of(load_shipped_metadata(name, directory), meta_path)
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"{weights_path} is missing: retrain with `interp-transformer train-induction`")
+    state = _read_safetensors(weights_path)
+    model = build_on_meta(lambda: DemoTransformer(cfg, dtype=dtype))
+    return load_strict(model, state, dtype=dtype, device=device)
 
 
 def load_induction_model(**kwargs) -> DemoTransformer:

@@ -20,14 +20,45 @@ def check_stop_at_layer(stop_at_layer: Optional[int], n_layers: int) -> int:
     return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
 
 
-def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0) -> Tensor:
+def is_text(value) -> bool:
+    """A str, or a non-empty list/tuple of str: input to tokenize."""
+    return isinstance(value, str) or (isinstance(value, (list, tuple)) and len(value) > 0
+                                      and all(isinstance(item, str) for item in value))
+
+
+def as_id_tensor(tokens):
+    """Token ids given as a list of ints, a list of such lists or a numpy array, as an int64 tensor; anything else as is.
+
+    Ids too large for int64 raise ``ValueError`` (they are no token id of any vocabulary).
+    """
+    if isinstance(tokens, Tensor):
+        return tokens
+    if type(tokens).__module__ == "numpy" and hasattr(tokens, "dtype"):
+        if tokens.dtype.kind not in "iu":
+            raise TypeError(f"token ids must be integers, got a numpy array of dtype {tokens.dtype}")
+        return torch.from_numpy(tokens).long()
+    if isinstance(tokens, (list, tuple)) and tokens:
+        rows = tokens if all(isinstance(row, (list, tuple)) for row in tokens) else [tokens]
+        flat = [item for row in rows for item in row]
+        if flat and all(isinstance(item, int) and not isinstance(item, bool) for item in flat):
+            too_large = [item for item in flat if not -(2**63) <= item < 2**63]
+            if too_large:
+                raise ValueError(f"token ids must lie in [0, d_vocab), got {too_large[0]}")
+            return torch.tensor(tokens, dtype=torch.long)
+    return tokens
+
+
+def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0, allow_meta: bool = False) -> Tensor:
     """``tokens`` as int64 ``[batch, pos]`` (a ``[pos]`` tensor is a batch of one), ids in ``[0, d_vocab)``.
 
     ``offset`` counts positions already processed (a key/value cache); ``offset + pos``
     must not exceed ``n_ctx``.
     """
     if not isinstance(tokens, Tensor):
-        raise TypeError(f"tokens must be an integer Tensor [batch, pos] (or text), got {type(tokens).__name__}")
+        raise TypeError(f"tokens must be token ids (an integer Tensor [batch, pos], a list of ints or a numpy array) or "
+                        f"text, got {type(tokens).__name__}: {tokens!r:.60}")
+    if tokens.is_meta and not allow_meta:
+        raise ValueError("tokens are on the meta device: they hold no ids (pass real token ids)")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise TypeError(f"tokens must be an integer tensor (torch.long), got dtype {tokens.dtype}")
     if tokens.ndim == 1:

@@ -102,7 +102,7 @@ def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
 
 def _as_text_list(text: Union[str, Sequence[str]]) -> list[str]:
     if isinstance(text, str):
-        return [text]
+        text = [text]
     if not isinstance(text, (list, tuple)):
         raise TypeError(f"text must be a str or a list of str, received {type(text).__name__}")
     if not text:
@@ -110,6 +110,11 @@ def _as_text_list(text: Union[str, Sequence[str]]) -> list[str]:
     for index, item in enumerate(text):
         if not isinstance(item, str):
             raise TypeError(f"text[{index}] must be a str, received {type(item).__name__}: {item!r}")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"text[{index}] holds {item[error.start]!r} at character {error.start}, which is no "
+                             "character (a lone surrogate): text must be valid Unicode") from None
     return list(text)
 
 

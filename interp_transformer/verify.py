@@ -187,6 +187,11 @@ def verify_against_hf(
     ``attention_mask`` and ``token_type_ids`` for an encoder); with a mask, padding
     positions are left out of the comparison. Neither model is changed.
     """
+    if not isinstance(getattr(getattr(hf_model, "config", None), "model_type", None), str):
+        raise TypeError(f"hf_model must be a Hugging Face transformers model (with .config.model_type), received "
+                        f"{type(hf_model).__name__}")
+    if not hasattr(model, "hook_dict") or not hasattr(model, "run_with_cache"):
+        raise TypeError(f"model must be one of ours (a DemoTransformer or EncoderTransformer), received {type(model).__name__}")
     if isinstance(tokens, (str, list)):
         tokens = model.to_tokens_and_mask(tokens)
     if _is_encoded(tokens):  # (tokens, attention_mask, ...): the model's forward arguments, by name

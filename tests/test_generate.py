@@ -163,8 +163,13 @@ def test_text_in_text_out_with_gpt2_tokenizer(hf_gpt2_vocab):
     assert generate(model, ["Hello world", "Hello there"], 3, temperature=0) == [
         generate(model, "Hello world", 3, temperature=0), generate(model, "Hello there", 3, temperature=0)
     ]
-    with pytest.raises(ValueError, match="different lengths"):
-        generate(model, ["Hello", "Hello world"], 3)
+    # texts of different lengths are padded on the left with their mask: each row continues as it would alone
+    assert generate(model, ["Hello", "Hello world, and more"], 4, temperature=0) == [
+        generate(model, "Hello", 4, temperature=0), generate(model, "Hello world, and more", 4, temperature=0)
+    ]
+    assert generate(model, ["Hello", "Hello world, and more"], 4, temperature=0, use_kv_cache=False) == [
+        generate(model, "Hello", 4, temperature=0), generate(model, "Hello world, and more", 4, temperature=0)
+    ]
     with pytest.raises(ValueError, match="exceeds n_ctx"):
         generate(model, "word " * 40, 1)
 

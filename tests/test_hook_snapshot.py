@@ -43,10 +43,11 @@ def current_snapshot() -> dict:
 def to_json(snapshot: dict) -> str:
     """JSON with one hook per line, so a diff of the snapshot reads like a diff of the contract."""
     lines = ["{", f' "batch": {snapshot["batch"]},', f' "pos": {snapshot["pos"]},']
-    for i, label in enumerate(CONFIGS):
+    labels = [key for key in snapshot if key not in ("batch", "pos")]
+    for i, label in enumerate(labels):
         entry = snapshot[label]
         hooks = ",\n".join(f"   {json.dumps(row)}" for row in entry["hooks"])
-        end = "," if i < len(CONFIGS) - 1 else ""
+        end = "," if i < len(labels) - 1 else ""
         lines += [f' "{label}": {{', f'  "config": {json.dumps(entry["config"])},', '  "hooks": [', hooks, "  ]", f" }}{end}"]
     return "\n".join(lines + ["}"]) + "\n"
 

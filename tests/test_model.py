@@ -179,7 +179,9 @@ def test_stop_at_layer_returns_the_residual(small_model, tokens):
     for layer in range(n_layers):
         torch.testing.assert_close(small_model(tokens, stop_at_layer=layer), cache["resid_pre", layer], rtol=0, atol=0)
         torch.testing.assert_close(small_model(tokens, stop_at_layer=layer - n_layers), cache["resid_pre", layer], rtol=0, atol=0)
-    torch.testing.assert_close(small_model(tokens, stop_at_layer=n_layers), small_model(tokens), rtol=0, atol=0)
+    # stop_at_layer=n_layers is the final residual stream, before the final norm (not the logits)
+    _, final = small_model.run_with_cache(tokens, names_filter=f"blocks.{n_layers - 1}.hook_resid_post")
+    torch.testing.assert_close(small_model(tokens, stop_at_layer=n_layers), final["resid_post", -1], rtol=0, atol=0)
     for bad in (n_layers + 1, -n_layers - 1, 1.5):
         with pytest.raises(ValueError, match="stop_at_layer"):
             small_model(tokens, stop_at_layer=bad)

@@ -8,6 +8,7 @@ from typing import Union
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from ..views import library_script
 from .context import ReportSection
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -78,7 +79,7 @@ class Report:
         return (
             f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<style>{STYLE}</style>\n<script type=\"text/javascript\">{get_plotlyjs()}</script>\n</head>\n"
+            f"<style>{STYLE}</style>\n<script type=\"text/javascript\">{get_plotlyjs()}</script>\n{library_script()}\n</head>\n"
             f"<body><h1>{title}</h1><nav>{nav}</nav>\n" + "\n".join(body) + "\n</body></html>\n"
         )
 

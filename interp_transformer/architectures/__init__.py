@@ -5,6 +5,7 @@ module     config                    model
 =========  ========================  ==================================================
 ``gpt2``   ``TransformerConfig``     ``DemoTransformer``: pre-LayerNorm causal decoder
 ``bert``   ``EncoderConfig``         ``EncoderTransformer``: post-LayerNorm encoder
+``llama``  ``LlamaConfig``           ``DemoTransformer``: pre-RMSNorm causal decoder, rotary, grouped-query, gated MLP
 =========  ========================  ==================================================
 
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
@@ -17,14 +18,15 @@ Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architect
 is the recipe for adding one.
 """
 
-from . import bart, bert, gpt2, marian, seq2seq
+from . import bart, bert, gpt2, llama, marian, seq2seq
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
 register(bert.ARCHITECTURE)
+register(llama.ARCHITECTURE)
 register(bart.ARCHITECTURE)
 register(marian.ARCHITECTURE)
 register(seq2seq.ARCHITECTURE)
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "marian", "register", "registered", "seq2seq",
-           "unregister"]
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "llama", "marian", "register", "registered",
+           "seq2seq", "unregister"]

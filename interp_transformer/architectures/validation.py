@@ -1,5 +1,7 @@
 """Checks every model config shares: positive sizes, ``d_model = n_heads * d_head``, a known activation, eps and init."""
 
+import math
+
 ACTIVATION_FUNCTIONS = ("gelu_new", "gelu", "relu", "silu")
 
 
@@ -17,8 +19,8 @@ def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
         raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {cfg.act_fn!r}")
     for field in ("layer_norm_eps", "init_range"):
         value = getattr(cfg, field)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-            raise ValueError(f"{field} must be > 0, got {value!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or not value > 0:
+            raise ValueError(f"{field} must be > 0 and finite, got {value!r}")
 
 
 __all__ = ["ACTIVATION_FUNCTIONS", "validate_common_fields"]

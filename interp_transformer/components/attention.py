@@ -14,6 +14,8 @@ from .affine import affine
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 
+GROUPED_WEIGHTS = ("W_K", "W_V", "b_K", "b_V")  # stored once per key/value head
+
 
 class Attention(nn.Module):
     """Multi-head attention with explicit per-head weights; which keys a query sees is up to its mask parts.
@@ -31,37 +33,98 @@ class Attention(nn.Module):
     forward pass; see ``interp_transformer.components.masks``. An encoder passes
     ``(PaddingMask(),)``; cross-attention likewise, with the source's layout.
 
+    Optional parts, each adding its hooks only when present:
+
+    - ``rotary`` (a ``Rotary``): q and k are rotated by their positions (``layout.positions``)
+      after ``hook_q``/``hook_k``; ``hook_rot_q``/``hook_rot_k`` hold the rotated values, which
+      are what the scores read, and keys enter a key/value cache already rotated.
+    - ``q_norm``/``k_norm`` (Qwen3): a norm over ``d_head`` of each head's q and k, before the rotation.
+    - ``n_key_value_heads`` (grouped-query attention, default ``n_heads``): each key/value head
+      serves ``n_heads / n_key_value_heads`` consecutive query heads. Keys and values are stored
+      once per key/value head, as TransformerLens' ``_W_K``, ``_W_V``, ``_b_K``, ``_b_V``
+      ``[n_key_value_heads, ...]``; ``W_K``, ``W_V``, ``b_K``, ``b_V`` then give them per query
+      head (repeated, read-only copies), so ``model.W_K`` and the QK/OV circuits read the same
+      as without grouping. ``hook_k`` and ``hook_v`` are ``[batch, pos, n_key_value_heads, d_head]``.
+
     Two paths compute ``z``: the explicit einsum path (the reference, and the only one
     that produces ``attn_scores`` and ``pattern``) and PyTorch's fused
     ``scaled_dot_product_attention``, used only while nothing hooks or caches the scores
     or the pattern of this layer. ``uses_fused_path()`` is the one place the choice is made.
     """
 
-    def __init__(self, cfg, masks: Optional[Sequence[nn.Module]] = None, *, scale: Optional[float] = None):
+    def __init__(
+        self,
+        cfg,
+        masks: Optional[Sequence[nn.Module]] = None,
+        *,
+        scale: Optional[float] = None,
+        n_key_value_heads: Optional[int] = None,
+        rotary: Optional[nn.Module] = None,
+        q_norm: Optional[nn.Module] = None,
+        k_norm: Optional[nn.Module] = None,
+    ):
         super().__init__()
         n_heads, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
-        self.n_heads, self.d_head = n_heads, d_head
+        n_kv = n_heads if n_key_value_heads is None else n_key_value_heads
+        if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv <= 0 or n_heads % n_kv:
+            raise ValueError(f"n_key_value_heads must be a positive int dividing n_heads={n_heads}, got {n_kv!r}")
+        if (q_norm is None) != (k_norm is None):
+            raise ValueError("q_norm and k_norm come together: pass both or neither")
+        self.n_heads, self.n_key_value_heads, self.d_head = n_heads, n_kv, d_head
         self.scale = 1 / math.sqrt(d_head) if scale is None else float(scale)
+        kv = "" if n_kv == n_heads else "_"  # grouped keys/values are stored as _W_K ... (see the class docstring)
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.register_parameter(kv + "W_K", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
+        self.register_parameter(kv + "W_V", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
-        self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
-        self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
+        self.register_parameter(kv + "b_K", nn.Parameter(torch.zeros(n_kv, d_head)))
+        self.register_parameter(kv + "b_V", nn.Parameter(torch.zeros(n_kv, d_head)))
         self.b_O = nn.Parameter(torch.zeros(d_model))
         self.masks = nn.ModuleList(masks if masks is not None else (CausalMask(), PaddingMask()))
+        self.rotary = rotary
         self.use_fused_attention = True  # set False to always run the explicit path
+        # hooks and hooked parts in the order they fire
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
+        self.q_norm, self.k_norm = q_norm, k_norm
+        if rotary is not None:
+            self.hook_rot_q = HookPoint()
+            self.hook_rot_k = HookPoint()
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
 
+    # --- keys and values: stored per key/value head, read per query head ---------------------
+    def stored(self, name: str) -> nn.Parameter:
+        """The parameter holding ``W_K``, ``W_V``, ``b_K`` or ``b_V`` as stored: ``[n_key_value_heads, ...]``.
+
+        Without grouping it is the weight itself; with grouping it is ``_W_K`` (...), and
+        editing it is how to change the keys or values (``W_K`` is then a copy).
+        """
+        if name not in GROUPED_WEIGHTS:
+            raise KeyError(f"stored() holds the key/value weights {GROUPED_WEIGHTS}, got {name!r}")
+        return self._parameters[name] if name in self._parameters else self._parameters["_" + name]
+
+    def _per_query_head(self, name: str) -> Tensor:
+        parameters = self._parameters
+        if name in parameters:
+            return parameters[name]
+        if "_" + name not in parameters:  # still being built
+            raise AttributeError(name)
+        group = self.n_heads // self.n_key_value_heads
+        return einops.repeat(parameters["_" + name], "kv_head ... -> (kv_head group) ...", group=group)
+
+    W_K = property(lambda self: self._per_query_head("W_K"), doc="``[head_index, d_model, d_head]``: keys per query head.")
+    W_V = property(lambda self: self._per_query_head("W_V"), doc="``[head_index, d_model, d_head]``: values per query head.")
+    b_K = property(lambda self: self._per_query_head("b_K"), doc="``[head_index, d_head]``: key biases per query head.")
+    b_V = property(lambda self: self._per_query_head("b_V"), doc="``[head_index, d_head]``: value biases per query head.")
+
     def input_weights(self) -> list[tuple[Tensor, Tensor]]:
-        """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites."""
-        return [(self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V)]
+        """``(W, b)`` pairs that read this part's input, as stored: what folding a norm into it rewrites."""
+        stored = self.stored
+        return [(self.W_Q, self.b_Q), (stored("W_K"), stored("b_K")), (stored("W_V"), stored("b_V"))]
 
     def output_weights(self) -> list[Tensor]:
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
@@ -82,16 +145,35 @@ class Attention(nn.Module):
         if layout is None:  # a standalone call: one fresh, unpadded sequence per row
             offset = kv_cache.n_positions if kv_cache is not None else 0
             layout = TokenLayout.contiguous(normalized.shape[0], normalized.shape[1], offset, normalized.device)
+        if kv_input is not None and self.rotary is not None:
+            raise ValueError("rotary positions need the keys' positions, which cross-attention (kv_input) does not give")
         source = normalized if kv_input is None else kv_input
+        stored = self.stored
         q = self.hook_q(self._project(normalized, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project(source, self.W_K, self.b_K))
-        v = self.hook_v(self._project(source, self.W_V, self.b_V))
+        k = self.hook_k(self._project(source, stored("W_K"), stored("b_K")))
+        v = self.hook_v(self._project(source, stored("W_V"), stored("b_V")))
+        q, k = self._normalize_and_rotate(q, k, layout)
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)
         z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
         return self._combine_heads(self.hook_z(z))
 
+    def _normalize_and_rotate(self, q: Tensor, k: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
+        """``rot_q = R(positions) q_norm(q)``, likewise for ``k``; each step only where its part is present."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q = self.hook_rot_q(self.rotary(q, layout.positions))
+            k = self.hook_rot_k(self.rotary(k, layout.positions))
+        return q, k
+
+    def _per_query_head_keys(self, t: Tensor) -> Tensor:
+        """Keys or values ``[batch, key_pos, n_key_value_heads, d_head]`` repeated for each query head of their group."""
+        group = self.n_heads // self.n_key_value_heads
+        return einops.repeat(t, "batch key_pos kv_head d_head -> batch key_pos (kv_head group) d_head", group=group)
+
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
+        k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
         # attn_scores = q k^T * scale, -inf where a mask disallows the key
         attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed_keys(self.masks, layout)))
         pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
@@ -100,13 +182,16 @@ class Attention(nn.Module):
         )
 
     def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        """``z`` by PyTorch's fused kernel: the same formula, without forming the scores."""
+        """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in place)."""
         to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
         q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
+        grouped = self.n_key_value_heads != self.n_heads
         if fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=grouped)
         else:
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed_keys(self.masks, layout), scale=self.scale)
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed_keys(self.masks, layout), scale=self.scale, enable_gqa=grouped
+            )
         return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
 
     @staticmethod

@@ -10,7 +10,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
-from ..token_checks import check_attention_mask, check_like_tokens, check_token_ids
+from ..token_checks import as_id_tensor, check_attention_mask, check_like_tokens, check_token_ids
 
 
 class EncoderTokens(NamedTuple):
@@ -21,9 +21,9 @@ class EncoderTokens(NamedTuple):
     token_type_ids: Int[Tensor, "batch pos"]
 
 
-def check_tokens(tokens, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:
+def check_tokens(tokens, cfg: EncoderConfig, allow_meta: bool = False) -> Int[Tensor, "batch pos"]:
     """``tokens`` as int64 ``[batch, pos]`` (a ``[pos]`` tensor is a batch of one), ids in ``[0, d_vocab)``."""
-    return check_token_ids(tokens, cfg.d_vocab, cfg.n_ctx)
+    return check_token_ids(as_id_tensor(tokens), cfg.d_vocab, cfg.n_ctx, allow_meta=allow_meta)
 
 
 def check_token_type_ids(token_type_ids, tokens: Tensor, cfg: EncoderConfig) -> Int[Tensor, "batch pos"]:

@@ -190,7 +190,7 @@ class EncoderTransformer(HookedTransformerBase):
                 raise ValueError("text is tokenized with its own mask and token types: pass token ids to give a mask")
             tokens, attention_mask, token_type_ids = self.to_tokens_and_mask(tokens)
         device = self.embed.W_E.device
-        tokens = check_tokens(tokens, self.cfg)
+        tokens = check_tokens(tokens, self.cfg, allow_meta=self.embed.W_E.is_meta)
         key_is_real = None if attention_mask is None else check_attention_mask(attention_mask, tokens).to(device, torch.bool)
         token_type_ids = torch.zeros_like(tokens) if token_type_ids is None else check_token_type_ids(token_type_ids, tokens, self.cfg)
         return tokens.to(device), key_is_real, token_type_ids.to(device)
@@ -213,7 +213,7 @@ class EncoderTransformer(HookedTransformerBase):
                     "pass them to the model whole instead"
                 )
             tokens = tokens.tokens
-        return check_tokens(tokens, self.cfg).to(self.embed.W_E.device)
+        return check_tokens(tokens, self.cfg, allow_meta=self.embed.W_E.is_meta).to(self.embed.W_E.device)
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
         """The MLM decoder's column of each token, ``W_U[:, token]``: shape ``tokens.shape + (d_model,)``.

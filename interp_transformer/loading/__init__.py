@@ -45,7 +45,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bart', 'bert', 'gpt2', 'marian']
+['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', 'qwen2', 'qwen3']
 """
 
 import importlib
@@ -60,6 +60,10 @@ from .strict import CheckpointError
 ARCHITECTURES: dict[str, str] = {
     "gpt2": "interp_transformer.loading.gpt2",
     "bert": "interp_transformer.loading.bert",
+    "llama": "interp_transformer.loading.llama",
+    "mistral": "interp_transformer.loading.llama",
+    "qwen2": "interp_transformer.loading.llama",
+    "qwen3": "interp_transformer.loading.llama",
     "bart": "interp_transformer.loading.bart",
     "marian": "interp_transformer.loading.marian",
 }

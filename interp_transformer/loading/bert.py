@@ -47,7 +47,7 @@ from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
 from ..encoder import EncoderTransformer
-from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 VERIFY_PADDED = True  # verify_pretrained compares on a padded batch by default: the mask must match too
@@ -75,6 +75,9 @@ def config_from_hf(hf_config) -> EncoderConfig:
     position embeddings, an activation we do not implement.
     """
     _check_model_type(getattr(hf_config, "model_type", None))
+    require_config_fields(hf_config, "BERT", positive_ints=(
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+        "max_position_embeddings", "type_vocab_size"), positive_floats=("layer_norm_eps",))
     if getattr(hf_config, "is_decoder", False) or getattr(hf_config, "add_cross_attention", False):
         raise ValueError("BERT configured as a decoder (is_decoder/add_cross_attention) is not an encoder; not supported")
     position_type = getattr(hf_config, "position_embedding_type", None) or "absolute"
@@ -174,6 +177,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
         if name in names:
             raise ValueError(f"{names[name]!r} and {hf_name!r} both name {name!r} (with and without the 'bert.' prefix?)")
         names[name], shapes[name] = hf_name, shape
+    check_layer_count(shapes, r"^encoder\.layer\.(\d+)\.", cfg.n_layers, "BERT checkpoint", "num_hidden_layers")
     has_pooler = any(name.startswith("pooler.") for name in names)
     has_mlm_head = any(name.startswith("cls.predictions.") for name in names)
     expected, optional = expected_hf_shapes(cfg, has_pooler, has_mlm_head)

@@ -19,7 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..config import TransformerConfig
-from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
 
 # Hugging Face activation names -> ours. gelu_pytorch_tanh is the same formula as gelu_new.
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -30,6 +30,10 @@ GPT2_VOCAB_SIZE = 50257  # the vocabulary of OpenAI's GPT-2 tokenizer
 
 def config_from_hf(hf_config) -> TransformerConfig:
     """Our config from a ``transformers.GPT2Config``; ``ValueError`` for GPT-2 variants we do not compute."""
+    require_config_fields(hf_config, "GPT-2", positive_ints=("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"),
+                          positive_floats=("layer_norm_epsilon",))
+    if hf_config.n_inner is not None:
+        require_config_fields(hf_config, "GPT-2", positive_ints=("n_inner",))
     unsupported = {
         "scale_attn_weights": (getattr(hf_config, "scale_attn_weights", True), True),
         "scale_attn_by_inverse_layer_idx": (getattr(hf_config, "scale_attn_by_inverse_layer_idx", False), False),
@@ -98,6 +102,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: TransformerConf
     """
     names = {_strip_prefix(name): name for name in hf_state_dict}
     shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+    check_layer_count(shapes, r"^h\.(\d+)\.", cfg.n_layers, "GPT-2 checkpoint", "n_layer")
     check_checkpoint(
         shapes, expected_hf_shapes(cfg), what="GPT-2 checkpoint", optional=["lm_head.weight"], ignored=IGNORED_KEYS
     )
@@ -217,14 +222,22 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     on_output(body.ln_f, "ln_final.hook_normalized")
 
     previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
+    # reorder_and_upcast_attn only chooses float32 arithmetic for half-precision weights (the math is the same),
+    # and Hugging Face refuses it in float64: switch it off where it changes nothing but would fail
+    upcast = [attn for attn in (block.attn for block in body.h) if getattr(attn, "reorder_and_upcast_attn", False)]
+    full_precision = body.wte.weight.dtype in (torch.float32, torch.float64)
     try:
         hf_model.set_attn_implementation("eager")
         hf_model.eval()
+        for attn in upcast if full_precision else []:
+            attn.reorder_and_upcast_attn = False
         with torch.no_grad():
             output = hf_model(tokens.to(body.wte.weight.device), use_cache=False, **forward_kwargs)
     finally:
         for handle in handles:
             handle.remove()
+        for attn in upcast:
+            attn.reorder_and_upcast_attn = True
         hf_model.set_attn_implementation(previous_attention)
         hf_model.train(was_training)
     if getattr(output, "logits", None) is not None:

@@ -89,7 +89,7 @@ class LazyStateDict(Mapping[str, Tensor]):
 # ---------------------------------------------------------------- reading weight files
 
 
-def _open_safetensors(path: Path) -> tuple[dict, dict]:
+def open_safetensors_file(path: Path) -> tuple[dict, dict]:
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -125,6 +125,11 @@ def read_bin_file(path: Union[str, Path]) -> dict[str, Tensor]:
     format allows.
     """
     path = Path(path)
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        raise ValueError(f"cannot read {path}: it is not a PyTorch checkpoint (a .bin checkpoint is a zip archive or a "
+                         f"pickle; this file starts with {head!r}); the file is corrupt or of another kind")
     try:
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -180,14 +185,18 @@ def open_weights(directory: Union[str, Path], dtype: Optional[torch.dtype] = Non
     else:
         present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
         raise ValueError(f"no weights in {directory}: expected one of {list(WEIGHT_FILES)}, found {present}")
-    opener = _open_safetensors if "safetensors" in file_name else _open_bin
+    opener = open_safetensors_file if "safetensors" in file_name else _open_bin
     if not file_name.endswith(".index.json"):
         loaders, shapes = opener(path)
     else:
         loaders, shapes = {}, {}
         weight_map = _read_index(path)
         for shard in sorted(set(weight_map.values())):
-            shard_loaders, shard_shapes = opener(directory / shard)
+            shard_path = (directory / str(shard)).resolve()
+            if directory.resolve() not in shard_path.parents:
+                raise ValueError(f"{path} names the shard {shard!r}, which lies outside {directory}: a shard index may "
+                                 "only name files inside the checkpoint directory")
+            shard_loaders, shard_shapes = opener(shard_path)
             loaders.update(shard_loaders)
             shapes.update(shard_shapes)
     return LazyStateDict(loaders, shapes, dtype, description=str(path))
@@ -303,12 +312,14 @@ class ResolvedSource:
     def hf_config(self):
         """The ``transformers`` config (built from ``config.json`` on first use)."""
         if self._hf_config is None:
+            from huggingface_hub.errors import StrictDataclassError
             from transformers import AutoConfig
 
             try:
                 self._hf_config = AutoConfig.from_pretrained(str(self.directory))
-            except (OSError, ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"cannot read the config of {self.description}: {error}") from error
+            except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as error:
+                detail = " ".join(str(error).split())
+                raise ValueError(f"cannot read the config of {self.description}: {detail}") from error
         return self._hf_config
 
     def open_state_dict(self, dtype: Optional[torch.dtype] = None) -> LazyStateDict:

@@ -8,6 +8,7 @@ dict into a model built on the ``meta`` device (no memory, no random init) with
 tensors: no copy, no initialisation that is thrown away.
 """
 
+import math
 import re
 from typing import Callable, Iterable, Mapping, Optional, Union
 
@@ -37,6 +38,9 @@ class CheckpointError(ValueError):
         self.unexpected = sorted(unexpected)
         self.mis_shaped = dict(sorted((mis_shaped or {}).items()))
         parts = []
+        if not (self.missing or self.unexpected or self.mis_shaped):
+            super().__init__(what)
+            return
         if self.missing:
             parts.append(f"missing {len(self.missing)} tensor(s): {_listing(self.missing)}")
         if self.unexpected:
@@ -89,6 +93,32 @@ def check_checkpoint(
         raise CheckpointError(what, missing, unexpected, mis_shaped)
 
 
+def require_config_fields(hf_config, what: str, positive_ints: Iterable[str] = (), positive_floats: Iterable[str] = ()) -> None:
+    """``ValueError`` naming the field unless each is a positive int (or a positive finite number), before any
+    arithmetic on them: a ``config.json`` is user input."""
+    for name in positive_ints:
+        value = getattr(hf_config, name, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{what} config field {name} must be a positive int, got {value!r}")
+    for name in positive_floats:
+        value = getattr(hf_config, name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{what} config field {name} must be a positive finite number, got {value!r}")
+
+
+def check_layer_count(shapes: Mapping[str, Shape], pattern: str, n_layers: int, what: str, field: str) -> None:
+    r"""Compare the number of layers a config claims with the layers a checkpoint holds, before any per-layer work.
+
+    ``pattern`` is a regular expression whose first group is the layer index of a tensor
+    name (``r"h\.(\d+)\."``). A mismatch raises ``CheckpointError`` at once: a config that
+    claims a million layers must not be enumerated first.
+    """
+    held = {int(match.group(1)) for name in shapes if (match := re.search(pattern, name))}
+    if len(held) != n_layers or (held and max(held) != n_layers - 1):
+        found = f"layers {min(held)}..{max(held)} ({len(held)} in all)" if held else "no layer"
+        raise CheckpointError(f"{what}: the config says {field}={n_layers}, the checkpoint holds {found}")
+
+
 def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
     """Run ``factory()`` with the ``meta`` device as default: parameters get shapes but no memory."""
     with torch.device("meta"):
@@ -113,8 +143,12 @@ def load_strict(
     check_checkpoint(state_dict_shapes(state_dict), expected, what="converted state dict")
     device = torch.device(device) if device is not None else torch.device("cpu")
     tensors = {}
+    wanted = model.state_dict()
     for name in expected:
         tensor = state_dict[name]
+        if wanted[name].is_floating_point() and not tensor.is_floating_point():
+            raise CheckpointError(f"converted state dict: {name} holds {tensor.dtype} values, a weight must be floating "
+                                  "point; the checkpoint is damaged or not a model's weights")
         tensors[name] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
     model.load_state_dict(tensors, strict=True, assign=True)
     still_meta = [name for name, t in model.state_dict().items() if t.is_meta]

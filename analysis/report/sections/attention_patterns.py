@@ -7,14 +7,33 @@ import torch
 from torch import Tensor
 
 from ... import attention, plots, plots_base
+from ...views import attention_view
 from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, sized
 from .detectors import DETECTOR_TITLES
+
+NAMED_HEAD_SCORE = 0.4  # a head a detector names (the interpretation's threshold)
+MAX_VIEW_HEADS = 8  # heads shown on the text
 
 
 @dataclass
 class AttentionData(SectionData):
     patterns: Tensor  # [layer, head_index, query_pos, key_pos] of the prompt
     entropy: Tensor  # [layer, head_index], nats
+    view_heads: list[tuple[int, int]]  # the (layer, head) shown on the text, in the view's order
+
+
+def named_heads(ctx: ReportContext) -> list[tuple[int, int]]:
+    """The heads the detectors name (score >= NAMED_HEAD_SCORE on repeated random tokens), best first per detector;
+    the best head of each detector when none reaches it. At most ``MAX_VIEW_HEADS``."""
+    chosen: list[tuple[int, int]] = []
+    for scores in ctx.sections["detectors"].data.random.values():
+        if scores is None:
+            continue
+        ranked = ranked_heads(scores)
+        for layer, head, score in [entry for entry in ranked if entry[2] >= NAMED_HEAD_SCORE] or ranked[:1]:
+            if (layer, head) not in chosen:
+                chosen.append((layer, head))
+    return chosen[:MAX_VIEW_HEADS]
 
 
 def attention_selector(patterns: Tensor, str_tokens: list[str], initial: tuple[int, int]) -> go.Figure:
@@ -48,7 +67,15 @@ def attention_section(ctx: ReportContext) -> ReportSection:
     detectors = ctx.sections["detectors"].data
     top_layer, top_head, _ = ranked_heads(detectors.random[detectors.lead])[0]
     entropy = attention.attention_entropy(ctx.cache)
-    section = ReportSection("attention", "Attention patterns of every head", data=AttentionData(patterns, entropy))
+    heads = named_heads(ctx)
+    section = ReportSection("attention", "Attention patterns of every head", data=AttentionData(patterns, entropy, heads))
+    view = attention_view(ctx.str_tokens[:n_shown], torch.stack([patterns[layer, head, :n_shown, :n_shown] for layer, head in heads]),
+                          [head_name(layer, head) for layer, head in heads])
+    section.html = view.to_html(include_script=False)
+    section.paragraphs.append(
+        "On the text: the heads the detectors name. Move over a token (or tab to the text and use the arrow keys) to "
+        "colour every other token by how much the chosen head attends from it; switch to 'to' for the attention it "
+        "receives, or to all heads at once.")
     section.paragraphs.append(
         "Pick a head from the menu (top right). Rows are query positions, columns key positions; each row sums to 1. "
         f"The view opens on {head_name(top_layer, top_head)}, the head with the highest {DETECTOR_TITLES[detectors.lead]} score."

@@ -8,6 +8,9 @@ from torch import Tensor
 
 from ... import neurons, plots
 from ...neurons import NeuronLogitEffect
+from ...views import activation_view
+
+MAX_VIEW_NEURONS = 8  # the most active neurons shown on the text
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 
@@ -28,6 +31,10 @@ def neurons_section(ctx: ReportContext) -> ReportSection:
         return section
     summary = neurons.neuron_summary(ctx.cache, "max")
     layer, neuron = divmod(int(summary.flatten().argmax()), model.cfg.d_mlp)
+    top = summary.flatten().topk(min(MAX_VIEW_NEURONS, summary.numel())).indices.tolist()
+    top = [divmod(index, model.cfg.d_mlp) for index in top]
+    values = torch.stack([neurons.neuron_activations(ctx.cache, l, n)[0] for l, n in top], dim=-1)  # [pos, neuron]
+    section.html = activation_view(ctx.str_tokens, values, [f"L{l}N{n}" for l, n in top]).to_html(include_script=False)
     activations = neurons.neuron_activations(ctx.cache, layer, neuron)[0]
     summary_fig = plots.plot_neuron_summary(summary, title="max activation of every neuron on the prompt")
     summary_fig.update_yaxes(dtick=1)
@@ -36,6 +43,8 @@ def neurons_section(ctx: ReportContext) -> ReportSection:
         sized(plots.plot_token_activations(activations, ctx.str_tokens, title=f"L{layer} neuron {neuron} over the prompt"), 200,
               min(1100, 200 + 50 * ctx.n_pos)),
     ]
+    section.paragraphs.append(f"On the text: the {len(top)} most active neurons on the prompt; pick one from the menu, "
+                              "hover over a token for its value.")
     section.data = NeuronsData(skipped=False, summary=summary, top_neuron=(layer, neuron), activations=activations)
     largest = f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g})."
     if not model.capabilities.linear_logits:

@@ -9,6 +9,7 @@ Commands::
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
+    interp-transformer train-translation [--steps N] [--seed S] [--out-dir DIR]   retrain translate-tiny
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
@@ -48,6 +49,7 @@ examples:
   interp-transformer verify ./my-gpt2-dir --float64
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
+  interp-transformer report --model translate-tiny --prompt "three hundred forty two"
 
 SOURCE is "induction-2l" (shipped with the package), a local Hugging Face model
 directory (written by save_pretrained), or a Hugging Face Hub name such as "gpt2"
@@ -207,6 +209,34 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train_translation(args: argparse.Namespace) -> int:
+    from interp_transformer.shipped import load_shipped_metadata, save_shipped
+    from interp_transformer.translation import train_translation_model
+
+    from .translation_card import translation_model_card
+
+    settings = {}
+    try:  # the shipped model's recorded settings, so that the result reproduces it
+        recorded = load_shipped_metadata("translate-tiny").get("training") or {}
+        accepted = inspect.signature(train_translation_model).parameters
+        settings = {name: value for name, value in recorded.items() if name in accepted and name != "progress"}
+    except FileNotFoundError:
+        pass
+    overrides = {"steps": args.steps, "seed": args.seed, "lr": args.lr, "batch": args.batch}
+    settings.update({name: value for name, value in overrides.items() if value is not None})
+    if "lr" in settings and not (math.isfinite(settings["lr"]) and settings["lr"] > 0):
+        raise UserError(f"--lr must be a finite positive number, got {settings['lr']}")
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"
+    print(f"training translate-tiny with {settings or 'the default settings'}", file=sys.stderr)
+    training = train_translation_model(**settings, progress=True)
+    card = translation_model_card(training)
+    weights, meta = save_shipped(training.model, "translate-tiny", card, directory=out_dir)
+    print(f"held-out exact match {card['held_out']['exact_match']:.3f}; best alignment score per decoder layer "
+          f"{[head['score'] for head in card['alignment']['best_head_per_layer']]}")
+    print(f"saved {weights} and {meta}")
+    return EXIT_OK
+
+
 # ---- parser -------------------------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -247,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="write the HTML report for any model and prompt", epilog=EPILOG, formatter_class=raw,
         description="Analyse a model on one prompt and write a self-contained HTML report.")
     report.add_argument("--model", required=True, metavar="SOURCE",
-                        help="induction-2l, a Hugging Face model directory (GPT-2 or BERT), or a hub name")
+                        help="induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name")
     report.add_argument("--prompt", required=True, metavar="TEXT",
                         help="the text to analyse; for a model without a tokenizer (induction-2l), "
                              "token ids separated by spaces")
@@ -282,6 +312,20 @@ def build_parser() -> argparse.ArgumentParser:
                             "the model shipped inside the package is never overwritten; load a retrained one with "
                             "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
+
+    translation = commands.add_parser(
+        "train-translation", help="retrain the shipped translation model (translate-tiny)",
+        description="Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a seed; "
+                    "a few minutes on a CPU) and save it as translate-tiny with its model card. Options left out take "
+                    "the shipped model's recorded settings.")
+    translation.add_argument("--steps", type=_positive_int, help="training steps")
+    translation.add_argument("--seed", type=int, help="seed of the weights and the data")
+    translation.add_argument("--lr", type=float, help="peak learning rate")
+    translation.add_argument("--batch", type=_positive_int, help="numbers per step")
+    translation.add_argument("--out-dir", type=Path, metavar="DIR",
+                             help="where to save translate-tiny.safetensors and .json (default: ./translate-tiny-retrained; "
+                                  "the shipped copy is never overwritten; load yours with --weights-dir DIR)")
+    translation.set_defaults(run=cmd_train_translation)
 
     from interp_transformer.harvest.cli import add_harvest_parser
 

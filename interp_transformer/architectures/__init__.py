@@ -11,14 +11,15 @@ module     config                    model
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
 ``encoder_decoder``): ``bart`` (``BartConfig``: post-LayerNorm, learned positions at an
 offset of 2), ``marian`` (``MarianConfig``: post-LayerNorm, sinusoidal positions),
-``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer).
+``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer), ``t5`` (``T5Config``: pre-RMSNorm,
+relative position biases, v1.0 and v1.1).
 
 Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here; its
 Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architecture.md``
 is the recipe for adding one.
 """
 
-from . import bart, bert, gpt2, llama, marian, seq2seq
+from . import bart, bert, gpt2, llama, marian, seq2seq, t5
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
@@ -27,6 +28,7 @@ register(llama.ARCHITECTURE)
 register(bart.ARCHITECTURE)
 register(marian.ARCHITECTURE)
 register(seq2seq.ARCHITECTURE)
+register(t5.ARCHITECTURE)
 
 __all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "llama", "marian", "register", "registered",
-           "seq2seq", "unregister"]
+           "seq2seq", "t5", "unregister"]

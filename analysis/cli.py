@@ -180,24 +180,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_MISMATCH
 
 
-def cmd_train_induction(args: argparse.Namespace) -> int:
-    from interp_transformer.induction import train_induction_model
-    from interp_transformer.shipped import load_shipped_metadata, save_shipped
+def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
+    """The shipped model's recorded training settings (so a retrain reproduces it), overridden by the options given."""
+    from interp_transformer.shipped import load_shipped_metadata
 
     settings = {}
-    try:  # retrain with the shipped model's recorded settings, so the result reproduces it
-        recorded = load_shipped_metadata("induction-2l").get("training") or {}
-        accepted = inspect.signature(train_induction_model).parameters
-        settings = {name: value for name, value in recorded.items() if name in accepted and name != "progress"}
+    try:
+        recorded = load_shipped_metadata(name).get("training") or {}
+        accepted = inspect.signature(train).parameters
+        settings = {key: value for key, value in recorded.items() if key in accepted and key != "progress"}
     except FileNotFoundError:
         pass
     overrides = {"steps": args.steps, "seed": args.seed, "lr": args.lr, "batch": args.batch}
-    settings.update({name: value for name, value in overrides.items() if value is not None})
-    for name in ("steps", "batch"):
-        if name in settings and settings[name] < 1:
-            raise UserError(f"--{name} must be a positive int, got {settings[name]}")
+    settings.update({key: value for key, value in overrides.items() if value is not None})
+    for key in ("steps", "batch"):
+        if key in settings and settings[key] < 1:
+            raise UserError(f"--{key} must be a positive int, got {settings[key]}")
     if "lr" in settings and not (math.isfinite(settings["lr"]) and settings["lr"] > 0):
         raise UserError(f"--lr must be a finite positive number, got {settings['lr']}")
+    return settings
+
+
+def cmd_train_induction(args: argparse.Namespace) -> int:
+    from interp_transformer.induction import train_induction_model
+    from interp_transformer.shipped import save_shipped
+
+    settings = _training_settings("induction-2l", train_induction_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"
     print(f"training induction-2l with {settings or 'the default settings'}", file=sys.stderr)
     training = train_induction_model(**settings, progress=True)
@@ -210,22 +218,12 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
 
 
 def cmd_train_translation(args: argparse.Namespace) -> int:
-    from interp_transformer.shipped import load_shipped_metadata, save_shipped
+    from interp_transformer.shipped import save_shipped
     from interp_transformer.translation import train_translation_model
 
     from .translation_card import translation_model_card
 
-    settings = {}
-    try:  # the shipped model's recorded settings, so that the result reproduces it
-        recorded = load_shipped_metadata("translate-tiny").get("training") or {}
-        accepted = inspect.signature(train_translation_model).parameters
-        settings = {name: value for name, value in recorded.items() if name in accepted and name != "progress"}
-    except FileNotFoundError:
-        pass
-    overrides = {"steps": args.steps, "seed": args.seed, "lr": args.lr, "batch": args.batch}
-    settings.update({name: value for name, value in overrides.items() if value is not None})
-    if "lr" in settings and not (math.isfinite(settings["lr"]) and settings["lr"] > 0):
-        raise UserError(f"--lr must be a finite positive number, got {settings['lr']}")
+    settings = _training_settings("translate-tiny", train_translation_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"
     print(f"training translate-tiny with {settings or 'the default settings'}", file=sys.stderr)
     training = train_translation_model(**settings, progress=True)

@@ -34,6 +34,7 @@ from .encoder_decoder_common import (
     fresh,
     mlp_in,
     mlp_out,
+    special_token_ids,
     strip_prefix,
 )
 from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
@@ -65,12 +66,7 @@ def common_config_fields(hf_config) -> dict:
     d_model, n_heads = hf_config.d_model, hf_config.encoder_attention_heads
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by encoder_attention_heads={n_heads}")
-    special = {name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")}
-    if isinstance(special["eos_token_id"], (list, tuple)) and len(special["eos_token_id"]) == 1:
-        special["eos_token_id"] = special["eos_token_id"][0]
-    missing = [name for name, value in special.items() if not isinstance(value, int)]
-    if missing:
-        raise ValueError(f"the config must give {missing} as one token id each, got {[special[name] for name in missing]}")
+    special = special_token_ids(hf_config)
     return dict(
         d_model=d_model, n_layers=hf_config.encoder_layers, n_decoder_layers=hf_config.decoder_layers, n_heads=n_heads,
         d_head=d_model // n_heads, d_mlp=hf_config.encoder_ffn_dim, d_vocab=hf_config.vocab_size,

@@ -33,6 +33,17 @@ def strip_prefix(name: str, prefixes: tuple[str, ...]) -> str:
     return name
 
 
+def special_token_ids(hf_config) -> dict[str, int]:
+    """``pad_token_id``, ``eos_token_id`` and ``decoder_start_token_id`` of a Hugging Face config, one id each."""
+    special = {name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")}
+    if isinstance(special["eos_token_id"], (list, tuple)) and len(special["eos_token_id"]) == 1:
+        special["eos_token_id"] = special["eos_token_id"][0]
+    missing = [name for name, value in special.items() if isinstance(value, bool) or not isinstance(value, int)]
+    if missing:
+        raise ValueError(f"the config must give {missing} as one token id each, got {[special[name] for name in missing]}")
+    return special
+
+
 def attention_weights(read: Callable[[str], Tensor], hf: str, ours: str, n_heads: int, names: Mapping[str, str],
                       bias: bool) -> dict[str, Tensor]:
     """Our ``W_Q ... b_O`` from the projections ``hf + names[letter]`` (``names``: ``{"Q": "q_proj", ..., "O": "out_proj"}``)."""
@@ -123,10 +134,5 @@ class ActivationRecorder:
         return self.acts, result
 
 
-def norm_scale_of_input(recorder: ActivationRecorder, module: nn.Module, name: str, scale: Callable[[Tensor], Tensor]) -> None:
-    """Record ``scale(input)`` of a norm as ``name`` (Hugging Face never forms the scale; it is computed from its input)."""
-    recorder.input(module, name, scale)
-
-
 __all__ = ["ActivationRecorder", "SPLIT_HEADS", "attention_shapes", "attention_weights", "fresh", "mlp_in", "mlp_out",
-           "norm_scale_of_input", "strip_prefix", "zero_attention_biases"]
+           "special_token_ids", "strip_prefix", "zero_attention_biases"]

@@ -38,6 +38,7 @@ from .encoder_decoder_common import (
     fresh,
     mlp_in,
     mlp_out,
+    special_token_ids,
     zero_attention_biases,
 )
 from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
@@ -65,12 +66,7 @@ def config_from_hf(hf_config) -> T5Config:
     if hf_config.num_heads * hf_config.d_kv != hf_config.d_model:
         raise ValueError(f"num_heads * d_kv = {hf_config.num_heads} * {hf_config.d_kv} must equal d_model={hf_config.d_model} "
                          "(T5-3B and T5-11B widen their attention; not supported)")
-    special = {name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")}
-    if isinstance(special["eos_token_id"], (list, tuple)) and len(special["eos_token_id"]) == 1:
-        special["eos_token_id"] = special["eos_token_id"][0]
-    missing = [name for name, value in special.items() if not isinstance(value, int)]
-    if missing:
-        raise ValueError(f"the config must give {missing} as one token id each")
+    special = special_token_ids(hf_config)
     return T5Config(
         d_model=hf_config.d_model, n_layers=hf_config.num_layers, n_decoder_layers=hf_config.num_decoder_layers,
         n_heads=hf_config.num_heads, d_head=hf_config.d_kv, d_mlp=hf_config.d_ff, d_vocab=hf_config.vocab_size,

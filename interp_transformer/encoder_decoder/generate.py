@@ -176,7 +176,7 @@ def generate(
     tokens,
     attention_mask: Optional[Tensor] = None,
     *,
-    max_new_tokens: int = 20,
+    max_new_tokens: Optional[int] = None,
     num_beams: int = 1,
     eos_token_id: Union[None, int, Sequence[int]] = None,
     decoder_start_token_id: Optional[int] = None,
@@ -191,8 +191,11 @@ def generate(
 
     Ids in, ids out ``[batch, 1 + generated]`` (starting with the decoder start token); text in,
     text out (special tokens left out). Special tokens default to the model's config
-    (``eos_token_id``, ``decoder_start_token_id``, ``pad_token_id``). See the module docstring.
+    (``eos_token_id``, ``decoder_start_token_id``, ``pad_token_id``); ``max_new_tokens`` to 20 (Hugging Face's
+    default length) or what ``n_ctx`` leaves room for. See the module docstring.
     """
+    if max_new_tokens is None:
+        max_new_tokens = min(20, model.cfg.n_ctx - 1)
     _check_arguments(model, max_new_tokens, num_beams, length_penalty, early_stopping)
     cfg = model.cfg
     eos = torch.tensor(_token_ids(cfg.eos_token_id if eos_token_id is None else eos_token_id, "eos_token_id", cfg.d_vocab))

@@ -21,7 +21,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..architectures.encoder_decoder import EncoderDecoderParts
-from ..base import HookedTransformerBase
+from ..base import HookedTransformerBase, WeightView
 from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
 from ..shape_checks import shape_checked
@@ -32,18 +32,21 @@ from .stack import DecoderStack, EncoderStack
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, SourceTokens]
 
 
-class PerStack:
+class PerStack(WeightView):
     """A model-level weight an encoder-decoder keeps per stack: reading it says where to look instead."""
 
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
+    def __init__(self):
+        super().__init__("", "", "")
 
     def __get__(self, model, owner=None):
         if model is None:
             return self
-        cross = f", model.decoder.{self.name}_cross (cross-attention)" if self.name[:2] in ("W_", "b_") and self.name[2] in "QKVO" else ""
-        raise AttributeError(f"{self.name}: an encoder-decoder keeps it per stack: model.encoder.{self.name}, "
-                             f"model.decoder.{self.name}{cross}")
+        raise AttributeError(self.missing(model))
+
+    def missing(self, model) -> str:
+        per_head = self.name[:2] in ("W_", "b_") and self.name[2] in "QKVO"
+        cross = f", model.decoder.{self.name}_cross (cross-attention)" if per_head else ""
+        return f"{self.name}: an encoder-decoder keeps it per stack: model.encoder.{self.name}, model.decoder.{self.name}{cross}"
 
 
 class EncoderDecoderTransformer(HookedTransformerBase):

@@ -19,6 +19,7 @@ from .architectures.gpt2 import PRESETS, TransformerConfig, preset
 from .cache import ActivationCache
 from .capabilities import Capabilities
 from .encoder import EncoderConfig, EncoderTransformer
+from .encoder_decoder import EncoderDecoderTransformer
 from .hook_names import get_act_name
 from .hooks import HookedRootModule, HookPoint
 from .kv_cache import KeyValueCache
@@ -32,6 +33,7 @@ __all__ = [
     "Capabilities",
     "DemoTransformer",
     "EncoderConfig",
+    "EncoderDecoderTransformer",
     "EncoderTransformer",
     "HookPoint",
     "HookedRootModule",

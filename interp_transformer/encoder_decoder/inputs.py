@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from ..token_checks import check_attention_mask, check_token_ids
+from ..token_checks import as_id_tensor, check_attention_mask, check_token_ids
 
 
 class SourceTokens(NamedTuple):
@@ -22,9 +22,12 @@ class SourceTokens(NamedTuple):
     attention_mask: Int[Tensor, "batch pos"]
 
 
-def check_source(tokens, attention_mask, cfg) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
-    """``(tokens [batch, pos] int64, key_is_real [batch, pos] or None)``; see the module docstring."""
-    tokens = check_token_ids(tokens, cfg.d_vocab, cfg.n_ctx)
+def check_source(tokens, attention_mask, cfg, allow_meta: bool = False) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
+    """``(tokens [batch, pos] int64, key_is_real [batch, pos] or None)``; see the module docstring.
+
+    ``allow_meta``: tokens on the ``meta`` device (``hook_shapes``) are checked for shape only.
+    """
+    tokens = check_token_ids(as_id_tensor(tokens), cfg.d_vocab, cfg.n_ctx, allow_meta=allow_meta)
     if attention_mask is None:
         if not tokens.is_meta:
             padded = (tokens == cfg.pad_token_id).nonzero().tolist()
@@ -41,12 +44,12 @@ def check_source(tokens, attention_mask, cfg) -> tuple[Int[Tensor, "batch pos"],
     return tokens, mask.bool()
 
 
-def check_decoder_input(decoder_input, batch: int, cfg, offset: int = 0) -> Int[Tensor, "batch pos"]:
+def check_decoder_input(decoder_input, batch: int, cfg, offset: int = 0, allow_meta: bool = False) -> Int[Tensor, "batch pos"]:
     """The decoder's input ids ``[batch, pos]``, ``offset + pos <= n_ctx`` (``offset``: target positions already cached)."""
     if decoder_input is None:
         return torch.full((batch, 1), cfg.decoder_start_token_id, dtype=torch.long)
     try:
-        decoder_input = check_token_ids(decoder_input, cfg.d_vocab, cfg.n_ctx, offset)
+        decoder_input = check_token_ids(as_id_tensor(decoder_input), cfg.d_vocab, cfg.n_ctx, offset, allow_meta=allow_meta)
     except ValueError as error:
         raise ValueError(f"decoder_input (the target): {error}") from None
     if decoder_input.shape[0] != batch:

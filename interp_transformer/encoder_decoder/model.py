@@ -110,7 +110,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
             raise TypeError(f"source must be the CrossAttentionSource that encode() returns, got {type(source).__name__}")
         batch = source.encoder_out.shape[0] if source.encoder_out is not None else len(source.key_is_real)
         offset = kv_cache.n_positions if kv_cache is not None else 0
-        decoder_input = check_decoder_input(decoder_input, batch, self.cfg, offset).to(self.W_E.device)
+        decoder_input = check_decoder_input(decoder_input, batch, self.cfg, offset, allow_meta=self.W_E.is_meta)
+        decoder_input = decoder_input.to(self.W_E.device)
         return self._decode(decoder_input, source, kv_cache, offset)
 
     @shape_checked
@@ -132,11 +133,11 @@ class EncoderDecoderTransformer(HookedTransformerBase):
             if attention_mask is not None:
                 raise ValueError("tokens is a SourceTokens (it carries its own mask): pass no other attention_mask")
             tokens, attention_mask = tokens
-        elif isinstance(tokens, (str, list)):
+        elif isinstance(tokens, str) or (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
             if attention_mask is not None:
                 raise ValueError("text is tokenized with its own attention mask: pass token ids to give a mask")
             tokens, attention_mask = self.to_tokens_and_mask(tokens)
-        tokens, key_is_real = check_source(tokens, attention_mask, self.cfg)
+        tokens, key_is_real = check_source(tokens, attention_mask, self.cfg, allow_meta=self.W_E.is_meta)
         device = self.W_E.device
         return tokens.to(device), None if key_is_real is None else key_is_real.to(device)
 

@@ -157,3 +157,15 @@ def test_the_pre_ln_transformer_matches_pytorchs_nn_transformer():
         torch.backends.mha.set_fastpath_enabled(fast_path)
     assert report.within_tolerance, report.first_divergence
     assert len(report.rows) == len(torch_hook_map(SEQ2SEQ)) + 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_directory_loads_the_same_model(family, tmp_path):
+    from interp_transformer.loading import from_pretrained
+
+    ours, hf = converted(family, torch.float64)
+    hf.save_pretrained(tmp_path)  # safetensors; tied tensors (and Marian's sinusoids) are not written
+    loaded = from_pretrained(tmp_path, dtype=torch.float64)
+    assert loaded.cfg.replace(name="") == ours.cfg.replace(name="")
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name

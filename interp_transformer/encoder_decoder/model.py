@@ -197,7 +197,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         texts = tokenizer.batch_decode((tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True)
         return texts[0] if tokens.ndim == 1 else texts
 
-    # --- weights: per stack ----------------------------------------------------------------------
+    # --- weights and blocks: per stack ------------------------------------------------------------
+    blocks = PerStack()  # tools written for one stack of blocks read it: they learn where the two are
     W_pos = PerStack()
     W_Q, W_K, W_V, W_O = PerStack(), PerStack(), PerStack(), PerStack()
     b_Q, b_K, b_V, b_O = PerStack(), PerStack(), PerStack(), PerStack()

@@ -31,7 +31,9 @@ one (``W_OV = W_V W_O``, ``W_QK = W_Q W_K^T``, all ``d_model x d_model``)::
 """
 
 import numbers
-from typing import Optional, Union
+
+import einops
+from typing import Optional, Sequence, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -74,7 +76,10 @@ def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head:
 def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
     """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
-    Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens.
+    Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens. In a model
+    with rotary positions (the Llama family) the real score rotates ``q`` and ``k`` by their
+    positions first, so this circuit is the score of a query and key at the *same*
+    position only: it leaves out how the score changes with their distance.
     """
     _checks.check_model(model)
     qk = FactoredMatrix(_select(model, model.W_Q, layer, head), _select(model, model.W_K, layer, head).mT)
@@ -211,25 +216,52 @@ def composition_score(
 
 
 @torch.no_grad()
-def composition_scores(model: _checks.AnyModel, kind: str) -> Float[Tensor, "layer head_index layer head_index"]:
+def composition_scores(
+    model: _checks.AnyModel, kind: str, readers: Optional[Sequence[tuple[int, int]]] = None
+) -> Float[Tensor, "layer head_index layer head_index"]:
     """Q-, K- or V-composition (``kind`` = ``"q"``, ``"k"``, ``"v"``) of every pair of heads.
 
     ``scores[l1, h1, l2, h2]`` is the composition of writer head ``(l1, h1)`` into reader
     head ``(l2, h2)``; it is 0 unless ``l1 < l2`` (a head reads only earlier layers).
-    Computed one pair of layers at a time, so memory is ``n_heads^2`` small factors.
+    ``readers`` (a list of ``(layer, head)``) computes only those readers' columns, every
+    earlier writer included; the others are NaN (not computed). Every pair costs
+    ``2 d_head^2 d_model`` multiply-adds, so a large model's full table takes minutes.
+
+    Computed from ``d_head``-sized Gram matrices, never a ``d_model x d_model`` product:
+    with the writer's ``W_OV = V O`` and the reader's matrix ``W_B = P R^T`` (``P = W_Q``,
+    ``R = W_K`` for Q-composition; swapped for K; ``P = W_V``, ``R = W_O^T`` for V),
+    ``||W_OV W_B||_F^2 = tr(G M H M^T)`` with ``G = V^T V``, ``M = O P`` and ``H = R^T R``,
+    each ``[d_head, d_head]``. One writer layer against every later head at a time.
     """
     _checks.check_model(model)
     if kind not in COMPOSITION_KINDS:
         raise ValueError(f"kind must be one of {COMPOSITION_KINDS}, got {kind!r}")
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    OV, QK = model.OV, model.QK
-    reader = {"q": QK, "k": QK.T, "v": OV}[kind]
-    writer_norms, reader_norms = OV.norm(), reader.norm()  # [layer, head_index]
+    V, O = model.W_V, model.W_O.transpose(-2, -1)  # writer: W_OV = V O^T', both [layer, head_index, d_model, d_head]
+    P, R = {"q": (model.W_Q, model.W_K), "k": (model.W_K, model.W_Q), "v": (model.W_V, model.W_O.transpose(-2, -1))}[kind]
+    gram = lambda A: A.transpose(-2, -1) @ A  # noqa: E731  [..., d_head, d_head]
+    G, H = gram(V), gram(R)
+    writer_norms = _frobenius(G, gram(O))  # ||V O^T'||_F = sqrt(tr(V^T V O^T' O'))
+    reader_norms = _frobenius(gram(P), H)
     scores = torch.zeros(n_layers, n_heads, n_layers, n_heads, dtype=model.W_E.dtype, device=model.W_E.device)
-    for l1 in range(n_layers):
-        writers = OV[l1].unsqueeze(1)  # [head_index (writer), 1, d_model, d_model]
-        for l2 in range(l1 + 1, n_layers):
-            readers = reader[l2].unsqueeze(0)  # [1, head_index (reader), d_model, d_model]
-            product_norms = (writers @ readers).norm()  # [writer, reader]
-            scores[l1, :, l2, :] = product_norms / (writer_norms[l1][:, None] * reader_norms[l2][None, :])
+    if readers is not None:
+        scores.fill_(float("nan"))
+        for l2, h2 in [(_checks.layer_index(model, l), _checks.head_index(model, h)) for l, h in readers]:
+            M = einops.einsum(O[:l2], P[l2, h2], "layer writer d_model i, d_model j -> layer writer i j")
+            product = ((G[:l2] @ M) * (M @ H[l2, h2])).sum(dim=(-2, -1)).clamp(min=0).sqrt()  # [layer, writer]
+            scores[:l2, :, l2, h2] = product / (writer_norms[:l2] * reader_norms[l2, h2])
+            scores[l2:, :, l2, h2] = 0.0
+        return scores
+    for l1 in range(n_layers - 1):
+        M = einops.einsum(O[l1], P[l1 + 1:], "writer d_model i, layer reader d_model j -> layer writer reader i j")
+        GM = einops.einsum(G[l1], M, "writer i k, layer writer reader k j -> layer writer reader i j")
+        MH = einops.einsum(M, H[l1 + 1:], "layer writer reader i k, layer reader j k -> layer writer reader i j")
+        product_norms = (GM * MH).sum(dim=(-2, -1)).clamp(min=0).sqrt()  # [layer, writer, reader]
+        denominators = writer_norms[l1][None, :, None] * reader_norms[l1 + 1:][:, None, :]
+        scores[l1, :, l1 + 1:, :] = einops.rearrange(product_norms / denominators, "layer writer reader -> writer layer reader")
     return scores
+
+
+def _frobenius(gram_left: Tensor, gram_right: Tensor) -> Tensor:
+    """``||A B^T||_F`` from ``A^T A`` and ``B^T B`` (both ``[..., d_head, d_head]``): ``sqrt(tr(A^T A B^T B))``."""
+    return (gram_left * gram_right.transpose(-2, -1)).sum(dim=(-2, -1)).clamp(min=0).sqrt()

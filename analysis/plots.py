@@ -15,6 +15,7 @@ neurons                        ``plot_token_activations``, ``plot_neuron_summary
                                ``plot_token_values``
 logit lens and attribution     ``plot_logit_lens``, ``plot_layer_attribution``
 patching                       ``plot_residual_patching``, ``plot_head_patching``
+SAE features                   ``plot_feature_histogram``
 =============================  ==========================================================
 """
 
@@ -34,12 +35,14 @@ from .plots_attention import (
     plot_composition_scores,
     plot_head_scores,
 )
+from .plots_features import plot_feature_histogram
 
 __all__ = [
     "plot_attention_heads",
     "plot_attention_pattern",
     "plot_circuit",
     "plot_composition_scores",
+    "plot_feature_histogram",
     "plot_head_patching",
     "plot_head_scores",
     "plot_layer_attribution",

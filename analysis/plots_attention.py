@@ -99,12 +99,16 @@ def plot_circuit(
 
 
 def plot_composition_scores(
-    scores: Float[Tensor, "layer head_index layer head_index"], kind: str = "", title: Optional[str] = None
+    scores: Float[Tensor, "layer head_index layer head_index"],
+    kind: str = "",
+    title: Optional[str] = None,
+    readers: Optional[Sequence[tuple[int, int]]] = None,
 ) -> go.Figure:
     """Composition scores ``[layer, head_index, layer, head_index]`` as a writer x reader heatmap.
 
-    Rows are writer heads ``L{layer}H{head_index}``, columns reader heads; pairs that cannot
-    compose (the reader is not in a later layer) are left blank.
+    Rows are writer heads ``L{layer}H{head_index}``, columns reader heads (only ``readers``,
+    a list of ``(layer, head)``, when given); pairs that cannot compose (the reader is not
+    in a later layer) are left blank.
     """
     array = base.check_ndim(scores, 4, "layer, head_index, layer, head_index", "plot_composition_scores")
     n_layers, n_heads = array.shape[:2]
@@ -113,9 +117,11 @@ def plot_composition_scores(
     later = np.arange(n_layers)[:, None, None, None] < np.arange(n_layers)[None, None, :, None]
     flat = np.where(np.broadcast_to(later, array.shape), array, np.nan).reshape(n_layers * n_heads, n_layers * n_heads)
     head_labels = [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    columns = list(range(n_layers * n_heads)) if readers is None else [layer * n_heads + head for layer, head in readers]
     name = f"{kind.upper()}-composition" if kind else "composition"
     return base.heatmap(
-        flat, x_title="reader head (layer, head_index)", y_title="writer head (layer, head_index)",
-        x_labels=head_labels, y_labels=head_labels, signed=False, zmin=0.0, title=title or f"{name} scores",
+        flat[:, columns], x_title="reader head (layer, head_index)", y_title="writer head (layer, head_index)",
+        x_labels=[head_labels[c] for c in columns], y_labels=head_labels, signed=False, zmin=0.0,
+        title=title or f"{name} scores",
         colorbar_title=name, what="plot_composition_scores",
     )

@@ -16,6 +16,7 @@ Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
 """
 
 from .architectures.gpt2 import PRESETS, TransformerConfig, preset
+from .architectures.llama import LlamaConfig
 from .cache import ActivationCache
 from .capabilities import Capabilities
 from .encoder import EncoderConfig, EncoderTransformer
@@ -38,6 +39,7 @@ __all__ = [
     "HookPoint",
     "HookedRootModule",
     "KeyValueCache",
+    "LlamaConfig",
     "PRESETS",
     "TransformerConfig",
     "from_pretrained",

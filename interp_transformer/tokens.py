@@ -124,9 +124,13 @@ def _is_int(value: object) -> bool:
 
 def _as_id_rows(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike, name: str) -> tuple[list[list[int]], int]:
     """Token ids as a list of rows, plus the input's number of dims (1 or 2); ids range-checked."""
+    if _is_int(tokens):
+        tokens = torch.tensor([int(tokens)])
     if isinstance(tokens, Tensor):
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise TypeError(f"{name} must hold integer token ids, received a tensor of dtype {tokens.dtype}")
+        if tokens.ndim == 0:  # one token id
+            tokens = tokens.reshape(1)
         if tokens.ndim not in (1, 2):
             raise ValueError(
                 f"{name} must have shape [pos] or [batch, pos], received shape {list(tokens.shape)}"

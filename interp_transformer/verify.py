@@ -58,9 +58,10 @@ DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
     torch.bfloat16: (1e-2, 1e-2),
     torch.float16: (1e-2, 1e-2),
 }
-# Hooks (last name component) whose values a processing step changes on purpose.
+# Hooks whose values a processing step changes on purpose: the hook's last name component, or its last two
+# (fold_ln resets the residual-stream norms ln1, ln2 and ln_final, not an attention's q/k norms).
 CHANGED_BY_PROCESSING = {
-    "fold_ln": {"hook_normalized"},
+    "fold_ln": {"ln1.hook_normalized", "ln2.hook_normalized", "ln_final.hook_normalized"},
     "center_writing_weights": {
         "hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
     },
@@ -85,7 +86,7 @@ def _skipped_hooks(names: list[str], processing: list[str]) -> set[str]:
     if unknown:  # a step we know nothing about may change anything: keep only the output
         return {name for name in names if name != "logits"}
     changed = set().union(*(CHANGED_BY_PROCESSING[step] for step in processing)) if processing else set()
-    return {name for name in names if name.rsplit(".", 1)[-1] in changed}
+    return {name for name in names if name.rsplit(".", 1)[-1] in changed or ".".join(name.rsplit(".", 2)[-2:]) in changed}
 
 
 def _real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
@@ -314,6 +315,8 @@ def verify_pretrained(
     model, resolved = load_with_source(source, dtype=dtype, **load_kwargs)
     if resolved.hf_model is not None:
         hf_model = resolved.hf_model
+    elif resolved.reference is not None:
+        hf_model = resolved.reference(dtype)
     else:
         module = architecture_module(resolved.model_type)
         if hasattr(module, "load_hf_model"):

@@ -130,3 +130,16 @@ def test_bad_input(model64):
         circuits.copying_scores("gpt2")
     with pytest.raises(TypeError, match="FactoredMatrix"):
         circuits.circuit_on_tokens(torch.eye(3))
+
+
+def test_composition_into_chosen_readers_equals_the_full_table():
+    from interp_transformer import DemoTransformer, TransformerConfig
+
+    model = DemoTransformer(TransformerConfig(d_model=32, n_layers=3, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16),
+                            seed=0, dtype=torch.float64)
+    readers = [(2, 1), (1, 3)]
+    for kind in circuits.COMPOSITION_KINDS:
+        full, part = circuits.composition_scores(model, kind), circuits.composition_scores(model, kind, readers)
+        for layer, head in readers:
+            torch.testing.assert_close(part[:, :, layer, head], full[:, :, layer, head], rtol=0, atol=1e-12)
+        assert torch.isnan(part[:, :, 0, 0]).all() and torch.isnan(part[:, :, 2, 0]).all()  # not computed: NaN, never 0

@@ -71,7 +71,7 @@ def test_every_command_has_help(command, capsys):
 
 def test_demo_writes_the_report_and_names_the_heads(shipped_model, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default output goes to the working directory
-    code, out, _ = _run(capsys, "demo")
+    code, out, _ = _run(capsys, "demo", "--model", "induction-2l")
     assert code == EXIT_OK
     path = tmp_path / DEFAULT_REPORT
     assert path.is_file() and str(path.resolve()) in out

@@ -303,3 +303,22 @@ def test_narrow_screen_wraps_without_a_page_wide_scrollbar(browser, tmp_path):
                                "return [s.scrollWidth, s.clientWidth]; }")
         assert scroll[0] > scroll[1] and scroll[1] <= 360
         assert_clean(opened)
+
+
+def test_the_reports_views_mount_once_scripted_and_show_the_models_pattern(browser, tmp_path, small_model):
+    """In the report the views share one copy of the script (in the page head) and show the prompt's own patterns."""
+    from analysis.report import build_report
+
+    prompt = torch.tensor([0, 5, 9, 13, 7, 5, 9, 13, 7, 5])
+    report = build_report(small_model, prompt, title="views in the report")
+    path = report.save(tmp_path / "report.html")
+    assert path.read_text(encoding="utf-8").count("definitions: (previous ? previous.definitions : 0) + 1") == 1
+    layer, head = report["attention"].data.view_heads[0]
+    expected = report["attention"].data.patterns[layer, head].double().numpy()
+    with browser.open_page(path) as opened:
+        page = opened.page
+        roots = mounted_ids(page, 2)  # the attention view and the neuron view
+        text = f"#{roots[0]} > .itv-tokens .itv-token"
+        page.hover(f"{text}[data-pos='6']")
+        expect_painted(page, text, expected[6], colours.sequential_scale(1.0))
+        assert_clean(opened)

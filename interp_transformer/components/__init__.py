@@ -8,12 +8,15 @@ from .attention import Attention
 from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
 from .embed import Embed
+from .gated_mlp import GatedMLP
 from .layer_norm import LayerNorm
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
 from .pos_embed import PosEmbed
+from .rms_norm import RMSNorm
+from .rotary import RopeScaling, Rotary
 from .token_type_embed import TokenTypeEmbed
 from .unembed import Unembed
 
@@ -22,6 +25,7 @@ __all__ = [
     "AttnOnlyBlock",
     "CausalMask",
     "Embed",
+    "GatedMLP",
     "LayerNorm",
     "MLMHead",
     "MLP",
@@ -30,6 +34,9 @@ __all__ = [
     "Pooler",
     "PosEmbed",
     "PostNormBlock",
+    "RMSNorm",
+    "RopeScaling",
+    "Rotary",
     "SlidingWindowMask",
     "TokenLayout",
     "TokenTypeEmbed",

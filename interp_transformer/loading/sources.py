@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 import torch
 from torch import Tensor
 
+from ..files import read_json_object
+
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -81,6 +83,10 @@ class LazyStateDict(Mapping[str, Tensor]):
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self._shapes)
+
+    def with_dtype(self, dtype: Optional[torch.dtype]) -> "LazyStateDict":
+        """The same tensors, cast to ``dtype`` when read."""
+        return LazyStateDict(self._loaders, self._shapes, dtype, self.description)
 
     def __repr__(self) -> str:
         return f"LazyStateDict({self.description}, {len(self)} tensors, dtype={self.dtype})"
@@ -221,11 +227,8 @@ def read_config_dict(directory: Union[str, Path]) -> dict[str, Any]:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"no {CONFIG_FILE} in {directory}: a Hugging Face model directory needs one")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from error
-    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+    config = read_json_object(path, "a JSON object with a 'model_type' string")
+    if not isinstance(config.get("model_type"), str):
         raise ValueError(f"{path} must be a JSON object with a 'model_type' string (e.g. \"gpt2\")")
     return config
 
@@ -297,9 +300,12 @@ def download_from_hub(
 class ResolvedSource:
     """Where a model's config, weights and tokenizer come from.
 
-    Exactly one of ``directory`` (local or a hub snapshot) and ``hf_model`` is set.
+    One of ``directory`` (local or a hub snapshot), ``hf_model`` and ``weights`` is set.
     ``model_type`` is known without building the config, so an unsupported
-    architecture is rejected before anything heavy is read.
+    architecture is rejected before anything heavy is read. A source that brings its own
+    weights, config and tokenizer (a GGUF file, see ``loading.gguf_source``) sets
+    ``weights(dtype) -> LazyStateDict``, ``_hf_config``, ``tokenizer`` and
+    ``reference(dtype)``, the Hugging Face model ``verify`` compares against.
     """
 
     description: str
@@ -307,6 +313,9 @@ class ResolvedSource:
     directory: Optional[Path] = None
     hf_model: Any = None
     _hf_config: Any = field(default=None, repr=False)
+    weights: Optional[Callable[[Optional[torch.dtype]], LazyStateDict]] = field(default=None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)
+    reference: Optional[Callable[[torch.dtype], Any]] = field(default=None, repr=False)
 
     @property
     def hf_config(self):
@@ -323,12 +332,16 @@ class ResolvedSource:
         return self._hf_config
 
     def open_state_dict(self, dtype: Optional[torch.dtype] = None) -> LazyStateDict:
+        if self.weights is not None:
+            return self.weights(dtype)
         if self.hf_model is not None:
             return state_dict_of_model(self.hf_model, dtype)
         return open_weights(self.directory, dtype)
 
     def load_tokenizer(self):
         """The tokenizer stored with the model, or ``None`` (in-memory models carry none)."""
+        if self.tokenizer is not None:
+            return self.tokenizer
         return None if self.directory is None else load_tokenizer(self.directory)
 
 

@@ -6,12 +6,26 @@ from typing import Optional
 from torch import Tensor
 
 from ... import circuits, plots
-from ..context import ReportContext, ReportSection, SectionData, square_figure
+from ..context import ReportContext, ReportSection, SectionData, head_name, ranked_heads, sized, square_figure
+
+MAX_ALL_PAIRS_HEADS = 144  # above this many heads, only the heads the detectors name are readers
+NAMED_SCORE = 0.4  # the interpretation's threshold
 
 
 @dataclass
 class CompositionData(SectionData):
     scores: Optional[dict[str, Tensor]]  # kind -> [layer, head_index, layer, head_index]; None with one layer
+    readers: Optional[list[tuple[int, int]]] = None  # the reader heads computed (None: all; the others are NaN)
+
+
+def detector_heads(ctx: ReportContext) -> list[tuple[int, int]]:
+    """Every head a detector names (score >= NAMED_SCORE on repeated random tokens), or its best head, in layer order."""
+    heads = set()
+    for scores in ctx.sections["detectors"].data.random.values():
+        if scores is not None:
+            ranked = ranked_heads(scores)
+            heads |= {(layer, head) for layer, head, score in [r for r in ranked if r[2] >= NAMED_SCORE] or ranked[:1]}
+    return sorted(heads)
 
 
 def composition_section(ctx: ReportContext) -> ReportSection:
@@ -31,8 +45,15 @@ def composition_section(ctx: ReportContext) -> ReportSection:
             "before another head reads it; the scores, like the circuits, leave the norms out.")
     scores = {}
     n_heads = model.cfg.n_layers * model.cfg.n_heads
+    readers = None if n_heads <= MAX_ALL_PAIRS_HEADS else detector_heads(ctx)
+    if readers is not None:
+        section.paragraphs.append(
+            f"This model has {n_heads} heads, so the scores are computed into the {len(readers)} heads the detectors name "
+            f"({', '.join(head_name(*head) for head in readers)}), from every earlier head: all pairs would take minutes.")
     for kind in circuits.COMPOSITION_KINDS:
-        scores[kind] = circuits.composition_scores(model, kind)
-        section.figures.append(square_figure(plots.plot_composition_scores(scores[kind], kind=kind), n_heads))
-    section.data = CompositionData(scores=scores)
+        scores[kind] = circuits.composition_scores(model, kind, readers)
+        fig = plots.plot_composition_scores(scores[kind], kind=kind, readers=readers)
+        section.figures.append(square_figure(fig, n_heads) if readers is None
+                               else sized(fig, min(900, 200 + 4 * n_heads), min(1100, 300 + 40 * len(readers))))
+    section.data = CompositionData(scores=scores, readers=readers)
     return section

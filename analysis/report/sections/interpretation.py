@@ -106,14 +106,18 @@ def _circuit_lines(ctx: ReportContext, heads: dict) -> list[str]:
         if composition is None or layer == 0:
             continue
         k_scores = composition["k"][:layer, :, layer, head]  # every earlier writer into this head's keys
-        for p_layer, p_head, _ in heads["previous_token"]:
-            if p_layer < layer:
-                value = float(k_scores[p_layer, p_head])
-                rank = int((k_scores > value).sum()) + 1
-                lines.append(
-                    f"{head_name(p_layer, p_head)} -> {name}: K-composition {value:.2f}, rank {rank} of the "
-                    f"{k_scores.numel()} earlier heads writing into {name}'s keys (mean {float(k_scores.mean()):.2f})"
-                )
+        earlier = [(p_layer, p_head) for p_layer, p_head, _ in heads.get("previous_token", []) if p_layer < layer]
+        if not earlier:
+            continue
+        # the named previous-token head that writes most into this head's keys (one line per induction head)
+        p_layer, p_head = max(earlier, key=lambda ph: float(k_scores[ph]))
+        value = float(k_scores[p_layer, p_head])
+        rank = int((k_scores > value).sum()) + 1
+        lines.append(
+            f"{head_name(p_layer, p_head)} -> {name}: K-composition {value:.2f}, rank {rank} of the "
+            f"{k_scores.numel()} earlier heads writing into {name}'s keys (mean {float(k_scores.mean()):.2f})"
+            + (f"; the strongest of {len(earlier)} named previous-token heads" if len(earlier) > 1 else "")
+        )
     return lines
 
 

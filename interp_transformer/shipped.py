@@ -4,17 +4,25 @@
 tokens (see ``interp_transformer.induction``), in which a previous-token head
 and an induction head form. Stored as safetensors next to a JSON file holding
 its config, training settings and training curve.
+
+``translate-tiny``: a pre-LayerNorm encoder-decoder that translates numbers spelled out
+in English into their digits (see ``interp_transformer.translation``), whose
+cross-attention learned the alignment; stored the same way, its JSON model card also
+holding the task, the command that retrains it and its held-out accuracy.
 """
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 from safetensors.torch import save_file
 
+from .architectures.seq2seq import Seq2SeqConfig
 from .config import TransformerConfig
+from .encoder_decoder import EncoderDecoderTransformer
 from .files import read_json_object
 from .loading.sources import LazyStateDict, open_safetensors_file
 from .loading.strict import build_on_meta, load_strict
@@ -26,8 +34,30 @@ def _read_safetensors(path: Path) -> LazyStateDict:
     loaders, shapes = open_safetensors_file(path)
     return LazyStateDict(loaders, shapes, description=str(path))
 
+
+def _number_tokenizer():
+    from .translation import NumberTokenizer
+
+    return NumberTokenizer.create()
+
+
+@dataclass(frozen=True)
+class ShippedKind:
+    """How a shipped model is built: its config class, model class, tokenizer, and the command that retrains it."""
+
+    config_class: type
+    model_class: type
+    tokenizer: Optional[Callable[[], object]]
+    retrain: str
+
+
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
-SHIPPED_MODELS = ("induction-2l",)
+SHIPPED = {
+    "induction-2l": ShippedKind(TransformerConfig, DemoTransformer, None, "interp-transformer train-induction"),
+    "translate-tiny": ShippedKind(Seq2SeqConfig, EncoderDecoderTransformer, _number_tokenizer,
+                                  "interp-transformer train-translation"),
+}
+SHIPPED_MODELS = tuple(SHIPPED)
 
 
 def shipped_paths(name: str, directory: Path = PRETRAINED_DIR) -> tuple[Path, Path]:
@@ -42,7 +72,9 @@ def inside_package(directory: Path) -> bool:
     return Path(directory).resolve() == package or package in Path(directory).resolve().parents
 
 
-def save_shipped(model: DemoTransformer, name: str, metadata: dict, directory: Path) -> tuple[Path, Path]:
+def save_shipped(
+    model: Union[DemoTransformer, EncoderDecoderTransformer], name: str, metadata: dict, directory: Path
+) -> tuple[Path, Path]:
     """Write ``model``'s weights (safetensors) and ``{config, **metadata}`` (JSON) into ``directory``.
 
     The copy inside the installed package is never overwritten (``ValueError``): a retrained
@@ -64,20 +96,21 @@ def save_shipped(model: DemoTransformer, name: str, metadata: dict, directory: P
 def load_shipped_metadata(name: str, directory: Path = PRETRAINED_DIR) -> dict:
     _, meta_path = shipped_paths(name, directory)
     if not meta_path.exists():
-        raise FileNotFoundError(f"{meta_path} is missing: retrain with `interp-transformer train-induction`")
+        raise FileNotFoundError(f"{meta_path} is missing: retrain with `{SHIPPED[name].retrain}`")
     meta = read_json_object(meta_path, "a JSON object with a 'config' object")
     if not isinstance(meta.get("config"), dict):
-        raise ValueError(f"{meta_path} must be a JSON object with a 'config' object (the model's TransformerConfig)")
+        raise ValueError(f"{meta_path} must be a JSON object with a 'config' object (the model's "
+                         f"{SHIPPED[name].config_class.__name__})")
     return meta
 
 
-def _config_of(meta: dict, meta_path: Path) -> TransformerConfig:
-    fields = {field.name for field in dataclasses.fields(TransformerConfig)}
+def _config_of(meta: dict, meta_path: Path, config_class: type = TransformerConfig):
+    fields = {field.name for field in dataclasses.fields(config_class)}
     unknown = sorted(set(meta["config"]) - fields)
     if unknown:
-        raise ValueError(f"{meta_path}: unknown config keys {unknown}; a TransformerConfig has {sorted(fields)}")
+        raise ValueError(f"{meta_path}: unknown config keys {unknown}; a {config_class.__name__} has {sorted(fields)}")
     try:
-        return TransformerConfig(**meta["config"])
+        return config_class(**meta["config"])
     except TypeError as error:
         raise ValueError(f"{meta_path}: {error}") from error
 
@@ -87,18 +120,25 @@ def load_shipped(
     dtype: torch.dtype = torch.float32,
     device: Union[str, torch.device, None] = None,
     directory: Optional[Path] = None,
-) -> DemoTransformer:
-    """Load a shipped model by name, e.g. ``load_shipped("induction-2l")``."""
+) -> Union[DemoTransformer, EncoderDecoderTransformer]:
+    """Load a shipped model by name, e.g. ``load_shipped("induction-2l")`` or ``load_shipped("translate-tiny")``."""
     directory = PRETRAINED_DIR if directory is None else Path(directory)
     weights_path, meta_path = shipped_paths(name, directory)
-    cfg = _config_of(load_shipped_metadata(name, directory), meta_path)
+    kind = SHIPPED[name]
+    cfg = _config_of(load_shipped_metadata(name, directory), meta_path, kind.config_class)
     if not weights_path.is_file():
-        raise FileNotFoundError(f"{weights_path} is missing: retrain with `interp-transformer train-induction`")
+        raise FileNotFoundError(f"{weights_path} is missing: retrain with `{kind.retrain}`")
     state = _read_safetensors(weights_path)
-    model = build_on_meta(lambda: DemoTransformer(cfg, dtype=dtype))
+    tokenizer = kind.tokenizer() if kind.tokenizer is not None else None
+    model = build_on_meta(lambda: kind.model_class(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state, dtype=dtype, device=device)
 
 
 def load_induction_model(**kwargs) -> DemoTransformer:
     """The shipped 2-layer attention-only induction model."""
     return load_shipped("induction-2l", **kwargs)
+
+
+def load_translation_model(**kwargs) -> EncoderDecoderTransformer:
+    """The shipped encoder-decoder that translates spelled-out numbers into digits, with its tokenizer."""
+    return load_shipped("translate-tiny", **kwargs)

@@ -268,7 +268,7 @@ def test_directory_without_weights_or_config(hf_tiny, tmp_path):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     opt = OPTForCausalLM(OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2,
                                    vocab_size=30, max_position_embeddings=16, word_embed_proj_dim=16))
-    with pytest.raises(ValueError, match=r"'opt' is not supported.*\['bert', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3'\]"):
+    with pytest.raises(ValueError, match=r"'opt' is not supported.*\['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', 'qwen2', 'qwen3', 't5'\]"):
         from_pretrained(opt)
     opt.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not read: the architecture is rejected first")

@@ -16,6 +16,10 @@ section per file in ``analysis.report.sections``: the detectors follow its atten
 (causal or bidirectional), the logit lens and DLA need logits linear in an additive
 residual stream, a bidirectional post-norm model (BERT) gets its sentence embedding's
 exact attribution instead, and a section ``"omitted"`` lists whatever is left out and why.
+An encoder-decoder (``capabilities.cross_attention``) gets its own sections
+(``analysis.report.encoder_decoder``): the translation, cross-attention as source x target
+heatmaps, alignment, direct logit attribution through its decoder and cross-attention
+heads, and the effect of corrupting each source word.
 
 >>> import torch
 >>> from interp_transformer import DemoTransformer, TransformerConfig
@@ -37,6 +41,7 @@ from tqdm.auto import tqdm
 
 from .. import _checks
 from .context import ReportContext, ReportSection, SectionData
+from .encoder_decoder import ENCODER_DECODER_PAGE_ORDER, encoder_decoder_builders, encoder_decoder_inputs
 from .page import Report
 from .sections.attention_patterns import attention_section
 from .sections.circuits import circuits_section
@@ -61,6 +66,8 @@ FIRST_TOKEN = "first"  # default ``bos`` of build_report: the prompt's first tok
 def section_builders(ctx: ReportContext) -> list:
     """``(key, builder)`` of the sections this model gets, in the order they are computed (later ones read earlier)."""
     model = ctx.model
+    if model.capabilities.cross_attention:
+        return encoder_decoder_builders(ctx)
     builders = [("model", model_section), ("tokens", tokens_section), ("detectors", detectors_section),
                 ("attention", attention_section), ("circuits", circuits_section), ("composition", composition_section),
                 ("neurons", neurons_section)]
@@ -96,6 +103,7 @@ def build_report(
     metadata: Optional[dict] = None,
     bos: Union[int, None, str] = FIRST_TOKEN,
     progress: bool = False,
+    decoder_input: Optional[Tensor] = None,
 ) -> Report:
     """Analyse ``model`` on one prompt and return the ``Report`` (call ``.save(path)`` for the HTML).
 
@@ -109,7 +117,9 @@ def build_report(
 
     For a bidirectional model the prompt is one unpadded text (``[CLS] ... [SEP]``) or ids;
     the detectors' random sequences are framed by ``bos`` and the prompt's last token
-    (``[SEP]`` for text).
+    (``[SEP]`` for text). For an encoder-decoder the prompt is the source, and
+    ``decoder_input [1, target_pos]`` the target the decoder reads (default: its greedy
+    translation of the source).
     """
     _checks.check_model(model)
     tokens = _prompt_tokens(model, tokens)
@@ -122,13 +132,17 @@ def build_report(
     elif bos is not None and (isinstance(bos, bool) or not isinstance(bos, numbers.Integral)):
         raise TypeError(f"bos must be a token id, None or {FIRST_TOKEN!r}, got {bos!r}")
     eos = int(tokens[0, -1]) if not model.capabilities.causal and tokens.shape[1] >= 2 else None
-    output, cache = model.run_with_cache(tokens)
-    ctx = ReportContext(model, tokens, str_tokens, cache, output, label, bos, dict(metadata or {}), eos=eos)
+    forward = encoder_decoder_inputs(model, tokens, decoder_input)  # {} unless the model has cross-attention
+    output, cache = model.run_with_cache(tokens, **forward)
+    target = forward.get("decoder_input")
+    ctx = ReportContext(model, tokens, str_tokens, cache, output, label, bos, dict(metadata or {}), eos=eos, decoder_input=target,
+                        target_str_tokens=None if target is None else [label(token_id) for token_id in target[0].tolist()])
     for key, builder in tqdm(section_builders(ctx), desc="building report", disable=not progress, unit="section"):
         ctx.sections[key] = builder(ctx)
-    sections = [ctx.sections[key] for key in PAGE_ORDER if key in ctx.sections]
+    order = ENCODER_DECODER_PAGE_ORDER if model.capabilities.cross_attention else PAGE_ORDER
+    sections = [ctx.sections[key] for key in order if key in ctx.sections]
     return Report(title, sections, summary=list(ctx.sections["interpretation"].data.lines))
 
 
-__all__ = ["DISPLAY_ORDER", "ENCODER_DISPLAY_ORDER", "PAGE_ORDER", "Report", "ReportContext", "ReportSection", "SectionData",
+__all__ = ["DISPLAY_ORDER", "ENCODER_DECODER_PAGE_ORDER", "ENCODER_DISPLAY_ORDER", "PAGE_ORDER", "Report", "ReportContext", "ReportSection", "SectionData",
            "build_report", "section_builders"]

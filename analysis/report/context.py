@@ -60,7 +60,9 @@ class ReportContext:
     ``logits`` is the model's output on the prompt: next-token logits for a decoder, the
     hidden states (or MLM logits) for an encoder. ``eos`` is the token a bidirectional
     model's random detector sequences end with (``None`` for a causal one).
-    ``sections`` fills in build order: later sections read earlier ones.
+    ``sections`` fills in build order: later sections read earlier ones. For an encoder-decoder,
+    ``tokens`` is the source, ``decoder_input [1, target_pos]`` the target the decoder read and
+    ``target_str_tokens`` its labels.
     """
 
     model: _checks.AnyModel
@@ -73,6 +75,8 @@ class ReportContext:
     metadata: dict = field(default_factory=dict)
     sections: dict = field(default_factory=dict)
     eos: Optional[int] = None
+    decoder_input: Optional[Tensor] = None
+    target_str_tokens: Optional[list[str]] = None
 
     @property
     def n_pos(self) -> int:

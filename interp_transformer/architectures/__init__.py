@@ -8,16 +8,27 @@ module     config                    model
 ``llama``  ``LlamaConfig``           ``DemoTransformer``: pre-RMSNorm causal decoder, rotary, grouped-query, gated MLP
 =========  ========================  ==================================================
 
+Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
+``encoder_decoder``): ``bart`` (``BartConfig``: post-LayerNorm, learned positions at an
+offset of 2), ``marian`` (``MarianConfig``: post-LayerNorm, sinusoidal positions),
+``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer), ``t5`` (``T5Config``: pre-RMSNorm,
+relative position biases, v1.0 and v1.1).
+
 Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here; its
 Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architecture.md``
 is the recipe for adding one.
 """
 
-from . import bert, gpt2, llama
+from . import bart, bert, gpt2, llama, marian, seq2seq, t5
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
 register(bert.ARCHITECTURE)
 register(llama.ARCHITECTURE)
+register(bart.ARCHITECTURE)
+register(marian.ARCHITECTURE)
+register(seq2seq.ARCHITECTURE)
+register(t5.ARCHITECTURE)
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bert", "gpt2", "llama", "register", "registered", "unregister"]
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "llama", "marian", "register", "registered",
+           "seq2seq", "t5", "unregister"]

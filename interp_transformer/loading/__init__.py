@@ -47,7 +47,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bert', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3']
+['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', 'qwen2', 'qwen3', 't5']
 """
 
 import importlib
@@ -67,6 +67,9 @@ ARCHITECTURES: dict[str, str] = {
     "mistral": "interp_transformer.loading.llama",
     "qwen2": "interp_transformer.loading.llama",
     "qwen3": "interp_transformer.loading.llama",
+    "bart": "interp_transformer.loading.bart",
+    "marian": "interp_transformer.loading.marian",
+    "t5": "interp_transformer.loading.t5",
 }
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

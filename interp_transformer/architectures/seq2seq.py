@@ -1,0 +1,94 @@
+"""The pre-LayerNorm Transformer encoder-decoder: the original Transformer with its norms moved before each sub-layer.
+
+Vaswani et al.'s inputs (scaled token embeddings plus sinusoidal positions, interleaved
+sines and cosines) and blocks, with the norm placement later found easier to train
+(tensor2tensor's default since 2018, fairseq's ``--encoder-normalize-before``, PyTorch's
+``nn.Transformer(norm_first=True)``, Xiong et al. 2020)::
+
+    x = W_E[tokens] * sqrt(d_model) + sinusoidal(positions)
+    encoder blocks: TransformerBlock(LayerNorm, Attention(PaddingMask), LayerNorm, MLP)
+    decoder blocks: CrossAttentionBlock(LayerNorm, Attention(causal), LayerNorm, CrossAttention, LayerNorm, MLP)
+    each stack ends in its own LayerNorm (ln_final); logits = decoder.ln_final(x) W_U + b_U
+
+Pre-norm makes the decoder's residual stream a sum of every component's write (token
+and position embeddings, each self-attention, cross-attention and MLP output), and its
+logits linear in that sum once the final norm's scale is frozen: direct logit
+attribution through the decoder's and the cross-attention's heads is exact. The shipped
+``translate-tiny`` model (``interp_transformer.translation``) has this architecture.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..components import MLP, Attention, LayerNorm, PaddingMask, TransformerBlock, Unembed
+from ..components.cross_attention import CrossAttention
+from ..components.cross_attention_blocks import CrossAttentionBlock
+from ..components.sinusoidal import ScaledEmbed, SinusoidalPosEmbed
+from .encoder_decoder import (
+    EncoderDecoderParts,
+    StackParts,
+    encoder_decoder_capabilities,
+    encoder_decoder_hook_names,
+    validate_encoder_decoder_fields,
+)
+from .registry import Architecture
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """Shape, numerics and special tokens of a pre-LayerNorm Transformer encoder-decoder."""
+
+    d_model: int = 512  # width of the residual stream (Transformer base)
+    n_layers: int = 6  # encoder blocks
+    n_decoder_layers: int = 6  # decoder blocks
+    n_heads: int = 8  # attention heads per block (self- and cross-attention)
+    d_head: int = 64  # d_model == n_heads * d_head
+    d_mlp: int = 2048  # MLP hidden width
+    d_vocab: int = 37000  # the shared BPE vocabulary of the WMT English-German base model
+    n_ctx: int = 256  # longest source or target (sinusoidal positions have no table to outgrow)
+    act_fn: str = "relu"  # the original Transformer's
+    layer_norm_eps: float = 1e-5
+    init_range: float = 0.02  # std of the normal init of weight matrices
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    decoder_start_token_id: int = 2
+    name: str = "custom"  # free-form label shown in reports
+
+    def __post_init__(self) -> None:
+        validate_encoder_decoder_fields(self)
+        if self.d_model % 2:
+            raise ValueError(f"interleaved sinusoidal positions need an even d_model, got {self.d_model}")
+
+    def replace(self, **changes) -> "Seq2SeqConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:
+    """Scaled embeddings, interleaved sinusoidal positions, pre-LayerNorm blocks, a final LayerNorm per stack."""
+
+    def norm() -> LayerNorm:
+        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    def encoder_block() -> TransformerBlock:
+        return TransformerBlock(norm(), Attention(cfg, masks=(PaddingMask(),)), norm(), MLP(cfg))
+
+    def decoder_block() -> CrossAttentionBlock:
+        return CrossAttentionBlock(norm(), Attention(cfg), norm(), CrossAttention(cfg), norm(), MLP(cfg))
+
+    def positions() -> SinusoidalPosEmbed:
+        return SinusoidalPosEmbed(cfg, interleaved=True)
+
+    encoder = StackParts(positions(), None, None, [encoder_block() for _ in range(cfg.n_layers)], norm())
+    decoder = StackParts(positions(), None, None, [decoder_block() for _ in range(cfg.n_decoder_layers)], norm())
+    return EncoderDecoderParts(ScaledEmbed(cfg), encoder, decoder, Unembed(cfg))
+
+
+CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)
+HOOK_NAMES = encoder_decoder_hook_names(post_norm=False, pos_embed=True, final_norm=True)
+
+ARCHITECTURE = Architecture(
+    name="seq2seq-pre-ln", config_class=Seq2SeqConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+)
+
+__all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build"]

@@ -1,0 +1,60 @@
+"""Checked encoder-decoder inputs: the source and its padding mask, the decoder's input.
+
+Every check raises ``TypeError``/``ValueError`` naming what was expected and what came:
+ids outside the vocabulary, a source or target longer than ``n_ctx``, a mask of the wrong
+shape or values, a source that holds the padding id but came without a mask (its padding
+would be read as text), a decoder input whose batch differs from the source's.
+"""
+
+from typing import NamedTuple, Optional
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from ..token_checks import as_id_tensor, check_attention_mask, check_token_ids
+
+
+class SourceTokens(NamedTuple):
+    """Tokenized source texts: ids and the padding mask (1 real, 0 padding), both ``[batch, pos]``."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+
+
+def check_source(tokens, attention_mask, cfg, allow_meta: bool = False) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
+    """``(tokens [batch, pos] int64, key_is_real [batch, pos] or None)``; see the module docstring.
+
+    ``allow_meta``: tokens on the ``meta`` device (``hook_shapes``) are checked for shape only.
+    """
+    tokens = check_token_ids(as_id_tensor(tokens), cfg.d_vocab, cfg.n_ctx, allow_meta=allow_meta)
+    if attention_mask is None:
+        if not tokens.is_meta:
+            padded = (tokens == cfg.pad_token_id).nonzero().tolist()
+            if padded:
+                raise ValueError(
+                    f"the source holds the padding id {cfg.pad_token_id} at (row, position) {padded[:5]} but came without "
+                    "attention_mask: pass attention_mask [batch, pos] (1 real, 0 padding), e.g. from "
+                    "model.to_tokens_and_mask(texts), so that padding is never read as text"
+                )
+        return tokens, None
+    mask = check_attention_mask(attention_mask, tokens).to(tokens.device)
+    if mask.is_meta or bool(mask.bool().all()):
+        return tokens, None
+    return tokens, mask.bool()
+
+
+def check_decoder_input(decoder_input, batch: int, cfg, offset: int = 0, allow_meta: bool = False) -> Int[Tensor, "batch pos"]:
+    """The decoder's input ids ``[batch, pos]``, ``offset + pos <= n_ctx`` (``offset``: target positions already cached)."""
+    if decoder_input is None:
+        return torch.full((batch, 1), cfg.decoder_start_token_id, dtype=torch.long)
+    try:
+        decoder_input = check_token_ids(as_id_tensor(decoder_input), cfg.d_vocab, cfg.n_ctx, offset, allow_meta=allow_meta)
+    except ValueError as error:
+        raise ValueError(f"decoder_input (the target): {error}") from None
+    if decoder_input.shape[0] != batch:
+        raise ValueError(f"decoder_input has batch {decoder_input.shape[0]}, the source batch {batch}")
+    return decoder_input
+
+
+__all__ = ["SourceTokens", "check_decoder_input", "check_source"]

@@ -153,7 +153,7 @@ def run_reference(
         forward_kwargs = {**forward_kwargs, "position_ids": positions_from_mask(mask)}
     float64 = weight.dtype == torch.float64
     try:
-        with _reference_run(hf_model, float64_patches(hf_model) if float64 else None), torch.no_grad():
+        with reference_run(hf_model, float64_patches(hf_model) if float64 else None), torch.no_grad():
             return hf_model(tokens.to(weight.device), use_cache=False, **forward_kwargs)
     finally:
         rec.remove()
@@ -189,7 +189,7 @@ def reference_activations(
 
 
 @contextlib.contextmanager
-def _reference_run(hf_model, patches: Optional[list[Patch]]):
+def reference_run(hf_model, patches: Optional[list[Patch]]):
     """Eager attention (patterns visible) and eval mode for the call; with ``patches`` (float64), those and float64 attention."""
     previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
     saved = []
@@ -239,4 +239,4 @@ def _eager_attention_in_input_dtype(module, query, key, value, attention_mask, s
 
 
 __all__ = ["FLOAT64_ATTENTION", "Patch", "Recorder", "SPLIT_HEADS", "add_rotated", "forward_patch", "norm_eps",
-           "positions_from_mask", "record_attention", "reference_activations", "rms_norm_in_input_dtype", "run_reference"]
+           "positions_from_mask", "record_attention", "reference_activations", "reference_run", "rms_norm_in_input_dtype", "run_reference"]

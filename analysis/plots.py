@@ -15,6 +15,8 @@ neurons                        ``plot_token_activations``, ``plot_neuron_summary
                                ``plot_token_values``
 logit lens and attribution     ``plot_logit_lens``, ``plot_layer_attribution``
 patching                       ``plot_residual_patching``, ``plot_head_patching``
+mixtures of experts            ``plot_expert_usage``, ``plot_token_routing``,
+                               ``plot_expert_attribution``
 =============================  ==========================================================
 """
 
@@ -27,6 +29,7 @@ from .plots_activations import (
     plot_token_activations,
     plot_token_values,
 )
+from .plots_experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
 from .plots_attention import (
     plot_attention_heads,
     plot_attention_pattern,
@@ -40,6 +43,8 @@ __all__ = [
     "plot_attention_pattern",
     "plot_circuit",
     "plot_composition_scores",
+    "plot_expert_attribution",
+    "plot_expert_usage",
     "plot_head_patching",
     "plot_head_scores",
     "plot_layer_attribution",
@@ -47,5 +52,6 @@ __all__ = [
     "plot_neuron_summary",
     "plot_residual_patching",
     "plot_token_activations",
+    "plot_token_routing",
     "plot_token_values",
 ]

@@ -185,11 +185,9 @@ def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
 
 @pytest.mark.xfail(strict=True, reason="processing.center_unembed does not yet ask capabilities.logit_softcap: centring W_U "
                                         "shifts the logits before the cap, which the cap does not pass through unchanged")
-def test_center_unembed_is_refused_when_the_logits_are_capped(family64):
-    _, hf64, _ = family64
-    model = from_pretrained(hf64, dtype=torch.float64)
-    if model.capabilities.logit_softcap is None:
-        pytest.xfail("no cap on this family's logits")
+@pytest.mark.parametrize("label", ["gemma2-capped-window", "gemma3-local-rope-capped"])
+def test_center_unembed_is_refused_when_the_logits_are_capped(label):
+    model = from_pretrained(float64_copy(tiny_gemma(label)), dtype=torch.float64)
     before = model(TOKENS).log_softmax(-1)
     try:
         processing.center_unembed(model)

@@ -58,10 +58,6 @@ class PrePostNormBlock(nn.Module):
         """The parts whose outputs reach the residual stream (through ``ln1_post`` and ``ln2_post``)."""
         return [self.attn, self.mlp]
 
-    def output_norms(self) -> list[tuple[nn.Module, nn.Module]]:
-        """``(part, norm)``: each writer and the norm its output passes through before the residual stream."""
-        return [(self.attn, self.ln1_post), (self.mlp, self.ln2_post)]
-
     @shape_checked
     def forward(
         self,

@@ -44,8 +44,13 @@ def check_softcap(value) -> float:
 
 
 def soft_cap(x: Tensor, cap: float) -> Tensor:
-    """``cap * tanh(x / cap)`` elementwise; ``-inf`` (a masked score) stays ``-inf``."""
-    return torch.where(x == float("-inf"), x, torch.tanh(x / cap) * cap)
+    """``cap * tanh(x / cap)`` elementwise; ``-inf`` (a masked score) stays ``-inf``.
+
+    Computed in place on one fresh tensor (``x`` is left as it is): the scores are the
+    largest tensors of a forward, and each extra pass over them shows.
+    """
+    capped = torch.div(x, cap).tanh_().mul_(cap)
+    return capped.masked_fill_(x.isneginf(), float("-inf"))
 
 
 class SoftCappedAttention(Attention):

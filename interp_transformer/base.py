@@ -11,7 +11,9 @@ forward; everything below comes with it:
   ``W_in``, ...) and the model-level ones (``W_E``, ``W_pos``, ``W_U``, ``b_U``), each read
   where its part keeps it (``WeightView``); ``QK`` and ``OV`` as factored matrices;
 - GPT-2's weight init, ``run_with_cache`` (``CachingMixin``), the ``stop_at_layer`` check,
-  the default backward metric and ``from_pretrained`` restricted to the class.
+  the default backward metric and ``from_pretrained`` restricted to the class;
+- ``saes(...)``, ``run_with_saes``, ``run_with_cache_with_saes``: SAEs spliced in
+  (``interp_transformer.sae.splice``; nothing stays attached after the call or block).
 """
 
 import operator
@@ -222,6 +224,25 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         from .factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_V, self.W_O)
+
+    # --- sparse autoencoders (interp_transformer.sae): the splice verbs as methods ---------------
+    def saes(self, saes, **kwargs):
+        """``with model.saes([sae], use_error_term=...):``, the SAEs spliced in for the body (``sae.splice_saes``)."""
+        from .sae.splice import splice_saes
+
+        return splice_saes(self, saes, **kwargs)
+
+    def run_with_saes(self, *model_args, saes, **kwargs):
+        """``model(*model_args)`` with ``saes`` spliced in for this one call (``sae.run_with_saes``)."""
+        from .sae.splice import run_with_saes
+
+        return run_with_saes(self, *model_args, saes=saes, **kwargs)
+
+    def run_with_cache_with_saes(self, *model_args, saes, **kwargs):
+        """``run_with_cache`` with ``saes`` spliced in: ``(output, cache)``, their activations cached (``sae.run_with_cache_with_saes``)."""
+        from .sae.splice import run_with_cache_with_saes
+
+        return run_with_cache_with_saes(self, *model_args, saes=saes, **kwargs)
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
         """Unembedding directions ``W_U[:, token]``, shape ``tokens.shape + (d_model,)``."""

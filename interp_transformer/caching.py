@@ -113,7 +113,12 @@ class CachingMixin:
                                         f"can be differentiated), got {type(metric).__name__} {metric!r:.60}")
                     if metric.numel() != 1:
                         raise ValueError(f"backward_metric must return a scalar, got shape {tuple(metric.shape)}")
+                    # gradients flow into the hooked activations only: the model's .grad stay as they were
+                    params = [p for p in self.parameters() if p.requires_grad]
+                    grads_before = [p.grad for p in params]
                     metric.backward()
+                    for param, grad in zip(params, grads_before):
+                        param.grad = grad
                 output = output.detach()
             else:
                 output = self(*model_args, **model_kwargs)

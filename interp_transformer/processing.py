@@ -55,14 +55,14 @@ from typing import Optional
 import einops
 import torch
 
-from .base import HookedTransformerBase
-
 STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
 
 
 def _pending(model, step: str) -> bool:
     """True if ``step`` must run now; False when it was already applied. Refuses models it cannot process exactly."""
-    if not isinstance(model, HookedTransformerBase):
+    # asked of the model, not of its class: importing the base class here would close an import cycle
+    # (base -> sae.splice -> sae.processing -> processing)
+    if not isinstance(getattr(model, "processing", None), list) or not hasattr(model, "capabilities"):
         raise TypeError(f"expected a hooked model (a DemoTransformer, with a .processing list), received {type(model).__name__}")
     if not model.capabilities.additive_residual:
         raise ValueError(f"{step}: {model.capabilities.why_not_additive()}, so the rewrite would change what it computes")

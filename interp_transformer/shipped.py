@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from .config import TransformerConfig
+from .files import read_json_object
 from .loading.sources import LazyStateDict, open_safetensors_file
 from .loading.strict import build_on_meta, load_strict
 from .model import DemoTransformer
@@ -64,11 +65,8 @@ def load_shipped_metadata(name: str, directory: Path = PRETRAINED_DIR) -> dict:
     _, meta_path = shipped_paths(name, directory)
     if not meta_path.exists():
         raise FileNotFoundError(f"{meta_path} is missing: retrain with `interp-transformer train-induction`")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{meta_path} is not valid JSON ({error})") from error
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+    meta = read_json_object(meta_path, "a JSON object with a 'config' object")
+    if not isinstance(meta.get("config"), dict):
         raise ValueError(f"{meta_path} must be a JSON object with a 'config' object (the model's TransformerConfig)")
     return meta
 

@@ -65,3 +65,21 @@ def random_sae(
         else:
             tensors[name] = 0.3 * torch.randn(shape, generator=generator)
     return SAE.from_dict(cfg, tensors)
+
+
+PROSE = Path(__file__).parent / "data" / "prose"  # a few KB of English prose written for these tests
+
+
+def prose_files() -> list[Path]:
+    return sorted(PROSE.glob("*.txt"))
+
+
+def gpt2_with_tokenizer(n_embd: int = 32, seed: int = 0, dtype: torch.dtype = torch.float32) -> DemoTransformer:
+    """A random-weight 2-layer GPT-2 with GPT-2's real vocabulary and tokenizer (offline), loaded by ``from_pretrained``."""
+    from interp_transformer.loading import from_pretrained
+    from interp_transformer.tokens import offline_gpt2_tokenizer
+
+    from .gpt2_helpers import tiny_gpt2
+
+    hf_model = tiny_gpt2(seed, n_embd=n_embd, vocab_size=50257, n_positions=64)
+    return from_pretrained(hf_model, dtype=dtype, tokenizer=offline_gpt2_tokenizer()).eval()

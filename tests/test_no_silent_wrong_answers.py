@@ -284,3 +284,10 @@ def test_config_and_tokenizer_values(model):
         TransformerConfig(layer_norm_eps=float("inf"))
     with pytest.raises(TypeError, match="tokenizer must be a Hugging Face tokenizer"):
         DemoTransformer(TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_vocab=20, n_ctx=8), tokenizer="gpt2")
+
+
+def test_caching_gradients_leaves_the_models_grads_alone(model):
+    tokens = torch.tensor([[1, 2, 3]])
+    _, cache = model.run_with_cache(tokens, incl_bwd=True, names_filter="blocks.0.hook_resid_pre")
+    assert cache["blocks.0.hook_resid_pre_grad"].abs().sum() > 0
+    assert all(param.grad is None for param in model.parameters())

@@ -124,3 +124,18 @@ def test_harvested_activations_are_the_models(model, tmp_path):
     item = shards[2]
     _, cache = model.run_with_cache(item["token_ids"][None], names_filter="blocks.5.hook_resid_post")
     torch.testing.assert_close(item["blocks.5.hook_resid_post"], cache["resid_post", 5][0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_sae_trained_on_its_activations_explains_them_and_round_trips(model, tmp_path):
+    from pathlib import Path
+
+    from interp_transformer.sae import SAE, SAETrainingConfig, train_sae
+
+    corpus = sorted((Path(__file__).parent / "data" / "prose").glob("*.txt"))
+    config = SAETrainingConfig(hook_name="blocks.6.hook_resid_pre", k=32, expansion_factor=2, steps=300)
+    trained = train_sae(model, corpus, config, progress=False)
+    assert trained.metrics.fraction_of_variance_explained > 0.7 and trained.metrics.l0 < 64, trained.metrics  # held out
+    loaded = SAE.load(trained.save(tmp_path / "sae"))
+    x = torch.randn(5, model.cfg.d_model)
+    torch.testing.assert_close(loaded.decode(loaded.encode(x)), trained.sae.decode(trained.sae.encode(x)))

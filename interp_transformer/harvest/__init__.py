@@ -25,7 +25,7 @@ group), ``run`` (``harvest`` itself), ``dataset`` (reading back), ``saelens``
 (export to SAELens' cached-activations layout) and ``cli`` (the command line).
 """
 
-from .contexts import make_contexts
+from .contexts import iter_contexts, make_contexts
 from .corpus import Corpus, as_corpus
 from .dataset import ActivationShards, ActivationStream, ShardShuffleSampler
 from .manifest import Manifest, ShardRecord
@@ -43,6 +43,7 @@ __all__ = [
     "as_corpus",
     "export_saelens",
     "harvest",
+    "iter_contexts",
     "make_contexts",
     "select_hooks",
 ]

@@ -144,16 +144,52 @@ def make_contexts(
     stream = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     body = context_length - (1 if bos_token_id is not None else 0)
     n_contexts = len(stream) // body
-    if n_documents == 0:
-        raise ValueError("the corpus is empty: it gives no tokens at all")
-    if n_contexts == 0:
-        raise ValueError(
-            f"the corpus gives {len(stream)} tokens ({n_documents} documents), fewer than the {body} one context of "
-            f"context_length={context_length} needs; give more text or a shorter context_length"
-        )
+    _check_enough(n_documents, len(stream), n_contexts, context_length, body)
     cut = torch.from_numpy(stream[: n_contexts * body].copy())
     token_ids = einops.rearrange(cut, "(context pos) -> context pos", context=n_contexts)
     if bos_token_id is not None:
         bos = torch.full((n_contexts, 1), bos_token_id, dtype=token_ids.dtype)
         token_ids = torch.cat([bos, token_ids], dim=1)
     return Contexts(token_ids.to(torch.int32).contiguous(), n_documents, int(len(stream)), int(len(stream) - n_contexts * body))
+
+
+def iter_contexts(
+    documents_ids: Iterable, context_length: int, bos_token_id: Optional[int], separator_token_id: int
+) -> Iterator[np.ndarray]:
+    """The contexts of ``make_contexts``, one ``[context_length]`` int64 array at a time, as the documents stream in.
+
+    Same convention, same contexts in the same order (and the same tail dropped), but
+    memory holds one document and one context, whatever the corpus' size. Raises
+    ``ValueError``, as ``make_contexts`` does, when the corpus gives no full context.
+
+    >>> [c.tolist() for c in iter_contexts(iter([[5, 6, 7], [8, 9]]), 3, bos_token_id=0, separator_token_id=1)]
+    [[0, 5, 6], [0, 7, 1], [0, 8, 9]]
+    """
+    body = context_length - (1 if bos_token_id is not None else 0)
+    if body < 1:
+        raise ValueError(f"context_length={context_length} leaves no room for tokens after the BOS")
+    prefix = np.asarray([] if bos_token_id is None else [bos_token_id], dtype=np.int64)
+    separator = np.asarray([separator_token_id], dtype=np.int64)
+    pending, n_documents, n_tokens, n_contexts = np.zeros(0, dtype=np.int64), 0, 0, 0
+    for ids in documents_ids:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            continue
+        piece = np.concatenate([separator, ids]) if n_documents else ids
+        n_documents, n_tokens = n_documents + 1, n_tokens + len(piece)
+        pending = np.concatenate([pending, piece])
+        n_full = len(pending) // body
+        for i in range(n_full):
+            yield np.concatenate([prefix, pending[i * body : (i + 1) * body]])
+        pending, n_contexts = pending[n_full * body :], n_contexts + n_full
+    _check_enough(n_documents, n_tokens, n_contexts, context_length, body)
+
+
+def _check_enough(n_documents: int, n_tokens: int, n_contexts: int, context_length: int, body: int) -> None:
+    if n_documents == 0:
+        raise ValueError("the corpus is empty: it gives no tokens at all")
+    if n_contexts == 0:
+        raise ValueError(
+            f"the corpus gives {n_tokens} tokens ({n_documents} documents), fewer than the {body} one context of "
+            f"context_length={context_length} needs; give more text or a shorter context_length"
+        )

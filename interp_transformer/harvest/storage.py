@@ -22,18 +22,17 @@ redone.
 import json
 import os
 from pathlib import Path
-from typing import Callable, Optional, Union
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ..files import TEMP_MARKER, atomic_write, atomic_write_text, read_json_object
 from ..tokens import sha256_of_file
 
 MANIFEST_FILE = "manifest.json"
 TOKENS_FILE = "tokens.safetensors"
 RUNS_FILE = "runs.jsonl"
-TEMP_MARKER = ".tmp-"
 METADATA_KEY = "harvest"
 
 
@@ -45,54 +44,12 @@ def record_name(index: int) -> str:
     return f"shard-{index:06d}.json"
 
 
-def _temp_path(path: Path) -> Path:
-    return path.parent / f".{path.name}{TEMP_MARKER}{os.getpid()}"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[Path], None], before_rename: Optional[Callable[[Path], None]] = None) -> None:
-    """Write ``path`` through ``write(temp_path)``, fsync it, and rename it into place.
-
-    ``before_rename(temp_path)`` runs after the fsync (used to hash the bytes on
-    disk). The temporary file is removed if anything fails.
-    """
-    temp = _temp_path(path)
-    try:
-        write(temp)
-        with open(temp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        if before_rename is not None:
-            before_rename(temp)
-        os.replace(temp, path)
-    finally:
-        if temp.exists():
-            temp.unlink()
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
-
-
 def atomic_write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
 def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); the file is damaged") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, received {type(data).__name__}")
-    return data
+    return read_json_object(path)
 
 
 def remove_stale_temporaries(directory: Path) -> list[str]:

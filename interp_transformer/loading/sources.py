@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 import torch
 from torch import Tensor
 
+from ..files import read_json_object
+
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -225,11 +227,8 @@ def read_config_dict(directory: Union[str, Path]) -> dict[str, Any]:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"no {CONFIG_FILE} in {directory}: a Hugging Face model directory needs one")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from error
-    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+    config = read_json_object(path, "a JSON object with a 'model_type' string")
+    if not isinstance(config.get("model_type"), str):
         raise ValueError(f"{path} must be a JSON object with a 'model_type' string (e.g. \"gpt2\")")
     return config
 

@@ -9,10 +9,17 @@ output width).
   config format 6.x and older (``config``, ``architectures``, ``loading``);
 - ``sae.encode(x)``, ``sae.decode(feature_acts)``, ``sae(x)``: SAELens' math,
   hook points named as in SAELens (``sae``, ``normalization``);
-- ``splice_saes(model, saes)``, ``run_with_saes``, ``run_with_cache_with_saes``:
+- ``splice_saes(model, saes)``, ``run_with_saes``, ``run_with_cache_with_saes``
+  (also as ``model.saes(...)``, ``model.run_with_saes``, ``model.run_with_cache_with_saes``):
   the SAE's hook points join the model's (``<hook_name>.hook_sae_acts_post``)
   while its reconstruction replaces the activation (``splice``), on a model
-  processed as the SAE expects (``processing``).
+  processed as the SAE expects (``processing``);
+- ``train_sae(model, data, SAETrainingConfig(...))``: a small trainer of standard and
+  top-k SAEs (``train``), on activations from text, token batches or a harvest folder
+  (``data``, ``training_data``), measured by ``metrics``.
+
+Reading features (top examples, logit effects, attribution, dashboards) is on the
+analysis side: ``analysis.sae_features``.
 
 See ``docs/saes.md``.
 """
@@ -22,14 +29,18 @@ from .config import SAEConfig
 from .processing import ProcessingMismatch, check_processing
 from .sae import SAE
 from .splice import run_with_cache_with_saes, run_with_saes, splice_saes
+from .train import SAETrainingConfig, TrainedSAE, train_sae
 
 __all__ = [
     "ARCHITECTURES",
     "ProcessingMismatch",
     "SAE",
     "SAEConfig",
+    "SAETrainingConfig",
+    "TrainedSAE",
     "check_processing",
     "run_with_cache_with_saes",
     "run_with_saes",
     "splice_saes",
+    "train_sae",
 ]

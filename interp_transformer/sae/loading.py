@@ -21,13 +21,13 @@ is dropped (any other value is refused), and a JumpReLU ``log_threshold`` become
 """
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
 import torch
 from torch import Tensor
 
+from ..files import atomic_write, read_json_object
 from ..loading.sources import read_bin_file
 from .architectures import architecture_named
 from .config import SAEConfig, parse_dtype
@@ -44,13 +44,7 @@ def read_config(folder: Union[str, Path]) -> dict:
     if not path.is_file():
         present = sorted(p.name for p in Path(folder).iterdir()) if Path(folder).is_dir() else "no such folder"
         raise ValueError(f"no {CFG_FILE} in {folder}: an SAE folder in SAELens' format needs one (found: {present})")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from error
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(raw).__name__}")
-    return raw
+    return read_json_object(path, "a JSON object (an SAE config)")
 
 
 def read_safetensors(path: Path, dtype: Optional[torch.dtype] = None) -> dict[str, Tensor]:
@@ -136,13 +130,7 @@ def save_sae(sae, folder: Union[str, Path]) -> Path:
     config = json.dumps(sae.cfg.replace(dtype=sae.dtype).to_dict(), indent=1)
     files.append((CFG_FILE, lambda path: path.write_text(config, encoding="utf-8")))
     for name, write in files:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{name}.", delete=False) as handle:
-            temporary = Path(handle.name)
-        try:
-            write(temporary)
-            temporary.replace(folder / name)
-        finally:
-            temporary.unlink(missing_ok=True)
+        atomic_write(folder / name, write)
     return folder
 
 

@@ -37,7 +37,7 @@ from ..loading.strict import check_checkpoint, state_dict_shapes
 from .architectures import architecture_named, linear
 from .config import SAEConfig, parse_dtype
 from .loading import prepare_tensors, read_sae_folder, save_sae
-from .normalization import InputStats, denormalize, normalize
+from .normalization import InputStats, denormalize, denormalize_affine, normalize
 
 # Hook points of an SAE, in the order they fire.
 HOOK_NAMES = (
@@ -212,6 +212,24 @@ class SAE(HookedRootModule):
                 raise ValueError("a hook_z SAE needs the head width to decode: call encode(x) first, or set sae.d_head")
             recons = einops.rearrange(recons, "... (head_index d_head) -> ... head_index d_head", d_head=state.d_head)
         return recons
+
+    def decode_affine(self, state: EncodeState) -> tuple[Tensor, Tensor, Tensor]:
+        """``(directions [d_sae, d_out], multiplier [..., 1], offset [..., d_out])``: decoding as an affine map.
+
+        ``decode_with_state(acts, state) == (acts * multiplier) @ directions + offset`` (heads
+        flattened for hook_z): feature ``f`` writes ``acts_f * multiplier * directions[f]``.
+        ``directions`` is ``W_dec`` (divided by its row norms with
+        ``rescale_acts_by_decoder_norm``); ``multiplier`` and ``offset`` undo the input
+        normalization (1 and ``b_dec`` without one, and for transcoders).
+        """
+        directions = self.W_dec / self.W_dec.norm(dim=-1, keepdim=True) if self.cfg.rescale_acts_by_decoder_norm else self.W_dec
+        one = torch.ones(1, dtype=self.dtype, device=self.W_dec.device)
+        if self.is_transcoder:
+            return directions, one, self.b_dec
+        multiplier, shift = denormalize_affine(self.cfg.normalize_activations, state.stats)
+        multiplier = one if multiplier is None else multiplier
+        offset = self.b_dec * multiplier
+        return directions, multiplier, offset if shift is None else offset + shift
 
     def skip_term(self, x: Tensor) -> Optional[Tensor]:
         """``x W_skip^T [..., d_out]`` for a skip transcoder, None for any other SAE."""

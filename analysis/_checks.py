@@ -79,9 +79,27 @@ def layer_list(model: AnyModel, layers) -> list[int]:
     return [layer_index(model, layer) for layer in layers]
 
 
+EXPERT_TOOLS = ("analysis.experts (expert_neuron_activations, expert_neuron_summary, expert_top_activations, "
+                "expert_neuron_logit_effect, expert_neuron_logit_attribution)")
+
+
 def require_mlp(model: AnyModel, what: str) -> None:
+    """``ValueError`` unless every block has an MLP of ``d_mlp`` neurons (not attention-only, not experts)."""
+    if model.capabilities.has_experts:
+        raise ValueError(f"{what}: this model's MLPs are mixtures of experts, whose neurons belong to one expert each; "
+                         f"use the per-expert tools in {EXPERT_TOOLS}")
     if model.act_name("post", 0) not in model.hook_dict:
         raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
+
+
+def require_neurons(model: AnyModel, layer: int, what: str) -> None:
+    """``ValueError`` unless block ``layer`` has an ordinary MLP's neurons (a mixture's dense blocks have)."""
+    if model.act_name("post", layer) in model.hook_dict:
+        return
+    if model.capabilities.has_experts:
+        raise ValueError(f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert each; "
+                         f"use the per-expert tools in {EXPERT_TOOLS}")
+    raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
 
 
 def require_hooks(cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Optional[Sequence[str]] = None) -> None:

@@ -21,7 +21,20 @@ embeddings, each head's ``z_h W_O[h]``, each layer's ``b_O``, each MLP layer's
 ``LogitAttribution`` sum to the logit (difference) exactly, up to float rounding.
 
 The norm's algebra is the norm's own (``pull_back``, ``bias_term``), so an RMSNorm
-decoder is read the same way. Both tools need ``model.capabilities.linear_logits``: a
+decoder (and Gemma's ``1 + w`` norm) is read the same way. Where attention and MLP outputs
+pass through norms of their own before the residual stream (Gemma 2's ``ln1_post`` and
+``ln2_post``, ``capabilities.sublayer_output_norms``), those norms' scales are frozen too and
+each head's and neuron's write is pulled back through them: the split stays exact. In a
+mixture of experts, ``b_out`` is each chosen expert's bias times its routing weight (plus the
+shared expert's, times its gate): the routing weights are constant given the cache, so the
+split stays exact (``analysis.experts.expert_logit_attribution`` splits the MLP over experts).
+
+Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, ``capabilities.logit_softcap``)
+are not linear in anything. Direct logit attribution then attributes the *uncapped* logit
+(``unembed.hook_logits_uncapped``), which the terms sum to exactly, and says so
+(``LogitAttribution.logit_softcap``, ``LogitAttribution.note``); the model's logit is
+``cap * tanh(total / cap)``, which no sum of terms gives. The logit lens applies the cap, so
+its last entry is the model's logits. Both tools need ``model.capabilities.linear_logits``: a
 final norm and a linear read-out over an additive residual stream. A post-norm model
 has neither: ``analysis.encoder_attribution`` is its exact counterpart (direct
 contributions to a chosen direction of the hidden states, every norm's scale frozen).
@@ -54,14 +67,33 @@ def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:
     return [model.act_name("resid_pre", layer) for layer in range(n_layers)] + [model.hook_names.final_residual_name(n_layers)]
 
 
+def routing_hook_names(model: _checks.AnyModel, layer: int) -> list[str]:
+    """The routing hooks of block ``layer`` (chosen experts, their weights, the shared expert's gate), or [] without experts."""
+    if not model.capabilities.has_experts:
+        return []
+    names = [model.act_name("expert_indices", layer), model.act_name("routing_weights", layer)]
+    if names[0] not in model.hook_dict:  # a dense block of a mixture-of-experts model
+        return []
+    shared = model.act_name("shared_expert_gate", layer)
+    return names + ([shared] if shared in model.hook_dict else [])
+
+
+def output_norm_scale_names(model: _checks.AnyModel, layer: int) -> list[str]:
+    """The scales of the norms block ``layer``'s attention and MLP outputs pass through (Gemma 2), or []."""
+    norms = model.capabilities.sublayer_output_norms
+    return [model.act_name("scale", layer, norm) for norm in norms] if norms else []
+
+
 def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> list[str]:
     """The hooks ``direct_logit_attribution`` reads (with ``neurons``: ``neuron_logit_attribution`` too)."""
     names = [model.act_name(name) for name in model.hook_names.input_writers]
     for layer in range(model.cfg.n_layers):
         names.append(model.act_name("z", layer))
+        names += output_norm_scale_names(model, layer)
         if model.act_name("mlp_out", layer) in model.hook_dict:
             names.append(model.act_name("mlp_out", layer))
-            if neurons:
+            names += routing_hook_names(model, layer)
+            if neurons and model.act_name("post", layer) in model.hook_dict:
                 names.append(model.act_name("post", layer))
     return names + [model.act_name("scale")]
 
@@ -87,6 +119,9 @@ def logit_lens(
     if pos_slice is not None:
         resid = resid[:, :, pos_slice]
     logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
+    cap = model.capabilities.logit_softcap
+    if cap is not None:  # soft-capped as the model caps its logits
+        logits = torch.tanh(logits / cap) * cap
     labels = [f"{layer}_pre" for layer in range(model.cfg.n_layers)] + ["final_post"]
     return (logits, labels) if return_labels else logits
 
@@ -96,12 +131,14 @@ class LogitAttribution:
     """Direct contributions to a logit (difference), one value per batch entry.
 
     ``heads [layer, head_index, batch]`` (``z_h W_O[h]``), ``attn_bias [layer, batch]``
-    (``b_O``), ``mlp [layer, batch]`` (whole ``hook_mlp_out``, ``b_out`` included; ``None``
-    for attention-only models), ``mlp_bias [layer, batch]`` (the ``b_out`` part of ``mlp``),
-    ``embed``, ``pos_embed`` (zero where positions act inside attention, e.g. rotary),
-    ``ln_final_bias`` (``b_lnf . d``; zero for a norm without bias), ``unembed_bias``
-    (``b_U[t] - b_U[t']``), each ``[batch]``. ``total()`` sums every term except
-    ``mlp_bias`` (already in ``mlp``) and equals the logit (difference).
+    (``b_O``, and the bias of a norm after attention if it has one), ``mlp [layer, batch]``
+    (whole ``hook_mlp_out``, ``b_out`` included; ``None`` for attention-only models),
+    ``mlp_bias [layer, batch]`` (the ``b_out`` part of ``mlp``: in a mixture of experts, the
+    chosen experts' biases times their routing weights), ``embed``, ``pos_embed`` (zero where
+    positions act inside attention, e.g. rotary), ``ln_final_bias`` (``b_lnf . d``; zero for a
+    norm without bias), ``unembed_bias`` (``b_U[t] - b_U[t']``), each ``[batch]``. ``total()``
+    sums every term except ``mlp_bias`` (already in ``mlp``) and equals the logit (difference);
+    with ``logit_softcap`` set, the logit *before* the cap (see ``note``).
     """
 
     embed: Float[Tensor, "batch"]
@@ -112,6 +149,15 @@ class LogitAttribution:
     mlp_bias: Optional[Float[Tensor, "layer batch"]]
     ln_final_bias: Float[Tensor, "batch"]
     unembed_bias: Float[Tensor, "batch"]
+    logit_softcap: Optional[float] = None  # the model's logits are cap * tanh(uncapped / cap): total() is uncapped
+
+    @property
+    def note(self) -> str:
+        """What ``total()`` is the logit of: the model's own, or (soft-capped logits) the one before the cap."""
+        if self.logit_softcap is None:
+            return "the terms sum to the logit (difference)"
+        return (f"the model soft-caps its logits, cap * tanh(logit / cap) with cap = {self.logit_softcap:g}, which is not "
+                "linear: the terms sum to the logit (difference) before the cap, cache['logits_uncapped']")
 
     @property
     def attn(self) -> Float[Tensor, "layer batch"]:
@@ -150,8 +196,35 @@ class _Readout:
         """Activation ``name`` at the chosen position of each batch entry: ``[batch, ...]``."""
         return _checks.cached(self.cache, name)[self.batch_index, self.pos]
 
-    def read(self, vectors: Float[Tensor, "... batch d_model"]) -> Float[Tensor, "... batch"]:
-        return (vectors * self.centred).sum(dim=-1) / self.scale
+    def read(self, vectors: Float[Tensor, "... batch d_model"], direction: Optional[Tensor] = None) -> Float[Tensor, "... batch"]:
+        """``vectors . c / scale`` (``direction`` instead of ``c``: one pulled back through an output norm)."""
+        return (vectors * (self.centred if direction is None else direction)).sum(dim=-1) / self.scale
+
+    def through_output_norm(self, layer: int, which: int) -> tuple[Tensor, Tensor]:
+        """``(direction, bias)`` for what block ``layer``'s attention (``which=0``) or MLP (1) writes.
+
+        Without output norms: ``c`` and 0. With them (Gemma 2), the norm's scale is frozen to
+        the cached one and ``c`` pulled back through it; ``bias`` is the norm's bias term along
+        ``c``, already divided by the final scale (``[batch]``).
+        """
+        norms = self.model.capabilities.sublayer_output_norms
+        if not norms:
+            return self.centred, self.centred.new_zeros(self.centred.shape[0])
+        norm = getattr(self.model.blocks[layer], norms[which])
+        scale = self.at_pos(self.model.act_name("scale", layer, norms[which]))  # [batch, 1]
+        return norm.pull_back(self.centred, scale), norm.bias_term(self.centred) / self.scale
+
+    def mlp_bias_write(self, layer: int) -> Float[Tensor, "batch d_model"]:
+        """What block ``layer``'s MLP biases write: ``b_out``, or the routing-weighted biases of a mixture's experts."""
+        mlp = self.model.blocks[layer].mlp
+        routing = routing_hook_names(self.model, layer)
+        if not routing:
+            return mlp.b_out.expand(self.scale.shape[0], -1)
+        indices, weights = self.at_pos(routing[0]), self.at_pos(routing[1])  # [batch, top_k]
+        written = einops.einsum(weights, mlp.stacked("b_out")[indices], "batch top_k, batch top_k d_model -> batch d_model")
+        if len(routing) == 3:  # the shared expert, scaled by its gate
+            written = written + self.at_pos(routing[2]) * mlp.shared_expert.b_out
+        return written
 
 
 @torch.no_grad()
@@ -171,13 +244,15 @@ def direct_logit_attribution(
     heads, attn_bias, mlp, mlp_bias = [], [], [], []
     for layer, block in enumerate(model.blocks):
         z = readout.at_pos(model.act_name("z", layer))  # [batch, head_index, d_head]
+        c_attn, norm_bias = readout.through_output_norm(layer, 0)
         # z_h W_O[h] . c = z_h . (W_O[h] c): no [head_index, batch, d_model] stack needed
-        W_O_c = einops.einsum(block.attn.W_O, readout.centred, "head_index d_head d_model, batch d_model -> head_index batch d_head")
+        W_O_c = einops.einsum(block.attn.W_O, c_attn, "head_index d_head d_model, batch d_model -> head_index batch d_head")
         heads.append(einops.einsum(z, W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch") / readout.scale)
-        attn_bias.append(readout.read(block.attn.b_O))
+        attn_bias.append(readout.read(block.attn.b_O, c_attn) + norm_bias)
         if model.act_name("mlp_out", layer) in model.hook_dict:
             mlp.append(readout.read(readout.at_pos(model.act_name("mlp_out", layer))))
-            mlp_bias.append(readout.read(block.mlp.b_out))
+            c_mlp, _ = readout.through_output_norm(layer, 1)
+            mlp_bias.append(readout.read(readout.mlp_bias_write(layer), c_mlp))
     unembed_bias = model.b_U[readout.tokens]
     if readout.incorrect_tokens is not None:
         unembed_bias = unembed_bias - model.b_U[readout.incorrect_tokens]
@@ -191,6 +266,7 @@ def direct_logit_attribution(
         mlp_bias=torch.stack(mlp_bias) if mlp_bias else None,
         ln_final_bias=readout.norm.bias_term(readout.direction),
         unembed_bias=unembed_bias,
+        logit_softcap=model.capabilities.logit_softcap,
     )
 
 
@@ -205,18 +281,23 @@ def neuron_logit_attribution(
     """Direct contribution of each neuron, ``post_n W_out[n] . c / scale`` (``b_out`` excluded).
 
     ``[layer, d_mlp, batch]``, or ``[d_mlp, batch]`` for one ``layer``. Per layer, the
-    neurons plus ``LogitAttribution.mlp_bias`` sum to ``LogitAttribution.mlp``.
+    neurons plus ``LogitAttribution.mlp_bias`` sum to ``LogitAttribution.mlp``. A norm after
+    the MLP (Gemma 2's ``ln2_post``) is read through with its scale frozen. A mixture of
+    experts has neurons per expert: ``analysis.experts.expert_neuron_logit_attribution``.
     """
     _checks.check_cache(cache)
     model = cache.model
     _checks.require(model, "linear_logits", "neuron_logit_attribution", POST_NORM_INSTEAD)
-    _checks.require_mlp(model, "neuron_logit_attribution")
     layers = _checks.layer_list(model, layer)
+    for l in layers:
+        _checks.require_neurons(model, l, "neuron_logit_attribution")
     names = [model.act_name("post", l) for l in layers] + [model.act_name("scale")]
+    names += [name for l in layers for name in output_norm_scale_names(model, l)]
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "neuron_logit_attribution", names)
     result = []
     for l in layers:
         post = readout.at_pos(model.act_name("post", l))  # [batch, d_mlp]
-        W_out_c = einops.einsum(model.blocks[l].mlp.W_out, readout.centred, "d_mlp d_model, batch d_model -> d_mlp batch")
+        c_mlp, _ = readout.through_output_norm(l, 1)
+        W_out_c = einops.einsum(model.blocks[l].mlp.W_out, c_mlp, "d_mlp d_model, batch d_model -> d_mlp batch")
         result.append(post.T * W_out_c / readout.scale)
     return result[0] if layer is not None else torch.stack(result)

@@ -15,6 +15,8 @@ neurons                        ``plot_token_activations``, ``plot_neuron_summary
                                ``plot_token_values``
 logit lens and attribution     ``plot_logit_lens``, ``plot_layer_attribution``
 patching                       ``plot_residual_patching``, ``plot_head_patching``
+mixtures of experts            ``plot_expert_usage``, ``plot_token_routing``,
+                               ``plot_expert_attribution``
 SAE features                   ``plot_feature_histogram``
 =============================  ==========================================================
 """
@@ -35,6 +37,7 @@ from .plots_attention import (
     plot_composition_scores,
     plot_head_scores,
 )
+from .plots_experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
 from .plots_features import plot_feature_histogram
 
 __all__ = [
@@ -42,6 +45,8 @@ __all__ = [
     "plot_attention_pattern",
     "plot_circuit",
     "plot_composition_scores",
+    "plot_expert_attribution",
+    "plot_expert_usage",
     "plot_feature_histogram",
     "plot_head_patching",
     "plot_head_scores",
@@ -50,5 +55,6 @@ __all__ = [
     "plot_neuron_summary",
     "plot_residual_patching",
     "plot_token_activations",
+    "plot_token_routing",
     "plot_token_values",
 ]

@@ -12,11 +12,15 @@ Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
 ``d_mlp``      hidden width of the MLP (one entry per neuron)
 ``d_vocab``    vocabulary size
 ``n_ctx``      longest sequence the model accepts
+``expert``     an expert of a mixture of experts
+``top_k``      the experts a token's router chose, largest weight first
 =============  ==========================================================
 """
 
 from .architectures.gpt2 import PRESETS, TransformerConfig, preset
+from .architectures.gemma import GemmaConfig
 from .architectures.llama import LlamaConfig
+from .architectures.moe import MoEConfig
 from .cache import ActivationCache
 from .capabilities import Capabilities
 from .encoder import EncoderConfig, EncoderTransformer
@@ -53,10 +57,12 @@ __all__ = [
     "EncoderConfig",
     "EncoderDecoderTransformer",
     "EncoderTransformer",
+    "GemmaConfig",
     "HookPoint",
     "HookedRootModule",
     "KeyValueCache",
     "LlamaConfig",
+    "MoEConfig",
     "PRESETS",
     "TransformerConfig",
     "from_pretrained",

@@ -68,6 +68,10 @@ class WeightView:
             raise AttributeError(self.missing(model)) from None
 
     def missing(self, model) -> str:
+        for holder in (model.blocks if self.stacked else [model]):  # a part that knows why it lacks the weight says so
+            explain = getattr(getattr(holder, self.part, None), "why_no_weight", None)
+            if callable(explain) and not hasattr(getattr(holder, self.part), self.weight):
+                return f"{self.name}: {explain(self.weight)}"
         reason = MISSING_PART.get(self.part, f"its parts have no {self.part}.{self.weight}")
         return f"{self.name}: {reason}"
 

@@ -58,15 +58,20 @@ def perturb_(hf_model, seed: int, scale: float = 0.2):
     return hf_model
 
 
-def tiny_hf_model(label: str, seed: int = 0, **overrides):
-    """A small random Hugging Face model of one family (eager attention, eval mode), every parameter perturbed."""
-    model_class, config_class, settings = FAMILIES[label]
+def tiny_from(families: dict, common: dict, label: str, seed: int, overrides: dict):
+    """A small random Hugging Face model of ``families[label]`` (eager attention, eval mode), every parameter perturbed."""
+    model_class, config_class, settings = families[label]
     torch.manual_seed(seed)
-    config = config_class(**{**COMMON, **copy.deepcopy(settings), **overrides})
+    config = config_class(**{**common, **copy.deepcopy(settings), **overrides})
     model = perturb_(model_class(config), seed)
     if config.tie_word_embeddings:
         model.tie_weights()
     return model.eval()
+
+
+def tiny_hf_model(label: str, seed: int = 0, **overrides):
+    """A small random Hugging Face model of one family (eager attention, eval mode), every parameter perturbed."""
+    return tiny_from(FAMILIES, COMMON, label, seed, overrides)
 
 
 def float64_copy(hf_model):

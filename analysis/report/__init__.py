@@ -15,7 +15,9 @@ Which sections a model gets follows its capabilities (``model.capabilities``), o
 section per file in ``analysis.report.sections``: the detectors follow its attention
 (causal or bidirectional), the logit lens and DLA need logits linear in an additive
 residual stream, a bidirectional post-norm model (BERT) gets its sentence embedding's
-exact attribution instead, and a section ``"omitted"`` lists whatever is left out and why.
+exact attribution instead, a model with mixtures of experts (``has_experts``) gets its expert
+usage and expert attribution, and its expert neurons in place of the MLP neurons, and a
+section ``"omitted"`` lists whatever is left out and why.
 An encoder-decoder (``capabilities.cross_attention``) gets its own sections
 (``analysis.report.encoder_decoder``): the translation, cross-attention as source x target
 heatmaps, alignment, direct logit attribution through its decoder and cross-attention
@@ -47,6 +49,7 @@ from .sections.attention_patterns import attention_section
 from .sections.circuits import circuits_section
 from .sections.composition import composition_section
 from .sections.detectors import detectors_section
+from .sections.experts import expert_neurons_section, experts_section
 from .sections.interpretation import interpretation_section
 from .sections.logits import logits_section
 from .sections.model_card import model_section
@@ -56,10 +59,11 @@ from .sections.output_attribution import output_attribution_section
 from .sections.prompt_tokens import tokens_section
 
 # every section, in page order; a model shows those its capabilities give
-PAGE_ORDER = ("model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition", "neurons",
-              "attribution")
-DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "omitted")  # a pre-norm decoder's page
-ENCODER_DISPLAY_ORDER = PAGE_ORDER  # a bidirectional post-norm encoder's page
+PAGE_ORDER = ("model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition", "experts",
+              "neurons", "attribution")
+DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key not in ("omitted", "experts"))  # a pre-norm decoder's page
+EXPERTS_DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "omitted")  # a pre-norm decoder with mixtures of experts
+ENCODER_DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "experts")  # a bidirectional post-norm encoder's page
 FIRST_TOKEN = "first"  # default ``bos`` of build_report: the prompt's first token
 
 
@@ -69,8 +73,11 @@ def section_builders(ctx: ReportContext) -> list:
     if model.capabilities.cross_attention:
         return encoder_decoder_builders(ctx)
     builders = [("model", model_section), ("tokens", tokens_section), ("detectors", detectors_section),
-                ("attention", attention_section), ("circuits", circuits_section), ("composition", composition_section),
-                ("neurons", neurons_section)]
+                ("attention", attention_section), ("circuits", circuits_section), ("composition", composition_section)]
+    if model.capabilities.has_experts:  # a mixture's neurons belong to one expert each
+        builders += [("experts", experts_section), ("neurons", expert_neurons_section)]
+    else:
+        builders.append(("neurons", neurons_section))
     if model.capabilities.linear_logits:
         builders.append(("attribution", logits_section))
     elif has_output_attribution(model):
@@ -144,5 +151,5 @@ def build_report(
     return Report(title, sections, summary=list(ctx.sections["interpretation"].data.lines))
 
 
-__all__ = ["DISPLAY_ORDER", "ENCODER_DECODER_PAGE_ORDER", "ENCODER_DISPLAY_ORDER", "PAGE_ORDER", "Report", "ReportContext", "ReportSection", "SectionData",
-           "build_report", "section_builders"]
+__all__ = ["DISPLAY_ORDER", "ENCODER_DECODER_PAGE_ORDER", "ENCODER_DISPLAY_ORDER", "EXPERTS_DISPLAY_ORDER", "PAGE_ORDER", "Report",
+           "ReportContext", "ReportSection", "SectionData", "build_report", "section_builders"]

@@ -6,6 +6,8 @@ module     config                    model
 ``gpt2``   ``TransformerConfig``     ``DemoTransformer``: pre-LayerNorm causal decoder
 ``bert``   ``EncoderConfig``         ``EncoderTransformer``: post-LayerNorm encoder
 ``llama``  ``LlamaConfig``           ``DemoTransformer``: pre-RMSNorm causal decoder, rotary, grouped-query, gated MLP
+``gemma``  ``GemmaConfig``           ``DemoTransformer``: Gemma 1/2/3 (1 + w norms, scaled embedding, soft-caps, windows)
+``moe``    ``MoEConfig``             ``DemoTransformer``: Llama's decoder with mixtures of experts (Mixtral, Qwen-MoE)
 =========  ========================  ==================================================
 
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
@@ -19,7 +21,7 @@ Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architect
 is the recipe for adding one.
 """
 
-from . import bart, bert, gpt2, llama, marian, seq2seq, t5
+from . import bart, bert, gemma, gpt2, llama, marian, moe, seq2seq, t5
 from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
 
 register(gpt2.ARCHITECTURE)
@@ -29,6 +31,8 @@ register(bart.ARCHITECTURE)
 register(marian.ARCHITECTURE)
 register(seq2seq.ARCHITECTURE)
 register(t5.ARCHITECTURE)
+register(gemma.ARCHITECTURE)
+register(moe.ARCHITECTURE)
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gpt2", "llama", "marian", "register", "registered",
-           "seq2seq", "t5", "unregister"]
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "gemma", "gpt2", "llama", "marian", "moe", "register",
+           "registered", "seq2seq", "t5", "unregister"]

@@ -17,9 +17,6 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 ``n_heads * d_head``.
 """
 
-import dataclasses
-import difflib
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,23 +27,19 @@ from ..components.rms_norm import RMSNorm
 from ..components.rotary import RopeScaling, Rotary
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
-from .validation import ACTIVATION_FUNCTIONS
-
-ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_positive_number(name: str, value, above: float = 0.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > above:
-        raise ValueError(f"{name} must be a finite number > {above:g}, got {value!r}")
+from .rotary_decoder import (
+    ATTENTION_PROJECTIONS,
+    RotaryDecoderConfig,
+    attention_params,
+    embedding_params,
+    find_preset,
+    validate_rotary_decoder,
+)
+from .validation import check_bools, check_positive_int
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(RotaryDecoderConfig):
     """Shape and numerics of a Llama-family decoder (defaults: SmolLM2-135M's shape)."""
 
     d_model: int = 576  # width of the residual stream
@@ -69,41 +62,10 @@ class LlamaConfig:
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        for field in ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"):
-            _check_positive_int(field, getattr(self, field))
-        if self.n_heads % self.n_key_value_heads:
-            raise ValueError(
-                f"n_heads={self.n_heads} must be a multiple of n_key_value_heads={self.n_key_value_heads}: "
-                "each key/value head serves a whole group of query heads"
-            )
-        if self.d_head % 2:
-            raise ValueError(f"d_head={self.d_head} must be even: rotary positions rotate pairs of dimensions")
-        if self.act_fn not in ACTIVATION_FUNCTIONS:
-            raise ValueError(f"act_fn must be one of {ACTIVATION_FUNCTIONS}, got {self.act_fn!r}")
-        _check_positive_number("rms_norm_eps", self.rms_norm_eps)
-        _check_positive_number("init_range", self.init_range)
-        _check_positive_number("rotary_base", self.rotary_base, above=1.0)
-        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
-            raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
+        validate_rotary_decoder(self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"))
         if self.sliding_window is not None:
-            _check_positive_int("sliding_window", self.sliding_window)
-        for field in ("qk_norm", "tied_embeddings"):
-            if not isinstance(getattr(self, field), bool):
-                raise TypeError(f"{field} must be a bool, got {getattr(self, field)!r}")
-        biases = self.attn_biases
-        if not isinstance(biases, tuple) or len(set(biases)) != len(biases) or not set(biases) <= set(ATTENTION_PROJECTIONS):
-            raise ValueError(f"attn_biases must be a tuple of distinct names from {ATTENTION_PROJECTIONS}, got {biases!r}")
-        if not isinstance(self.name, str):
-            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
-
-    @property
-    def attn_only(self) -> bool:
-        """Always False: every block has an MLP (read by ``ActivationCache``)."""
-        return False
-
-    def replace(self, **changes) -> "LlamaConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+            check_positive_int("sliding_window", self.sliding_window)
+        check_bools(self, ("qk_norm", "tied_embeddings"))
 
     def n_params(self, hugging_face: bool = False) -> int:
         """Number of parameters of a ``DemoTransformer`` built from this config.
@@ -112,16 +74,9 @@ class LlamaConfig:
         attention biases in ``attn_biases``, no MLP or unembedding biases, and no read-out
         matrix of its own when ``tied_embeddings`` (SmolLM2-135M: 134,515,008).
         """
-        d, d_head, d_mlp = self.d_model, self.d_head, self.d_mlp
-        q_width, kv_width = self.n_heads * d_head, self.n_key_value_heads * d_head
-        widths = {"q": q_width, "k": kv_width, "v": kv_width, "o": d}
-        attn = 2 * d * q_width + 2 * d * kv_width + (2 * d_head if self.qk_norm else 0)
-        attn_biases = sum(widths[p] for p in self.attn_biases) if hugging_face else sum(widths.values())
-        mlp = 3 * d * d_mlp + (0 if hugging_face else d_mlp + d)
-        block = 2 * d + attn + attn_biases + mlp
-        read_out = 0 if hugging_face and self.tied_embeddings else d * self.d_vocab
-        unembed_bias = 0 if hugging_face else self.d_vocab
-        return self.d_vocab * d + self.n_layers * block + d + read_out + unembed_bias
+        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
+        block = 2 * self.d_model + attention_params(self, hugging_face, self.qk_norm) + mlp
+        return self.n_layers * block + embedding_params(self, hugging_face)
 
 
 # Parameter counts as Hugging Face reports them, n_params(hugging_face=True).
@@ -132,10 +87,18 @@ PRESETS: dict[str, LlamaConfig] = {
 
 def preset(name: str) -> LlamaConfig:
     """The config of a named Llama-family model, e.g. ``preset("SmolLM2-135M")``."""
-    if name not in PRESETS:
-        close = difflib.get_close_matches(name, PRESETS, n=3)
-        raise KeyError(f"unknown preset {name!r}; known: {sorted(PRESETS)}; closest: {close}")
-    return PRESETS[name]
+    return find_preset(PRESETS, name)
+
+
+def rotary_attention(cfg) -> Attention:
+    """Llama's attention: rotary, grouped keys/values, Mistral's window and Qwen3's q/k RMSNorms where ``cfg`` asks.
+
+    ``cfg`` is any config with Llama's attention fields (``LlamaConfig``, ``MoEConfig``).
+    """
+    window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
+    head_norms = {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)} if cfg.qk_norm else {}
+    rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
+    return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
 
 
 def build(cfg: LlamaConfig) -> DecoderParts:
@@ -144,16 +107,11 @@ def build(cfg: LlamaConfig) -> DecoderParts:
     def norm(width: int) -> RMSNorm:
         return RMSNorm(width, cfg.rms_norm_eps)
 
-    def attention() -> Attention:
-        window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
-        head_norms = {"q_norm": norm(cfg.d_head), "k_norm": norm(cfg.d_head)} if cfg.qk_norm else {}
-        rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
-        return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
-
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[TransformerBlock(norm(cfg.d_model), attention(), norm(cfg.d_model), GatedMLP(cfg)) for _ in range(cfg.n_layers)],
+        blocks=[TransformerBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
+                for _ in range(cfg.n_layers)],
         ln_final=norm(cfg.d_model),
         unembed=Unembed(cfg),
     )
@@ -180,4 +138,4 @@ ARCHITECTURE = Architecture(
     name="llama", config_class=LlamaConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
 )
 
-__all__ = ["ARCHITECTURE", "CAPABILITIES", "HOOK_NAMES", "LlamaConfig", "PRESETS", "build", "preset"]
+__all__ = ["ARCHITECTURE", "CAPABILITIES", "HOOK_NAMES", "LlamaConfig", "PRESETS", "build", "preset", "rotary_attention"]

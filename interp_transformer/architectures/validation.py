@@ -23,4 +23,23 @@ def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
             raise ValueError(f"{field} must be > 0 and finite, got {value!r}")
 
 
-__all__ = ["ACTIVATION_FUNCTIONS", "validate_common_fields"]
+def check_positive_int(name: str, value) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an int > 0 (a bool is not an int here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_positive_number(name: str, value, above: float = 0.0) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number > ``above``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > above:
+        raise ValueError(f"{name} must be a finite number > {above:g}, got {value!r}")
+
+
+def check_bools(cfg, fields: tuple[str, ...]) -> None:
+    """``TypeError`` naming the field unless each of ``fields`` of ``cfg`` is a bool."""
+    for field in fields:
+        if not isinstance(getattr(cfg, field), bool):
+            raise TypeError(f"{field} must be a bool, got {getattr(cfg, field)!r}")
+
+
+__all__ = ["ACTIVATION_FUNCTIONS", "check_bools", "check_positive_int", "check_positive_number", "validate_common_fields"]

@@ -47,7 +47,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', 'qwen2', 'qwen3', 't5']
+['bart', 'bert', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'llama', 'marian', 'mistral', 'mixtral', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
 """
 
 import importlib
@@ -70,6 +70,13 @@ ARCHITECTURES: dict[str, str] = {
     "bart": "interp_transformer.loading.bart",
     "marian": "interp_transformer.loading.marian",
     "t5": "interp_transformer.loading.t5",
+    "gemma": "interp_transformer.loading.gemma",
+    "gemma2": "interp_transformer.loading.gemma",
+    "gemma3_text": "interp_transformer.loading.gemma",
+    "gemma3": "interp_transformer.loading.gemma",  # refused by name: the vision tower is not implemented
+    "mixtral": "interp_transformer.loading.moe",
+    "qwen2_moe": "interp_transformer.loading.moe",
+    "qwen3_moe": "interp_transformer.loading.moe",
 }
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

@@ -25,7 +25,7 @@ Variants not computed here are refused by ``config_from_hf`` with a ``ValueError
 naming them, before any weight is read.
 """
 
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import einops
 import torch
@@ -56,16 +56,21 @@ def _rope_scaling(hf_config, d_head: int) -> tuple[float, Optional[RopeScaling]]
     parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
     if parameters and all(isinstance(value, dict) for value in parameters.values()):
         raise ValueError(f"{what} has rope_parameters per layer type ({sorted(parameters)}); one set for every layer is supported")
-    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise ValueError(f"{what} has rope_type={rope_type!r}; supported: {list(SUPPORTED_ROPE_TYPES)}")
     factor = parameters.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
     if factor is not None and float(factor) != 1.0:
         raise ValueError(
             f"{what} has partial_rotary_factor={factor}: Hugging Face's {hf_config.model_type} rotates whole heads "
             f"(d_head={d_head}), so a partial factor is not a variant this family computes"
         )
-    base = float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+    return rope_from_parameters(parameters, what, default_base=getattr(hf_config, "rope_theta", 10000.0))
+
+
+def rope_from_parameters(parameters: dict, what: str, default_base: float = 10000.0) -> tuple[float, Optional[RopeScaling]]:
+    """``(rotary_base, rope_scaling)`` from one set of Hugging Face ``rope_parameters``; ``ValueError`` naming an unknown rope type."""
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(f"{what} has rope_type={rope_type!r}; supported: {list(SUPPORTED_ROPE_TYPES)}")
+    base = float(parameters.get("rope_theta", default_base))
     if rope_type == "default":
         return base, None
     if rope_type == "linear":
@@ -179,53 +184,96 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
-    names = {_strip_prefix(name): name for name in hf_state_dict}
-    shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
-    check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-    optional = ["lm_head.weight"] if cfg.tied_embeddings else []
-    check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint", optional=optional)
-
-    def read(name: str) -> Tensor:
-        return hf_state_dict[names[name]]
-
+    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
     ours: dict[str, Tensor] = {"embed.W_E": _fresh(read("embed_tokens.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...
-    to_heads = "(head_index d_head) d_model -> head_index d_model d_head"
     for layer in range(cfg.n_layers):
-        p, q = f"layers.{layer}.self_attn.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = _fresh(read(f"layers.{layer}.input_layernorm.weight"))
-        for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
-            ours[q + "attn." + ours_name] = _fresh(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
-        ours[q + "attn.W_O"] = _fresh(einops.rearrange(
-            read(p + "o_proj.weight"), "d_model (head_index d_head) -> head_index d_head d_model", d_head=cfg.d_head
-        ))
-        heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
-        for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
-            bias = (read(p + f"{letter}_proj.bias") if letter in cfg.attn_biases
-                    else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device))
-            ours[q + "attn." + ours_name] = _fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=cfg.d_head))
-        ours[q + "attn.b_O"] = (_fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
-                                else torch.zeros(cfg.d_model, dtype=dtype, device=device))
-        if cfg.qk_norm:
-            ours[q + "attn.q_norm.w"] = _fresh(read(p + "q_norm.weight"))
-            ours[q + "attn.k_norm.w"] = _fresh(read(p + "k_norm.weight"))
-        m = f"layers.{layer}."
+        m, q = f"layers.{layer}.", f"blocks.{layer}."
+        ours[q + "ln1.w"] = _fresh(read(m + "input_layernorm.weight"))
+        ours.update(convert_attention(read, cfg, layer, dtype, device))
         ours[q + "ln2.w"] = _fresh(read(m + "post_attention_layernorm.weight"))
-        ours[q + "mlp.W_gate"] = _fresh(einops.rearrange(read(m + "mlp.gate_proj.weight"), "d_mlp d_model -> d_model d_mlp"))
-        ours[q + "mlp.W_in"] = _fresh(einops.rearrange(read(m + "mlp.up_proj.weight"), "d_mlp d_model -> d_model d_mlp"))
-        ours[q + "mlp.b_in"] = torch.zeros(cfg.d_mlp, dtype=dtype, device=device)
-        ours[q + "mlp.W_out"] = _fresh(einops.rearrange(read(m + "mlp.down_proj.weight"), "d_model d_mlp -> d_mlp d_model"))
-        ours[q + "mlp.b_out"] = torch.zeros(cfg.d_model, dtype=dtype, device=device)
+        ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
     ours["ln_final.w"] = _fresh(read("norm.weight"))
-    lm_head = read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"]  # tied: the token embedding
-    ours["unembed.W_U"] = _fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab"))
-    ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=dtype, device=device)
+    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
     return ours
 
 
+class CheckedCheckpoint:
+    """A Hugging Face state dict whose names and shapes were checked: ``read(name)`` (without the ``model.`` prefix).
+
+    On construction, the layer count and then every name and shape are compared with
+    ``expected_shapes(names)`` (``CheckpointError`` listing every problem); ``lm_head.weight``
+    may be absent only when ``cfg.tied_embeddings``. No tensor is read before that.
+    """
+
+    def __init__(self, hf_state_dict: Mapping[str, Tensor], cfg, expected_shapes: Callable[[set], dict]):
+        self.hf_state_dict = hf_state_dict
+        self.names = {_strip_prefix(name): name for name in hf_state_dict}
+        shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+        check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
+        optional = ["lm_head.weight"] if cfg.tied_embeddings else []
+        check_checkpoint(shapes, expected_shapes(set(self.names)), what=f"{cfg.name} checkpoint", optional=optional)
+
+    def __call__(self, name: str) -> Tensor:
+        return self.hf_state_dict[self.names[name]]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+
+def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:
+    """One Llama-style attention (``layers.L.self_attn.{q,k,v,o}_proj``, q/k norms) under our names; zeros for absent biases.
+
+    ``cfg`` is any config with Llama's attention fields; the q/k norms' weights go to
+    ``attn.q_norm.w``/``k_norm.w``.
+    """
+    p, q = f"layers.{layer}.self_attn.", f"blocks.{layer}.attn."
+    kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...
+    to_heads = "(head_index d_head) d_model -> head_index d_model d_head"
+    ours = {}
+    for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
+        ours[q + ours_name] = _fresh(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
+    ours[q + "W_O"] = _fresh(einops.rearrange(
+        read(p + "o_proj.weight"), "d_model (head_index d_head) -> head_index d_head d_model", d_head=cfg.d_head
+    ))
+    heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
+    for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
+        bias = (read(p + f"{letter}_proj.bias") if letter in cfg.attn_biases
+                else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device))
+        ours[q + ours_name] = _fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=cfg.d_head))
+    ours[q + "b_O"] = (_fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
+                       else torch.zeros(cfg.d_model, dtype=dtype, device=device))
+    if cfg.qk_norm:
+        ours[q + "q_norm.w"] = _fresh(read(p + "q_norm.weight"))
+        ours[q + "k_norm.w"] = _fresh(read(p + "k_norm.weight"))
+    return ours
+
+
+def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device) -> dict[str, Tensor]:
+    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``, ``W_out`` (zero biases)."""
+    W_out = _fresh(einops.rearrange(read(hf_prefix + "down_proj.weight"), "d_model d_mlp -> d_mlp d_model"))
+    d_mlp, d_model = W_out.shape
+    return {
+        prefix + "W_gate": _fresh(einops.rearrange(read(hf_prefix + "gate_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
+        prefix + "W_in": _fresh(einops.rearrange(read(hf_prefix + "up_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
+        prefix + "b_in": torch.zeros(d_mlp, dtype=dtype, device=device),
+        prefix + "W_out": W_out,
+        prefix + "b_out": torch.zeros(d_model, dtype=dtype, device=device),
+    }
+
+
+def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
+    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding; ``b_U = 0``."""
+    lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
+    return {"unembed.W_U": _fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab")),
+            "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)}
+
+
 def build_model(cfg: LlamaConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
-    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
+    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly.
+
+    Any decoder config (``LlamaConfig``, ``GemmaConfig``, ``MoEConfig``): its architecture picks the parts.
+    """
     from ..model import DemoTransformer
 
     model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
@@ -233,18 +281,23 @@ def build_model(cfg: LlamaConfig, state_dict: Mapping[str, Tensor], *, dtype=tor
 
 
 def load_hf_model(directory, *, dtype=torch.float32):
-    """The Hugging Face reference model of a Llama-family directory, with eager attention (patterns visible)."""
+    """The Hugging Face reference model of a decoder directory (Llama family, Gemma, mixtures of experts), eager attention."""
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
 __all__ = [
+    "CheckedCheckpoint",
     "MODEL_TYPES",
     "build_model",
     "config_from_hf",
+    "convert_attention",
+    "convert_gated_mlp",
+    "convert_read_out",
     "convert_state_dict",
     "expected_hf_shapes",
     "hf_reference_activations",
     "load_hf_model",
+    "rope_from_parameters",
 ]

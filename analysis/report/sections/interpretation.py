@@ -132,8 +132,9 @@ def _prediction_line(ctx: ReportContext) -> str:
     top = sorted(contributions, key=lambda item: -abs(item[1]))[:3]
     parts = ", ".join(f"{name} {value:+.2f}" for name, value in top)
     predicted = ctx.token_label(data.predicted)
+    before_cap = " (before the soft-cap)" if attr.logit_softcap is not None else ""
     return (f"At the last position the model predicts {predicted!r} with p = {data.predicted_prob:.2f}; "
-            f"largest direct contributions to its logit: {parts}")
+            f"largest direct contributions to its logit{before_cap}: {parts}")
 
 
 def _attribution_line(ctx: ReportContext) -> str:

@@ -58,10 +58,13 @@ def logits_section(ctx: ReportContext) -> ReportSection:
     data.attribution = attr
     data.attribution_total = float(attr.total()[0])
     label = ctx.token_label(predicted)
+    capped = (f" The model soft-caps its logits (cap * tanh(logit / cap), cap = {attr.logit_softcap:g}), which is not "
+              f"linear: what is split is the logit before the cap, {data.attribution_total:.3g}, of which the cap makes "
+              f"{data.logit:.3g}." if attr.logit_softcap is not None else "")
     section.paragraphs.append(
         f"At the last position the model predicts {label!r} (p = {data.predicted_prob:.2f}, logit {data.logit:.3g}). "
         f"Direct logit attribution splits that logit over the components that write to the residual stream, with the "
-        f"final norm's scale frozen; the parts sum to {data.attribution_total:.3g}."
+        f"final norm's scale frozen; the parts sum to {data.attribution_total:.3g}.{capped}"
     )
     target = f"<sup>to {html.escape(repr(label))}</sup>"
     heads_fig = plots.plot_head_scores(attr.heads[..., 0], title=f"direct logit attribution of heads<br>{target}", signed=True,

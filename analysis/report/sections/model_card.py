@@ -25,8 +25,17 @@ def _structure(ctx: ReportContext) -> str:
     """One paragraph on what the model is: its blocks, its attention, where its norms sit, its heads."""
     model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
     has_mlp = model.act_name("post", 0) in model.hook_dict
-    parts = ["Attention-only model: its blocks have no MLP." if not has_mlp
-             else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."]
+    if capabilities.has_experts:
+        parts = [f"Blocks with attention and a mixture of {cfg.n_experts} experts of {cfg.d_mlp} neurons each, "
+                 f"{cfg.experts_per_token} chosen per token by a router."]
+    else:
+        parts = ["Attention-only model: its blocks have no MLP." if not has_mlp
+                 else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."]
+    if capabilities.sublayer_output_norms:
+        parts.append("A norm before and after attention and the MLP ({}): their outputs are normalized before they are "
+                     "added to the residual stream.".format(", ".join(capabilities.sublayer_output_norms)))
+    if capabilities.logit_softcap is not None:
+        parts.append(f"Logits soft-capped at {capabilities.logit_softcap:g} (cap * tanh(logit / cap)).")
     if not capabilities.causal:
         parts.append("Bidirectional attention: every real token sees every other.")
     if capabilities.norm_placement == "post":

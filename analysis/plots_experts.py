@@ -1,0 +1,55 @@
+"""Figures of mixtures of experts: expert usage per layer and per token, and experts' direct logit attribution.
+
+Re-exported by ``analysis.plots``. Axis titles from the glossary plus ``expert`` (an expert
+of a mixture) and ``layer`` (the mixtures' blocks, labelled by their block index).
+"""
+
+from typing import Optional, Sequence
+
+import plotly.graph_objects as go
+from jaxtyping import Float
+from torch import Tensor
+
+from . import plots_base as base
+
+
+def plot_expert_usage(
+    values: Float[Tensor, "layer expert"],
+    layer_labels: Optional[Sequence] = None,
+    title: Optional[str] = None,
+    colorbar_title: str = "share of tokens",
+) -> go.Figure:
+    """One value per layer and expert (``ExpertUsage.fraction()``: the share of tokens routed to it) as a heatmap.
+
+    ``layer_labels``: the block index of each row (``ExpertUsage.layers``), since a model's
+    dense blocks have no row.
+    """
+    return base.heatmap(values, x_title="expert", y_title="layer", y_labels=layer_labels, signed=False, zmin=0.0,
+                        title=title, colorbar_title=colorbar_title, what="plot_expert_usage")
+
+
+def plot_token_routing(
+    weights: Float[Tensor, "pos expert"],
+    str_tokens: Sequence[str],
+    title: Optional[str] = None,
+    colorbar_title: str = "routing weight",
+) -> go.Figure:
+    """Each token's routing weight for every expert of one layer (0 where not chosen): tokens down, experts across."""
+    fig = base.heatmap(weights, x_title="expert", y_title="pos", y_labels=str_tokens, signed=False, zmin=0.0,
+                       title=title, colorbar_title=colorbar_title, what="plot_token_routing")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def plot_expert_attribution(
+    values: Float[Tensor, "layer expert"],
+    layer_labels: Optional[Sequence] = None,
+    title: Optional[str] = None,
+    colorbar_title: str = "logit",
+) -> go.Figure:
+    """Each expert's direct logit attribution (``ExpertAttribution.experts[..., b]``), signed, RdBu centred at 0."""
+    return base.heatmap(values, x_title="expert", y_title="layer", y_labels=layer_labels, signed=True, title=title,
+                        colorbar_title=colorbar_title, what="plot_expert_attribution")
+
+
+__all__ = ["plot_expert_attribution", "plot_expert_usage", "plot_token_routing"]

@@ -1,0 +1,200 @@
+"""Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): a router picks ``top_k`` gated MLPs per token.
+
+For each token with normalized residual ``x``::
+
+    router_logits   = x W_router                                [expert]
+    expert_weights  = softmax(router_logits)                    [expert]   (TransformerLens' name)
+    expert_indices  = the top_k experts by expert_weights       [top_k]
+    routing_weights = expert_weights[expert_indices]            [top_k]    divided by their sum when
+                                                                           normalize_routing (Mixtral)
+    out = sum_j routing_weights[j] * expert_{expert_indices[j]}(x)
+        + sigmoid(x W_shared_gate) * shared_expert(x)           (Qwen2-MoE's shared expert, if any)
+
+Each expert is a ``GatedMLP`` (``experts.E.hook_pre`` is its gate, ``hook_pre_linear`` its
+up projection, ``hook_post`` the gated product; TransformerLens' MoE experts name the gate
+``hook_gate`` and the up projection ``hook_pre`` instead). Hooks of the router, in the order
+they fire:
+
+==========================  =======================  ==================================================
+hook                        shape                    value
+==========================  =======================  ==================================================
+``hook_router_logits``      ``batch pos expert``     ``x W_router`` (Hugging Face's ``router_logits``)
+``hook_expert_weights``     ``batch pos expert``     ``softmax(router_logits)`` over every expert
+``hook_expert_indices``     ``batch pos top_k``      the chosen experts, largest weight first (int64)
+``hook_routing_weights``    ``batch pos top_k``      what each chosen expert's output is multiplied by
+``hook_shared_expert_gate`` ``batch pos 1``          ``sigmoid(x W_shared_gate)`` (shared expert only)
+==========================  =======================  ==================================================
+
+A hook may replace the indices (to force a routing): the routing weights are then read
+from ``expert_weights`` at the indices given. The softmax, top-k and normalisation run in
+float32 for a half-precision model, as Hugging Face's routers do, and in the model's dtype
+otherwise.
+
+Two paths compute the experts' sum, chosen in one place, ``uses_sparse_path()``:
+
+- the **explicit path** runs *every* expert on *every* token (the readable formula, and the
+  reference): ``out = sum_E weight_E * expert_E(x)``, with ``weight_E`` the routing weight of
+  expert ``E`` where it was chosen and 0 elsewhere. Each expert's hooks then hold that
+  expert's activations on every token, chosen or not.
+- the **sparse path** runs each expert only on the tokens that chose it, as the checkpoints
+  are meant to run. It is used while no hook (forward or backward, a cache's included) is
+  attached to any expert's hooks, the tensors are not on the meta device, and
+  ``use_sparse_experts`` is True. The two agree to float rounding (tested).
+
+Weights: ``W_router [d_model, expert]``; ``experts[E].W_gate``, ``W_in``, ``b_in``, ``W_out``,
+``b_out`` as in ``GatedMLP``; ``stacked("W_in")`` gives ``[expert, d_model, d_mlp]``. A model's
+stacked ``model.W_in`` (over layers) has no meaning here and raises, naming these.
+"""
+
+from types import SimpleNamespace
+from typing import NamedTuple, Optional
+
+import einops
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from ..hooks import HookPoint
+from ..shape_checks import shape_checked
+from .gated_mlp import GatedMLP
+
+EXPERT_WEIGHTS = ("W_gate", "W_in", "b_in", "W_out", "b_out")
+
+
+class Routing(NamedTuple):
+    """Which experts each token uses: ``indices`` and ``weights``, both ``[batch, pos, top_k]``."""
+
+    indices: Int[Tensor, "batch pos top_k"]
+    weights: Float[Tensor, "batch pos top_k"]
+
+    def per_expert(self, n_experts: int) -> Float[Tensor, "batch pos expert"]:
+        """The weight of every expert, 0 where it was not chosen (a twice-chosen expert gets both weights)."""
+        dense = self.weights.new_zeros(*self.weights.shape[:-1], n_experts)
+        return dense.scatter_add(-1, self.indices, self.weights)
+
+
+def routing_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What routing computes in: float32 for half-precision models, their own dtype otherwise."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class MixtureOfExperts(nn.Module):
+    """A router and ``n_experts`` gated MLPs, ``experts_per_token`` of them per token (see the module docstring)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_mlp: int,
+        n_experts: int,
+        experts_per_token: int,
+        act_fn: str,
+        normalize_routing: bool,
+        d_mlp_shared: Optional[int] = None,
+    ):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("d_mlp", d_mlp), ("n_experts", n_experts), ("experts_per_token", experts_per_token)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if experts_per_token > n_experts:
+            raise ValueError(f"experts_per_token={experts_per_token} must be at most n_experts={n_experts}")
+        self.n_experts, self.experts_per_token, self.normalize_routing = n_experts, experts_per_token, bool(normalize_routing)
+        self.use_sparse_experts = True  # set False to always run the explicit path
+        self.W_router = nn.Parameter(torch.empty(d_model, n_experts))
+        self.hook_router_logits = HookPoint()
+        self.hook_expert_weights = HookPoint()
+        self.hook_expert_indices = HookPoint()
+        self.hook_routing_weights = HookPoint()
+        expert = SimpleNamespace(d_model=d_model, d_mlp=d_mlp, act_fn=act_fn)
+        self.experts = nn.ModuleList(GatedMLP(expert) for _ in range(n_experts))
+        self.shared_expert: Optional[GatedMLP] = None
+        if d_mlp_shared is not None:
+            self.shared_expert = GatedMLP(SimpleNamespace(d_model=d_model, d_mlp=d_mlp_shared, act_fn=act_fn))
+            self.W_shared_gate = nn.Parameter(torch.empty(d_model, 1))
+            self.hook_shared_expert_gate = HookPoint()
+        self._expert_hooks = [module for module in self.experts.modules() if isinstance(module, HookPoint)]
+
+    # --- weights --------------------------------------------------------------------------
+    def stacked(self, name: str) -> Tensor:
+        """One expert weight stacked over experts: ``stacked("W_in")`` is ``[expert, d_model, d_mlp]``."""
+        if name not in EXPERT_WEIGHTS:
+            raise KeyError(f"stacked() stacks the expert weights {EXPERT_WEIGHTS}, got {name!r}")
+        return torch.stack([getattr(expert, name) for expert in self.experts])
+
+    def why_no_weight(self, name: str) -> str:
+        """Why a model-level stacked weight (``model.W_in``) is refused here: what to read instead."""
+        return (
+            f"this layer's MLP is a mixture of {self.n_experts} experts, so there is no single {name}; read one expert's "
+            f"(model.blocks[L].mlp.experts[E].{name}) or every expert's (model.blocks[L].mlp.stacked({name!r}), "
+            "[expert, ...]), and the router's model.blocks[L].mlp.W_router [d_model, expert]"
+        )
+
+    def input_weights(self) -> list[tuple[Tensor, Optional[Tensor]]]:
+        """``(W, b)`` pairs reading this part's input (the router, every expert, the shared expert and its gate)."""
+        pairs: list[tuple[Tensor, Optional[Tensor]]] = [(self.W_router, None)]
+        for expert in self.experts:
+            pairs += expert.input_weights()
+        if self.shared_expert is not None:
+            pairs += self.shared_expert.input_weights() + [(self.W_shared_gate, None)]
+        return pairs
+
+    def output_weights(self) -> list[Tensor]:
+        """Weights whose last axis is ``d_model``: every expert's ``W_out``/``b_out`` (and the shared expert's)."""
+        experts = list(self.experts) + ([self.shared_expert] if self.shared_expert is not None else [])
+        return [weight for expert in experts for weight in expert.output_weights()]
+
+    # --- forward --------------------------------------------------------------------------
+    def uses_sparse_path(self, x: Tensor) -> bool:
+        """True when each expert may run on its own tokens only: nobody observes the experts' hooks."""
+        return self.use_sparse_experts and not x.is_meta and not any(hook.has_hooks() for hook in self._expert_hooks)
+
+    @shape_checked
+    def forward(self, normalized: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        routing = self.route(normalized)
+        if self.uses_sparse_path(normalized):
+            out = self._sparse_experts(normalized, routing)
+        else:
+            out = self._explicit_experts(normalized, routing)
+        if self.shared_expert is not None:
+            shared = self.shared_expert(normalized)
+            # x @ W_shared_gate is einsum(x, W_shared_gate, "batch pos d_model, d_model one -> batch pos one")
+            gate = self.hook_shared_expert_gate(torch.sigmoid(normalized @ self.W_shared_gate))
+            out = out + gate * shared
+        return out
+
+    def route(self, normalized: Float[Tensor, "batch pos d_model"]) -> Routing:
+        """The router: which ``top_k`` experts each token uses, and their weights (hooks fire in order)."""
+        # x @ W_router is einsum(x, W_router, "batch pos d_model, d_model expert -> batch pos expert")
+        router_logits = self.hook_router_logits(normalized @ self.W_router)
+        expert_weights = self.hook_expert_weights(router_logits.softmax(dim=-1, dtype=routing_dtype(router_logits.dtype)))
+        indices = self.hook_expert_indices(expert_weights.topk(self.experts_per_token, dim=-1).indices)
+        chosen = expert_weights.gather(-1, indices)
+        if self.normalize_routing:
+            chosen = chosen / chosen.sum(dim=-1, keepdim=True)
+        return Routing(indices, self.hook_routing_weights(chosen.to(normalized.dtype)))
+
+    def _explicit_experts(self, x: Tensor, routing: Routing) -> Tensor:
+        """``sum_E weight_E * expert_E(x)`` with every expert on every token (``weight_E = 0`` where not chosen)."""
+        weights = routing.per_expert(self.n_experts)
+        outputs = torch.stack([expert(x) for expert in self.experts])
+        return einops.einsum(weights, outputs, "batch pos expert, expert batch pos d_model -> batch pos d_model")
+
+    def _sparse_experts(self, x: Tensor, routing: Routing) -> Tensor:
+        """The same sum, each expert run only on the tokens that chose it."""
+        tokens = einops.rearrange(x, "batch pos d_model -> (batch pos) d_model")
+        indices = einops.rearrange(routing.indices, "batch pos top_k -> (batch pos) top_k")
+        weights = einops.rearrange(routing.weights, "batch pos top_k -> (batch pos) top_k")
+        out = torch.zeros_like(tokens)
+        for number, expert in enumerate(self.experts):
+            token, slot = torch.where(indices == number)
+            if token.numel():
+                chosen = einops.rearrange(tokens[token], "token d_model -> 1 token d_model")
+                written = einops.rearrange(expert(chosen), "1 token d_model -> token d_model")
+                out.index_add_(0, token, written * weights[token, slot, None])
+        return einops.rearrange(out, "(batch pos) d_model -> batch pos d_model", batch=x.shape[0])
+
+    def extra_repr(self) -> str:
+        shared = ", shared expert" if self.shared_expert is not None else ""
+        return f"n_experts={self.n_experts}, experts_per_token={self.experts_per_token}, normalize_routing={self.normalize_routing}{shared}"
+
+
+__all__ = ["EXPERT_WEIGHTS", "MixtureOfExperts", "Routing", "routing_dtype"]

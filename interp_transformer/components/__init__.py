@@ -4,6 +4,7 @@ Parts are interchangeable by protocol: an architecture module (``interp_transfor
 picks them and a block or model composes them.
 """
 
+from .alibi import ALiBi
 from .attention import Attention
 from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
@@ -14,13 +15,18 @@ from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
+from .normed_embed import NormedEmbed
+from .parallel_blocks import ParallelBlock, SharedNormParallelBlock
 from .pos_embed import PosEmbed
 from .rms_norm import RMSNorm
 from .rotary import RopeScaling, Rotary
+from .sinusoidal import ScaledEmbed, SinusoidalPosEmbed
 from .token_type_embed import TokenTypeEmbed
+from .unbiased_layer_norm import UnbiasedLayerNorm
 from .unembed import Unembed
 
 __all__ = [
+    "ALiBi",
     "Attention",
     "AttnOnlyBlock",
     "CausalMask",
@@ -30,17 +36,23 @@ __all__ = [
     "MLMHead",
     "MLP",
     "NoNorm",
+    "NormedEmbed",
     "PaddingMask",
+    "ParallelBlock",
     "Pooler",
     "PosEmbed",
     "PostNormBlock",
     "RMSNorm",
     "RopeScaling",
     "Rotary",
+    "ScaledEmbed",
+    "SharedNormParallelBlock",
+    "SinusoidalPosEmbed",
     "SlidingWindowMask",
     "TokenLayout",
     "TokenTypeEmbed",
     "TransformerBlock",
+    "UnbiasedLayerNorm",
     "Unembed",
     "gelu_new",
 ]

@@ -47,7 +47,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bert', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3']
+['bert', 'bloom', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'mistral', 'opt', 'qwen2', 'qwen3']
 """
 
 import importlib
@@ -67,6 +67,10 @@ ARCHITECTURES: dict[str, str] = {
     "mistral": "interp_transformer.loading.llama",
     "qwen2": "interp_transformer.loading.llama",
     "qwen3": "interp_transformer.loading.llama",
+    "gpt_neox": "interp_transformer.loading.gpt_neox",
+    "gptj": "interp_transformer.loading.gptj",
+    "opt": "interp_transformer.loading.opt",
+    "bloom": "interp_transformer.loading.bloom",
 }
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

@@ -22,7 +22,7 @@ from transformers import (
     OPTForCausalLM,
 )
 
-from .llama_helpers import left_padded, perturb_  # noqa: F401 (re-exported for the classic tests)
+from .llama_helpers import float64_copy, left_padded, perturb_  # noqa: F401 (re-exported for the classic tests)
 
 logging.getLogger("transformers.configuration_utils").setLevel(logging.ERROR)
 
@@ -65,10 +65,6 @@ def tiny_hf_model(label: str, seed: int = 0, **overrides):
     if config.tie_word_embeddings:
         model.tie_weights()
     return model.eval()
-
-
-def float64_copy(hf_model):
-    return copy.deepcopy(hf_model).double()
 
 
 def random_tokens(batch: int, pos: int, seed: int = 0) -> torch.Tensor:

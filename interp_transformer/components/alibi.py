@@ -45,14 +45,15 @@ def alibi_slopes(n_heads: int) -> Float[Tensor, "head_index"]:
         raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
     power_of_two = 2 ** math.floor(math.log2(n_heads))
 
-    def geometric(n: int, every: int = 1) -> Tensor:
+    def powers(n: int, count: int, every: int = 1) -> Tensor:
+        """``(2^(-8/n))^(1 + every * i)`` for ``i < count``; computed on exactly ``count`` entries, as BLOOM computes
+        them (a longer tensor may take another vectorized path and round otherwise)."""
         base = torch.tensor(2 ** (-8 / n), dtype=torch.float32, device="cpu")
-        return torch.pow(base, torch.arange(1, 1 + every * n, every, dtype=torch.int32, device="cpu"))
+        return torch.pow(base, torch.arange(1, 1 + every * count, every, dtype=torch.int32, device="cpu"))
 
-    slopes = geometric(power_of_two)
+    slopes = powers(power_of_two, power_of_two)
     if power_of_two < n_heads:
-        extra = geometric(2 * power_of_two, every=2)[: n_heads - power_of_two]
-        slopes = torch.cat([slopes, extra])
+        slopes = torch.cat([slopes, powers(2 * power_of_two, n_heads - power_of_two, every=2)])
     return slopes
 
 

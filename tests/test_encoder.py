@@ -227,7 +227,7 @@ def test_unsupported_architectures_list_the_supported_ones(tmp_path):
     with pytest.raises(ValueError, match="DemoTransformer, not an encoder"):
         EncoderTransformer.from_pretrained(transformers.GPT2LMHeadModel(gpt2_config))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta"}))
-    with pytest.raises(ValueError, match=r"'roberta' is not supported.*\['bert', 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3'\]"):
+    with pytest.raises(ValueError, match=r"'roberta' is not supported.*\['bert', 'bloom', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'mistral', 'opt', 'qwen2', 'qwen3'\]"):
         EncoderTransformer.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="decoder"):
         bert_loading.config_from_hf(transformers.BertConfig(is_decoder=True))

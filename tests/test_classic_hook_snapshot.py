@@ -108,6 +108,7 @@ def test_meta_shapes_equal_a_real_run_in_forward_order(label):
     _, cache = model.run_with_cache(tokens)
     assert model.hook_shapes(3, 7) == {name: tuple(t.shape) for name, t in cache.items()}
     assert list(model.hook_shapes(3, 7)) == list(model.hook_dict)
+    assert model.estimate_cache_bytes(3, 7) == cache.nbytes()  # BLOOM's bias is a broadcast view: copied, and counted
 
 
 def test_short_names():

@@ -20,7 +20,6 @@ own. There is no fused kernel for it: ``forward`` always runs the formula above 
 always fires ``hook_scale``.
 """
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 

@@ -83,7 +83,9 @@ def _residual_hook_name(model: _checks.AnyModel, kind: str, layer: int) -> str:
         raise ValueError(f"kind must be one of {RESIDUAL_KINDS}, got {kind!r}")
     name = model.act_name(kind, layer)
     if name not in model.hook_dict:
-        raise ValueError(f"kind={kind!r} needs MLP layers; this model is attention-only (use resid_pre, resid_post or attn_out)")
+        there = [other for other in RESIDUAL_KINDS if model.act_name(other, layer) in model.hook_dict]
+        raise ValueError(f"kind={kind!r}: this model has no {name} (an attention-only block has no MLP, a parallel block no "
+                         f"residual mid-point); its blocks have {there}")
     return name
 
 

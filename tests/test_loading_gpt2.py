@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
 
 from interp_transformer import DemoTransformer
 from interp_transformer.loading import CheckpointError, from_pretrained, gpt2, supported_architectures
@@ -266,13 +266,13 @@ def test_directory_without_weights_or_config(hf_tiny, tmp_path):
 
 
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
-    opt = OPTForCausalLM(OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2,
-                                   vocab_size=30, max_position_embeddings=16, word_embed_proj_dim=16))
-    with pytest.raises(ValueError, match=r"'opt' is not supported.*\['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', 'qwen2', 'qwen3', 't5'\]"):
-        from_pretrained(opt)
-    opt.save_pretrained(tmp_path)
+    gpt_neo = GPTNeoForCausalLM(GPTNeoConfig(num_layers=1, attention_types=[[["global"], 1]], hidden_size=16, num_heads=2,
+                                             vocab_size=30, max_position_embeddings=16))
+    with pytest.raises(ValueError, match=r"'gpt_neo' is not supported.*\['bart', 'bert', 'bloom', 'gemma'"):
+        from_pretrained(gpt_neo)
+    gpt_neo.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not read: the architecture is rejected first")
-    with pytest.raises(ValueError, match=r"'opt' is not supported"):
+    with pytest.raises(ValueError, match=r"'gpt_neo' is not supported"):
         from_pretrained(tmp_path)
     assert "gpt2" in supported_architectures()
 

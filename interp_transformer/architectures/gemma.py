@@ -164,7 +164,7 @@ def build(cfg: GemmaConfig) -> DecoderParts:
         return TransformerBlock(norm(d), attention(layer), norm(d), GatedMLP(cfg))
 
     return DecoderParts(
-        embed=ScaledEmbed(cfg),
+        embed=ScaledEmbed(cfg, round_scale=True),
         pos_embed=None,  # positions act inside attention
         blocks=[block(layer) for layer in range(cfg.n_layers)],
         ln_final=norm(cfg.d_model),

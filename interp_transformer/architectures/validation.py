@@ -2,7 +2,9 @@
 
 import math
 
-ACTIVATION_FUNCTIONS = ("gelu_new", "gelu", "relu", "silu")
+from ..components.activations import ACTIVATIONS
+
+ACTIVATION_FUNCTIONS = tuple(ACTIVATIONS)  # the names components.activations computes
 
 
 def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
@@ -21,6 +23,13 @@ def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:
         value = getattr(cfg, field)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or not value > 0:
             raise ValueError(f"{field} must be > 0 and finite, got {value!r}")
+
+
+def check_optional_positive_int(cfg, field: str) -> None:
+    """``ValueError`` unless ``cfg.<field>`` is None or a positive int."""
+    value = getattr(cfg, field)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ValueError(f"{field} must be a positive int or None, got {value!r}")
 
 
 def check_positive_int(name: str, value) -> None:
@@ -42,4 +51,5 @@ def check_bools(cfg, fields: tuple[str, ...]) -> None:
             raise TypeError(f"{field} must be a bool, got {getattr(cfg, field)!r}")
 
 
-__all__ = ["ACTIVATION_FUNCTIONS", "check_bools", "check_positive_int", "check_positive_number", "validate_common_fields"]
+__all__ = ["ACTIVATION_FUNCTIONS", "check_bools", "check_optional_positive_int", "check_positive_int", "check_positive_number",
+           "validate_common_fields"]

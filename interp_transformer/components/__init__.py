@@ -4,6 +4,7 @@ Parts are interchangeable by protocol: an architecture module (``interp_transfor
 picks them and a block or model composes them.
 """
 
+from .alibi import ALiBi
 from .attention import Attention
 from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
@@ -15,13 +16,18 @@ from .masks import CausalMask, PaddingMask, SlidingWindowMask
 from .mlp import MLP, gelu_new
 from .no_norm import NoNorm
 from .norm_pre import LayerNormPre, RMSNormPre
+from .normed_embed import NormedEmbed
+from .parallel_blocks import ParallelBlock, SharedNormParallelBlock
 from .pos_embed import PosEmbed
 from .rms_norm import RMSNorm
 from .rotary import RopeScaling, Rotary
+from .sinusoidal import ScaledEmbed, SinusoidalPosEmbed
 from .token_type_embed import TokenTypeEmbed
+from .unbiased_layer_norm import UnbiasedLayerNorm
 from .unembed import Unembed
 
 __all__ = [
+    "ALiBi",
     "Attention",
     "AttnOnlyBlock",
     "CausalMask",
@@ -32,7 +38,9 @@ __all__ = [
     "MLMHead",
     "MLP",
     "NoNorm",
+    "NormedEmbed",
     "PaddingMask",
+    "ParallelBlock",
     "Pooler",
     "PosEmbed",
     "PostNormBlock",
@@ -40,10 +48,14 @@ __all__ = [
     "RMSNormPre",
     "RopeScaling",
     "Rotary",
+    "ScaledEmbed",
+    "SharedNormParallelBlock",
+    "SinusoidalPosEmbed",
     "SlidingWindowMask",
     "TokenLayout",
     "TokenTypeEmbed",
     "TransformerBlock",
+    "UnbiasedLayerNorm",
     "Unembed",
     "gelu_new",
 ]

@@ -39,6 +39,12 @@ class Attention(nn.Module):
       after ``hook_q``/``hook_k``; ``hook_rot_q``/``hook_rot_k`` hold the rotated values, which
       are what the scores read, and keys enter a key/value cache already rotated.
     - ``q_norm``/``k_norm`` (Qwen3): a norm over ``d_head`` of each head's q and k, before the rotation.
+    - ``score_bias`` (ALiBi, ``components.alibi``): a part that answers ``score_bias(layout, dtype)``
+      with a bias ``[batch, head_index, query_pos, key_pos]`` added to the scores before masking
+      and softmax, hooked by the part itself (``score_bias.hook_bias``)::
+
+          attn_scores = q k^T * scale + score_bias          (-inf where a mask disallows)
+
     - ``n_key_value_heads`` (grouped-query attention, default ``n_heads``): each key/value head
       serves ``n_heads / n_key_value_heads`` consecutive query heads. Keys and values are stored
       once per key/value head, as TransformerLens' ``_W_K``, ``_W_V``, ``_b_K``, ``_b_V``
@@ -62,6 +68,7 @@ class Attention(nn.Module):
         rotary: Optional[nn.Module] = None,
         q_norm: Optional[nn.Module] = None,
         k_norm: Optional[nn.Module] = None,
+        score_bias: Optional[nn.Module] = None,
     ):
         super().__init__()
         n_heads, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
@@ -92,6 +99,7 @@ class Attention(nn.Module):
         if rotary is not None:
             self.hook_rot_q = HookPoint()
             self.hook_rot_k = HookPoint()
+        self.score_bias = score_bias
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
@@ -174,8 +182,9 @@ class Attention(nn.Module):
 
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
-        # attn_scores = q k^T * scale, -inf where a mask disallows the key
-        attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed_keys(self.masks, layout)))
+        # attn_scores = q k^T * scale (+ score_bias), -inf where a mask disallows the key
+        allowed, bias = allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype)
+        attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed, bias))
         pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
         return einops.einsum(
             pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
@@ -186,13 +195,18 @@ class Attention(nn.Module):
         to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
         q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
         grouped = self.n_key_value_heads != self.n_heads
-        if fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
+        bias = self._score_bias(layout, q.dtype)
+        if bias is None and fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=grouped)
         else:
-            z = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed_keys(self.masks, layout), scale=self.scale, enable_gqa=grouped
-            )
+            allowed = allowed_keys(self.masks, layout)
+            mask = allowed if bias is None else additive_mask(allowed, bias)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
+
+    def _score_bias(self, layout: TokenLayout, dtype: torch.dtype) -> Optional[Tensor]:
+        """The ``score_bias`` part's ``[batch, head_index, query_pos, key_pos]`` bias, or None without one."""
+        return None if self.score_bias is None else self.score_bias(layout, dtype)
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
@@ -218,16 +232,23 @@ class Attention(nn.Module):
         return affine(z_heads, W_O_heads, self.b_O)
 
 
+def additive_mask(allowed: Optional[Tensor], bias: Tensor) -> Tensor:
+    """``bias`` where ``allowed`` (None: everywhere), ``-inf`` elsewhere: one tensor to add to the scores."""
+    return bias if allowed is None else bias.masked_fill(allowed.logical_not(), float("-inf"))
+
+
 def masked_scores(
     q: Float[Tensor, "batch query_pos head_index d_head"],
     k: Float[Tensor, "batch key_pos head_index d_head"],
     scale: float,
     allowed: Optional[Tensor],
+    score_bias: Optional[Tensor] = None,
 ) -> Float[Tensor, "batch head_index query_pos key_pos"]:
     """``attn_scores = einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head ->
-    batch head_index query_pos key_pos") * scale``, set to ``-inf`` where ``allowed`` is False.
+    batch head_index query_pos key_pos") * scale + score_bias``, set to ``-inf`` where ``allowed`` is False.
 
-    ``allowed`` broadcasts to ``[batch, head_index, query_pos, key_pos]`` (None: every key).
+    ``allowed`` broadcasts to ``[batch, head_index, query_pos, key_pos]`` (None: every key);
+    ``score_bias`` (None: no bias) is ``[batch or 1, head_index, query_pos, key_pos]``.
     Computed as one batched product that starts from the mask written as an additive bias
     (0 or -inf) and accumulates ``scale * q k^T`` onto it: scaling and masking afterwards
     would be two more passes over ``[batch, head_index, query_pos, key_pos]``, 48 MB per layer
@@ -236,10 +257,13 @@ def masked_scores(
     batch, n_heads = q.shape[0], q.shape[2]
     q_heads = einops.rearrange(q, "batch query_pos head_index d_head -> (batch head_index) query_pos d_head")
     k_heads = einops.rearrange(k, "batch key_pos head_index d_head -> (batch head_index) d_head key_pos")
-    if allowed is None:
+    if allowed is None and score_bias is None:
         scores = torch.baddbmm(q_heads.new_empty(1, 1, 1), q_heads, k_heads, beta=0, alpha=scale)
     else:
-        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(allowed.logical_not(), float("-inf"))
+        if score_bias is None:
+            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(allowed.logical_not(), float("-inf"))
+        else:
+            bias = additive_mask(allowed, score_bias.to(q.dtype))
         if bias.shape[0] == 1 and bias.shape[1] == 1:  # one mask for every row and head: broadcast it
             bias = bias[0]
         else:  # a mask per row (padding): one bias matrix per (row, head)

@@ -1,36 +1,11 @@
-import math
-
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
+from .activations import ACTIVATIONS, gelu_new, gelu_new_reference  # noqa: F401 (importable from here, as before)
 from .affine import affine
-
-
-def gelu_new(x: Tensor) -> Tensor:
-    """GPT-2's GELU: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
-
-    Computed by torch's fused tanh-approximate GELU, which is this formula.
-    """
-    return F.gelu(x, approximate="tanh")
-
-
-def gelu_new_reference(x: Tensor) -> Tensor:
-    """The formula of ``gelu_new`` written out, as the reference for tests."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
-def gelu_fast(x: Tensor) -> Tensor:
-    """``0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2)))``: ``gelu_new`` arranged differently (TransformerLens' name)."""
-    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
-
-
-# gelu_pytorch_tanh is Hugging Face's name of gelu_new
-ACTIVATIONS = {"gelu_new": gelu_new, "gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_fast": gelu_fast,
-               "gelu_pytorch_tanh": gelu_new}
 
 
 class MLP(nn.Module):

@@ -47,7 +47,7 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bart', 'bert', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'llama', 'marian', 'mistral', 'mixtral', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
+['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'marian', 'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
 """
 
 import importlib
@@ -77,6 +77,10 @@ ARCHITECTURES: dict[str, str] = {
     "mixtral": "interp_transformer.loading.moe",
     "qwen2_moe": "interp_transformer.loading.moe",
     "qwen3_moe": "interp_transformer.loading.moe",
+    "gpt_neox": "interp_transformer.loading.gpt_neox",
+    "gptj": "interp_transformer.loading.gptj",
+    "opt": "interp_transformer.loading.opt",
+    "bloom": "interp_transformer.loading.bloom",
 }
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

@@ -29,7 +29,14 @@ GPT2_VOCAB_SIZE = 50257  # the vocabulary of OpenAI's GPT-2 tokenizer
 
 
 def config_from_hf(hf_config) -> TransformerConfig:
-    """Our config from a ``transformers.GPT2Config``; ``ValueError`` for GPT-2 variants we do not compute."""
+    """Our config from a ``transformers.GPT2Config``; ``ValueError`` for GPT-2 variants we do not compute.
+
+    Refused by name: ``scale_attn_by_inverse_layer_idx`` (scores of layer ``L`` divided by
+    ``L + 1``: other scores), ``scale_attn_weights=False`` and ``add_cross_attention``.
+    Accepted: ``reorder_and_upcast_attn``, which only computes a half-precision model's scores
+    in float32; in float32 and float64 the two compute the same numbers, and a bfloat16 model
+    of ours (scores in bfloat16) differs from it by half-precision rounding.
+    """
     require_config_fields(hf_config, "GPT-2", positive_ints=("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"),
                           positive_floats=("layer_norm_epsilon",))
     if hf_config.n_inner is not None:

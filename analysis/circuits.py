@@ -52,6 +52,7 @@ __all__ = [
     "diagonal_ranks",
     "full_ov_circuit",
     "full_qk_circuit",
+    "token_writes",
 ]
 
 COMPOSITION_KINDS = ("q", "k", "v")
@@ -76,6 +77,8 @@ def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head:
 def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
     """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
+    ``W_E`` here is what each token writes (``token_writes``: scaled in Gemma, normalized in BLOOM).
+
     Shape ``[*, d_vocab, d_vocab]``: rows are query tokens, columns key tokens. In a model
     with rotary positions (the Llama family) the real score rotates ``q`` and ``k`` by their
     positions first, so this circuit is the score of a query and key at the *same*
@@ -83,7 +86,18 @@ def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: 
     """
     _checks.check_model(model)
     qk = FactoredMatrix(_select(model, model.W_Q, layer, head), _select(model, model.W_K, layer, head).mT)
-    return model.W_E @ qk @ model.W_E.T
+    W_E = token_writes(model)
+    return W_E @ qk @ W_E.T
+
+
+def token_writes(model: _checks.AnyModel) -> Float[Tensor, "d_vocab d_model"]:
+    """What each token writes into the residual stream: ``W_E``, or ``W_E * sqrt(d_model)`` (Gemma, Marian), ``ln(W_E)`` (BLOOM).
+
+    The circuits start from these rows, so that a scaled or normalized embedding reads as
+    the stream sees it; a tied read-out (``read_out="embed"``) stays ``W_E^T`` as stored.
+    """
+    embed = getattr(model, "embed", None)
+    return embed.writes() if hasattr(embed, "writes") else model.W_E
 
 
 def _read_out_matrix(model: _checks.AnyModel, read_out: str) -> Tensor:
@@ -114,7 +128,7 @@ def full_ov_circuit(
     """
     _checks.check_model(model)
     ov = FactoredMatrix(_select(model, model.W_V, layer, head), _select(model, model.W_O, layer, head))
-    return model.W_E @ ov @ _read_out_matrix(model, read_out)
+    return token_writes(model) @ ov @ _read_out_matrix(model, read_out)
 
 
 def _token_index(tokens, size: int, name: str) -> Union[slice, Tensor]:
@@ -192,7 +206,7 @@ def copying_scores(
     _checks.check_model(model)
     # W_O R W_E W_V with the d_model x d_model product R W_E formed once, not W_E W_V per head:
     # the same matrix FactoredMatrix.eigenvalues would build, without a d_vocab-long factor per head
-    read_out_embed = _read_out_matrix(model, read_out) @ model.W_E  # [d_model, d_model]
+    read_out_embed = _read_out_matrix(model, read_out) @ token_writes(model)  # [d_model, d_model]
     W_V, W_O = _select(model, model.W_V, layer, head), _select(model, model.W_O, layer, head)
     eigenvalues = torch.linalg.eigvals(W_O @ read_out_embed @ W_V)  # [..., d_head]
     return eigenvalues.real.sum(dim=-1) / eigenvalues.abs().sum(dim=-1)

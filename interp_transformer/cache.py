@@ -97,6 +97,11 @@ class ActivationCache(ResidualStacks):
                 f"(cached: {len(self.cache_dict)} hooks)"
             )
         close = difflib.get_close_matches(name, list(self.cache_dict), n=3, cutoff=0.5)
+        if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[1], int):  # a valid name the block lacks
+            block = type(self.model.blocks[key[1]]).__name__ if -len(self.model.blocks) <= key[1] < len(self.model.blocks) else None
+            if block is not None:
+                raise KeyError(f"this model has no {name!r}: block {key[1]} is a {block}, which computes no {key[0]!r} "
+                               f"(see docs/conventions.md); closest: {close}")
         raise KeyError(f"no activation named {name!r}; closest: {close}")
 
     def __contains__(self, key) -> bool:

@@ -26,25 +26,18 @@ scans bound the memory of vocab-sized circuits. Annotations here document
 shapes and are not checked at run time, to keep ``@`` cheap.
 """
 
-import functools
 import numbers
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Union
 
 import einops
 import torch
-from jaxtyping import Complex, Float, Int
+from jaxtyping import Float, Int
+
+from .factored_spectra import SVD, FactoredSpectra  # noqa: F401 (SVD: importable from here, as before)
 
 Scalar = Union[int, float, torch.Tensor]
 AxisIndex = Union[int, slice, list, torch.Tensor]
-
-
-class SVD(NamedTuple):
-    """Thin SVD ``AB = U @ diag(S) @ Vh`` with ``k = min(ldim, mdim, rdim)``."""
-
-    U: Float[torch.Tensor, "*batch ldim k"]
-    S: Float[torch.Tensor, "*batch k"]
-    Vh: Float[torch.Tensor, "*batch k rdim"]
 
 
 class TopK(NamedTuple):
@@ -82,7 +75,7 @@ def _keep_axis(index: AxisIndex) -> Union[slice, torch.Tensor]:
     return index
 
 
-class FactoredMatrix:
+class FactoredMatrix(FactoredSpectra):
     """The product ``AB = A @ B`` of ``A: [*batch, ldim, mdim]`` and ``B: [*batch, mdim, rdim]``.
 
     Batch axes broadcast (``A`` and ``B`` are stored expanded to the common
@@ -269,64 +262,6 @@ class FactoredMatrix:
     def __neg__(self) -> "FactoredMatrix":
         return self * -1
 
-    # ---- spectral quantities, all from the factors ------------------------------------
-
-    @functools.cached_property
-    def _svd(self) -> SVD:
-        # A = Q_A R_A and B^H = Q_B R_B (thin QR), so AB = Q_A (R_A R_B^H) Q_B^H. The core
-        # R_A R_B^H is at most mdim x mdim; its SVD U_c S Vh_c gives AB = (Q_A U_c) S (Vh_c Q_B^H),
-        # and Q_A U_c, Vh_c Q_B^H keep orthonormal columns/rows. Cost O((ldim + rdim) mdim^2).
-        # Half precision (which torch.linalg does not decompose) is computed in float32 and returned as given.
-        A, B = _decomposable(self._A), _decomposable(self._B)
-        Q_A, R_A = torch.linalg.qr(A)
-        Q_B, R_B = torch.linalg.qr(B.mH)
-        U_core, S, Vh_core = torch.linalg.svd(R_A @ R_B.mH, full_matrices=False)
-        dtype = self.dtype
-        return SVD(U=(Q_A @ U_core).to(dtype), S=S.to(dtype), Vh=(Vh_core @ Q_B.mH).to(dtype))
-
-    def svd(self) -> SVD:
-        """Thin SVD ``AB = U diag(S) Vh`` computed from the factors (cached).
-
-        Same convention as ``torch.linalg.svd(AB, full_matrices=False)`` truncated to
-        ``k = min(ldim, mdim, rdim)`` (the rank bound): S descending, U ``[*batch, ldim, k]``
-        with orthonormal columns, Vh ``[*batch, k, rdim]`` with orthonormal rows. Singular
-        vectors are unique only up to sign (and rotation within repeated singular values).
-        """
-        return self._svd
-
-    @property
-    def U(self) -> Float[torch.Tensor, "*batch ldim k"]:
-        return self._svd.U
-
-    @property
-    def S(self) -> Float[torch.Tensor, "*batch k"]:
-        return self._svd.S
-
-    @property
-    def Vh(self) -> Float[torch.Tensor, "*batch k rdim"]:
-        return self._svd.Vh
-
-    @functools.cached_property
-    def eigenvalues(self) -> Complex[torch.Tensor, "*batch mdim"]:
-        """Eigenvalues of ``BA`` (complex, unsorted; needs ``ldim == rdim``).
-
-        ``AB x = l x`` with ``l != 0`` implies ``BA (B x) = l (B x)`` and ``B x != 0``, so the
-        nonzero eigenvalues of the big AB are exactly those of the ``mdim x mdim`` BA,
-        with multiplicity. The two spectra (ldim and mdim values) differ only by zeros.
-        Half precision is computed in float32 (complex64 eigenvalues).
-        """
-        self._require_square("eigenvalues")
-        return torch.linalg.eigvals(_decomposable(self._B) @ _decomposable(self._A))
-
-    def norm(self) -> Float[torch.Tensor, "*batch"]:
-        """Frobenius norm ``||AB||_F``, one value per batch entry.
-
-        ``||AB||_F^2 = tr((A^T A)(B B^T))``: two ``mdim x mdim`` Gram matrices, no SVD
-        (composition scores take thousands of these).
-        """
-        squared = ((self.A.mT @ self.A) * (self.B @ self.B.mT)).sum(dim=(-2, -1))
-        return squared.clamp_min(0).sqrt()
-
     def collapse_l(self) -> Float[torch.Tensor, "*batch k rdim"]:
         """``diag(S) Vh``: the thin right factor with ``AB = U @ collapse_l()``."""
         return self.S[..., :, None] * self.Vh
@@ -437,8 +372,3 @@ def _chain(left: FactoredMatrix, right: FactoredMatrix) -> FactoredMatrix:
     # (A1 B1)(A2 B2) = ((A1 B1) A2) B2: each product keeps the smaller inner dim, so the result's is
     # min(mdim1, rdim1, mdim2) and no factor bigger than the inputs is built
     return (left @ right.A) @ right.B
-
-
-def _decomposable(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in a dtype ``torch.linalg`` decomposes: half precision (bfloat16, float16) becomes float32."""
-    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor

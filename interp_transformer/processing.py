@@ -30,12 +30,16 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
     reader of the residual stream starts with a LayerNorm, which removes that mean
     anyway, so nothing downstream changes; afterwards every ``hook_resid_*``
     (and ``hook_embed``, ``hook_pos_embed``, ``hook_attn_out``, ``hook_mlp_out``)
-    has zero mean over ``d_model``. Refused where a norm keeps the mean (RMSNorm):
+    has zero mean over ``d_model``, except the mean of a writer with no weight to
+    centre (``output_weights()`` empty: BLOOM's normalized embedding, fixed sinusoidal
+    positions), which stays in the stream and is removed by every norm reading it. Refused where a norm keeps the mean (RMSNorm):
     there the mean reaches the readers; ``process_weights`` skips it by default.
 ``center_unembed``
     Removes the mean over ``d_vocab`` from ``W_U`` and ``b_U``. Logits shift by the
     same amount for every token at a position, so log-probs (and softmax) are
-    unchanged; logits themselves are not.
+    unchanged; logits themselves are not. Refused where the logits are soft-capped
+    (``capabilities.logit_softcap``, Gemma 2): ``cap * tanh(x / cap)`` does not pass a
+    shift through, so the log-probs would change; ``process_weights`` skips it there.
 ``fold_value_biases``
     Moves ``b_V`` into ``b_O``: ``b_O' = b_O + sum_h b_V[h] W_O[h]``, ``b_V' = 0``.
     Exact because each row of an attention pattern sums to 1, so every head's
@@ -140,6 +144,9 @@ def center_unembed(model):
     """Remove the mean over ``d_vocab`` from ``W_U`` and ``b_U`` (log-probs unchanged)."""
     if not _pending(model, "center_unembed"):
         return model
+    if model.capabilities.logit_softcap is not None:
+        raise ValueError(f"center_unembed: the logits are soft-capped (cap={model.capabilities.logit_softcap}), and the cap does not "
+                         "pass a shift of every logit through, so centring W_U would change the log-probs")
     with torch.no_grad():
         model.unembed.W_U.sub_(model.unembed.W_U.mean(dim=-1, keepdim=True))
         model.unembed.b_U.sub_(model.unembed.b_U.mean())
@@ -174,17 +181,20 @@ def process_weights(
     *,
     fold_ln: bool = True,
     center_writing_weights: Optional[bool] = None,
-    center_unembed: bool = True,
+    center_unembed: Optional[bool] = None,
     fold_value_biases: bool = True,
 ):
     """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first).
 
     ``center_writing_weights=None`` (default) centres where it is exact: when every norm
     subtracts the mean (LayerNorm), not in an RMSNorm model; ``True`` asks for it and is
-    refused where it would change the output.
+    refused where it would change the output. ``center_unembed=None`` (default) likewise
+    centres the read-out unless the logits are soft-capped.
     """
     if center_writing_weights is None:  # where it is exact (and not yet done)
         center_writing_weights = _pending(model, "center_writing_weights") and not _norms_keeping_the_mean(_norm_readers(model))
+    if center_unembed is None:
+        center_unembed = model.capabilities.logit_softcap is None
     wanted = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
               "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
     for name in STEPS:

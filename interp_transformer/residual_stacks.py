@@ -25,66 +25,33 @@ A post-norm model (capabilities) keeps what still has a meaning there (the hidde
 entering each block, each head's and neuron's write) and raises on the rest.
 """
 
-from typing import Optional, Union
+from typing import Optional
 
 import einops
 import torch
-from jaxtyping import Float, Int
 from torch import Tensor
 
-from .slices import Slice, SliceInput
-
-POST_NORM_INSTEAD = (
-    "For an exact split of an output direction over embeddings, heads, MLPs and norm biases (every norm's scale frozen "
-    "from the cache) use analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
-)
-SliceLike = Union[Slice, SliceInput]
+from .residual_norms import POST_NORM_INSTEAD, ResidualNorms, SliceLike
+from .slices import Slice
 
 
-def _not_additive(model, what: str) -> ValueError:
-    return ValueError(f"{what} has no meaning here: {model.capabilities.why_not_additive()}. {POST_NORM_INSTEAD}")
-
-
-class ResidualStacks:
+class ResidualStacks(ResidualNorms):
     """The residual-stream tools of ``ActivationCache`` (see the module docstring)."""
 
     # --- helpers --------------------------------------------------------------------------------
-    def _require_additive(self, what: str) -> None:
-        if not self.model.capabilities.additive_residual:
-            raise _not_additive(self.model, what)
-
-    def _input_layer(self, layer: Optional[int]) -> int:
-        """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final residual)."""
-        n_layers = self.model.cfg.n_layers
-        if layer is None or (isinstance(layer, int) and layer == -1):
-            return n_layers
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
-            raise ValueError(f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the final "
-                             f"residual stream (as in TransformerLens), got {layer!r}")
-        return layer
-
     def _residual_at(self, layer: int) -> Tensor:
         """The residual stream entering block ``layer`` (``n_layers``: the final residual stream)."""
         if layer == self.model.cfg.n_layers:
             return self[self.model.hook_names.final_residual_name(layer)]
         return self["resid_pre", layer]
 
-    def _norm_and_scale(self, layer: int, mlp_input: bool):
-        """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it has none)."""
+    def _adds_attn_before_mlp(self, layer: int, mlp_input: bool) -> bool:
+        """Whether block ``layer``'s MLP input includes its own attention output (not in a parallel block)."""
+        if not mlp_input:
+            return False
         if layer == self.model.cfg.n_layers:
-            if mlp_input:
-                raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
-            norm, key = self.model.final_norm, ("scale",)
-            if norm is None:
-                raise ValueError("this model has no final norm to apply")
-        else:
-            sub = "ln2" if mlp_input else "ln1"
-            norm, key = getattr(self.model.blocks[layer], sub), ("scale", layer, sub)
-        try:
-            name = self.model.act_name(*key)
-        except KeyError:  # the architecture names no scale there: its norm has none (no normalization at all)
-            return norm, None
-        return norm, (self[name] if name in self.model.hook_dict else None)
+            raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
+        return self._has_hook("resid_mid", layer)
 
     def _empty(self, pos_slice: Slice, last: Optional[int] = None) -> Tensor:
         """A stack of no components, shaped like the embeddings after ``pos_slice`` (last axis ``last`` if given)."""
@@ -168,9 +135,7 @@ class ResidualStacks:
             if mode in ("all", "mlp") and self._has_hook("mlp_out", l):
                 components.append(self["mlp_out", l])
                 labels.append(f"{l}_mlp_out")
-        if mlp_input and mode in ("all", "attn"):
-            if layer == self.model.cfg.n_layers:
-                raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
+        if self._adds_attn_before_mlp(layer, mlp_input) and mode in ("all", "attn"):  # a parallel block's MLP reads resid_pre
             components.append(self["attn_out", layer])
             labels.append(f"{layer}_attn_out")
         if not components:
@@ -191,7 +156,9 @@ class ResidualStacks:
         """Each head's write to the residual, ``z_h W_O[h]`` (no ``b_O``), for the blocks before ``layer``.
 
         Shape ``[layer * head_index, ...]``, labels ``"L0H3"``; computed from the cached ``z``
-        (``cache["result", L]``). ``incl_remainder`` adds ``"remainder"``: the residual
+        (``cache["result", L]``). Where the attention's output passes through a norm before the
+        stream (``capabilities.sublayer_output_norms``, Gemma 2), each head's write is its result
+        through that norm with the scale frozen to the cached one. ``incl_remainder`` adds ``"remainder"``: the residual
         stream entering block ``layer`` minus the heads (for ``layer=0``, the whole input of
         block 0; TransformerLens uses the last block's output there).
         """
@@ -200,7 +167,9 @@ class ResidualStacks:
         layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
         parts, labels = [], []
         for l in range(layer):
-            parts.append(pos_slice.apply(self["result", l], dim=-3))
+            result = pos_slice.apply(self["result", l], dim=-3)
+            norm, scale = self._output_norm(l, 0, pos_slice)
+            parts.append(result if norm is None else norm.apply_frozen(result, scale[..., None, :]))
             labels.extend(f"L{l}H{h}" for h in range(parts[-1].shape[-2]))
         if parts:
             stack = einops.rearrange(torch.cat(parts, dim=-2), "... component d_model -> component ... d_model")
@@ -229,14 +198,30 @@ class ResidualStacks:
 
         With ``project_output_onto`` (``[d_model]`` or ``[d_model, n_outs]``) the write is
         projected first (``post[n] * (W_out[n] @ p)``), never forming ``[..., neuron, d_model]``.
+        Where the MLP's output passes through a norm before the stream (Gemma 2's ``ln2_post``),
+        each write goes through it with the scale frozen to the cached one.
         """
+        if not self._has_hook("post", layer):
+            raise ValueError(self._no_neurons_reason(layer))
         neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice(pos_slice)
         acts = neuron_slice.apply(pos_slice.apply(self["post", layer], dim=-2), dim=-1)
         W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0).to(acts.dtype)
+        norm, scale = self._output_norm(layer, 1, pos_slice)
         if project_output_onto is None:
-            return acts[..., None] * W_out
-        projected = W_out @ project_output_onto.to(W_out)
+            writes = acts[..., None] * W_out
+            return writes if norm is None else norm.apply_frozen(writes, scale[..., None, :])
+        direction = project_output_onto.to(W_out)
+        if norm is not None:  # apply_frozen(x, s) . p = x . pull_back(p) / s
+            direction = norm.pull_back(direction.mT).mT if direction.ndim == 2 else norm.pull_back(direction)
+            acts = acts / scale
+        projected = W_out @ direction
         return acts * projected if projected.ndim == 1 else acts[..., None] * projected
+
+    def _no_neurons_reason(self, layer: int) -> str:
+        if self.model.capabilities.has_experts:
+            return (f"block {layer}'s MLP is a mixture of experts: its neurons are per expert; read them with "
+                    "analysis.experts (expert_neuron_activations, expert_neuron_logit_attribution)")
+        return f"block {layer} has no MLP neurons (an attention-only block)"
 
     def stack_neuron_results(
         self,
@@ -257,7 +242,7 @@ class ResidualStacks:
         ``pull_back``), so the result is the projection of the normalized write.
         """
         if not self._has_hook("post", 0):
-            raise ValueError("stack_neuron_results: this model is attention-only and has no neurons")
+            raise ValueError(f"stack_neuron_results: {self._no_neurons_reason(0)}")
         if apply_ln or incl_remainder:
             self._require_additive("stack_neuron_results(apply_ln=True or incl_remainder=True)")
         layer, pos_slice, neuron_slice = self._input_layer(layer), Slice(pos_slice), Slice.unwrap(neuron_slice)
@@ -309,9 +294,13 @@ class ResidualStacks:
         """
         self._require_additive("get_full_resid_decomposition")
         layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
-        heads, labels = self.stack_head_results(layer + int(mlp_input), return_labels=True, pos_slice=pos_slice)
+        if expand_neurons and self.model.capabilities.has_experts and layer > 0:
+            raise ValueError("get_full_resid_decomposition(expand_neurons=True): " + self._no_neurons_reason(0) +
+                             "; pass expand_neurons=False for each MLP layer's output")
+        own_attn = self._adds_attn_before_mlp(layer, mlp_input)
+        heads, labels = self.stack_head_results(layer + int(own_attn), return_labels=True, pos_slice=pos_slice)
         components = [heads]
-        if layer > 0 and self._has_hook("post", 0):
+        if layer > 0 and (self._has_hook("post", 0) or not expand_neurons):
             if expand_neurons:
                 neurons, neuron_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True)
             else:
@@ -322,8 +311,8 @@ class ResidualStacks:
         for name in self.model.hook_names.input_writers:
             components.append(pos_slice.apply(self[name], dim=-2)[None])
             labels.append(name)
-        bias = self._accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons).to(heads)
-        components.append(bias.expand(1, *heads.shape[1:]))
+        bias = self._accumulated_bias(layer, own_attn, expand_neurons, pos_slice).to(heads)
+        components.append(bias.expand(heads.shape[1:])[None])
         labels.append("bias")
         stack = torch.cat(components)
         if apply_ln:
@@ -334,96 +323,22 @@ class ResidualStacks:
             stack = stack.squeeze(-1) if squeeze else stack
         return self._finish(stack, labels, return_labels)
 
-    def _accumulated_bias(self, layer: int, mlp_input: bool, include_mlp_biases: bool) -> Float[Tensor, "d_model"]:
-        """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with ``mlp_input``."""
+    def _accumulated_bias(self, layer: int, own_attn: bool, include_mlp_biases: bool, pos_slice: Slice) -> Tensor:
+        """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with ``own_attn``.
+
+        ``[d_model]``; where outputs pass through a norm before the stream (Gemma 2) each bias
+        goes through it with the cached scale, giving ``[..., pos, d_model]``.
+        """
         total = torch.zeros(self.model.cfg.d_model, device=self.model.W_E.device, dtype=self.model.W_E.dtype)
-        for l in range(layer + int(mlp_input)):
+        for l in range(layer + int(own_attn)):
             block = self.model.blocks[l]
-            total = total + block.attn.b_O
+            biases = [(0, block.attn.b_O)]
             if include_mlp_biases and l < layer and self._has_hook("mlp_out", l) and getattr(block.mlp, "b_out", None) is not None:
-                total = total + block.mlp.b_out
+                biases.append((1, block.mlp.b_out))
+            for which, bias in biases:
+                norm, scale = self._output_norm(l, which, pos_slice)
+                total = total + (bias if norm is None else norm.apply_frozen(bias, scale))
         return total.detach()
-
-    # --- norms and logits ---------------------------------------------------------------------------
-    def apply_ln_to_stack(
-        self,
-        residual_stack: Float[Tensor, "component ... d_model"],
-        layer: Optional[int] = None,
-        mlp_input: bool = False,
-        pos_slice: SliceLike = None,
-        batch_slice: SliceLike = None,
-        has_batch_dim: bool = True,
-        recompute_ln: bool = False,
-    ) -> Float[Tensor, "component ... d_model"]:
-        """Read each component through the norm at block ``layer``'s input, its scale frozen to the cached one.
-
-        The norm is block ``layer``'s ``ln1`` (``ln2`` with ``mlp_input``), or the final
-        norm for ``layer`` None/-1/``n_layers``; applied by its own ``apply_frozen`` (bias
-        left out, so the components of a residual sum to ``normalized - b``). ``pos_slice``
-        must be the one the stack was sliced with; ``batch_slice`` is applied to the stack's
-        batch axis (axis 1, when ``has_batch_dim``) and to the scale. ``recompute_ln`` (final
-        norm only) applies the whole final norm to each component with its own scale.
-        Raises ``ValueError`` on a post-norm model.
-        """
-        self._require_additive("apply_ln_to_stack")
-        layer, pos_slice, batch_slice = self._input_layer(layer), Slice(pos_slice), Slice(batch_slice)
-        if has_batch_dim:
-            residual_stack = batch_slice.apply(residual_stack, dim=1)
-        norm, scale = self._norm_and_scale(layer, mlp_input)
-        if recompute_ln and layer == self.model.cfg.n_layers:
-            return norm.normalize(residual_stack)
-        if scale is not None:
-            scale = pos_slice.apply(scale, dim=-2)
-            if self.has_batch_dim:
-                scale = batch_slice.apply(scale, dim=0)
-        return norm.apply_frozen(residual_stack, scale)
-
-    def logit_attrs(
-        self,
-        residual_stack: Float[Tensor, "component ... d_model"],
-        tokens: Union[str, int, Int[Tensor, "..."]],
-        incorrect_tokens: Union[None, str, int, Int[Tensor, "..."]] = None,
-        pos_slice: SliceLike = None,
-        batch_slice: SliceLike = None,
-        has_batch_dim: bool = True,
-    ) -> Float[Tensor, "component ..."]:
-        """Each component's direct contribution to the logit of ``tokens`` (minus ``incorrect_tokens``).
-
-        The stack is read through the final norm first (``apply_ln_to_stack(stack, -1,
-        pos_slice=..., batch_slice=..., has_batch_dim=...)``, scale frozen), then dotted with
-        ``W_U[:, token]`` (no ``b_U``): pass the stack as the cache gives it, not already
-        normalized. ``tokens`` is a token id, a single-token string or an id tensor
-        broadcasting against the stack's batch/pos axes; ``incorrect_tokens`` must have the
-        same shape. Raises ``ValueError`` on a post-norm model.
-        """
-        self._require_additive("logit_attrs")
-        tokens = self._token_ids(tokens)
-        direction = self.model.tokens_to_residual_directions(tokens)
-        if incorrect_tokens is not None:
-            incorrect_tokens = self._token_ids(incorrect_tokens)
-            if tokens.shape != incorrect_tokens.shape:
-                raise ValueError(f"tokens and incorrect_tokens must have the same shape, got {tuple(tokens.shape)} and "
-                                 f"{tuple(incorrect_tokens.shape)}")
-            direction = direction - self.model.tokens_to_residual_directions(incorrect_tokens)
-        scaled = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim)
-        try:
-            torch.broadcast_shapes(scaled.shape[1:], direction.shape)
-        except RuntimeError:
-            raise ValueError(f"tokens of shape {tuple(direction.shape[:-1])} do not match the stack's batch/pos axes "
-                             f"{tuple(scaled.shape[1:-1])}") from None
-        return (scaled * direction.to(scaled.dtype)).sum(dim=-1)
-
-    def _token_ids(self, tokens) -> Tensor:
-        if isinstance(tokens, str):
-            from .tokens import single_token_id
-
-            tokens = single_token_id(self.model._require_tokenizer(), tokens)
-        if isinstance(tokens, int) and not isinstance(tokens, bool):
-            tokens = torch.tensor(tokens)
-        if not isinstance(tokens, Tensor):
-            raise TypeError(f"tokens must be a token id, a single-token str or an integer tensor, got {tokens!r:.80}")
-        return tokens
-
 
 def _as_columns(project: Optional[Tensor]) -> tuple[Optional[Tensor], bool]:
     """A projection as ``[d_model, n_outs]`` columns, and whether it was one ``[d_model]`` vector."""
@@ -434,4 +349,4 @@ def _as_columns(project: Optional[Tensor]) -> tuple[Optional[Tensor], bool]:
     return (project[:, None], True) if project.ndim == 1 else (project, False)
 
 
-__all__ = ["ResidualStacks", "POST_NORM_INSTEAD"]
+__all__ = ["POST_NORM_INSTEAD", "ResidualStacks"]

@@ -55,7 +55,7 @@ from .compat.utils_text import (
     test_prompt,
     tokenize_and_concatenate,
 )
-from .components.mlp import gelu_fast, gelu_new
+from .components.activations import gelu_fast, gelu_new
 from .hook_names import BLOCK_HOOKS, HookNames, split_compact_name
 from .slices import Slice, SliceInput
 

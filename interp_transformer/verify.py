@@ -331,9 +331,18 @@ def verify_pretrained(
     elif prompt is not None:
         raise ValueError(f"{resolved.description} has no tokenizer, so the prompt cannot be tokenized; omit the prompt")
     else:
-        generator = torch.Generator().manual_seed(0)
-        tokens = torch.randint(0, model.cfg.d_vocab, (1, min(16, model.cfg.n_ctx)), generator=generator)
+        padding = {getattr(model.cfg, "pad_token_id", None), getattr(getattr(hf_model, "config", None), "pad_token_id", None)}
+        tokens = random_ids(model.cfg.d_vocab, min(16, model.cfg.n_ctx), avoid=padding - {None})
     return verify_against_hf(model, hf_model, tokens, atol=atol, rtol=rtol, float64_recheck=float64_recheck)
+
+
+def random_ids(d_vocab: int, length: int, avoid: set = frozenset(), seed: int = 0) -> torch.Tensor:
+    """``[1, length]`` seeded random token ids in ``[0, d_vocab)``, none of them in ``avoid`` (a padding id would be masked)."""
+    skipped = sorted(token for token in avoid if 0 <= token < d_vocab)
+    ids = torch.randint(0, d_vocab - len(skipped), (1, length), generator=torch.Generator().manual_seed(seed))
+    for token in skipped:  # ascending: each id at or past a skipped one moves up by one
+        ids = ids + (ids >= token).long()
+    return ids
 
 
 def run_verify(

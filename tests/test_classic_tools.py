@@ -66,7 +66,7 @@ def test_identities(family64):
     close(normalized, cache["normalized"])
     close(normalized @ model.W_U + model.b_U, logits)
     answers = TOKENS[:, 1:]
-    attributions = cache.logit_attrs(cache.apply_ln_to_stack(components)[:, :, :-1], answers)
+    attributions = cache.logit_attrs(components[:, :, :-1], answers, pos_slice=(0, -1))  # read through the final norm
     bias_terms = (model.ln_final.b @ model.W_U)[answers] + model.b_U[answers]
     close(attributions.sum(dim=0), logits[:, :-1].gather(-1, answers[..., None])[..., 0] - bias_terms)
 
@@ -81,7 +81,8 @@ def test_parallel_blocks_have_no_residual_mid_point(family64):
     _, cache = model.run_with_cache(TOKENS)
     stack, labels = cache.accumulated_resid(incl_mid=True, return_labels=True)
     assert labels == ["0_pre", "1_pre", "final_post"]
-    with pytest.raises(KeyError, match="blocks.0.hook_resid_mid"):
+    with pytest.raises(KeyError, match="no 'blocks.0.hook_resid_mid': block 0 is a (Parallel|SharedNormParallel)Block, "
+                                       "which computes no 'resid_mid'"):
         cache["resid_mid", 0]
     with pytest.raises(ValueError, match="no blocks.0.hook_resid_mid .*parallel block no residual mid-point"):
         patching.patch_residual(model, TOKENS[:1], TOKENS[1:], lambda logits: logits[0, -1, 0], kind="resid_mid", progress=False)
@@ -94,6 +95,23 @@ def test_gptj_reads_one_norm_twice_and_says_so():
     assert model.act_name("scale", 0, "ln1") == "blocks.0.ln1.hook_scale"
     with pytest.raises(KeyError, match=r"needs the norm: \('scale', 0, 'ln1'\); got 'ln2'"):
         model.act_name("scale", 0, "ln2")
+
+
+def test_mlp_input_of_a_parallel_block_is_its_resid_pre_read_by_the_mlps_norm(family64):
+    """A parallel block's MLP reads resid_pre through ln2 (GPT-NeoX) or the shared ln1 (GPT-J); mlp_input says so."""
+    label, _, _ = family64
+    model = model_of(family64)
+    _, cache = model.run_with_cache(TOKENS)
+    block = model.blocks[1]
+    mlp_norm = next(norm for norm, part in block.norm_readers() if part is block.mlp)
+    name = "ln2" if getattr(block, "ln2", None) is mlp_norm else "ln1"
+    components = cache.decompose_resid(layer=1, mlp_input=True)
+    close(components.sum(dim=0), cache["resid_mid", 1] if model.act_name("resid_mid", 1) in model.hook_dict
+          else cache["resid_pre", 1])
+    normalized = cache.apply_ln_to_stack(components, layer=1, mlp_input=True).sum(dim=0) + mlp_norm.b
+    close(normalized, cache["normalized", 1, name])
+    full = cache.get_full_resid_decomposition(layer=1, mlp_input=True, expand_neurons=True)
+    close(full.sum(dim=0), components.sum(dim=0))
 
 
 def test_post_norm_identities_and_refusals(post_norm64):
@@ -178,3 +196,16 @@ def test_the_report_builds_and_its_sections_follow_the_capabilities(label):
         assert data["predicted"] == int(model(prompt)[0, -1].argmax())
         assert data["attribution_total"] == pytest.approx(data["logit"], abs=1e-3)
     assert "<section" in report.to_html()
+
+
+def test_circuits_start_from_what_each_token_writes():
+    """BLOOM writes ln(W_E[token]), not W_E[token]: the full OV circuit's row is the head's direct effect of that write."""
+    from analysis import circuits
+
+    model = from_pretrained(float64_copy(tiny_hf_model("bloom-3-heads", seed=2)), dtype=torch.float64)
+    token = 7
+    _, cache = model.run_with_cache(torch.tensor([[token]]))
+    torch.testing.assert_close(circuits.token_writes(model)[token], cache["embed"][0, 0], atol=1e-12, rtol=0)
+    ov = circuits.full_ov_circuit(model, 0, 1)
+    expected = cache["embed"][0, 0] @ model.W_V[0, 1] @ model.W_O[0, 1] @ model.W_U
+    torch.testing.assert_close(ov[token], expected, atol=1e-10, rtol=0)

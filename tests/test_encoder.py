@@ -353,7 +353,7 @@ def test_gelu_is_exact_erf_gelu_in_bert():
     # BERT's "gelu" is the erf form; gelu_new (GPT-2) is the tanh approximation
     assert bert_loading.config_from_hf(transformers.BertConfig(hidden_act="gelu")).act_fn == "gelu"
     x = torch.linspace(-4, 4, 101, dtype=torch.float64)
-    from interp_transformer.components.mlp import ACTIVATIONS
+    from interp_transformer.components.activations import ACTIVATIONS
 
     torch.testing.assert_close(ACTIVATIONS["gelu"](x), 0.5 * x * (1 + torch.erf(x / 2**0.5)))
     assert (ACTIVATIONS["gelu"](x) - F.gelu(x, approximate="tanh")).abs().max() > 1e-5

@@ -165,6 +165,28 @@ def test_identities_through_the_post_norms(family64):
     torch.testing.assert_close(uncapped if cap is None else torch.tanh(uncapped / cap) * cap, logits)
 
 
+def test_head_and_neuron_stacks_read_through_the_post_norms(family64):
+    """Each head's and neuron's write passes through ln1_post/ln2_post (scale frozen): the full split sums to the stream."""
+    label, _, model = family64
+    _, cache = model.run_with_cache(TOKENS)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = cache.stack_head_results(layer=1)
+    b_O = model.b_O[0] if not model.cfg.post_norms else model.blocks[0].ln1_post.apply_frozen(
+        model.b_O[0], cache["scale", 0, "ln1_post"])
+    torch.testing.assert_close(heads.sum(dim=0) + b_O, cache["attn_out", 0], atol=1e-10, rtol=0)
+    neurons = cache.stack_neuron_results(layer=1)
+    b_out = model.b_out[0] if not model.cfg.post_norms else model.blocks[0].ln2_post.apply_frozen(
+        model.b_out[0], cache["scale", 0, "ln2_post"])
+    torch.testing.assert_close(neurons.sum(dim=0) + b_out, cache["mlp_out", 0], atol=1e-10, rtol=0)
+    full, labels = cache.get_full_resid_decomposition(expand_neurons=True, return_labels=True)
+    assert len(labels) == n_layers * (n_heads + model.cfg.d_mlp) + 2
+    torch.testing.assert_close(full.sum(dim=0), cache["resid_post", -1], atol=1e-10, rtol=0)
+    direction = torch.randn(model.cfg.d_model, dtype=torch.float64)
+    projected = cache.stack_neuron_results(layer=n_layers, project_output_onto=direction)
+    torch.testing.assert_close(projected, neurons.new_tensor(0) + cache.stack_neuron_results(layer=n_layers) @ direction,
+                               atol=1e-10, rtol=0)
+
+
 def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
     label, hf64, _ = family64
     model = from_pretrained(hf64, dtype=torch.float64)
@@ -172,7 +194,7 @@ def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
     gain = model.blocks[0].ln1.w.clone()
     W_Q = model.blocks[0].attn.W_Q.detach().clone()
     capped = model.cfg.final_softcap is not None
-    processing.process_weights(model, center_unembed=not capped)  # the steps exact with these norms (and this read-out)
+    processing.process_weights(model)  # by default, the steps exact with these norms and this read-out
     assert model.processing == ["fold_ln", "fold_value_biases"] if capped else ["fold_ln", "center_unembed", "fold_value_biases"]
     torch.testing.assert_close(model(TOKENS).log_softmax(-1), before.log_softmax(-1), atol=1e-10, rtol=0)
     torch.testing.assert_close(model.blocks[0].attn.W_Q, W_Q * gain[:, None])
@@ -183,18 +205,21 @@ def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
         processing.center_writing_weights(model)
 
 
-@pytest.mark.xfail(strict=True, reason="processing.center_unembed does not yet ask capabilities.logit_softcap: centring W_U "
-                                        "shifts the logits before the cap, which the cap does not pass through unchanged")
 @pytest.mark.parametrize("label", ["gemma2-capped-window", "gemma3-local-rope-capped"])
 def test_center_unembed_is_refused_when_the_logits_are_capped(label):
     model = from_pretrained(float64_copy(tiny_gemma(label)), dtype=torch.float64)
-    before = model(TOKENS).log_softmax(-1)
-    try:
+    W_U = model.W_U.clone()
+    with pytest.raises(ValueError, match="soft-capped"):
         processing.center_unembed(model)
-    except ValueError as error:
-        assert "soft-cap" in str(error) and model.processing == []
-        return
-    torch.testing.assert_close(model(TOKENS).log_softmax(-1), before, atol=1e-10, rtol=0)
+    assert model.processing == [] and torch.equal(model.W_U, W_U)
+    # what the refusal prevents: the same centring done by hand changes the log-probs
+    before = model(TOKENS).log_softmax(-1)
+    with torch.no_grad():
+        model.unembed.W_U.sub_(model.unembed.W_U.mean(dim=-1, keepdim=True))
+    assert (model(TOKENS).log_softmax(-1) - before).abs().max() > 1e-6
+    # and process_weights leaves the read-out alone by default
+    fresh = processing.process_weights(from_pretrained(float64_copy(tiny_gemma(label)), dtype=torch.float64))
+    assert "center_unembed" not in fresh.processing
 
 
 # --- presets and configs ------------------------------------------------------------------------

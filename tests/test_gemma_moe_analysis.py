@@ -163,6 +163,12 @@ def test_neuron_tools_name_the_expert_tools_on_a_mixture(qwen_moe):
         experts.expert_neuron_activations(cache, 0, 6)
     with pytest.raises(KeyError, match="expert_usage needs the activations"):
         experts.expert_usage(qwen_moe.run_with_cache(TOKENS, names_filter=["blocks.0.hook_mlp_out"])[1])
+    with pytest.raises(ValueError, match="block 0's MLP is a mixture of experts.*analysis.experts"):
+        cache.stack_neuron_results(layer=1)
+    with pytest.raises(ValueError, match="expand_neurons=True.*mixture of experts.*expand_neurons=False"):
+        cache.get_full_resid_decomposition(expand_neurons=True)
+    layers = cache.get_full_resid_decomposition(expand_neurons=False)  # each MLP layer's output instead
+    torch.testing.assert_close(layers.sum(dim=0), cache["resid_post", -1], atol=1e-5, rtol=1e-5)
 
 
 def test_a_model_without_experts_is_told_so(gemma2):

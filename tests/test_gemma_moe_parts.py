@@ -229,3 +229,18 @@ def test_the_meta_device_takes_the_explicit_path():
 def test_bad_configs_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_circuits_read_the_scaled_embedding():
+    """Gemma writes W_E[token] * sqrt(d_model); the full QK circuit is of those rows (off by d_model from W_E's)."""
+    from analysis import circuits
+    from interp_transformer import DemoTransformer
+
+    cfg = GemmaConfig(d_model=24, n_layers=1, n_heads=2, n_key_value_heads=1, d_head=8, d_mlp=8, d_vocab=11, n_ctx=8)
+    model = DemoTransformer(cfg, seed=0, dtype=torch.float64)
+    tokens = torch.tensor([[3, 5]])
+    _, cache = model.run_with_cache(tokens)
+    torch.testing.assert_close(circuits.token_writes(model)[tokens[0]], cache["embed"][0], atol=1e-12, rtol=0)
+    qk = circuits.full_qk_circuit(model, 0, 0)
+    raw = model.W_E[3] @ model.W_Q[0, 0] @ model.W_K[0, 0].T @ model.W_E[5]
+    torch.testing.assert_close(qk[3, 5], raw * 24, atol=1e-10, rtol=1e-10)

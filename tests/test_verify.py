@@ -139,3 +139,13 @@ def test_verify_leaves_both_models_unchanged(model, hf_model, tokens):
     assert all(torch.equal(t, before[name]) for name, t in model.state_dict().items())
     assert all(torch.equal(t, hf_before[name]) for name, t in hf_model.state_dict().items())
     assert not any(hook_point.has_hooks() for hook_point in model.hook_points())
+
+
+def test_random_ids_for_a_model_without_tokenizer_avoid_the_padding_id():
+    """verify_pretrained's random prompt never holds a padding id (the model would mask it, Hugging Face might not)."""
+    from interp_transformer.verify import random_ids
+
+    ids = random_ids(6, 4000, avoid={0, 3})
+    assert set(ids.unique().tolist()) == {1, 2, 4, 5} and ids.shape == (1, 4000)
+    assert torch.equal(ids, random_ids(6, 4000, avoid={3, 0}))
+    assert set(random_ids(3, 500, avoid={2, 7}).unique().tolist()) == {0, 1}

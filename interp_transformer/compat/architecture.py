@@ -37,7 +37,7 @@ from ..architectures import Architecture, DecoderParts, register
 from ..capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
 from ..components import RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
-from ..components.mlp import ACTIVATIONS
+from ..components.activations import ACTIVATIONS
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
 from .parts import HookedBlock, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
 from .layer_norm import LayerNorm
-from .mlp import ACTIVATIONS
+from .activations import ACTIVATIONS
 from .unembed import Unembed
 
 

@@ -16,6 +16,10 @@ class Embed(nn.Module):
         """``W_E``: what this part writes to the residual stream (``d_model`` last)."""
         return [self.W_E]
 
+    def writes(self) -> Float[Tensor, "d_vocab d_model"]:
+        """What each token writes into the residual stream, one row per token: here ``W_E`` itself."""
+        return self.W_E
+
     @shape_checked
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         return self.W_E[tokens]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
 from .affine import affine
-from .mlp import ACTIVATIONS
+from .activations import ACTIVATIONS
 
 
 class GatedMLP(nn.Module):

@@ -36,6 +36,10 @@ class NormedEmbed(nn.Module):
         """Nothing: the write ``ln(W_E[token])`` keeps a mean no weight holds (see the module docstring)."""
         return []
 
+    def writes(self) -> Float[Tensor, "d_vocab d_model"]:
+        """What each token writes into the residual stream: ``ln(W_E)`` row by row (no hook fires)."""
+        return self.ln.normalize(self.W_E)
+
     @shape_checked
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         return self.ln(self.W_E[tokens])

@@ -40,6 +40,10 @@ class ScaledEmbed(Embed):
         self.scale = math.sqrt(cfg.d_model) if scale is None else float(scale)
         self.round_scale = bool(round_scale)
 
+    def writes(self) -> Float[Tensor, "d_vocab d_model"]:
+        """What each token writes into the residual stream: ``W_E * scale``, not the stored ``W_E``."""
+        return self.forward(torch.arange(self.W_E.shape[0], device=self.W_E.device)[None])[0]
+
     @shape_checked
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         if self.round_scale:

@@ -1,0 +1,156 @@
+"""The norms of the residual-stream stacks: which norm reads where, frozen-scale reading, and logit attributions.
+
+``ResidualNorms`` is the base of ``ResidualStacks`` (and so of ``ActivationCache``); the
+arguments follow TransformerLens' ``ActivationCache`` as described in ``residual_stacks``.
+"""
+
+from typing import Optional, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .slices import Slice, SliceInput
+
+POST_NORM_INSTEAD = (
+    "For an exact split of an output direction over embeddings, heads, MLPs and norm biases (every norm's scale frozen "
+    "from the cache) use analysis.encoder_attribution.encoder_direct_attribution(cache, direction)"
+)
+SliceLike = Union[Slice, SliceInput]
+
+
+def _not_additive(model, what: str) -> ValueError:
+    return ValueError(f"{what} has no meaning here: {model.capabilities.why_not_additive()}. {POST_NORM_INSTEAD}")
+
+
+class ResidualNorms:
+    """Norm lookups, ``apply_ln_to_stack`` and ``logit_attrs`` of ``ActivationCache`` (see ``residual_stacks``)."""
+
+    def _require_additive(self, what: str) -> None:
+        if not self.model.capabilities.additive_residual:
+            raise _not_additive(self.model, what)
+
+    def _input_layer(self, layer: Optional[int]) -> int:
+        """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final residual)."""
+        n_layers = self.model.cfg.n_layers
+        if layer is None or (isinstance(layer, int) and layer == -1):
+            return n_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
+            raise ValueError(f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the final "
+                             f"residual stream (as in TransformerLens), got {layer!r}")
+        return layer
+
+    def _norm_and_scale(self, layer: int, mlp_input: bool):
+        """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it has none)."""
+        if layer == self.model.cfg.n_layers:
+            if mlp_input:
+                raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
+            norm, key = self.model.final_norm, ("scale",)
+            if norm is None:
+                raise ValueError("this model has no final norm to apply")
+        else:
+            sub = self._mlp_norm_name(layer) if mlp_input else "ln1"
+            norm, key = getattr(self.model.blocks[layer], sub), ("scale", layer, sub)
+        try:
+            name = self.model.act_name(*key)
+        except KeyError:  # the architecture names no scale there: its norm has none (no normalization at all)
+            return norm, None
+        return norm, (self[name] if name in self.model.hook_dict else None)
+
+    def _mlp_norm_name(self, layer: int) -> str:
+        """The attribute name of the norm block ``layer``'s MLP reads (``ln2``; GPT-J's shared ``ln1``)."""
+        block = self.model.blocks[layer]
+        for norm, part in block.norm_readers():
+            if part is block.mlp:
+                return next(name for name in ("ln2", "ln1") if getattr(block, name, None) is norm)
+        raise ValueError(f"mlp_input=True: block {layer} has no norm read by an MLP (an attention-only block)")
+
+    def _output_norm(self, layer: int, which: int, pos_slice: Slice):
+        """The norm block ``layer``'s attention (``which=0``) or MLP (1) output passes through before the stream, with its
+        cached scale at ``pos_slice`` (Gemma 2's ``ln1_post``, ``ln2_post``); ``(None, None)`` when the output is added as it is."""
+        norms = self.model.capabilities.sublayer_output_norms
+        if not norms:
+            return None, None
+        return getattr(self.model.blocks[layer], norms[which]), pos_slice.apply(self["scale", layer, norms[which]], dim=-2)
+
+    def apply_ln_to_stack(
+        self,
+        residual_stack: Float[Tensor, "component ... d_model"],
+        layer: Optional[int] = None,
+        mlp_input: bool = False,
+        pos_slice: SliceLike = None,
+        batch_slice: SliceLike = None,
+        has_batch_dim: bool = True,
+        recompute_ln: bool = False,
+    ) -> Float[Tensor, "component ... d_model"]:
+        """Read each component through the norm at block ``layer``'s input, its scale frozen to the cached one.
+
+        The norm is block ``layer``'s ``ln1`` (``ln2`` with ``mlp_input``), or the final
+        norm for ``layer`` None/-1/``n_layers``; applied by its own ``apply_frozen`` (bias
+        left out, so the components of a residual sum to ``normalized - b``). ``pos_slice``
+        must be the one the stack was sliced with; ``batch_slice`` is applied to the stack's
+        batch axis (axis 1, when ``has_batch_dim``) and to the scale. ``recompute_ln`` (final
+        norm only) applies the whole final norm to each component with its own scale.
+        Raises ``ValueError`` on a post-norm model.
+        """
+        self._require_additive("apply_ln_to_stack")
+        layer, pos_slice, batch_slice = self._input_layer(layer), Slice(pos_slice), Slice(batch_slice)
+        if has_batch_dim:
+            residual_stack = batch_slice.apply(residual_stack, dim=1)
+        norm, scale = self._norm_and_scale(layer, mlp_input)
+        if recompute_ln and layer == self.model.cfg.n_layers:
+            return norm.normalize(residual_stack)
+        if scale is not None:
+            scale = pos_slice.apply(scale, dim=-2)
+            if self.has_batch_dim:
+                scale = batch_slice.apply(scale, dim=0)
+        return norm.apply_frozen(residual_stack, scale)
+
+    def logit_attrs(
+        self,
+        residual_stack: Float[Tensor, "component ... d_model"],
+        tokens: Union[str, int, Int[Tensor, "..."]],
+        incorrect_tokens: Union[None, str, int, Int[Tensor, "..."]] = None,
+        pos_slice: SliceLike = None,
+        batch_slice: SliceLike = None,
+        has_batch_dim: bool = True,
+    ) -> Float[Tensor, "component ..."]:
+        """Each component's direct contribution to the logit of ``tokens`` (minus ``incorrect_tokens``).
+
+        The stack is read through the final norm first (``apply_ln_to_stack(stack, -1,
+        pos_slice=..., batch_slice=..., has_batch_dim=...)``, scale frozen), then dotted with
+        ``W_U[:, token]`` (no ``b_U``): pass the stack as the cache gives it, not already
+        normalized. ``tokens`` is a token id, a single-token string or an id tensor
+        broadcasting against the stack's batch/pos axes; ``incorrect_tokens`` must have the
+        same shape. Raises ``ValueError`` on a post-norm model.
+        """
+        self._require_additive("logit_attrs")
+        tokens = self._token_ids(tokens)
+        direction = self.model.tokens_to_residual_directions(tokens)
+        if incorrect_tokens is not None:
+            incorrect_tokens = self._token_ids(incorrect_tokens)
+            if tokens.shape != incorrect_tokens.shape:
+                raise ValueError(f"tokens and incorrect_tokens must have the same shape, got {tuple(tokens.shape)} and "
+                                 f"{tuple(incorrect_tokens.shape)}")
+            direction = direction - self.model.tokens_to_residual_directions(incorrect_tokens)
+        scaled = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim)
+        try:
+            torch.broadcast_shapes(scaled.shape[1:], direction.shape)
+        except RuntimeError:
+            raise ValueError(f"tokens of shape {tuple(direction.shape[:-1])} do not match the stack's batch/pos axes "
+                             f"{tuple(scaled.shape[1:-1])}") from None
+        return (scaled * direction.to(scaled.dtype)).sum(dim=-1)
+
+    def _token_ids(self, tokens) -> Tensor:
+        if isinstance(tokens, str):
+            from .tokens import single_token_id
+
+            tokens = single_token_id(self.model._require_tokenizer(), tokens)
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            tokens = torch.tensor(tokens)
+        if not isinstance(tokens, Tensor):
+            raise TypeError(f"tokens must be a token id, a single-token str or an integer tensor, got {tokens!r:.80}")
+        return tokens
+
+
+__all__ = ["POST_NORM_INSTEAD", "ResidualNorms", "SliceLike"]

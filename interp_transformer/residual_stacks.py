@@ -300,7 +300,7 @@ class ResidualStacks(ResidualNorms):
         own_attn = self._adds_attn_before_mlp(layer, mlp_input)
         heads, labels = self.stack_head_results(layer + int(own_attn), return_labels=True, pos_slice=pos_slice)
         components = [heads]
-        if layer > 0 and (self._has_hook("post", 0) or not expand_neurons):
+        if layer > 0 and self._has_hook("post" if expand_neurons else "mlp_out", 0):
             if expand_neurons:
                 neurons, neuron_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True)
             else:

@@ -15,10 +15,13 @@ config                         part
                                ``"shortformer"``: ``PosEmbed`` added to the query and key
                                inputs only (``HookedBlock(shortformer=True)``); ``"rotary"``:
                                ``Rotary`` inside attention (``rotary_dim``, ``rotary_base``,
-                               ``rotary_adjacent_pairs``); ``"alibi"``: refused
+                               ``rotary_adjacent_pairs``); ``"alibi"``: ``ALiBi`` as the
+                               attention's score bias (``blocks.L.attn.score_bias.hook_bias``)
 ``n_key_value_heads``          grouped-query attention; ``use_qk_norm``: RMSNorm on q and k
 ``gated_mlp``                  ``GatedMLP``
 ``attn_only``                  blocks without MLP
+``parallel_attn_mlp``          ``ParallelBlock`` (GPT-NeoX): attention and MLP both read
+                               ``resid_pre``; no ``hook_resid_mid``
 ``attention_dir``              ``CausalMask`` + ``PaddingMask``, or ``PaddingMask`` alone
 ``use_attn_result``            ``ResultAttention`` (adds ``hook_result``)
 ``use_split_qkv_input``,       ``HookedBlock`` with ``hook_q_input``/``k_input``/``v_input``,
@@ -36,7 +39,8 @@ from types import SimpleNamespace
 from ..architectures import Architecture, DecoderParts, register
 from ..capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
-from ..components import RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
+from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
+from ..components.alibi import ALiBi
 from ..components.activations import ACTIVATIONS
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
@@ -54,7 +58,6 @@ TOGGLE_HOOKS = {
 # (field, value it must keep, what it would need)
 UNSUPPORTED = (
     ("use_local_attn", False, "local attention (GPT-Neo's alternating windows)"),
-    ("parallel_attn_mlp", False, "parallel attention and MLP blocks (GPT-J, NeoX)"),
     ("post_embedding_ln", False, "a norm after the embeddings"),
     ("num_experts", None, "a mixture-of-experts MLP"),
     ("use_normalization_before_and_after", False, "norms after each sub-layer (Gemma 2)"),
@@ -68,8 +71,9 @@ NORMS = {"LN": LayerNorm, "LNPre": LayerNormPre, "RMS": RMSNorm, "RMSPre": RMSNo
 def check_supported(cfg: HookedTransformerConfig) -> None:
     """``ValueError`` naming every field of ``cfg`` that asks for math this library does not compute (yet)."""
     problems = [f"{field}={getattr(cfg, field)!r} ({needs})" for field, keep, needs in UNSUPPORTED if getattr(cfg, field) != keep]
-    if cfg.positional_embedding_type == "alibi":
-        problems.append("positional_embedding_type='alibi' (an ALiBi positions part; not in this version)")
+    if cfg.parallel_attn_mlp and (cfg.attn_only or any(block_flags(cfg).values())):
+        problems.append("parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel block "
+                        "has the plain block's hooks only)")
     if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
         problems.append(f"final_rms=True with normalization_type={cfg.normalization_type!r} (final_rms replaces a LayerNorm)")
     if cfg.n_key_value_heads is not None and (cfg.n_key_value_heads <= 0 or cfg.n_heads % cfg.n_key_value_heads):
@@ -102,6 +106,8 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
     parts = {}
     if cfg.positional_embedding_type == "rotary":
         parts["rotary"] = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, interleaved=cfg.rotary_adjacent_pairs)
+    if cfg.positional_embedding_type == "alibi":
+        parts["score_bias"] = ALiBi(cfg.n_heads)
     if cfg.use_qk_norm:
         parts.update(q_norm=RMSNorm(cfg.d_head, cfg.eps), k_norm=RMSNorm(cfg.d_head, cfg.eps))
     attn = SplitInputAttention(cfg, masks, scale=scale, n_key_value_heads=cfg.n_key_value_heads, **parts)
@@ -119,6 +125,8 @@ def build_block(cfg: HookedTransformerConfig, layer: int):
     ln1, attn = _norm(cfg), _attention(cfg, layer)
     ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg))
     flags = block_flags(cfg)
+    if cfg.parallel_attn_mlp:
+        return ParallelBlock(ln1, attn, ln2, mlp)
     if any(flags.values()):
         return HookedBlock(ln1, attn, ln2, mlp, **flags)
     return AttnOnlyBlock(ln1, attn) if cfg.attn_only else TransformerBlock(ln1, attn, ln2, mlp)
@@ -151,6 +159,8 @@ def hook_names(cfg: HookedTransformerConfig) -> HookNames:
         global_keys.update(scale="ln_final.hook_scale", normalized="ln_final.hook_normalized")
     writers = ("embed", "pos_embed") if cfg.positional_embedding_type == "standard" else ("embed",)
     layer_keys = {**BLOCK_HOOKS, **TOGGLE_HOOKS}
+    if cfg.positional_embedding_type == "alibi":
+        layer_keys["alibi"] = "blocks.{layer}.attn.score_bias.hook_bias"
     if cfg.positional_embedding_type == "rotary":
         layer_keys.update(rot_q="blocks.{layer}.attn.hook_rot_q", rot_k="blocks.{layer}.attn.hook_rot_k")
     if cfg.gated_mlp:

@@ -11,7 +11,8 @@ TransformerLens. ``from_pretrained_no_processing`` loads the weights as they are
 
 TransformerLens' short names of GPT-2 (``"gpt2-small"``, ...) are understood. The model
 is whatever decoder the checkpoint holds that a ``HookedTransformerConfig`` describes
-(GPT-2 family today); other architectures raise ``ValueError``.
+(the GPT-2, Llama, GPT-NeoX/Pythia and pre-norm OPT families); other architectures raise
+``ValueError`` and load natively with ``interp_transformer.from_pretrained``.
 """
 
 import logging
@@ -31,9 +32,11 @@ MODEL_ALIASES = {"gpt2-small": "gpt2", "gpt2-base": "gpt2", "distillgpt2": "dist
 
 
 def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -> HookedTransformerConfig:
-    """The ``HookedTransformerConfig`` of a loaded model's config: a GPT-2-style ``TransformerConfig`` or a ``LlamaConfig``."""
+    """The ``HookedTransformerConfig`` of a loaded model's config: GPT-2, Llama, GPT-NeoX (Pythia) or pre-norm OPT."""
     from ..architectures.gpt2 import TransformerConfig
+    from ..architectures.gpt_neox import GPTNeoXConfig
     from ..architectures.llama import LlamaConfig
+    from ..architectures.opt import OPTConfig
 
     common = dict(d_model=core_cfg.d_model, d_head=core_cfg.d_head, n_layers=core_cfg.n_layers, n_ctx=core_cfg.n_ctx,
                   n_heads=core_cfg.n_heads, d_vocab=core_cfg.d_vocab, act_fn=core_cfg.act_fn, model_name=name,
@@ -55,7 +58,22 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
             n_key_value_heads=core_cfg.n_key_value_heads if core_cfg.n_key_value_heads != core_cfg.n_heads else None,
             gated_mlp=True, use_qk_norm=core_cfg.qk_norm, original_architecture="LlamaForCausalLM",
         )
-    raise ValueError(f"HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2 and Llama families); "
+    if isinstance(core_cfg, GPTNeoXConfig):
+        if core_cfg.rope_scaling is not None:
+            raise ValueError("HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
+                             "checkpoint with interp_transformer.from_pretrained")
+        return HookedTransformerConfig(
+            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.layer_norm_eps, normalization_type="LN",
+            positional_embedding_type="rotary", rotary_dim=core_cfg.rotary_dim, rotary_base=core_cfg.rotary_base,
+            parallel_attn_mlp=core_cfg.parallel_residual, original_architecture="GPTNeoXForCausalLM",
+        )
+    if isinstance(core_cfg, OPTConfig) and core_cfg.final_norm:
+        return HookedTransformerConfig(
+            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.layer_norm_eps, normalization_type="LN",
+            positional_embedding_type="standard", original_architecture="OPTForCausalLM",
+        )
+    raise ValueError(f"HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX and "
+                     f"pre-norm OPT families); "
                      f"this checkpoint is a {type(core_cfg).__name__} model: load it with interp_transformer.from_pretrained")
 
 

@@ -7,7 +7,8 @@ and hub tokenizers (``AutoTokenizer.from_pretrained("gpt2")``). Here:
   Face GPT-2 with random weights (every bias and norm weight randomized too) of the named
   model's shape, with GPT-2's real tokenizer (built offline from its pinned files). The
   SoLU and TinyStories models become GPT-2-style models of their sizes: tests that depend
-  on their own family (SoLU's hooks) or on their trained weights are skipped, each with its reason;
+  on their own family (SoLU's hooks) or on their trained weights are skipped, each with its reason.
+  ``pythia-14m`` is a random GPT-NeoX of its shape, with GPT-2's tokenizer;
 - ``AutoTokenizer.from_pretrained(name)`` gives GPT-2's real tokenizer for GPT-2 names and skips
   the test for any other (it needs the hub);
 - ``AutoModelForCausalLM.from_pretrained(name)`` gives the same random model ``stand_in`` converts,
@@ -20,7 +21,7 @@ import functools
 import einops
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from interp_transformer import HookedTransformer, HookedTransformerConfig
 from interp_transformer.compat.text import GPT2_TOKENIZER_NAMES
@@ -36,12 +37,15 @@ SHAPES = {
     "solu-2l": dict(n_layer=2, n_embd=512, n_head=8, n_inner=2048),
     "tiny-stories-1M": dict(n_layer=8, n_embd=64, n_head=16, n_inner=256, n_positions=2048),
 }
-ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2"}
+ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2", "EleutherAI/pythia-14m": "pythia-14m"}
+# GPT-NeoX shapes: a random Pythia with GPT-2's tokenizer (Pythia's own needs the hub; its vocabulary covers GPT-2's ids)
+NEOX_SHAPES = {"pythia-14m": dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=4, intermediate_size=512,
+                                  vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048)}
 
 
 def _shape_name(name: str) -> str:
     name = ALIASES.get(name, name)
-    if name not in SHAPES:
+    if name not in SHAPES and name not in NEOX_SHAPES:
         pytest.skip(f"needs the hub: {name!r} (a model family or checkpoint these tests have no stand-in for)")
     return name
 
@@ -51,6 +55,8 @@ def hf_stand_in(name: str) -> GPT2LMHeadModel:
     """A random Hugging Face GPT-2 of ``name``'s shape (cached: read-only use only)."""
     name = _shape_name(name)
     torch.manual_seed(sum(map(ord, name)))
+    if name in NEOX_SHAPES:
+        return randomize_(GPTNeoXForCausalLM(GPTNeoXConfig(attn_implementation="eager", **NEOX_SHAPES[name])), seed=1).eval()
     config = GPT2Config(activation_function="gelu_new", attn_implementation="eager", **SHAPES[name])
     return randomize_(GPT2LMHeadModel(config), seed=1).eval()
 
@@ -63,6 +69,8 @@ def stand_in(name: str, **kwargs) -> HookedTransformer:
     """``HookedTransformer.from_pretrained`` of the random model standing in for ``name``."""
     if name in ATTN_ONLY:
         return attn_only_stand_in(name, **kwargs)
+    if ALIASES.get(name, name) in NEOX_SHAPES:
+        kwargs.setdefault("tokenizer", offline_gpt2_tokenizer())
     return HookedTransformer.from_pretrained(hf_stand_in(name), **kwargs)
 
 
@@ -79,6 +87,8 @@ def attn_only_stand_in(name: str, fold_ln: bool = True, center_writing_weights: 
 
 
 def stand_in_no_processing(name: str, **kwargs) -> HookedTransformer:
+    if ALIASES.get(name, name) in NEOX_SHAPES:
+        kwargs.setdefault("tokenizer", offline_gpt2_tokenizer())
     return HookedTransformer.from_pretrained_no_processing(hf_stand_in(name), **kwargs)
 
 

@@ -111,8 +111,7 @@ def test_hook_tokens_sees_and_replaces_the_ids():
 
 
 @pytest.mark.parametrize("overrides, named", [
-    (dict(positional_embedding_type="alibi"), "alibi"),
-    (dict(parallel_attn_mlp=True), "parallel"),
+    (dict(parallel_attn_mlp=True, use_split_qkv_input=True), "parallel_attn_mlp=True with attn_only"),
     (dict(use_local_attn=True, window_size=4, attn_types=["global", "local"]), "local attention"),
     (dict(act_fn="solu_ln"), "solu_ln"),
     (dict(output_logits_soft_cap=30.0), "soft-capped"),
@@ -160,3 +159,53 @@ def test_final_rms_and_qk_norm():
     attn = model.blocks[0].attn
     q = torch.einsum("bpm,hmd->bphd", cache["normalized", 0, "ln1"], attn.W_Q) + attn.b_Q
     torch.testing.assert_close(cache["q", 0], q, rtol=0, atol=1e-5)  # hook_q is before the norm, as with Qwen3's
+
+
+def test_parallel_blocks_and_alibi_are_the_native_architectures_parts():
+    """parallel_attn_mlp builds GPT-NeoX's parallel block, ALiBi BLOOM's score bias: same weights, same logits and hooks."""
+    from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
+    from interp_transformer.components.alibi import alibi_slopes
+
+    cfg = config(parallel_attn_mlp=True, positional_embedding_type="rotary", rotary_dim=4, rotary_base=10000,
+                 act_fn="gelu", n_heads=4, d_mlp=48, eps=1e-5)
+    ours = randomized(HookedTransformer(cfg))
+    native = DemoTransformer(GPTNeoXConfig(d_model=24, n_layers=2, n_heads=4, d_head=6, d_mlp=48, d_vocab=30, n_ctx=12,
+                                           rotary_dim=4, act_fn="gelu"))
+    native.load_state_dict(ours.state_dict(), strict=False)
+    torch.testing.assert_close(ours(TOKENS), native(TOKENS), atol=1e-5, rtol=1e-5)
+    _, cache = ours.run_with_cache(TOKENS)
+    assert "blocks.0.hook_resid_mid" not in ours.hook_dict
+    torch.testing.assert_close(cache["resid_post", 0], cache["resid_pre", 0] + cache["attn_out", 0] + cache["mlp_out", 0])
+
+    alibi = randomized(HookedTransformer(config(positional_embedding_type="alibi", n_heads=4)))
+    _, cache = alibi.run_with_cache(TOKENS)
+    positions = torch.arange(TOKENS.shape[1])
+    bias = -alibi_slopes(4)[:, None, None] * (positions[:, None] - positions[None, :]).abs()
+    scores = torch.einsum("bqhd,bkhd->bhqk", cache["q", 0], cache["k", 0]) / 6 ** 0.5 + bias
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    torch.testing.assert_close(cache["pattern", 0], scores.masked_fill(~causal, float("-inf")).softmax(-1))
+    assert cache["alibi", 0].shape == (2, 4, 8, 8) and "hook_pos_embed" not in alibi.hook_dict
+
+
+@pytest.mark.parametrize("family", ["pythia", "opt"])
+def test_from_pretrained_holds_pythia_and_opt(family):
+    """HookedTransformer.from_pretrained of a random GPT-NeoX / OPT model: Hugging Face's log-probs, processed or not."""
+    import transformers
+
+    from ..gpt2_helpers import randomize_
+
+    torch.manual_seed(0)
+    if family == "pythia":
+        hf_model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=30, rotary_pct=0.25))
+    else:
+        hf_model = transformers.OPTForCausalLM(transformers.OPTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, vocab_size=30, word_embed_proj_dim=32,
+            max_position_embeddings=16))
+    hf_model = randomize_(hf_model, seed=3).eval()
+    with torch.no_grad():
+        expected = hf_model(TOKENS).logits.log_softmax(-1)
+    for load in (HookedTransformer.from_pretrained, HookedTransformer.from_pretrained_no_processing):
+        model = load(hf_model)
+        assert model.cfg.parallel_attn_mlp == (family == "pythia")
+        torch.testing.assert_close(model(TOKENS).log_softmax(-1), expected, atol=1e-4, rtol=1e-4)

@@ -102,9 +102,7 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
             tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points"
             tl = None
         if "generate" in sections:
-            # a generation is many forwards: half the rounds, at least 3 unless --rounds says fewer
-            generate_rounds = max(1 if args.rounds else 3, rounds // 2)
-            tables.append(bench_generate(name, ours, hf_sdpa, generate_rounds, 1, seed, spec.targets))
+            tables.append(bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))
         if "load" in sections:
             gguf = args.tiny_gguf if name == "tiny-llama" else spec.gguf
             tables.append(bench_loading(name, hf_eager, args.threads, seed, spec.targets, gguf))

@@ -23,7 +23,8 @@ def bench_forward(model: str, ours, hf_eager, hf_sdpa, tl: Optional[TransformerL
     from interp_transformer import shape_checking
 
     target = targets["forward"]
-    table = Table(f"{model}: Forward pass (tokens -> logits)", ["shape", "contender", "median ms", "x HF best", f"target <= {target}x"])
+    table = Table(f"{model}: Forward pass (tokens -> logits)",
+                  ["shape", "contender", "median ms", "x HF best", f"target <= {target}x", "median CPU ms", "x HF best, CPU time"])
     for batch, pos in shapes:
         tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
 
@@ -39,13 +40,15 @@ def bench_forward(model: str, ours, hf_eager, hf_sdpa, tl: Optional[TransformerL
         }
         if tl is not None:
             contenders["TransformerLens"] = tl.timer("forward", batch, pos)
-        medians = interleaved_medians(contenders, rounds, warmup, f"{model} forward {batch}x{pos}")
+        medians, cpu = interleaved_medians(contenders, rounds, warmup, f"{model} forward {batch}x{pos}")
         best = min(medians["HF eager"], medians["HF sdpa"])
+        best_cpu = min(cpu["HF eager"], cpu["HF sdpa"])
         for name, median in medians.items():
             verdict = meets(median / best, target, lower_is_better=True) if name.startswith("interp") else ""
-            table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", verdict)
+            table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", verdict, f"{cpu[name] * 1e3:.1f}",
+                      f"{cpu[name] / best_cpu:.3f}")
         if tl is None:
-            table.add(f"{batch}x{pos}", "TransformerLens", "-", "-", tl_note)
+            table.add(f"{batch}x{pos}", "TransformerLens", "-", "-", tl_note, "-", "-")
     return table
 
 
@@ -88,10 +91,10 @@ def bench_cache(model: str, ours, tl: Optional[TransformerLensWorker], shapes, r
                 def tl_run(op=op, name=name):
                     answer = tl.ask(op=op, batch=batch, pos=pos)
                     tl_bytes[name] = answer["cache_bytes_unique"]
-                    return answer["seconds"]
+                    return answer["seconds"], answer["cpu_seconds"]
 
                 contenders[f"TL {name}"] = tl_run
-        medians = interleaved_medians(contenders, rounds, warmup, f"{model} cache {batch}x{pos}")
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"{model} cache {batch}x{pos}")
         shape = f"{batch}x{pos}"
         table.add(shape, "interp_transformer", "nothing (forward)", f"{medians['forward'] * 1e3:.1f}", "1.000", "0", "",
                   f"{statistics.median(faults['forward']):.0f}", "")
@@ -129,12 +132,12 @@ def bench_generate(model: str, ours, hf_sdpa, rounds, warmup, seed, targets: dic
         )
 
     contenders = {"with key/value cache": ours_run(True), "without key/value cache": ours_run(False), "HF generate (sdpa)": timed(hf_run)}
-    medians = interleaved_medians(contenders, rounds, warmup, f"{model} generate")
+    medians, cpu = interleaved_medians(contenders, rounds, warmup, f"{model} generate")
     rate = {name: NEW_TOKENS / seconds for name, seconds in medians.items()}
     same = torch.equal(outputs["ours True"], outputs["hf"]) and torch.equal(outputs["ours False"], outputs["hf"])
     table = Table(
         f"{model}: Greedy generation, {NEW_TOKENS} new tokens after a {PROMPT_LEN}-token prompt (ids equal to HF's: {'yes' if same else 'NO'})",
-        ["contender", "median s", "tokens/s", "x HF", "x ours without cache", "target"],
+        ["contender", "median s", "tokens/s", "x HF", "x ours without cache", "target", "median CPU s", "x HF, CPU time"],
     )
     hf_rate, slow_rate = rate["HF generate (sdpa)"], rate["without key/value cache"]
     for name in contenders:
@@ -145,7 +148,8 @@ def bench_generate(model: str, ours, hf_sdpa, rounds, warmup, seed, targets: dic
                 target = targets["generate_vs_no_cache"]
                 verdicts.append(f"x no cache >= {target}: {meets(rate[name] / slow_rate, target)}")
             verdict = "; ".join(verdicts)
-        table.add(name, f"{medians[name]:.3f}", f"{rate[name]:.1f}", f"{rate[name] / hf_rate:.2f}", f"{rate[name] / slow_rate:.2f}", verdict)
+        table.add(name, f"{medians[name]:.3f}", f"{rate[name]:.1f}", f"{rate[name] / hf_rate:.2f}", f"{rate[name] / slow_rate:.2f}", verdict,
+                  f"{cpu[name]:.3f}", f"{cpu['HF generate (sdpa)'] / cpu[name]:.2f}")
     return table
 
 
@@ -172,7 +176,7 @@ def bench_flops(model: str, ours, hf_sdpa, shapes, rounds, warmup, seed) -> Tabl
         tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
         contenders = {"plain matmul": timed(lambda: torch.mm(a, b)), "interp_transformer": timed(lambda: ours(tokens)),
                       "HF sdpa": timed(lambda: hf_sdpa(tokens))}
-        medians = interleaved_medians(contenders, rounds, warmup, f"{model} flops {batch}x{pos}")
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"{model} flops {batch}x{pos}")
         rates = {"plain matmul": 2 * size**3 / medians["plain matmul"] / 1e9}
         for name in ("interp_transformer", "HF sdpa"):
             rates[name] = forward_flops(ours, batch, pos) / medians[name] / 1e9

@@ -26,13 +26,14 @@ tqdm_module.tqdm.monitor_interval = 0
 HERE = Path(__file__).resolve().parent
 
 
-def interleaved(contenders: dict[str, Callable[[], float]], rounds: int, warmup: int, label: str) -> dict[str, list[float]]:
-    """Run every contender once per round, rotating the order; seconds per contender per round.
+def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
+                label: str) -> dict[str, list[tuple[float, float]]]:
+    """Run every contender once per round, rotating the order; ``(wall, CPU)`` seconds per contender per round.
 
-    A contender returns its own elapsed seconds (so a subprocess can time itself).
+    A contender returns its own elapsed wall-clock and CPU seconds (so a subprocess can time itself).
     """
     names = list(contenders)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for _ in range(warmup):
         for name in names:
             contenders[name]()
@@ -44,27 +45,36 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int, warmup:
     return times
 
 
-def interleaved_medians(contenders: dict[str, Callable[[], float]], rounds: int, warmup: int, label: str) -> dict[str, float]:
-    """Median seconds of each contender over ``interleaved`` rounds."""
-    return {name: statistics.median(times) for name, times in interleaved(contenders, rounds, warmup, label).items()}
+def interleaved_medians(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
+                        label: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall-clock seconds and median CPU seconds of each contender over ``interleaved`` rounds.
+
+    CPU time (``time.process_time``, every thread of the process) counts only what the contender
+    computed, so other processes on the machine disturb it less than the wall clock; with several
+    threads it also counts their waits for one another.
+    """
+    times = interleaved(contenders, rounds, warmup, label)
+    wall = {name: statistics.median(t[0] for t in runs) for name, runs in times.items()}
+    cpu = {name: statistics.median(t[1] for t in runs) for name, runs in times.items()}
+    return wall, cpu
 
 
-def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], float]:
-    """A contender that runs ``fn`` under ``inference_mode`` and returns its seconds.
+def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], tuple[float, float]]:
+    """A contender that runs ``fn`` under ``inference_mode`` and returns its wall-clock and CPU seconds.
 
     With ``faults`` it also appends the minor page faults of each run (first touches of
     fresh memory) to that list.
     """
 
-    def run() -> float:
+    def run() -> tuple[float, float]:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         with torch.inference_mode():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             fn()
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         if faults is not None:
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        return seconds
+        return seconds, cpu
 
     return run
 
@@ -108,8 +118,12 @@ class TransformerLensWorker:
             raise RuntimeError(f"TransformerLens worker refused {command}: {answer.get('error')}")
         return answer
 
-    def timer(self, op: str, batch: int, pos: int) -> Callable[[], float]:
-        return lambda: self.ask(op=op, batch=batch, pos=pos)["seconds"]
+    def timer(self, op: str, batch: int, pos: int) -> Callable[[], tuple[float, float]]:
+        def run() -> tuple[float, float]:
+            answer = self.ask(op=op, batch=batch, pos=pos)
+            return answer["seconds"], answer["cpu_seconds"]
+
+        return run
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError, OSError, ValueError):

@@ -193,15 +193,15 @@ class Worker:
             raise KeyError(f"expected op in {list(MEASUREMENTS)}, received {op!r}")
         gc.collect()
         with torch.inference_mode():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             if op == "forward":
                 logits = self.bridge(tokens)
                 cache = None
             else:
                 logits, cache = self.bridge.run_with_cache(tokens, names_filter=self.filters[op])
-            seconds = time.perf_counter() - start
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         # Other processes on the machine's two cores distort timings; record how busy it was.
-        result = {"seconds": seconds, "loadavg_1min": os.getloadavg()[0]}
+        result = {"seconds": seconds, "cpu_seconds": cpu_seconds, "loadavg_1min": os.getloadavg()[0]}
         if cache is not None:
             entries, total, unique = cache_sizes(cache)
             result.update(cache_entries=entries, cache_bytes=total, cache_bytes_unique=unique)
@@ -258,8 +258,9 @@ def run_batch(worker, shapes, repeats, warmup):
             record = {"op": op, "batch": batch, "pos": pos, "times_s": times,
                       "median_s": statistics.median(times)}
             record["loadavg_1min"] = [run["loadavg_1min"] for run in runs]
+            record["cpu_times_s"] = [run["cpu_seconds"] for run in runs]
             record.update({key: value for key, value in runs[-1].items()
-                           if key not in ("seconds", "loadavg_1min")})
+                           if key not in ("seconds", "cpu_seconds", "loadavg_1min")})
             measurements.append(record)
             print(f"{op:<17} {batch}x{pos:<5} median {record['median_s'] * 1e3:9.1f} ms"
                   + (f"  cache {record['cache_bytes'] / 2**20:8.1f} MiB"

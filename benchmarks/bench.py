@@ -99,7 +99,8 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
             tables.append(bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
         if tl is not None:
             tl.close()
-            tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points"
+            worst = max(max(check["max_abs_diff_vs_hf_eager"], check["max_abs_diff_vs_hf_sdpa"]) for check in tl.info["verification"])
+            tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points, max |logits - HF logits| {worst:.1e}"
             tl = None
         if "generate" in sections:
             tables.append(bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))

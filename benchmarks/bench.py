@@ -33,7 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -76,7 +76,7 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
 
     spec = BENCH_MODELS[name]
     family, config = model_spec(name)
-    shapes = spec.quick_shapes if args.quick else spec.shapes
+    shapes = args.shapes or (spec.quick_shapes if args.quick else spec.shapes)
     sections = args.sections.split(",")
     seed = args.seed
     hf_eager = build_hf_model(family, config, seed, "eager")
@@ -85,7 +85,15 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
     tl, tl_note = None, "not needed (no forward or cache section)"
     if {"forward", "cache"} & set(sections):
         tl, tl_note = (None, "not run (--no-tl)") if args.no_tl else start_transformer_lens(args.tl_python, name, args.threads, seed, shapes)
-    tables = []
+    tables: list[Table] = []
+
+    def add(make_table: Callable[[], Table]) -> None:
+        """Run one section; its title records the 1-minute load average before and after (the machine's business)."""
+        before = os.getloadavg()[0]
+        table = make_table()
+        table.title += f" [load average {before:.1f} -> {os.getloadavg()[0]:.1f}]"
+        tables.append(table)
+
     # objects alive now (modules, models) stay: the collection before each timed run then scans
     # only what the runs made, in milliseconds rather than the half second a full scan takes
     gc.collect()
@@ -94,27 +102,38 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
         if tl is not None and tl.info["weights_sha256"] != weights_sha256(hf_eager):
             raise RuntimeError(f"the TransformerLens worker built other weights than this process for {name} (sha256 differs)")
         if "forward" in sections:
-            tables.append(bench_forward(name, ours, hf_eager, hf_sdpa, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
+            add(lambda: bench_forward(name, ours, hf_eager, hf_sdpa, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
         if "cache" in sections:
-            tables.append(bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
+            add(lambda: bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
         if tl is not None:
             tl.close()
             worst = max(max(check["max_abs_diff_vs_hf_eager"], check["max_abs_diff_vs_hf_sdpa"]) for check in tl.info["verification"])
             tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points, max |logits - HF logits| {worst:.1e}"
             tl = None
         if "generate" in sections:
-            tables.append(bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))
+            add(lambda: bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))
         if "load" in sections:
             gguf = args.tiny_gguf if name == "tiny-llama" else spec.gguf
-            tables.append(bench_loading(name, hf_eager, args.threads, seed, spec.targets, gguf))
+            add(lambda: bench_loading(name, hf_eager, args.threads, seed, spec.targets, gguf))
         if "flops" in sections:
-            tables.append(bench_flops(name, ours, hf_sdpa, shapes, rounds, warmup, seed))
+            add(lambda: bench_flops(name, ours, hf_sdpa, shapes, rounds, warmup, seed))
     finally:
         if tl is not None:
             tl.close()
         gc.unfreeze()  # this model's objects may go once the caller drops them
     context = {f"model {name}": f"{type(hf_eager).__name__} {json.dumps(config)}", f"TransformerLens, {name}": tl_note}
     return tables, context
+
+
+def parse_shapes(parser: argparse.ArgumentParser, text: str) -> tuple[tuple[int, int], ...]:
+    """``"1x128,1x512"`` -> ``((1, 128), (1, 512))``; a parser error naming what was received otherwise."""
+    shapes = []
+    for item in text.split(","):
+        batch, _, pos = item.strip().partition("x")
+        if not (batch.isdigit() and pos.isdigit() and int(batch) > 0 and int(pos) > 0):
+            parser.error(f"--shapes takes batch x pos pairs such as 1x128,8x128; received {item!r}")
+        shapes.append((int(batch), int(pos)))
+    return tuple(shapes)
 
 
 def parse_args(argv=None):
@@ -126,6 +145,7 @@ def parse_args(argv=None):
     parser.add_argument("--config", default="gpt2-small,smollm2",
                         help=f"comma-separated models from {sorted(BENCH_MODELS)}; tiny and tiny-llama: 2-layer models, to smoke-test this script")
     parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--shapes", default=None, help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)")
     parser.add_argument("--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
     parser.add_argument("--tiny-gguf", default=None, help="a GGUF file for tiny-llama's load section (the test suite writes one)")
@@ -139,6 +159,7 @@ def parse_args(argv=None):
     unknown = set(args.config.split(",")) - set(BENCH_MODELS)
     if unknown:
         parser.error(f"--config takes models from {sorted(BENCH_MODELS)}; received unknown {sorted(unknown)}")
+    args.shapes = parse_shapes(parser, args.shapes) if args.shapes else None
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, received {args.rounds}")
     return args

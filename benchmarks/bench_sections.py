@@ -1,0 +1,185 @@
+"""The timed sections of ``bench.py`` (forward, ``run_with_cache``, generation, FLOP/s), one table each.
+
+Every section takes our model, the Hugging Face model(s) holding the same weights,
+and the model's ``targets`` (a dict of ratios, see ``bench.BENCH_MODELS``); each
+table title starts with the model's name.
+"""
+
+import collections
+import statistics
+from typing import Optional
+
+import torch
+
+from bench_report import Table
+from bench_timing import TransformerLensWorker, interleaved_medians, meets, timed
+from hf_models import random_tokens
+
+PROMPT_LEN, NEW_TOKENS = 16, 64
+
+
+def bench_forward(model: str, ours, hf_eager, hf_sdpa, tl: Optional[TransformerLensWorker], tl_note: str, shapes, rounds, warmup,
+                  seed, targets: dict) -> Table:
+    from interp_transformer import shape_checking
+
+    target = targets["forward"]
+    table = Table(f"{model}: Forward pass (tokens -> logits)",
+                  ["shape", "contender", "median ms", "x HF best", f"target <= {target}x", "median CPU ms", "x HF best, CPU time"])
+    for batch, pos in shapes:
+        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
+
+        def unchecked():
+            with shape_checking(False):
+                ours(tokens)
+
+        contenders = {
+            "interp_transformer": timed(lambda: ours(tokens)),
+            "interp_transformer, shape checks off": timed(unchecked),
+            "HF eager": timed(lambda: hf_eager(tokens)),
+            "HF sdpa": timed(lambda: hf_sdpa(tokens)),
+        }
+        if tl is not None:
+            contenders["TransformerLens"] = tl.timer("forward", batch, pos)
+        medians, cpu = interleaved_medians(contenders, rounds, warmup, f"{model} forward {batch}x{pos}")
+        best = min(medians["HF eager"], medians["HF sdpa"])
+        best_cpu = min(cpu["HF eager"], cpu["HF sdpa"])
+        for name, median in medians.items():
+            verdict = meets(median / best, target, lower_is_better=True) if name.startswith("interp") else ""
+            table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", verdict, f"{cpu[name] * 1e3:.1f}",
+                      f"{cpu[name] / best_cpu:.3f}")
+        if tl is None:
+            table.add(f"{batch}x{pos}", "TransformerLens", "-", "-", tl_note, "-", "-")
+    return table
+
+
+def bench_cache(model: str, ours, tl: Optional[TransformerLensWorker], shapes, rounds, warmup, seed, targets: dict) -> Table:
+    n_layers = ours.cfg.n_layers
+    filters = {
+        "everything": None,
+        "attention patterns": [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)],
+        "resid_post": [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)],
+    }
+    tl_ops = {"everything": "cache_all", "attention patterns": "cache_pattern", "resid_post": "cache_resid_post"}
+    target = targets["cache_all"]
+    table = Table(
+        f"{model}: run_with_cache",
+        ["shape", "contender", "cached", "median ms", "x our forward", "MiB held", "estimate exact", "page faults",
+         f"target (all) <= {target}x"],
+    )
+    for batch, pos in shapes:
+        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
+        held: dict[str, tuple[int, int]] = {}
+        faults: dict[str, list[int]] = collections.defaultdict(list)
+
+        def cache_run(name, names_filter, dtype=None):
+            estimate = ours.estimate_cache_bytes(batch, pos, names_filter=names_filter, dtype=dtype)
+
+            def keep():
+                _, cache = ours.run_with_cache(tokens, names_filter=names_filter, dtype=dtype)
+                held[name] = (cache.nbytes(), estimate)
+
+            return timed(keep, faults[name])
+
+        contenders = {"forward": timed(lambda: ours(tokens), faults["forward"])}
+        for name, names_filter in filters.items():
+            contenders[name] = cache_run(name, names_filter)
+        contenders["everything, bfloat16 storage"] = cache_run("everything, bfloat16 storage", None, torch.bfloat16)
+        tl_bytes: dict[str, int] = {}
+        if tl is not None:
+            contenders["TL forward"] = tl.timer("forward", batch, pos)
+            for name, op in tl_ops.items():
+                def tl_run(op=op, name=name):
+                    answer = tl.ask(op=op, batch=batch, pos=pos)
+                    tl_bytes[name] = answer["cache_bytes_unique"]
+                    return answer["seconds"], answer["cpu_seconds"]
+
+                contenders[f"TL {name}"] = tl_run
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"{model} cache {batch}x{pos}")
+        shape = f"{batch}x{pos}"
+        table.add(shape, "interp_transformer", "nothing (forward)", f"{medians['forward'] * 1e3:.1f}", "1.000", "0", "",
+                  f"{statistics.median(faults['forward']):.0f}", "")
+        for name in ["everything", "everything, bfloat16 storage", "attention patterns", "resid_post"]:
+            ratio = medians[name] / medians["forward"]
+            verdict = meets(ratio, target, lower_is_better=True) if name == "everything" else ""
+            nbytes, estimate = held[name]
+            exact = "yes" if nbytes == estimate else f"NO ({estimate} estimated, {nbytes} held)"
+            table.add(shape, "interp_transformer", name, f"{medians[name] * 1e3:.1f}", f"{ratio:.3f}", f"{nbytes / 2**20:.1f}", exact,
+                      f"{statistics.median(faults[name]):.0f}", verdict)
+        if tl is not None:
+            for name in tl_ops:
+                ratio = medians[f"TL {name}"] / medians["TL forward"]
+                table.add(shape, "TransformerLens", name, f"{medians[f'TL {name}'] * 1e3:.1f}", f"{ratio:.3f} (of its own)",
+                          f"{tl_bytes[name] / 2**20:.1f}", "", "", "")
+    return table
+
+
+def bench_generate(model: str, ours, hf_sdpa, rounds, warmup, seed, targets: dict) -> Table:
+    """Greedy decoding of ``NEW_TOKENS`` tokens: ours with and without the key/value cache, HF ``generate``."""
+    prompt = random_tokens(1, PROMPT_LEN, seed, ours.cfg.d_vocab)
+    outputs: dict[str, torch.Tensor] = {}
+
+    def ours_run(use_kv_cache):
+        def run():
+            outputs[f"ours {use_kv_cache}"] = ours.generate(prompt, max_new_tokens=NEW_TOKENS, temperature=0.0, stop_at_eos=False,
+                                                            use_kv_cache=use_kv_cache)
+
+        return timed(run)
+
+    def hf_run():
+        outputs["hf"] = hf_sdpa.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+            do_sample=False, pad_token_id=0,
+        )
+
+    contenders = {"with key/value cache": ours_run(True), "without key/value cache": ours_run(False), "HF generate (sdpa)": timed(hf_run)}
+    medians, cpu = interleaved_medians(contenders, rounds, warmup, f"{model} generate")
+    rate = {name: NEW_TOKENS / seconds for name, seconds in medians.items()}
+    same = torch.equal(outputs["ours True"], outputs["hf"]) and torch.equal(outputs["ours False"], outputs["hf"])
+    table = Table(
+        f"{model}: Greedy generation, {NEW_TOKENS} new tokens after a {PROMPT_LEN}-token prompt (ids equal to HF's: {'yes' if same else 'NO'})",
+        ["contender", "median s", "tokens/s", "x HF", "x ours without cache", "target", "median CPU s", "x HF, CPU time"],
+    )
+    hf_rate, slow_rate = rate["HF generate (sdpa)"], rate["without key/value cache"]
+    for name in contenders:
+        verdict = ""
+        if name == "with key/value cache":
+            verdicts = [f"x HF >= {targets['generate_vs_hf']}: {meets(rate[name] / hf_rate, targets['generate_vs_hf'])}"]
+            if "generate_vs_no_cache" in targets:
+                target = targets["generate_vs_no_cache"]
+                verdicts.append(f"x no cache >= {target}: {meets(rate[name] / slow_rate, target)}")
+            verdict = "; ".join(verdicts)
+        table.add(name, f"{medians[name]:.3f}", f"{rate[name]:.1f}", f"{rate[name] / hf_rate:.2f}", f"{rate[name] / slow_rate:.2f}", verdict,
+                  f"{cpu[name]:.3f}", f"{cpu['HF generate (sdpa)'] / cpu[name]:.2f}")
+    return table
+
+
+def forward_flops(model, batch: int, pos: int) -> float:
+    """Multiply-adds x 2 of one forward: every weight matrix of the blocks and the unembedding once per token,
+    plus attention's two ``pos x pos`` products per query head (the masked half included, as kernels compute it).
+
+    Counting the stored matrices covers GPT-2's four projections and two-matrix MLP as well as Llama's
+    narrower key/value projections (grouped-query attention) and three-matrix gated MLP.
+    """
+    cfg = model.cfg
+    per_token = sum(p.numel() for name, p in model.named_parameters()
+                    if name.startswith(("blocks.", "unembed.")) and name.rsplit(".", 1)[-1].lstrip("_").startswith("W_"))
+    attention = cfg.n_layers * 2 * batch * cfg.n_heads * pos * pos * cfg.d_head
+    return 2.0 * (per_token * batch * pos + attention)
+
+
+def bench_flops(model: str, ours, hf_sdpa, shapes, rounds, warmup, seed) -> Table:
+    size = 2048
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    table = Table(f"{model}: Achieved GFLOP/s against a plain {size}x{size} @ {size}x{size} float32 matmul",
+                  ["shape", "contender", "GFLOP/s", "x plain matmul"])
+    for batch, pos in shapes:
+        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
+        contenders = {"plain matmul": timed(lambda: torch.mm(a, b)), "interp_transformer": timed(lambda: ours(tokens)),
+                      "HF sdpa": timed(lambda: hf_sdpa(tokens))}
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"{model} flops {batch}x{pos}")
+        rates = {"plain matmul": 2 * size**3 / medians["plain matmul"] / 1e9}
+        for name in ("interp_transformer", "HF sdpa"):
+            rates[name] = forward_flops(ours, batch, pos) / medians[name] / 1e9
+        for name, rate in rates.items():
+            table.add(f"{batch}x{pos}", name, f"{rate:.1f}", f"{rate / rates['plain matmul']:.2f}")
+    return table

@@ -1,0 +1,150 @@
+"""Interleaved A/B timing, and the TransformerLens worker as one more contender.
+
+Every round runs each contender once, in a rotating order, so that whatever else
+the machine is doing slows all of them alike; ratios are taken between medians of
+the same run.
+"""
+
+import contextlib
+import gc
+import json
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+import tqdm as tqdm_module
+from tqdm import tqdm
+
+# tqdm's monitor thread wakes while a measurement runs and was seen to stretch a 2 ms
+# forward to 80 ms; the bars refresh between rounds without it
+tqdm_module.tqdm.monitor_interval = 0
+
+HERE = Path(__file__).resolve().parent
+
+
+def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
+                label: str) -> dict[str, list[tuple[float, float]]]:
+    """Run every contender once per round, rotating the order; ``(wall, CPU)`` seconds per contender per round.
+
+    A contender returns its own elapsed wall-clock and CPU seconds (so a subprocess can time itself).
+    """
+    names = list(contenders)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for _ in range(warmup):
+        for name in names:
+            contenders[name]()
+    for round_index in tqdm(range(rounds), desc=label, leave=False):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            gc.collect()
+            times[name].append(contenders[name]())
+    return times
+
+
+def interleaved_medians(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
+                        label: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall-clock seconds and median CPU seconds of each contender over ``interleaved`` rounds.
+
+    CPU time (``time.process_time``, every thread of the process) counts only what the contender
+    computed, so other processes on the machine disturb it less than the wall clock; with several
+    threads it also counts their waits for one another.
+    """
+    times = interleaved(contenders, rounds, warmup, label)
+    wall = {name: statistics.median(t[0] for t in runs) for name, runs in times.items()}
+    cpu = {name: statistics.median(t[1] for t in runs) for name, runs in times.items()}
+    return wall, cpu
+
+
+def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], tuple[float, float]]:
+    """A contender that runs ``fn`` under ``inference_mode`` and returns its wall-clock and CPU seconds.
+
+    With ``faults`` it also appends the minor page faults of each run (first touches of
+    fresh memory) to that list.
+    """
+
+    def run() -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        with torch.inference_mode():
+            start, cpu_start = time.perf_counter(), time.process_time()
+            fn()
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        if faults is not None:
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return seconds, cpu
+
+    return run
+
+
+def meets(ratio: float, target: float, lower_is_better: bool = False) -> str:
+    ok = ratio <= target if lower_is_better else ratio >= target
+    return "met" if ok else f"MISSED ({ratio:.2f} vs {target})"
+
+
+class TransformerLensWorker:
+    """``tl_worker.py --serve`` in the TransformerLens venv: one JSON command, one JSON answer."""
+
+    def __init__(self, python: str, model: str, threads: int, seed: int, shapes):
+        shape_text = ",".join(f"{b}x{p}" for b, p in shapes)
+        self.stderr = open(HERE / "results" / f"tl_worker_{model}.log", "w", encoding="utf-8")  # noqa: SIM115 (closed in close)
+        self.process = subprocess.Popen(
+            [python, str(HERE / "tl_worker.py"), "--serve", "--model", model, "--threads", str(threads), "--seed", str(seed),
+             "--shapes", shape_text],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+        )
+        try:
+            self.info = self._read()
+        except RuntimeError:
+            self.stderr.close()
+            raise
+        if not self.info.get("ready"):
+            self.close()
+            raise RuntimeError(f"TransformerLens worker did not start: {self.info}")
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"TransformerLens worker exited with code {self.process.wait()} (its log: {self.stderr.name})")
+        return json.loads(line)
+
+    def ask(self, **command) -> dict:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        answer = self._read()
+        if not answer.get("ok"):
+            raise RuntimeError(f"TransformerLens worker refused {command}: {answer.get('error')}")
+        return answer
+
+    def timer(self, op: str, batch: int, pos: int) -> Callable[[], tuple[float, float]]:
+        def run() -> tuple[float, float]:
+            answer = self.ask(op=op, batch=batch, pos=pos)
+            return answer["seconds"], answer["cpu_seconds"]
+
+        return run
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError, ValueError):
+            self.ask(op="quit")
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+def start_transformer_lens(tl_python: str, model: str, threads: int, seed: int, shapes) -> tuple[Optional[TransformerLensWorker], str]:
+    """The worker for ``model``, and a note for the report: its versions, or why it was not run."""
+    python = Path(tl_python)
+    if not python.exists():
+        return None, f"not run: {python} does not exist (create it with benchmarks/tl_env.sh)"
+    (HERE / "results").mkdir(exist_ok=True)
+    try:
+        worker = TransformerLensWorker(str(python), model, threads, seed, shapes)
+    except RuntimeError as error:
+        return None, f"could not load this model: {error}"
+    versions = worker.info["versions"]
+    return worker, f"transformer-lens {versions['transformer-lens']} (transformers {versions['transformers']}, TransformerBridge)"

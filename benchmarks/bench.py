@@ -2,18 +2,22 @@
 
     python benchmarks/bench.py                   # GPT-2 small and SmolLM2-135M shapes (about 40 minutes)
     python benchmarks/bench.py --config smollm2  # one model
+    python benchmarks/bench.py --config pythia-160m,gemma2,mixtral  # GPT-NeoX, Gemma 2 and Mixtral shapes
     python benchmarks/bench.py --quick           # fewer rounds, 1x128 only
     python benchmarks/bench.py --update-docs     # also write the report into docs/performance.md
 
 Each model (``--config``, names of ``BENCH_MODELS``) runs on random weights, float32,
 ``--threads`` threads (default 2), under ``torch.inference_mode()``: a Hugging Face
-model built from a seed (``hf_models.py``; eager and sdpa attention) and ours made
-from it by ``interp_transformer.from_pretrained``. Each measurement is interleaved
+model built from a seed (``hf_models.py``; eager and sdpa attention, eager only for
+Gemma 2, which Hugging Face refuses to run with sdpa) and ours made from it by
+``interp_transformer.from_pretrained``, whose logits must match Hugging Face's
+before anything is timed. Each measurement is interleaved
 A/B: every round runs each contender once, in a rotating order, so a busy machine
 slows all of them alike; the tables report medians over rounds and ratios taken
 within the same run. TransformerLens 4.x runs in its own venv
 (``benchmarks/tl_env.sh``) as a subprocess (``benchmarks/tl_worker.py --serve``),
-built from the same seed; its weights' sha256 is checked against ours.
+built from the same seed; its weights' sha256 is checked against ours. A model
+TransformerLens cannot build or run gets a note saying why, in place of its rows.
 
 Sections: forward logits; ``run_with_cache`` (everything / attention patterns /
 ``resid_post``) with the bytes each cache holds; greedy generation (64 new tokens
@@ -45,11 +49,12 @@ from bench_load import bench_loading  # noqa: E402
 from bench_report import Table, markdown_report, update_docs  # noqa: E402
 from bench_sections import bench_cache, bench_flops, bench_forward, bench_generate  # noqa: E402
 from bench_timing import start_transformer_lens  # noqa: E402
-from hf_models import build_hf_model, model_spec, weights_sha256  # noqa: E402
+from hf_models import build_hf_model, family_of, model_spec, weights_sha256  # noqa: E402
 
 SECTIONS = ("forward", "cache", "generate", "load", "flops")
 GPT2_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "generate_vs_no_cache": 3.0, "load_rss": 1.5}
 LLAMA_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "load_rss": 1.5, "gguf_seconds": 15.0, "gguf_rss": 2.0}
+DECODER_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "load_rss": 1.5}  # no GGUF file for these
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,21 @@ class BenchModel:
 
     shapes: tuple[tuple[int, int], ...]  # (batch, pos) of forward, cache and FLOP/s
     quick_shapes: tuple[tuple[int, int], ...]  # the same with --quick
-    targets: dict  # ratio targets, see GPT2_TARGETS / LLAMA_TARGETS
+    targets: dict  # ratio targets, see GPT2_TARGETS / LLAMA_TARGETS / DECODER_TARGETS
     gguf: Optional[str] = None  # GGUF file or name the load section reads (ours and transformers')
 
 
 BENCH_MODELS = {
     "gpt2-small": BenchModel(((1, 128), (1, 1024), (8, 128)), ((1, 128),), GPT2_TARGETS),
     "smollm2": BenchModel(((1, 128), (1, 512)), ((1, 128),), LLAMA_TARGETS, gguf="smollm2-135m"),
+    "pythia-160m": BenchModel(((1, 128), (1, 1024), (8, 128)), ((1, 128),), DECODER_TARGETS),
+    "gemma2": BenchModel(((1, 128), (4, 128), (1, 512)), ((1, 128),), DECODER_TARGETS),
+    "mixtral": BenchModel(((1, 128), (4, 128), (1, 512)), ((1, 128),), DECODER_TARGETS),
     "tiny": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), GPT2_TARGETS),
     "tiny-llama": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), LLAMA_TARGETS),
+    "tiny-neox": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), DECODER_TARGETS),
+    "tiny-gemma2": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), DECODER_TARGETS),
+    "tiny-mixtral": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), DECODER_TARGETS),
 }
 
 
@@ -79,8 +90,8 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
     shapes = args.shapes or (spec.quick_shapes if args.quick else spec.shapes)
     sections = args.sections.split(",")
     seed = args.seed
-    hf_eager = build_hf_model(family, config, seed, "eager")
-    hf_sdpa = build_hf_model(family, config, seed, "sdpa")
+    hf = {attention: build_hf_model(family, config, seed, attention) for attention in family_of(family).attention}
+    hf_eager = hf["eager"]
     ours = interp_transformer.from_pretrained(hf_eager).eval()
     tl, tl_note = None, "not needed (no forward or cache section)"
     if {"forward", "cache"} & set(sections):
@@ -102,21 +113,21 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
         if tl is not None and tl.info["weights_sha256"] != weights_sha256(hf_eager):
             raise RuntimeError(f"the TransformerLens worker built other weights than this process for {name} (sha256 differs)")
         if "forward" in sections:
-            add(lambda: bench_forward(name, ours, hf_eager, hf_sdpa, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
+            add(lambda: bench_forward(name, ours, hf, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
         if "cache" in sections:
             add(lambda: bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
         if tl is not None:
             tl.close()
-            worst = max(max(check["max_abs_diff_vs_hf_eager"], check["max_abs_diff_vs_hf_sdpa"]) for check in tl.info["verification"])
+            worst = max(value for check in tl.info["verification"] for key, value in check.items() if key.startswith("max_abs_diff"))
             tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points, max |logits - HF logits| {worst:.1e}"
             tl = None
         if "generate" in sections:
-            add(lambda: bench_generate(name, ours, hf_sdpa, rounds, 1, seed, spec.targets))
+            add(lambda: bench_generate(name, ours, hf, rounds, 1, seed, spec.targets))
         if "load" in sections:
             gguf = args.tiny_gguf if name == "tiny-llama" else spec.gguf
             add(lambda: bench_loading(name, hf_eager, args.threads, seed, spec.targets, gguf))
         if "flops" in sections:
-            add(lambda: bench_flops(name, ours, hf_sdpa, shapes, rounds, warmup, seed))
+            add(lambda: bench_flops(name, ours, hf, shapes, rounds, warmup, seed))
     finally:
         if tl is not None:
             tl.close()
@@ -143,7 +154,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="gpt2-small,smollm2",
-                        help=f"comma-separated models from {sorted(BENCH_MODELS)}; tiny and tiny-llama: 2-layer models, to smoke-test this script")
+                        help=f"comma-separated models from {sorted(BENCH_MODELS)}; tiny*: 2-layer models, to smoke-test this script")
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--shapes", default=None, help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)")
     parser.add_argument("--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv")

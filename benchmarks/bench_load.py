@@ -31,14 +31,17 @@ from typing import Optional
 import torch
 
 from bench_report import Table
+from bench_sections import LOGITS_TOLERANCE
 from bench_timing import meets
-from hf_models import build_hf_model, model_spec, weights_nbytes
+from hf_models import build_hf_model, model_spec, random_tokens, weights_nbytes
 
 SOURCES = ("in-memory", "safetensors directory", "GGUF", "GGUF, Hugging Face")
 TINY_FIELDS = {  # a one-layer model of each family, loaded first so that the baseline holds every import
     "gpt2": dict(n_layer=1, n_embd=8, n_head=2, vocab_size=50257, n_positions=8),
     "llama": dict(num_hidden_layers=1, hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
                   intermediate_size=16, vocab_size=64, max_position_embeddings=8),
+    **{family: dict(model_spec(name)[1], num_hidden_layers=1)
+       for family, name in (("gpt_neox", "tiny-neox"), ("gemma2", "tiny-gemma2"), ("mixtral", "tiny-mixtral"))},
 }
 
 
@@ -88,12 +91,13 @@ def measure_loading(source: str, model: str, threads: int, seed: int, directory:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def assert_same_weights(model, hf_model) -> None:
-    """The loaded model must be the source model: compare the token embedding and the last block's output matrix."""
-    embedding = hf_model.get_input_embeddings().weight
-    last_out = hf_model.transformer.h[-1].mlp.c_proj.weight if hasattr(hf_model, "transformer") else hf_model.model.layers[-1].mlp.down_proj.weight.T
-    if not (torch.equal(model.W_E, embedding) and torch.equal(model.W_out[-1], last_out)):
-        raise RuntimeError("the loaded model's weights differ from the source model's")
+def assert_same_model(model, hf_model) -> None:
+    """The loaded model must compute the source model's logits (8 random tokens, within ``LOGITS_TOLERANCE``)."""
+    tokens = random_tokens(1, 8, 0, hf_model.config.vocab_size)
+    with torch.inference_mode():
+        difference = float((model(tokens) - hf_model(tokens).logits).abs().max())
+    if not difference <= LOGITS_TOLERANCE:
+        raise RuntimeError(f"the loaded model's logits differ from the source model's by {difference:.3e} (expected at most {LOGITS_TOLERANCE})")
 
 
 def _load(source: str, hf_model, directory: Optional[str], gguf: Optional[str]):
@@ -131,7 +135,7 @@ def load_once(source: str, model: str, threads: int, seed: int, directory: Optio
     peak = _status_kib("VmHWM") * 1024 if window else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     loaded_bytes = weights_nbytes(loaded) if source == "GGUF, Hugging Face" else sum(p.numel() * p.element_size() for p in loaded.parameters())
     if source == "in-memory":
-        assert_same_weights(loaded, hf_model)
+        assert_same_model(loaded, hf_model)
     return {"source": source, "seconds": seconds, "baseline": baseline, "peak": peak, "peak_above_baseline": peak - baseline,
             "model_bytes": loaded_bytes, "peak_window": "VmHWM reset before loading" if window else "ru_maxrss (process lifetime)"}
 

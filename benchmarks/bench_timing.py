@@ -19,6 +19,8 @@ import torch
 import tqdm as tqdm_module
 from tqdm import tqdm
 
+from hf_models import model_spec
+
 # tqdm's monitor thread wakes while a measurement runs and was seen to stretch a 2 ms
 # forward to 80 ms; the bars refresh between rounds without it
 tqdm_module.tqdm.monitor_interval = 0
@@ -84,8 +86,16 @@ def meets(ratio: float, target: float, lower_is_better: bool = False) -> str:
     return "met" if ok else f"MISSED ({ratio:.2f} vs {target})"
 
 
+class TransformerLensCannotRun(RuntimeError):
+    """The worker said, or showed by exiting, that TransformerLens cannot build or run the model; the message says why."""
+
+
 class TransformerLensWorker:
-    """``tl_worker.py --serve`` in the TransformerLens venv: one JSON command, one JSON answer."""
+    """``tl_worker.py --serve`` in the TransformerLens venv: one JSON command, one JSON answer.
+
+    ``TransformerLensCannotRun`` if the worker is not ready: it answered ``{"ready": false,
+    "error": ...}`` or exited before answering (the reason is then its log's last line).
+    """
 
     def __init__(self, python: str, model: str, threads: int, seed: int, shapes):
         shape_text = ",".join(f"{b}x{p}" for b, p in shapes)
@@ -97,17 +107,20 @@ class TransformerLensWorker:
         )
         try:
             self.info = self._read()
-        except RuntimeError:
+        except RuntimeError as error:
             self.stderr.close()
-            raise
+            raise TransformerLensCannotRun(str(error)) from error
         if not self.info.get("ready"):
             self.close()
-            raise RuntimeError(f"TransformerLens worker did not start: {self.info}")
+            raise TransformerLensCannotRun(f"{self.info.get('error', self.info)} (its log: {self.stderr.name})")
 
     def _read(self) -> dict:
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"TransformerLens worker exited with code {self.process.wait()} (its log: {self.stderr.name})")
+            code = self.process.wait()
+            self.stderr.flush()
+            logged = [text.strip() for text in Path(self.stderr.name).read_text(encoding="utf-8").splitlines() if text.strip()]
+            raise RuntimeError(f"worker exited with code {code}: {logged[-1] if logged else 'no output'} (its log: {self.stderr.name})")
         return json.loads(line)
 
     def ask(self, **command) -> dict:
@@ -137,14 +150,19 @@ class TransformerLensWorker:
 
 
 def start_transformer_lens(tl_python: str, model: str, threads: int, seed: int, shapes) -> tuple[Optional[TransformerLensWorker], str]:
-    """The worker for ``model``, and a note for the report: its versions, or why it was not run."""
+    """The worker for ``model``, and a note for the report: its versions, or why it was not run.
+
+    A model TransformerLens cannot build or run is not an error of the benchmark: the
+    note says ``not run: TransformerLens cannot build <family>: <reason>`` and the
+    other contenders go on.
+    """
     python = Path(tl_python)
     if not python.exists():
         return None, f"not run: {python} does not exist (create it with benchmarks/tl_env.sh)"
     (HERE / "results").mkdir(exist_ok=True)
     try:
         worker = TransformerLensWorker(str(python), model, threads, seed, shapes)
-    except RuntimeError as error:
-        return None, f"could not load this model: {error}"
+    except TransformerLensCannotRun as error:
+        return None, f"not run: TransformerLens cannot build {model_spec(model)[0]}: {error}"
     versions = worker.info["versions"]
     return worker, f"transformer-lens {versions['transformer-lens']} (transformers {versions['transformers']}, TransformerBridge)"

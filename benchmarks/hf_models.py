@@ -5,8 +5,8 @@ Imports only torch and transformers (never interp_transformer), so that
 the same random weights from the same seed, and ``weights_sha256`` lets the
 parent check that they did.
 
-``HF_MODELS`` maps a benchmark model name to its family and the fields of its
-``transformers`` config:
+``HF_MODELS`` maps a benchmark model name to its family (a key of ``FAMILIES``)
+and the fields of its ``transformers`` config:
 
 - ``gpt2-small``: ``GPT2LMHeadModel`` at the GPT-2 small shape (12 layers,
   d_model 768, 12 heads, 50257 tokens, 1024 positions);
@@ -14,12 +14,64 @@ parent check that they did.
   576, 9 query / 3 key-value heads of 64, SwiGLU 1536, RMSNorm eps 1e-5, rotary
   theta 100000, tied embeddings, 49152 tokens), the config of
   ``interp_transformer.architectures.llama.preset("SmolLM2-135M")``;
-- ``tiny`` and ``tiny-llama``: 2-layer models of each family, to smoke-test the scripts.
+- ``pythia-160m``: ``GPTNeoXForCausalLM`` at the Pythia-160m shape (12 layers,
+  d_model 768, 12 heads, MLP 3072 with exact GELU, rotary theta 10000 on 25% of
+  each head, parallel attention and MLP, untied embeddings, 50304 tokens, 2048
+  positions);
+- ``gemma2``: ``Gemma2ForCausalLM``, small (6 layers, d_model 512, 8 query / 4
+  key-value heads of 64, MLP 2048, 8192 tokens, every other layer a 64-token
+  sliding window, Gemma 2's default soft-caps: 50 on attention scores, 30 on logits);
+- ``mixtral``: ``MixtralForCausalLM``, small (6 layers, d_model 512, 8 query / 4
+  key-value heads of 64, 8 SwiGLU experts of 1024, top-2 routing, 8192 tokens);
+- ``tiny``, ``tiny-llama``, ``tiny-neox``, ``tiny-gemma2``, ``tiny-mixtral``:
+  2-layer models of each family, to smoke-test the scripts.
+
+The Gemma 2 and Mixtral shapes are those of ``bench_gemma_moe.py``, which builds
+its models here.
 """
 
 import hashlib
+from typing import NamedTuple
 
 import torch
+
+
+class Family(NamedTuple):
+    """What ``transformers`` calls one family, and what it computes."""
+
+    config_class: str  # the name of its config class in ``transformers``
+    model_class: str  # the name of its causal LM class
+    n_ctx_field: str  # the config field holding the longest sequence
+    attention: tuple[str, ...]  # the attention implementations that compute its math, eager first
+
+
+FAMILIES = {
+    "gpt2": Family("GPT2Config", "GPT2LMHeadModel", "n_positions", ("eager", "sdpa")),
+    "llama": Family("LlamaConfig", "LlamaForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
+    "gpt_neox": Family("GPTNeoXConfig", "GPTNeoXForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
+    # Hugging Face refuses sdpa for Gemma 2: the fused kernel cannot soft-cap the scores
+    "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM", "max_position_embeddings", ("eager",)),
+    "mixtral": Family("MixtralConfig", "MixtralForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
+}
+N_CTX_FIELD = {name: family.n_ctx_field for name, family in FAMILIES.items()}
+VOCAB_FIELD = "vocab_size"
+PERTURBATION = 0.02  # added to every parameter, times a standard normal draw
+
+_NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+_GEMMA2_SMALL = dict(
+    num_hidden_layers=6, hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=2048,
+    vocab_size=8192, max_position_embeddings=2048, sliding_window=64, query_pre_attn_scalar=64, **_NO_SPECIAL_TOKENS,
+)
+_MIXTRAL_SMALL = dict(
+    num_hidden_layers=6, hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=1024,
+    vocab_size=8192, max_position_embeddings=2048, num_local_experts=8, num_experts_per_tok=2, **_NO_SPECIAL_TOKENS,
+)
+_PYTHIA_160M = dict(
+    num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
+    vocab_size=50304, max_position_embeddings=2048, use_parallel_residual=True, tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}, bos_token_id=0, eos_token_id=0,
+)
+_TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 
 HF_MODELS: dict[str, tuple[str, dict]] = {
     "gpt2-small": ("gpt2", dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)),
@@ -29,6 +81,9 @@ HF_MODELS: dict[str, tuple[str, dict]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, tie_word_embeddings=True,
         initializer_range=0.041666666666666664, bos_token_id=1, eos_token_id=2, pad_token_id=2,
     )),
+    "pythia-160m": ("gpt_neox", _PYTHIA_160M),
+    "gemma2": ("gemma2", _GEMMA2_SMALL),
+    "mixtral": ("mixtral", _MIXTRAL_SMALL),
     "tiny": ("gpt2", dict(n_layer=2, n_embd=64, n_head=4, vocab_size=211, n_positions=128, bos_token_id=0, eos_token_id=0)),
     "tiny-llama": ("llama", dict(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -36,9 +91,13 @@ HF_MODELS: dict[str, tuple[str, dict]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True,
         bos_token_id=1, eos_token_id=2, pad_token_id=2,
     )),
+    "tiny-neox": ("gpt_neox", dict(_PYTHIA_160M, num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=256,
+                                   vocab_size=1000, max_position_embeddings=128)),
+    "tiny-gemma2": ("gemma2", dict(_GEMMA2_SMALL, **_TINY, intermediate_size=128, vocab_size=256, max_position_embeddings=128,
+                                   sliding_window=8, query_pre_attn_scalar=16)),
+    "tiny-mixtral": ("mixtral", dict(_MIXTRAL_SMALL, **_TINY, intermediate_size=64, vocab_size=256, max_position_embeddings=128,
+                                     num_local_experts=4)),
 }
-N_CTX_FIELD = {"gpt2": "n_positions", "llama": "max_position_embeddings"}
-VOCAB_FIELD = "vocab_size"
 
 
 def model_spec(name: str) -> tuple[str, dict]:
@@ -49,33 +108,46 @@ def model_spec(name: str) -> tuple[str, dict]:
     return family, dict(config)
 
 
+def family_of(family: str) -> Family:
+    """The ``Family`` named ``family``; KeyError naming the known ones."""
+    if family not in FAMILIES:
+        raise KeyError(f"expected a family in {sorted(FAMILIES)}, received {family!r}")
+    return FAMILIES[family]
+
+
 def hf_config(family: str, config: dict):
-    """The ``transformers`` config object of ``family`` ("gpt2" or "llama") with these fields."""
-    if family == "gpt2":
-        from transformers import GPT2Config
+    """The ``transformers`` config object of ``family`` (a key of ``FAMILIES``) with these fields."""
+    import transformers
 
-        return GPT2Config(**config)
-    if family == "llama":
-        from transformers import LlamaConfig
-
-        return LlamaConfig(**config)
-    raise ValueError(f"expected family 'gpt2' or 'llama', received {family!r}")
+    return getattr(transformers, family_of(family).config_class)(**config)
 
 
 def build_hf_model(family: str, config: dict, seed: int, attn_implementation: str = "eager"):
-    """The family's causal LM (float32, eval), random weights drawn after ``torch.manual_seed(seed)``."""
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM
+    """The family's causal LM (float32, eval) with random weights, the same in every process for one ``seed``.
 
-    model_class = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}[family]
+    After ``torch.manual_seed(seed)`` and the model's own initialisation, every parameter gets
+    ``PERTURBATION * N(0, 1)`` added (drawn from a generator seeded with ``seed``), so that no
+    norm scale stays at one or zero and no bias at zero: a loader that dropped one would
+    change the logits.
+    """
+    import transformers
+
+    spec = family_of(family)
+    if attn_implementation not in spec.attention:
+        raise ValueError(f"expected an attention implementation of {family} in {list(spec.attention)}, received {attn_implementation!r}")
     torch.manual_seed(seed)
-    model = model_class(hf_config(family, config)).float().eval()
+    model = getattr(transformers, spec.model_class)(hf_config(family, config)).float().eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(PERTURBATION * torch.randn(parameter.shape, generator=generator))
     model.set_attn_implementation(attn_implementation)
     return model
 
 
 def n_ctx(family: str, config: dict) -> int:
     """The longest sequence the config allows."""
-    return config[N_CTX_FIELD[family]]
+    return config[family_of(family).n_ctx_field]
 
 
 def random_tokens(batch: int, pos: int, seed: int, vocab: int) -> torch.Tensor:

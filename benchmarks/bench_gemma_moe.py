@@ -4,8 +4,9 @@
     python benchmarks/bench_gemma_moe.py --rounds 3       # quicker
     python benchmarks/bench_gemma_moe.py --config tiny    # seconds: smoke-tests this script
 
-Random weights (every parameter perturbed), float32, ``--threads`` threads, under
-``torch.inference_mode()``. Each measurement is interleaved A/B with ``bench.interleaved``:
+Random weights (every parameter perturbed: the ``gemma2``, ``mixtral``, ``tiny-gemma2`` and
+``tiny-mixtral`` models of ``hf_models.py``), float32, ``--threads`` threads, under
+``torch.inference_mode()``. Each measurement is interleaved A/B with ``bench_timing.interleaved_medians``:
 every round runs each contender once in a rotating order, and the table reports medians
 and ratios from the same run. Contenders, per shape:
 
@@ -18,11 +19,11 @@ and ratios from the same run. Contenders, per shape:
   grouped expert product.
 
 Each row also gives the largest difference of our logits from Hugging Face's, so a fast
-wrong answer cannot hide in the table.
+wrong answer cannot hide in the table. ``bench.py --config gemma2,mixtral`` runs the same
+models through every section of the main benchmark.
 """
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,45 +33,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench import interleaved, timed  # noqa: E402
+from bench_timing import interleaved_medians, timed  # noqa: E402
+from hf_models import build_hf_model, model_spec  # noqa: E402
 
-CONFIGS = {  # name -> (Gemma 2 settings, Mixtral settings, shapes)
-    "small": (
-        dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
-             head_dim=64, vocab_size=8192, sliding_window=64, query_pre_attn_scalar=64),
-        dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
-             head_dim=64, vocab_size=8192, num_local_experts=8, num_experts_per_tok=2),
-        [(1, 128), (4, 128), (1, 512)],
-    ),
-    "tiny": (
-        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=16, vocab_size=256, sliding_window=8, query_pre_attn_scalar=16),
-        dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=16, vocab_size=256, num_local_experts=4, num_experts_per_tok=2),
-        [(1, 32)],
-    ),
+CONFIGS = {  # name -> (Gemma 2 model, Mixtral model of hf_models.HF_MODELS, shapes)
+    "small": ("gemma2", "mixtral", [(1, 128), (4, 128), (1, 512)]),
+    "tiny": ("tiny-gemma2", "tiny-mixtral", [(1, 32)]),
 }
 
 
 def hf_models(config: str, seed: int):
-    """The random-weight Hugging Face Gemma 2 and Mixtral models of ``config`` (every parameter perturbed)."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM
-
-    gemma_settings, mixtral_settings, _ = CONFIGS[config]
-    common = dict(max_position_embeddings=2048, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    models = {}
-    for name, (config_class, model_class, settings, attention) in {
-        "Gemma 2": (Gemma2Config, Gemma2ForCausalLM, gemma_settings, "eager"),
-        "Mixtral": (MixtralConfig, MixtralForCausalLM, mixtral_settings, "sdpa"),
-    }.items():
-        torch.manual_seed(seed)
-        model = model_class(config_class(**common, **settings, attn_implementation=attention))
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for param in model.parameters():
-                param.add_(0.02 * torch.randn(param.shape, generator=generator))
-        models[name] = model.eval()
-    return models
+    """The random-weight Hugging Face Gemma 2 (eager attention) and Mixtral (sdpa) models of ``config``."""
+    gemma, mixtral, _ = CONFIGS[config]
+    return {"Gemma 2": build_hf_model(*model_spec(gemma), seed, "eager"), "Mixtral": build_hf_model(*model_spec(mixtral), seed, "sdpa")}
 
 
 def measure(config: str, rounds: int, warmup: int, seed: int) -> list[list[str]]:
@@ -99,8 +74,7 @@ def measure(config: str, rounds: int, warmup: int, seed: int) -> list[list[str]]
             with torch.inference_mode():
                 reference = runs["Hugging Face"]()
                 differences = {label: float((run() - reference).abs().max()) for label, run in runs.items()}
-            times = interleaved({label: timed(run) for label, run in runs.items()}, rounds, warmup, f"{name} {batch}x{pos}")
-            medians = {label: statistics.median(seconds) for label, seconds in times.items()}
+            medians, _ = interleaved_medians({label: timed(run) for label, run in runs.items()}, rounds, warmup, f"{name} {batch}x{pos}")
             for label, median in medians.items():
                 rows.append([name, f"{batch}x{pos}", label, f"{median * 1e3:.1f}", f"{median / medians['Hugging Face']:.2f}",
                              f"{differences[label]:.1e}"])

@@ -6,18 +6,18 @@
 
 Random weights at Pythia-160m's shape (``GPTNeoXConfig``: 12 layers, d_model 768, 12 heads,
 rotary on 25% of each head's dimensions, parallel attention and MLP, exact GELU, vocabulary
-50304), float32, ``--threads`` threads, under ``torch.inference_mode()``. Each measurement is
-interleaved A/B (``bench.interleaved``: every round runs each contender once, in a rotating
+50304; the ``pythia-160m`` and ``tiny-neox`` models of ``hf_models.py``), float32,
+``--threads`` threads, under ``torch.inference_mode()``. Each measurement is interleaved A/B
+(``bench_timing.interleaved_medians``: every round runs each contender once, in a rotating
 order), and the tables report medians and ratios from the same run, with the targets of the
 GPT-2 benchmark: our forward <= 1.05x Hugging Face's best (eager or sdpa attention), and
-``run_with_cache`` of every hook <= 1.15x our own forward.
+``run_with_cache`` of every hook <= 1.15x our own forward. ``bench.py --config pythia-160m``
+runs the same model through every section of the main benchmark.
 """
 
 import argparse
-import copy
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,27 +27,22 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import interleaved, timed  # noqa: E402
 from bench_report import Table, markdown_report  # noqa: E402
+from bench_timing import interleaved_medians, timed  # noqa: E402
+from hf_models import build_hf_model, model_spec  # noqa: E402
 
-PYTHIA_160M = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, vocab_size=50304,
-                   max_position_embeddings=2048, rotary_pct=0.25, use_parallel_residual=True, hidden_act="gelu")
-TINY = dict(PYTHIA_160M, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, vocab_size=1000)
+MODELS = {"pythia-160m": "pythia-160m", "tiny": "tiny-neox"}  # --config -> model of hf_models.HF_MODELS
 SHAPES = [(1, 128), (1, 1024), (8, 128)]
 QUICK_SHAPES = [(1, 128)]
 TARGETS = {"forward": 1.05, "cache_all": 1.15}
 
 
-def build_models(hf_config: dict, seed: int):
+def build_models(model: str, seed: int):
     """HF eager, HF sdpa (the same weights) and ours, converted from them."""
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
     from interp_transformer.loading import from_pretrained
 
-    torch.manual_seed(seed)
-    hf_eager = GPTNeoXForCausalLM(GPTNeoXConfig(**hf_config, attn_implementation="eager")).eval()
-    hf_sdpa = copy.deepcopy(hf_eager)
-    hf_sdpa.set_attn_implementation("sdpa")
+    family, config = model_spec(model)
+    hf_eager, hf_sdpa = (build_hf_model(family, config, seed, attention) for attention in ("eager", "sdpa"))
     return hf_eager, hf_sdpa, from_pretrained(hf_eager).eval()
 
 
@@ -68,7 +63,7 @@ def bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds: int, warmup: int, see
             torch.testing.assert_close(ours(tokens), hf_sdpa(tokens).logits, atol=1e-3, rtol=1e-4)
         contenders = {"interp_transformer": timed(lambda: ours(tokens)), "HF eager": timed(lambda: hf_eager(tokens)),
                       "HF sdpa": timed(lambda: hf_sdpa(tokens))}
-        medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, f"forward {batch}x{pos}").items()}
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"forward {batch}x{pos}")
         best = min(medians["HF eager"], medians["HF sdpa"])
         for name, median in medians.items():
             target = verdict(median / best, TARGETS["forward"]) if name == "interp_transformer" else ""
@@ -94,7 +89,7 @@ def bench_cache(ours, shapes, rounds: int, warmup: int, seed: int) -> Table:
 
         contenders = {"nothing (forward)": timed(lambda: ours(tokens))}
         contenders.update({name: keep(name, names_filter) for name, names_filter in filters.items()})
-        medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, f"cache {batch}x{pos}").items()}
+        medians, _ = interleaved_medians(contenders, rounds, warmup, f"cache {batch}x{pos}")
         for name, median in medians.items():
             ratio = median / medians["nothing (forward)"]
             target = verdict(ratio, TARGETS["cache_all"]) if name == "everything" else ""
@@ -108,7 +103,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per measurement (default 7, quick 3)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", choices=["pythia-160m", "tiny"], default="pythia-160m")
+    parser.add_argument("--config", choices=sorted(MODELS), default="pythia-160m")
     parser.add_argument("--shapes", default=None, help="batch x pos to time, e.g. 1x1024,8x128 (default: 1x128,1x1024,8x128)")
     parser.add_argument("--out", default=str(HERE / "results" / "pythia.md"), help="write the markdown report here")
     args = parser.parse_args(argv)
@@ -116,13 +111,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     rounds, warmup = args.rounds or (3 if args.quick else 7), 1 if args.quick else 2
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    hf_config = PYTHIA_160M if args.config == "pythia-160m" else TINY
     if args.config == "tiny":
         shapes = [(1, 16), (2, 8)]
     if args.shapes:
         shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     started = time.time()
-    hf_eager, hf_sdpa, ours = build_models(hf_config, args.seed)
+    hf_eager, hf_sdpa, ours = build_models(MODELS[args.config], args.seed)
     tables = [bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds, warmup, args.seed),
               bench_cache(ours, shapes, rounds, warmup, args.seed)]
     context = {
@@ -133,7 +127,7 @@ def main(argv=None) -> int:
                    f"{args.threads} threads",
         "load average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{rounds} interleaved rounds after {warmup} warmup",
-        "model": f"{args.config}: GPTNeoXConfig({hf_config})",
+        "model": f"{args.config}: GPTNeoXConfig({model_spec(MODELS[args.config])[1]})",
     }
     report = markdown_report(tables, context)
     print(report)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from interp_transformer.architectures.llama import preset
 from interp_transformer.loading.llama import config_from_hf
@@ -23,7 +24,7 @@ from .gguf_helpers import tiny_llama, tiny_vocabulary, write_llama_gguf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_sections import forward_flops  # noqa: E402
+from bench_sections import forward_flops, logit_differences  # noqa: E402
 from bench_timing import start_transformer_lens  # noqa: E402
 from hf_models import build_hf_model, hf_config, model_spec  # noqa: E402
 
@@ -106,6 +107,21 @@ def test_a_model_transformer_lens_cannot_build_is_a_note_not_a_crash():
     assert worker is None
     assert note.startswith("not run: TransformerLens cannot build gpt_neox: "), note
     assert "Error: " in note, f"the note does not say why: {note}"
+
+
+def test_the_forward_section_refuses_to_time_a_model_whose_logits_differ():
+    """Known answer: equal models pass with a difference below float32 noise; one bias moved by 0.05 N(0, 1) stops the run."""
+    import interp_transformer
+
+    family, config = model_spec("tiny-neox")
+    hf = {attention: build_hf_model(family, config, 0, attention) for attention in ("eager", "sdpa")}
+    ours = interp_transformer.from_pretrained(hf["eager"])
+    tokens = torch.randint(0, config["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(0))
+    assert max(logit_differences("tiny-neox", ours, hf, tokens).values()) < 1e-5
+    with torch.no_grad():
+        ours.blocks[-1].mlp.b_out.add_(0.05 * torch.randn(ours.cfg.d_model, generator=torch.Generator().manual_seed(1)))
+    with pytest.raises(RuntimeError, match="tiny-neox: our logits differ from HF eager's by"):
+        logit_differences("tiny-neox", ours, hf, tokens)
 
 
 def test_forward_flops_counts_every_weight_matrix_once_per_token():

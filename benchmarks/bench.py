@@ -79,12 +79,34 @@ BENCH_MODELS = {
     "tiny-gemma2": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), DECODER_TARGETS),
     "tiny-mixtral": BenchModel(((1, 16), (2, 8)), ((1, 16), (2, 8)), DECODER_TARGETS),
 }
+# Encoder-decoders (``bench_encdec.py``): a forward on a batch x source x target shape and greedy
+# generation, against Hugging Face's T5 in the same run; the decoder sections above do not apply.
+ENCDEC_MODELS = {
+    "t5-small": dict(tiny=False, batch=4, source_len=64, target_len=32, new_tokens=32),
+    "tiny-t5": dict(tiny=True, batch=2, source_len=12, target_len=6, new_tokens=6),
+}
+
+
+def bench_encdec_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table], dict[str, str]]:
+    """An encoder-decoder's forward and generation tables (the sections that apply to it)."""
+    from bench_encdec import t5_tables
+
+    wanted = {"forward", "generate"} & set(args.sections.split(","))
+    if not wanted:
+        return [], {f"model {name}": "not run: an encoder-decoder has only the forward and generate sections"}
+    tables, context = t5_tables(seed=args.seed, rounds=rounds, warmup=warmup, **ENCDEC_MODELS[name])
+    kept = [table for table, section in zip(tables, ("forward", "generate")) if section in wanted]
+    for table in kept:
+        table.title = f"{name}: {table.title}"
+    return kept, {f"model {name}": f"T5ForConditionalGeneration, {context['shape']}, {context['dtype']}"}
 
 
 def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table], dict[str, str]]:
     """Every chosen section for one model: its tables, and lines for the report's header."""
     import interp_transformer
 
+    if name in ENCDEC_MODELS:
+        return bench_encdec_model(name, args, rounds, warmup)
     spec = BENCH_MODELS[name]
     family, config = model_spec(name)
     shapes = args.shapes or (spec.quick_shapes if args.quick else spec.shapes)
@@ -154,7 +176,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="gpt2-small,smollm2",
-                        help=f"comma-separated models from {sorted(BENCH_MODELS)}; tiny*: 2-layer models, to smoke-test this script")
+                        help=f"comma-separated models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; t5-small and tiny-t5: encoder-decoders (forward and generate only); tiny*: 2-layer models, to smoke-test this script")
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--shapes", default=None, help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)")
     parser.add_argument("--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv")
@@ -167,9 +189,9 @@ def parse_args(argv=None):
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections takes {','.join(SECTIONS)}; received unknown {sorted(unknown)}")
-    unknown = set(args.config.split(",")) - set(BENCH_MODELS)
+    unknown = set(args.config.split(",")) - set(BENCH_MODELS) - set(ENCDEC_MODELS)
     if unknown:
-        parser.error(f"--config takes models from {sorted(BENCH_MODELS)}; received unknown {sorted(unknown)}")
+        parser.error(f"--config takes models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; received unknown {sorted(unknown)}")
     args.shapes = parse_shapes(parser, args.shapes) if args.shapes else None
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, received {args.rounds}")

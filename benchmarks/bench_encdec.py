@@ -2,6 +2,7 @@
 
     python benchmarks/bench_encdec.py            # T5-small shape (60M parameters), about 5 minutes on 2 threads
     python benchmarks/bench_encdec.py --tiny     # a tiny T5, seconds (what tests/test_benchmarks_encdec.py runs)
+    python benchmarks/bench.py --config t5-small # the same tables as rows of the main benchmark report
 
 Random weights at T5-small's shape (6 + 6 blocks, d_model 512, 8 heads, d_ff 2048,
 vocabulary 32128, v1.0: relu, tied and rescaled read-out), float32, ``--threads`` threads,
@@ -17,7 +18,6 @@ against HF ``generate`` (sdpa), and whether the ids are equal.
 
 import argparse
 import copy
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench import interleaved, timed  # noqa: E402
+from bench_timing import interleaved_medians, timed  # noqa: E402
 from bench_report import Table, markdown_report  # noqa: E402
 
 T5_SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8)
@@ -56,7 +56,7 @@ def bench_forward(ours, hf_eager, hf_sdpa, source, target, rounds, warmup) -> Ta
         return lambda: model(input_ids=source, decoder_input_ids=target, use_cache=False)
 
     contenders = {"interp_transformer": timed(ours_run), "HF eager": timed(hf_run(hf_eager)), "HF sdpa": timed(hf_run(hf_sdpa))}
-    medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, "forward").items()}
+    medians, _ = interleaved_medians(contenders, rounds, warmup, "T5 forward")
     table = Table(f"Forward pass, source {tuple(source.shape)}, target {tuple(target.shape)}",
                   ["contender", "median ms", "x HF sdpa"])
     for name, seconds in medians.items():
@@ -77,7 +77,7 @@ def bench_generate(ours, hf_sdpa, source, new_tokens, rounds, warmup) -> Table:
 
     contenders = {"with key/value cache": ours_run(True), "without key/value cache": ours_run(False),
                   "HF generate (sdpa)": timed(hf_run)}
-    medians = {k: statistics.median(v) for k, v in interleaved(contenders, rounds, warmup, "generate").items()}
+    medians, _ = interleaved_medians(contenders, rounds, warmup, "T5 generate")
     same = all(torch.equal(outputs[name], outputs["hf"]) for name in ("ours True", "ours False"))
     table = Table(f"Greedy generation, up to {new_tokens} new tokens (ids equal to HF's: {'yes' if same else 'NO'})",
                   ["contender", "median s", "x HF"])
@@ -101,22 +101,29 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    from interp_transformer import set_shape_checking
+def t5_tables(tiny: bool, batch: int, source_len: int, target_len: int, new_tokens: int, rounds: int, warmup: int,
+              seed: int) -> tuple[list[Table], dict[str, str]]:
+    """The forward and generation tables of one random T5 (tiny or T5-small shape), and lines for a report header."""
+    from interp_transformer import shape_checking
 
+    shape = TINY if tiny else T5_SMALL
+    with shape_checking(False):  # what a timed run uses; the tests keep checks on
+        ours, hf_eager, hf_sdpa = build(shape, seed)
+        generator = torch.Generator().manual_seed(seed)
+        source = torch.randint(2, shape["vocab_size"], (batch, source_len), generator=generator)
+        target = torch.cat([torch.zeros(batch, 1, dtype=torch.long),
+                            torch.randint(2, shape["vocab_size"], (batch, target_len - 1), generator=generator)], dim=1)
+        tables = [bench_forward(ours, hf_eager, hf_sdpa, source, target, rounds, warmup),
+                  bench_generate(ours, hf_sdpa, source[:1], new_tokens, rounds, warmup)]
+    context = {"shape": "tiny T5" if tiny else "T5-small (60.5M parameters)", "dtype": "float32, shape checks off"}
+    return tables, context
+
+
+def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    set_shape_checking(False)  # what a timed run uses; the tests keep checks on
-    shape = TINY if args.tiny else T5_SMALL
-    ours, hf_eager, hf_sdpa = build(shape, args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    source = torch.randint(2, shape["vocab_size"], (args.batch, args.source), generator=generator)
-    target = torch.cat([torch.zeros(args.batch, 1, dtype=torch.long),
-                        torch.randint(2, shape["vocab_size"], (args.batch, args.target - 1), generator=generator)], dim=1)
-    tables = [bench_forward(ours, hf_eager, hf_sdpa, source, target, args.rounds, args.warmup),
-              bench_generate(ours, hf_sdpa, source[:1], args.new, args.rounds, args.warmup)]
-    context = {"shape": "tiny T5" if args.tiny else "T5-small (60.5M parameters)", "threads": str(args.threads),
-               "rounds": str(args.rounds), "dtype": "float32", "torch": torch.__version__}
+    tables, context = t5_tables(args.tiny, args.batch, args.source, args.target, args.new, args.rounds, args.warmup, args.seed)
+    context.update({"threads": str(args.threads), "rounds": str(args.rounds), "torch": torch.__version__})
     report = markdown_report(tables, context)
     print(report)
     if args.out is not None:

@@ -49,6 +49,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache
+from interp_transformer.components.softcap import soft_cap
 
 from . import _checks
 
@@ -121,7 +122,7 @@ def logit_lens(
     logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
     cap = model.capabilities.logit_softcap
     if cap is not None:  # soft-capped as the model caps its logits
-        logits = torch.tanh(logits / cap) * cap
+        logits = soft_cap(logits, cap)
     labels = [f"{layer}_pre" for layer in range(model.cfg.n_layers)] + ["final_post"]
     return (logits, labels) if return_labels else logits
 

@@ -53,8 +53,6 @@ FAMILIES = {
     "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM", "max_position_embeddings", ("eager",)),
     "mixtral": Family("MixtralConfig", "MixtralForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
 }
-N_CTX_FIELD = {name: family.n_ctx_field for name, family in FAMILIES.items()}
-VOCAB_FIELD = "vocab_size"
 PERTURBATION = 0.02  # added to every parameter, times a standard normal draw
 
 _NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)

@@ -14,7 +14,6 @@ Pythia's MLP uses the exact (erf) GELU, not GPT-2's tanh approximation.
 """
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,7 +22,8 @@ from ..components import MLP, Attention, Embed, LayerNorm, ParallelBlock, Transf
 from ..components.rotary import RopeScaling, Rotary
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
-from .validation import check_bools, validate_common_fields
+from .rotary_decoder import find_preset
+from .validation import check_bools, check_positive_number, validate_common_fields
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class GPTNeoXConfig:
         validate_common_fields(self, ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "rotary_dim"))
         if self.rotary_dim > self.d_head or self.rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even and at most d_head={self.d_head}, got {self.rotary_dim}")
-        if isinstance(self.rotary_base, bool) or not isinstance(self.rotary_base, (int, float)) or not self.rotary_base > 1:
-            raise ValueError(f"rotary_base must be a number > 1, got {self.rotary_base!r}")
+        check_positive_number("rotary_base", self.rotary_base, above=1.0)
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
         check_bools(self, ("parallel_residual", "attn_bias", "tied_embeddings"))
@@ -78,10 +77,7 @@ PRESETS: dict[str, GPTNeoXConfig] = {
 
 def preset(name: str) -> GPTNeoXConfig:
     """The config of a named Pythia model, e.g. ``preset("pythia-160m")``."""
-    if name not in PRESETS:
-        close = difflib.get_close_matches(name, PRESETS, n=3)
-        raise KeyError(f"unknown preset {name!r}; known: {sorted(PRESETS)}; closest: {close}")
-    return PRESETS[name]
+    return find_preset(PRESETS, name)
 
 
 def build(cfg: GPTNeoXConfig) -> DecoderParts:

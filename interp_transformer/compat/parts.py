@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 import einops
-import torch
 from torch import Tensor, nn
 
 from ..components import Attention, PosEmbed, TokenLayout
 from ..hooks import HookPoint
+from .utils_tensors import get_offset_position_ids
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class PositionalEmbedding(PosEmbed):
             raise ValueError(f"attention_mask must be [batch, offset + pos] = {[tokens.shape[0], offset + tokens.shape[1]]}, "
                              f"got {list(attention_mask.shape)}")
         mask = attention_mask.to(self.W_pos.device)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, offset:]
+        positions = get_offset_position_ids(offset, mask)
         return self.W_pos[positions] * mask[:, offset:, None].to(self.W_pos.dtype)
 
 

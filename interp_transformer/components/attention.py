@@ -182,13 +182,15 @@ class Attention(nn.Module):
 
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
-        # attn_scores = q k^T * scale (+ score_bias), -inf where a mask disallows the key
-        allowed, bias = allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype)
-        attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed, bias))
+        attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
         pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
         return einops.einsum(
             pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
         )
+
+    def _attn_scores(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
+        """``q k^T * scale (+ score_bias)``, ``-inf`` where a mask disallows the key (``k`` per query head)."""
+        return masked_scores(q, k, self.scale, allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype))
 
     def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in place)."""

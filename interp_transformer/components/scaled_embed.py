@@ -36,7 +36,6 @@ class ScaledEmbed(Embed):
         super().__init__(cfg)
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
             raise ValueError(f"scale must be a finite number or None (sqrt(d_model)), got {scale!r}")
-        self.d_model = cfg.d_model
         self.scale = math.sqrt(cfg.d_model) if scale is None else float(scale)
         self.round_scale = bool(round_scale)
 

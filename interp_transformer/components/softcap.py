@@ -23,16 +23,14 @@ eager attention.
 import math
 from typing import Optional, Sequence
 
-import einops
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
-from .attention import Attention, masked_scores
+from .attention import Attention
 from .layout import TokenLayout
-from .masks import allowed_keys
 from .unembed import Unembed
 
 
@@ -71,14 +69,9 @@ class SoftCappedAttention(Attention):
         """Always False: the fused kernel cannot soft-cap the scores."""
         return False
 
-    def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
-        uncapped = self.hook_attn_scores_uncapped(masked_scores(q, k, self.scale, allowed_keys(self.masks, layout)))
-        attn_scores = self.hook_attn_scores(soft_cap(uncapped, self.softcap))
-        pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
-        return einops.einsum(
-            pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
-        )
+    def _attn_scores(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
+        """``cap * tanh(uncapped / cap)`` of Attention's scores, ``hook_attn_scores_uncapped`` holding them before."""
+        return soft_cap(self.hook_attn_scores_uncapped(super()._attn_scores(q, k, layout)), self.softcap)
 
     def extra_repr(self) -> str:
         return f"softcap={self.softcap}"

@@ -39,7 +39,6 @@ class UnbiasedLayerNorm(LayerNorm):
         if d_model < 2:
             raise ValueError(f"an unbiased standard deviation needs d_model >= 2, got {d_model}")
         super().__init__(d_model, eps)
-        self.use_fused_layer_norm = False  # no fused kernel computes this formula
 
     def uses_fused_path(self) -> bool:
         """Always False: ``forward`` runs the explicit formula."""

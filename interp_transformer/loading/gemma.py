@@ -26,15 +26,14 @@ naming them all in one ``ValueError``.
 
 from typing import Mapping, Optional
 
-import torch
 from torch import Tensor
 
 from ..architectures.gemma import GemmaConfig
 from .gpt2 import ACTIVATIONS
 from .gemma_reference import hf_reference_activations
+from .common import fresh
 from .llama import (
     CheckedCheckpoint,
-    _fresh,
     build_model,
     convert_attention,
     convert_gated_mlp,
@@ -193,16 +192,16 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GemmaConfig) ->
     ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": _fresh(read("embed_tokens.weight"))}
+    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
     for layer in range(cfg.n_layers):
         m, q = f"layers.{layer}.", f"blocks.{layer}."
         for hf_norm, our_norm in BLOCK_NORMS[cfg.post_norms].items():
-            ours[q + our_norm + ".w_offset"] = _fresh(read(m + hf_norm + ".weight"))
+            ours[q + our_norm + ".w_offset"] = fresh(read(m + hf_norm + ".weight"))
         for name, tensor in convert_attention(read, cfg, layer, dtype, device).items():
             ours[name + "_offset" if name.endswith("_norm.w") else name] = tensor  # q_norm.w -> q_norm.w_offset
         ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-    ours["ln_final.w_offset"] = _fresh(read("norm.weight"))
+    ours["ln_final.w_offset"] = fresh(read("norm.weight"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
     return ours
 

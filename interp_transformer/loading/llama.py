@@ -33,9 +33,10 @@ from torch import Tensor
 
 from ..architectures.llama import LlamaConfig
 from ..components.rotary import RopeScaling
+from .common import build_model, fresh
 from .gpt2 import ACTIVATIONS
 from .llama_reference import hf_reference_activations
-from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
+from .strict import check_checkpoint, check_layer_count, require_config_fields, state_dict_shapes
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)
@@ -172,11 +173,6 @@ def _strip_prefix(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
 
 
-def _fresh(tensor: Tensor) -> Tensor:
-    # A contiguous copy: our weights never alias the source's (weight processing edits them in place).
-    return tensor.clone(memory_format=torch.contiguous_format)
-
-
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
     """Hugging Face Llama-family state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
 
@@ -185,15 +181,15 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": _fresh(read("embed_tokens.weight"))}
+    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
     for layer in range(cfg.n_layers):
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = _fresh(read(m + "input_layernorm.weight"))
+        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
         ours.update(convert_attention(read, cfg, layer, dtype, device))
-        ours[q + "ln2.w"] = _fresh(read(m + "post_attention_layernorm.weight"))
+        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
         ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-    ours["ln_final.w"] = _fresh(read("norm.weight"))
+    ours["ln_final.w"] = fresh(read("norm.weight"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
     return ours
 
@@ -232,30 +228,30 @@ def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: tor
     to_heads = "(head_index d_head) d_model -> head_index d_model d_head"
     ours = {}
     for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
-        ours[q + ours_name] = _fresh(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
-    ours[q + "W_O"] = _fresh(einops.rearrange(
+        ours[q + ours_name] = fresh(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
+    ours[q + "W_O"] = fresh(einops.rearrange(
         read(p + "o_proj.weight"), "d_model (head_index d_head) -> head_index d_head d_model", d_head=cfg.d_head
     ))
     heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
     for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
         bias = (read(p + f"{letter}_proj.bias") if letter in cfg.attn_biases
                 else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device))
-        ours[q + ours_name] = _fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=cfg.d_head))
-    ours[q + "b_O"] = (_fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
+        ours[q + ours_name] = fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=cfg.d_head))
+    ours[q + "b_O"] = (fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
                        else torch.zeros(cfg.d_model, dtype=dtype, device=device))
     if cfg.qk_norm:
-        ours[q + "q_norm.w"] = _fresh(read(p + "q_norm.weight"))
-        ours[q + "k_norm.w"] = _fresh(read(p + "k_norm.weight"))
+        ours[q + "q_norm.w"] = fresh(read(p + "q_norm.weight"))
+        ours[q + "k_norm.w"] = fresh(read(p + "k_norm.weight"))
     return ours
 
 
 def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device) -> dict[str, Tensor]:
     """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``, ``W_out`` (zero biases)."""
-    W_out = _fresh(einops.rearrange(read(hf_prefix + "down_proj.weight"), "d_model d_mlp -> d_mlp d_model"))
+    W_out = fresh(einops.rearrange(read(hf_prefix + "down_proj.weight"), "d_model d_mlp -> d_mlp d_model"))
     d_mlp, d_model = W_out.shape
     return {
-        prefix + "W_gate": _fresh(einops.rearrange(read(hf_prefix + "gate_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
-        prefix + "W_in": _fresh(einops.rearrange(read(hf_prefix + "up_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
+        prefix + "W_gate": fresh(einops.rearrange(read(hf_prefix + "gate_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
+        prefix + "W_in": fresh(einops.rearrange(read(hf_prefix + "up_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
         prefix + "b_in": torch.zeros(d_mlp, dtype=dtype, device=device),
         prefix + "W_out": W_out,
         prefix + "b_out": torch.zeros(d_model, dtype=dtype, device=device),
@@ -265,19 +261,8 @@ def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str
 def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
     """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding; ``b_U = 0``."""
     lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
-    return {"unembed.W_U": _fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab")),
+    return {"unembed.W_U": fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab")),
             "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)}
-
-
-def build_model(cfg: LlamaConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
-    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly.
-
-    Any decoder config (``LlamaConfig``, ``GemmaConfig``, ``MoEConfig``): its architecture picks the parts.
-    """
-    from ..model import DemoTransformer
-
-    model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
 
 
 def load_hf_model(directory, *, dtype=torch.float32):

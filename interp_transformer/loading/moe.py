@@ -31,9 +31,9 @@ from torch import Tensor
 
 from ..architectures.moe import MoEConfig
 from .gpt2 import ACTIVATIONS
+from .common import fresh
 from .llama import (
     CheckedCheckpoint,
-    _fresh,
     _rope_scaling,
     _sliding_window,
     build_model,
@@ -155,18 +155,18 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, mode
     read = CheckedCheckpoint(hf_state_dict, cfg,
                              lambda names: expected_hf_shapes(cfg, model_type or _file_family(names), is_stacked(names)))
     model_type, stacked = model_type or _file_family(read.names), is_stacked(read.names)
-    ours: dict[str, Tensor] = {"embed.W_E": _fresh(read("embed_tokens.weight"))}
+    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
     for layer in range(cfg.n_layers):
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = _fresh(read(m + "input_layernorm.weight"))
+        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
         ours.update(convert_attention(read, cfg, layer, dtype, device))
-        ours[q + "ln2.w"] = _fresh(read(m + "post_attention_layernorm.weight"))
+        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
         if layer in cfg.dense_layers:
             ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
         else:
             ours.update(_convert_mixture(read, cfg, layer, model_type, stacked, dtype, device))
-    ours["ln_final.w"] = _fresh(read("norm.weight"))
+    ours["ln_final.w"] = fresh(read("norm.weight"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
     return ours
 
@@ -175,27 +175,27 @@ def _convert_mixture(read, cfg: MoEConfig, layer: int, model_type: str, stacked:
     """One block's router, experts and (Qwen2-MoE) shared expert under our names."""
     module, gate, up, down = PER_EXPERT_NAMES[model_type]
     m, q = f"layers.{layer}.{'mlp' if stacked else module}.", f"blocks.{layer}.mlp."
-    ours = {q + "W_router": _fresh(einops.rearrange(read(m + "gate.weight"), "expert d_model -> d_model expert"))}
+    ours = {q + "W_router": fresh(einops.rearrange(read(m + "gate.weight"), "expert d_model -> d_model expert"))}
     if stacked:
         gate_up = einops.rearrange(read(m + "experts.gate_up_proj"), "expert (two d_mlp) d_model -> two expert d_model d_mlp", two=2)
         gates, ups = gate_up[0], gate_up[1]  # Hugging Face's gate rows come first
         downs = einops.rearrange(read(m + "experts.down_proj"), "expert d_model d_mlp -> expert d_mlp d_model")
         for expert in range(cfg.n_experts):
             e = q + f"experts.{expert}."
-            ours.update({e + "W_gate": _fresh(gates[expert]), e + "W_in": _fresh(ups[expert]), e + "W_out": _fresh(downs[expert])})
+            ours.update({e + "W_gate": fresh(gates[expert]), e + "W_in": fresh(ups[expert]), e + "W_out": fresh(downs[expert])})
     else:
         for expert in range(cfg.n_experts):
             e, files = q + f"experts.{expert}.", m + f"experts.{expert}."
-            ours[e + "W_gate"] = _fresh(einops.rearrange(read(files + f"{gate}.weight"), "d_mlp d_model -> d_model d_mlp"))
-            ours[e + "W_in"] = _fresh(einops.rearrange(read(files + f"{up}.weight"), "d_mlp d_model -> d_model d_mlp"))
-            ours[e + "W_out"] = _fresh(einops.rearrange(read(files + f"{down}.weight"), "d_model d_mlp -> d_mlp d_model"))
+            ours[e + "W_gate"] = fresh(einops.rearrange(read(files + f"{gate}.weight"), "d_mlp d_model -> d_model d_mlp"))
+            ours[e + "W_in"] = fresh(einops.rearrange(read(files + f"{up}.weight"), "d_mlp d_model -> d_model d_mlp"))
+            ours[e + "W_out"] = fresh(einops.rearrange(read(files + f"{down}.weight"), "d_model d_mlp -> d_mlp d_model"))
     for expert in range(cfg.n_experts):
         ours[q + f"experts.{expert}.b_in"] = torch.zeros(cfg.d_mlp, dtype=dtype, device=device)
         ours[q + f"experts.{expert}.b_out"] = torch.zeros(cfg.d_model, dtype=dtype, device=device)
     if cfg.d_mlp_shared is not None:
         p = f"layers.{layer}.mlp."
         ours.update(convert_gated_mlp(read, p + "shared_expert.", q + "shared_expert.", dtype, device))
-        ours[q + "W_shared_gate"] = _fresh(einops.rearrange(read(p + "shared_expert_gate.weight"), "one d_model -> d_model one"))
+        ours[q + "W_shared_gate"] = fresh(einops.rearrange(read(p + "shared_expert_gate.weight"), "one d_model -> d_model one"))
     return ours
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from bench_timing import interleaved_medians, timed  # noqa: E402
-from hf_models import build_hf_model, model_spec  # noqa: E402
+from hf_models import build_hf_model, model_spec, random_tokens  # noqa: E402
 
 CONFIGS = {  # name -> (Gemma 2 model, Mixtral model of hf_models.HF_MODELS, shapes)
     "small": ("gemma2", "mixtral", [(1, 128), (4, 128), (1, 512)]),
@@ -67,7 +67,7 @@ def measure(config: str, rounds: int, warmup: int, seed: int) -> list[list[str]]
                     mixture.use_sparse_experts = True
 
         for batch, pos in CONFIGS[config][2]:
-            tokens = torch.randint(0, hf_model.config.vocab_size, (batch, pos), generator=torch.Generator().manual_seed(seed))
+            tokens = random_tokens(batch, pos, seed, hf_model.config.vocab_size)
             runs = {"interp_transformer": lambda: ours(tokens), "Hugging Face": lambda: hf_model(tokens, use_cache=False).logits}
             if mixtures:
                 runs["interp_transformer, explicit experts"] = lambda: explicit(tokens)

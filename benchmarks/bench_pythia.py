@@ -28,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_report import Table, markdown_report  # noqa: E402
-from bench_timing import interleaved_medians, timed  # noqa: E402
-from hf_models import build_hf_model, model_spec  # noqa: E402
+from bench_timing import interleaved_medians, meets, timed  # noqa: E402
+from hf_models import build_hf_model, model_spec, random_tokens  # noqa: E402
 
 MODELS = {"pythia-160m": "pythia-160m", "tiny": "tiny-neox"}  # --config -> model of hf_models.HF_MODELS
 SHAPES = [(1, 128), (1, 1024), (8, 128)]
@@ -46,19 +46,11 @@ def build_models(model: str, seed: int):
     return hf_eager, hf_sdpa, from_pretrained(hf_eager).eval()
 
 
-def tokens_of(batch: int, pos: int, seed: int, vocab: int) -> torch.Tensor:
-    return torch.randint(0, vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))
-
-
-def verdict(ratio: float, target: float) -> str:
-    return "met" if ratio <= target else f"MISSED ({ratio:.2f} vs {target})"
-
-
 def bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds: int, warmup: int, seed: int) -> Table:
     table = Table("Forward pass (tokens -> logits), Pythia shape",
                   ["shape", "contender", "median ms", "x HF best", f"target <= {TARGETS['forward']}x"])
     for batch, pos in shapes:
-        tokens = tokens_of(batch, pos, seed, ours.cfg.d_vocab)
+        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
         with torch.inference_mode():  # the same logits, or the timing compares different work
             torch.testing.assert_close(ours(tokens), hf_sdpa(tokens).logits, atol=1e-3, rtol=1e-4)
         contenders = {"interp_transformer": timed(lambda: ours(tokens)), "HF eager": timed(lambda: hf_eager(tokens)),
@@ -66,7 +58,7 @@ def bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds: int, warmup: int, see
         medians, _ = interleaved_medians(contenders, rounds, warmup, f"forward {batch}x{pos}")
         best = min(medians["HF eager"], medians["HF sdpa"])
         for name, median in medians.items():
-            target = verdict(median / best, TARGETS["forward"]) if name == "interp_transformer" else ""
+            target = meets(median / best, TARGETS["forward"], lower_is_better=True) if name == "interp_transformer" else ""
             table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", target)
     return table
 
@@ -77,7 +69,7 @@ def bench_cache(ours, shapes, rounds: int, warmup: int, seed: int) -> Table:
     table = Table("run_with_cache, Pythia shape",
                   ["shape", "cached", "median ms", "x our forward", "MiB held", f"target (all) <= {TARGETS['cache_all']}x"])
     for batch, pos in shapes:
-        tokens = tokens_of(batch, pos, seed, ours.cfg.d_vocab)
+        tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
         held: dict[str, int] = {}
 
         def keep(name: str, names_filter):
@@ -92,7 +84,7 @@ def bench_cache(ours, shapes, rounds: int, warmup: int, seed: int) -> Table:
         medians, _ = interleaved_medians(contenders, rounds, warmup, f"cache {batch}x{pos}")
         for name, median in medians.items():
             ratio = median / medians["nothing (forward)"]
-            target = verdict(ratio, TARGETS["cache_all"]) if name == "everything" else ""
+            target = meets(ratio, TARGETS["cache_all"], lower_is_better=True) if name == "everything" else ""
             table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{ratio:.3f}", f"{held.get(name, 0) / 2**20:.2f}", target)
     return table
 

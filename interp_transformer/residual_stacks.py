@@ -167,7 +167,7 @@ class ResidualStacks(ResidualNorms):
         layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
         parts, labels = [], []
         for l in range(layer):
-            result = pos_slice.apply(self["result", l], dim=-3)
+            result = pos_slice.apply(self._head_results(l), dim=-3)
             norm, scale = self._output_norm(l, 0, pos_slice)
             parts.append(result if norm is None else norm.apply_frozen(result, scale[..., None, :]))
             labels.extend(f"L{l}H{h}" for h in range(parts[-1].shape[-2]))
@@ -248,8 +248,8 @@ class ResidualStacks(ResidualNorms):
         layer, pos_slice, neuron_slice = self._input_layer(layer), Slice(pos_slice), Slice.unwrap(neuron_slice)
         neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp))
         labels = [f"L{l}N{int(n)}" for l in range(layer) for n in neurons]
-        project, squeeze = _as_columns(project_output_onto)
-        scale = None
+        columns, squeeze = _as_columns(project_output_onto)
+        project, scale = columns, None
         if apply_ln and project is not None:  # LN_s(x) . p = x . pull_back(p) / s, so project onto the pulled-back direction
             norm, scale = self._norm_and_scale(layer, False)
             project = norm.pull_back(project.mT.to(self.model.W_E.dtype)).mT
@@ -266,7 +266,7 @@ class ResidualStacks(ResidualNorms):
             remainder = pos_slice.apply(self._residual_at(layer), dim=-2)
             if apply_ln and project is not None:
                 remainder = self.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
-                remainder = remainder @ _as_columns(project_output_onto)[0].to(remainder)
+                remainder = remainder @ columns.to(remainder)
             elif project is not None:
                 remainder = remainder @ project.to(remainder)
             stack = torch.cat([stack, (remainder - stack.sum(dim=0))[None]])

@@ -11,6 +11,7 @@ from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .affine import affine
+from .head_projection import new_head_weight, placed, project_heads
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 
@@ -52,6 +53,9 @@ class Attention(nn.Module):
       head (repeated, read-only copies), so ``model.W_K`` and the QK/OV circuits read the same
       as without grouping. ``hook_k`` and ``hook_v`` are ``[batch, pos, n_key_value_heads, d_head]``.
 
+    ``W_Q``, ``W_K`` and ``W_V`` lie in memory head by head or side by side, whichever their
+    product runs faster on (``head_projection``); the shapes and values are the same either way.
+
     Two paths compute ``z``: the explicit einsum path (the reference, and the only one
     that produces ``attn_scores`` and ``pattern``) and PyTorch's fused
     ``scaled_dot_product_attention``, used only while nothing hooks or caches the scores
@@ -80,9 +84,9 @@ class Attention(nn.Module):
         self.n_heads, self.n_key_value_heads, self.d_head = n_heads, n_kv, d_head
         self.scale = 1 / math.sqrt(d_head) if scale is None else float(scale)
         kv = "" if n_kv == n_heads else "_"  # grouped keys/values are stored as _W_K ... (see the class docstring)
-        self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.register_parameter(kv + "W_K", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
-        self.register_parameter(kv + "W_V", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
+        self.W_Q = nn.Parameter(new_head_weight(n_heads, d_model, d_head))  # laid out for its product: head_projection
+        self.register_parameter(kv + "W_K", nn.Parameter(new_head_weight(n_kv, d_model, d_head)))
+        self.register_parameter(kv + "W_V", nn.Parameter(new_head_weight(n_kv, d_model, d_head)))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
         self.register_parameter(kv + "b_K", nn.Parameter(torch.zeros(n_kv, d_head)))
@@ -212,17 +216,17 @@ class Attention(nn.Module):
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        """``x W[h] + b[h]`` for every head ``h``, as one product batched over heads.
+        """``x W[h] + b[h]`` for every head ``h``, reading ``W`` where it lies (``head_projection.project_heads``)."""
+        return project_heads(x, W, b)
 
-        Same as ``einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b``.
-        The batched product reads ``W`` where it lies; laying the heads side by side as one
-        ``[d_model, head_index * d_head]`` matrix would copy ``W`` on every call, which
-        costs more than the product itself when generating one token at a time.
-        """
-        x_per_head = einops.repeat(x, "batch pos d_model -> head_index (batch pos) d_model", head_index=W.shape[0])
-        b_per_head = einops.rearrange(b, "head_index d_head -> head_index 1 d_head")
-        projected = torch.baddbmm(b_per_head, x_per_head, W)
-        return einops.rearrange(projected, "head_index (batch pos) d_head -> batch pos head_index d_head", batch=x.shape[0])
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        """Input weights loaded with ``assign=True`` are laid out as ``__init__`` lays them (copied only where they are not)."""
+        if local_metadata.get("assign_to_params_buffers", False):
+            for name in ("W_Q", "W_K", "W_V", "_W_K", "_W_V"):
+                given = state_dict.get(prefix + name)
+                if name in self._parameters and given is not None and given.shape == self._parameters[name].shape:
+                    state_dict[prefix + name] = placed(given)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def _combine_heads(self, z: Tensor) -> Tensor:
         """``sum_h z[h] W_O[h] + b_O``: one product over ``(head_index d_head)``.

@@ -6,6 +6,7 @@ import einops
 import torch
 from torch import Tensor
 
+from ..components.head_projection import placed_copy
 from .gpt2 import ACTIVATIONS as GPT2_ACTIVATIONS
 from .strict import state_dict_shapes
 
@@ -40,7 +41,7 @@ def linear_to_ours(weight: Tensor) -> Tensor:
 
 def heads_in(weight: Tensor, d_head: int) -> Tensor:
     """An ``nn.Linear`` weight ``[(head_index d_head), d_model]`` as ``W_Q``/``W_K``/``W_V`` ``[head_index, d_model, d_head]``."""
-    return fresh(einops.rearrange(weight, "(head_index d_head) d_model -> head_index d_model d_head", d_head=d_head))
+    return placed_copy(einops.rearrange(weight, "(head_index d_head) d_model -> head_index d_model d_head", d_head=d_head))
 
 
 def heads_out(weight: Tensor, d_head: int) -> Tensor:
@@ -63,7 +64,7 @@ def split_fused_qkv(weight: Tensor, bias: Tensor, d_head: int, prefix: str) -> d
     b = einops.rearrange(bias, "(head_index qkv d_head) -> qkv head_index d_head", qkv=3, d_head=d_head)
     out = {}
     for index, letter in enumerate("QKV"):
-        out[prefix + f"W_{letter}"] = fresh(W[index])
+        out[prefix + f"W_{letter}"] = placed_copy(W[index])
         out[prefix + f"b_{letter}"] = fresh(b[index])
     return out
 

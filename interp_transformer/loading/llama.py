@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ..architectures.llama import LlamaConfig
 from ..components.rotary import RopeScaling
+from ..components.head_projection import placed_copy
 from .common import build_model, fresh
 from .gpt2 import ACTIVATIONS
 from .llama_reference import hf_reference_activations
@@ -228,7 +229,7 @@ def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: tor
     to_heads = "(head_index d_head) d_model -> head_index d_model d_head"
     ours = {}
     for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
-        ours[q + ours_name] = fresh(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
+        ours[q + ours_name] = placed_copy(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
     ours[q + "W_O"] = fresh(einops.rearrange(
         read(p + "o_proj.weight"), "d_model (head_index d_head) -> head_index d_head d_model", d_head=cfg.d_head
     ))

@@ -12,7 +12,7 @@ model built from a seed (``hf_models.py``; eager and sdpa attention, eager only 
 Gemma 2, which Hugging Face refuses to run with sdpa) and ours made from it by
 ``interp_transformer.from_pretrained``, whose logits must match Hugging Face's
 before anything is timed. Each measurement is interleaved
-A/B: every round runs each contender once, in a rotating order, so a busy machine
+A/B: every round runs each contender once, in an order shuffled per round, so a busy machine
 slows all of them alike; the tables report medians over rounds and ratios taken
 within the same run. TransformerLens 4.x runs in its own venv
 (``benchmarks/tl_env.sh``) as a subprocess (``benchmarks/tl_worker.py --serve``),

@@ -7,7 +7,7 @@
 Random weights at T5-small's shape (6 + 6 blocks, d_model 512, 8 heads, d_ff 2048,
 vocabulary 32128, v1.0: relu, tied and rescaled read-out), float32, ``--threads`` threads,
 under ``torch.inference_mode()``. Interleaved A/B as in ``benchmarks/bench.py``: every
-round runs each contender once, in a rotating order, so a busy machine slows all alike;
+round runs each contender once, in an order shuffled per round, so a busy machine slows all alike;
 medians over rounds, ratios within the run.
 
 Rows: the forward pass (encoder and decoder, logits) on a ``--batch`` x ``--source``

@@ -7,7 +7,7 @@
 Random weights (every parameter perturbed: the ``gemma2``, ``mixtral``, ``tiny-gemma2`` and
 ``tiny-mixtral`` models of ``hf_models.py``), float32, ``--threads`` threads, under
 ``torch.inference_mode()``. Each measurement is interleaved A/B with ``bench_timing.interleaved_medians``:
-every round runs each contender once in a rotating order, and the table reports medians
+every round runs each contender once in an order shuffled per round, and the table reports medians
 and ratios from the same run. Contenders, per shape:
 
 - Gemma 2 (pre- and post-norms, soft-capped scores and logits, alternating sliding

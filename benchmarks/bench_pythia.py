@@ -8,8 +8,8 @@ Random weights at Pythia-160m's shape (``GPTNeoXConfig``: 12 layers, d_model 768
 rotary on 25% of each head's dimensions, parallel attention and MLP, exact GELU, vocabulary
 50304; the ``pythia-160m`` and ``tiny-neox`` models of ``hf_models.py``), float32,
 ``--threads`` threads, under ``torch.inference_mode()``. Each measurement is interleaved A/B
-(``bench_timing.interleaved_medians``: every round runs each contender once, in a rotating
-order), and the tables report medians and ratios from the same run, with the targets of the
+(``bench_timing.interleaved_medians``: every round runs each contender once, in an order
+shuffled per round), and the tables report medians and ratios from the same run, with the targets of the
 GPT-2 benchmark: our forward <= 1.05x Hugging Face's best (eager or sdpa attention), and
 ``run_with_cache`` of every hook <= 1.15x our own forward. ``bench.py --config pythia-160m``
 runs the same model through every section of the main benchmark.

@@ -1,13 +1,14 @@
 """Interleaved A/B timing, and the TransformerLens worker as one more contender.
 
-Every round runs each contender once, in a rotating order, so that whatever else
-the machine is doing slows all of them alike; ratios are taken between medians of
-the same run.
+Every round runs each contender once, in an order shuffled per round, so that
+whatever else the machine is doing slows all of them alike; ratios are taken between
+medians of the same run.
 """
 
 import contextlib
 import gc
 import json
+import random
 import resource
 import statistics
 import subprocess
@@ -30,9 +31,13 @@ HERE = Path(__file__).resolve().parent
 
 def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
                 label: str) -> dict[str, list[tuple[float, float]]]:
-    """Run every contender once per round, rotating the order; ``(wall, CPU)`` seconds per contender per round.
+    """Run every contender once per round, in a shuffled order; ``(wall, CPU)`` seconds per contender per round.
 
     A contender returns its own elapsed wall-clock and CPU seconds (so a subprocess can time itself).
+    The order is a permutation seeded by the round index, not a rotation: a rotation keeps
+    the cyclic order, so one contender ran right after the same neighbour every round, and
+    the one after the TransformerLens subprocess came out up to 10% slower than an
+    identical contender (our model with and without shape checks).
     """
     names = list(contenders)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
@@ -40,8 +45,7 @@ def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds
         for name in names:
             contenders[name]()
     for round_index in tqdm(range(rounds), desc=label, leave=False):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in random.Random(round_index).sample(names, len(names)):
             gc.collect()
             times[name].append(contenders[name]())
     return times

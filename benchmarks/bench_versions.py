@@ -9,7 +9,7 @@ does Hugging Face's GPT-2 (sdpa attention). Every worker builds the same random-
 GPT-2 small from the same seed (ours through ``DemoTransformer.from_pretrained`` of the
 Hugging Face model) and times one operation per request under ``torch.inference_mode()``:
 the forward pass and ``run_with_cache`` keeping everything. Each round asks every worker
-once, in a rotating order, so a busy machine slows all of them alike; the table gives
+once, in an order shuffled per round, so a busy machine slows all of them alike; the table gives
 medians and the ratios of both versions to Hugging Face, and of the new to the base, in wall
 time and in CPU time (``time.process_time``: less sensitive to other processes on the machine).
 """
@@ -17,6 +17,7 @@ time and in CPU time (``time.process_time``: less sensitive to other processes o
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -97,8 +98,7 @@ def main() -> None:
                     times = {w.name: [] for w in contenders}
                     cpu = {w.name: [] for w in contenders}
                     for round_index in range(args.warmup + args.rounds):
-                        shift = round_index % len(contenders)
-                        for worker in contenders[shift:] + contenders[:shift]:
+                        for worker in random.Random(round_index).sample(contenders, len(contenders)):
                             answer = worker.ask(op=op, batch=batch, pos=pos)
                             if round_index >= args.warmup:
                                 times[worker.name].append(answer["seconds"])

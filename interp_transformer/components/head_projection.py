@@ -53,9 +53,8 @@ def placed_copy(W: Tensor) -> Tensor:
 
 def placed(W: Tensor) -> Tensor:
     """``W`` itself when it already lies as ``new_head_weight`` lays it, else ``placed_copy(W)``."""
-    if heads_side_by_side(W.shape[0]):
-        return W if side_by_side_matrix(W) is not None else placed_copy(W)
-    return W if W.is_contiguous() else placed_copy(W)
+    lies_placed = side_by_side_matrix(W) is not None if heads_side_by_side(W.shape[0]) else W.is_contiguous()
+    return W if lies_placed else placed_copy(W)
 
 
 def project_heads(x: Tensor, W: Tensor, b: Tensor) -> Tensor:

@@ -27,14 +27,12 @@ naming them, before any weight is read.
 
 from typing import Callable, Mapping, Optional
 
-import einops
 import torch
 from torch import Tensor
 
 from ..architectures.llama import LlamaConfig
 from ..components.rotary import RopeScaling
-from ..components.head_projection import placed_copy
-from .common import build_model, fresh
+from .common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
 from .gpt2 import ACTIVATIONS
 from .llama_reference import hf_reference_activations
 from .strict import check_checkpoint, check_layer_count, require_config_fields, state_dict_shapes
@@ -226,18 +224,15 @@ def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: tor
     """
     p, q = f"layers.{layer}.self_attn.", f"blocks.{layer}.attn."
     kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...
-    to_heads = "(head_index d_head) d_model -> head_index d_model d_head"
     ours = {}
     for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
-        ours[q + ours_name] = placed_copy(einops.rearrange(read(p + f"{letter}_proj.weight"), to_heads, d_head=cfg.d_head))
-    ours[q + "W_O"] = fresh(einops.rearrange(
-        read(p + "o_proj.weight"), "d_model (head_index d_head) -> head_index d_head d_model", d_head=cfg.d_head
-    ))
+        ours[q + ours_name] = heads_in(read(p + f"{letter}_proj.weight"), cfg.d_head)
+    ours[q + "W_O"] = heads_out(read(p + "o_proj.weight"), cfg.d_head)
     heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
     for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
         bias = (read(p + f"{letter}_proj.bias") if letter in cfg.attn_biases
                 else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device))
-        ours[q + ours_name] = fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=cfg.d_head))
+        ours[q + ours_name] = per_head_bias(bias, cfg.d_head)
     ours[q + "b_O"] = (fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
                        else torch.zeros(cfg.d_model, dtype=dtype, device=device))
     if cfg.qk_norm:
@@ -248,11 +243,11 @@ def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: tor
 
 def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device) -> dict[str, Tensor]:
     """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``, ``W_out`` (zero biases)."""
-    W_out = fresh(einops.rearrange(read(hf_prefix + "down_proj.weight"), "d_model d_mlp -> d_mlp d_model"))
+    W_out = linear_to_ours(read(hf_prefix + "down_proj.weight"))
     d_mlp, d_model = W_out.shape
     return {
-        prefix + "W_gate": fresh(einops.rearrange(read(hf_prefix + "gate_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
-        prefix + "W_in": fresh(einops.rearrange(read(hf_prefix + "up_proj.weight"), "d_mlp d_model -> d_model d_mlp")),
+        prefix + "W_gate": linear_to_ours(read(hf_prefix + "gate_proj.weight")),
+        prefix + "W_in": linear_to_ours(read(hf_prefix + "up_proj.weight")),
         prefix + "b_in": torch.zeros(d_mlp, dtype=dtype, device=device),
         prefix + "W_out": W_out,
         prefix + "b_out": torch.zeros(d_model, dtype=dtype, device=device),
@@ -262,7 +257,7 @@ def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str
 def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
     """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding; ``b_U = 0``."""
     lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
-    return {"unembed.W_U": fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab")),
+    return {"unembed.W_U": linear_to_ours(lm_head),
             "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)}
 
 

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..architectures.moe import MoEConfig
 from .gpt2 import ACTIVATIONS
-from .common import fresh
+from .common import fresh, linear_to_ours
 from .llama import (
     CheckedCheckpoint,
     _rope_scaling,
@@ -175,7 +175,7 @@ def _convert_mixture(read, cfg: MoEConfig, layer: int, model_type: str, stacked:
     """One block's router, experts and (Qwen2-MoE) shared expert under our names."""
     module, gate, up, down = PER_EXPERT_NAMES[model_type]
     m, q = f"layers.{layer}.{'mlp' if stacked else module}.", f"blocks.{layer}.mlp."
-    ours = {q + "W_router": fresh(einops.rearrange(read(m + "gate.weight"), "expert d_model -> d_model expert"))}
+    ours = {q + "W_router": linear_to_ours(read(m + "gate.weight"))}
     if stacked:
         gate_up = einops.rearrange(read(m + "experts.gate_up_proj"), "expert (two d_mlp) d_model -> two expert d_model d_mlp", two=2)
         gates, ups = gate_up[0], gate_up[1]  # Hugging Face's gate rows come first
@@ -186,16 +186,16 @@ def _convert_mixture(read, cfg: MoEConfig, layer: int, model_type: str, stacked:
     else:
         for expert in range(cfg.n_experts):
             e, files = q + f"experts.{expert}.", m + f"experts.{expert}."
-            ours[e + "W_gate"] = fresh(einops.rearrange(read(files + f"{gate}.weight"), "d_mlp d_model -> d_model d_mlp"))
-            ours[e + "W_in"] = fresh(einops.rearrange(read(files + f"{up}.weight"), "d_mlp d_model -> d_model d_mlp"))
-            ours[e + "W_out"] = fresh(einops.rearrange(read(files + f"{down}.weight"), "d_model d_mlp -> d_mlp d_model"))
+            ours[e + "W_gate"] = linear_to_ours(read(files + f"{gate}.weight"))
+            ours[e + "W_in"] = linear_to_ours(read(files + f"{up}.weight"))
+            ours[e + "W_out"] = linear_to_ours(read(files + f"{down}.weight"))
     for expert in range(cfg.n_experts):
         ours[q + f"experts.{expert}.b_in"] = torch.zeros(cfg.d_mlp, dtype=dtype, device=device)
         ours[q + f"experts.{expert}.b_out"] = torch.zeros(cfg.d_model, dtype=dtype, device=device)
     if cfg.d_mlp_shared is not None:
         p = f"layers.{layer}.mlp."
         ours.update(convert_gated_mlp(read, p + "shared_expert.", q + "shared_expert.", dtype, device))
-        ours[q + "W_shared_gate"] = fresh(einops.rearrange(read(p + "shared_expert_gate.weight"), "one d_model -> d_model one"))
+        ours[q + "W_shared_gate"] = linear_to_ours(read(p + "shared_expert_gate.weight"))
     return ours
 
 

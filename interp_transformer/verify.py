@@ -32,6 +32,10 @@ copied to float64 and compared again: if float64 agrees, the differences were
 floating-point noise, not a bug. ``report.ok`` is True when every hook is within
 tolerance, or when the float64 re-run is.
 
+Supported versions. The references are tested with the ``transformers`` releases in
+``loading.versions.SUPPORTED_TRANSFORMERS`` (the range ``pyproject.toml`` states); outside
+it, ``verify_against_hf`` warns, naming the range, and still runs.
+
 ``verify_against_module(model, reference, tokens, hook_map)`` does the same against
 any ``nn.Module`` (a model you wrote yourself): ``hook_map`` says which of its
 submodules' outputs (or inputs) hold each of our hooks' values.
@@ -50,6 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from .loading import architecture_module, load_with_source, resolve_dtype
+from .loading.versions import warn_if_untested_transformers
 from .verify_report import VerifyReport, VerifyRow
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
@@ -191,6 +196,7 @@ def verify_against_hf(
     if not isinstance(getattr(getattr(hf_model, "config", None), "model_type", None), str):
         raise TypeError(f"hf_model must be a Hugging Face transformers model (with .config.model_type), received "
                         f"{type(hf_model).__name__}")
+    warn_if_untested_transformers()
     if not hasattr(model, "hook_dict") or not hasattr(model, "run_with_cache"):
         raise TypeError(f"model must be one of ours (a DemoTransformer or EncoderTransformer), received {type(model).__name__}")
     if isinstance(tokens, (str, list)):

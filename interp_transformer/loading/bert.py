@@ -47,6 +47,7 @@ from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
 from ..encoder import EncoderTransformer
+from .hf_hooks import current_attention
 from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("bert",)
@@ -331,7 +332,7 @@ def hf_reference_activations(
         on_output(transform.dense, "mlm_head.hook_pre")
         on_layer_norm(transform.LayerNorm, "mlm_head.hook_post", "mlm_head.ln")
 
-    was_training, previous_attention = hf_model.training, hf_model.config._attn_implementation
+    was_training, previous_attention = hf_model.training, current_attention(hf_model)
     device = embeddings.word_embeddings.weight.device
     on_device = lambda t: None if t is None else t.to(device)
     try:

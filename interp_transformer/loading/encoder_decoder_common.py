@@ -18,6 +18,8 @@ import einops
 import torch
 from torch import Tensor, nn
 
+from .hf_hooks import current_attention
+
 SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"
 
 
@@ -120,7 +122,7 @@ class ActivationRecorder:
 
     def run(self, hf_model: nn.Module, call: Callable[[], object]) -> tuple[dict[str, Tensor], object]:
         """Call ``call()`` in eval mode with eager attention (patterns visible); every hook is removed afterwards."""
-        previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
+        previous_attention, was_training = current_attention(hf_model), hf_model.training
         try:
             hf_model.set_attn_implementation("eager")
             hf_model.eval()

@@ -19,6 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..config import TransformerConfig
+from .hf_hooks import current_attention
 from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
 
 # Hugging Face activation names -> ours. gelu_pytorch_tanh is the same formula as gelu_new.
@@ -228,7 +229,7 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         on_output(block, q + "hook_resid_post")
     on_output(body.ln_f, "ln_final.hook_normalized")
 
-    previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
+    previous_attention, was_training = current_attention(hf_model), hf_model.training
     # reorder_and_upcast_attn only chooses float32 arithmetic for half-precision weights (the math is the same),
     # and Hugging Face refuses it in float64: switch it off where it changes nothing but would fail
     upcast = [attn for attn in (block.attn for block in body.h) if getattr(attn, "reorder_and_upcast_attn", False)]

@@ -11,10 +11,8 @@ The rotation is GPT-J's: interleaved pairs ``(2i, 2i + 1)`` on the first ``rotar
 dimensions of each head (all of them when ``rotary_dim`` is None), theta 10000.
 """
 
-import contextlib
 import re
-import types
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 from jaxtyping import Int
@@ -22,7 +20,7 @@ from torch import Tensor
 
 from ..architectures.gptj import GPTJConfig
 from .common import activation, build_model, fresh, heads_in, heads_out, hf_model_loader, linear_to_ours, without_prefix
-from .hf_hooks import Recorder, collect, split_heads, with_positions
+from .hf_hooks import Recorder, collect, split_heads, unsupported_transformers, with_positions
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 IGNORED_KEYS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
@@ -99,34 +97,24 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
 load_hf_model = hf_model_loader("GPTJForCausalLM", attn_implementation="eager")
 
 
-def rotate_like_gptj(attn, x: Tensor, position_ids: Tensor) -> Tensor:
-    """Hugging Face GPT-J's rotation of q or k ``[batch, pos, head_index, d_head]``: its table and ``apply_rotary_pos_emb``."""
+def rotate_like_gptj(x: Tensor, sin: Tensor, cos: Tensor, rotary_dim: Optional[int]) -> Tensor:
+    """Hugging Face GPT-J's rotation of q or k ``[batch, pos, head_index, d_head]``, by its ``apply_rotary_pos_emb``.
+
+    ``sin``/``cos`` ``[batch, pos, rotary_dim / 2]`` are what the model's ``rotary_emb`` gave its
+    attention for this run; the first ``rotary_dim`` dimensions (all when None) are rotated.
+    """
     import transformers.models.gptj.modeling_gptj as gptj
 
-    sincos = attn.embed_positions.to(position_ids.device)[position_ids].to(x.dtype)  # [batch, pos, rotary_dim]
-    sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
-    rotary_dim = attn.rotary_dim or x.shape[-1]
+    rotary_dim = rotary_dim or x.shape[-1]
     return torch.cat([gptj.apply_rotary_pos_emb(x[..., :rotary_dim], sin, cos), x[..., rotary_dim:]], dim=-1)
 
 
-def _attn_in_input_dtype(self, query, key, value, attention_mask=None):
-    """GPT-J's ``_attn`` without its cast of q and k to float32 (used for float64 reference runs)."""
-    weights = torch.matmul(query, key.transpose(-1, -2)) / self.scale_attn
-    if attention_mask is not None:
-        weights = weights + attention_mask
-    weights = weights.softmax(dim=-1)
-    return torch.matmul(weights, value), weights
-
-
-@contextlib.contextmanager
-def _float64_attention(attentions: list):
-    for attn in attentions:
-        attn._attn = types.MethodType(_attn_in_input_dtype, attn)
-    try:
-        yield
-    finally:
-        for attn in attentions:
-            attn.__dict__.pop("_attn", None)
+def _rotary_module(body):
+    """The model's rotary table module: its output, ``(sin, cos)``, is the rotation every attention layer applies."""
+    rotary = getattr(body, "rotary_emb", None)
+    if rotary is None:
+        raise ValueError(unsupported_transformers("a GPT-J without a rotary_emb module to read its rotation from"))
+    return rotary
 
 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
@@ -134,23 +122,24 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
     Read with torch hooks on its modules: the token embedding, each block's input and output,
     ``ln_1`` (``hook_scale`` from its input), q/k/v from the projections, the rotated q/k by
-    GPT-J's own table and ``apply_rotary_pos_emb`` at the position ids its attention was
-    given, the patterns, z (``out_proj``'s input), the attention and MLP outputs, the MLP's
+    GPT-J's own ``apply_rotary_pos_emb`` with the sines and cosines its ``rotary_emb`` gave the
+    attention layers, the patterns, z (``out_proj``'s input), the attention and MLP outputs, the MLP's
     pre- and post-activation, the final norm and the logits. GPT-J computes its scores in
     float32 whatever the model's dtype; a float64 model's reference run keeps them in float64
-    (see ``hf_hooks``). Not mapped: ``hook_attn_scores`` (masked with the dtype's minimum).
+    through ``AttentionInterface`` (see ``hf_hooks``). Not mapped: ``hook_attn_scores`` (masked with the dtype's
+    minimum).
     """
     body = hf_model.transformer if hasattr(hf_model, "transformer") else hf_model
-    d_head = body.config.n_embd // body.config.n_head
-    recorder, positions = Recorder(), {}
+    d_head, rotary_dim = body.config.n_embd // body.config.n_head, body.config.rotary_dim
+    recorder = Recorder()
     recorder.output(body.wte, "hook_embed")
+    recorder.outputs(_rotary_module(body), ("sin", "cos"))
     for layer, block in enumerate(body.h):
         q, attn = f"blocks.{layer}.", block.attn
         recorder.input(block, q + "hook_resid_pre")
         recorder.layer_norm(block.ln_1, q + "ln1.")
         for letter in "qkv":
             recorder.output(getattr(attn, f"{letter}_proj"), q + f"attn.hook_{letter}", split_heads(d_head))
-        recorder.kwargs(attn, lambda kwargs, layer=layer: positions.__setitem__(layer, kwargs["position_ids"]))
         recorder.pattern(attn, q + "attn.hook_pattern")
         recorder.input(attn.out_proj, q + "attn.hook_z", split_heads(d_head))
         recorder.output(attn, q + "hook_attn_out")
@@ -159,12 +148,12 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         recorder.output(block.mlp, q + "hook_mlp_out")
         recorder.output(block, q + "hook_resid_post")
     recorder.layer_norm(body.ln_f, "ln_final.")
-    acts = collect(hf_model, recorder, tokens, with_positions(forward_kwargs), interface=False,
-                   patches=lambda: _float64_attention([block.attn for block in body.h]))
-    for layer, position_ids in positions.items():
-        q, attn = f"blocks.{layer}.attn.", body.h[layer].attn
-        acts[q + "hook_rot_q"] = rotate_like_gptj(attn, acts[q + "hook_q"], position_ids)
-        acts[q + "hook_rot_k"] = rotate_like_gptj(attn, acts[q + "hook_k"], position_ids)
+    acts = collect(hf_model, recorder, tokens, with_positions(forward_kwargs))
+    sin, cos = acts.pop("sin"), acts.pop("cos")
+    for layer in range(len(body.h)):
+        q = f"blocks.{layer}.attn."
+        acts[q + "hook_rot_q"] = rotate_like_gptj(acts[q + "hook_q"], sin, cos, rotary_dim)
+        acts[q + "hook_rot_k"] = rotate_like_gptj(acts[q + "hook_k"], sin, cos, rotary_dim)
     return acts
 
 

@@ -52,6 +52,17 @@ class Recorder:
 
         self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
 
+    def outputs(self, module: nn.Module, names: tuple[str, ...]) -> None:
+        """Keep each element of ``module``'s tuple output under its name (e.g. a rotary module's ``(sin, cos)``)."""
+
+        def hook(m, args, out):
+            if not isinstance(out, tuple) or len(out) != len(names):
+                raise ValueError(unsupported_transformers(f"{type(m).__name__} returning {type(out).__name__}, not the "
+                                                          f"{len(names)} tensors {names} the reference reads"))
+            self.acts.update({name: value.detach() for name, value in zip(names, out)})
+
+        self.handles.append(module.register_forward_hook(hook))
+
     def pattern(self, attention: nn.Module, name: str) -> None:
         """Keep the attention weights, the second element of ``attention``'s output, as ``name``."""
         self.handles.append(attention.register_forward_hook(lambda m, args, out: self.acts.__setitem__(name, out[1].detach())))
@@ -70,6 +81,27 @@ class Recorder:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+
+
+def unsupported_transformers(what: str) -> str:
+    """A message for a Hugging Face model whose structure the references cannot read, naming the supported versions."""
+    from .versions import SUPPORTED_TRANSFORMERS, installed_transformers
+
+    return (f"the Hugging Face reference cannot read {what} (transformers {installed_transformers()}); the "
+            f"references are tested with transformers {SUPPORTED_TRANSFORMERS}: install a version in that range")
+
+
+def current_attention(hf_model) -> str:
+    """The attention implementation a Hugging Face model runs now, to restore after a reference run.
+
+    ``config._attn_implementation`` is how Hugging Face's documentation says to read it; it is
+    read here and nowhere else, and a model without it gets a ``ValueError`` naming the
+    supported versions, not an ``AttributeError``.
+    """
+    value = getattr(hf_model.config, "_attn_implementation", None)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(unsupported_transformers(f"the attention implementation ({type(value).__name__})"))
+    return value or "eager"
 
 
 def layer_norm_scale(x: Tensor, eps: float) -> Tensor:
@@ -103,7 +135,7 @@ def reference_run(hf_model, float64: bool, interface: bool = True, patches: Opti
     eager, or in float64 to ``eager_attention_in_input_dtype``); otherwise it is left as it is.
     ``patches``: a context manager the converter enters around the call (its float64 patches).
     """
-    previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
+    previous_attention, was_training = current_attention(hf_model), hf_model.training
     try:
         if interface:
             if float64:
@@ -154,5 +186,5 @@ def with_positions(forward_kwargs: dict) -> dict:
     return {**forward_kwargs, "position_ids": (mask.long().cumsum(dim=-1) - 1).clamp(min=0)}
 
 
-__all__ = ["FLOAT64_MHA_ATTENTION", "Recorder", "collect", "eager_attention_in_input_dtype", "layer_norm_scale", "reference_run",
-           "split_heads", "with_positions"]
+__all__ = ["FLOAT64_MHA_ATTENTION", "Recorder", "collect", "current_attention", "eager_attention_in_input_dtype",
+           "layer_norm_scale", "reference_run", "split_heads", "unsupported_transformers", "with_positions"]

@@ -32,6 +32,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
+from .hf_hooks import current_attention
+
 SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"
 FLOAT64_ATTENTION = "interp_transformer_eager_in_input_dtype"
 
@@ -191,7 +193,7 @@ def reference_activations(
 @contextlib.contextmanager
 def reference_run(hf_model, patches: Optional[list[Patch]]):
     """Eager attention (patterns visible) and eval mode for the call; with ``patches`` (float64), those and float64 attention."""
-    previous_attention, was_training = hf_model.config._attn_implementation, hf_model.training
+    previous_attention, was_training = current_attention(hf_model), hf_model.training
     saved = []
     try:
         if patches is not None:

@@ -2,7 +2,7 @@
 
 Weight map (``model.`` prefix stripped; ``encoder`` shown, the decoder alike)::
 
-    shared.weight [d_vocab d_model]                    -> embed.W_E   (encoder/decoder.embed_tokens are tied to it)
+    shared.weight [d_vocab d_model]                    -> embed.W_E   (encoder/decoder.embed_tokens: checked equal)
     encoder.embed_positions.weight [n_ctx + 2, d_model] -> encoder.pos_embed.W_pos (read at positions + 2)
     encoder.layernorm_embedding                        -> encoder.embed_ln
     encoder.layers.L.self_attn.{q,k,v,out}_proj        -> encoder.blocks.L.attn.W_Q/W_K/W_V/W_O, b_*
@@ -19,7 +19,7 @@ The same module names hold for Marian (``loading.marian``), which reuses this co
 pieces. Anything missing, unexpected or mis-shaped raises one ``CheckpointError``.
 """
 
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import einops
 import torch
@@ -37,7 +37,7 @@ from .encoder_decoder_common import (
     special_token_ids,
     strip_prefix,
 )
-from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from .strict import CheckpointError, build_on_meta, check_checkpoint, load_strict, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("bart",)
 VERIFY_PADDED = True  # verify on a padded batch by default: the source mask must match too
@@ -45,7 +45,7 @@ HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "
                   "swish": "silu"}
 PROJECTIONS = {"Q": "q_proj", "K": "k_proj", "V": "v_proj", "O": "out_proj"}
 PREFIXES = ("model.",)
-TIED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # tied to shared.weight: shape-checked, not read
+TIED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # tied to shared.weight: checked equal to it
 
 
 def check_model_type(hf_config, supported: tuple[str, ...]) -> None:
@@ -121,6 +121,7 @@ def convert_body(hf_state_dict: Mapping[str, Tensor], cfg, *, what: str, positio
         return hf_state_dict[names[name]]
 
     ours = {"embed.W_E": fresh(read("shared.weight"))}
+    check_tied(read, [name for name in TIED if name in names], "shared.weight", what)
     for stack, n_layers in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
         if embed_ln:
             ours[f"{stack}.embed_ln.w"] = fresh(read(f"{stack}.layernorm_embedding.weight"))
@@ -143,6 +144,23 @@ def convert_body(hf_state_dict: Mapping[str, Tensor], cfg, *, what: str, positio
     bias = read("final_logits_bias") if "final_logits_bias" in names else torch.zeros(1, cfg.d_vocab, dtype=W_E.dtype)
     ours["unembed.b_U"] = fresh(bias[0])
     return ours, names
+
+
+def check_tied(read: Callable[[str], Tensor], names: list[str], source: str, what: str) -> None:
+    """``CheckpointError`` unless each of ``names`` holds exactly the tensor ``source`` holds.
+
+    The encoder and decoder token embeddings are tied to ``shared.weight`` in every checkpoint
+    this model reads (one ``embed``); a checkpoint saved with ``tie_word_embeddings=False``
+    holds three different tables, which Hugging Face uses and one embedding cannot express.
+    """
+    shared = read(source)
+    for name in names:
+        tensor = read(name)
+        if not torch.equal(tensor, shared):
+            gap = (tensor.double() - shared.double()).abs().max().item()
+            raise CheckpointError(f"{what}: {name} differs from {source} (max |difference| {gap:.3g}); separate "
+                                  "encoder, decoder and shared token embeddings (tie_word_embeddings=False) are not "
+                                  "supported: one token embedding serves both stacks")
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BartConfig) -> dict[str, Tensor]:

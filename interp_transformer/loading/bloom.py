@@ -9,9 +9,11 @@ read-out tied to the embedding, without bias (``b_U = 0``). Positions are ALiBi'
 not stored.
 
 ``config_from_hf`` refuses ``apply_residual_connection_post_layernorm=True`` (the residual
-stream would be the norm's output, another block formula). ``pretraining_tp`` with
-``slow_but_exact`` only splits ``dense`` and ``dense_4h_to_h`` into slices summed one after
-another: the same sums in another order, computed here in one product. BLOOM's config
+stream would be the norm's output, another block formula). ``pretraining_tp > 1`` with
+``slow_but_exact=True`` is refused too: Hugging Face's slow path splits ``dense`` and
+``dense_4h_to_h`` into slices summed one after another and leaves out their biases, so its
+logits are not the checkpoint's model (with ``slow_but_exact=False`` the same sums run in one
+product, biases included, as here). BLOOM's config
 states no context length (ALiBi has none); ``n_ctx`` is 2048, BLOOM's training length, or
 the config's ``seq_length`` where it has one.
 """
@@ -41,6 +43,11 @@ def config_from_hf(hf_config) -> BloomConfig:
     if hf_config.apply_residual_connection_post_layernorm:
         raise ValueError("bloom config has apply_residual_connection_post_layernorm=True (the residual stream is each norm's "
                          "output); only apply_residual_connection_post_layernorm=False is supported")
+    tp, exact = getattr(hf_config, "pretraining_tp", 1), getattr(hf_config, "slow_but_exact", False)
+    if exact and isinstance(tp, int) and tp > 1:
+        raise ValueError(f"bloom config has slow_but_exact=True with pretraining_tp={tp}: Hugging Face's slow "
+                         "path then leaves out the checkpoint's biases of self_attention.dense and "
+                         "mlp.dense_4h_to_h (its logits are not the fast path's); only slow_but_exact=False (or pretraining_tp=1) is supported")
     d_model, n_heads = hf_config.hidden_size, hf_config.n_head
     if d_model % n_heads:
         raise ValueError(f"bloom hidden_size={d_model} must be divisible by n_head={n_heads}")

@@ -107,10 +107,31 @@ def unsupported_features(hf_config) -> list[str]:
     if model_type == "gemma3_text" and getattr(hf_config, "attn_logit_softcapping", None) is not None:
         problems.append(f"attn_logit_softcapping={hf_config.attn_logit_softcapping} (Hugging Face's Gemma 3 attention does "
                         "not apply it, so what it would compute is not defined)")
-    activation = getattr(hf_config, "hidden_activation", None) or getattr(hf_config, "hidden_act", None)
-    if activation not in ACTIVATIONS:
+    activation = _activation(hf_config, problems)
+    if activation is not None and activation not in ACTIVATIONS:
         problems.append(f"hidden activation {activation!r} (supported: {sorted(ACTIVATIONS)})")
     return problems
+
+
+def _activation(hf_config, problems: list[str]) -> Optional[str]:
+    """The MLP's activation, from ``hidden_act`` or ``hidden_activation``; a problem when both are given and differ.
+
+    ``transformers`` releases disagree on which field a Gemma MLP reads (5.24 reads
+    ``hidden_act`` for Gemma 1 and ``hidden_activation`` for Gemma 2 and 3; earlier releases
+    preferred ``hidden_activation`` for Gemma 1), so a config whose two fields differ has no
+    single meaning and is refused, naming both.
+    """
+    given = {name: getattr(hf_config, name, None) for name in ("hidden_act", "hidden_activation")}
+    given = {name: value for name, value in given.items() if value is not None}
+    if len(set(given.values())) > 1:
+        act, activation = given["hidden_act"], given["hidden_activation"]
+        problems.append(f"hidden_act={act!r} and hidden_activation={activation!r} differ "
+                        "(transformers releases differ on which one Gemma's MLP reads; give both the same value)")
+        return None
+    if not given:
+        problems.append("no hidden activation (neither hidden_act nor hidden_activation is set)")
+        return None
+    return next(iter(given.values()))
 
 
 def config_from_hf(hf_config) -> GemmaConfig:
@@ -136,7 +157,7 @@ def config_from_hf(hf_config) -> GemmaConfig:
     if problems:
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
     later = model_type != "gemma"  # Gemma 2 and 3
-    activation = getattr(hf_config, "hidden_activation", None) or hf_config.hidden_act
+    activation = _activation(hf_config, problems)
     return GemmaConfig(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,

@@ -1,9 +1,10 @@
 """Hugging Face Marian (``MarianMTModel``, the OPUS-MT models) -> ``EncoderDecoderTransformer``.
 
 Marian's modules are BART's (``loading.bart`` gives the weight map), without the
-embedding LayerNorms and with fixed sinusoidal positions: ``embed_positions.weight`` is
-not a weight (Hugging Face recomputes it and does not save it), so it is shape-checked
-when present and otherwise ignored; ``SinusoidalPosEmbed`` computes the same table. The
+embedding LayerNorms and with fixed sinusoidal positions: ``SinusoidalPosEmbed`` computes
+the table. Hugging Face uses a checkpoint's ``embed_positions.weight`` when one is saved,
+so a saved table is checked against the sinusoid (within the rounding of the dtype it is
+stored in) and a checkpoint whose table differs is refused, naming it. The
 token embedding must be shared by both stacks (``share_encoder_decoder_embeddings``, the
 default); separate source and target vocabularies are refused.
 """
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..architectures.marian import MarianConfig
+from ..components.sinusoidal import sinusoidal_table
 from .bart import (
     ActivationRecorder,
     build_model,
@@ -23,6 +25,7 @@ from .bart import (
     record_bart_family,
     run_seq2seq,
 )
+from .strict import CheckpointError
 
 SUPPORTED_MODEL_TYPES = ("marian",)
 VERIFY_PADDED = True
@@ -44,8 +47,27 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: MarianConfig) -
     """Hugging Face Marian state dict -> ours. Pure: the input is not changed."""
     if not isinstance(cfg, MarianConfig):
         raise TypeError(f"cfg must be a MarianConfig, got {type(cfg).__name__}")
-    ours, _ = convert_body(hf_state_dict, cfg, what="Marian checkpoint", positions=cfg.n_ctx, embed_ln=False, optional=POSITIONS)
+    ours, names = convert_body(hf_state_dict, cfg, what="Marian checkpoint", positions=cfg.n_ctx, embed_ln=False,
+                               optional=POSITIONS)
+    table = sinusoidal_table(torch.arange(cfg.n_ctx), cfg.d_model).double()
+    for name in POSITIONS:
+        if name in names:
+            check_table(hf_state_dict[names[name]], table, name)
     return ours
+
+
+def check_table(saved: Tensor, table: Tensor, name: str) -> None:
+    """``CheckpointError`` unless a saved positional table is Marian's sinusoid, to the rounding of its dtype.
+
+    Both tables are rounded from the same float64 angles, so they differ by at most one unit
+    in the last place of the dtype the checkpoint stores (``finfo.eps`` for values in [-1, 1]).
+    """
+    tolerance = torch.finfo(saved.dtype).eps if saved.is_floating_point() else 0.0
+    gap = (saved.double() - table).abs().max().item()
+    if not gap <= tolerance:
+        raise CheckpointError(f"Marian checkpoint: {name} differs from the sinusoidal table Marian computes by up to "
+                              f"{gap:.3g} (tolerance {tolerance:.3g}, the rounding of {saved.dtype}); Hugging Face "
+                              "would use the saved table, a learned or altered positional table is not supported")
 
 
 def load_hf_model(directory, *, dtype=torch.float32):

@@ -37,3 +37,19 @@ def attn_only_model() -> DemoTransformer:
 @pytest.fixture
 def tokens(small_cfg) -> torch.Tensor:
     return torch.randint(0, small_cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+# The Hugging Face parity tests: every family hook by hook against transformers, verify, and the checkpoint and config
+# walk. `.ci/newest` runs them (`-m hf_parity`) against the newest releases pyproject.toml's ranges allow.
+HF_PARITY_MODULES = {
+    "test_bert_real_weights", "test_checkpoint_walk", "test_classic", "test_classic_parts", "test_encoder",
+    "test_encoder_decoder", "test_encoder_decoder_generate", "test_encoder_decoder_verify", "test_encoder_verify",
+    "test_gemma", "test_llama", "test_llama_parts", "test_loading_gpt2", "test_moe", "test_smollm2",
+    "test_transformers_drift", "test_verify",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in HF_PARITY_MODULES:
+            item.add_marker(pytest.mark.hf_parity)

@@ -30,7 +30,7 @@ from .common import (
     build_model, fresh, fused_qkv_activation, heads_out, hf_model_loader, linear_to_ours, split_fused_qkv,
     without_prefix,
 )
-from .hf_hooks import Recorder, collect, split_heads
+from .hf_hooks import Recorder, collect, split_heads, unsupported_transformers
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 DEFAULT_N_CTX = 2048  # BLOOM's training context
@@ -142,7 +142,10 @@ def _float64_bloom():
     """
     import transformers.models.bloom.modeling_bloom as bloom
 
-    slopes, functional = bloom._get_alibi_slopes, bloom.F
+    # no public seam reaches these: check for them, and name the supported versions when they are gone
+    slopes, functional = getattr(bloom, "_get_alibi_slopes", None), getattr(bloom, "F", None)
+    if slopes is None or functional is None:
+        raise ValueError(unsupported_transformers("BLOOM's ALiBi slopes and softmax for a float64 run"))
     bloom._get_alibi_slopes = lambda num_heads, device: slopes(num_heads, device).to(torch.float64)
     bloom.F = _SoftmaxInInputDtype()
     try:

@@ -5,8 +5,8 @@ Parts of each stack (``EncoderDecoderTransformer`` composes them)::
     x = W_E[tokens]                                   no position embedding
     bias = RelativePositionBias(stack)                one table per stack, bidirectional in the encoder, causal in the
                                                       decoder, added to every self-attention layer's scores
-    encoder blocks: TransformerBlock(T5LayerNorm, BiasedAttention(PaddingMask, scale=1), T5LayerNorm, MLP)
-    decoder blocks: CrossAttentionBlock(T5LayerNorm, BiasedAttention(causal, scale=1), T5LayerNorm,
+    encoder blocks: TransformerBlock(T5LayerNorm, Attention(PaddingMask, scale=1, score_bias=SharedScoreBias), T5LayerNorm, MLP)
+    decoder blocks: CrossAttentionBlock(T5LayerNorm, Attention(causal, scale=1, score_bias=SharedScoreBias), T5LayerNorm,
                                         CrossAttention(scale=1), T5LayerNorm, MLP)
     each stack ends in its T5LayerNorm (ln_final); logits = decoder.ln_final(x) W_U
 
@@ -21,11 +21,11 @@ it; the converter folds that factor into ``W_U`` (``scaled_read_out`` records it
 import dataclasses
 from dataclasses import dataclass
 
-from ..components import MLP, Embed, PaddingMask, TransformerBlock, Unembed
+from ..components import MLP, Attention, Embed, PaddingMask, TransformerBlock, Unembed
 from ..components.cross_attention import CrossAttention
 from ..components.cross_attention_blocks import CrossAttentionBlock
 from ..components.gated_mlp import GatedMLP
-from ..components.relative_position_bias import BiasedAttention, RelativePositionBias
+from ..components.relative_position_bias import RelativePositionBias, SharedScoreBias
 from ..components.t5_layer_norm import T5LayerNorm
 from .encoder_decoder import (
     EncoderDecoderParts,
@@ -86,10 +86,12 @@ def build(cfg: T5Config) -> EncoderDecoderParts:
         return GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
 
     def encoder_block() -> TransformerBlock:
-        return TransformerBlock(norm(), BiasedAttention(cfg, masks=(PaddingMask(),), scale=1.0), norm(), mlp())
+        attn = Attention(cfg, masks=(PaddingMask(),), scale=1.0, score_bias=SharedScoreBias())
+        return TransformerBlock(norm(), attn, norm(), mlp())
 
     def decoder_block() -> CrossAttentionBlock:
-        return CrossAttentionBlock(norm(), BiasedAttention(cfg, scale=1.0), norm(), CrossAttention(cfg, scale=1.0), norm(), mlp())
+        attn = Attention(cfg, scale=1.0, score_bias=SharedScoreBias())
+        return CrossAttentionBlock(norm(), attn, norm(), CrossAttention(cfg, scale=1.0), norm(), mlp())
 
     def bias(bidirectional: bool) -> RelativePositionBias:
         return RelativePositionBias(cfg.n_heads, cfg.n_buckets, cfg.max_distance, bidirectional)

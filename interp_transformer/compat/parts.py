@@ -111,11 +111,10 @@ class SplitInputAttention(Attention):
     def forward_inputs(
         self, query_input: Tensor, key_input: Tensor, value_input: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None
     ) -> Tensor:
-        """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs; the rest as ``Attention``.
+        """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs: ``Attention.attend``.
 
         Each input is ``[batch, pos, d_model]`` (read by every head) or
-        ``[batch, pos, head_index, d_model]`` (one per head). One shared 3-d input takes
-        ``Attention.forward`` itself.
+        ``[batch, pos, head_index, d_model]`` (one per head).
         """
         if query_input is key_input is value_input and query_input.ndim == 3:
             return super().forward(query_input, layout, kv_cache)
@@ -129,21 +128,7 @@ class SplitInputAttention(Attention):
             if kv_cache is not None and hasattr(kv_cache, "past_keys"):
                 offset = kv_cache.past_keys.shape[1]
             layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
-        stored = self.stored  # keys and values as stored: one per key/value head
-        q = self.hook_q(self._project_input(query_input, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project_input(key_input, stored("W_K"), stored("b_K")))
-        v = self.hook_v(self._project_input(value_input, stored("W_V"), stored("b_V")))
-        q, k = self._normalize_and_rotate(q, k, layout)
-        if kv_cache is not None:
-            k, v = kv_cache.append(k, v)
-        z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
-        return self._combine_heads(self.hook_z(z))
-
-    def _project_input(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        """``x W[h] + b[h]`` per head: ``Attention``'s product for a shared input, an einsum for one input per head."""
-        if x.ndim == 3:
-            return self._project(x, W, b)
-        return einops.einsum(x, W, "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+        return self.attend(query_input, key_input, value_input, layout, kv_cache)
 
 
 class ResultAttention(SplitInputAttention):

@@ -62,6 +62,8 @@ class Attention(nn.Module):
     or the pattern of this layer. ``uses_fused_path()`` is the one place the choice is made.
     """
 
+    reads_kv_input = False  # cross-attention's keys and values come from kv_input only, never from its queries' stream
+
     def __init__(
         self,
         cfg,
@@ -154,21 +156,44 @@ class Attention(nn.Module):
         kv_cache: Optional[LayerKVCache] = None,
         kv_input: Optional[Float[Tensor, "batch key_pos d_model"]] = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        if layout is None:  # a standalone call: one fresh, unpadded sequence per row
-            offset = kv_cache.n_positions if kv_cache is not None else 0
-            layout = TokenLayout.contiguous(normalized.shape[0], normalized.shape[1], offset, normalized.device)
         if kv_input is not None and self.rotary is not None:
             raise ValueError("rotary positions need the keys' positions, which cross-attention (kv_input) does not give")
-        source = normalized if kv_input is None else kv_input
-        stored = self.stored
-        q = self.hook_q(self._project(normalized, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project(source, stored("W_K"), stored("b_K")))
-        v = self.hook_v(self._project(source, stored("W_V"), stored("b_V")))
+        source = kv_input if kv_input is not None or self.reads_kv_input else normalized
+        return self.attend(normalized, source, source, layout, kv_cache)
+
+    def attend(
+        self, query_input: Tensor, key_input: Optional[Tensor], value_input: Optional[Tensor],
+        layout: Optional[TokenLayout] = None, kv_cache: Optional[LayerKVCache] = None,
+    ) -> Tensor:
+        """The formula of the class docstring, with queries, keys and values each read from their own input.
+
+        ``forward`` passes the normalized stream for all three (``kv_input`` for keys and
+        values in cross-attention); TransformerLens' split inputs (``compat``) pass three.
+        """
+        if layout is None:  # a standalone call: one fresh, unpadded sequence per row
+            offset = kv_cache.n_positions if kv_cache is not None else 0
+            layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
+        q = self.hook_q(self._project(query_input, self.W_Q, self.b_Q))
+        k, v = self._new_keys_and_values(key_input, value_input, kv_cache)
+        if k.shape[0] != q.shape[0]:
+            raise ValueError(f"the queries have batch {q.shape[0]}, the keys and values have batch {k.shape[0]}")
         q, k = self._normalize_and_rotate(q, k, layout)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)
+            k, v = self._with_cached(kv_cache, k, v)
         z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
         return self._combine_heads(self.hook_z(z))
+
+    def _new_keys_and_values(self, key_input: Tensor, value_input: Tensor, kv_cache) -> tuple[Tensor, Tensor]:
+        """``k = key_input W_K + b_K`` and ``v = value_input W_V + b_V``, one per key/value head (hooked)."""
+        stored = self.stored
+        k = self.hook_k(self._project(key_input, stored("W_K"), stored("b_K")))
+        v = self.hook_v(self._project(value_input, stored("W_V"), stored("b_V")))
+        return k, v
+
+    @staticmethod
+    def _with_cached(kv_cache: LayerKVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Every key and value the queries see: the cache's earlier ones, then these (appended to it)."""
+        return kv_cache.append(k, v)
 
     def _normalize_and_rotate(self, q: Tensor, k: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
         """``rot_q = R(positions) q_norm(q)``, likewise for ``k``; each step only where its part is present."""
@@ -216,7 +241,12 @@ class Attention(nn.Module):
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        """``x W[h] + b[h]`` for every head ``h``, reading ``W`` where it lies (``head_projection.project_heads``)."""
+        """``x W[h] + b[h]`` for every head ``h``: ``x`` ``[batch, pos, d_model]`` read by every head (the product
+        reads ``W`` where it lies, ``head_projection.project_heads``), or one input per head
+        ``[batch, pos, head_index, d_model]`` (TransformerLens' split inputs)."""
+        if x.ndim == 4:
+            per_head = "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head"
+            return einops.einsum(x, W, per_head) + b
         return project_heads(x, W, b)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):

@@ -24,12 +24,10 @@ norm before it may rewrite: ``W_K`` and ``W_V`` read the encoder's.
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from ..kv_cache import LayerKVCache
-from ..shape_checks import shape_checked
 from .attention import Attention
 from .layout import TokenLayout
 from .masks import PaddingMask
@@ -69,7 +67,13 @@ class DecoderLayerKVCache(NamedTuple):
 
 
 class CrossAttention(Attention):
-    """Attention of the target over the source (see the module docstring); ``masks`` is ``(PaddingMask(),)``."""
+    """Attention of the target over the source (see the module docstring); ``masks`` is ``(PaddingMask(),)``.
+
+    ``Attention``'s forward, with two seams of its own: keys and values come only from
+    ``kv_input`` (or the cache), and the cache keeps the first step's, never appending more.
+    """
+
+    reads_kv_input = True
 
     def __init__(self, cfg, *, scale: Optional[float] = None):
         super().__init__(cfg, masks=(PaddingMask(),), scale=scale)
@@ -78,30 +82,18 @@ class CrossAttention(Attention):
         """``(W_Q, b_Q)``: the only weights that read the decoder's stream (``W_K``, ``W_V`` read the encoder's)."""
         return [(self.W_Q, self.b_Q)]
 
-    @shape_checked
-    def forward(
-        self,
-        normalized: Float[Tensor, "batch pos d_model"],
-        layout: Optional[TokenLayout] = None,
-        kv_cache: Optional[LayerKVCache] = None,
-        kv_input: Optional[Float[Tensor, "batch key_pos d_model"]] = None,
-    ) -> Float[Tensor, "batch pos d_model"]:
-        if layout is None:  # a standalone call: every source position is real
-            layout = TokenLayout(torch.zeros(normalized.shape[:2], dtype=torch.long, device=normalized.device))
-        q = self.hook_q(self._project(normalized, self.W_Q, self.b_Q))
+    def _new_keys_and_values(self, key_input: Optional[Tensor], value_input: Optional[Tensor], kv_cache):
         if kv_cache is not None and kv_cache.keys is not None:  # computed at the first step of generation
-            k, v = kv_cache.keys, kv_cache.values
-        elif kv_input is None:
+            return kv_cache.keys, kv_cache.values
+        if key_input is None:
             raise ValueError("cross-attention reads the encoder's output: pass kv_input [batch, key_pos, d_model]")
-        else:
-            k = self.hook_k(self._project(kv_input, self.W_K, self.b_K))
-            v = self.hook_v(self._project(kv_input, self.W_V, self.b_V))
-            if kv_cache is not None:
-                kv_cache.append(k, v)
-        if k.shape[0] != q.shape[0]:
-            raise ValueError(f"the decoder has batch {q.shape[0]}, the encoder's keys have batch {k.shape[0]}")
-        z = self._fused_z(q, k, v, layout) if self.uses_fused_path() else self._explicit_z(q, k, v, layout)
-        return self._combine_heads(self.hook_z(z))
+        return super()._new_keys_and_values(key_input, value_input, kv_cache)
+
+    @staticmethod
+    def _with_cached(kv_cache: LayerKVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if kv_cache.keys is None:
+            kv_cache.append(k, v)
+        return kv_cache.keys, kv_cache.values
 
 
 __all__ = ["CrossAttention", "CrossAttentionSource", "DecoderLayerKVCache"]

@@ -12,7 +12,8 @@ buckets to keys after the query; causal attention (the decoder) spends them all 
 before it. One table serves every layer of a stack (Hugging Face keeps it in layer 0):
 ``RelativePositionBias`` belongs to the stack, computes the bias once per forward pass
 (``hook_bias``, ``[1, head_index, query_pos, key_pos]``), and hands it to every layer in a
-``BiasedLayout``, which ``BiasedAttention`` reads.
+``BiasedLayout``; each layer's ``Attention`` adds it through its ``score_bias`` part,
+``SharedScoreBias`` (the seam ALiBi uses), on the explicit and the fused path alike.
 
 The bucket of a distance ``n >= max_exact`` is ``max_exact + floor(log(n / max_exact) /
 log(max_distance / max_exact) * (n_buckets - max_exact))``, capped at ``n_buckets - 1``
@@ -28,14 +29,11 @@ from typing import Optional
 
 import einops
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from .attention import Attention, masked_scores
 from .layout import TokenLayout
-from .masks import allowed_keys
 
 
 def relative_position_bucket(
@@ -100,42 +98,23 @@ class BiasedLayout(TokenLayout):
         return cls(**fields, score_bias=score_bias)
 
 
-def _score_bias(layout: TokenLayout) -> Tensor:
-    bias = getattr(layout, "score_bias", None)
-    if bias is None:
-        raise ValueError(
-            "BiasedAttention adds a position bias to its scores and needs it in the layout: a BiasedLayout with score_bias "
-            f"(the stack's RelativePositionBias builds it), got {type(layout).__name__}"
-        )
-    return bias
+class SharedScoreBias(nn.Module):
+    """The ``score_bias`` part of a layer whose bias the stack computed once for the forward pass (T5).
 
-
-class BiasedAttention(Attention):
-    """``Attention`` whose scores get an additive bias from the forward pass's ``BiasedLayout`` (T5's relative positions).
-
-    ``attn_scores = q k^T * scale + score_bias``, ``-inf`` where a mask disallows the key;
-    everything else is ``Attention``'s (T5 passes ``scale=1``: its scores are not divided by
-    ``sqrt(d_head)``). Both paths add the same bias; the fused kernel takes it, with the mask,
-    as one additive ``attn_mask``.
+    ``Attention`` asks its ``score_bias`` part for ``[1 or batch, head_index, query_pos, key_pos]``
+    (as it asks ``ALiBi``); this part answers with the bias the stack's ``RelativePositionBias``
+    attached to the layout (``BiasedLayout``), so one table serves every layer and its hook
+    (``rel_pos_bias.hook_bias``) fires once. No weight, no hook of its own.
     """
 
-    def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        bias = _score_bias(layout)
-        attn_scores = self.hook_attn_scores(masked_scores(q, k, self.scale, allowed_keys(self.masks, layout)) + bias)
-        pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
-        return einops.einsum(
-            pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
-        )
-
-    def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        additive = _score_bias(layout).to(q.dtype)
-        allowed = allowed_keys(self.masks, layout)
-        if allowed is not None:
-            additive = torch.where(allowed, additive, float("-inf"))  # broadcasts a per-row mask over the shared bias
-        to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
-        q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, scale=self.scale)
-        return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
+    def forward(self, layout: TokenLayout, dtype: torch.dtype) -> Float[Tensor, "batch head_index query_pos key_pos"]:
+        bias = getattr(layout, "score_bias", None)
+        if bias is None:
+            raise ValueError(
+                "this attention adds the stack's position bias to its scores and needs it in the layout: a BiasedLayout "
+                f"with score_bias (the stack's RelativePositionBias builds it), got {type(layout).__name__}"
+            )
+        return bias.to(dtype)
 
 
-__all__ = ["BiasedAttention", "BiasedLayout", "RelativePositionBias", "relative_position_bucket"]
+__all__ = ["BiasedLayout", "RelativePositionBias", "SharedScoreBias", "relative_position_bucket"]

@@ -21,28 +21,31 @@ offset of 2), ``marian`` (``MarianConfig``: post-LayerNorm, sinusoidal positions
 ``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer), ``t5`` (``T5Config``: pre-RMSNorm,
 relative position biases, v1.0 and v1.1).
 
-Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here; its
-Hugging Face converter lives in ``interp_transformer.loading``. ``docs/architecture.md``
+Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here in one line that
+also names its Hugging Face converter (a module of ``interp_transformer.loading``) and the
+``model_type`` values it reads; loading derives its table from these lines. ``docs/architecture.md``
 is the recipe for adding one.
 """
 
 from . import bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, llama, marian, moe, opt, seq2seq, t5
-from .registry import Architecture, DecoderParts, architecture_of, register, registered, unregister
+from .registry import Architecture, DecoderParts, architecture_of, hf_converters, register, registered, unregister
 
-register(gpt2.ARCHITECTURE)
-register(bert.ARCHITECTURE)
-register(llama.ARCHITECTURE)
-register(bart.ARCHITECTURE)
-register(marian.ARCHITECTURE)
+# one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it reads
+register(gpt2.ARCHITECTURE, converter="gpt2", hf_model_types=("gpt2",))
+register(bert.ARCHITECTURE, converter="bert", hf_model_types=("bert",))
+register(llama.ARCHITECTURE, converter="llama", hf_model_types=("llama", "mistral", "qwen2", "qwen3"))
+register(bart.ARCHITECTURE, converter="bart", hf_model_types=("bart",))
+register(marian.ARCHITECTURE, converter="marian", hf_model_types=("marian",))
 register(seq2seq.ARCHITECTURE)
-register(t5.ARCHITECTURE)
-register(gemma.ARCHITECTURE)
-register(moe.ARCHITECTURE)
-register(gpt_neox.ARCHITECTURE)
-register(gptj.ARCHITECTURE)
-register(opt.ARCHITECTURE)
-register(opt.POST_NORM_ARCHITECTURE)
-register(bloom.ARCHITECTURE)
+register(t5.ARCHITECTURE, converter="t5", hf_model_types=("t5",))
+# gemma3 (with a vision tower) is read only to be refused by name
+register(gemma.ARCHITECTURE, converter="gemma", hf_model_types=("gemma", "gemma2", "gemma3_text", "gemma3"))
+register(moe.ARCHITECTURE, converter="moe", hf_model_types=("mixtral", "qwen2_moe", "qwen3_moe"))
+register(gpt_neox.ARCHITECTURE, converter="gpt_neox", hf_model_types=("gpt_neox",))
+register(gptj.ARCHITECTURE, converter="gptj", hf_model_types=("gptj",))
+register(opt.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
+register(opt.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
+register(bloom.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "bart", "bert", "bloom", "gemma", "gpt2", "gpt_neox", "gptj", "llama",
+__all__ = ["Architecture", "DecoderParts", "architecture_of", "hf_converters", "bart", "bert", "bloom", "gemma", "gpt2", "gpt_neox", "gptj", "llama",
            "marian", "moe", "opt", "register", "registered", "seq2seq", "t5", "unregister"]

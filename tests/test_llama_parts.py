@@ -200,7 +200,8 @@ def test_fused_and_explicit_grouped_rotary_attention_agree(n_kv, layout_name, dt
     fused = attn(x, layout)
     attn.use_fused_attention = False
     explicit = attn(x, layout)
-    torch.testing.assert_close(fused, explicit, atol=TOLERANCE[dtype], rtol=0)
+    # the two paths sum in different orders (einsum projections against the placed product): float rounding, relative
+    torch.testing.assert_close(fused, explicit, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
 
 
 def test_grouped_attention_equals_the_same_heads_written_out():

@@ -56,10 +56,12 @@ class Attention(nn.Module):
     ``W_Q``, ``W_K`` and ``W_V`` lie in memory head by head or side by side, whichever their
     product runs faster on (``head_projection``); the shapes and values are the same either way.
 
-    Two paths compute ``z``: the explicit einsum path (the reference, and the only one
-    that produces ``attn_scores`` and ``pattern``) and PyTorch's fused
-    ``scaled_dot_product_attention``, used only while nothing hooks or caches the scores
-    or the pattern of this layer. ``uses_fused_path()`` is the one place the choice is made.
+    Two paths compute it (``uses_fast_kernels()`` is the one switch): the explicit path, every
+    step the einsum above (``use_fused_attention = False``; the reference), and the fast
+    kernels, the default: products that read the weights where they lie, the scores
+    accumulated onto the mask in one product, and PyTorch's fused
+    ``scaled_dot_product_attention`` while nothing hooks or caches the scores or the pattern of
+    this layer (``uses_fused_path()``). Both give every hook the same values.
     """
 
     reads_kv_input = False  # cross-attention's keys and values come from kv_input only, never from its queries' stream
@@ -144,9 +146,20 @@ class Attention(nn.Module):
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
         return [self.W_O, self.b_O]
 
+    def uses_fast_kernels(self) -> bool:
+        """The one switch between the two paths: the fast kernels (the default), or the explicit einsum formula.
+
+        Fast: ``head_projection.project_heads`` (the product that reads ``W_Q``/``W_K``/``W_V`` where
+        they lie), ``masked_scores`` (scores accumulated onto the mask in one product) and, while
+        nobody observes the scores or the pattern, ``scaled_dot_product_attention``
+        (``uses_fused_path``). Explicit (``use_fused_attention = False``): every step is the
+        einsum of the class docstring. Tests hold the two equal in float32 and float64.
+        """
+        return self.use_fused_attention
+
     def uses_fused_path(self) -> bool:
-        """True when the fused kernel may run: nobody observes the scores or the pattern."""
-        return self.use_fused_attention and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks())
+        """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""
+        return self.uses_fast_kernels() and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks())
 
     @shape_checked
     def forward(
@@ -219,7 +232,14 @@ class Attention(nn.Module):
 
     def _attn_scores(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
         """``q k^T * scale (+ score_bias)``, ``-inf`` where a mask disallows the key (``k`` per query head)."""
-        return masked_scores(q, k, self.scale, allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype))
+        allowed, score_bias = allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype)
+        if self.uses_fast_kernels():  # the same formula as one product that starts from the mask
+            return masked_scores(q, k, self.scale, allowed, score_bias)
+        attn_scores = einops.einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head -> "
+                                    "batch head_index query_pos key_pos") * self.scale
+        if score_bias is not None:
+            attn_scores = attn_scores + score_bias
+        return attn_scores if allowed is None else attn_scores.masked_fill(allowed.logical_not(), float("-inf"))
 
     def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in place)."""
@@ -239,15 +259,15 @@ class Attention(nn.Module):
         """The ``score_bias`` part's ``[batch, head_index, query_pos, key_pos]`` bias, or None without one."""
         return None if self.score_bias is None else self.score_bias(layout, dtype)
 
-    @staticmethod
-    def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        """``x W[h] + b[h]`` for every head ``h``: ``x`` ``[batch, pos, d_model]`` read by every head (the product
-        reads ``W`` where it lies, ``head_projection.project_heads``), or one input per head
-        ``[batch, pos, head_index, d_model]`` (TransformerLens' split inputs)."""
-        if x.ndim == 4:
-            per_head = "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head"
-            return einops.einsum(x, W, per_head) + b
-        return project_heads(x, W, b)
+    def _project(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        """``x W[h] + b[h]`` for every head ``h``: ``x`` ``[batch, pos, d_model]`` read by every head, or one input
+        per head ``[batch, pos, head_index, d_model]`` (TransformerLens' split inputs). The fast kernel reads ``W``
+        where it lies (``head_projection.project_heads``)."""
+        if x.ndim == 3 and self.uses_fast_kernels():
+            return project_heads(x, W, b)
+        if x.ndim == 3:
+            return einops.einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+        return einops.einsum(x, W, "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head") + b
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         """Input weights loaded with ``assign=True`` are laid out as ``__init__`` lays them (copied only where they are not)."""

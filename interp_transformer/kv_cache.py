@@ -5,10 +5,13 @@ token only computes its own query, key and value. Positions continue from
 ``n_positions`` (the positional embedding and causal mask are offset by it).
 """
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+
+KEY_AXES = "[batch, pos, n_key_value_heads, d_head]"  # how a layer's cached keys and values are laid out
+KeyShape = tuple[int, int]  # (n_key_value_heads, d_head) of the keys a block caches
 
 
 class LayerKVCache:
@@ -23,12 +26,23 @@ class LayerKVCache:
         return 0 if self.keys is None else self.keys.shape[1]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this step's keys/values; return all keys/values so far."""
+        """Add this step's keys/values; return all keys/values so far.
+
+        ``ValueError`` (and nothing stored) when the new keys differ from the held ones in
+        batch, ``n_key_value_heads``, ``d_head``, dtype or device: the cache was filled by
+        another model, or by this one in another dtype or on another device.
+        """
         if self.keys is None:
             self.keys, self.values = k, v
         else:
             if k.shape[0] != self.keys.shape[0]:
                 raise ValueError(f"kv cache holds batch {self.keys.shape[0]}, got new keys with batch {k.shape[0]}")
+            held = self.keys
+            if held.shape[2:] != k.shape[2:] or held.dtype != k.dtype or held.device != k.device:
+                raise ValueError(
+                    f"the key/value cache holds keys {KEY_AXES} = {list(held.shape)} ({held.dtype} on {held.device}), "
+                    f"this layer computes {list(k.shape)} ({k.dtype} on {k.device}): the cache was filled by another "
+                    "model (or in another dtype or on another device); start a new cache")
             self.keys = torch.cat([self.keys, k], dim=1)
             self.values = torch.cat([self.values, v], dim=1)
         return self.keys, self.values
@@ -57,8 +71,13 @@ class KeyValueCache:
     def n_positions(self) -> int:
         return self.layers[0].n_positions if self.layers else 0
 
-    def check_fits(self, n_layers: int) -> None:
-        """``ValueError`` unless this cache has one layer per block and every layer holds the same positions."""
+    def check_fits(self, n_layers: int, key_shapes: Optional[Sequence[Optional[KeyShape]]] = None) -> None:
+        """``ValueError`` unless this cache has one layer per block and every layer holds the same positions.
+
+        ``key_shapes``: per block, the ``(n_key_value_heads, d_head)`` of the keys it caches
+        (``None`` for a block not to check); a layer holding keys of another shape is refused,
+        naming both (``check_key_shapes``).
+        """
         if len(self.layers) != n_layers:
             raise ValueError(f"this key/value cache has {len(self.layers)} layers, the model {n_layers}: "
                              f"make it with KeyValueCache({n_layers})")
@@ -66,3 +85,31 @@ class KeyValueCache:
         if len(held) > 1:
             raise ValueError(f"the layers of this key/value cache hold different numbers of positions {sorted(held)}: "
                              "it was filled by an interrupted or partial run; start a new cache")
+        if key_shapes is not None:
+            check_key_shapes(self.layers, key_shapes, f"KeyValueCache({n_layers})")
+
+
+def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[Optional[KeyShape]], make: str) -> None:
+    """``ValueError`` unless each layer's keys are ``[batch, pos, n_key_value_heads, d_head]`` as ``key_shapes`` says.
+
+    ``key_shapes[i]`` is ``(n_key_value_heads, d_head)`` of block ``i`` (``None``: not
+    checked); a layer holding no keys yet is not checked. ``make`` says how to build a
+    cache that fits (e.g. ``"KeyValueCache(2)"``).
+    """
+    for index, (layer, needed) in enumerate(zip(layers, key_shapes)):
+        keys = layer.keys
+        if needed is None or keys is None:
+            continue
+        if keys.ndim != 4 or tuple(keys.shape[2:]) != tuple(needed):
+            raise ValueError(
+                f"layer {index} of the key/value cache holds keys {KEY_AXES} = {list(keys.shape)}, the model's "
+                f"block {index} needs [batch, pos, {needed[0]}, {needed[1]}]: the cache was filled by another model; "
+                f"start a new one with {make}")
+
+
+def require_kv_cache(cache, expected: type, make: str, name: str = "kv_cache") -> None:
+    """``TypeError`` unless ``cache`` is an ``expected`` (e.g. a ``KeyValueCache``); ``make`` says how to build one."""
+    if not isinstance(cache, expected):
+        article = "an" if expected.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {expected.__name__}, received {type(cache).__name__}: "
+                        f"make one with {make}")

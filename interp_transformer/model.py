@@ -10,7 +10,7 @@ from .architectures import DecoderParts
 from .base import HookedTransformerBase
 from .components import TokenLayout
 from .hooks import HookPoint
-from .kv_cache import KeyValueCache
+from .kv_cache import KeyShape, KeyValueCache, require_kv_cache
 from .shape_checks import shape_checked
 from .text_methods import TextMethods
 from .token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
@@ -80,14 +80,28 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
     ) -> Float[Tensor, "batch pos d_out"]:
         n_blocks = self.check_stop_at_layer(stop_at_layer)
         if kv_cache is not None:
+            require_kv_cache(kv_cache, KeyValueCache, f"KeyValueCache({self.cfg.n_layers})")
             if stop_at_layer is not None:
                 raise ValueError("kv_cache cannot be filled by a run that stops early (stop_at_layer): its later layers "
                                  "would miss these positions; run the whole model, or leave out the cache")
-            kv_cache.check_fits(self.cfg.n_layers)
+            kv_cache.check_fits(self.cfg.n_layers, self.kv_cache_key_shapes())
         tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
-        if kv_cache is not None:
+        output = self._forward(tokens, layout, n_blocks, kv_cache, stop_at_layer is not None)
+        if kv_cache is not None:  # set once every layer took the new positions: a refused run leaves the cache be
             kv_cache.key_is_real = layout.key_is_real
-        return self._forward(tokens, layout, n_blocks, kv_cache, stop_at_layer is not None)
+        return output
+
+    def kv_cache_key_shapes(self) -> list[Optional[KeyShape]]:
+        """Per block, the ``(n_key_value_heads, d_head)`` of the keys and values it puts in a key/value cache.
+
+        ``None`` for a block whose attention does not say (it is then not checked).
+        """
+        shapes = []
+        for block in self.blocks:
+            attn = getattr(block, "attn", None)
+            heads, d_head = getattr(attn, "n_key_value_heads", None), getattr(attn, "d_head", None)
+            shapes.append((heads, d_head) if isinstance(heads, int) and isinstance(d_head, int) else None)
+        return shapes
 
     @shape_checked
     def _forward(

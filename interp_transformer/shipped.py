@@ -24,6 +24,7 @@ from .architectures.seq2seq import Seq2SeqConfig
 from .config import TransformerConfig
 from .encoder_decoder import EncoderDecoderTransformer
 from .files import read_json_object
+from .loading.devices import checked_device
 from .loading.sources import LazyStateDict, open_safetensors_file
 from .loading.strict import build_on_meta, load_strict
 from .model import DemoTransformer
@@ -121,7 +122,11 @@ def load_shipped(
     device: Union[str, torch.device, None] = None,
     directory: Optional[Path] = None,
 ) -> Union[DemoTransformer, EncoderDecoderTransformer]:
-    """Load a shipped model by name, e.g. ``load_shipped("induction-2l")`` or ``load_shipped("translate-tiny")``."""
+    """Load a shipped model by name, e.g. ``load_shipped("induction-2l")`` or ``load_shipped("translate-tiny")``.
+
+    A ``device`` torch cannot read raises ``ValueError`` before anything is read (``checked_device``).
+    """
+    device = checked_device(device)
     directory = PRETRAINED_DIR if directory is None else Path(directory)
     weights_path, meta_path = shipped_paths(name, directory)
     kind = SHIPPED[name]

@@ -212,10 +212,46 @@ def verify_against_hf(
     if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.ndim != 2:
         raise TypeError(f"tokens must be an integer tensor [batch, pos], text, or the model's to_tokens_and_mask(...), "
                         f"received {tokens!r:.80}")
+    _check_vocabularies(model, hf_model, tokens)
     device = next(model.parameters()).device
     tokens = tokens.to(device)
     forward_kwargs = {name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()}
     return _report_with_recheck(model, hf_model, _hf_reference, tokens, atol, rtol, float64_recheck, forward_kwargs)
+
+
+def _hf_vocabulary_size(hf_model) -> Optional[int]:
+    """Rows of the Hugging Face model's input embedding (``get_input_embeddings()``), else ``config.vocab_size``."""
+    get_embeddings = getattr(hf_model, "get_input_embeddings", None)
+    try:
+        weight = getattr(get_embeddings(), "weight", None) if callable(get_embeddings) else None
+    except (NotImplementedError, AttributeError):
+        weight = None
+    if isinstance(weight, Tensor) and weight.ndim == 2:
+        return int(weight.shape[0])
+    size = getattr(getattr(hf_model, "config", None), "vocab_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _check_vocabularies(model, hf_model, tokens: Tensor) -> None:
+    """``ValueError`` unless both models have one vocabulary size and every token id lies in it.
+
+    Checked before either model runs: an id past the Hugging Face embedding would otherwise raise
+    ``IndexError`` inside it.
+    """
+    ours = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    theirs = _hf_vocabulary_size(hf_model)
+    if isinstance(ours, int) and theirs is not None and ours != theirs:
+        raise ValueError(f"the Hugging Face model's vocabulary has {theirs} tokens, the model's has {ours} "
+                         "(cfg.d_vocab): they are not the same model; verify a model against the checkpoint it was "
+                         "converted from")
+    if tokens.is_meta or not tokens.numel():
+        return
+    low, high = int(tokens.min()), int(tokens.max())
+    vocabularies = (("the model's vocabulary (cfg.d_vocab)", ours), ("the Hugging Face model's vocabulary", theirs))
+    for what, size in vocabularies:
+        if isinstance(size, int) and (low < 0 or high >= size):
+            raise ValueError(f"tokens hold the id {low if low < 0 else high}, outside {what} of {size} tokens: "
+                             f"token ids must lie in [0, {size})")
 
 
 def _report_with_recheck(model, reference_model, reference_fn, tokens, atol, rtol, float64_recheck, forward_kwargs) -> VerifyReport:

@@ -16,14 +16,19 @@ from safetensors.torch import load_file, save_file
 
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer import DemoTransformer, KeyValueCache, TransformerConfig
+from interp_transformer.architectures.seq2seq import Seq2SeqConfig
+from interp_transformer.compat import HookedTransformer, HookedTransformerConfig
+from interp_transformer.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.generate import generate
 from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.loading.sources import open_weights, read_bin_file
+from interp_transformer.sae import SAE
 from interp_transformer.shipped import PRETRAINED_DIR, load_shipped, save_shipped
 from interp_transformer.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 
 from .gpt2_helpers import tiny_gpt2
+from .sae_helpers import random_sae
 from .test_components import randomize
 from .test_hooks import assert_no_hooks
 
@@ -291,3 +296,84 @@ def test_caching_gradients_leaves_the_models_grads_alone(model):
     _, cache = model.run_with_cache(tokens, incl_bwd=True, names_filter="blocks.0.hook_resid_pre")
     assert cache["blocks.0.hook_resid_pre_grad"].abs().sum() > 0
     assert all(param.grad is None for param in model.parameters())
+
+
+# --- 17-21: caches, vocabularies, devices and weights that do not fit -----------------------------
+def test_a_kv_cache_that_is_not_one_is_a_type_error(model):
+    with pytest.raises(TypeError, match="kv_cache must be a KeyValueCache, received dict"):
+        model(torch.tensor([[1, 2, 3]]), kv_cache={})
+    tl_model = HookedTransformer(HookedTransformerConfig(d_model=16, d_head=8, n_layers=1, n_ctx=8, d_vocab=20))
+    with pytest.raises(TypeError, match="past_kv_cache must be a HookedTransformerKeyValueCache, received list"):
+        tl_model(torch.tensor([[1, 2]]), past_kv_cache=[])
+    with pytest.raises(TypeError, match="kv_cache must be a KeyValueCache, received dict"):
+        tl_model(torch.tensor([[1, 2]]), kv_cache={})
+    seq2seq_cfg = Seq2SeqConfig(d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_head=8, d_mlp=32, d_vocab=20,
+                                n_ctx=8)
+    seq2seq = EncoderDecoderTransformer(seq2seq_cfg, seed=0)
+    source = seq2seq.encode(torch.tensor([[1, 2, 3]]))
+    with pytest.raises(TypeError, match="kv_cache must be an EncoderDecoderKVCache, received KeyValueCache"):
+        seq2seq.decode(torch.tensor([[0]]), source, kv_cache=KeyValueCache(1))
+
+
+def test_a_kv_cache_filled_by_another_model_names_both_shapes(model):
+    tokens = torch.tensor([[1, 2, 3]])
+    cache = KeyValueCache(CFG.n_layers)
+    model(tokens, kv_cache=cache)
+    other_cfg = TransformerConfig(d_model=32, n_layers=2, n_heads=2, d_head=16, d_mlp=64, d_vocab=20, n_ctx=32)
+    other = DemoTransformer(other_cfg, seed=0, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"holds keys \[batch, pos, n_key_value_heads, d_head\] = \[1, 3, 4, 8\], "
+                                         r"the model's block 0 needs \[batch, pos, 2, 16\]"):
+        other(torch.tensor([[4]]), kv_cache=cache)
+    key_is_real = cache.key_is_real
+    with pytest.raises(ValueError, match=r"\[1, 3, 4, 8\] \(torch.float64 on cpu\), "
+                                         r"this layer computes \[1, 1, 4, 8\] \(torch.float32 on cpu\)"):
+        randomize(DemoTransformer(CFG, seed=0), seed=1)(torch.tensor([[4]]), kv_cache=cache)
+    assert cache.n_positions == 3 and cache.key_is_real is key_is_real  # a refused run leaves the cache as it was
+    continued = model(torch.tensor([[4]]), kv_cache=cache)[0, -1]
+    torch.testing.assert_close(continued, model(torch.tensor([[1, 2, 3, 4]]))[0, -1])
+    meta = KeyValueCache(CFG.n_layers)
+    for layer in meta.layers:  # filled on another device
+        layer.append(*(torch.empty(1, 3, 4, 8, dtype=torch.float64, device="meta") for _ in range(2)))
+    with pytest.raises(ValueError, match="on meta.*on cpu"):
+        model(torch.tensor([[4]]), kv_cache=meta)
+
+
+def test_verify_refuses_a_hugging_face_model_of_another_vocabulary():
+    ours = from_pretrained(tiny_gpt2(seed=0), dtype=torch.float64)  # vocab_size 61
+    with pytest.raises(ValueError, match="the Hugging Face model's vocabulary has 50 tokens, the model's has 61"):
+        verify_against_hf(ours, tiny_gpt2(seed=0, vocab_size=50).double(), torch.tensor([[1, 2, 55]]))
+    hf = tiny_gpt2(seed=0).double()
+    for token, message in ((70, "the id 70, outside the model's vocabulary .* of 61 tokens"), (-2, "id -2, outside")):
+        with pytest.raises(ValueError, match=message):  # once an IndexError inside the Hugging Face model
+            verify_against_hf(ours, hf, torch.tensor([[1, 2, token]]))
+
+
+def test_a_device_torch_cannot_read_is_refused_before_any_weight_is_read(gpt2_dir, tmp_path):
+    (gpt2_dir / "model.safetensors").write_bytes(b"not weights")  # reading any weight would fail with another error
+    sae_dir = random_sae().save(tmp_path / "sae")
+    (sae_dir / "sae_weights.safetensors").write_bytes(b"not weights")
+    expected = r"device='banana' is not a valid torch device \(expected e.g. 'cpu', 'cuda', 'cuda:0'\)"
+    loaders = (lambda: from_pretrained(gpt2_dir, device="banana"),
+               lambda: DemoTransformer.from_pretrained(gpt2_dir, device="banana"),
+               lambda: HookedTransformer.from_pretrained(gpt2_dir, device="banana"),
+               lambda: load_shipped("induction-2l", device="banana"), lambda: SAE.load(sae_dir, device="banana"))
+    for load in loaders:
+        with pytest.raises(ValueError, match=expected):
+            load()
+    with pytest.raises(TypeError, match="device must be a torch device or its name.*received float 1.5"):
+        from_pretrained(gpt2_dir, device=1.5)
+
+
+def test_non_finite_weights_are_refused_at_load(gpt2_dir, tmp_path):
+    sae_dir = random_sae().save(tmp_path / "sae")
+    weights = load_file(sae_dir / "sae_weights.safetensors")
+    weights["W_enc"][0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    save_file(weights, sae_dir / "sae_weights.safetensors")
+    with pytest.raises(ValueError, match=r"W_enc holds 3 non-finite values \(NaN or inf\)"):
+        SAE.load(sae_dir)
+    weights = load_file(gpt2_dir / "model.safetensors")
+    name = next(name for name in weights if name.endswith("h.1.ln_2.weight"))
+    weights[name][5] = float("nan")
+    save_file(weights, gpt2_dir / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"blocks.1.ln2.w holds 1 non-finite value \(NaN or inf\)"):
+        from_pretrained(gpt2_dir)

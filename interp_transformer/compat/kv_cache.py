@@ -10,13 +10,17 @@ into our blocks directly (the same protocol as ``interp_transformer.kv_cache``).
 """
 
 from dataclasses import dataclass
-from typing import List, Optional, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..kv_cache import LayerKVCache
+from ..kv_cache import KeyShape, LayerKVCache, check_key_shapes
+
+# how to build a cache that fits a model
+MAKE_CACHE = "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
+
 
 @dataclass
 class HookedTransformerKeyValueCacheEntry(LayerKVCache):
@@ -117,8 +121,14 @@ class HookedTransformerKeyValueCache:
         mask = self.previous_attention_mask.bool()
         return None if bool(mask.all()) else mask
 
-    def check_fits(self, n_layers: int, d_head: Optional[int] = None) -> None:
-        """``ValueError`` unless there is one entry per block, all holding the same positions."""
+    def check_fits(
+        self, n_layers: int, d_head: Optional[int] = None, key_shapes: Optional[Sequence[Optional[KeyShape]]] = None
+    ) -> None:
+        """``ValueError`` unless there is one entry per block, all holding the same positions.
+
+        ``key_shapes``: per block, the ``(n_key_value_heads, d_head)`` its keys must have
+        (``interp_transformer.kv_cache.check_key_shapes``).
+        """
         if len(self.entries) != n_layers:
             raise ValueError(f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make it with "
                              "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)")
@@ -128,6 +138,8 @@ class HookedTransformerKeyValueCache:
                              "filled by an interrupted or partial run; start a new cache")
         if d_head is not None and self.entries[0].past_keys.shape[-1] != d_head:
             raise ValueError(f"the key/value cache holds d_head={self.entries[0].past_keys.shape[-1]}, the model {d_head}")
+        if key_shapes is not None:
+            check_key_shapes(self.entries, key_shapes, MAKE_CACHE)
 
 
 def get_pos_offset(past_kv_cache: Optional[HookedTransformerKeyValueCache], batch_size: int) -> int:

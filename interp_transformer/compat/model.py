@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..components import TokenLayout
 from ..hooks import HookPoint
-from ..kv_cache import KeyValueCache
+from ..kv_cache import KeyValueCache, require_kv_cache
 from ..model import DemoTransformer
 from ..slices import Slice
 from ..token_checks import as_id_tensor, check_attention_mask, is_text
@@ -32,7 +32,7 @@ from . import architecture  # noqa: F401  (registers the architecture HookedTran
 from .config import HookedTransformerConfig
 from .factored_matrix import FactoredMatrix
 from .generation import GenerationMethods
-from .kv_cache import HookedTransformerKeyValueCache
+from .kv_cache import MAKE_CACHE, HookedTransformerKeyValueCache
 from .losses import get_attention_mask, lm_cross_entropy_loss
 from .parts import ShortformerLayout
 from .pretrained import PretrainedMethods
@@ -123,9 +123,13 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
             raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
         if past_kv_cache is not None and kv_cache is not None:
             raise ValueError("pass one key/value cache: past_kv_cache (TransformerLens') or kv_cache (ours)")
+        if past_kv_cache is not None:
+            require_kv_cache(past_kv_cache, HookedTransformerKeyValueCache, MAKE_CACHE, "past_kv_cache")
+        if kv_cache is not None:
+            require_kv_cache(kv_cache, KeyValueCache, f"KeyValueCache({self.cfg.n_layers})")
         cache = past_kv_cache if past_kv_cache is not None else kv_cache
         if cache is not None:
-            cache.check_fits(self.cfg.n_layers)
+            cache.check_fits(self.cfg.n_layers, key_shapes=self.kv_cache_key_shapes())
         if start_at_layer is None:
             residual, tokens, layout, loss_mask = self._embed(input, prepend_bos, padding_side, attention_mask, cache)
         else:

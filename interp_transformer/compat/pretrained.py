@@ -22,7 +22,7 @@ import torch
 
 from .. import processing
 from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
-from ..loading import load_with_source, resolve_dtype
+from ..loading import checked_device, load_with_source, resolve_dtype
 from ..loading.strict import build_on_meta, load_strict
 from .config import HookedTransformerConfig
 from .factored_matrix import FactoredMatrix
@@ -147,8 +147,9 @@ class PretrainedMethods:
         or an in-memory ``transformers`` model (or pass that as ``hf_model=``). ``dtype``:
         a torch dtype or its name. ``revision``, ``cache_dir``, ``local_files_only`` go to
         the hub; other keywords TransformerLens accepts for architectures we do not load
-        raise ``TypeError``.
+        raise ``TypeError``; a ``device`` torch cannot read, ``ValueError`` (before anything is read).
         """
+        device = checked_device(device)
         if checkpoint_index is not None or checkpoint_value is not None:
             raise ValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the checkpoint's "
                              "own hub revision with revision=...")

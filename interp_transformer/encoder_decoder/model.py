@@ -24,6 +24,7 @@ from ..architectures.encoder_decoder import EncoderDecoderParts
 from ..base import HookedTransformerBase, WeightView
 from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
+from ..kv_cache import require_kv_cache
 from ..shape_checks import shape_checked
 from .inputs import SourceTokens, check_decoder_input, check_source
 from .kv_cache import EncoderDecoderKVCache
@@ -105,9 +106,20 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         source: CrossAttentionSource,
         kv_cache: Optional[EncoderDecoderKVCache] = None,
     ) -> Float[Tensor, "batch pos d_vocab"]:
-        """Run the decoder on ``decoder_input`` reading ``source`` (from ``encode``); with ``kv_cache``, after its positions."""
+        """Run the decoder on ``decoder_input`` reading ``source`` (from ``encode``); with ``kv_cache``, after its
+        positions.
+
+        A ``kv_cache`` that is not an ``EncoderDecoderKVCache`` raises ``TypeError``; one with
+        another number of layers than the decoder's, ``ValueError``.
+        """
         if not isinstance(source, CrossAttentionSource):
             raise TypeError(f"source must be the CrossAttentionSource that encode() returns, got {type(source).__name__}")
+        if kv_cache is not None:
+            n_layers = self.cfg.n_decoder_layers
+            require_kv_cache(kv_cache, EncoderDecoderKVCache, f"EncoderDecoderKVCache({n_layers})")
+            if len(kv_cache) != n_layers:
+                raise ValueError(f"this key/value cache has {len(kv_cache)} layers, the decoder {n_layers}: "
+                                 f"make it with EncoderDecoderKVCache({n_layers})")
         batch = source.encoder_out.shape[0] if source.encoder_out is not None else len(source.key_is_real)
         offset = kv_cache.n_positions if kv_cache is not None else 0
         decoder_input = check_decoder_input(decoder_input, batch, self.cfg, offset, allow_meta=self.W_E.is_meta)

@@ -3,14 +3,15 @@
 ``from_pretrained(source)`` accepts a hub name (``"gpt2"``), a local Hugging
 Face directory, an in-memory ``transformers`` model (see ``sources``), or a GGUF
 file or name (``"smollm2-135m"``; see ``gguf_source``), reads ``model_type`` from
-its config and dispatches through ``ARCHITECTURES``.
+its config and dispatches to the converter the architecture registry names for it.
 
 
-The architecture registry
--------------------------
-``ARCHITECTURES`` maps a Hugging Face ``model_type`` to the module path of its
-converter, imported only when used. Adding an architecture is adding one module
-and one entry here. The module must define:
+The converters
+--------------
+Each family's one ``register(...)`` line (``interp_transformer.architectures``) names its
+converter module here and the Hugging Face ``model_type`` values it reads;
+``architectures.hf_converters()`` gives that table, and a converter is imported only when
+used. Adding an architecture is adding its modules and that one line. A converter must define:
 
 ``config_from_hf(hf_config) -> config``
     Our config from the Hugging Face config; ``ValueError`` for variants it
@@ -56,48 +57,29 @@ from typing import Optional, Union
 
 import torch
 
+from ..architectures import hf_converters
+from .devices import checked_device
 from .gguf_source import resolve_gguf
 from .sources import ResolvedSource, Source, resolve_source
 from .strict import CheckpointError
 
-ARCHITECTURES: dict[str, str] = {
-    "gpt2": "interp_transformer.loading.gpt2",
-    "bert": "interp_transformer.loading.bert",
-    "llama": "interp_transformer.loading.llama",
-    "mistral": "interp_transformer.loading.llama",
-    "qwen2": "interp_transformer.loading.llama",
-    "qwen3": "interp_transformer.loading.llama",
-    "bart": "interp_transformer.loading.bart",
-    "marian": "interp_transformer.loading.marian",
-    "t5": "interp_transformer.loading.t5",
-    "gemma": "interp_transformer.loading.gemma",
-    "gemma2": "interp_transformer.loading.gemma",
-    "gemma3_text": "interp_transformer.loading.gemma",
-    "gemma3": "interp_transformer.loading.gemma",  # refused by name: the vision tower is not implemented
-    "mixtral": "interp_transformer.loading.moe",
-    "qwen2_moe": "interp_transformer.loading.moe",
-    "qwen3_moe": "interp_transformer.loading.moe",
-    "gpt_neox": "interp_transformer.loading.gpt_neox",
-    "gptj": "interp_transformer.loading.gptj",
-    "opt": "interp_transformer.loading.opt",
-    "bloom": "interp_transformer.loading.bloom",
-}
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 
 
 def supported_architectures() -> list[str]:
     """The Hugging Face ``model_type`` values ``from_pretrained`` can load."""
-    return sorted(ARCHITECTURES)
+    return sorted(hf_converters())
 
 
 def architecture_module(model_type: str) -> ModuleType:
     """The converter module for ``model_type``; ``ValueError`` naming the supported ones if there is none."""
-    if model_type not in ARCHITECTURES:
+    converters = hf_converters()  # model_type -> converter module, from the registry's one line per family
+    if model_type not in converters:
         raise ValueError(
             f"architecture {model_type!r} is not supported; supported architectures (Hugging Face "
             f"model_type): {supported_architectures()}"
         )
-    module = importlib.import_module(ARCHITECTURES[model_type])
+    module = importlib.import_module(converters[model_type])
     missing = [name for name in REQUIRED_FUNCTIONS if not callable(getattr(module, name, None))]
     if missing:
         raise TypeError(f"architecture module {module.__name__} lacks the required functions {missing}")
@@ -125,11 +107,13 @@ def from_pretrained(
     an in-memory ``transformers`` model. The config comes from the source's
     ``config.json`` (or ``hf_config``), never from the name. ``dtype`` (float32 by
     default; float64 for verification, bfloat16 allowed) and ``device`` say where
-    the weights live. ``tokenizer``: used as given; otherwise the tokenizer stored
+    the weights live (a ``device`` torch cannot read raises ``ValueError`` before any
+    weight is read). ``tokenizer``: used as given; otherwise the tokenizer stored
     with the source, else the architecture's fallback (for GPT-2 with its 50257-token
     vocabulary, GPT-2's own tokenizer built offline), else none. ``revision``,
     ``cache_dir`` and ``local_files_only`` are passed to the Hugging Face Hub.
     """
+    device = checked_device(device)
     model, _ = load_with_source(
         source, dtype=dtype, device=device, tokenizer=tokenizer, hf_config=hf_config,
         revision=revision, cache_dir=cache_dir, local_files_only=local_files_only,
@@ -148,8 +132,12 @@ def resolve_dtype(dtype: Union[torch.dtype, str]) -> torch.dtype:
 
 
 def load_with_source(source: Source, *, dtype=torch.float32, device=None, tokenizer=None, hf_config=None, **hub_kwargs):
-    """``from_pretrained``, also returning the ``ResolvedSource`` (used by ``verify_pretrained``)."""
+    """``from_pretrained``, also returning the ``ResolvedSource`` (used by ``verify_pretrained``).
+
+    A ``device`` torch cannot read (``"banana"``) raises ``ValueError`` before anything is read (``checked_device``).
+    """
     dtype = resolve_dtype(dtype)
+    device = checked_device(device)
     resolved: ResolvedSource = resolve_gguf(source) or resolve_source(source, hf_config=hf_config, **hub_kwargs)
     module = architecture_module(resolved.model_type)  # unsupported architectures fail before any weight is read
     cfg = module.config_from_hf(resolved.hf_config)
@@ -164,9 +152,9 @@ def load_with_source(source: Source, *, dtype=torch.float32, device=None, tokeni
 
 
 __all__ = [
-    "ARCHITECTURES",
     "CheckpointError",
     "architecture_module",
+    "checked_device",
     "from_pretrained",
     "load_with_source",
     "resolve_dtype",

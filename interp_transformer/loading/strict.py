@@ -5,7 +5,8 @@ the ones a converter expects, and raises one ``CheckpointError`` listing every
 missing, unexpected and mis-shaped tensor. ``load_strict`` puts a converted state
 dict into a model built on the ``meta`` device (no memory, no random init) with
 ``load_state_dict(assign=True)``, so the model's parameters *are* the converted
-tensors: no copy, no initialisation that is thrown away.
+tensors: no copy, no initialisation that is thrown away. It refuses a weight holding
+NaN or inf (``check_finite``): a damaged checkpoint must not load and compute NaN.
 """
 
 import math
@@ -14,6 +15,8 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 
 import torch
 from torch import Tensor, nn
+
+from .devices import checked_device
 
 Shape = tuple[int, ...]
 # Error messages list at most this many names per kind of problem.
@@ -119,6 +122,23 @@ def check_layer_count(shapes: Mapping[str, Shape], pattern: str, n_layers: int, 
         raise CheckpointError(f"{what}: the config says {field}={n_layers}, the checkpoint holds {found}")
 
 
+def check_finite(name: str, tensor: Tensor, what: str) -> None:
+    """``CheckpointError`` (a ``ValueError``) if the floating tensor ``name`` holds NaN or inf, saying how many.
+
+    A meta tensor (no data) and a non-floating one are not checked.
+    """
+    if tensor.is_meta or not tensor.is_floating_point():
+        return
+    finite = torch.isfinite(tensor)
+    if bool(finite.all()):
+        return
+    count = finite.numel() - int(finite.sum())
+    low_precision = tensor.dtype in (torch.float16, torch.bfloat16)
+    overflow = f" (in {tensor.dtype} a value beyond {torch.finfo(tensor.dtype).max:.4g} is inf)" if low_precision else ""
+    raise CheckpointError(f"{what}: {name} holds {count} non-finite value{'s' if count != 1 else ''} (NaN or inf) of "
+                          f"{tensor.numel()}{overflow}; the weights are damaged")
+
+
 def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
     """Run ``factory()`` with the ``meta`` device as default: parameters get shapes but no memory."""
     with torch.device("meta"):
@@ -138,10 +158,14 @@ def load_strict(
     difference). Floating tensors are cast to ``dtype`` and everything is moved to
     ``device``; a tensor already right is used as is, without a copy
     (``load_state_dict(assign=True)``). Returns ``model`` in eval mode.
+
+    Refused with ``CheckpointError``: an integer tensor where a weight is floating, and a
+    weight holding NaN or inf (``check_finite``). A ``device`` torch cannot read raises
+    ``ValueError`` (``devices.checked_device``) before any tensor is read.
     """
+    device = checked_device(device) or torch.device("cpu")
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     check_checkpoint(state_dict_shapes(state_dict), expected, what="converted state dict")
-    device = torch.device(device) if device is not None else torch.device("cpu")
     tensors = {}
     wanted = model.state_dict()
     for name in expected:
@@ -150,6 +174,7 @@ def load_strict(
             raise CheckpointError(f"converted state dict: {name} holds {tensor.dtype} values, a weight must be floating "
                                   "point; the checkpoint is damaged or not a model's weights")
         tensors[name] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
+        check_finite(name, tensors[name], "converted state dict")
     model.load_state_dict(tensors, strict=True, assign=True)
     still_meta = [name for name, t in model.state_dict().items() if t.is_meta]
     if still_meta:  # a parameter outside state_dict() (should not happen) would have no data
@@ -157,4 +182,4 @@ def load_strict(
     return model.eval()
 
 
-__all__ = ["CheckpointError", "build_on_meta", "check_checkpoint", "load_strict", "state_dict_shapes"]
+__all__ = ["CheckpointError", "build_on_meta", "check_checkpoint", "check_finite", "load_strict", "state_dict_shapes"]

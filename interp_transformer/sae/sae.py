@@ -33,7 +33,8 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookedRootModule, HookPoint
-from ..loading.strict import check_checkpoint, state_dict_shapes
+from ..loading.devices import checked_device
+from ..loading.strict import check_checkpoint, check_finite, state_dict_shapes
 from .architectures import architecture_named, linear
 from .config import SAEConfig, parse_dtype
 from .loading import prepare_tensors, read_sae_folder, save_sae
@@ -65,7 +66,11 @@ class SAE(HookedRootModule):
     ``b_enc [d_sae]``, ``W_dec [d_sae, d_out]``, ``b_dec [d_out]``, plus
     ``threshold``, ``b_gate``/``r_mag``/``b_mag`` or ``W_skip`` by architecture).
     ``sparsity`` holds the log10 feature firing rates of ``sparsity.safetensors``
-    when the folder has one.
+    when the folder has one (``-inf`` for a feature that never fired is kept).
+
+    Refused when built: missing, unexpected or mis-shaped tensors and weights holding NaN
+    or inf (``CheckpointError``, a ``ValueError``), non-floating tensors (``TypeError``), a
+    ``device`` torch cannot read (``ValueError``).
     """
 
     def __init__(
@@ -86,12 +91,14 @@ class SAE(HookedRootModule):
         self.arch = architecture_named(cfg.architecture)
         expected = self.arch.shapes(cfg.d_in, cfg.d_sae, cfg.d_out)
         check_checkpoint(state_dict_shapes(tensors), expected, what=f"the tensors of a {cfg.architecture} SAE")
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        device = checked_device(device) or torch.device("cpu")
         for name in self.arch.parameters:
             tensor = tensors[name]
             if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
                 raise TypeError(f"SAE tensor {name} must be a floating-point Tensor, got {getattr(tensor, 'dtype', type(tensor))}")
-            self.register_parameter(name, nn.Parameter(tensor.detach().to(device=device, dtype=cfg.dtype)))
+            tensor = tensor.detach().to(device=device, dtype=cfg.dtype)
+            check_finite(name, tensor, f"the tensors of a {cfg.architecture} SAE")
+            self.register_parameter(name, nn.Parameter(tensor))
         if sparsity is not None and tuple(sparsity.shape) != (cfg.d_sae,):
             raise ValueError(f"sparsity must have shape [d_sae]=[{cfg.d_sae}], got {list(sparsity.shape)}")
         # not persistent: state_dict() holds exactly the tensors of sae_weights.safetensors
@@ -110,8 +117,10 @@ class SAE(HookedRootModule):
         """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``.
 
         ``device`` defaults to the CPU (a ``"device"`` written in ``cfg.json`` is ignored, as
-        SAELens' ``load_from_disk`` ignores it).
+        SAELens' ``load_from_disk`` ignores it); one torch cannot read raises ``ValueError`` before
+        anything is read. Weights holding NaN or inf are refused (``CheckpointError``, a ``ValueError``).
         """
+        checked_device(device)
         config, tensors, sparsity = read_sae_folder(folder, dtype=dtype)
         return cls(config, tensors, device=device, sparsity=sparsity)
 

@@ -19,8 +19,11 @@ def versions(path: str) -> dict[str, str]:
 
 def main(lock_path: str, other_path: str) -> None:
     lock, other = versions(lock_path), versions(other_path)
-    lines = [f"{name}: {lock.get(name, 'absent')} (lock) -> {other.get(name, 'absent')} (newest)"
-             for name in sorted(set(lock) | set(other)) if lock.get(name) != other.get(name)]
+    lines = [
+        f"{name}: {lock.get(name, 'absent')} (lock) -> {other.get(name, 'absent')} (newest)"
+        for name in sorted(set(lock) | set(other))
+        if lock.get(name) != other.get(name)
+    ]
     print("\n".join(lines) if lines else "no package differs from the lock")
 
 

@@ -22,7 +22,7 @@ AnyModel = HookedTransformerBase  # a DemoTransformer of any architecture, or an
 # what a capability-dependent analysis needs, in words (the key is a property of model.capabilities)
 NEEDS = {
     "linear_logits": "next-token logits read linearly (frozen final-norm scale) from an additive residual stream: a "
-                     "pre-norm decoder such as a DemoTransformer",
+    "pre-norm decoder such as a DemoTransformer",
     "next_token_logits": "a model whose output is next-token logits (a DemoTransformer)",
 }
 
@@ -53,7 +53,9 @@ def _index(value, size: int, name: str, unit: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not -size <= value < size:
-        raise ValueError(f"{name}={value} is out of range: the model has {size} {unit} (valid: 0..{size - 1}, or -{size}..-1)")
+        raise ValueError(
+            f"{name}={value} is out of range: the model has {size} {unit} (valid: 0..{size - 1}, or -{size}..-1)"
+        )
     return int(value) % size
 
 
@@ -79,15 +81,19 @@ def layer_list(model: AnyModel, layers) -> list[int]:
     return [layer_index(model, layer) for layer in layers]
 
 
-EXPERT_TOOLS = ("analysis.experts (expert_neuron_activations, expert_neuron_summary, expert_top_activations, "
-                "expert_neuron_logit_effect, expert_neuron_logit_attribution)")
+EXPERT_TOOLS = (
+    "analysis.experts (expert_neuron_activations, expert_neuron_summary, expert_top_activations, "
+    "expert_neuron_logit_effect, expert_neuron_logit_attribution)"
+)
 
 
 def require_mlp(model: AnyModel, what: str) -> None:
     """``ValueError`` unless every block has an MLP of ``d_mlp`` neurons (not attention-only, not experts)."""
     if model.capabilities.has_experts:
-        raise ValueError(f"{what}: this model's MLPs are mixtures of experts, whose neurons belong to one expert each; "
-                         f"use the per-expert tools in {EXPERT_TOOLS}")
+        raise ValueError(
+            f"{what}: this model's MLPs are mixtures of experts, whose neurons belong to one expert each; "
+            f"use the per-expert tools in {EXPERT_TOOLS}"
+        )
     if model.act_name("post", 0) not in model.hook_dict:
         raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
 
@@ -97,12 +103,17 @@ def require_neurons(model: AnyModel, layer: int, what: str) -> None:
     if model.act_name("post", layer) in model.hook_dict:
         return
     if model.capabilities.has_experts:
-        raise ValueError(f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert each; "
-                         f"use the per-expert tools in {EXPERT_TOOLS}")
+        raise ValueError(
+            f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert "
+            "each; "
+            f"use the per-expert tools in {EXPERT_TOOLS}"
+        )
     raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")
 
 
-def require_hooks(cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Optional[Sequence[str]] = None) -> None:
+def require_hooks(
+    cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Optional[Sequence[str]] = None
+) -> None:
     """Raise ``KeyError`` if the cache lacks any of ``names``, saying how to cache them."""
     missing = [name for name in names if name not in cache.cache_dict]
     if missing:
@@ -126,7 +137,9 @@ def check_labels(labels: Optional[Sequence], size: int, axis: str) -> Optional[l
     if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
         raise TypeError(f"{axis} labels must be a sequence of str, got {type(labels).__name__}")
     if len(labels) != size:
-        raise ValueError(f"got {len(labels)} {axis} labels for {size} entries along {axis}: pass exactly one label per {axis}")
+        raise ValueError(
+            f"got {len(labels)} {axis} labels for {size} entries along {axis}: pass exactly one label per {axis}"
+        )
     return [str(label) for label in labels]
 
 
@@ -160,5 +173,7 @@ def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:
     if pos.shape != (batch,):
         raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(pos.shape)}")
     if int(pos.min()) < -n_pos or int(pos.max()) >= n_pos:
-        raise ValueError(f"{name} must lie in [-{n_pos}, {n_pos}) for sequences of {n_pos} positions, got {pos.tolist()}")
+        raise ValueError(
+            f"{name} must lie in [-{n_pos}, {n_pos}) for sequences of {n_pos} positions, got {pos.tolist()}"
+        )
     return pos.long() % n_pos

@@ -20,7 +20,8 @@ A head that attends only to its targets scores 1; a uniform head scores about
   repeated random token sequences from ``repeated_random_tokens``.
 
 Bidirectional models (``model.capabilities.causal`` False: encoders) attend in both
-directions, so their targets may mark later keys. A padded batch needs its ``attention_mask`` ``[batch, pos]`` (1 real, 0
+directions, so their targets may mark later keys. A padded batch needs its ``attention_mask`` ``[batch, pos]`` (1 real,
+0
 padding): padding query rows leave the mean, and target entries on padding keys are
 dropped (the padding id repeats, so a duplicate-token target would otherwise reward
 padding attending to padding).
@@ -75,7 +76,9 @@ def attention_pattern(
     return pattern if head is None else pattern[:, _checks.head_index(cache.model, head)]
 
 
-def attention_entropy(cache: ActivationCache, per_position: bool = False) -> Float[Tensor, "layer head_index *query_pos"]:
+def attention_entropy(
+    cache: ActivationCache, per_position: bool = False
+) -> Float[Tensor, "layer head_index *query_pos"]:
     """Entropy (nats) of each head's attention distribution, ``-sum_k p[q, k] log p[q, k]``.
 
     Averaged over batch and query positions: ``[layer, head_index]``; with
@@ -93,6 +96,7 @@ def attention_entropy(cache: ActivationCache, per_position: bool = False) -> Flo
 
 
 # ---- target patterns -------------------------------------------------------------------
+
 
 def _check_tokens(tokens) -> Tensor:
     if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
@@ -116,7 +120,9 @@ def next_token_target(n_pos: int) -> Float[Tensor, "query_pos key_pos"]:
     return previous_token_target(n_pos).T.contiguous()
 
 
-def duplicate_token_target(tokens: Int[Tensor, "batch pos"], bidirectional: bool = False) -> Float[Tensor, "batch query_pos key_pos"]:
+def duplicate_token_target(
+    tokens: Int[Tensor, "batch pos"], bidirectional: bool = False
+) -> Float[Tensor, "batch query_pos key_pos"]:
     """``T[b, q, k] = 1`` where ``k < q`` (``k != q`` if ``bidirectional``) and ``tokens[b, k] == tokens[b, q]``."""
     tokens = _check_tokens(tokens)
     same = tokens[:, :, None] == tokens[:, None, :]
@@ -139,7 +145,11 @@ def induction_target(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch q
 
 
 def repeated_random_tokens(
-    model: _checks.AnyModel, seq_len: int, batch: int = 1, seed: int = 0, bos: Optional[int] = None,
+    model: _checks.AnyModel,
+    seq_len: int,
+    batch: int = 1,
+    seed: int = 0,
+    bos: Optional[int] = None,
     eos: Optional[int] = None,
 ) -> Int[Tensor, "batch pos"]:
     """``[bos?, x_1 .. x_n, x_1 .. x_n, eos?]``: ``n = seq_len`` uniform random tokens, repeated.
@@ -158,7 +168,9 @@ def repeated_random_tokens(
         raise ValueError(f"2*seq_len{extra} = {n_pos} exceeds n_ctx={model.cfg.n_ctx}")
     d_vocab = model.cfg.d_vocab
     for name, value in (("bos", bos), ("eos", eos)):
-        if value is not None and (isinstance(value, bool) or not (isinstance(value, numbers.Integral) and 0 <= value < d_vocab)):
+        if value is not None and (
+            isinstance(value, bool) or not (isinstance(value, numbers.Integral) and 0 <= value < d_vocab)
+        ):
             raise ValueError(f"{name} must be a token id in [0, d_vocab={d_vocab}), got {value!r}")
     excluded = sorted({int(value) for value in (bos, eos) if value is not None})
     generator = torch.Generator().manual_seed(seed)
@@ -175,9 +187,12 @@ def repeated_random_tokens(
 
 # ---- detectors ------------------------------------------------------------------------
 
+
 def _check_target(target: Tensor, batch: int, n_pos: int, causal: bool) -> Tensor:
     if not isinstance(target, Tensor):
-        raise TypeError(f"target must be a tensor [query_pos, key_pos] or [batch, query_pos, key_pos], got {type(target).__name__}")
+        raise TypeError(
+            f"target must be a tensor [query_pos, key_pos] or [batch, query_pos, key_pos], got {type(target).__name__}"
+        )
     target = target.float()
     if target.ndim == 2:
         target = target.unsqueeze(0)
@@ -190,7 +205,9 @@ def _check_target(target: Tensor, batch: int, n_pos: int, causal: bool) -> Tenso
         raise ValueError(f"target values must lie in [0, 1], got range [{float(target.min())}, {float(target.max())}]")
     future = torch.ones(n_pos, n_pos, dtype=torch.bool, device=target.device).triu(1)
     if causal and target[:, future].any():
-        raise ValueError("target marks key positions after the query (key_pos > query_pos), which causal attention never reaches")
+        raise ValueError(
+            "target marks key positions after the query (key_pos > query_pos), which causal attention never reaches"
+        )
     return target
 
 
@@ -201,7 +218,9 @@ def _check_mask(attention_mask, batch: int, n_pos: int) -> Optional[Tensor]:
     if not isinstance(attention_mask, Tensor) or attention_mask.is_floating_point():
         raise TypeError(f"attention_mask must be an integer or bool tensor [batch, pos], got {attention_mask!r:.80}")
     if attention_mask.shape != (batch, n_pos):
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, the cached patterns need [{batch}, {n_pos}]")
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}, the cached patterns need [{batch}, {n_pos}]"
+        )
     if attention_mask.dtype != torch.bool and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold 1 (real token) or 0 (padding) only")
     return attention_mask.bool()
@@ -241,21 +260,29 @@ def detect_head(
     scores = []
     for pattern in patterns:
         mass = einops.einsum(pattern, target.to(pattern.dtype), "batch head_index q k, batch q k -> batch head_index q")
-        scores.append(einops.einsum(mass, rows.to(mass.dtype), "batch head_index q, batch q -> head_index") / rows.sum())
+        scores.append(
+            einops.einsum(mass, rows.to(mass.dtype), "batch head_index q, batch q -> head_index") / rows.sum()
+        )
     return torch.stack(scores)
 
 
-def previous_token_scores(cache: ActivationCache, attention_mask: Optional[Tensor] = None) -> Float[Tensor, "layer head_index"]:
+def previous_token_scores(
+    cache: ActivationCache, attention_mask: Optional[Tensor] = None
+) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just before it (queries ``q >= 1``)."""
     n_pos = next(_patterns(cache, "previous_token_scores"))[1].shape[-1]
     return detect_head(cache, previous_token_target(n_pos), attention_mask=attention_mask)
 
 
-def next_token_scores(cache: ActivationCache, attention_mask: Optional[Tensor] = None) -> Float[Tensor, "layer head_index"]:
+def next_token_scores(
+    cache: ActivationCache, attention_mask: Optional[Tensor] = None
+) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just after it: encoders only (a decoder never sees it)."""
     _checks.check_cache(cache)
     if cache.model.capabilities.causal:
-        raise ValueError("next_token_scores: causal attention never reaches the next token; this needs bidirectional attention")
+        raise ValueError(
+            "next_token_scores: causal attention never reaches the next token; this needs bidirectional attention"
+        )
     n_pos = next(_patterns(cache, "next_token_scores"))[1].shape[-1]
     return detect_head(cache, next_token_target(n_pos), attention_mask=attention_mask)
 
@@ -265,7 +292,9 @@ def _tokens_and_mask(tokens, attention_mask) -> tuple[Tensor, Optional[Tensor]]:
     ``attention_mask`` (default: no padding)."""
     if isinstance(tokens, tuple) and hasattr(tokens, "attention_mask"):
         if attention_mask is not None:
-            raise ValueError(f"tokens is a {type(tokens).__name__}, which carries its own attention_mask: pass no other")
+            raise ValueError(
+                f"tokens is a {type(tokens).__name__}, which carries its own attention_mask: pass no other"
+            )
         return tokens.tokens, tokens.attention_mask
     return tokens, attention_mask
 

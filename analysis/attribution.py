@@ -3,7 +3,8 @@
 **Logit lens.** Read the residual stream ``r`` entering each block (and the final one)
 as if it were the last: ``lens(r) = LN_final(r) W_U + b_U``, where ``LN_final`` is the
 whole final norm (LayerNorm: ``(r - mean(r)) / sqrt(var(r) + eps) * w + b``), with the
-scale recomputed from ``r`` itself (the norm's own ``normalize``). At the final residual this is exactly the model's logits.
+scale recomputed from ``r`` itself (the norm's own ``normalize``). At the final residual this is exactly the model's
+logits.
 (``cache.accumulated_resid(apply_ln=True)`` does the same; ``cache.apply_ln_to_stack``
 instead freezes the scale to the final residual's and drops ``b``: right for attribution,
 where sums must stay additive, but it misreads earlier residuals, whose norm is smaller.)
@@ -65,11 +66,14 @@ PosArg = Union[int, Int[Tensor, "batch"]]
 def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:
     """The hooks ``logit_lens`` reads: every ``hook_resid_pre`` and the final residual stream."""
     n_layers = model.cfg.n_layers
-    return [model.act_name("resid_pre", layer) for layer in range(n_layers)] + [model.hook_names.final_residual_name(n_layers)]
+    return [model.act_name("resid_pre", layer) for layer in range(n_layers)] + [
+        model.hook_names.final_residual_name(n_layers)
+    ]
 
 
 def routing_hook_names(model: _checks.AnyModel, layer: int) -> list[str]:
-    """The routing hooks of block ``layer`` (chosen experts, their weights, the shared expert's gate), or [] without experts."""
+    """The routing hooks of block ``layer`` (chosen experts, their weights, the shared expert's gate), or [] without
+    experts."""
     if not model.capabilities.has_experts:
         return []
     names = [model.act_name("expert_indices", layer), model.act_name("routing_weights", layer)]
@@ -100,9 +104,7 @@ def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> li
 
 
 @torch.no_grad()
-def logit_lens(
-    cache: ActivationCache, pos_slice: Union[None, int, slice] = None, return_labels: bool = False
-):
+def logit_lens(cache: ActivationCache, pos_slice: Union[None, int, slice] = None, return_labels: bool = False):
     """``LN_final(r) W_U + b_U`` for the residual ``r`` entering every block and the final one.
 
     Shape ``[layer + 1, batch, pos, d_vocab]`` (``pos_slice`` selects positions first; an
@@ -157,8 +159,11 @@ class LogitAttribution:
         """What ``total()`` is the logit of: the model's own, or (soft-capped logits) the one before the cap."""
         if self.logit_softcap is None:
             return "the terms sum to the logit (difference)"
-        return (f"the model soft-caps its logits, cap * tanh(logit / cap) with cap = {self.logit_softcap:g}, which is not "
-                "linear: the terms sum to the logit (difference) before the cap, cache['logits_uncapped']")
+        return (
+            f"the model soft-caps its logits, cap * tanh(logit / cap) with cap = {self.logit_softcap:g}, which is "
+            "not "
+            "linear: the terms sum to the logit (difference) before the cap, cache['logits_uncapped']"
+        )
 
     @property
     def attn(self) -> Float[Tensor, "layer batch"]:
@@ -197,7 +202,9 @@ class _Readout:
         """Activation ``name`` at the chosen position of each batch entry: ``[batch, ...]``."""
         return _checks.cached(self.cache, name)[self.batch_index, self.pos]
 
-    def read(self, vectors: Float[Tensor, "... batch d_model"], direction: Optional[Tensor] = None) -> Float[Tensor, "... batch"]:
+    def read(
+        self, vectors: Float[Tensor, "... batch d_model"], direction: Optional[Tensor] = None
+    ) -> Float[Tensor, "... batch"]:
         """``vectors . c / scale`` (``direction`` instead of ``c``: one pulled back through an output norm)."""
         return (vectors * (self.centred if direction is None else direction)).sum(dim=-1) / self.scale
 
@@ -222,7 +229,9 @@ class _Readout:
         if not routing:
             return mlp.b_out.expand(self.scale.shape[0], -1)
         indices, weights = self.at_pos(routing[0]), self.at_pos(routing[1])  # [batch, top_k]
-        written = einops.einsum(weights, mlp.stacked("b_out")[indices], "batch top_k, batch top_k d_model -> batch d_model")
+        written = einops.einsum(
+            weights, mlp.stacked("b_out")[indices], "batch top_k, batch top_k d_model -> batch d_model"
+        )
         if len(routing) == 3:  # the shared expert, scaled by its gate
             written = written + self.at_pos(routing[2]) * mlp.shared_expert.b_out
         return written
@@ -247,8 +256,13 @@ def direct_logit_attribution(
         z = readout.at_pos(model.act_name("z", layer))  # [batch, head_index, d_head]
         c_attn, norm_bias = readout.through_output_norm(layer, 0)
         # z_h W_O[h] . c = z_h . (W_O[h] c): no [head_index, batch, d_model] stack needed
-        W_O_c = einops.einsum(block.attn.W_O, c_attn, "head_index d_head d_model, batch d_model -> head_index batch d_head")
-        heads.append(einops.einsum(z, W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch") / readout.scale)
+        W_O_c = einops.einsum(
+            block.attn.W_O, c_attn, "head_index d_head d_model, batch d_model -> head_index batch d_head"
+        )
+        heads.append(
+            einops.einsum(z, W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch")
+            / readout.scale
+        )
         attn_bias.append(readout.read(block.attn.b_O, c_attn) + norm_bias)
         if model.act_name("mlp_out", layer) in model.hook_dict:
             mlp.append(readout.read(readout.at_pos(model.act_name("mlp_out", layer))))

@@ -17,7 +17,8 @@ fold LayerNorm into the weights first for a closer picture of a real model.
 Encoders (``EncoderTransformer``): the QK circuit is the same. The OV circuit needs an
 output space: ``read_out="unembed"`` uses the model's ``W_U`` (for BERT the MLM decoder;
 it leaves out the MLM head's dense + activation + LayerNorm transform, as it leaves out
-LayerNorm), and a model without one (a ``BertModel`` without MLM head) raises; ``read_out="embed"`` reads the head's output
+LayerNorm), and a model without one (a ``BertModel`` without MLM head) raises; ``read_out="embed"`` reads the head's
+output
 against the token embeddings instead, ``W_E W_V W_O W_E^T`` (BERT ties its MLM decoder
 to ``W_E``, so this is the tied read-out), for any model.
 
@@ -91,7 +92,8 @@ def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: 
 
 
 def token_writes(model: _checks.AnyModel) -> Float[Tensor, "d_vocab d_model"]:
-    """What each token writes into the residual stream: ``W_E``, or ``W_E * sqrt(d_model)`` (Gemma, Marian), ``ln(W_E)`` (BLOOM).
+    """What each token writes into the residual stream: ``W_E``, or ``W_E * sqrt(d_model)`` (Gemma, Marian), ``ln(W_E)``
+    (BLOOM).
 
     The circuits start from these rows, so that a scaled or normalized embedding reads as
     the stream sees it; a tied read-out (``read_out="embed"``) stays ``W_E^T`` as stored.
@@ -252,7 +254,9 @@ def composition_scores(
         raise ValueError(f"kind must be one of {COMPOSITION_KINDS}, got {kind!r}")
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     V, O = model.W_V, model.W_O.transpose(-2, -1)  # writer: W_OV = V O^T', both [layer, head_index, d_model, d_head]
-    P, R = {"q": (model.W_Q, model.W_K), "k": (model.W_K, model.W_Q), "v": (model.W_V, model.W_O.transpose(-2, -1))}[kind]
+    P, R = {"q": (model.W_Q, model.W_K), "k": (model.W_K, model.W_Q), "v": (model.W_V, model.W_O.transpose(-2, -1))}[
+        kind
+    ]
     gram = lambda A: A.transpose(-2, -1) @ A  # noqa: E731  [..., d_head, d_head]
     G, H = gram(V), gram(R)
     writer_norms = _frobenius(G, gram(O))  # ||V O^T'||_F = sqrt(tr(V^T V O^T' O'))
@@ -267,12 +271,14 @@ def composition_scores(
             scores[l2:, :, l2, h2] = 0.0
         return scores
     for l1 in range(n_layers - 1):
-        M = einops.einsum(O[l1], P[l1 + 1:], "writer d_model i, layer reader d_model j -> layer writer reader i j")
+        M = einops.einsum(O[l1], P[l1 + 1 :], "writer d_model i, layer reader d_model j -> layer writer reader i j")
         GM = einops.einsum(G[l1], M, "writer i k, layer writer reader k j -> layer writer reader i j")
-        MH = einops.einsum(M, H[l1 + 1:], "layer writer reader i k, layer reader j k -> layer writer reader i j")
+        MH = einops.einsum(M, H[l1 + 1 :], "layer writer reader i k, layer reader j k -> layer writer reader i j")
         product_norms = (GM * MH).sum(dim=(-2, -1)).clamp(min=0).sqrt()  # [layer, writer, reader]
-        denominators = writer_norms[l1][None, :, None] * reader_norms[l1 + 1:][:, None, :]
-        scores[l1, :, l1 + 1:, :] = einops.rearrange(product_norms / denominators, "layer writer reader -> writer layer reader")
+        denominators = writer_norms[l1][None, :, None] * reader_norms[l1 + 1 :][:, None, :]
+        scores[l1, :, l1 + 1 :, :] = einops.rearrange(
+            product_norms / denominators, "layer writer reader -> writer layer reader"
+        )
     return scores
 
 

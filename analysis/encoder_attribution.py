@@ -80,8 +80,12 @@ def encoder_attribution_hook_names(model, neurons: bool = False) -> list[str]:
     if embedding_norm is not None:
         names.append(embedding_norm.hook_scale.name)
     for layer in range(model.cfg.n_layers):
-        names += [model.act_name("z", layer), model.act_name("scale", layer, "ln1"), model.act_name("mlp_out", layer),
-                  model.act_name("scale", layer, "ln2")]
+        names += [
+            model.act_name("z", layer),
+            model.act_name("scale", layer, "ln1"),
+            model.act_name("mlp_out", layer),
+            model.act_name("scale", layer, "ln2"),
+        ]
         if neurons:
             names.append(model.act_name("post", layer))
     return names + [model.hook_names.final_residual_name(model.cfg.n_layers)]
@@ -129,20 +133,29 @@ class EncoderAttribution:
 
     def map(self, fn: Callable[[Tensor], Tensor]) -> "EncoderAttribution":
         """The same split with ``fn`` applied to every field over its trailing ``*where`` axes."""
-        return EncoderAttribution(**{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
-                                     for f in fields(self)})
+        return EncoderAttribution(
+            **{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name)) for f in fields(self)}
+        )
 
 
 def _directions(direction, batch: int, n_pos: int, like: Tensor) -> Tensor:
-    """``direction`` ``[d_model]``, ``[batch, d_model]`` or ``[batch, pos, d_model]`` broadcast to ``[batch, pos, d_model]``."""
+    """``direction`` ``[d_model]``, ``[batch, d_model]`` or ``[batch, pos, d_model]`` broadcast to ``[batch, pos,
+    d_model]``."""
     if not isinstance(direction, Tensor) or not direction.is_floating_point():
-        raise TypeError(f"direction must be a float tensor [d_model], [batch, d_model] or [batch, pos, d_model], got {direction!r:.80}")
+        raise TypeError(
+            "direction must be a float tensor [d_model], [batch, d_model] or [batch, pos, d_model], got "
+            f"{direction!r:.80}"
+        )
     d_model = like.shape[-1]
-    accepted = {(d_model,): "d_model -> 1 1 d_model", (batch, d_model): "batch d_model -> batch 1 d_model",
-                (batch, n_pos, d_model): "batch pos d_model -> batch pos d_model"}
+    accepted = {
+        (d_model,): "d_model -> 1 1 d_model",
+        (batch, d_model): "batch d_model -> batch 1 d_model",
+        (batch, n_pos, d_model): "batch pos d_model -> batch pos d_model",
+    }
     if tuple(direction.shape) not in accepted:
         raise ValueError(
-            f"direction has shape {tuple(direction.shape)}; expected [d_model]=[{d_model}], [batch, d_model]=[{batch}, {d_model}] "
+            f"direction has shape {tuple(direction.shape)}; expected [d_model]=[{d_model}], [batch, d_model]=[{batch}, "
+            f"{d_model}] "
             f"or [batch, pos, d_model]=[{batch}, {n_pos}, {d_model}]"
         )
     direction = einops.rearrange(direction, accepted[tuple(direction.shape)])
@@ -161,8 +174,15 @@ def _reducer(pos: PosArg, attention_mask, batch: int, n_pos: int, device) -> Cal
         if attention_mask is None:
             weights = torch.ones(batch, n_pos, device=device)
         else:
-            if not isinstance(attention_mask, Tensor) or attention_mask.is_floating_point() or attention_mask.shape != (batch, n_pos):
-                raise ValueError(f"attention_mask must be an integer or bool tensor [batch, pos]=[{batch}, {n_pos}], got {attention_mask!r:.80}")
+            if (
+                not isinstance(attention_mask, Tensor)
+                or attention_mask.is_floating_point()
+                or attention_mask.shape != (batch, n_pos)
+            ):
+                raise ValueError(
+                    f"attention_mask must be an integer or bool tensor [batch, pos]=[{batch}, {n_pos}], "
+                    f"got {attention_mask!r:.80}"
+                )
             weights = attention_mask.to(device).float()
             if bool((weights.sum(dim=-1) == 0).any()):
                 raise ValueError("attention_mask has a row without any real token: nothing to average")
@@ -213,7 +233,9 @@ def encoder_direct_attribution(
     g = _directions(direction, batch, n_pos, hidden)
     value = _read(hidden, g)
     reduce = _reducer(pos, attention_mask, batch, n_pos, hidden.device)
-    terms: dict[str, list[Tensor]] = {name: [] for name in ("heads", "attn_bias", "ln1_bias", "mlp", "mlp_bias", "ln2_bias", "neurons")}
+    terms: dict[str, list[Tensor]] = {
+        name: [] for name in ("heads", "attn_bias", "ln1_bias", "mlp", "mlp_bias", "ln2_bias", "neurons")
+    }
     for layer in reversed(range(model.cfg.n_layers)):
         block, name = model.blocks[layer], functools.partial(model.act_name, layer=layer)
         terms["ln2_bias"].append(block.ln2.bias_term(g))
@@ -225,8 +247,12 @@ def encoder_direct_attribution(
             terms["neurons"].append(einops.rearrange(act(name("post")) * W_out_g, "batch pos d_mlp -> d_mlp batch pos"))
         terms["ln1_bias"].append(block.ln1.bias_term(g))
         g = block.ln1.pull_back(g, act(name("scale", sub="ln1")))  # reads resid_mid = resid_pre + attn_out
-        W_O_g = einops.einsum(block.attn.W_O, g, "head_index d_head d_model, batch pos d_model -> batch pos head_index d_head")
-        heads = einops.einsum(act(name("z")), W_O_g, "batch pos head_index d_head, batch pos head_index d_head -> head_index batch pos")
+        W_O_g = einops.einsum(
+            block.attn.W_O, g, "head_index d_head d_model, batch pos d_model -> batch pos head_index d_head"
+        )
+        heads = einops.einsum(
+            act(name("z")), W_O_g, "batch pos head_index d_head, batch pos head_index d_head -> head_index batch pos"
+        )
         terms["heads"].append(heads)
         terms["attn_bias"].append(_read(block.attn.b_O, g))
     embedding_norm = _embedding_norm(model)
@@ -261,9 +287,15 @@ def sentence_embedding_direction(
     name = model.hook_names.final_residual_name(model.cfg.n_layers)
     _checks.require_hooks(cache, [name], "sentence_embedding_direction")
     hidden = _checks.cached(cache, name)
-    pooled = _reducer("mean", attention_mask, hidden.shape[0], hidden.shape[1], hidden.device)(einops.rearrange(
-        hidden, "batch pos d_model -> d_model batch pos"))
+    pooled = _reducer("mean", attention_mask, hidden.shape[0], hidden.shape[1], hidden.device)(
+        einops.rearrange(hidden, "batch pos d_model -> d_model batch pos")
+    )
     return torch.nn.functional.normalize(einops.rearrange(pooled, "d_model batch -> batch d_model"), dim=-1)
 
 
-__all__ = ["EncoderAttribution", "encoder_attribution_hook_names", "encoder_direct_attribution", "sentence_embedding_direction"]
+__all__ = [
+    "EncoderAttribution",
+    "encoder_attribution_hook_names",
+    "encoder_direct_attribution",
+    "sentence_embedding_direction",
+]

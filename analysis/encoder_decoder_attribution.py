@@ -45,9 +45,11 @@ def decoder_writer_names(model) -> list[tuple[str, str]]:
     """``(label, hook)`` of every component that writes the decoder's residual stream, in order."""
     names = [(name, model.act_name(name, DECODER)) for name in model.hook_names.input_writers]
     for layer in range(model.cfg.n_decoder_layers):
-        names += [(f"{layer}_attn_out", model.act_name("attn_out", layer, DECODER)),
-                  (f"{layer}_cross_attn_out", model.act_name("attn_out", layer, CROSS)),
-                  (f"{layer}_mlp_out", model.act_name("mlp_out", layer, DECODER))]
+        names += [
+            (f"{layer}_attn_out", model.act_name("attn_out", layer, DECODER)),
+            (f"{layer}_cross_attn_out", model.act_name("attn_out", layer, CROSS)),
+            (f"{layer}_mlp_out", model.act_name("mlp_out", layer, DECODER)),
+        ]
     return names
 
 
@@ -72,8 +74,11 @@ def decoder_final_residual(cache: ActivationCache) -> Float[Tensor, "batch pos d
     return _checks.cached(cache, name)
 
 
-def head_results(cache: ActivationCache, attention: str = CROSS) -> tuple[Float[Tensor, "layer head_index batch pos d_model"], list[str]]:
-    """Each decoder head's write ``z_h W_O[h]`` (no ``b_O``): ``attention="cross"`` for cross-attention, ``"decoder"`` for self.
+def head_results(
+    cache: ActivationCache, attention: str = CROSS
+) -> tuple[Float[Tensor, "layer head_index batch pos d_model"], list[str]]:
+    """Each decoder head's write ``z_h W_O[h]`` (no ``b_O``): ``attention="cross"`` for cross-attention, ``"decoder"``
+    for self.
 
     Labels ``"L0H3"`` (self-attention) or ``"L0C3"`` (cross-attention). Per layer, the heads
     plus ``b_O`` sum to that attention's output (``hook_attn_out`` / ``hook_cross_attn_out``).
@@ -87,9 +92,15 @@ def head_results(cache: ActivationCache, attention: str = CROSS) -> tuple[Float[
     _checks.require_hooks(cache, names, "head_results")
     W_O = model.decoder.W_O_cross if attention == CROSS else model.decoder.W_O
     z = torch.stack([_checks.cached(cache, name) for name in names])
-    results = einops.einsum(z, W_O, "layer batch pos head_index d_head, layer head_index d_head d_model -> layer head_index batch pos d_model")
+    results = einops.einsum(
+        z,
+        W_O,
+        "layer batch pos head_index d_head, layer head_index d_head d_model -> layer head_index batch pos d_model",
+    )
     letter = "C" if attention == CROSS else "H"
-    labels = [f"L{layer}{letter}{head}" for layer in range(model.cfg.n_decoder_layers) for head in range(model.cfg.n_heads)]
+    labels = [
+        f"L{layer}{letter}{head}" for layer in range(model.cfg.n_decoder_layers) for head in range(model.cfg.n_heads)
+    ]
     return results, labels
 
 
@@ -122,7 +133,11 @@ def attribution_hook_names(model) -> list[str]:
     """The hooks ``decoder_logit_attribution`` reads."""
     names = [model.act_name(name, DECODER) for name in model.hook_names.input_writers]
     for layer in range(model.cfg.n_decoder_layers):
-        names += [model.act_name("z", layer, DECODER), model.act_name("z", layer, CROSS), model.act_name("mlp_out", layer, DECODER)]
+        names += [
+            model.act_name("z", layer, DECODER),
+            model.act_name("z", layer, CROSS),
+            model.act_name("mlp_out", layer, DECODER),
+        ]
     return names + [model.act_name("scale", DECODER)]
 
 
@@ -165,7 +180,10 @@ def decoder_logit_attribution(
 
     def per_head(z_name: str, W_O: Tensor) -> Tensor:
         W_O_c = einops.einsum(W_O, centred, "head_index d_head d_model, batch d_model -> head_index batch d_head")
-        return einops.einsum(at_pos(z_name), W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch") / scale
+        return (
+            einops.einsum(at_pos(z_name), W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch")
+            / scale
+        )
 
     heads, attn_bias, cross_heads, cross_bias, mlp = [], [], [], [], []
     for layer, block in enumerate(model.decoder.blocks):
@@ -176,23 +194,31 @@ def decoder_logit_attribution(
         mlp.append(read(at_pos(model.act_name("mlp_out", layer, DECODER))))
     inputs = {name: read(at_pos(model.act_name(name, DECODER))) for name in model.hook_names.input_writers}
     return DecoderLogitAttribution(
-        embed=inputs["embed"], pos_embed=inputs.get("pos_embed", torch.zeros_like(inputs["embed"])),
-        heads=torch.stack(heads), attn_bias=torch.stack(attn_bias), cross_heads=torch.stack(cross_heads),
-        cross_attn_bias=torch.stack(cross_bias), mlp=torch.stack(mlp), ln_final_bias=norm.bias_term(direction),
+        embed=inputs["embed"],
+        pos_embed=inputs.get("pos_embed", torch.zeros_like(inputs["embed"])),
+        heads=torch.stack(heads),
+        attn_bias=torch.stack(attn_bias),
+        cross_heads=torch.stack(cross_heads),
+        cross_attn_bias=torch.stack(cross_bias),
+        mlp=torch.stack(mlp),
+        ln_final_bias=norm.bias_term(direction),
         unembed_bias=unembed_bias,
     )
 
 
-def predicted_logit_attribution(cache: ActivationCache, logits: Float[Tensor, "batch pos d_vocab"],
-                                batch_index: int = 0) -> tuple[DecoderLogitAttribution, Tensor]:
+def predicted_logit_attribution(
+    cache: ActivationCache, logits: Float[Tensor, "batch pos d_vocab"], batch_index: int = 0
+) -> tuple[DecoderLogitAttribution, Tensor]:
     """The attribution of the predicted token's logit at every target position of one batch entry.
 
     Returns ``(attribution, predicted [pos])``, the attribution's batch axis running over positions.
     """
     predicted = logits[batch_index].argmax(dim=-1)
     n_pos = predicted.shape[0]
-    expanded = ActivationCache({name: value[batch_index:batch_index + 1].expand(n_pos, *value.shape[1:])
-                                for name, value in cache.items()}, cache.model)
+    expanded = ActivationCache(
+        {name: value[batch_index : batch_index + 1].expand(n_pos, *value.shape[1:]) for name, value in cache.items()},
+        cache.model,
+    )
     return decoder_logit_attribution(expanded, predicted, pos=torch.arange(n_pos)), predicted
 
 

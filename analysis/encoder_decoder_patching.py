@@ -37,9 +37,13 @@ def _single(model, source, decoder_input, attention_mask) -> tuple[Tensor, Tenso
     require_cross_attention(model, "source patching")
     tokens, key_is_real = model.prepare_source(source, attention_mask)
     if tokens.shape[0] != 1:
-        raise ValueError(f"source patching takes one source: [key_pos] or [1, key_pos], got shape {tuple(tokens.shape)}")
+        raise ValueError(
+            f"source patching takes one source: [key_pos] or [1, key_pos], got shape {tuple(tokens.shape)}"
+        )
     if decoder_input is None:
-        raise ValueError("decoder_input is needed: the target positions whose logits are measured (e.g. model.generate(source))")
+        raise ValueError(
+            "decoder_input is needed: the target positions whose logits are measured (e.g. model.generate(source))"
+        )
     decoder_input = torch.as_tensor(decoder_input)
     decoder_input = decoder_input[None] if decoder_input.ndim == 1 else decoder_input
     mask = None if key_is_real is None else key_is_real.long()
@@ -101,8 +105,11 @@ def patch_source_positions(
     clean, decoder_input, mask = _single(model, clean_source, decoder_input, attention_mask)
     corrupted, _, _ = _single(model, corrupted_source, decoder_input, attention_mask)
     if clean.shape != corrupted.shape:
-        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} sources must have the same "
-                         "shape, so that positions line up")
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} sources must have the "
+            "same "
+            "shape, so that positions line up"
+        )
     clean_out, corrupted_out = model.encode(clean, mask), model.encode(corrupted, mask)
     clean_logits = model.decode(decoder_input, clean_out)[0]
     corrupted_logits = model.decode(decoder_input, corrupted_out)[0]

@@ -51,15 +51,20 @@ def moe_layers(model: _checks.AnyModel) -> list[int]:
     """The blocks whose MLP is a mixture of experts (``ValueError`` for a model without experts)."""
     layers = [layer for layer in range(model.cfg.n_layers) if routing_hook_names(model, layer)]
     if not layers:
-        raise ValueError("this model has no mixture of experts (capabilities.has_experts is False): its MLP neurons are "
-                         "read with analysis.neurons")
+        raise ValueError(
+            "this model has no mixture of experts (capabilities.has_experts is False): its MLP neurons "
+            "are "
+            "read with analysis.neurons"
+        )
     return layers
 
 
 def _mixture(model: _checks.AnyModel, layer, what: str):
     layer = _checks.layer_index(model, layer)
     if layer not in moe_layers(model):
-        raise ValueError(f"{what}: block {layer}'s MLP is not a mixture of experts; mixtures are in blocks {moe_layers(model)}")
+        raise ValueError(
+            f"{what}: block {layer}'s MLP is not a mixture of experts; mixtures are in blocks {moe_layers(model)}"
+        )
     return layer, model.blocks[layer].mlp
 
 
@@ -85,6 +90,7 @@ def routing_names(model: _checks.AnyModel, layers=None) -> list[str]:
 
 
 # ---- which experts each token uses ----------------------------------------------------------------
+
 
 @dataclass
 class ExpertUsage:
@@ -133,6 +139,7 @@ def expert_usage(cache: ActivationCache, attention_mask: Optional[Int[Tensor, "b
 
 # ---- each expert's neurons ------------------------------------------------------------------------
 
+
 def expert_neuron_activations(
     cache: ActivationCache, layer: int, expert: int, neuron: Optional[int] = None
 ) -> Union[Float[Tensor, "batch pos d_mlp"], Float[Tensor, "batch pos"]]:
@@ -149,7 +156,8 @@ def expert_neuron_activations(
 def expert_neuron_summary(
     cache: ActivationCache, layer: int, statistic: str = "max", chosen_only: bool = True
 ) -> Float[Tensor, "expert d_mlp"]:
-    """One number per neuron of every expert of ``layer``: ``"max"``, ``"mean"`` or ``"abs_mean"`` over the cached tokens.
+    """One number per neuron of every expert of ``layer``: ``"max"``, ``"mean"`` or ``"abs_mean"`` over the cached
+    tokens.
 
     ``chosen_only`` (default) takes only the tokens routed to that expert (its activation on
     the others never reaches the output); an expert no token chose gets NaN.
@@ -180,7 +188,9 @@ def expert_usage_of(cache: ActivationCache, layer: int) -> Tensor:
     """``[batch, pos, expert]``: whether each token's router in block ``layer`` chose each expert."""
     model = cache.model
     indices = _checks.cached(cache, routing_hook_names(model, layer)[0])
-    chosen = torch.zeros(*indices.shape[:-1], model.blocks[layer].mlp.n_experts, dtype=torch.bool, device=indices.device)
+    chosen = torch.zeros(
+        *indices.shape[:-1], model.blocks[layer].mlp.n_experts, dtype=torch.bool, device=indices.device
+    )
     return chosen.scatter(-1, indices, True)
 
 
@@ -195,7 +205,8 @@ def expert_top_activations(
     chosen_only: bool = True,
     progress: bool = False,
 ) -> TopActivations:
-    """The ``k`` (text, position) pairs where each neuron of one expert fires most (``analysis.neurons.top_activations``).
+    """The ``k`` (text, position) pairs where each neuron of one expert fires most
+    (``analysis.neurons.top_activations``).
 
     Only that expert's ``hook_post`` and the layer's chosen experts are cached; with
     ``chosen_only`` (default), tokens not routed to the expert are left out (their values
@@ -212,7 +223,9 @@ def expert_top_activations(
     tracker = StreamingTopK(k, selected)
     stop = layer + 1 if layer + 1 < model.cfg.n_layers else None
     with torch.no_grad():
-        for batch in tqdm(_batches(tokens, batch_size), desc=f"top activations L{layer}E{number}", disable=not progress):
+        for batch in tqdm(
+            _batches(tokens, batch_size), desc=f"top activations L{layer}E{number}", disable=not progress
+        ):
             _, cache = model.run_with_cache(batch, names_filter=[post_name, indices_name], stop_at_layer=stop)
             post = cache[post_name][..., selected.to(cache[post_name].device)]
             if chosen_only:
@@ -223,7 +236,9 @@ def expert_top_activations(
 
 
 @torch.no_grad()
-def expert_neuron_logit_effect(model: _checks.AnyModel, layer: int, expert: int, neuron: int, k: int = 10) -> NeuronLogitEffect:
+def expert_neuron_logit_effect(
+    model: _checks.AnyModel, layer: int, expert: int, neuron: int, k: int = 10
+) -> NeuronLogitEffect:
     """Direct effect of one unit of an expert neuron's activation on every logit: ``W_out[E][n] @ W_U``.
 
     Like ``analysis.neurons.neuron_logit_effect`` it ignores the final norm, later layers and
@@ -242,6 +257,7 @@ def expert_neuron_logit_effect(model: _checks.AnyModel, layer: int, expert: int,
 
 
 # ---- direct logit attribution through the routing weights ----------------------------------------
+
 
 @dataclass
 class ExpertAttribution:
@@ -269,7 +285,7 @@ def expert_attribution_hook_names(model: _checks.AnyModel) -> list[str]:
     for layer in moe_layers(model):
         mixture = model.blocks[layer].mlp
         names += routing_hook_names(model, layer) + [expert.hook_post.name for expert in mixture.experts]
-        names += ([mixture.shared_expert.hook_post.name] if mixture.shared_expert is not None else [])
+        names += [mixture.shared_expert.hook_post.name] if mixture.shared_expert is not None else []
         names += output_norm_scale_names(model, layer)
     return names + [model.act_name("scale")]
 
@@ -299,16 +315,20 @@ def expert_logit_attribution(
     for layer in layers:
         mixture, routing = model.blocks[layer].mlp, _routing_at_pos(readout, layer)
         c_mlp, _ = readout.through_output_norm(layer, 1)
-        posts = torch.stack([readout.at_pos(expert.hook_post.name) for expert in mixture.experts])  # [expert, batch, d_mlp]
-        outputs = einops.einsum(posts, mixture.stacked("W_out"), "expert batch d_mlp, expert d_mlp d_model -> expert batch d_model")
+        # [expert, batch, d_mlp]
+        posts = torch.stack([readout.at_pos(expert.hook_post.name) for expert in mixture.experts])
+        outputs = einops.einsum(
+            posts, mixture.stacked("W_out"), "expert batch d_mlp, expert d_mlp d_model -> expert batch d_model"
+        )
         outputs = outputs + mixture.stacked("b_out")[:, None]
         experts.append(einops.rearrange(routing, "batch expert -> expert batch") * readout.read(outputs, c_mlp))
         if mixture.shared_expert is not None:
             post = readout.at_pos(mixture.shared_expert.hook_post.name)
             gate = readout.at_pos(routing_hook_names(model, layer)[2])[:, 0]  # [batch]
             shared.append(gate * readout.read(post @ mixture.shared_expert.W_out + mixture.shared_expert.b_out, c_mlp))
-    return ExpertAttribution(layers, torch.stack(experts), torch.stack(shared) if shared else None,
-                             model.capabilities.logit_softcap)
+    return ExpertAttribution(
+        layers, torch.stack(experts), torch.stack(shared) if shared else None, model.capabilities.logit_softcap
+    )
 
 
 @torch.no_grad()
@@ -324,13 +344,29 @@ def expert_neuron_logit_attribution(
     routing = _routing_at_pos(readout, layer)
     c_mlp, _ = readout.through_output_norm(layer, 1)
     posts = torch.stack([readout.at_pos(expert.hook_post.name) for expert in mixture.experts])  # [expert, batch, d_mlp]
-    W_out_c = einops.einsum(mixture.stacked("W_out"), c_mlp, "expert d_mlp d_model, batch d_model -> expert d_mlp batch")
-    weighted = einops.rearrange(posts * einops.rearrange(routing, "batch expert -> expert batch 1"),
-                                "expert batch d_mlp -> expert d_mlp batch")
+    W_out_c = einops.einsum(
+        mixture.stacked("W_out"), c_mlp, "expert d_mlp d_model, batch d_model -> expert d_mlp batch"
+    )
+    weighted = einops.rearrange(
+        posts * einops.rearrange(routing, "batch expert -> expert batch 1"), "expert batch d_mlp -> expert d_mlp batch"
+    )
     return weighted * W_out_c / readout.scale
 
 
-__all__ = ["ExpertAttribution", "ExpertUsage", "STATISTICS", "expert_attribution_hook_names", "expert_hook_name",
-           "expert_logit_attribution", "expert_neuron_activations", "expert_neuron_logit_attribution",
-           "expert_neuron_logit_effect", "expert_neuron_summary", "expert_top_activations", "expert_usage", "expert_usage_of",
-           "moe_layers", "routing_names"]
+__all__ = [
+    "ExpertAttribution",
+    "ExpertUsage",
+    "STATISTICS",
+    "expert_attribution_hook_names",
+    "expert_hook_name",
+    "expert_logit_attribution",
+    "expert_neuron_activations",
+    "expert_neuron_logit_attribution",
+    "expert_neuron_logit_effect",
+    "expert_neuron_summary",
+    "expert_top_activations",
+    "expert_usage",
+    "expert_usage_of",
+    "moe_layers",
+    "routing_names",
+]

@@ -66,6 +66,7 @@ def neuron_summary(cache: ActivationCache, statistic: str = "max") -> Float[Tens
 
 # ---- top activating examples, by streaming -------------------------------------------
 
+
 @dataclass
 class TopActivations:
     """The ``k`` largest activations of each neuron and where they occurred, largest first.
@@ -104,7 +105,9 @@ class StreamingTopK:
     def update(self, activations: Float[Tensor, "batch pos neuron"]) -> None:
         """Merge ``activations`` of the next ``batch`` texts (the selected neurons, in order)."""
         if activations.shape[-1] != len(self.neurons):
-            raise ValueError(f"activations have {activations.shape[-1]} neurons, this tracker follows {len(self.neurons)}")
+            raise ValueError(
+                f"activations have {activations.shape[-1]} neurons, this tracker follows {len(self.neurons)}"
+            )
         batch, n_pos, _ = activations.shape
         flat = einops.rearrange(activations.detach().cpu(), "batch pos neuron -> neuron (batch pos)")
         top = flat.topk(min(self.k, flat.shape[1]), dim=1)
@@ -126,7 +129,9 @@ class StreamingTopK:
 def _batches(tokens, batch_size: int) -> Iterable[Tensor]:
     if isinstance(tokens, Tensor):
         if tokens.ndim != 2:
-            raise ValueError(f"tokens must be [n_texts, pos] or an iterable of [batch, pos] tensors, got shape {tuple(tokens.shape)}")
+            raise ValueError(
+                f"tokens must be [n_texts, pos] or an iterable of [batch, pos] tensors, got shape {tuple(tokens.shape)}"
+            )
         return tokens.split(batch_size)
     return tokens
 
@@ -167,6 +172,7 @@ def top_activations(
 
 # ---- direct effect on the logits ------------------------------------------------------
 
+
 @dataclass
 class NeuronLogitEffect:
     """``effect = W_out[layer, neuron] @ W_U`` over ``d_vocab`` and its extremes.
@@ -187,7 +193,9 @@ def neuron_logit_effect(model: _checks.AnyModel, layer: int, neuron: int, k: int
     """Direct effect of one unit of ``neuron``'s activation on every logit: ``W_out[n] @ W_U``."""
     _checks.check_model(model)
     _checks.require(
-        model, "linear_logits", "neuron_logit_effect",
+        model,
+        "linear_logits",
+        "neuron_logit_effect",
         "reads a neuron's write through every later post-norm LayerNorm (or a non-linear head), so W_out[n] W_U is no "
         "direct logit effect; use analysis.encoder_attribution.encoder_direct_attribution",
     )

@@ -54,7 +54,12 @@ def _evaluate(metric: Metric, logits: Tensor) -> float:
 
 def _prepare(model: _checks.AnyModel, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
     _checks.check_model(model)
-    _checks.require(model, "next_token_logits", "activation patching", "returns no next-token logits: patching is built and tested for decoders only")
+    _checks.require(
+        model,
+        "next_token_logits",
+        "activation patching",
+        "returns no next-token logits: patching is built and tested for decoders only",
+    )
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar, got {type(metric).__name__}")
     clean, corrupted = model.prepare_tokens(clean_tokens), model.prepare_tokens(corrupted_tokens)
@@ -74,7 +79,9 @@ def _clean_activations(model, clean, clean_cache: Optional[ActivationCache], nam
     activations = {name: _checks.cached(clean_cache, name) for name in names}
     for name, activation in activations.items():
         if activation.shape[:2] != clean.shape:
-            raise ValueError(f"clean_cache[{name!r}] has batch/pos {tuple(activation.shape[:2])}, the tokens {tuple(clean.shape)}")
+            raise ValueError(
+                f"clean_cache[{name!r}] has batch/pos {tuple(activation.shape[:2])}, the tokens {tuple(clean.shape)}"
+            )
     return activations
 
 
@@ -84,8 +91,11 @@ def _residual_hook_name(model: _checks.AnyModel, kind: str, layer: int) -> str:
     name = model.act_name(kind, layer)
     if name not in model.hook_dict:
         there = [other for other in RESIDUAL_KINDS if model.act_name(other, layer) in model.hook_dict]
-        raise ValueError(f"kind={kind!r}: this model has no {name} (an attention-only block has no MLP, a parallel block no "
-                         f"residual mid-point); its blocks have {there}")
+        raise ValueError(
+            f"kind={kind!r}: this model has no {name} (an attention-only block has no MLP, a parallel "
+            "block no "
+            f"residual mid-point); its blocks have {there}"
+        )
     return name
 
 

@@ -30,17 +30,33 @@ def plot_token_activations(
     for text, tokens in enumerate(str_tokens):
         base.labels(tokens, array.shape[1], f"pos (tokens of text {text})")
     return base.heatmap(
-        array, x_title="pos", y_title="text", signed=True, title=title, colorbar_title=colorbar_title,
-        cell_text=[[str(token) for token in tokens] for tokens in str_tokens], what="plot_token_activations",
+        array,
+        x_title="pos",
+        y_title="text",
+        signed=True,
+        title=title,
+        colorbar_title=colorbar_title,
+        cell_text=[[str(token) for token in tokens] for tokens in str_tokens],
+        what="plot_token_activations",
     )
 
 
 def plot_neuron_summary(
-    values: Float[Tensor, "layer d_mlp"], title: Optional[str] = None, signed: bool = True, colorbar_title: str = "activation"
+    values: Float[Tensor, "layer d_mlp"],
+    title: Optional[str] = None,
+    signed: bool = True,
+    colorbar_title: str = "activation",
 ) -> go.Figure:
     """One value per neuron (e.g. ``neuron_summary(cache, "max")``) as a ``layer x neuron`` heatmap."""
-    return base.heatmap(values, x_title="neuron", y_title="layer", signed=signed, title=title,
-                        colorbar_title=colorbar_title, what="plot_neuron_summary")
+    return base.heatmap(
+        values,
+        x_title="neuron",
+        y_title="layer",
+        signed=signed,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_neuron_summary",
+    )
 
 
 def plot_token_values(
@@ -53,10 +69,14 @@ def plot_token_values(
     blue for positive and red for negative values, first token at the top."""
     array = base.check_ndim(values, 1, "k", "plot_token_values")
     tick_labels = base.labels(token_labels, len(array), "d_vocab")
-    fig = go.Figure(go.Bar(
-        x=array, y=list(range(len(array))), orientation="h",
-        marker_color=["#2166ac" if value >= 0 else "#b2182b" for value in array],
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=array,
+            y=list(range(len(array))),
+            orientation="h",
+            marker_color=["#2166ac" if value >= 0 else "#b2182b" for value in array],
+        )
+    )
     base.set_ticks(fig, "y", tick_labels, "d_vocab")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text=x_title)
@@ -76,8 +96,16 @@ def plot_logit_lens(
     """A ``layer x pos`` heatmap of a logit-lens quantity (e.g. the probability of the next
     token read from each layer), optionally with each cell's top predicted token as text."""
     return base.heatmap(
-        values, x_title="pos", y_title="layer", x_labels=pos_labels, y_labels=layer_labels, signed=signed,
-        cell_text=cell_text, title=title, colorbar_title=colorbar_title, what="plot_logit_lens",
+        values,
+        x_title="pos",
+        y_title="layer",
+        x_labels=pos_labels,
+        y_labels=layer_labels,
+        signed=signed,
+        cell_text=cell_text,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_logit_lens",
     )
 
 
@@ -90,13 +118,20 @@ def plot_layer_attribution(
     """One line per series over layers, e.g. ``{"attn": attr.attn.mean(-1), "mlp": attr.mlp.mean(-1)}``."""
     if not isinstance(lines, Mapping) or not lines:
         raise ValueError("lines must be a non-empty mapping of series name -> values [layer]")
-    arrays = {name: base.check_ndim(values, 1, "layer", f"plot_layer_attribution[{name!r}]") for name, values in lines.items()}
+    arrays = {
+        name: base.check_ndim(values, 1, "layer", f"plot_layer_attribution[{name!r}]") for name, values in lines.items()
+    }
     n_layers = {len(array) for array in arrays.values()}
     if len(n_layers) != 1:
         raise ValueError(f"every series needs the same number of layers, got lengths {sorted(n_layers)}")
     n_layers = n_layers.pop()
     tick_labels = base.labels(layer_labels, n_layers, "layer")
-    fig = go.Figure([go.Scatter(x=list(range(n_layers)), y=array, mode="lines+markers", name=name) for name, array in arrays.items()])
+    fig = go.Figure(
+        [
+            go.Scatter(x=list(range(n_layers)), y=array, mode="lines+markers", name=name)
+            for name, array in arrays.items()
+        ]
+    )
     base.set_ticks(fig, "x", tick_labels, "layer")
     fig.update_yaxes(title_text=y_title, zeroline=True)
     fig.update_layout(title=dict(text=title))
@@ -104,15 +139,34 @@ def plot_layer_attribution(
 
 
 def plot_residual_patching(
-    values: Float[Tensor, "layer pos"], pos_labels: Optional[Sequence[str]] = None, title: Optional[str] = None,
+    values: Float[Tensor, "layer pos"],
+    pos_labels: Optional[Sequence[str]] = None,
+    title: Optional[str] = None,
     colorbar_title: str = "metric",
 ) -> go.Figure:
     """``patch_residual`` results as a ``layer x pos`` heatmap (RdBu centred at 0)."""
-    return base.heatmap(values, x_title="pos", y_title="layer", x_labels=pos_labels, signed=True, title=title,
-                        colorbar_title=colorbar_title, what="plot_residual_patching")
+    return base.heatmap(
+        values,
+        x_title="pos",
+        y_title="layer",
+        x_labels=pos_labels,
+        signed=True,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_residual_patching",
+    )
 
 
-def plot_head_patching(values: Float[Tensor, "layer head_index"], title: Optional[str] = None, colorbar_title: str = "metric") -> go.Figure:
+def plot_head_patching(
+    values: Float[Tensor, "layer head_index"], title: Optional[str] = None, colorbar_title: str = "metric"
+) -> go.Figure:
     """``patch_head_outputs`` results as a ``layer x head_index`` heatmap (RdBu centred at 0)."""
-    return base.heatmap(values, x_title="head_index", y_title="layer", signed=True, title=title,
-                        colorbar_title=colorbar_title, what="plot_head_patching")
+    return base.heatmap(
+        values,
+        x_title="head_index",
+        y_title="layer",
+        signed=True,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_head_patching",
+    )

@@ -28,8 +28,17 @@ def plot_attention_pattern(
     if array.shape[0] != array.shape[1]:
         raise ValueError(f"an attention pattern is square [query_pos, key_pos], got shape {array.shape}")
     return base.heatmap(
-        array, x_title="key_pos", y_title="query_pos", x_labels=str_tokens, y_labels=str_tokens,
-        signed=False, zmin=0.0, zmax=1.0, title=title, colorbar_title="attention", what="plot_attention_pattern",
+        array,
+        x_title="key_pos",
+        y_title="query_pos",
+        x_labels=str_tokens,
+        y_labels=str_tokens,
+        signed=False,
+        zmin=0.0,
+        zmax=1.0,
+        title=title,
+        colorbar_title="attention",
+        what="plot_attention_pattern",
     )
 
 
@@ -55,9 +64,15 @@ def plot_attention_heads(
     for head in range(n_heads):
         row, col = head // n_cols + 1, head % n_cols + 1
         fig.add_trace(
-            go.Heatmap(z=array[head], x=list(range(n_pos)), y=list(range(n_pos)), coloraxis="coloraxis",
-                       hovertemplate="query_pos=%{y}<br>key_pos=%{x}<br>attention=%{z:.3f}<extra></extra>"),
-            row=row, col=col,
+            go.Heatmap(
+                z=array[head],
+                x=list(range(n_pos)),
+                y=list(range(n_pos)),
+                coloraxis="coloraxis",
+                hovertemplate="query_pos=%{y}<br>key_pos=%{x}<br>attention=%{z:.3f}<extra></extra>",
+            ),
+            row=row,
+            col=col,
         )
         base.set_ticks(fig, "x", tick_labels, "key_pos", row=row, col=col)
         base.set_ticks(fig, "y", tick_labels, "query_pos", row=row, col=col)
@@ -74,8 +89,15 @@ def plot_head_scores(
 ) -> go.Figure:
     """A ``layer x head_index`` heatmap: detector scores, entropies (``signed=False``) or
     attributions, copying scores and patching results (``signed=True``: RdBu centred at 0)."""
-    return base.heatmap(scores, x_title="head_index", y_title="layer", signed=signed, title=title,
-                        colorbar_title=colorbar_title, what="plot_head_scores")
+    return base.heatmap(
+        scores,
+        x_title="head_index",
+        y_title="layer",
+        signed=signed,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_head_scores",
+    )
 
 
 def plot_circuit(
@@ -92,9 +114,15 @@ def plot_circuit(
         raise ValueError(f"kind must be 'qk' or 'ov', got {kind!r}")
     row_role, col_role = roles[kind]
     return base.heatmap(
-        values, x_title=f"d_vocab ({col_role} token)", y_title=f"d_vocab ({row_role} token)",
-        x_labels=col_labels, y_labels=row_labels, signed=True, title=title,
-        colorbar_title="attention score" if kind == "qk" else "logit effect", what="plot_circuit",
+        values,
+        x_title=f"d_vocab ({col_role} token)",
+        y_title=f"d_vocab ({row_role} token)",
+        x_labels=col_labels,
+        y_labels=row_labels,
+        signed=True,
+        title=title,
+        colorbar_title="attention score" if kind == "qk" else "logit effect",
+        what="plot_circuit",
     )
 
 
@@ -117,11 +145,19 @@ def plot_composition_scores(
     later = np.arange(n_layers)[:, None, None, None] < np.arange(n_layers)[None, None, :, None]
     flat = np.where(np.broadcast_to(later, array.shape), array, np.nan).reshape(n_layers * n_heads, n_layers * n_heads)
     head_labels = [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
-    columns = list(range(n_layers * n_heads)) if readers is None else [layer * n_heads + head for layer, head in readers]
+    columns = (
+        list(range(n_layers * n_heads)) if readers is None else [layer * n_heads + head for layer, head in readers]
+    )
     name = f"{kind.upper()}-composition" if kind else "composition"
     return base.heatmap(
-        flat[:, columns], x_title="reader head (layer, head_index)", y_title="writer head (layer, head_index)",
-        x_labels=[head_labels[c] for c in columns], y_labels=head_labels, signed=False, zmin=0.0,
+        flat[:, columns],
+        x_title="reader head (layer, head_index)",
+        y_title="writer head (layer, head_index)",
+        x_labels=[head_labels[c] for c in columns],
+        y_labels=head_labels,
+        signed=False,
+        zmin=0.0,
         title=title or f"{name} scores",
-        colorbar_title=name, what="plot_composition_scores",
+        colorbar_title=name,
+        what="plot_composition_scores",
     )

@@ -89,7 +89,9 @@ def heatmap(
     text = None
     if cell_text is not None:
         if len(cell_text) != n_rows or any(len(row) != n_cols for row in cell_text):
-            raise ValueError(f"cell_text must be {n_rows} rows of {n_cols} labels, matching values of shape {array.shape}")
+            raise ValueError(
+                f"cell_text must be {n_rows} rows of {n_cols} labels, matching values of shape {array.shape}"
+            )
         text = [[display_label(cell) for cell in row] for row in cell_text]
     # NaN cells are left blank (plotly draws nothing for None)
     z = np.where(np.isnan(array), None, array).tolist()

@@ -22,13 +22,20 @@ SOURCE_AXIS = "key_pos (source)"
 def _alignment_trace(alignment, n_target: int, n_source: int) -> go.Scatter:
     aligned = base.to_numpy(alignment).astype(int).reshape(-1)
     if aligned.shape != (n_target,):
-        raise ValueError(f"alignment must hold one source position per target position ({n_target}), got {aligned.shape[0]}")
+        raise ValueError(
+            f"alignment must hold one source position per target position ({n_target}), got {aligned.shape[0]}"
+        )
     if aligned.max(initial=-1) >= n_source or aligned.min(initial=0) < -1:
         raise ValueError(f"alignment entries must lie in [-1, {n_source}), got {aligned.min()}..{aligned.max()}")
     rows = np.nonzero(aligned >= 0)[0]
-    return go.Scatter(x=aligned[rows].tolist(), y=rows.tolist(), mode="markers", name="known alignment",
-                      marker=dict(symbol="circle-open", size=16, color="#d6604d", line=dict(width=2)),
-                      hovertemplate="target %{y} comes from source %{x}<extra>known alignment</extra>")
+    return go.Scatter(
+        x=aligned[rows].tolist(),
+        y=rows.tolist(),
+        mode="markers",
+        name="known alignment",
+        marker=dict(symbol="circle-open", size=16, color="#d6604d", line=dict(width=2)),
+        hovertemplate="target %{y} comes from source %{x}<extra>known alignment</extra>",
+    )
 
 
 def plot_cross_attention(
@@ -41,13 +48,25 @@ def plot_cross_attention(
     """One cross-attention head's pattern: target rows, source columns, token labels; ``alignment`` circled.
 
     >>> import torch
-    >>> fig = plot_cross_attention(torch.eye(3)[:, :2].softmax(-1), ["drei", "</s>"], ["<s>", "3", "</s>"], torch.tensor([0, 1, -1]))
+    >>> pattern, alignment = torch.eye(3)[:, :2].softmax(-1), torch.tensor([0, 1, -1])
+    >>> fig = plot_cross_attention(pattern, ["drei", "</s>"], ["<s>", "3", "</s>"], alignment)
     >>> fig.layout.xaxis.title.text, fig.layout.yaxis.title.text, [trace.type for trace in fig.data]
     ('key_pos (source)', 'query_pos (target)', ['heatmap', 'scatter'])
     """
     array = base.check_ndim(pattern, 2, "query_pos, key_pos", "plot_cross_attention")
-    fig = base.heatmap(array, x_title=SOURCE_AXIS, y_title=TARGET_AXIS, x_labels=source_tokens, y_labels=target_tokens,
-                       signed=False, zmin=0.0, zmax=1.0, title=title, colorbar_title="attention", what="plot_cross_attention")
+    fig = base.heatmap(
+        array,
+        x_title=SOURCE_AXIS,
+        y_title=TARGET_AXIS,
+        x_labels=source_tokens,
+        y_labels=target_tokens,
+        signed=False,
+        zmin=0.0,
+        zmax=1.0,
+        title=title,
+        colorbar_title="attention",
+        what="plot_cross_attention",
+    )
     if alignment is not None:
         fig.add_trace(_alignment_trace(alignment, *array.shape))
         fig.update_layout(legend=dict(orientation="h", y=-0.15))
@@ -64,8 +83,17 @@ def plot_source_effects(
     """Source position x target position effects (corrupting or patching source words), transposed to the
     cross-attention layout: target rows, source columns, RdBu centred at 0."""
     array = base.check_ndim(effects, 2, "key_pos, pos", "plot_source_effects").T
-    return base.heatmap(array, x_title=SOURCE_AXIS, y_title=TARGET_AXIS, x_labels=source_tokens, y_labels=target_tokens,
-                        signed=True, title=title, colorbar_title=colorbar_title, what="plot_source_effects")
+    return base.heatmap(
+        array,
+        x_title=SOURCE_AXIS,
+        y_title=TARGET_AXIS,
+        x_labels=source_tokens,
+        y_labels=target_tokens,
+        signed=True,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_source_effects",
+    )
 
 
 def plot_cross_attention_heads(
@@ -80,7 +108,9 @@ def plot_cross_attention_heads(
     n_layers, n_heads = array.shape[:2]
     names = [f"L{layer}C{head}" for layer in range(n_layers) for head in range(n_heads)]
     first = initial[0] * n_heads + initial[1]
-    fig = plot_cross_attention(array[initial], source_tokens, target_tokens, alignment, title=f"cross-attention of {names[first]}")
+    fig = plot_cross_attention(
+        array[initial], source_tokens, target_tokens, alignment, title=f"cross-attention of {names[first]}"
+    )
     template = fig.data[0]
     traces = []
     for index, name in enumerate(names):
@@ -89,12 +119,22 @@ def plot_cross_attention_heads(
         traces.append(trace)
     extra = list(fig.data[1:])  # the alignment circles stay on whichever head is shown
     fig = go.Figure(traces + extra, layout=fig.layout)
-    buttons = [dict(label=name, method="update",
-                    args=[{"visible": [other == index for other in range(len(names))] + [True] * len(extra)},
-                          {"title.text": f"cross-attention of {name}"}])
-               for index, name in enumerate(names)]
-    fig.update_layout(updatemenus=[dict(buttons=buttons, active=first, direction="down", x=1.0, xanchor="right", y=1.12,
-                                        yanchor="bottom")])
+    buttons = [
+        dict(
+            label=name,
+            method="update",
+            args=[
+                {"visible": [other == index for other in range(len(names))] + [True] * len(extra)},
+                {"title.text": f"cross-attention of {name}"},
+            ],
+        )
+        for index, name in enumerate(names)
+    ]
+    fig.update_layout(
+        updatemenus=[
+            dict(buttons=buttons, active=first, direction="down", x=1.0, xanchor="right", y=1.12, yanchor="bottom")
+        ]
+    )
     return fig
 
 

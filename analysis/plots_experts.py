@@ -24,8 +24,17 @@ def plot_expert_usage(
     ``layer_labels``: the block index of each row (``ExpertUsage.layers``), since a model's
     dense blocks have no row.
     """
-    return base.heatmap(values, x_title="expert", y_title="layer", y_labels=layer_labels, signed=False, zmin=0.0,
-                        title=title, colorbar_title=colorbar_title, what="plot_expert_usage")
+    return base.heatmap(
+        values,
+        x_title="expert",
+        y_title="layer",
+        y_labels=layer_labels,
+        signed=False,
+        zmin=0.0,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_expert_usage",
+    )
 
 
 def plot_token_routing(
@@ -35,8 +44,17 @@ def plot_token_routing(
     colorbar_title: str = "routing weight",
 ) -> go.Figure:
     """Each token's routing weight for every expert of one layer (0 where not chosen): tokens down, experts across."""
-    fig = base.heatmap(weights, x_title="expert", y_title="pos", y_labels=str_tokens, signed=False, zmin=0.0,
-                       title=title, colorbar_title=colorbar_title, what="plot_token_routing")
+    fig = base.heatmap(
+        weights,
+        x_title="expert",
+        y_title="pos",
+        y_labels=str_tokens,
+        signed=False,
+        zmin=0.0,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_token_routing",
+    )
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -48,8 +66,16 @@ def plot_expert_attribution(
     colorbar_title: str = "logit",
 ) -> go.Figure:
     """Each expert's direct logit attribution (``ExpertAttribution.experts[..., b]``), signed, RdBu centred at 0."""
-    return base.heatmap(values, x_title="expert", y_title="layer", y_labels=layer_labels, signed=True, title=title,
-                        colorbar_title=colorbar_title, what="plot_expert_attribution")
+    return base.heatmap(
+        values,
+        x_title="expert",
+        y_title="layer",
+        y_labels=layer_labels,
+        signed=True,
+        title=title,
+        colorbar_title=colorbar_title,
+        what="plot_expert_attribution",
+    )
 
 
 __all__ = ["plot_expert_attribution", "plot_expert_usage", "plot_token_routing"]

@@ -53,7 +53,14 @@ from hf_models import build_hf_model, family_of, model_spec, weights_sha256  # n
 
 SECTIONS = ("forward", "cache", "generate", "load", "flops")
 GPT2_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "generate_vs_no_cache": 3.0, "load_rss": 1.5}
-LLAMA_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "load_rss": 1.5, "gguf_seconds": 15.0, "gguf_rss": 2.0}
+LLAMA_TARGETS = {
+    "forward": 1.05,
+    "cache_all": 1.15,
+    "generate_vs_hf": 0.9,
+    "load_rss": 1.5,
+    "gguf_seconds": 15.0,
+    "gguf_rss": 2.0,
+}
 DECODER_TARGETS = {"forward": 1.05, "cache_all": 1.15, "generate_vs_hf": 0.9, "load_rss": 1.5}  # no GGUF file for these
 
 
@@ -117,7 +124,11 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
     ours = interp_transformer.from_pretrained(hf_eager).eval()
     tl, tl_note = None, "not needed (no forward or cache section)"
     if {"forward", "cache"} & set(sections):
-        tl, tl_note = (None, "not run (--no-tl)") if args.no_tl else start_transformer_lens(args.tl_python, name, args.threads, seed, shapes)
+        tl, tl_note = (
+            (None, "not run (--no-tl)")
+            if args.no_tl
+            else start_transformer_lens(args.tl_python, name, args.threads, seed, shapes)
+        )
     tables: list[Table] = []
 
     def add(make_table: Callable[[], Table]) -> None:
@@ -133,15 +144,23 @@ def bench_model(name: str, args, rounds: int, warmup: int) -> tuple[list[Table],
     gc.freeze()
     try:
         if tl is not None and tl.info["weights_sha256"] != weights_sha256(hf_eager):
-            raise RuntimeError(f"the TransformerLens worker built other weights than this process for {name} (sha256 differs)")
+            raise RuntimeError(
+                f"the TransformerLens worker built other weights than this process for {name} (sha256 differs)"
+            )
         if "forward" in sections:
             add(lambda: bench_forward(name, ours, hf, tl, tl_note, shapes, rounds, warmup, seed, spec.targets))
         if "cache" in sections:
             add(lambda: bench_cache(name, ours, tl, shapes, rounds, warmup, seed, spec.targets))
         if tl is not None:
             tl.close()
-            worst = max(value for check in tl.info["verification"] for key, value in check.items() if key.startswith("max_abs_diff"))
-            tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points, max |logits - HF logits| {worst:.1e}"
+            worst = max(
+                value
+                for check in tl.info["verification"]
+                for key, value in check.items()
+                if key.startswith("max_abs_diff")
+            )
+            tl_note += f", weights sha256 equal to ours, {tl.info['hook_points']} hook points"
+            tl_note += f", max |logits - HF logits| {worst:.1e}"
             tl = None
         if "generate" in sections:
             add(lambda: bench_generate(name, ours, hf, rounds, 1, seed, spec.targets))
@@ -175,13 +194,26 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per measurement (default 7, quick 3)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", default="gpt2-small,smollm2",
-                        help=f"comma-separated models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; t5-small and tiny-t5: encoder-decoders (forward and generate only); tiny*: 2-layer models, to smoke-test this script")
+    parser.add_argument(
+        "--config",
+        default="gpt2-small,smollm2",
+        help=f"comma-separated models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; t5-small and "
+        "tiny-t5: encoder-decoders (forward and generate only); tiny*: 2-layer models, to "
+        "smoke-test this script",
+    )
     parser.add_argument("--sections", default=",".join(SECTIONS))
-    parser.add_argument("--shapes", default=None, help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)")
-    parser.add_argument("--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv")
+    parser.add_argument(
+        "--shapes",
+        default=None,
+        help="batch x pos of forward, cache and FLOP/s for every model, e.g. 1x512 (default: the model's)",
+    )
+    parser.add_argument(
+        "--tl-python", default=str(REPO / ".venv-tl" / "bin" / "python"), help="python of the TransformerLens venv"
+    )
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
-    parser.add_argument("--tiny-gguf", default=None, help="a GGUF file for tiny-llama's load section (the test suite writes one)")
+    parser.add_argument(
+        "--tiny-gguf", default=None, help="a GGUF file for tiny-llama's load section (the test suite writes one)"
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "latest.md"), help="write the markdown report here")
     parser.add_argument("--json", default=None, help="also write the tables as JSON here")
     parser.add_argument("--update-docs", action="store_true", help="write the report into docs/performance.md")
@@ -191,7 +223,9 @@ def parse_args(argv=None):
         parser.error(f"--sections takes {','.join(SECTIONS)}; received unknown {sorted(unknown)}")
     unknown = set(args.config.split(",")) - set(BENCH_MODELS) - set(ENCDEC_MODELS)
     if unknown:
-        parser.error(f"--config takes models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; received unknown {sorted(unknown)}")
+        parser.error(
+            f"--config takes models from {sorted({*BENCH_MODELS, *ENCDEC_MODELS})}; received unknown {sorted(unknown)}"
+        )
     args.shapes = parse_shapes(parser, args.shapes) if args.shapes else None
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, received {args.rounds}")
@@ -217,7 +251,8 @@ def main(argv=None) -> int:
         "command": " ".join(["python benchmarks/bench.py", *given]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "minutes": f"{(time.time() - started) / 60:.1f}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, torch {torch.__version__}, {args.threads} threads",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, torch "
+        f"{torch.__version__}, {args.threads} threads",
         "load average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{rounds} interleaved rounds after {warmup} warmup",
         **model_context,

@@ -55,10 +55,16 @@ def bench_forward(ours, hf_eager, hf_sdpa, source, target, rounds, warmup) -> Ta
     def hf_run(model):
         return lambda: model(input_ids=source, decoder_input_ids=target, use_cache=False)
 
-    contenders = {"interp_transformer": timed(ours_run), "HF eager": timed(hf_run(hf_eager)), "HF sdpa": timed(hf_run(hf_sdpa))}
+    contenders = {
+        "interp_transformer": timed(ours_run),
+        "HF eager": timed(hf_run(hf_eager)),
+        "HF sdpa": timed(hf_run(hf_sdpa)),
+    }
     medians, _ = interleaved_medians(contenders, rounds, warmup, "T5 forward")
-    table = Table(f"Forward pass, source {tuple(source.shape)}, target {tuple(target.shape)}",
-                  ["contender", "median ms", "x HF sdpa"])
+    table = Table(
+        f"Forward pass, source {tuple(source.shape)}, target {tuple(target.shape)}",
+        ["contender", "median ms", "x HF sdpa"],
+    )
     for name, seconds in medians.items():
         table.add(name, f"{seconds * 1e3:.1f}", f"{seconds / medians['HF sdpa']:.2f}")
     return table
@@ -69,18 +75,26 @@ def bench_generate(ours, hf_sdpa, source, new_tokens, rounds, warmup) -> Table:
 
     def ours_run(use_kv_cache: bool):
         def run():
-            outputs[f"ours {use_kv_cache}"] = ours.generate(source, max_new_tokens=new_tokens, use_kv_cache=use_kv_cache)
+            outputs[f"ours {use_kv_cache}"] = ours.generate(
+                source, max_new_tokens=new_tokens, use_kv_cache=use_kv_cache
+            )
+
         return timed(run)
 
     def hf_run():
         outputs["hf"] = hf_sdpa.generate(source, max_new_tokens=new_tokens, do_sample=False)
 
-    contenders = {"with key/value cache": ours_run(True), "without key/value cache": ours_run(False),
-                  "HF generate (sdpa)": timed(hf_run)}
+    contenders = {
+        "with key/value cache": ours_run(True),
+        "without key/value cache": ours_run(False),
+        "HF generate (sdpa)": timed(hf_run),
+    }
     medians, _ = interleaved_medians(contenders, rounds, warmup, "T5 generate")
     same = all(torch.equal(outputs[name], outputs["hf"]) for name in ("ours True", "ours False"))
-    table = Table(f"Greedy generation, up to {new_tokens} new tokens (ids equal to HF's: {'yes' if same else 'NO'})",
-                  ["contender", "median s", "x HF"])
+    table = Table(
+        f"Greedy generation, up to {new_tokens} new tokens (ids equal to HF's: {'yes' if same else 'NO'})",
+        ["contender", "median s", "x HF"],
+    )
     for name, seconds in medians.items():
         table.add(name, f"{seconds:.3f}", f"{seconds / medians['HF generate (sdpa)']:.2f}")
     return table
@@ -101,8 +115,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def t5_tables(tiny: bool, batch: int, source_len: int, target_len: int, new_tokens: int, rounds: int, warmup: int,
-              seed: int) -> tuple[list[Table], dict[str, str]]:
+def t5_tables(
+    tiny: bool, batch: int, source_len: int, target_len: int, new_tokens: int, rounds: int, warmup: int, seed: int
+) -> tuple[list[Table], dict[str, str]]:
     """The forward and generation tables of one random T5 (tiny or T5-small shape), and lines for a report header."""
     from interp_transformer import shape_checking
 
@@ -111,10 +126,17 @@ def t5_tables(tiny: bool, batch: int, source_len: int, target_len: int, new_toke
         ours, hf_eager, hf_sdpa = build(shape, seed)
         generator = torch.Generator().manual_seed(seed)
         source = torch.randint(2, shape["vocab_size"], (batch, source_len), generator=generator)
-        target = torch.cat([torch.zeros(batch, 1, dtype=torch.long),
-                            torch.randint(2, shape["vocab_size"], (batch, target_len - 1), generator=generator)], dim=1)
-        tables = [bench_forward(ours, hf_eager, hf_sdpa, source, target, rounds, warmup),
-                  bench_generate(ours, hf_sdpa, source[:1], new_tokens, rounds, warmup)]
+        target = torch.cat(
+            [
+                torch.zeros(batch, 1, dtype=torch.long),
+                torch.randint(2, shape["vocab_size"], (batch, target_len - 1), generator=generator),
+            ],
+            dim=1,
+        )
+        tables = [
+            bench_forward(ours, hf_eager, hf_sdpa, source, target, rounds, warmup),
+            bench_generate(ours, hf_sdpa, source[:1], new_tokens, rounds, warmup),
+        ]
     context = {"shape": "tiny T5" if tiny else "T5-small (60.5M parameters)", "dtype": "float32, shape checks off"}
     return tables, context
 
@@ -122,7 +144,9 @@ def t5_tables(tiny: bool, batch: int, source_len: int, target_len: int, new_toke
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    tables, context = t5_tables(args.tiny, args.batch, args.source, args.target, args.new, args.rounds, args.warmup, args.seed)
+    tables, context = t5_tables(
+        args.tiny, args.batch, args.source, args.target, args.new, args.rounds, args.warmup, args.seed
+    )
     context.update({"threads": str(args.threads), "rounds": str(args.rounds), "torch": torch.__version__})
     report = markdown_report(tables, context)
     print(report)

@@ -45,7 +45,10 @@ CONFIGS = {  # name -> (Gemma 2 model, Mixtral model of hf_models.HF_MODELS, sha
 def hf_models(config: str, seed: int):
     """The random-weight Hugging Face Gemma 2 (eager attention) and Mixtral (sdpa) models of ``config``."""
     gemma, mixtral, _ = CONFIGS[config]
-    return {"Gemma 2": build_hf_model(*model_spec(gemma), seed, "eager"), "Mixtral": build_hf_model(*model_spec(mixtral), seed, "sdpa")}
+    return {
+        "Gemma 2": build_hf_model(*model_spec(gemma), seed, "eager"),
+        "Mixtral": build_hf_model(*model_spec(mixtral), seed, "sdpa"),
+    }
 
 
 def measure(config: str, rounds: int, warmup: int, seed: int) -> list[list[str]]:
@@ -68,16 +71,29 @@ def measure(config: str, rounds: int, warmup: int, seed: int) -> list[list[str]]
 
         for batch, pos in CONFIGS[config][2]:
             tokens = random_tokens(batch, pos, seed, hf_model.config.vocab_size)
-            runs = {"interp_transformer": lambda: ours(tokens), "Hugging Face": lambda: hf_model(tokens, use_cache=False).logits}
+            runs = {
+                "interp_transformer": lambda: ours(tokens),
+                "Hugging Face": lambda: hf_model(tokens, use_cache=False).logits,
+            }
             if mixtures:
                 runs["interp_transformer, explicit experts"] = lambda: explicit(tokens)
             with torch.inference_mode():
                 reference = runs["Hugging Face"]()
                 differences = {label: float((run() - reference).abs().max()) for label, run in runs.items()}
-            medians, _ = interleaved_medians({label: timed(run) for label, run in runs.items()}, rounds, warmup, f"{name} {batch}x{pos}")
+            medians, _ = interleaved_medians(
+                {label: timed(run) for label, run in runs.items()}, rounds, warmup, f"{name} {batch}x{pos}"
+            )
             for label, median in medians.items():
-                rows.append([name, f"{batch}x{pos}", label, f"{median * 1e3:.1f}", f"{median / medians['Hugging Face']:.2f}",
-                             f"{differences[label]:.1e}"])
+                rows.append(
+                    [
+                        name,
+                        f"{batch}x{pos}",
+                        label,
+                        f"{median * 1e3:.1f}",
+                        f"{median / medians['Hugging Face']:.2f}",
+                        f"{differences[label]:.1e}",
+                    ]
+                )
     return rows
 
 
@@ -97,10 +113,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     args = parser.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
-        parser.error(f"need --rounds >= 1, --warmup >= 0, --threads >= 1; got {args.rounds}, {args.warmup}, {args.threads}")
+        parser.error(
+            f"need --rounds >= 1, --warmup >= 0, --threads >= 1; got {args.rounds}, {args.warmup}, {args.threads}"
+        )
     torch.set_num_threads(args.threads)
-    header = (f"Forward, float32, {args.threads} threads, config {args.config!r}, median of {args.rounds} interleaved rounds "
-              f"(torch {torch.__version__})")
+    header = (
+        f"Forward, float32, {args.threads} threads, config {args.config!r}, median of {args.rounds} interleaved "
+        "rounds "
+        f"(torch {torch.__version__})"
+    )
     report = markdown(measure(args.config, args.rounds, args.warmup, args.seed), header)
     print(report)
     if args.out is not None:

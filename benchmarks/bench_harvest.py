@@ -72,8 +72,12 @@ def main() -> int:
     parser.add_argument("--contexts", type=int, default=384, help="contexts to harvest (default: 384)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--shard-contexts", type=int, default=32)
-    parser.add_argument("--hooks", nargs="+", default=["blocks.1.hook_resid_post", "blocks.3.hook_resid_post"],
-                        help="hooks to keep (default: two middle layers, where SAEs are usually trained)")
+    parser.add_argument(
+        "--hooks",
+        nargs="+",
+        default=["blocks.1.hook_resid_post", "blocks.3.hook_resid_post"],
+        help="hooks to keep (default: two middle layers, where SAEs are usually trained)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the model, corpus and harvests in this folder")
     args = parser.parse_args()
 
@@ -82,45 +86,94 @@ def main() -> int:
     model_dir, corpus = work / "model", work / "corpus.jsonl"
     write_model(model_dir, args.layers, args.d_model, args.context_length)
     write_corpus(corpus, args.contexts * (args.context_length - 1))
-    common = ["--model", str(model_dir), "--corpus", str(corpus), "--context-length", str(args.context_length),
-              "--batch-size", str(args.batch_size), "--shard-contexts", str(args.shard_contexts),
-              "--hooks", *args.hooks, "--no-progress"]  # fmt: skip
+    common = [
+        "--model",
+        str(model_dir),
+        "--corpus",
+        str(corpus),
+        "--context-length",
+        str(args.context_length),
+        "--batch-size",
+        str(args.batch_size),
+        "--shard-contexts",
+        str(args.shard_contexts),
+        "--hooks",
+        *args.hooks,
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("OMP_NUM_THREADS", None)
     single = [sys.executable, "-m", "interp_transformer.harvest", *common, "--out"]
     runs = {  # label: (command, OMP_NUM_THREADS or None for torch's default)
         f"1 process, {torch.get_num_threads()} threads": (single + [str(work / "one")], None),
         "1 process, 1 thread": (single + [str(work / "one-thread")], "1"),
-        "2 processes (torchrun), 1 thread each": ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                                   "-m", "interp_transformer.harvest", *common, "--out", str(work / "two")], None),
-    }  # fmt: skip
+        "2 processes (torchrun), 1 thread each": (
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "-m",
+                "interp_transformer.harvest",
+                *common,
+                "--out",
+                str(work / "two"),
+            ],
+            None,
+        ),
+    }
     for folder in ("one", "one-thread", "two"):
         if (work / folder).exists():
-            raise SystemExit(f"{work / folder} exists: the benchmark measures fresh harvests (remove it, or pick another --keep)")
+            raise SystemExit(
+                f"{work / folder} exists: the benchmark measures fresh harvests (remove it, or pick another --keep)"
+            )
     results = {}
     for label, (command, threads) in runs.items():
         wall = run(command, env if threads is None else {**env, "OMP_NUM_THREADS": threads})
         out = Path(command[command.index("--out") + 1])
-        results[label] = (wall, json.loads((out / "runs.jsonl").read_text().splitlines()[-1]), Manifest.read(out).verify())
+        results[label] = (
+            wall,
+            json.loads((out / "runs.jsonl").read_text().splitlines()[-1]),
+            Manifest.read(out).verify(),
+        )
 
     one, _, two = (results[label][2] for label in runs)
-    print(f"model: random GPT-2, {args.layers} layers, d_model {args.d_model}, vocab 50257; "
-          f"{one.n_contexts} contexts x {one.context_length} tokens = {one.total_tokens()} tokens; hooks {one.hook_names}; "
-          f"batch {args.batch_size}, {args.shard_contexts} contexts per shard; torch {torch.__version__}, {os.cpu_count()} CPUs\n")  # fmt: skip
-    print("| run | tokens/s (harvest loop) | wall s (command) | peak RSS above loop start, per rank | estimate (batch cache + output + shard) |")
+    print(
+        f"model: random GPT-2, {args.layers} layers, d_model {args.d_model}, vocab 50257; "
+        f"{one.n_contexts} contexts x {one.context_length} tokens = {one.total_tokens()} tokens; hooks "
+        f"{one.hook_names}; "
+        f"batch {args.batch_size}, {args.shard_contexts} contexts per shard; torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs\n"
+    )
+    print(
+        "| run | tokens/s (harvest loop) | wall s (command) | peak RSS above loop start, per rank | estimate (batch "
+        "cache + output + shard) |"
+    )
     print("|---|---|---|---|---|")
     for label, (wall, log, _) in results.items():
         above = [format_bytes(peak - before) for peak, before in zip(log["peak_rss_bytes"], log["rss_before_bytes"])]
-        print(f"| {label} | {log['tokens_per_second']:,.0f} | {wall:.1f} | {', '.join(above)} | {format_bytes(log['estimated_held_bytes'])} |")
+        print(
+            f"| {label} | {log['tokens_per_second']:,.0f} | {wall:.1f} | {', '.join(above)} | "
+            f"{format_bytes(log['estimated_held_bytes'])} |"
+        )
     speed = [results[label][1]["tokens_per_second"] for label in runs]
-    print(f"\n2 processes / 1 process, tokens/s: {speed[2] / speed[0]:.2f}x against {list(runs)[0]}, "
-          f"{speed[2] / speed[1]:.2f}x against 1 thread")
+    print(
+        f"\n2 processes / 1 process, tokens/s: {speed[2] / speed[0]:.2f}x against {list(runs)[0]}, "
+        f"{speed[2] / speed[1]:.2f}x against 1 thread"
+    )
     on_disk = sum(shard.bytes for shard in one.shards)
     itemsize = torch.empty((), dtype=getattr(torch, one.fingerprint["dtype"])).element_size()
     per_context = sum(math.prod(hook["shape"]) for hook in one.hooks) * itemsize + 4 * one.context_length + 8
-    print(f"on disk: {format_bytes(on_disk)} in {len(one.shards)} shards; n_contexts x bytes_per_context = "
-          f"{one.n_contexts} x {per_context:,} = {format_bytes(one.n_contexts * per_context)} (the rest: safetensors headers)")
-    print(f"identical shards from 1 and 2 processes: {'yes' if [s.sha256 for s in one.shards] == [s.sha256 for s in two.shards] else 'NO'}")
+    print(
+        f"on disk: {format_bytes(on_disk)} in {len(one.shards)} shards; n_contexts x bytes_per_context = "
+        f"{one.n_contexts} x {per_context:,} = {format_bytes(one.n_contexts * per_context)} (the rest: safetensors "
+        "headers)"
+    )
+    print(
+        "identical shards from 1 and 2 processes: "
+        f"{'yes' if [s.sha256 for s in one.shards] == [s.sha256 for s in two.shards] else 'NO'}"
+    )
     if args.keep:
         print(f"folder: {work}")
     else:

@@ -38,10 +38,20 @@ from hf_models import build_hf_model, model_spec, random_tokens, weights_nbytes
 SOURCES = ("in-memory", "safetensors directory", "GGUF", "GGUF, Hugging Face")
 TINY_FIELDS = {  # a one-layer model of each family, loaded first so that the baseline holds every import
     "gpt2": dict(n_layer=1, n_embd=8, n_head=2, vocab_size=50257, n_positions=8),
-    "llama": dict(num_hidden_layers=1, hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
-                  intermediate_size=16, vocab_size=64, max_position_embeddings=8),
-    **{family: dict(model_spec(name)[1], num_hidden_layers=1)
-       for family, name in (("gpt_neox", "tiny-neox"), ("gemma2", "tiny-gemma2"), ("mixtral", "tiny-mixtral"))},
+    "llama": dict(
+        num_hidden_layers=1,
+        hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+        intermediate_size=16,
+        vocab_size=64,
+        max_position_embeddings=8,
+    ),
+    **{
+        family: dict(model_spec(name)[1], num_hidden_layers=1)
+        for family, name in (("gpt_neox", "tiny-neox"), ("gemma2", "tiny-gemma2"), ("mixtral", "tiny-mixtral"))
+    },
 }
 
 
@@ -79,10 +89,22 @@ def gguf_float32_nbytes(gguf: str) -> int:
     return 4 * sum(math.prod(shape) for shape in shapes.values())
 
 
-def measure_loading(source: str, model: str, threads: int, seed: int, directory: Optional[str] = None,
-                    gguf: Optional[str] = None) -> dict:
+def measure_loading(
+    source: str, model: str, threads: int, seed: int, directory: Optional[str] = None, gguf: Optional[str] = None
+) -> dict:
     """Run this file in a fresh interpreter for ``source`` (one of ``SOURCES``)."""
-    command = [sys.executable, __file__, "--source", source, "--model", model, "--threads", str(threads), "--seed", str(seed)]
+    command = [
+        sys.executable,
+        __file__,
+        "--source",
+        source,
+        "--model",
+        model,
+        "--threads",
+        str(threads),
+        "--seed",
+        str(seed),
+    ]
     command += ["--dir", directory] if directory else []
     command += ["--gguf", gguf] if gguf else []
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -97,7 +119,10 @@ def assert_same_model(model, hf_model) -> None:
     with torch.inference_mode():
         difference = float((model(tokens) - hf_model(tokens).logits).abs().max())
     if not difference <= LOGITS_TOLERANCE:
-        raise RuntimeError(f"the loaded model's logits differ from the source model's by {difference:.3e} (expected at most {LOGITS_TOLERANCE})")
+        raise RuntimeError(
+            f"the loaded model's logits differ from the source model's by {difference:.3e} (expected at "
+            f"most {LOGITS_TOLERANCE})"
+        )
 
 
 def _load(source: str, hf_model, directory: Optional[str], gguf: Optional[str]):
@@ -133,46 +158,107 @@ def load_once(source: str, model: str, threads: int, seed: int, directory: Optio
     loaded = _load(source, hf_model, directory, gguf)
     seconds = time.perf_counter() - start
     peak = _status_kib("VmHWM") * 1024 if window else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    loaded_bytes = weights_nbytes(loaded) if source == "GGUF, Hugging Face" else sum(p.numel() * p.element_size() for p in loaded.parameters())
+    loaded_bytes = (
+        weights_nbytes(loaded)
+        if source == "GGUF, Hugging Face"
+        else sum(p.numel() * p.element_size() for p in loaded.parameters())
+    )
     if source == "in-memory":
         assert_same_model(loaded, hf_model)
-    return {"source": source, "seconds": seconds, "baseline": baseline, "peak": peak, "peak_above_baseline": peak - baseline,
-            "model_bytes": loaded_bytes, "peak_window": "VmHWM reset before loading" if window else "ru_maxrss (process lifetime)"}
+    return {
+        "source": source,
+        "seconds": seconds,
+        "baseline": baseline,
+        "peak": peak,
+        "peak_above_baseline": peak - baseline,
+        "model_bytes": loaded_bytes,
+        "peak_window": "VmHWM reset before loading" if window else "ru_maxrss (process lifetime)",
+    }
 
 
 def bench_loading(model: str, hf_model, threads: int, seed: int, targets: dict, gguf: Optional[str]) -> Table:
     """Every source of ``model`` in a fresh process: the GGUF ones when ``gguf`` names a file, the others always."""
     checkpoint = weights_nbytes(hf_model)
     table = Table(
-        f"{model}: loading (a fresh process each; the float32 weights of the random HF model are {checkpoint / 2**20:.0f} MiB)",
-        ["source", "loader", "seconds", "peak RSS above baseline, MiB", "process peak RSS, MiB", "loaded weights, MiB",
-         "peak x loaded weights", "peak x float32 checkpoint", "target"],
+        f"{model}: loading (a fresh process each; the float32 weights of the random HF model are "
+        f"{checkpoint / 2**20:.0f} MiB)",
+        [
+            "source",
+            "loader",
+            "seconds",
+            "peak RSS above baseline, MiB",
+            "process peak RSS, MiB",
+            "loaded weights, MiB",
+            "peak x loaded weights",
+            "peak x float32 checkpoint",
+            "target",
+        ],
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_load_") as directory:
         hf_model.save_pretrained(directory)
         for source, given in (("in-memory", None), ("safetensors directory", directory)):
-            rows.append((source, "interp_transformer.from_pretrained", measure_loading(source, model, threads, seed, directory=given),
-                         checkpoint))
+            rows.append(
+                (
+                    source,
+                    "interp_transformer.from_pretrained",
+                    measure_loading(source, model, threads, seed, directory=given),
+                    checkpoint,
+                )
+            )
     if gguf is not None:
         gguf_bytes = gguf_float32_nbytes(gguf)
-        rows.append((f"GGUF {gguf}", "interp_transformer.from_pretrained", measure_loading("GGUF", model, threads, seed, gguf=gguf), gguf_bytes))
-        rows.append((f"GGUF {gguf}", "transformers AutoModelForCausalLM (gguf_file=)",
-                     measure_loading("GGUF, Hugging Face", model, threads, seed, gguf=gguf), gguf_bytes))
+        rows.append(
+            (
+                f"GGUF {gguf}",
+                "interp_transformer.from_pretrained",
+                measure_loading("GGUF", model, threads, seed, gguf=gguf),
+                gguf_bytes,
+            )
+        )
+        rows.append(
+            (
+                f"GGUF {gguf}",
+                "transformers AutoModelForCausalLM (gguf_file=)",
+                measure_loading("GGUF, Hugging Face", model, threads, seed, gguf=gguf),
+                gguf_bytes,
+            )
+        )
     for source, loader, result, checkpoint_bytes in rows:
         peak, loaded = result["peak_above_baseline"], result["model_bytes"]
         if result["source"] == "GGUF":
-            verdict = (f"<= {targets['gguf_seconds']} s: {meets(result['seconds'], targets['gguf_seconds'], lower_is_better=True)}; "
-                       f"peak <= {targets['gguf_rss']}x float32: {meets(peak / checkpoint_bytes, targets['gguf_rss'], lower_is_better=True)}")
+            verdict = (
+                f"<= {targets['gguf_seconds']} s: "
+                f"{meets(result['seconds'], targets['gguf_seconds'], lower_is_better=True)}; "
+                f"peak <= {targets['gguf_rss']}x float32: "
+                f"{meets(peak / checkpoint_bytes, targets['gguf_rss'], lower_is_better=True)}"
+            )
         elif result["source"] == "GGUF, Hugging Face":
             verdict = "(for comparison)"
         else:
-            verdict = f"peak <= {targets['load_rss']}x loaded: {meets(peak / loaded, targets['load_rss'], lower_is_better=True)}"
-        table.add(source, loader, f"{result['seconds']:.2f}", f"{peak / 2**20:.0f}", f"{result['peak'] / 2**20:.0f}", f"{loaded / 2**20:.0f}",
-                  f"{peak / loaded:.2f}", f"{peak / checkpoint_bytes:.2f}", verdict)
+            met = meets(peak / loaded, targets["load_rss"], lower_is_better=True)
+            verdict = f"peak <= {targets['load_rss']}x loaded: {met}"
+        table.add(
+            source,
+            loader,
+            f"{result['seconds']:.2f}",
+            f"{peak / 2**20:.0f}",
+            f"{result['peak'] / 2**20:.0f}",
+            f"{loaded / 2**20:.0f}",
+            f"{peak / loaded:.2f}",
+            f"{peak / checkpoint_bytes:.2f}",
+            verdict,
+        )
     if gguf is None:
         table.add("GGUF", "-", "-", "-", "-", "-", "-", "-", "not run (no GGUF file for this model)")
     return table
+
+
+def _source_flag(source: str) -> str:
+    """The option a source needs: a safetensors directory takes --dir, a GGUF source --gguf, the others neither."""
+    if source == "safetensors directory":
+        return "--dir"
+    return "--gguf" if source.startswith("GGUF") else "neither --dir nor --gguf"
 
 
 if __name__ == "__main__":
@@ -180,10 +266,16 @@ if __name__ == "__main__":
     parser.add_argument("--source", choices=SOURCES, required=True)
     parser.add_argument("--model", required=True, help="the model's shape: a name of hf_models.HF_MODELS")
     parser.add_argument("--dir", default=None, help="a save_pretrained directory (safetensors directory)")
-    parser.add_argument("--gguf", default=None, help="a .gguf file or a GGUF model name such as smollm2-135m (GGUF sources)")
+    parser.add_argument(
+        "--gguf", default=None, help="a .gguf file or a GGUF model name such as smollm2-135m (GGUF sources)"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the in-memory model (the directory holds the same)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the in-memory model (the directory holds the same)"
+    )
     args = parser.parse_args()
-    if (args.source == "safetensors directory") != (args.dir is not None) or args.source.startswith("GGUF") != (args.gguf is not None):
-        parser.error(f"--source {args.source!r} takes {'--dir' if args.source == 'safetensors directory' else '--gguf' if args.source.startswith('GGUF') else 'neither --dir nor --gguf'}")
+    if (args.source == "safetensors directory") != (args.dir is not None) or args.source.startswith("GGUF") != (
+        args.gguf is not None
+    ):
+        parser.error(f"--source {args.source!r} takes {_source_flag(args.source)}")
     print(json.dumps(load_once(args.source, args.model, args.threads, args.seed, args.dir, args.gguf)))

@@ -47,27 +47,40 @@ def build_models(model: str, seed: int):
 
 
 def bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds: int, warmup: int, seed: int) -> Table:
-    table = Table("Forward pass (tokens -> logits), Pythia shape",
-                  ["shape", "contender", "median ms", "x HF best", f"target <= {TARGETS['forward']}x"])
+    table = Table(
+        "Forward pass (tokens -> logits), Pythia shape",
+        ["shape", "contender", "median ms", "x HF best", f"target <= {TARGETS['forward']}x"],
+    )
     for batch, pos in shapes:
         tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
         with torch.inference_mode():  # the same logits, or the timing compares different work
             torch.testing.assert_close(ours(tokens), hf_sdpa(tokens).logits, atol=1e-3, rtol=1e-4)
-        contenders = {"interp_transformer": timed(lambda: ours(tokens)), "HF eager": timed(lambda: hf_eager(tokens)),
-                      "HF sdpa": timed(lambda: hf_sdpa(tokens))}
+        contenders = {
+            "interp_transformer": timed(lambda: ours(tokens)),
+            "HF eager": timed(lambda: hf_eager(tokens)),
+            "HF sdpa": timed(lambda: hf_sdpa(tokens)),
+        }
         medians, _ = interleaved_medians(contenders, rounds, warmup, f"forward {batch}x{pos}")
         best = min(medians["HF eager"], medians["HF sdpa"])
         for name, median in medians.items():
-            target = meets(median / best, TARGETS["forward"], lower_is_better=True) if name == "interp_transformer" else ""
+            target = (
+                meets(median / best, TARGETS["forward"], lower_is_better=True) if name == "interp_transformer" else ""
+            )
             table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{median / best:.3f}", target)
     return table
 
 
 def bench_cache(ours, shapes, rounds: int, warmup: int, seed: int) -> Table:
     patterns = [ours.act_name("pattern", layer) for layer in range(ours.cfg.n_layers)]
-    filters = {"everything": None, "attention patterns": patterns, "resid_post": lambda name: name.endswith("hook_resid_post")}
-    table = Table("run_with_cache, Pythia shape",
-                  ["shape", "cached", "median ms", "x our forward", "MiB held", f"target (all) <= {TARGETS['cache_all']}x"])
+    filters = {
+        "everything": None,
+        "attention patterns": patterns,
+        "resid_post": lambda name: name.endswith("hook_resid_post"),
+    }
+    table = Table(
+        "run_with_cache, Pythia shape",
+        ["shape", "cached", "median ms", "x our forward", "MiB held", f"target (all) <= {TARGETS['cache_all']}x"],
+    )
     for batch, pos in shapes:
         tokens = random_tokens(batch, pos, seed, ours.cfg.d_vocab)
         held: dict[str, int] = {}
@@ -85,7 +98,14 @@ def bench_cache(ours, shapes, rounds: int, warmup: int, seed: int) -> Table:
         for name, median in medians.items():
             ratio = median / medians["nothing (forward)"]
             target = meets(ratio, TARGETS["cache_all"], lower_is_better=True) if name == "everything" else ""
-            table.add(f"{batch}x{pos}", name, f"{median * 1e3:.1f}", f"{ratio:.3f}", f"{held.get(name, 0) / 2**20:.2f}", target)
+            table.add(
+                f"{batch}x{pos}",
+                name,
+                f"{median * 1e3:.1f}",
+                f"{ratio:.3f}",
+                f"{held.get(name, 0) / 2**20:.2f}",
+                target,
+            )
     return table
 
 
@@ -96,7 +116,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", choices=sorted(MODELS), default="pythia-160m")
-    parser.add_argument("--shapes", default=None, help="batch x pos to time, e.g. 1x1024,8x128 (default: 1x128,1x1024,8x128)")
+    parser.add_argument(
+        "--shapes", default=None, help="batch x pos to time, e.g. 1x1024,8x128 (default: 1x128,1x1024,8x128)"
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "pythia.md"), help="write the markdown report here")
     args = parser.parse_args(argv)
 
@@ -109,14 +131,17 @@ def main(argv=None) -> int:
         shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     started = time.time()
     hf_eager, hf_sdpa, ours = build_models(MODELS[args.config], args.seed)
-    tables = [bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds, warmup, args.seed),
-              bench_cache(ours, shapes, rounds, warmup, args.seed)]
+    tables = [
+        bench_forward(ours, hf_eager, hf_sdpa, shapes, rounds, warmup, args.seed),
+        bench_cache(ours, shapes, rounds, warmup, args.seed),
+    ]
     context = {
         "command": "python benchmarks/bench_pythia.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "minutes": f"{(time.time() - started) / 60:.1f}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, torch {torch.__version__}, "
-                   f"{args.threads} threads",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, torch "
+        f"{torch.__version__}, "
+        f"{args.threads} threads",
         "load average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{rounds} interleaved rounds after {warmup} warmup",
         "model": f"{args.config}: GPTNeoXConfig({model_spec(MODELS[args.config])[1]})",

@@ -29,8 +29,9 @@ tqdm_module.tqdm.monitor_interval = 0
 HERE = Path(__file__).resolve().parent
 
 
-def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
-                label: str) -> dict[str, list[tuple[float, float]]]:
+def interleaved(
+    contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int, label: str
+) -> dict[str, list[tuple[float, float]]]:
     """Run every contender once per round, in a shuffled order; ``(wall, CPU)`` seconds per contender per round.
 
     A contender returns its own elapsed wall-clock and CPU seconds (so a subprocess can time itself).
@@ -51,8 +52,9 @@ def interleaved(contenders: dict[str, Callable[[], tuple[float, float]]], rounds
     return times
 
 
-def interleaved_medians(contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int,
-                        label: str) -> tuple[dict[str, float], dict[str, float]]:
+def interleaved_medians(
+    contenders: dict[str, Callable[[], tuple[float, float]]], rounds: int, warmup: int, label: str
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median wall-clock seconds and median CPU seconds of each contender over ``interleaved`` rounds.
 
     CPU time (``time.process_time``, every thread of the process) counts only what the contender
@@ -91,7 +93,8 @@ def meets(ratio: float, target: float, lower_is_better: bool = False) -> str:
 
 
 class TransformerLensCannotRun(RuntimeError):
-    """The worker said, or showed by exiting, that TransformerLens cannot build or run the model; the message says why."""
+    """The worker said, or showed by exiting, that TransformerLens cannot build or run the model; the message says
+    why."""
 
 
 class TransformerLensWorker:
@@ -103,11 +106,26 @@ class TransformerLensWorker:
 
     def __init__(self, python: str, model: str, threads: int, seed: int, shapes):
         shape_text = ",".join(f"{b}x{p}" for b, p in shapes)
-        self.stderr = open(HERE / "results" / f"tl_worker_{model}.log", "w", encoding="utf-8")  # noqa: SIM115 (closed in close)
+        # noqa: SIM115 (closed in close)
+        self.stderr = open(HERE / "results" / f"tl_worker_{model}.log", "w", encoding="utf-8")
         self.process = subprocess.Popen(
-            [python, str(HERE / "tl_worker.py"), "--serve", "--model", model, "--threads", str(threads), "--seed", str(seed),
-             "--shapes", shape_text],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            [
+                python,
+                str(HERE / "tl_worker.py"),
+                "--serve",
+                "--model",
+                model,
+                "--threads",
+                str(threads),
+                "--seed",
+                str(seed),
+                "--shapes",
+                shape_text,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
         )
         try:
             self.info = self._read()
@@ -123,8 +141,12 @@ class TransformerLensWorker:
         if not line:
             code = self.process.wait()
             self.stderr.flush()
-            logged = [text.strip() for text in Path(self.stderr.name).read_text(encoding="utf-8").splitlines() if text.strip()]
-            raise RuntimeError(f"worker exited with code {code}: {logged[-1] if logged else 'no output'} (its log: {self.stderr.name})")
+            logged = [
+                text.strip() for text in Path(self.stderr.name).read_text(encoding="utf-8").splitlines() if text.strip()
+            ]
+            raise RuntimeError(
+                f"worker exited with code {code}: {logged[-1] if logged else 'no output'} (its log: {self.stderr.name})"
+            )
         return json.loads(line)
 
     def ask(self, **command) -> dict:
@@ -153,7 +175,9 @@ class TransformerLensWorker:
         self.stderr.close()
 
 
-def start_transformer_lens(tl_python: str, model: str, threads: int, seed: int, shapes) -> tuple[Optional[TransformerLensWorker], str]:
+def start_transformer_lens(
+    tl_python: str, model: str, threads: int, seed: int, shapes
+) -> tuple[Optional[TransformerLensWorker], str]:
     """The worker for ``model``, and a note for the report: its versions, or why it was not run.
 
     A model TransformerLens cannot build or run is not an error of the benchmark: the
@@ -169,4 +193,7 @@ def start_transformer_lens(tl_python: str, model: str, threads: int, seed: int, 
     except TransformerLensCannotRun as error:
         return None, f"not run: TransformerLens cannot build {model_spec(model)[0]}: {error}"
     versions = worker.info["versions"]
-    return worker, f"transformer-lens {versions['transformer-lens']} (transformers {versions['transformers']}, TransformerBridge)"
+    return (
+        worker,
+        f"transformer-lens {versions['transformer-lens']} (transformers {versions['transformers']}, TransformerBridge)",
+    )

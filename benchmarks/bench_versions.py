@@ -59,8 +59,14 @@ class Worker:
     def __init__(self, name: str, kind: str, pythonpath: str, threads: int):
         env = dict(os.environ, PYTHONPATH=pythonpath)
         self.name = name
-        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(threads), kind], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(threads), kind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         if not json.loads(self.process.stdout.readline()).get("ready"):
             raise RuntimeError(f"worker {name} did not start")
 
@@ -86,11 +92,17 @@ def main() -> None:
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
         base_dir = Path(scratch) / "base"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base_dir), args.base], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base_dir), args.base],
+            check=True,
+            capture_output=True,
+        )
         try:
-            workers = [Worker("base", "ours", str(base_dir), args.threads), Worker("new", "ours", str(REPO), args.threads),
-                       Worker("HF sdpa", "hf", str(REPO), args.threads)]
+            workers = [
+                Worker("base", "ours", str(base_dir), args.threads),
+                Worker("new", "ours", str(REPO), args.threads),
+                Worker("HF sdpa", "hf", str(REPO), args.threads),
+            ]
             rows = []
             for batch, pos in shapes:
                 for op in ("forward", "cache_all"):
@@ -106,20 +118,31 @@ def main() -> None:
                     medians = {name: statistics.median(values) for name, values in times.items()}
                     cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
                     rows.append((f"{batch}x{pos}", op, medians, cpu_medians))
-                    print(f"{batch}x{pos} {op}: " + ", ".join(f"{n} {m * 1e3:.1f} ms" for n, m in medians.items()), file=sys.stderr)
+                    print(
+                        f"{batch}x{pos} {op}: " + ", ".join(f"{n} {m * 1e3:.1f} ms" for n, m in medians.items()),
+                        file=sys.stderr,
+                    )
             for worker in workers:
                 worker.close()
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_dir)], check=False, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_dir)],
+                check=False,
+                capture_output=True,
+            )
     forward = {shape: medians for shape, op, medians, _ in rows if op == "forward"}
-    print("| shape | measure | base ms | new ms | HF sdpa ms | base x HF | new x HF | new x base | new x base, CPU time |")
+    print(
+        "| shape | measure | base ms | new ms | HF sdpa ms | base x HF | new x HF | new x base | new x base, CPU time |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for shape, op, medians, cpu in rows:
         hf = forward[shape]["HF sdpa"]
         what = "forward" if op == "forward" else "run_with_cache everything"
-        print(f"| {shape} | {what} | {medians['base'] * 1e3:.1f} | {medians['new'] * 1e3:.1f} | {hf * 1e3:.1f} | "
-              f"{medians['base'] / hf:.3f} | {medians['new'] / hf:.3f} | {medians['new'] / medians['base']:.3f} | "
-              f"{cpu['new'] / cpu['base']:.3f} |")
+        print(
+            f"| {shape} | {what} | {medians['base'] * 1e3:.1f} | {medians['new'] * 1e3:.1f} | {hf * 1e3:.1f} | "
+            f"{medians['base'] / hf:.3f} | {medians['new'] / hf:.3f} | {medians['new'] / medians['base']:.3f} | "
+            f"{cpu['new'] / cpu['base']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -57,44 +57,132 @@ PERTURBATION = 0.02  # added to every parameter, times a standard normal draw
 
 _NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 _GEMMA2_SMALL = dict(
-    num_hidden_layers=6, hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=2048,
-    vocab_size=8192, max_position_embeddings=2048, sliding_window=64, query_pre_attn_scalar=64, **_NO_SPECIAL_TOKENS,
+    num_hidden_layers=6,
+    hidden_size=512,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=64,
+    intermediate_size=2048,
+    vocab_size=8192,
+    max_position_embeddings=2048,
+    sliding_window=64,
+    query_pre_attn_scalar=64,
+    **_NO_SPECIAL_TOKENS,
 )
 _MIXTRAL_SMALL = dict(
-    num_hidden_layers=6, hidden_size=512, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=1024,
-    vocab_size=8192, max_position_embeddings=2048, num_local_experts=8, num_experts_per_tok=2, **_NO_SPECIAL_TOKENS,
+    num_hidden_layers=6,
+    hidden_size=512,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=64,
+    intermediate_size=1024,
+    vocab_size=8192,
+    max_position_embeddings=2048,
+    num_local_experts=8,
+    num_experts_per_tok=2,
+    **_NO_SPECIAL_TOKENS,
 )
 _PYTHIA_160M = dict(
-    num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
-    vocab_size=50304, max_position_embeddings=2048, use_parallel_residual=True, tie_word_embeddings=False,
-    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}, bos_token_id=0, eos_token_id=0,
+    num_hidden_layers=12,
+    hidden_size=768,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    hidden_act="gelu",
+    vocab_size=50304,
+    max_position_embeddings=2048,
+    use_parallel_residual=True,
+    tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    bos_token_id=0,
+    eos_token_id=0,
 )
 _TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 
 HF_MODELS: dict[str, tuple[str, dict]] = {
     "gpt2-small": ("gpt2", dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)),
-    "smollm2": ("llama", dict(
-        num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-        intermediate_size=1536, hidden_act="silu", rms_norm_eps=1e-5, vocab_size=49152, max_position_embeddings=8192,
-        rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, tie_word_embeddings=True,
-        initializer_range=0.041666666666666664, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    )),
+    "smollm2": (
+        "llama",
+        dict(
+            num_hidden_layers=30,
+            hidden_size=576,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            head_dim=64,
+            intermediate_size=1536,
+            hidden_act="silu",
+            rms_norm_eps=1e-5,
+            vocab_size=49152,
+            max_position_embeddings=8192,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+            tie_word_embeddings=True,
+            initializer_range=0.041666666666666664,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+        ),
+    ),
     "pythia-160m": ("gpt_neox", _PYTHIA_160M),
     "gemma2": ("gemma2", _GEMMA2_SMALL),
     "mixtral": ("mixtral", _MIXTRAL_SMALL),
-    "tiny": ("gpt2", dict(n_layer=2, n_embd=64, n_head=4, vocab_size=211, n_positions=128, bos_token_id=0, eos_token_id=0)),
-    "tiny-llama": ("llama", dict(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        intermediate_size=96, hidden_act="silu", rms_norm_eps=1e-5, vocab_size=211, max_position_embeddings=128,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True,
-        bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    )),
-    "tiny-neox": ("gpt_neox", dict(_PYTHIA_160M, num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=256,
-                                   vocab_size=1000, max_position_embeddings=128)),
-    "tiny-gemma2": ("gemma2", dict(_GEMMA2_SMALL, **_TINY, intermediate_size=128, vocab_size=256, max_position_embeddings=128,
-                                   sliding_window=8, query_pre_attn_scalar=16)),
-    "tiny-mixtral": ("mixtral", dict(_MIXTRAL_SMALL, **_TINY, intermediate_size=64, vocab_size=256, max_position_embeddings=128,
-                                     num_local_experts=4)),
+    "tiny": (
+        "gpt2",
+        dict(n_layer=2, n_embd=64, n_head=4, vocab_size=211, n_positions=128, bos_token_id=0, eos_token_id=0),
+    ),
+    "tiny-llama": (
+        "llama",
+        dict(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=96,
+            hidden_act="silu",
+            rms_norm_eps=1e-5,
+            vocab_size=211,
+            max_position_embeddings=128,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=True,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+        ),
+    ),
+    "tiny-neox": (
+        "gpt_neox",
+        dict(
+            _PYTHIA_160M,
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=256,
+            vocab_size=1000,
+            max_position_embeddings=128,
+        ),
+    ),
+    "tiny-gemma2": (
+        "gemma2",
+        dict(
+            _GEMMA2_SMALL,
+            **_TINY,
+            intermediate_size=128,
+            vocab_size=256,
+            max_position_embeddings=128,
+            sliding_window=8,
+            query_pre_attn_scalar=16,
+        ),
+    ),
+    "tiny-mixtral": (
+        "mixtral",
+        dict(
+            _MIXTRAL_SMALL,
+            **_TINY,
+            intermediate_size=64,
+            vocab_size=256,
+            max_position_embeddings=128,
+            num_local_experts=4,
+        ),
+    ),
 }
 
 
@@ -132,7 +220,10 @@ def build_hf_model(family: str, config: dict, seed: int, attn_implementation: st
 
     spec = family_of(family)
     if attn_implementation not in spec.attention:
-        raise ValueError(f"expected an attention implementation of {family} in {list(spec.attention)}, received {attn_implementation!r}")
+        raise ValueError(
+            f"expected an attention implementation of {family} in {list(spec.attention)}, received "
+            f"{attn_implementation!r}"
+        )
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(hf_config(family, config)).float().eval()
     generator = torch.Generator().manual_seed(seed)

@@ -117,7 +117,12 @@ CASES = {
         16,
     ),
     "skip_transcoder": ("skip_transcoder", {"d_out": D_IN, "apply_b_dec_to_input": False}, TRANSCODER_HOOKS, 17),
-    "jumprelu_transcoder": ("jumprelu_transcoder", {"d_out": D_IN, "apply_b_dec_to_input": False}, TRANSCODER_HOOKS, 18),
+    "jumprelu_transcoder": (
+        "jumprelu_transcoder",
+        {"d_out": D_IN, "apply_b_dec_to_input": False},
+        TRANSCODER_HOOKS,
+        18,
+    ),
     "jumprelu_skip_transcoder": (
         "jumprelu_skip_transcoder",
         {"d_out": D_OUT_OTHER, "apply_b_dec_to_input": False},
@@ -241,7 +246,10 @@ def write_legacy_case(out: Path, name: str) -> dict:
     (folder / "cfg.json").write_text(json.dumps(cfg, indent=1))
     sae = SAE.load_from_disk(folder)
     x = make_input({}, torch.Generator().manual_seed(1000 + seed))
-    save_file(expected_outputs(sae.eval(), x, torch.Generator().manual_seed(2000 + seed)), str(folder / "expected.safetensors"))
+    save_file(
+        expected_outputs(sae.eval(), x, torch.Generator().manual_seed(2000 + seed)),
+        str(folder / "expected.safetensors"),
+    )
     return {"architecture": sae.cfg.architecture(), "legacy": True, "seed": seed}
 
 
@@ -331,7 +339,9 @@ def main(argv=None) -> int:
         "cases": cases,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(CASES) + len(LEGACY_CASES)} SAE fixtures and {len(cases)} splice cases to {out}", file=sys.stderr)
+    print(
+        f"wrote {len(CASES) + len(LEGACY_CASES)} SAE fixtures and {len(cases)} splice cases to {out}", file=sys.stderr
+    )
     return 0
 
 

@@ -24,11 +24,23 @@ def main(argv: list[str]) -> int:
     path, hook = argv[0], argv[1]
     context_size, d_in, n_rows = int(argv[2]), int(argv[3]), int(argv[4])
     store = ActivationsStore(
-        model=None, dataset=None, streaming=False, hook_name=hook, hook_head_index=None, context_size=context_size,
-        d_in=d_in, n_batches_in_buffer=2, total_training_tokens=n_rows * context_size, store_batch_size_prompts=n_rows,
-        train_batch_size_tokens=context_size, prepend_bos=True, normalize_activations="none",
-        device=torch.device("cpu"), dtype="float32", cached_activations_path=path,
-    )  # fmt: skip
+        model=None,
+        dataset=None,
+        streaming=False,
+        hook_name=hook,
+        hook_head_index=None,
+        context_size=context_size,
+        d_in=d_in,
+        n_batches_in_buffer=2,
+        total_training_tokens=n_rows * context_size,
+        store_batch_size_prompts=n_rows,
+        train_batch_size_tokens=context_size,
+        prepend_bos=True,
+        normalize_activations="none",
+        device=torch.device("cpu"),
+        dtype="float32",
+        cached_activations_path=path,
+    )
     acts, token_ids = store.get_raw_llm_batch()
     save_file({"acts": acts.contiguous(), "token_ids": token_ids.contiguous()}, argv[5])
     print(f"SAELens read {tuple(acts.shape)} activations and {tuple(token_ids.shape)} token ids from {path}")

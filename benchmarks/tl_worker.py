@@ -86,10 +86,7 @@ def parse_shapes(text, max_pos):
             raise ValueError(f"expected shapes like '1x128,8x128' (batch x pos), received {item!r}")
         batch, pos = int(match.group(1)), int(match.group(2))
         if not (1 <= batch and 1 <= pos <= max_pos):
-            raise ValueError(
-                f"expected batch >= 1 and 1 <= pos <= {max_pos}, "
-                f"received batch={batch}, pos={pos}"
-            )
+            raise ValueError(f"expected batch >= 1 and 1 <= pos <= {max_pos}, received batch={batch}, pos={pos}")
         shapes.append((batch, pos))
     return shapes
 
@@ -149,9 +146,7 @@ class Worker:
         if model_dir is None:
             hf_model = build_hf_model(family, config, seed)
         else:
-            hf_model = AutoModelForCausalLM.from_pretrained(
-                model_dir, local_files_only=True, dtype=torch.float32
-            )
+            hf_model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32)
         hf_model = hf_model.float().eval()
         self.config = {key: getattr(hf_model.config, key) for key in config}
         self.n_ctx = n_ctx(family, self.config)
@@ -169,7 +164,10 @@ class Worker:
 
         start = time.perf_counter()
         self.bridge = TransformerBridge.boot_transformers(
-            self._tmp.name, hf_model=hf_model, tokenizer=tokenizer, device="cpu",
+            self._tmp.name,
+            hf_model=hf_model,
+            tokenizer=tokenizer,
+            device="cpu",
             dtype=torch.float32,
         )
         self.bridge.eval()
@@ -217,9 +215,7 @@ class Worker:
             for implementation in self.attention:
                 self.reference.set_attn_implementation(implementation)
                 reference = self.reference(tokens).logits
-                result[f"max_abs_diff_vs_hf_{implementation}"] = (
-                    (logits - reference).abs().max().item()
-                )
+                result[f"max_abs_diff_vs_hf_{implementation}"] = (logits - reference).abs().max().item()
         return result
 
     def info(self):
@@ -256,19 +252,31 @@ def run_batch(worker, shapes, repeats, warmup):
                 worker.measure(op, tokens)
             runs = [worker.measure(op, tokens) for _ in range(repeats)]
             times = [run["seconds"] for run in runs]
-            record = {"op": op, "batch": batch, "pos": pos, "times_s": times,
-                      "median_s": statistics.median(times)}
+            record = {"op": op, "batch": batch, "pos": pos, "times_s": times, "median_s": statistics.median(times)}
             record["loadavg_1min"] = [run["loadavg_1min"] for run in runs]
             record["cpu_times_s"] = [run["cpu_seconds"] for run in runs]
-            record.update({key: value for key, value in runs[-1].items()
-                           if key not in ("seconds", "cpu_seconds", "loadavg_1min")})
+            record.update(
+                {key: value for key, value in runs[-1].items() if key not in ("seconds", "cpu_seconds", "loadavg_1min")}
+            )
             measurements.append(record)
-            print(f"{op:<17} {batch}x{pos:<5} median {record['median_s'] * 1e3:9.1f} ms"
-                  + (f"  cache {record['cache_bytes'] / 2**20:8.1f} MiB"
-                     f" ({record['cache_bytes_unique'] / 2**20:.1f} MiB unique)"
-                     if "cache_bytes" in record else ""), file=sys.stderr, flush=True)
-    return {**worker.info(), "repeats": repeats, "warmup": warmup,
-            "verification": verification, "measurements": measurements}
+            print(
+                f"{op:<17} {batch}x{pos:<5} median {record['median_s'] * 1e3:9.1f} ms"
+                + (
+                    f"  cache {record['cache_bytes'] / 2**20:8.1f} MiB"
+                    f" ({record['cache_bytes_unique'] / 2**20:.1f} MiB unique)"
+                    if "cache_bytes" in record
+                    else ""
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+    return {
+        **worker.info(),
+        "repeats": repeats,
+        "warmup": warmup,
+        "verification": verification,
+        "measurements": measurements,
+    }
 
 
 def command_tokens(worker, command):
@@ -276,12 +284,14 @@ def command_tokens(worker, command):
     if "tokens" in command:
         tokens = torch.tensor(command["tokens"], dtype=torch.long)
         if tokens.ndim != 2 or tokens.numel() == 0:
-            raise ValueError(f"expected tokens as a non-empty [batch, pos] list of lists, "
-                             f"received shape {list(tokens.shape)}")
+            raise ValueError(
+                f"expected tokens as a non-empty [batch, pos] list of lists, received shape {list(tokens.shape)}"
+            )
         vocab = worker.config["vocab_size"]
         if tokens.min() < 0 or tokens.max() >= vocab:
-            raise ValueError(f"expected token ids in [0, {vocab}), received "
-                             f"ids from {tokens.min().item()} to {tokens.max().item()}")
+            raise ValueError(
+                f"expected token ids in [0, {vocab}), received ids from {tokens.min().item()} to {tokens.max().item()}"
+            )
         return tokens
     for key in ("batch", "pos"):
         if not isinstance(command.get(key), int) or isinstance(command.get(key), bool):
@@ -317,7 +327,8 @@ def start(model, seed, threads, model_dir, shapes, protocol):
     try:
         worker = Worker(model, seed, threads, model_dir)
         verification = check(worker, shapes)
-    except Exception as error:  # noqa: BLE001 (reported, not swallowed: the parent says why TransformerLens was not run)
+    # reported, not swallowed: the parent says why TransformerLens was not run
+    except Exception as error:  # noqa: BLE001
         traceback.print_exc()
         first_line = (str(error).strip().splitlines() or [""])[0]
         send(protocol, {"ready": False, "error": f"{type(error).__name__}: {first_line}"})
@@ -351,24 +362,34 @@ def serve(worker, protocol):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", default="1x128,1x1024,8x128",
-                        help="comma-separated batch x pos, e.g. 1x128,8x128 (serve: verified at start)")
+    parser.add_argument(
+        "--shapes",
+        default="1x128,1x1024,8x128",
+        help="comma-separated batch x pos, e.g. 1x128,8x128 (serve: verified at start)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and tokens")
-    parser.add_argument("--model", default="gpt2-small",
-                        help="the model's shape: a name of hf_models.HF_MODELS (gpt2-small, smollm2, ...)")
-    parser.add_argument("--model-dir", default=None,
-                        help="load a saved model of that shape from this directory instead of "
-                             "drawing random weights")
+    parser.add_argument(
+        "--model",
+        default="gpt2-small",
+        help="the model's shape: a name of hf_models.HF_MODELS (gpt2-small, smollm2, ...)",
+    )
+    parser.add_argument(
+        "--model-dir",
+        default=None,
+        help="load a saved model of that shape from this directory instead of drawing random weights",
+    )
     parser.add_argument("--out", default=None, help="write the batch results here as JSON")
     parser.add_argument("--quick", action="store_true", help="1 warmup run, at most 2 repeats")
     parser.add_argument("--serve", action="store_true", help="answer JSON commands on stdin")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0 or args.threads < 1:
-        parser.error(f"expected --repeats >= 1, --warmup >= 0, --threads >= 1, received "
-                     f"{args.repeats}, {args.warmup}, {args.threads}")
+        parser.error(
+            f"expected --repeats >= 1, --warmup >= 0, --threads >= 1, received "
+            f"{args.repeats}, {args.warmup}, {args.threads}"
+        )
     if not args.serve and args.out is None:
         parser.error("--out is required unless --serve")
     try:

@@ -12,8 +12,10 @@ from importlib.metadata import entry_points
 def main() -> int:
     scripts = entry_points(group="console_scripts", name="interp-transformer")
     if not scripts:
-        print("interp-transformer is not installed as a distribution: run `pip install -e .`, or `python -m analysis`",
-              file=sys.stderr)
+        print(
+            "interp-transformer is not installed as a distribution: run `pip install -e .`, or `python -m analysis`",
+            file=sys.stderr,
+        )
         return 2
     return next(iter(scripts)).load()()
 

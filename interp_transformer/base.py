@@ -68,7 +68,7 @@ class WeightView:
             raise AttributeError(self.missing(model)) from None
 
     def missing(self, model) -> str:
-        for holder in (model.blocks if self.stacked else [model]):  # a part that knows why it lacks the weight says so
+        for holder in model.blocks if self.stacked else [model]:  # a part that knows why it lacks the weight says so
             explain = getattr(getattr(holder, self.part, None), "why_no_weight", None)
             if callable(explain) and not hasattr(getattr(holder, self.part), self.weight):
                 return f"{self.name}: {explain(self.weight)}"
@@ -98,8 +98,10 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         from transformers import PreTrainedTokenizerBase
 
         if tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
-            raise TypeError(f"tokenizer must be a Hugging Face tokenizer (PreTrainedTokenizerBase) or None, received "
-                            f"{type(tokenizer).__name__}: {tokenizer!r:.60}")
+            raise TypeError(
+                f"tokenizer must be a Hugging Face tokenizer (PreTrainedTokenizerBase) or None, received "
+                f"{type(tokenizer).__name__}: {tokenizer!r:.60}"
+            )
         self.__dict__["_tokenizer"] = tokenizer
 
     def finish_init(self, seed: Optional[int], dtype: torch.dtype, device: Union[str, torch.device, None]) -> None:
@@ -132,7 +134,8 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         return names(self.cfg) if callable(names) else names  # a table, or one per config (as capabilities)
 
     def act_name(self, name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
-        """The full hook name of a short one in this model: ``act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``."""
+        """The full hook name of a short one in this model: ``act_name("pattern", 0) ==
+        "blocks.0.attn.hook_pattern"``."""
         return self.hook_names.full_name(name, layer, sub, n_layers=self.cfg.n_layers)
 
     @property
@@ -180,7 +183,9 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
 
     def _require_tokenizer(self):
         if self.tokenizer is None:
-            raise ValueError(f"this model has no tokenizer: pass token ids, or set model.tokenizer ({self.TOKENIZER_HINT})")
+            raise ValueError(
+                f"this model has no tokenizer: pass token ids, or set model.tokenizer ({self.TOKENIZER_HINT})"
+            )
         return self.tokenizer
 
     TOKENIZER_HINT = "a Hugging Face tokenizer"
@@ -240,7 +245,8 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         return run_with_saes(self, *model_args, saes=saes, **kwargs)
 
     def run_with_cache_with_saes(self, *model_args, saes, **kwargs):
-        """``run_with_cache`` with ``saes`` spliced in: ``(output, cache)``, their activations cached (``sae.run_with_cache_with_saes``)."""
+        """``run_with_cache`` with ``saes`` spliced in: ``(output, cache)``, their activations cached
+        (``sae.run_with_cache_with_saes``)."""
         from .sae.splice import run_with_cache_with_saes
 
         return run_with_cache_with_saes(self, *model_args, saes=saes, **kwargs)

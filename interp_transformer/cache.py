@@ -98,10 +98,16 @@ class ActivationCache(ResidualStacks):
             )
         close = difflib.get_close_matches(name, list(self.cache_dict), n=3, cutoff=0.5)
         if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[1], int):  # a valid name the block lacks
-            block = type(self.model.blocks[key[1]]).__name__ if -len(self.model.blocks) <= key[1] < len(self.model.blocks) else None
+            block = (
+                type(self.model.blocks[key[1]]).__name__
+                if -len(self.model.blocks) <= key[1] < len(self.model.blocks)
+                else None
+            )
             if block is not None:
-                raise KeyError(f"this model has no {name!r}: block {key[1]} is a {block}, which computes no {key[0]!r} "
-                               f"(see docs/conventions.md); closest: {close}")
+                raise KeyError(
+                    f"this model has no {name!r}: block {key[1]} is a {block}, which computes no {key[0]!r} "
+                    f"(see docs/conventions.md); closest: {close}"
+                )
         raise KeyError(f"no activation named {name!r}; closest: {close}")
 
     def __contains__(self, key) -> bool:
@@ -149,11 +155,15 @@ class ActivationCache(ResidualStacks):
             return self.cache_dict[name]
         z_name = self.model.act_name("z", layer)
         if z_name not in self.cache_dict:
-            raise KeyError(f"{name!r}: the per-head results are computed from {z_name!r}, which was not cached; "
-                           "run_with_cache(..., names_filter=...) must include it")
+            raise KeyError(
+                f"{name!r}: the per-head results are computed from {z_name!r}, which was not cached; "
+                "run_with_cache(..., names_filter=...) must include it"
+            )
         W_O = self.model.blocks[layer].attn.W_O
         z = self.cache_dict[z_name]
-        return einops.einsum(z, W_O.to(z.dtype), "... head_index d_head, head_index d_head d_model -> ... head_index d_model")
+        return einops.einsum(
+            z, W_O.to(z.dtype), "... head_index d_head, head_index d_head d_model -> ... head_index d_model"
+        )
 
     def compute_head_results(self) -> None:
         """Store ``cache["result", L]`` for every block (computed from ``z`` and ``W_O``), as TransformerLens does."""
@@ -165,7 +175,9 @@ class ActivationCache(ResidualStacks):
             self.cache_dict[self.model.act_name("result", layer)] = self._head_results(layer)
 
     # --- batch axis, device, dtype ------------------------------------------------------------
-    def to(self, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None) -> "ActivationCache":
+    def to(
+        self, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None
+    ) -> "ActivationCache":
         """A copy of the cache on another device and/or in another dtype."""
         moved = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in self.items()}
         return ActivationCache(moved, self.model, self.has_batch_dim)

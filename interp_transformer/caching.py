@@ -16,8 +16,10 @@ from .hooks import HookFn, HookPoint, NameFilter
 def check_storage_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
     """``dtype`` if it can store activations: a floating torch dtype (or None, keep each one's own)."""
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch dtype (e.g. torch.bfloat16) or None, got {dtype!r}: "
-                        "storing activations as integers would truncate every value")
+        raise TypeError(
+            f"dtype must be a floating torch dtype (e.g. torch.bfloat16) or None, got {dtype!r}: "
+            "storing activations as integers would truncate every value"
+        )
     return dtype
 
 
@@ -107,10 +109,17 @@ class CachingMixin:
             if incl_bwd:
                 with torch.enable_grad():
                     output = self(*model_args, **model_kwargs)
-                    metric = backward_metric(output) if backward_metric is not None else self.default_backward_metric(output, model_args)
+                    metric = (
+                        backward_metric(output)
+                        if backward_metric is not None
+                        else self.default_backward_metric(output, model_args)
+                    )
                     if not isinstance(metric, torch.Tensor) or not metric.requires_grad:
-                        raise TypeError(f"backward_metric must return a scalar tensor computed from the output (so that it "
-                                        f"can be differentiated), got {type(metric).__name__} {metric!r:.60}")
+                        raise TypeError(
+                            "backward_metric must return a scalar tensor computed from the output (so "
+                            "that it "
+                            f"can be differentiated), got {type(metric).__name__} {metric!r:.60}"
+                        )
                     if metric.numel() != 1:
                         raise ValueError(f"backward_metric must return a scalar, got shape {tuple(metric.shape)}")
                     # gradients flow into the hooked activations only: the model's .grad stay as they were

@@ -63,8 +63,12 @@ class Capabilities:
         if self.norm_placement not in NORM_PLACEMENTS:
             raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}")
         norms = self.sublayer_output_norms
-        if norms is not None and (not isinstance(norms, tuple) or len(norms) != 2 or not all(isinstance(n, str) for n in norms)):
-            raise ValueError(f"sublayer_output_norms must be None or (attention's norm, MLP's norm) names, got {norms!r}")
+        if norms is not None and (
+            not isinstance(norms, tuple) or len(norms) != 2 or not all(isinstance(n, str) for n in norms)
+        ):
+            raise ValueError(
+                f"sublayer_output_norms must be None or (attention's norm, MLP's norm) names, got {norms!r}"
+            )
         cap = self.logit_softcap
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
             raise ValueError(f"logit_softcap must be None or a number > 0, got {cap!r}")
@@ -79,12 +83,18 @@ class Capabilities:
         """Logits are ``read_out(final_norm(residual))`` with both linear once the norm's scale is frozen:
         what the logit lens and direct logit attribution need. With ``logit_softcap`` this is
         true of the logits before the cap, which is what they then read."""
-        return self.additive_residual and self.final_norm is not None and self.read_out is not None and self.next_token_logits
+        return (
+            self.additive_residual
+            and self.final_norm is not None
+            and self.read_out is not None
+            and self.next_token_logits
+        )
 
     def why_not_additive(self) -> str:
         """One sentence saying why residual-stream sums do not apply (for error messages)."""
         return (
-            "this model is post-norm (post-LayerNorm): its norms renormalize the residual stream inside every block, so "
+            "this model is post-norm (post-LayerNorm): its norms renormalize the residual stream inside every block, "
+            "so "
             "the stream is not a sum of component outputs and no final norm reads such a sum"
         )
 

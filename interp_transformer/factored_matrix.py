@@ -306,9 +306,7 @@ class FactoredMatrix(FactoredSpectra):
             dense = dense.squeeze(-1)
         return dense
 
-    def iter_row_chunks(
-        self, chunk_size: int
-    ) -> Iterator[tuple[slice, Float[torch.Tensor, "*batch chunk rdim"]]]:
+    def iter_row_chunks(self, chunk_size: int) -> Iterator[tuple[slice, Float[torch.Tensor, "*batch chunk rdim"]]]:
         """Yield ``(rows, AB[..., rows, :])`` for consecutive row blocks of at most ``chunk_size``.
 
         Peak memory is one ``[*batch, chunk_size, rdim]`` block, so a d_vocab x d_vocab
@@ -368,7 +366,9 @@ class FactoredMatrix(FactoredSpectra):
 def _chain(left: FactoredMatrix, right: FactoredMatrix) -> FactoredMatrix:
     """``(A1 B1)(A2 B2)`` as a FactoredMatrix whose inner dim is ``min(mdim1, rdim1, mdim2)``."""
     if left.rdim != right.ldim:
-        raise ValueError(f"cannot multiply {left!r} @ {right!r}: left rdim={left.rdim} must equal right ldim={right.ldim}")
+        raise ValueError(
+            f"cannot multiply {left!r} @ {right!r}: left rdim={left.rdim} must equal right ldim={right.ldim}"
+        )
     # (A1 B1)(A2 B2) = ((A1 B1) A2) B2: each product keeps the smaller inner dim, so the result's is
     # min(mdim1, rdim1, mdim2) and no factor bigger than the inputs is built
     return (left @ right.A) @ right.B

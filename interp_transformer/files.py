@@ -28,7 +28,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None], before_rename: Optional[Callable[[Path], None]] = None) -> None:
+def atomic_write(
+    path: Path, write: Callable[[Path], None], before_rename: Optional[Callable[[Path], None]] = None
+) -> None:
     """Write ``path`` through ``write(temp_path)``, fsync it, and rename it into place.
 
     ``before_rename(temp_path)`` runs after the fsync (to hash the bytes on disk, say).

@@ -62,7 +62,9 @@ def _eos_ids(model, eos_token_id) -> list[int]:
         return []
     ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     if not all(isinstance(i, int) and 0 <= i < model.cfg.d_vocab for i in ids):
-        raise ValueError(f"eos_token_id must be token id(s) in [0, d_vocab={model.cfg.d_vocab}), received {eos_token_id!r}")
+        raise ValueError(
+            f"eos_token_id must be token id(s) in [0, d_vocab={model.cfg.d_vocab}), received {eos_token_id!r}"
+        )
     return ids
 
 
@@ -83,7 +85,9 @@ def _check_arguments(max_new_tokens, temperature, top_k, top_p, seed) -> None:
         raise ValueError(f"seed must be an int or None, received {seed!r}")
 
 
-def _prompt_tokens(model, tokens_or_text, prepend_bos: bool, attention_mask) -> tuple[Tensor, Optional[Tensor], bool, int]:
+def _prompt_tokens(
+    model, tokens_or_text, prepend_bos: bool, attention_mask
+) -> tuple[Tensor, Optional[Tensor], bool, int]:
     """``[batch, pos]`` prompt ids, their padding mask (None: none), whether the input was text, BOS tokens added.
 
     Texts of different lengths are padded on the left with their mask, so every row's

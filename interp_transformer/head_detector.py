@@ -32,8 +32,11 @@ LayerHeadTuple = Tuple[int, int]
 LayerToHead = Dict[int, List[int]]
 
 SEQ_LEN_ERR = "The sequence must be non-empty and must fit within the model's context window."
-DET_PAT_NOT_SQUARE_ERR = ("The detection pattern must be a lower triangular matrix of shape (sequence_length, sequence_length); "
-                          "sequence_length=%d; got detection pattern of shape %s")
+DET_PAT_NOT_SQUARE_ERR = (
+    "The detection pattern must be a lower triangular matrix of shape (sequence_length, "
+    "sequence_length); "
+    "sequence_length=%d; got detection pattern of shape %s"
+)
 
 
 def detect_head(
@@ -47,20 +50,35 @@ def detect_head(
     exclude_current_token: bool = False,
     error_measure: str = "mul",
 ) -> Tensor:
-    """Scores ``[layer, head_index]`` of every head (or of ``heads``) against ``detection_pattern`` (module docstring)."""
+    """Scores ``[layer, head_index]`` of every head (or of ``heads``) against ``detection_pattern`` (module
+    docstring)."""
     if error_measure not in ("abs", "mul"):
         raise ValueError(f"Invalid error_measure={error_measure!r}; valid values are ('abs', 'mul')")
     if isinstance(detection_pattern, str):
         if detection_pattern not in HEAD_NAMES:
-            raise ValueError(f"detection_pattern must be a Tensor or one of head names: {HEAD_NAMES}; got {detection_pattern!r}")
+            raise ValueError(
+                f"detection_pattern must be a Tensor or one of head names: {HEAD_NAMES}; got {detection_pattern!r}"
+            )
         if isinstance(seq, list):
-            scores = [detect_head(model, text, detection_pattern, heads, exclude_bos=exclude_bos,
-                                  exclude_current_token=exclude_current_token, error_measure=error_measure) for text in seq]
+            scores = [
+                detect_head(
+                    model,
+                    text,
+                    detection_pattern,
+                    heads,
+                    exclude_bos=exclude_bos,
+                    exclude_current_token=exclude_current_token,
+                    error_measure=error_measure,
+                )
+                for text in seq
+            ]
             return torch.stack(scores).mean(0)
         tokens = model.to_tokens(seq)
         detection_pattern = PATTERN_BUILDERS[detection_pattern](tokens.cpu())
     elif not isinstance(detection_pattern, Tensor):
-        raise TypeError(f"detection_pattern must be a Tensor or one of {HEAD_NAMES}, got {type(detection_pattern).__name__}")
+        raise TypeError(
+            f"detection_pattern must be a Tensor or one of {HEAD_NAMES}, got {type(detection_pattern).__name__}"
+        )
     else:
         tokens = model.to_tokens(seq)
     seq_len = tokens.shape[-1]
@@ -72,15 +90,21 @@ def detect_head(
     if error_measure == "mul" and not set(detection_pattern.unique().tolist()) <= {0, 1}:
         logging.warning("Using detection pattern with values other than 0 or 1 with error_measure 'mul'")
     if cache is None:
-        _, cache = model.run_with_cache(tokens, remove_batch_dim=True, names_filter=lambda name: name.endswith("hook_pattern"))
+        _, cache = model.run_with_cache(
+            tokens, remove_batch_dim=True, names_filter=lambda name: name.endswith("hook_pattern")
+        )
     matches = -torch.ones(model.cfg.n_layers, model.cfg.n_heads)
     for layer, layer_heads in _layer_to_heads(heads, model.cfg.n_layers, model.cfg.n_heads).items():
         patterns = cache["pattern", layer]
         patterns = patterns[0] if patterns.ndim == 4 else patterns
         for head in layer_heads:
             matches[layer, head] = compute_head_attention_similarity_score(
-                patterns[head].detach().cpu().float(), detection_pattern.float(), exclude_bos=exclude_bos,
-                exclude_current_token=exclude_current_token, error_measure=error_measure)
+                patterns[head].detach().cpu().float(),
+                detection_pattern.float(),
+                exclude_bos=exclude_bos,
+                exclude_current_token=exclude_current_token,
+                error_measure=error_measure,
+            )
     return matches
 
 
@@ -131,7 +155,12 @@ def get_supported_heads() -> None:
 
 
 def compute_head_attention_similarity_score(
-    attention_pattern: Tensor, detection_pattern: Tensor, *, exclude_bos: bool, exclude_current_token: bool, error_measure: str
+    attention_pattern: Tensor,
+    detection_pattern: Tensor,
+    *,
+    exclude_bos: bool,
+    exclude_current_token: bool,
+    error_measure: str,
 ) -> float:
     """The score of one head's pattern ``[query_pos, key_pos]`` against ``detection_pattern`` (module docstring)."""
     if not is_square(attention_pattern):
@@ -151,6 +180,14 @@ def compute_head_attention_similarity_score(
     return 1 - round((abs_diff.mean() * len(abs_diff)).item(), 3)
 
 
-__all__ = ["HEAD_NAMES", "ErrorMeasure", "HeadName", "compute_head_attention_similarity_score", "detect_head",
-           "get_duplicate_token_head_detection_pattern", "get_induction_head_detection_pattern",
-           "get_previous_token_head_detection_pattern", "get_supported_heads"]
+__all__ = [
+    "HEAD_NAMES",
+    "ErrorMeasure",
+    "HeadName",
+    "compute_head_attention_similarity_score",
+    "detect_head",
+    "get_duplicate_token_head_detection_pattern",
+    "get_induction_head_detection_pattern",
+    "get_previous_token_head_detection_pattern",
+    "get_supported_heads",
+]

@@ -21,12 +21,25 @@ from typing import Mapping, Optional
 
 # TransformerLens spellings that name the same activations
 ALIASES: dict[str, str] = {
-    "attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post",
-    "key": "k", "query": "q", "value": "v",
+    "attn": "pattern",
+    "attn_logits": "attn_scores",
+    "mlp_pre": "pre",
+    "mlp_post": "post",
+    "key": "k",
+    "query": "q",
+    "value": "v",
 }
 # TransformerLens' layer_type spellings of the sub-module a hook sits in ("" = the block itself)
-SUB_ALIASES: dict[str, str] = {"a": "attn", "attention": "attn", "attn": "attn", "m": "mlp", "mlp": "mlp",
-                               "b": "", "block": "", "blocks": ""}
+SUB_ALIASES: dict[str, str] = {
+    "a": "attn",
+    "attention": "attn",
+    "attn": "attn",
+    "m": "mlp",
+    "mlp": "mlp",
+    "b": "",
+    "block": "",
+    "blocks": "",
+}
 
 # short name -> full name template; {layer} is a block index, {sub} a norm of the block (ln1, ln2)
 BLOCK_HOOKS: dict[str, str] = {
@@ -39,7 +52,8 @@ BLOCK_HOOKS: dict[str, str] = {
     "k": "blocks.{layer}.attn.hook_k",
     "v": "blocks.{layer}.attn.hook_v",
     "z": "blocks.{layer}.attn.hook_z",
-    "result": "blocks.{layer}.attn.hook_result",  # z_h W_O[h] per head: hooked only by opt-in parts, computed by the cache
+    # z_h W_O[h] per head: hooked only by opt-in parts, computed by the cache
+    "result": "blocks.{layer}.attn.hook_result",
     "attn_scores": "blocks.{layer}.attn.hook_attn_scores",
     "pattern": "blocks.{layer}.attn.hook_pattern",
     "pre": "blocks.{layer}.mlp.hook_pre",
@@ -69,7 +83,9 @@ class HookNames:
     final_residual: str = "blocks.{last}.hook_resid_post"
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
-    def full_name(self, name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None) -> str:
+    def full_name(
+        self, name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None
+    ) -> str:
         """Full hook name of a short key; ``KeyError`` naming the valid keys for anything else.
 
         A negative ``layer`` counts from the end and needs ``n_layers``.
@@ -83,7 +99,9 @@ class HookNames:
             if name in self.unavailable:
                 last = n_layers - 1 if n_layers is not None else "L"
                 raise KeyError(self.unavailable[name].format(last=last, key=name))
-            raise KeyError(f"{name!r} needs a layer, e.g. ({name!r}, 0); short names without a layer: {sorted(self.global_keys)}")
+            raise KeyError(
+                f"{name!r} needs a layer, e.g. ({name!r}, 0); short names without a layer: {sorted(self.global_keys)}"
+            )
         if name not in self.layer_keys:
             close = difflib.get_close_matches(name, list(self.layer_keys) + list(ALIASES), n=3)
             raise KeyError(f"unknown short name {name!r}; closest: {close}; all: {sorted(self.layer_keys)}")
@@ -143,12 +161,23 @@ DECODER_HOOK_NAMES = HookNames(
 )
 
 
-def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None) -> str:
-    """Full hook name of a short key in a GPT-2-style decoder: ``get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``.
+def get_act_name(
+    name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None
+) -> str:
+    """Full hook name of a short key in a GPT-2-style decoder: ``get_act_name("pattern", 0) ==
+    "blocks.0.attn.hook_pattern"``.
 
     Other architectures have their own table: ask the model, ``model.act_name(name, layer, sub)``.
     """
     return DECODER_HOOK_NAMES.full_name(name, layer, sub, n_layers)
 
 
-__all__ = ["ALIASES", "BLOCK_HOOKS", "DECODER_HOOK_NAMES", "SUB_ALIASES", "HookNames", "get_act_name", "split_compact_name"]
+__all__ = [
+    "ALIASES",
+    "BLOCK_HOOKS",
+    "DECODER_HOOK_NAMES",
+    "SUB_ALIASES",
+    "HookNames",
+    "get_act_name",
+    "split_compact_name",
+]

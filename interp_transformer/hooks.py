@@ -137,9 +137,15 @@ class HookPoint(nn.Module):
         return _Hook(fn, dir, is_permanent, level)
 
     def add_hook(
-        self, fn: HookFn, dir: Direction = "fwd", is_permanent: bool = False, level: Optional[int] = None, prepend: bool = False
+        self,
+        fn: HookFn,
+        dir: Direction = "fwd",
+        is_permanent: bool = False,
+        level: Optional[int] = None,
+        prepend: bool = False,
     ) -> _Hook:
-        """Attach ``fn(activation, hook) -> Tensor | None`` for every thread; returns the hook (``remove_hook`` takes it).
+        """Attach ``fn(activation, hook) -> Tensor | None`` for every thread; returns the hook (``remove_hook`` takes
+        it).
 
         ``prepend`` runs it before the hooks already here; ``level`` tags it for
         ``remove_hooks(level=...)``.
@@ -153,15 +159,21 @@ class HookPoint(nn.Module):
         return self.add_hook(fn, dir, is_permanent=True)
 
     def remove_hooks(
-        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False, level: Optional[int] = None
+        self,
+        dir: Literal["fwd", "bwd", "both"] = "both",
+        including_permanent: bool = False,
+        level: Optional[int] = None,
     ) -> None:
         """Remove this point's hooks of direction ``dir`` (permanent ones only if asked; only ``level``'s if given)."""
         if dir not in ("fwd", "bwd", "both"):
             raise ValueError(f"dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
 
         def removed(hook: _Hook) -> bool:
-            return (dir in ("both", hook.direction) and (including_permanent or not hook.is_permanent)
-                    and (level is None or hook.level == level))
+            return (
+                dir in ("both", hook.direction)
+                and (including_permanent or not hook.is_permanent)
+                and (level is None or hook.level == level)
+            )
 
         gone = [hook for hook in self._hooks if removed(hook)]
         self._hooks = [hook for hook in self._hooks if not removed(hook)]
@@ -184,8 +196,12 @@ class HookPoint(nn.Module):
         ``level``'s if given)."""
         if dir not in ("fwd", "bwd", "both"):
             raise ValueError(f"dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
-        return any(dir in ("both", hook.direction) and (including_permanent or not hook.is_permanent)
-                   and (level is None or hook.level == level) for hook in self.active_hooks())
+        return any(
+            dir in ("both", hook.direction)
+            and (including_permanent or not hook.is_permanent)
+            and (level is None or hook.level == level)
+            for hook in self.active_hooks()
+        )
 
     @property
     def fwd_hooks(self) -> list[_Hook]:
@@ -277,10 +293,15 @@ class HookedRootModule(nn.Module):
         level: Optional[int] = None,
         prepend: bool = False,
     ) -> list[_Hook]:
-        """Attach ``fn`` to the hook point ``name``, or to every hook point a predicate selects (every thread runs it)."""
-        return [self.hook_dict[n].add_hook(fn, dir, is_permanent, level, prepend) for n in self.resolve_hook_names(name)]
+        """Attach ``fn`` to the hook point ``name``, or to every hook point a predicate selects (every thread runs
+        it)."""
+        return [
+            self.hook_dict[n].add_hook(fn, dir, is_permanent, level, prepend) for n in self.resolve_hook_names(name)
+        ]
 
-    def add_perma_hook(self, name: Union[str, Callable[[str], bool]], fn: HookFn, dir: Direction = "fwd") -> list[_Hook]:
+    def add_perma_hook(
+        self, name: Union[str, Callable[[str], bool]], fn: HookFn, dir: Direction = "fwd"
+    ) -> list[_Hook]:
         return self.add_hook(name, fn, dir, is_permanent=True)
 
     def reset_hooks(
@@ -307,7 +328,10 @@ class HookedRootModule(nn.Module):
                 hook_point.clear_context()
 
     def remove_all_hook_fns(
-        self, direction: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False, level: Optional[int] = None
+        self,
+        direction: Literal["fwd", "bwd", "both"] = "both",
+        including_permanent: bool = False,
+        level: Optional[int] = None,
     ) -> None:
         """Remove hooks from every hook point, keeping contexts (TransformerLens' name)."""
         self.reset_hooks(including_permanent, direction, clear_contexts=False, level=level)
@@ -380,6 +404,7 @@ class HookedRootModule(nn.Module):
         tensors of this one run, so they fire when you call ``.backward()`` on a loss
         computed from the returned output (and never on another run).
         """
-        with self.hooks(fwd_hooks, bwd_hooks, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts,
-                        keep_grad_hooks=True):
+        with self.hooks(
+            fwd_hooks, bwd_hooks, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts, keep_grad_hooks=True
+        ):
             return self(*model_args, **model_kwargs)

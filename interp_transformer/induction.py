@@ -2,7 +2,8 @@
 
 Data: a BOS token, then ``n`` uniformly random tokens, then the same
 tokens again, with ``n`` drawn afresh for every batch (so the distance to the
-earlier copy cannot be read off the position: the model has to match tokens). The first half cannot be predicted; the second half can, by a
+earlier copy cannot be read off the position: the model has to match tokens). The first half cannot be predicted; the
+second half can, by a
 two-head circuit: a *previous-token head* in layer 0 writes "the token before
 me was A" into each position, and an *induction head* in layer 1 attends from
 the current token A to the position after A's earlier occurrence and copies

@@ -42,7 +42,8 @@ class LayerKVCache:
                 raise ValueError(
                     f"the key/value cache holds keys {KEY_AXES} = {list(held.shape)} ({held.dtype} on {held.device}), "
                     f"this layer computes {list(k.shape)} ({k.dtype} on {k.device}): the cache was filled by another "
-                    "model (or in another dtype or on another device); start a new cache")
+                    "model (or in another dtype or on another device); start a new cache"
+                )
             self.keys = torch.cat([self.keys, k], dim=1)
             self.values = torch.cat([self.values, v], dim=1)
         return self.keys, self.values
@@ -79,12 +80,16 @@ class KeyValueCache:
         naming both (``check_key_shapes``).
         """
         if len(self.layers) != n_layers:
-            raise ValueError(f"this key/value cache has {len(self.layers)} layers, the model {n_layers}: "
-                             f"make it with KeyValueCache({n_layers})")
+            raise ValueError(
+                f"this key/value cache has {len(self.layers)} layers, the model {n_layers}: "
+                f"make it with KeyValueCache({n_layers})"
+            )
         held = {layer.n_positions for layer in self.layers}
         if len(held) > 1:
-            raise ValueError(f"the layers of this key/value cache hold different numbers of positions {sorted(held)}: "
-                             "it was filled by an interrupted or partial run; start a new cache")
+            raise ValueError(
+                f"the layers of this key/value cache hold different numbers of positions {sorted(held)}: "
+                "it was filled by an interrupted or partial run; start a new cache"
+            )
         if key_shapes is not None:
             check_key_shapes(self.layers, key_shapes, f"KeyValueCache({n_layers})")
 
@@ -104,12 +109,14 @@ def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[Option
             raise ValueError(
                 f"layer {index} of the key/value cache holds keys {KEY_AXES} = {list(keys.shape)}, the model's "
                 f"block {index} needs [batch, pos, {needed[0]}, {needed[1]}]: the cache was filled by another model; "
-                f"start a new one with {make}")
+                f"start a new one with {make}"
+            )
 
 
 def require_kv_cache(cache, expected: type, make: str, name: str = "kv_cache") -> None:
     """``TypeError`` unless ``cache`` is an ``expected`` (e.g. a ``KeyValueCache``); ``make`` says how to build one."""
     if not isinstance(cache, expected):
         article = "an" if expected.__name__[0] in "AEIOU" else "a"
-        raise TypeError(f"{name} must be {article} {expected.__name__}, received {type(cache).__name__}: "
-                        f"make one with {make}")
+        raise TypeError(
+            f"{name} must be {article} {expected.__name__}, received {type(cache).__name__}: make one with {make}"
+        )

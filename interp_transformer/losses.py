@@ -1,6 +1,5 @@
 """Loss functions, kept apart from the forward pass (which returns logits only)."""
 
-import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor

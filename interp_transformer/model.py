@@ -82,8 +82,11 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
         if kv_cache is not None:
             require_kv_cache(kv_cache, KeyValueCache, f"KeyValueCache({self.cfg.n_layers})")
             if stop_at_layer is not None:
-                raise ValueError("kv_cache cannot be filled by a run that stops early (stop_at_layer): its later layers "
-                                 "would miss these positions; run the whole model, or leave out the cache")
+                raise ValueError(
+                    "kv_cache cannot be filled by a run that stops early (stop_at_layer): its later "
+                    "layers "
+                    "would miss these positions; run the whole model, or leave out the cache"
+                )
             kv_cache.check_fits(self.cfg.n_layers, self.kv_cache_key_shapes())
         tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
         output = self._forward(tokens, layout, n_blocks, kv_cache, stop_at_layer is not None)
@@ -144,7 +147,9 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
             attention_mask = torch.ones_like(tokens)
         mask = check_attention_mask(attention_mask, tokens, allow_empty_rows=past is not None).to(tokens.device)
         if past is not None and past.shape[0] != tokens.shape[0]:
-            raise ValueError(f"the key/value cache holds batch {past.shape[0]}, got tokens with batch {tokens.shape[0]}")
+            raise ValueError(
+                f"the key/value cache holds batch {past.shape[0]}, got tokens with batch {tokens.shape[0]}"
+            )
         return tokens, TokenLayout.from_attention_mask(mask, past)
 
     def prepare_tokens(self, tokens: TokensLike, offset: int = 0) -> Int[Tensor, "batch pos"]:
@@ -156,5 +161,7 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
         """
         if is_text(tokens):
             tokens = self.to_tokens(tokens)
-        tokens = check_token_ids(as_id_tensor(tokens), self.cfg.d_vocab, self.cfg.n_ctx, offset, allow_meta=self.W_E.is_meta)
+        tokens = check_token_ids(
+            as_id_tensor(tokens), self.cfg.d_vocab, self.cfg.n_ctx, offset, allow_meta=self.W_E.is_meta
+        )
         return tokens.to(device=self.W_E.device)

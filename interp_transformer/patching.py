@@ -70,8 +70,14 @@ def generic_activation_patch(
         if unknown:
             raise ValueError(f"unknown axis names {unknown}; axes are {list(AXES)}")
         heads = model.cfg.n_heads
-        sizes = {"layer": model.cfg.n_layers, "pos": corrupted_tokens.shape[-1], "head_index": heads, "head": heads,
-                 "src_pos": corrupted_tokens.shape[-1], "dest_pos": corrupted_tokens.shape[-1]}
+        sizes = {
+            "layer": model.cfg.n_layers,
+            "pos": corrupted_tokens.shape[-1],
+            "head_index": heads,
+            "head": heads,
+            "src_pos": corrupted_tokens.shape[-1],
+            "dest_pos": corrupted_tokens.shape[-1],
+        }
         shape = [sizes[name] for name in index_axis_names]
         indices = list(itertools.product(*[range(size) for size in shape]))
         output = torch.zeros(shape)
@@ -105,7 +111,9 @@ def layer_pos_patch_setter(corrupted_activation: Tensor, index: Sequence[int], c
     return corrupted_activation
 
 
-def layer_pos_head_vector_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
+def layer_pos_head_vector_patch_setter(
+    corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor
+) -> Tensor:
     """``index = [layer, pos, head_index]``: patch one head at one position of ``[batch, pos, head_index, ...]``."""
     _check_index(index, 3, "layer_pos_head_vector_patch_setter")
     _, pos, head = index
@@ -113,21 +121,27 @@ def layer_pos_head_vector_patch_setter(corrupted_activation: Tensor, index: Sequ
     return corrupted_activation
 
 
-def layer_head_vector_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
+def layer_head_vector_patch_setter(
+    corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor
+) -> Tensor:
     """``index = [layer, head_index]``: patch one head at every position of ``[batch, pos, head_index, ...]``."""
     _check_index(index, 2, "layer_head_vector_patch_setter")
     corrupted_activation[:, :, index[1]] = clean_activation[:, :, index[1]]
     return corrupted_activation
 
 
-def layer_head_pattern_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
+def layer_head_pattern_patch_setter(
+    corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor
+) -> Tensor:
     """``index = [layer, head_index]``: patch one head of ``[batch, head_index, dest_pos, src_pos]``."""
     _check_index(index, 2, "layer_head_pattern_patch_setter")
     corrupted_activation[:, index[1]] = clean_activation[:, index[1]]
     return corrupted_activation
 
 
-def layer_head_pos_pattern_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
+def layer_head_pos_pattern_patch_setter(
+    corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor
+) -> Tensor:
     """``index = [layer, head_index, dest_pos]``: patch one query row of one head's pattern."""
     _check_index(index, 3, "layer_head_pos_pattern_patch_setter")
     _, head, dest = index
@@ -135,7 +149,9 @@ def layer_head_pos_pattern_patch_setter(corrupted_activation: Tensor, index: Seq
     return corrupted_activation
 
 
-def layer_head_dest_src_pos_pattern_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
+def layer_head_dest_src_pos_pattern_patch_setter(
+    corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor
+) -> Tensor:
     """``index = [layer, head_index, dest_pos, src_pos]``: patch one entry of one head's pattern."""
     _check_index(index, 4, "layer_head_dest_src_pos_pattern_patch_setter")
     _, head, dest, src = index
@@ -149,21 +165,60 @@ def _patcher(name: str, setter, axes: tuple, doc: str):
     return function
 
 
-get_act_patch_resid_pre = _patcher("resid_pre", layer_pos_patch_setter, ("layer", "pos"), "Patch the residual stream entering each block, by position:")
-get_act_patch_resid_mid = _patcher("resid_mid", layer_pos_patch_setter, ("layer", "pos"), "Patch the residual stream between attention and MLP, by position:")
-get_act_patch_attn_out = _patcher("attn_out", layer_pos_patch_setter, ("layer", "pos"), "Patch each attention layer's output, by position:")
-get_act_patch_mlp_out = _patcher("mlp_out", layer_pos_patch_setter, ("layer", "pos"), "Patch each MLP layer's output, by position:")
-get_act_patch_attn_head_out_by_pos = _patcher("z", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's output (z), by position:")
-get_act_patch_attn_head_q_by_pos = _patcher("q", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's queries, by position:")
-get_act_patch_attn_head_k_by_pos = _patcher("k", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's keys, by position:")
-get_act_patch_attn_head_v_by_pos = _patcher("v", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's values, by position:")
-get_act_patch_attn_head_pattern_by_pos = _patcher("pattern", layer_head_pos_pattern_patch_setter, ("layer", "head_index", "dest_pos"), "Patch each head's attention pattern, by query position:")
-get_act_patch_attn_head_pattern_dest_src_pos = _patcher("pattern", layer_head_dest_src_pos_pattern_patch_setter, ("layer", "head_index", "dest_pos", "src_pos"), "Patch each entry of each head's attention pattern:")
-get_act_patch_attn_head_out_all_pos = _patcher("z", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's output (z) at every position:")
-get_act_patch_attn_head_q_all_pos = _patcher("q", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's queries at every position:")
-get_act_patch_attn_head_k_all_pos = _patcher("k", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's keys at every position:")
-get_act_patch_attn_head_v_all_pos = _patcher("v", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's values at every position:")
-get_act_patch_attn_head_pattern_all_pos = _patcher("pattern", layer_head_pattern_patch_setter, ("layer", "head_index"), "Patch each head's whole attention pattern:")
+get_act_patch_resid_pre = _patcher(
+    "resid_pre", layer_pos_patch_setter, ("layer", "pos"), "Patch the residual stream entering each block, by position:"
+)
+get_act_patch_resid_mid = _patcher(
+    "resid_mid",
+    layer_pos_patch_setter,
+    ("layer", "pos"),
+    "Patch the residual stream between attention and MLP, by position:",
+)
+get_act_patch_attn_out = _patcher(
+    "attn_out", layer_pos_patch_setter, ("layer", "pos"), "Patch each attention layer's output, by position:"
+)
+get_act_patch_mlp_out = _patcher(
+    "mlp_out", layer_pos_patch_setter, ("layer", "pos"), "Patch each MLP layer's output, by position:"
+)
+get_act_patch_attn_head_out_by_pos = _patcher(
+    "z", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's output (z), by position:"
+)
+get_act_patch_attn_head_q_by_pos = _patcher(
+    "q", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's queries, by position:"
+)
+get_act_patch_attn_head_k_by_pos = _patcher(
+    "k", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's keys, by position:"
+)
+get_act_patch_attn_head_v_by_pos = _patcher(
+    "v", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's values, by position:"
+)
+get_act_patch_attn_head_pattern_by_pos = _patcher(
+    "pattern",
+    layer_head_pos_pattern_patch_setter,
+    ("layer", "head_index", "dest_pos"),
+    "Patch each head's attention pattern, by query position:",
+)
+get_act_patch_attn_head_pattern_dest_src_pos = _patcher(
+    "pattern",
+    layer_head_dest_src_pos_pattern_patch_setter,
+    ("layer", "head_index", "dest_pos", "src_pos"),
+    "Patch each entry of each head's attention pattern:",
+)
+get_act_patch_attn_head_out_all_pos = _patcher(
+    "z", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's output (z) at every position:"
+)
+get_act_patch_attn_head_q_all_pos = _patcher(
+    "q", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's queries at every position:"
+)
+get_act_patch_attn_head_k_all_pos = _patcher(
+    "k", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's keys at every position:"
+)
+get_act_patch_attn_head_v_all_pos = _patcher(
+    "v", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's values at every position:"
+)
+get_act_patch_attn_head_pattern_all_pos = _patcher(
+    "pattern", layer_head_pattern_patch_setter, ("layer", "head_index"), "Patch each head's whole attention pattern:"
+)
 
 
 def _pad_heads(results: Tensor, like: Tensor) -> Tensor:
@@ -193,13 +248,19 @@ def get_act_patch_attn_head_by_pos_every(model, corrupted_tokens: Tensor, clean_
 
 
 def get_act_patch_block_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
-    """The residual stream entering each block, each attention output and each MLP output, by position: ``[3, layer, pos]``."""
-    return torch.stack([
-        get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric),
-        get_act_patch_attn_out(model, corrupted_tokens, clean_cache, metric),
-        get_act_patch_mlp_out(model, corrupted_tokens, clean_cache, metric),
-    ])
+    """The residual stream entering each block, each attention output and each MLP output, by position: ``[3, layer,
+    pos]``."""
+    return torch.stack(
+        [
+            get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric),
+            get_act_patch_attn_out(model, corrupted_tokens, clean_cache, metric),
+            get_act_patch_mlp_out(model, corrupted_tokens, clean_cache, metric),
+        ]
+    )
 
 
-__all__ = [name for name in dir() if name.startswith(("get_act_patch", "layer_")) or name in
-           ("generic_activation_patch", "make_df_from_ranges")]
+__all__ = [
+    name
+    for name in dir()
+    if name.startswith(("get_act_patch", "layer_")) or name in ("generic_activation_patch", "make_df_from_ranges")
+]

@@ -32,7 +32,8 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
     (and ``hook_embed``, ``hook_pos_embed``, ``hook_attn_out``, ``hook_mlp_out``)
     has zero mean over ``d_model``, except the mean of a writer with no weight to
     centre (``output_weights()`` empty: BLOOM's normalized embedding, fixed sinusoidal
-    positions), which stays in the stream and is removed by every norm reading it. Refused where a norm keeps the mean (RMSNorm):
+    positions), which stays in the stream and is removed by every norm reading it. Refused where a norm keeps the mean
+    (RMSNorm):
     there the mean reaches the readers; ``process_weights`` skips it by default.
 ``center_unembed``
     Removes the mean over ``d_vocab`` from ``W_U`` and ``b_U``. Logits shift by the
@@ -49,7 +50,8 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
 Example:
 
 >>> from interp_transformer import DemoTransformer, TransformerConfig
->>> model = DemoTransformer(TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_mlp=32, d_vocab=11, n_ctx=8), seed=0)
+>>> cfg = TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_mlp=32, d_vocab=11, n_ctx=8)
+>>> model = DemoTransformer(cfg, seed=0)
 >>> process_weights(model).processing
 ['fold_ln', 'center_writing_weights', 'center_unembed', 'fold_value_biases']
 """
@@ -67,9 +69,13 @@ def _pending(model, step: str) -> bool:
     # asked of the model, not of its class: importing the base class here would close an import cycle
     # (base -> sae.splice -> sae.processing -> processing)
     if not isinstance(getattr(model, "processing", None), list) or not hasattr(model, "capabilities"):
-        raise TypeError(f"expected a hooked model (a DemoTransformer, with a .processing list), received {type(model).__name__}")
+        raise TypeError(
+            f"expected a hooked model (a DemoTransformer, with a .processing list), received {type(model).__name__}"
+        )
     if not model.capabilities.additive_residual:
-        raise ValueError(f"{step}: {model.capabilities.why_not_additive()}, so the rewrite would change what it computes")
+        raise ValueError(
+            f"{step}: {model.capabilities.why_not_additive()}, so the rewrite would change what it computes"
+        )
     return step not in model.processing
 
 
@@ -90,8 +96,11 @@ def fold_ln(model, center_weights=None):
     readers = _norm_readers(model)
     keeping_mean = _norms_keeping_the_mean(readers)
     if center_weights and keeping_mean:
-        raise ValueError(f"fold_ln(center_weights=True): this model's norms ({keeping_mean}) do not subtract the mean, so centring "
-                         "the weights that read them would change the output; pass center_weights=False")
+        raise ValueError(
+            f"fold_ln(center_weights=True): this model's norms ({keeping_mean}) do not subtract the mean, "
+            "so centring "
+            "the weights that read them would change the output; pass center_weights=False"
+        )
     _check_biases_have_somewhere_to_go(readers)
     center = not keeping_mean if center_weights is None else bool(center_weights)
     with torch.no_grad():
@@ -129,8 +138,11 @@ def center_writing_weights(model):
         return model
     keeping_mean = _norms_keeping_the_mean(_norm_readers(model))
     if keeping_mean:
-        raise ValueError(f"center_writing_weights: this model's norms ({keeping_mean}) do not subtract the mean, so the mean of "
-                         "the residual stream reaches their readers and removing it would change the output")
+        raise ValueError(
+            f"center_writing_weights: this model's norms ({keeping_mean}) do not subtract the mean, so "
+            "the mean of "
+            "the residual stream reaches their readers and removing it would change the output"
+        )
     writers = [model.embed] + ([model.pos_embed] if model.pos_embed is not None else [])
     writers += [part for block in model.blocks for part in block.writers()]
     with torch.no_grad():
@@ -145,8 +157,11 @@ def center_unembed(model):
     if not _pending(model, "center_unembed"):
         return model
     if model.capabilities.logit_softcap is not None:
-        raise ValueError(f"center_unembed: the logits are soft-capped (cap={model.capabilities.logit_softcap}), and the cap does not "
-                         "pass a shift of every logit through, so centring W_U would change the log-probs")
+        raise ValueError(
+            f"center_unembed: the logits are soft-capped (cap={model.capabilities.logit_softcap}), and "
+            "the cap does not "
+            "pass a shift of every logit through, so centring W_U would change the log-probs"
+        )
     with torch.no_grad():
         model.unembed.W_U.sub_(model.unembed.W_U.mean(dim=-1, keepdim=True))
         model.unembed.b_U.sub_(model.unembed.b_U.mean())
@@ -172,8 +187,12 @@ def fold_value_biases(model):
     return model
 
 
-STEP_FUNCTIONS = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
-                  "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
+STEP_FUNCTIONS = {
+    "fold_ln": fold_ln,
+    "center_writing_weights": center_writing_weights,
+    "center_unembed": center_unembed,
+    "fold_value_biases": fold_value_biases,
+}
 
 
 def process_weights(
@@ -192,11 +211,17 @@ def process_weights(
     centres the read-out unless the logits are soft-capped.
     """
     if center_writing_weights is None:  # where it is exact (and not yet done)
-        center_writing_weights = _pending(model, "center_writing_weights") and not _norms_keeping_the_mean(_norm_readers(model))
+        center_writing_weights = _pending(model, "center_writing_weights") and not _norms_keeping_the_mean(
+            _norm_readers(model)
+        )
     if center_unembed is None:
         center_unembed = model.capabilities.logit_softcap is None
-    wanted = {"fold_ln": fold_ln, "center_writing_weights": center_writing_weights,
-              "center_unembed": center_unembed, "fold_value_biases": fold_value_biases}
+    wanted = {
+        "fold_ln": fold_ln,
+        "center_writing_weights": center_writing_weights,
+        "center_unembed": center_unembed,
+        "fold_value_biases": fold_value_biases,
+    }
     for name in STEPS:
         if wanted[name]:
             STEP_FUNCTIONS[name](model)

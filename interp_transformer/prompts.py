@@ -88,7 +88,10 @@ def test_prompt(
         answer_predictions.append(_prediction(model, token_id, rank, position_logits, position_log_probs))
         top_ids = position_logits.topk(min(top_k, position_logits.shape[-1])).indices.tolist()
         top_predictions.append(
-            [_prediction(model, top_id, rank, position_logits, position_log_probs) for rank, top_id in enumerate(top_ids)]
+            [
+                _prediction(model, top_id, rank, position_logits, position_log_probs)
+                for rank, top_id in enumerate(top_ids)
+            ]
         )
     result = PromptTestResult(
         model.to_str_tokens(prompt_tokens), model.to_str_tokens(answer_tokens), answer_predictions, top_predictions

@@ -31,17 +31,22 @@ class ResidualNorms:
             raise _not_additive(self.model, what)
 
     def _input_layer(self, layer: Optional[int]) -> int:
-        """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final residual)."""
+        """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final
+        residual)."""
         n_layers = self.model.cfg.n_layers
         if layer is None or (isinstance(layer, int) and layer == -1):
             return n_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
-            raise ValueError(f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the final "
-                             f"residual stream (as in TransformerLens), got {layer!r}")
+            raise ValueError(
+                f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the "
+                "final "
+                f"residual stream (as in TransformerLens), got {layer!r}"
+            )
         return layer
 
     def _norm_and_scale(self, layer: int, mlp_input: bool):
-        """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it has none)."""
+        """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it
+        has none)."""
         if layer == self.model.cfg.n_layers:
             if mlp_input:
                 raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
@@ -66,12 +71,16 @@ class ResidualNorms:
         raise ValueError(f"mlp_input=True: block {layer} has no norm read by an MLP (an attention-only block)")
 
     def _output_norm(self, layer: int, which: int, pos_slice: Slice):
-        """The norm block ``layer``'s attention (``which=0``) or MLP (1) output passes through before the stream, with its
-        cached scale at ``pos_slice`` (Gemma 2's ``ln1_post``, ``ln2_post``); ``(None, None)`` when the output is added as it is."""
+        """The norm block ``layer``'s attention (``which=0``) or MLP (1) output passes through before the stream, with
+        its
+        cached scale at ``pos_slice`` (Gemma 2's ``ln1_post``, ``ln2_post``); ``(None, None)`` when the output is added
+        as it is."""
         norms = self.model.capabilities.sublayer_output_norms
         if not norms:
             return None, None
-        return getattr(self.model.blocks[layer], norms[which]), pos_slice.apply(self["scale", layer, norms[which]], dim=-2)
+        return getattr(self.model.blocks[layer], norms[which]), pos_slice.apply(
+            self["scale", layer, norms[which]], dim=-2
+        )
 
     def apply_ln_to_stack(
         self,
@@ -130,15 +139,21 @@ class ResidualNorms:
         if incorrect_tokens is not None:
             incorrect_tokens = self._token_ids(incorrect_tokens)
             if tokens.shape != incorrect_tokens.shape:
-                raise ValueError(f"tokens and incorrect_tokens must have the same shape, got {tuple(tokens.shape)} and "
-                                 f"{tuple(incorrect_tokens.shape)}")
+                raise ValueError(
+                    f"tokens and incorrect_tokens must have the same shape, got {tuple(tokens.shape)} and "
+                    f"{tuple(incorrect_tokens.shape)}"
+                )
             direction = direction - self.model.tokens_to_residual_directions(incorrect_tokens)
-        scaled = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim)
+        scaled = self.apply_ln_to_stack(
+            residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
+        )
         try:
             torch.broadcast_shapes(scaled.shape[1:], direction.shape)
         except RuntimeError:
-            raise ValueError(f"tokens of shape {tuple(direction.shape[:-1])} do not match the stack's batch/pos axes "
-                             f"{tuple(scaled.shape[1:-1])}") from None
+            raise ValueError(
+                f"tokens of shape {tuple(direction.shape[:-1])} do not match the stack's batch/pos axes "
+                f"{tuple(scaled.shape[1:-1])}"
+            ) from None
         return (scaled * direction.to(scaled.dtype)).sum(dim=-1)
 
     def _token_ids(self, tokens) -> Tensor:

@@ -135,11 +135,16 @@ class ResidualStacks(ResidualNorms):
             if mode in ("all", "mlp") and self._has_hook("mlp_out", l):
                 components.append(self["mlp_out", l])
                 labels.append(f"{l}_mlp_out")
-        if self._adds_attn_before_mlp(layer, mlp_input) and mode in ("all", "attn"):  # a parallel block's MLP reads resid_pre
+        if self._adds_attn_before_mlp(layer, mlp_input) and mode in (
+            "all",
+            "attn",
+        ):  # a parallel block's MLP reads resid_pre
             components.append(self["attn_out", layer])
             labels.append(f"{layer}_attn_out")
         if not components:
-            raise ValueError(f"decompose_resid(layer={layer}, mode={mode!r}, incl_embeds={incl_embeds}) selects no component")
+            raise ValueError(
+                f"decompose_resid(layer={layer}, mode={mode!r}, incl_embeds={incl_embeds}) selects no component"
+            )
         stack = torch.stack([pos_slice.apply(c, dim=-2) for c in components])
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
@@ -183,7 +188,9 @@ class ResidualStacks(ResidualNorms):
             stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return self._finish(stack, labels, return_labels)
 
-    def stack_activation(self, activation_name: str, layer: Optional[int] = -1, sublayer_type: Optional[str] = None) -> Tensor:
+    def stack_activation(
+        self, activation_name: str, layer: Optional[int] = -1, sublayer_type: Optional[str] = None
+    ) -> Tensor:
         """``cache[activation_name, L, sublayer_type]`` stacked over the blocks before ``layer`` (None/-1: all)."""
         return torch.stack([self[(activation_name, l, sublayer_type)] for l in range(self._input_layer(layer))])
 
@@ -219,8 +226,10 @@ class ResidualStacks(ResidualNorms):
 
     def _no_neurons_reason(self, layer: int) -> str:
         if self.model.capabilities.has_experts:
-            return (f"block {layer}'s MLP is a mixture of experts: its neurons are per expert; read them with "
-                    "analysis.experts (expert_neuron_activations, expert_neuron_logit_attribution)")
+            return (
+                f"block {layer}'s MLP is a mixture of experts: its neurons are per expert; read them with "
+                "analysis.experts (expert_neuron_activations, expert_neuron_logit_attribution)"
+            )
         return f"block {layer} has no MLP neurons (an attention-only block)"
 
     def stack_neuron_results(
@@ -250,7 +259,8 @@ class ResidualStacks(ResidualNorms):
         labels = [f"L{l}N{int(n)}" for l in range(layer) for n in neurons]
         columns, squeeze = _as_columns(project_output_onto)
         project, scale = columns, None
-        if apply_ln and project is not None:  # LN_s(x) . p = x . pull_back(p) / s, so project onto the pulled-back direction
+        # LN_s(x) . p = x . pull_back(p) / s, so project onto the pulled-back direction
+        if apply_ln and project is not None:
             norm, scale = self._norm_and_scale(layer, False)
             project = norm.pull_back(project.mT.to(self.model.W_E.dtype)).mT
             scale = None if scale is None else pos_slice.apply(scale, dim=-2)
@@ -295,8 +305,11 @@ class ResidualStacks(ResidualNorms):
         self._require_additive("get_full_resid_decomposition")
         layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
         if expand_neurons and self.model.capabilities.has_experts and layer > 0:
-            raise ValueError("get_full_resid_decomposition(expand_neurons=True): " + self._no_neurons_reason(0) +
-                             "; pass expand_neurons=False for each MLP layer's output")
+            raise ValueError(
+                "get_full_resid_decomposition(expand_neurons=True): "
+                + self._no_neurons_reason(0)
+                + "; pass expand_neurons=False for each MLP layer's output"
+            )
         own_attn = self._adds_attn_before_mlp(layer, mlp_input)
         heads, labels = self.stack_head_results(layer + int(own_attn), return_labels=True, pos_slice=pos_slice)
         components = [heads]
@@ -304,8 +317,9 @@ class ResidualStacks(ResidualNorms):
             if expand_neurons:
                 neurons, neuron_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True)
             else:
-                neurons, neuron_labels = self.decompose_resid(layer, mlp_input, "mlp", pos_slice=pos_slice, incl_embeds=False,
-                                                              return_labels=True)
+                neurons, neuron_labels = self.decompose_resid(
+                    layer, mlp_input, "mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True
+                )
             components.append(neurons)
             labels.extend(neuron_labels)
         for name in self.model.hook_names.input_writers:
@@ -333,12 +347,18 @@ class ResidualStacks(ResidualNorms):
         for l in range(layer + int(own_attn)):
             block = self.model.blocks[l]
             biases = [(0, block.attn.b_O)]
-            if include_mlp_biases and l < layer and self._has_hook("mlp_out", l) and getattr(block.mlp, "b_out", None) is not None:
+            if (
+                include_mlp_biases
+                and l < layer
+                and self._has_hook("mlp_out", l)
+                and getattr(block.mlp, "b_out", None) is not None
+            ):
                 biases.append((1, block.mlp.b_out))
             for which, bias in biases:
                 norm, scale = self._output_norm(l, which, pos_slice)
                 total = total + (bias if norm is None else norm.apply_frozen(bias, scale))
         return total.detach()
+
 
 def _as_columns(project: Optional[Tensor]) -> tuple[Optional[Tensor], bool]:
     """A projection as ``[d_model, n_outs]`` columns, and whether it was one ``[d_model]`` vector."""

@@ -55,8 +55,9 @@ class ShippedKind:
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 SHIPPED = {
     "induction-2l": ShippedKind(TransformerConfig, DemoTransformer, None, "interp-transformer train-induction"),
-    "translate-tiny": ShippedKind(Seq2SeqConfig, EncoderDecoderTransformer, _number_tokenizer,
-                                  "interp-transformer train-translation"),
+    "translate-tiny": ShippedKind(
+        Seq2SeqConfig, EncoderDecoderTransformer, _number_tokenizer, "interp-transformer train-translation"
+    ),
 }
 SHIPPED_MODELS = tuple(SHIPPED)
 
@@ -83,8 +84,10 @@ def save_shipped(
     """
     directory = Path(directory)
     if inside_package(directory):
-        raise ValueError(f"{directory} is inside the installed package: a retrained model is written to a directory "
-                         "of yours (--out-dir), never over the shipped one")
+        raise ValueError(
+            f"{directory} is inside the installed package: a retrained model is written to a directory "
+            "of yours (--out-dir), never over the shipped one"
+        )
     weights_path, meta_path = shipped_paths(name, directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
@@ -100,8 +103,10 @@ def load_shipped_metadata(name: str, directory: Path = PRETRAINED_DIR) -> dict:
         raise FileNotFoundError(f"{meta_path} is missing: retrain with `{SHIPPED[name].retrain}`")
     meta = read_json_object(meta_path, "a JSON object with a 'config' object")
     if not isinstance(meta.get("config"), dict):
-        raise ValueError(f"{meta_path} must be a JSON object with a 'config' object (the model's "
-                         f"{SHIPPED[name].config_class.__name__})")
+        raise ValueError(
+            f"{meta_path} must be a JSON object with a 'config' object (the model's "
+            f"{SHIPPED[name].config_class.__name__})"
+        )
     return meta
 
 

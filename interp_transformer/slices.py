@@ -32,7 +32,9 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-SliceInput = Optional[Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int], List[int], slice, torch.Tensor, np.ndarray]]
+SliceInput = Optional[
+    Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int], List[int], slice, torch.Tensor, np.ndarray]
+]
 
 
 class Slice:
@@ -43,7 +45,9 @@ class Slice:
             self.slice, self.mode = input_slice.slice, input_slice.mode
         elif isinstance(input_slice, tuple):
             if not 1 <= len(input_slice) <= 3 or not all(i is None or _is_int(i) for i in input_slice):
-                raise ValueError(f"a tuple slice is (stop,), (start, stop) or (start, stop, step) of ints, got {input_slice!r}")
+                raise ValueError(
+                    f"a tuple slice is (stop,), (start, stop) or (start, stop, step) of ints, got {input_slice!r}"
+                )
             self.slice, self.mode = slice(*input_slice), "slice"
         elif _is_int(input_slice):
             self.slice, self.mode = int(input_slice), "int"

@@ -34,11 +34,14 @@ class TextMethods:
         """
         from . import tokens as tok
 
-        encoded = tok.to_tokens_and_mask(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
+        encoded = tok.to_tokens_and_mask(
+            self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side
+        )
         if padding_side == "left" and not bool(encoded.attention_mask.all()):
             raise ValueError(
                 "left-padded ids without their attention mask would shift every position of the shorter texts: use "
-                "to_tokens_and_mask(texts, padding_side='left') and pass attention_mask=, or pass the texts to the model"
+                "to_tokens_and_mask(texts, padding_side='left') and pass attention_mask=, or pass the texts to the "
+                "model"
             )
         return encoded.tokens.to(self.W_E.device)
 
@@ -50,7 +53,9 @@ class TextMethods:
         """
         from . import tokens as tok
 
-        encoded = tok.to_tokens_and_mask(self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side)
+        encoded = tok.to_tokens_and_mask(
+            self._require_tokenizer(), text, prepend_bos=prepend_bos, padding_side=padding_side
+        )
         return tok.TokensAndMask(*(t.to(self.W_E.device) for t in encoded))
 
     def to_str_tokens(self, tokens_or_text, prepend_bos: bool = True):
@@ -66,4 +71,6 @@ class TextMethods:
     def get_token_position(self, single_token, tokens_or_text, mode: str = "first", prepend_bos: bool = True) -> int:
         from . import tokens as tok
 
-        return tok.get_token_position(self._require_tokenizer(), single_token, tokens_or_text, mode=mode, prepend_bos=prepend_bos)
+        return tok.get_token_position(
+            self._require_tokenizer(), single_token, tokens_or_text, mode=mode, prepend_bos=prepend_bos
+        )

@@ -15,19 +15,25 @@ def check_stop_at_layer(stop_at_layer: Optional[int], n_layers: int) -> int:
     """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""
     if stop_at_layer is None:
         return n_layers
-    if not isinstance(stop_at_layer, int) or isinstance(stop_at_layer, bool) or not -n_layers <= stop_at_layer <= n_layers:
+    if (
+        not isinstance(stop_at_layer, int)
+        or isinstance(stop_at_layer, bool)
+        or not -n_layers <= stop_at_layer <= n_layers
+    ):
         raise ValueError(f"stop_at_layer must be an int in [{-n_layers}, {n_layers}], got {stop_at_layer!r}")
     return stop_at_layer % n_layers if stop_at_layer < 0 else stop_at_layer
 
 
 def is_text(value) -> bool:
     """A str, or a non-empty list/tuple of str: input to tokenize."""
-    return isinstance(value, str) or (isinstance(value, (list, tuple)) and len(value) > 0
-                                      and all(isinstance(item, str) for item in value))
+    return isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(item, str) for item in value)
+    )
 
 
 def as_id_tensor(tokens):
-    """Token ids given as a list of ints, a list of such lists or a numpy array, as an int64 tensor; anything else as is.
+    """Token ids given as a list of ints, a list of such lists or a numpy array, as an int64 tensor; anything else as
+    is.
 
     Ids too large for int64 raise ``ValueError`` (they are no token id of any vocabulary).
     """
@@ -55,8 +61,11 @@ def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0, allow_met
     must not exceed ``n_ctx``.
     """
     if not isinstance(tokens, Tensor):
-        raise TypeError(f"tokens must be token ids (an integer Tensor [batch, pos], a list of ints or a numpy array) or "
-                        f"text, got {type(tokens).__name__}: {tokens!r:.60}")
+        raise TypeError(
+            "tokens must be token ids (an integer Tensor [batch, pos], a list of ints or a numpy array) "
+            "or "
+            f"text, got {type(tokens).__name__}: {tokens!r:.60}"
+        )
     if tokens.is_meta and not allow_meta:
         raise ValueError("tokens are on the meta device: they hold no ids (pass real token ids)")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -101,7 +110,9 @@ def check_attention_mask(attention_mask, tokens: Tensor, allow_empty_rows: bool 
     mask = check_like_tokens(attention_mask, tokens, "attention_mask", allow_bool=True)
     if not mask.is_meta:
         if not ((mask == 0) | (mask == 1)).all():
-            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got values {mask.unique().tolist()}")
+            raise ValueError(
+                f"attention_mask must hold only 0 (padding) and 1 (real token), got values {mask.unique().tolist()}"
+            )
         empty = (mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
         if empty and not allow_empty_rows:
             raise ValueError(f"attention_mask rows {empty} have no real token: every sequence needs at least one")

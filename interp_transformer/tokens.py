@@ -71,8 +71,7 @@ class TokensAndMask(NamedTuple):
 def _check_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         raise TypeError(
-            "tokenizer must be a Hugging Face PreTrainedTokenizerBase, "
-            f"received {type(tokenizer).__name__}"
+            f"tokenizer must be a Hugging Face PreTrainedTokenizerBase, received {type(tokenizer).__name__}"
         )
 
 
@@ -113,8 +112,10 @@ def _as_text_list(text: Union[str, Sequence[str]]) -> list[str]:
         try:
             item.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise ValueError(f"text[{index}] holds {item[error.start]!r} at character {error.start}, which is no "
-                             "character (a lone surrogate): text must be valid Unicode") from None
+            raise ValueError(
+                f"text[{index}] holds {item[error.start]!r} at character {error.start}, which is no "
+                "character (a lone surrogate): text must be valid Unicode"
+            ) from None
     return list(text)
 
 
@@ -132,9 +133,7 @@ def _as_id_rows(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike, name: st
         if tokens.ndim == 0:  # one token id
             tokens = tokens.reshape(1)
         if tokens.ndim not in (1, 2):
-            raise ValueError(
-                f"{name} must have shape [pos] or [batch, pos], received shape {list(tokens.shape)}"
-            )
+            raise ValueError(f"{name} must have shape [pos] or [batch, pos], received shape {list(tokens.shape)}")
         rows, ndim = (tokens.tolist() if tokens.ndim == 2 else [tokens.tolist()]), tokens.ndim
     elif isinstance(tokens, (list, tuple)):
         if all(_is_int(item) for item in tokens):
@@ -145,8 +144,7 @@ def _as_id_rows(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike, name: st
             raise TypeError(f"{name} must be a list of int token ids (or a list of such lists)")
     else:
         raise TypeError(
-            f"{name} must be a tensor of token ids, a list of ints or a str, "
-            f"received {type(tokens).__name__}"
+            f"{name} must be a tensor of token ids, a list of ints or a str, received {type(tokens).__name__}"
         )
     vocab_size = len(tokenizer)
     for row_index, row in enumerate(rows):
@@ -172,14 +170,14 @@ def _single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str
     ids = tokenizer(single_token, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
         raise ValueError(
-            f"single_token={single_token!r} is {len(ids)} tokens, {_decode_each(tokenizer, ids)}, "
-            "expected exactly one"
+            f"single_token={single_token!r} is {len(ids)} tokens, {_decode_each(tokenizer, ids)}, expected exactly one"
         )
     return ids[0]
 
 
 def single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str, int]) -> int:
-    """The id of a string that is exactly one token (or an id, range-checked); ``ValueError`` naming the pieces otherwise."""
+    """The id of a string that is exactly one token (or an id, range-checked); ``ValueError`` naming the pieces
+    otherwise."""
     _check_tokenizer(tokenizer)
     return _single_token_id(tokenizer, single_token)
 
@@ -229,9 +227,7 @@ def to_tokens_and_mask(
             )
         if max_length is not None and len(ids) > max_length:
             bos_note = " (BOS included)" if prepend_bos else ""
-            raise ValueError(
-                f"text[{index}] is {len(ids)} tokens long{bos_note}, more than max_length={max_length}"
-            )
+            raise ValueError(f"text[{index}] is {len(ids)} tokens long{bos_note}, more than max_length={max_length}")
 
     longest = max(len(ids) for ids in encoded)
     needs_padding = any(len(ids) < longest for ids in encoded)
@@ -278,8 +274,10 @@ def to_str_tokens(
     _check_tokenizer(tokenizer)
     if isinstance(tokens_or_text, str):
         return _decode_each(tokenizer, to_tokens(tokenizer, tokens_or_text, prepend_bos)[0].tolist())
-    if isinstance(tokens_or_text, (list, tuple)) and tokens_or_text and all(
-        isinstance(item, str) for item in tokens_or_text
+    if (
+        isinstance(tokens_or_text, (list, tuple))
+        and tokens_or_text
+        and all(isinstance(item, str) for item in tokens_or_text)
     ):
         return [to_str_tokens(tokenizer, text, prepend_bos) for text in tokens_or_text]
     rows, ndim = _as_id_rows(tokenizer, tokens_or_text, "tokens_or_text")
@@ -337,8 +335,22 @@ def get_token_position(
 
 
 __all__ = [
-    "END_OF_TEXT", "GPT2_ENCODER_JSON_SHA256", "GPT2_N_CTX", "GPT2_VOCAB_BPE_SHA256", "TokensAndMask",
-    "bos_token_id", "check_sha256", "get_token_position", "gpt2_tokenizer_from_files", "offline_gpt2_tokenizer",
-    "offline_gpt2_tokenizer_paths", "pad_token_id", "sha256_of_file", "single_token_id", "to_str_tokens", "to_string", "to_tokens",
+    "END_OF_TEXT",
+    "GPT2_ENCODER_JSON_SHA256",
+    "GPT2_N_CTX",
+    "GPT2_VOCAB_BPE_SHA256",
+    "TokensAndMask",
+    "bos_token_id",
+    "check_sha256",
+    "get_token_position",
+    "gpt2_tokenizer_from_files",
+    "offline_gpt2_tokenizer",
+    "offline_gpt2_tokenizer_paths",
+    "pad_token_id",
+    "sha256_of_file",
+    "single_token_id",
+    "to_str_tokens",
+    "to_string",
+    "to_tokens",
     "to_tokens_and_mask",
-]  # fmt: skip
+]

@@ -13,7 +13,8 @@ find the word to translate by looking for it: its cross-attention has to learn t
 
 ``NumberTokenizer`` is the task's word-level tokenizer, a Hugging Face one (ids 0 ``<pad>``,
 1 ``</s>``, 2 ``<s>``, then the 30 words, then the 10 digits); it also answers
-``alignment(source_ids, target_ids)`` for the report. ``train_translation_model`` trains the shipped model: deterministic for a
+``alignment(source_ids, target_ids)`` for the report. ``train_translation_model`` trains the shipped model:
+deterministic for a
 seed, on one CPU thread, in a few minutes. Numbers for which ``is_held_out`` holds (about 3%
 of those with 3 to 6 digits) are never trained on; ``evaluate`` measures exact-match
 accuracy on them.
@@ -22,7 +23,7 @@ accuracy on them.
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 from jaxtyping import Int
@@ -83,19 +84,22 @@ def spelled_with_places(number: int) -> list[tuple[str, set[int]]]:
 
 
 def alignment_of(number: int) -> list[int]:
-    """For each digit of ``number`` (left to right), the index of the source word it comes from, or -1 (a 0 from no word)."""
+    """For each digit of ``number`` (left to right), the index of the source word it comes from, or -1 (a 0 from no
+    word)."""
     digits = str(number)
     by_place = {place: index for index, (_, places) in enumerate(spelled_with_places(number)) for place in places}
     return [by_place.get(len(digits) - 1 - position, -1) for position in range(len(digits))]
 
 
 def is_held_out(number: int) -> bool:
-    """Whether ``number`` is kept out of training: about 1 in 31 numbers of 3 to 6 digits (every shorter one is trained on)."""
+    """Whether ``number`` is kept out of training: about 1 in 31 numbers of 3 to 6 digits (every shorter one is trained
+    on)."""
     return number >= 100 and number * 2654435761 % HELD_OUT_MODULUS == 0
 
 
 class NumberTokenizer(PreTrainedTokenizerFast):
-    """The task's word-level tokenizer (see the module docstring): a Hugging Face tokenizer that also knows the alignment.
+    """The task's word-level tokenizer (see the module docstring): a Hugging Face tokenizer that also knows the
+    alignment.
 
     Build it with ``NumberTokenizer.create()``. Text is words (or digits) separated by spaces;
     ``</s>`` is appended; a word outside the vocabulary raises ``ValueError`` naming it.
@@ -163,7 +167,8 @@ def shared_tokenizer() -> NumberTokenizer:
 
 @dataclass
 class Batch:
-    """One batch of the task: source ids and mask, the decoder's input, the targets it predicts (``-1`` where padded)."""
+    """One batch of the task: source ids and mask, the decoder's input, the targets it predicts (``-1`` where
+    padded)."""
 
     source: Int[Tensor, "batch key_pos"]
     attention_mask: Int[Tensor, "batch key_pos"]
@@ -203,8 +208,20 @@ def translate_tiny_config() -> Seq2SeqConfig:
     One decoder block: its one cross-attention layer is where the alignment must be learned
     (with two, the second learns it and the first only roughly).
     """
-    return Seq2SeqConfig(d_model=64, n_layers=2, n_decoder_layers=1, n_heads=4, d_head=16, d_mlp=128, d_vocab=len(VOCAB),
-                         n_ctx=16, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=START, name="translate-tiny")
+    return Seq2SeqConfig(
+        d_model=64,
+        n_layers=2,
+        n_decoder_layers=1,
+        n_heads=4,
+        d_head=16,
+        d_mlp=128,
+        d_vocab=len(VOCAB),
+        n_ctx=16,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=START,
+        name="translate-tiny",
+    )
 
 
 def sequence_loss(logits: Tensor, labels: Tensor) -> Tensor:
@@ -267,7 +284,9 @@ def train_translation_model(
             for step in tqdm(range(steps), desc="training translate-tiny", disable=not progress):
                 data = encode_numbers(sample_numbers(batch, generator))
                 model.train()
-                loss = sequence_loss(model(data.source, data.decoder_input, attention_mask=data.attention_mask), data.labels)
+                loss = sequence_loss(
+                    model(data.source, data.decoder_input, attention_mask=data.attention_mask), data.labels
+                )
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

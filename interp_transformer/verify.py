@@ -55,6 +55,7 @@ from torch import Tensor, nn
 
 from .loading import architecture_module, load_with_source, resolve_dtype
 from .loading.versions import warn_if_untested_transformers
+from .verify_checks import check_vocabularies, real_part, skipped_hooks
 from .verify_report import VerifyReport, VerifyRow
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
@@ -62,16 +63,6 @@ DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
     torch.float32: (1e-4, 1e-5),
     torch.bfloat16: (1e-2, 1e-2),
     torch.float16: (1e-2, 1e-2),
-}
-# Hooks whose values a processing step changes on purpose: the hook's last name component, or its last two
-# (fold_ln resets the residual-stream norms ln1, ln2 and ln_final, not an attention's q/k norms).
-CHANGED_BY_PROCESSING = {
-    "fold_ln": {"ln1.hook_normalized", "ln2.hook_normalized", "ln_final.hook_normalized"},
-    "center_writing_weights": {
-        "hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
-    },
-    "fold_value_biases": {"hook_v", "hook_z"},
-    "center_unembed": set(),  # logits shift by a constant per position: log-probs are compared instead
 }
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Verification comes before interpretation."
 # a model whose converter asks for it (VERIFY_PADDED, e.g. BERT) is verified on a padded batch by
@@ -83,25 +74,6 @@ DEFAULT_PADDED_PROMPTS = (
     "Verification comes before interpretation, and padding must never change a real token.",
 )
 DEFAULT_ENCODER_PROMPTS = DEFAULT_PADDED_PROMPTS
-QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")  # [batch, head_index, query_pos, key_pos]
-
-
-def _skipped_hooks(names: list[str], processing: list[str]) -> set[str]:
-    unknown = [step for step in processing if step not in CHANGED_BY_PROCESSING]
-    if unknown:  # a step we know nothing about may change anything: keep only the output
-        return {name for name in names if name != "logits"}
-    changed = set().union(*(CHANGED_BY_PROCESSING[step] for step in processing)) if processing else set()
-    return {name for name in names if name.rsplit(".", 1)[-1] in changed or ".".join(name.rsplit(".", 2)[-2:]) in changed}
-
-
-def _real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
-    """``value`` at real positions only: ``[n_real, ...]`` (query rows for attention patterns)."""
-    if is_real is None:
-        return value
-    axis = 2 if name.rsplit(".", 1)[-1] in QUERY_AXIS_HOOKS else 1
-    if value.ndim <= axis or value.shape[0] != is_real.shape[0] or value.shape[axis] != is_real.shape[1]:
-        return value  # not indexed by position (none of today's hooks): compare it whole
-    return value.movedim(axis, 1)[is_real.to(value.device)]
 
 
 ReferenceFn = Callable[..., dict]  # (reference_model, tokens, **forward_kwargs) -> {hook name or "logits": tensor}
@@ -112,14 +84,16 @@ def _hf_reference(hf_model, tokens: Tensor, **forward_kwargs) -> dict:
     return architecture_module(hf_model.config.model_type).hf_reference_activations(hf_model, tokens, **forward_kwargs)
 
 
-def _compare(model, reference_model, reference_fn: ReferenceFn, tokens: Tensor, atol, rtol, forward_kwargs) -> VerifyReport:
+def _compare(
+    model, reference_model, reference_fn: ReferenceFn, tokens: Tensor, atol, rtol, forward_kwargs
+) -> VerifyReport:
     dtype = next(model.parameters()).dtype
     default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     reference = reference_fn(reference_model, tokens, **forward_kwargs)
     processing = list(getattr(model, "processing", []))
-    skipped = _skipped_hooks(list(reference), processing)
+    skipped = skipped_hooks(list(reference), processing)
     hook_names = [name for name in model.hook_dict if name in reference and name not in skipped]
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=hook_names, **forward_kwargs) if hook_names else (None, {})
@@ -137,17 +111,27 @@ def _compare(model, reference_model, reference_fn: ReferenceFn, tokens: Tensor, 
         if ref.shape != value.shape and ref.ndim < value.ndim and _broadcasts(ref.shape, value.shape):
             ref = ref.expand(value.shape)  # the same for every row (e.g. positional embeddings)
         if ref.shape != value.shape:
-            raise ValueError(f"{name}: our activation has shape {tuple(value.shape)}, the reference's {tuple(ref.shape)}")
-        ref = _real_part(name, ref, is_real)
-        diff = (_real_part(name, value.detach().to("cpu", torch.float64), is_real) - ref).abs()
+            raise ValueError(
+                f"{name}: our activation has shape {tuple(value.shape)}, the reference's {tuple(ref.shape)}"
+            )
+        ref = real_part(name, ref, is_real)
+        diff = (real_part(name, value.detach().to("cpu", torch.float64), is_real) - ref).abs()
         # Masked attention entries are 0 in both; nan only if something is badly wrong.
         max_diff = float(diff.max()) if diff.numel() else 0.0
         max_diff = float("inf") if diff.isnan().any() else max_diff
         tolerance = atol + rtol * float(ref.abs().max())
         rows.append(VerifyRow(name, max_diff, float(diff.mean()), tolerance, max_diff <= tolerance))
     real_positions = None if is_real is None else int(is_real.sum())
-    return VerifyReport(rows, dtype, atol, rtol, tuple(tokens.shape), sorted(skipped, key=list(reference).index), processing,
-                        real_positions=real_positions)
+    return VerifyReport(
+        rows,
+        dtype,
+        atol,
+        rtol,
+        tuple(tokens.shape),
+        sorted(skipped, key=list(reference).index),
+        processing,
+        real_positions=real_positions,
+    )
 
 
 def _broadcasts(shape: torch.Size, to: torch.Size) -> bool:
@@ -187,18 +171,23 @@ def verify_against_hf(
     ``tokens``: ``[batch, pos]`` ids, text (a str or a list, tokenized by the model's
     ``to_tokens_and_mask``: a list is padded and brings its attention mask), or such a
     tokenizer result (``TokensAndMask``, an encoder's ``EncoderTokens`` with segment ids).
-    ``atol`` / ``rtol`` default by the model's dtype. ``float64_recheck``: True re-runs both models in float64 (on copies) when
+    ``atol`` / ``rtol`` default by the model's dtype. ``float64_recheck``: True re-runs both models in float64 (on
+    copies) when
     something is beyond tolerance; ``"always"`` re-runs even when all is within
     tolerance; False never. ``forward_kwargs`` go to both forwards (e.g.
     ``attention_mask`` and ``token_type_ids`` for an encoder); with a mask, padding
     positions are left out of the comparison. Neither model is changed.
     """
     if not isinstance(getattr(getattr(hf_model, "config", None), "model_type", None), str):
-        raise TypeError(f"hf_model must be a Hugging Face transformers model (with .config.model_type), received "
-                        f"{type(hf_model).__name__}")
+        raise TypeError(
+            f"hf_model must be a Hugging Face transformers model (with .config.model_type), received "
+            f"{type(hf_model).__name__}"
+        )
     warn_if_untested_transformers()
     if not hasattr(model, "hook_dict") or not hasattr(model, "run_with_cache"):
-        raise TypeError(f"model must be one of ours (a DemoTransformer or EncoderTransformer), received {type(model).__name__}")
+        raise TypeError(
+            f"model must be one of ours (a DemoTransformer or EncoderTransformer), received {type(model).__name__}"
+        )
     if isinstance(tokens, (str, list)):
         tokens = model.to_tokens_and_mask(tokens)
     if _is_encoded(tokens):  # (tokens, attention_mask, ...): the model's forward arguments, by name
@@ -206,66 +195,42 @@ def verify_against_hf(
         tokens = extra.pop("tokens")
         given = sorted(set(forward_kwargs) & set(extra))
         if given:
-            raise ValueError(f"tokens carries its own mask and the forward's other arguments {sorted(extra)}: "
-                             f"do not also pass {given}")
+            raise ValueError(
+                f"tokens carries its own mask and the forward's other arguments {sorted(extra)}: "
+                f"do not also pass {given}"
+            )
         forward_kwargs.update(extra)
     if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.ndim != 2:
-        raise TypeError(f"tokens must be an integer tensor [batch, pos], text, or the model's to_tokens_and_mask(...), "
-                        f"received {tokens!r:.80}")
-    _check_vocabularies(model, hf_model, tokens)
+        raise TypeError(
+            f"tokens must be an integer tensor [batch, pos], text, or the model's to_tokens_and_mask(...), "
+            f"received {tokens!r:.80}"
+        )
+    check_vocabularies(model, hf_model, tokens)
     device = next(model.parameters()).device
     tokens = tokens.to(device)
-    forward_kwargs = {name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()}
+    forward_kwargs = {
+        name: value.to(device) if isinstance(value, Tensor) else value for name, value in forward_kwargs.items()
+    }
     return _report_with_recheck(model, hf_model, _hf_reference, tokens, atol, rtol, float64_recheck, forward_kwargs)
 
 
-def _hf_vocabulary_size(hf_model) -> Optional[int]:
-    """Rows of the Hugging Face model's input embedding (``get_input_embeddings()``), else ``config.vocab_size``."""
-    get_embeddings = getattr(hf_model, "get_input_embeddings", None)
-    try:
-        weight = getattr(get_embeddings(), "weight", None) if callable(get_embeddings) else None
-    except (NotImplementedError, AttributeError):
-        weight = None
-    if isinstance(weight, Tensor) and weight.ndim == 2:
-        return int(weight.shape[0])
-    size = getattr(getattr(hf_model, "config", None), "vocab_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else None
-
-
-def _check_vocabularies(model, hf_model, tokens: Tensor) -> None:
-    """``ValueError`` unless both models have one vocabulary size and every token id lies in it.
-
-    Checked before either model runs: an id past the Hugging Face embedding would otherwise raise
-    ``IndexError`` inside it.
-    """
-    ours = getattr(getattr(model, "cfg", None), "d_vocab", None)
-    theirs = _hf_vocabulary_size(hf_model)
-    if isinstance(ours, int) and theirs is not None and ours != theirs:
-        raise ValueError(f"the Hugging Face model's vocabulary has {theirs} tokens, the model's has {ours} "
-                         "(cfg.d_vocab): they are not the same model; verify a model against the checkpoint it was "
-                         "converted from")
-    if tokens.is_meta or not tokens.numel():
-        return
-    low, high = int(tokens.min()), int(tokens.max())
-    vocabularies = (("the model's vocabulary (cfg.d_vocab)", ours), ("the Hugging Face model's vocabulary", theirs))
-    for what, size in vocabularies:
-        if isinstance(size, int) and (low < 0 or high >= size):
-            raise ValueError(f"tokens hold the id {low if low < 0 else high}, outside {what} of {size} tokens: "
-                             f"token ids must lie in [0, {size})")
-
-
-def _report_with_recheck(model, reference_model, reference_fn, tokens, atol, rtol, float64_recheck, forward_kwargs) -> VerifyReport:
+def _report_with_recheck(
+    model, reference_model, reference_fn, tokens, atol, rtol, float64_recheck, forward_kwargs
+) -> VerifyReport:
     if float64_recheck not in (True, False, "always"):
         raise ValueError(f"float64_recheck must be True, False or 'always', received {float64_recheck!r}")
     report = _compare(model, reference_model, reference_fn, tokens, atol, rtol, forward_kwargs)
     needs_recheck = float64_recheck == "always" or (float64_recheck and not report.within_tolerance)
     if needs_recheck and report.dtype != torch.float64:
-        report.float64 = _compare(_float64_copy(model), _float64_copy(reference_model), reference_fn, tokens, None, None,
-                                  forward_kwargs)
+        report.float64 = _compare(
+            _float64_copy(model), _float64_copy(reference_model), reference_fn, tokens, None, None, forward_kwargs
+        )
     return report
 
 
-def capture_activations(module: nn.Module, hook_map: Mapping[str, str], run: Callable[[], object]) -> tuple[dict, object]:
+def capture_activations(
+    module: nn.Module, hook_map: Mapping[str, str], run: Callable[[], object]
+) -> tuple[dict, object]:
     """Call ``run()`` with torch hooks on ``module``'s submodules; return ``({name: tensor}, run's result)``.
 
     ``hook_map`` maps a name (ours, e.g. ``"blocks.0.hook_attn_out"``) to where the value
@@ -281,15 +246,22 @@ def capture_activations(module: nn.Module, hook_map: Mapping[str, str], run: Cal
             path, _, side = where.partition(":")
             if path not in submodules:
                 close = difflib.get_close_matches(path, submodules, n=3)
-                raise KeyError(f"{where!r} (for {name!r}) names no submodule of {type(module).__name__}; closest: {close}")
+                raise KeyError(
+                    f"{where!r} (for {name!r}) names no submodule of {type(module).__name__}; closest: {close}"
+                )
             if side not in ("", "input"):
                 raise ValueError(f"{where!r}: the part after ':' must be 'input', got {side!r}")
             if side == "input":
                 hook = (lambda name: lambda mod, args: captured.__setitem__(name, args[0].detach()))(name)
                 handles.append(submodules[path].register_forward_pre_hook(hook))
             else:
-                hook = (lambda name: lambda mod, args, out: captured.__setitem__(
-                    name, (out[0] if isinstance(out, tuple) else out).detach()))(name)
+                hook = (
+                    lambda name: (
+                        lambda mod, args, out: captured.__setitem__(
+                            name, (out[0] if isinstance(out, tuple) else out).detach()
+                        )
+                    )
+                )(name)
                 handles.append(submodules[path].register_forward_hook(hook))
         with torch.no_grad():
             result = run()
@@ -331,7 +303,9 @@ def verify_against_module(
         return acts
 
     device = next(model.parameters()).device
-    return _report_with_recheck(model, reference.eval(), reference_fn, tokens.to(device), atol, rtol, float64_recheck, forward_kwargs)
+    return _report_with_recheck(
+        model, reference.eval(), reference_fn, tokens.to(device), atol, rtol, float64_recheck, forward_kwargs
+    )
 
 
 def verify_pretrained(
@@ -366,20 +340,30 @@ def verify_pretrained(
         else:
             from transformers import AutoModel
 
-            hf_model = AutoModel.from_pretrained(str(resolved.directory), dtype=dtype, attn_implementation="eager").eval()
+            hf_model = AutoModel.from_pretrained(
+                str(resolved.directory), dtype=dtype, attn_implementation="eager"
+            ).eval()
     if model.tokenizer is not None:
-        default = list(DEFAULT_PADDED_PROMPTS) if getattr(architecture_module(resolved.model_type), "VERIFY_PADDED", False) else DEFAULT_PROMPT
+        default = (
+            list(DEFAULT_PADDED_PROMPTS)
+            if getattr(architecture_module(resolved.model_type), "VERIFY_PADDED", False)
+            else DEFAULT_PROMPT
+        )
         tokens = model.to_tokens_and_mask(default if prompt is None else prompt)
     elif prompt is not None:
         raise ValueError(f"{resolved.description} has no tokenizer, so the prompt cannot be tokenized; omit the prompt")
     else:
-        padding = {getattr(model.cfg, "pad_token_id", None), getattr(getattr(hf_model, "config", None), "pad_token_id", None)}
+        padding = {
+            getattr(model.cfg, "pad_token_id", None),
+            getattr(getattr(hf_model, "config", None), "pad_token_id", None),
+        }
         tokens = random_ids(model.cfg.d_vocab, min(16, model.cfg.n_ctx), avoid=padding - {None})
     return verify_against_hf(model, hf_model, tokens, atol=atol, rtol=rtol, float64_recheck=float64_recheck)
 
 
 def random_ids(d_vocab: int, length: int, avoid: set = frozenset(), seed: int = 0) -> torch.Tensor:
-    """``[1, length]`` seeded random token ids in ``[0, d_vocab)``, none of them in ``avoid`` (a padding id would be masked)."""
+    """``[1, length]`` seeded random token ids in ``[0, d_vocab)``, none of them in ``avoid`` (a padding id would be
+    masked)."""
     skipped = sorted(token for token in avoid if 0 <= token < d_vocab)
     ids = torch.randint(0, d_vocab - len(skipped), (1, length), generator=torch.Generator().manual_seed(seed))
     for token in skipped:  # ascending: each id at or past a skipped one moves up by one
@@ -394,4 +378,15 @@ def run_verify(
     return verify_pretrained(source, prompt, dtype=dtype)
 
 
-__all__ = ["DEFAULT_ENCODER_PROMPTS", "DEFAULT_PADDED_PROMPTS", "capture_activations", "verify_against_module", "DEFAULT_TOLERANCES", "VerifyReport", "VerifyRow", "run_verify", "verify_against_hf", "verify_pretrained"]
+__all__ = [
+    "DEFAULT_ENCODER_PROMPTS",
+    "DEFAULT_PADDED_PROMPTS",
+    "capture_activations",
+    "verify_against_module",
+    "DEFAULT_TOLERANCES",
+    "VerifyReport",
+    "VerifyRow",
+    "run_verify",
+    "verify_against_hf",
+    "verify_pretrained",
+]

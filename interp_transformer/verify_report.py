@@ -61,10 +61,14 @@ class VerifyReport:
         if self.within_tolerance:
             return f"MATCH: all {len(self.rows)} compared activations within tolerance"
         if self.ok:
-            return (f"MATCH up to float noise: {self.first_divergence} is beyond the {_dtype_name(self.dtype)} "
-                    "tolerance, but the float64 re-run agrees")
+            return (
+                f"MATCH up to float noise: {self.first_divergence} is beyond the {_dtype_name(self.dtype)} "
+                "tolerance, but the float64 re-run agrees"
+            )
         where = self.float64.first_divergence if self.float64 is not None else self.first_divergence
-        return f"MISMATCH: first divergence at {where}" + (" (confirmed in float64)" if self.float64 is not None else "")
+        return f"MISMATCH: first divergence at {where}" + (
+            " (confirmed in float64)" if self.float64 is not None else ""
+        )
 
     def __str__(self) -> str:
         return "\n".join(self.table_lines(with_float64=True))
@@ -73,7 +77,11 @@ class VerifyReport:
         """The table as lines: a header, one line per hook, then the float64 re-run and the verdict."""
         width = max([len("hook")] + [len(row.hook) for row in self.rows])
         n_positions = self.shape[0] * self.shape[1]
-        padding = "" if self.real_positions is None else f" ({self.real_positions} of {n_positions} positions real; padding excluded)"
+        padding = (
+            ""
+            if self.real_positions is None
+            else f" ({self.real_positions} of {n_positions} positions real; padding excluded)"
+        )
         lines = [
             f"verify against Hugging Face: tokens {list(self.shape)}{padding}, {_dtype_name(self.dtype)}, "
             f"ok when max|diff| <= {self.atol:.0e} + {self.rtol:.0e} * max|hf|",
@@ -83,7 +91,10 @@ class VerifyReport:
         lines.append(f"{'hook':<{width}}  {'max |diff|':>10}  {'mean |diff|':>11}  {'tolerance':>9}  ok")
         for row in self.rows:
             mark = "ok" if row.ok else "FAIL"
-            lines.append(f"{row.hook:<{width}}  {row.max_abs_diff:>10.2e}  {row.mean_abs_diff:>11.2e}  {row.tolerance:>9.1e}  {mark}")
+            lines.append(
+                f"{row.hook:<{width}}  {row.max_abs_diff:>10.2e}  {row.mean_abs_diff:>11.2e}  "
+                f"{row.tolerance:>9.1e}  {mark}"
+            )
         if with_float64:
             if self.float64 is not None:
                 lines += ["", "float64 re-run:"] + ["  " + line for line in self.float64.table_lines()]

@@ -28,12 +28,38 @@ logging.getLogger("transformers.configuration_utils").setLevel(logging.ERROR)
 
 VOCAB = 61
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-NEOX = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=80, vocab_size=VOCAB,
-            max_position_embeddings=64, attn_implementation="eager", **NO_SPECIAL_TOKENS)
-GPTJ = dict(n_embd=48, n_layer=2, n_head=3, n_inner=80, vocab_size=VOCAB, n_positions=64, attn_implementation="eager",
-            **NO_SPECIAL_TOKENS)
-OPT = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, ffn_dim=80, vocab_size=VOCAB, max_position_embeddings=64,
-           attn_implementation="eager", pad_token_id=1, bos_token_id=None, eos_token_id=None)
+NEOX = dict(
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=80,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    attn_implementation="eager",
+    **NO_SPECIAL_TOKENS,
+)
+GPTJ = dict(
+    n_embd=48,
+    n_layer=2,
+    n_head=3,
+    n_inner=80,
+    vocab_size=VOCAB,
+    n_positions=64,
+    attn_implementation="eager",
+    **NO_SPECIAL_TOKENS,
+)
+OPT = dict(
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    ffn_dim=80,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    attn_implementation="eager",
+    pad_token_id=1,
+    bos_token_id=None,
+    eos_token_id=None,
+)
 BLOOM = dict(hidden_size=48, n_layer=2, vocab_size=VOCAB, **NO_SPECIAL_TOKENS)
 
 # label -> (model class, config class, settings): parallel and sequential NeoX blocks, a quarter and half of each head
@@ -42,14 +68,33 @@ BLOOM = dict(hidden_size=48, n_layer=2, vocab_size=VOCAB, **NO_SPECIAL_TOKENS)
 # and without (the extra slopes), tied and untied read-outs, erf, tanh and ReLU MLPs
 FAMILIES = {
     "neox-parallel": (GPTNeoXForCausalLM, GPTNeoXConfig, dict(NEOX, rotary_pct=0.25, use_parallel_residual=True)),
-    "neox-sequential-tied": (GPTNeoXForCausalLM, GPTNeoXConfig, dict(
-        NEOX, rotary_pct=0.5, use_parallel_residual=False, attention_bias=False, tie_word_embeddings=True, hidden_act="gelu_new")),
+    "neox-sequential-tied": (
+        GPTNeoXForCausalLM,
+        GPTNeoXConfig,
+        dict(
+            NEOX,
+            rotary_pct=0.5,
+            use_parallel_residual=False,
+            attention_bias=False,
+            tie_word_embeddings=True,
+            hidden_act="gelu_new",
+        ),
+    ),
     "gptj-partial": (GPTJForCausalLM, GPTJConfig, dict(GPTJ, rotary_dim=8)),
     "gptj-whole-heads": (GPTJForCausalLM, GPTJConfig, dict(GPTJ, rotary_dim=16, activation_function="gelu_fast")),
     "opt-pre-norm": (OPTForCausalLM, OPTConfig, dict(OPT, do_layer_norm_before=True)),
     "opt-350m-layout": (OPTForCausalLM, OPTConfig, dict(OPT, do_layer_norm_before=False, word_embed_proj_dim=32)),
-    "opt-projected-plain": (OPTForCausalLM, OPTConfig, dict(
-        OPT, do_layer_norm_before=True, word_embed_proj_dim=32, enable_bias=False, layer_norm_elementwise_affine=False)),
+    "opt-projected-plain": (
+        OPTForCausalLM,
+        OPTConfig,
+        dict(
+            OPT,
+            do_layer_norm_before=True,
+            word_embed_proj_dim=32,
+            enable_bias=False,
+            layer_norm_elementwise_affine=False,
+        ),
+    ),
     "bloom-3-heads": (BloomForCausalLM, BloomConfig, dict(BLOOM, n_head=3)),
     "bloom-4-heads": (BloomForCausalLM, BloomConfig, dict(BLOOM, n_head=4, hidden_size=64)),
 }

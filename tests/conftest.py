@@ -18,7 +18,9 @@ def _shape_checks_on():
 
 @pytest.fixture(scope="session")
 def small_cfg() -> TransformerConfig:
-    return TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=256, d_vocab=97, n_ctx=32, name="small")
+    return TransformerConfig(
+        d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=256, d_vocab=97, n_ctx=32, name="small"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +32,9 @@ def small_model(small_cfg) -> DemoTransformer:
 
 @pytest.fixture(scope="session")
 def attn_only_model() -> DemoTransformer:
-    cfg = TransformerConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=None, d_vocab=50, n_ctx=24, name="attn-only")
+    cfg = TransformerConfig(
+        d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=None, d_vocab=50, n_ctx=24, name="attn-only"
+    )
     return DemoTransformer(cfg, seed=1).eval()
 
 
@@ -42,10 +46,23 @@ def tokens(small_cfg) -> torch.Tensor:
 # The Hugging Face parity tests: every family hook by hook against transformers, verify, and the checkpoint and config
 # walk. `.ci/newest` runs them (`-m hf_parity`) against the newest releases pyproject.toml's ranges allow.
 HF_PARITY_MODULES = {
-    "test_bert_real_weights", "test_checkpoint_walk", "test_classic", "test_classic_parts", "test_encoder",
-    "test_encoder_decoder", "test_encoder_decoder_generate", "test_encoder_decoder_verify", "test_encoder_verify",
-    "test_gemma", "test_llama", "test_llama_parts", "test_loading_gpt2", "test_moe", "test_smollm2",
-    "test_transformers_drift", "test_verify",
+    "test_bert_real_weights",
+    "test_checkpoint_walk",
+    "test_classic",
+    "test_classic_parts",
+    "test_encoder",
+    "test_encoder_decoder",
+    "test_encoder_decoder_generate",
+    "test_encoder_decoder_verify",
+    "test_encoder_verify",
+    "test_gemma",
+    "test_llama",
+    "test_llama_parts",
+    "test_loading_gpt2",
+    "test_moe",
+    "test_smollm2",
+    "test_transformers_drift",
+    "test_verify",
 }
 
 

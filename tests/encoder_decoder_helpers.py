@@ -13,7 +13,9 @@ import torch
 PAD, EOS, START = 1, 2, 3
 # T5's relative buckets are exact below 4 (decoder: 8) positions and logarithmic up to 12: the 13-token source and
 # 16-token target reach every kind of bucket, the last one included
-T5_SOURCE = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 2], [11, 12, 13, 2] + [1] * 9, [14, 15, 16, 17, 18, 2] + [1] * 7])
+T5_SOURCE = torch.tensor(
+    [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 2], [11, 12, 13, 2] + [1] * 9, [14, 15, 16, 17, 18, 2] + [1] * 7]
+)
 T5_DECODER_INPUT = torch.stack([torch.tensor([3] + list(range(20 + row, 35 + row))) for row in range(3)])
 SOURCE = torch.tensor([[5, 6, 7, 8, 9, 10, 2], [11, 12, 13, 2, 1, 1, 1], [14, 15, 16, 17, 2, 1, 1]])
 SOURCE_MASK = (SOURCE != PAD).long()
@@ -36,18 +38,45 @@ def _perturb(hf, seed: int, scale: float) -> None:
 def hf_config(family: str, **overrides):
     import transformers
 
-    common = dict(vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=24,
-                  pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=START, forced_eos_token_id=None)
+    common = dict(
+        vocab_size=50,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        max_position_embeddings=24,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=START,
+        forced_eos_token_id=None,
+    )
     if family == "bart":
         return transformers.BartConfig(**{**common, "scale_embedding": True, **overrides})
     if family == "marian":
-        return transformers.MarianConfig(**{**common, "activation_function": "swish", "scale_embedding": True, **overrides})
+        return transformers.MarianConfig(
+            **{**common, "activation_function": "swish", "scale_embedding": True, **overrides}
+        )
     if family.startswith("t5"):
         v1_1 = family == "t5-v1.1"  # gated GELU and a read-out of its own, not rescaled
-        t5 = dict(vocab_size=50, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
-                  relative_attention_num_buckets=8, relative_attention_max_distance=12, pad_token_id=PAD, eos_token_id=EOS,
-                  decoder_start_token_id=START, feed_forward_proj="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1)
+        t5 = dict(
+            vocab_size=50,
+            d_model=32,
+            d_kv=8,
+            d_ff=48,
+            num_layers=2,
+            num_decoder_layers=3,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=12,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            decoder_start_token_id=START,
+            feed_forward_proj="gated-gelu" if v1_1 else "relu",
+            tie_word_embeddings=not v1_1,
+        )
         return transformers.T5Config(**{**t5, **overrides})
     raise ValueError(family)
 
@@ -73,7 +102,8 @@ def random_hf(family: str, dtype: torch.dtype = torch.float64, seed: int = 0, sc
     scale = scale or (0.1 if family.startswith("t5") else 0.3)
     torch.manual_seed(seed)
     hf = hf_class(family)(hf_config(family)).eval()
-    if family == "t5-v1.1":  # Hugging Face ties the read-out to the embedding: give it its own, as v1.1 checkpoints have
+    # Hugging Face ties the read-out to the embedding: give it its own, as v1.1 checkpoints have
+    if family == "t5-v1.1":
         hf.lm_head.weight = torch.nn.Parameter(hf.lm_head.weight.detach().clone())
     _perturb(hf, seed, scale)
     return hf.to(dtype)

@@ -46,8 +46,15 @@ def random_mlm(seed: int = 0, dtype: torch.dtype = torch.float64):
     """``(ours, hf)``: a tiny random ``BertForMaskedLM`` (2 layers, d_model 32, vocab 61) with perturbed weights."""
     import transformers
 
-    config = transformers.BertConfig(vocab_size=61, max_position_embeddings=40, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=64, layer_norm_eps=1e-12)
+    config = transformers.BertConfig(
+        vocab_size=61,
+        max_position_embeddings=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        layer_norm_eps=1e-12,
+    )
     torch.manual_seed(seed)
     hf = transformers.BertForMaskedLM(config).eval().to(dtype)
     generator = torch.Generator().manual_seed(seed)

@@ -32,9 +32,15 @@ CORPUS = [
 # Where the float16 scales of a K-quant block sit (bytes), so random blocks can be given finite ones.
 K_QUANT_SCALES = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
 BLOCK_NAMES = {
-    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
 }
 
 
@@ -45,7 +51,9 @@ def tiny_vocabulary() -> tuple[list[str], list[str]]:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=420, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=420,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(CORPUS, trainer)
@@ -58,9 +66,20 @@ def tiny_vocabulary() -> tuple[list[str], list[str]]:
 def tiny_llama(vocab_size: int, seed: int = 0, **overrides) -> LlamaForCausalLM:
     """A random Llama whose row lengths (256, 512) fit every block size, K-quants' 256 included."""
     settings = dict(
-        vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-5, max_position_embeddings=128, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 50000.0}, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=vocab_size,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     settings.update(overrides)
     torch.manual_seed(seed)
@@ -73,8 +92,11 @@ def tiny_llama(vocab_size: int, seed: int = 0, **overrides) -> LlamaForCausalLM:
 
 
 def gguf_name(hf_name: str) -> str:
-    globals_ = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                "lm_head.weight": "output.weight"}
+    globals_ = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     if hf_name in globals_:
         return globals_[hf_name]
     _, _, layer, rest = hf_name.split(".", 3)
@@ -84,11 +106,19 @@ def gguf_name(hf_name: str) -> str:
 
 def llama_cpp_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     """``LlamaModel.permute`` of llama.cpp's converter: each head's rows from (pair, half) to (half, pair)."""
-    return weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def llama_cpp_unpermute(weights: np.ndarray, n_head: int) -> np.ndarray:
-    return weights.reshape(n_head, weights.shape[0] // n_head // 2, 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(n_head, weights.shape[0] // n_head // 2, 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def random_k_blocks(qtype: Q, shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -98,7 +128,7 @@ def random_k_blocks(qtype: Q, shape: tuple[int, ...], seed: int) -> np.ndarray:
     blocks = rng.integers(0, 256, size=(int(np.prod(shape)) // block_size, type_size), dtype=np.uint8)
     for offset in K_QUANT_SCALES[qtype]:
         scales = rng.uniform(0.001, 0.01, size=blocks.shape[0]).astype(np.float16)
-        blocks[:, offset:offset + 2] = scales.view(np.uint8).reshape(-1, 2)
+        blocks[:, offset : offset + 2] = scales.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(*shape[:-1], -1)
 
 
@@ -182,7 +212,9 @@ def write_llama_gguf(
         else:
             writer.add_tensor(gguf_name(name), stored, raw_dtype=qtype)
             values = gguf.quants.dequantize(stored, qtype)
-        expected[name] = torch.from_numpy(np.ascontiguousarray(llama_cpp_unpermute(values, n_head) if n_head else values))
+        expected[name] = torch.from_numpy(
+            np.ascontiguousarray(llama_cpp_unpermute(values, n_head) if n_head else values)
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

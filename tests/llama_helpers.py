@@ -26,26 +26,59 @@ logging.getLogger("transformers.configuration_utils").setLevel(logging.ERROR)
 
 VOCAB = 61
 COMMON = dict(
-    hidden_size=48, intermediate_size=80, num_hidden_layers=2, head_dim=16, vocab_size=VOCAB, max_position_embeddings=64,
-    attn_implementation="eager", bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    attn_implementation="eager",
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
 )
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 # label -> (model class, config class, settings): together they cover grouped-query ratios 1, 2, 3 and 4, tied
 # and untied embeddings, biases on q/k/v (Qwen2) and on q/k/v/o, q/k norms, a sliding window shorter than the
 # prompt, llama3 and linear rope scaling, and d_model != n_heads * d_head
 FAMILIES = {
-    "llama-mha-biases": (LlamaForCausalLM, LlamaConfig, dict(
-        num_attention_heads=3, num_key_value_heads=3, attention_bias=True, tie_word_embeddings=False)),
-    "llama-gqa3-tied-llama3": (LlamaForCausalLM, LlamaConfig, dict(
-        num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=dict(LLAMA3_ROPE))),
-    "mistral-gqa4-window": (MistralForCausalLM, MistralConfig, dict(
-        num_attention_heads=4, num_key_value_heads=1, sliding_window=3, tie_word_embeddings=False)),
-    "qwen2-gqa2-linear": (Qwen2ForCausalLM, Qwen2Config, dict(
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0})),
-    "qwen3-gqa3-qk-norm": (Qwen3ForCausalLM, Qwen3Config, dict(
-        num_attention_heads=6, num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False)),
+    "llama-mha-biases": (
+        LlamaForCausalLM,
+        LlamaConfig,
+        dict(num_attention_heads=3, num_key_value_heads=3, attention_bias=True, tie_word_embeddings=False),
+    ),
+    "llama-gqa3-tied-llama3": (
+        LlamaForCausalLM,
+        LlamaConfig,
+        dict(num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=dict(LLAMA3_ROPE)),
+    ),
+    "mistral-gqa4-window": (
+        MistralForCausalLM,
+        MistralConfig,
+        dict(num_attention_heads=4, num_key_value_heads=1, sliding_window=3, tie_word_embeddings=False),
+    ),
+    "qwen2-gqa2-linear": (
+        Qwen2ForCausalLM,
+        Qwen2Config,
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+        ),
+    ),
+    "qwen3-gqa3-qk-norm": (
+        Qwen3ForCausalLM,
+        Qwen3Config,
+        dict(num_attention_heads=6, num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False),
+    ),
 }
 
 
@@ -59,7 +92,8 @@ def perturb_(hf_model, seed: int, scale: float = 0.2):
 
 
 def tiny_from(families: dict, common: dict, label: str, seed: int, overrides: dict):
-    """A small random Hugging Face model of ``families[label]`` (eager attention, eval mode), every parameter perturbed."""
+    """A small random Hugging Face model of ``families[label]`` (eager attention, eval mode), every parameter
+    perturbed."""
     model_class, config_class, settings = families[label]
     torch.manual_seed(seed)
     config = config_class(**{**common, **copy.deepcopy(settings), **overrides})

@@ -90,12 +90,14 @@ class NanoBlock(nn.Module):
 class NanoGPT(nn.Module):
     def __init__(self, config: NanoGPTConfig):
         super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            h=nn.ModuleList([NanoBlock(config) for _ in range(config.n_layer)]),
-            ln_f=NanoLayerNorm(config.n_embd, bias=config.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList([NanoBlock(config) for _ in range(config.n_layer)]),
+                ln_f=NanoLayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying
 
@@ -156,8 +158,10 @@ class MultiHeadedAttention(nn.Module):
 
     def forward(self, query, key, value, mask):
         nbatches = query.size(0)
-        query, key, value = [lin(x).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
-                             for lin, x in zip(self.linears, (query, key, value))]
+        query, key, value = [
+            lin(x).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value))
+        ]
         x, self.attn = attention(query, key, value, mask=mask)
         x = x.transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
         return self.linears[-1](x)
@@ -222,12 +226,19 @@ class AnnotatedLM(nn.Module):
 
     def __init__(self, config: AnnotatedConfig):
         super().__init__()
-        self.embed = nn.Sequential(Embeddings(config.d_model, config.vocab), PositionalEncoding(config.d_model, config.max_len))
-        self.layers = nn.ModuleList([
-            DecoderOnlyLayer(config.d_model, MultiHeadedAttention(config.h, config.d_model),
-                             PositionwiseFeedForward(config.d_model, config.d_ff))
-            for _ in range(config.N)
-        ])
+        self.embed = nn.Sequential(
+            Embeddings(config.d_model, config.vocab), PositionalEncoding(config.d_model, config.max_len)
+        )
+        self.layers = nn.ModuleList(
+            [
+                DecoderOnlyLayer(
+                    config.d_model,
+                    MultiHeadedAttention(config.h, config.d_model),
+                    PositionwiseFeedForward(config.d_model, config.d_ff),
+                )
+                for _ in range(config.N)
+            ]
+        )
         self.norm = AnnotatedLayerNorm(config.d_model)
         self.generator = Generator(config.d_model, config.vocab)
 

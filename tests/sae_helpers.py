@@ -28,7 +28,9 @@ def saelens_model() -> DemoTransformer:
     model = DemoTransformer(SPLICE_CFG).eval()
     names = sorted(name for name, _ in model.named_parameters())
     if names != SPLICE["model_parameters"]:
-        raise AssertionError(f"parameter names differ from TransformerLens': {set(names) ^ set(SPLICE['model_parameters'])}")
+        raise AssertionError(
+            f"parameter names differ from TransformerLens': {set(names) ^ set(SPLICE['model_parameters'])}"
+        )
     generator = torch.Generator().manual_seed(SPLICE["model_seed"])
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
@@ -75,7 +77,8 @@ def prose_files() -> list[Path]:
 
 
 def gpt2_with_tokenizer(n_embd: int = 32, seed: int = 0, dtype: torch.dtype = torch.float32) -> DemoTransformer:
-    """A random-weight 2-layer GPT-2 with GPT-2's real vocabulary and tokenizer (offline), loaded by ``from_pretrained``."""
+    """A random-weight 2-layer GPT-2 with GPT-2's real vocabulary and tokenizer (offline), loaded by
+    ``from_pretrained``."""
     from interp_transformer.loading import from_pretrained
     from interp_transformer.tokens import offline_gpt2_tokenizer
 

@@ -27,15 +27,17 @@ def hand_built_model() -> DemoTransformer:
       position match stops it from attending to itself.
     - L1H1 induction head: query token t matches keys whose previous token is t.
     """
-    cfg = TransformerConfig(d_model=3 * D_HEAD, n_layers=2, n_heads=3, d_head=D_HEAD, d_mlp=None, d_vocab=D_VOCAB, n_ctx=N_CTX)
+    cfg = TransformerConfig(
+        d_model=3 * D_HEAD, n_layers=2, n_heads=3, d_head=D_HEAD, d_mlp=None, d_vocab=D_VOCAB, n_ctx=N_CTX
+    )
     model = DemoTransformer(cfg, seed=0).eval()
     big = 4.0
     with torch.no_grad():
         for name, param in model.named_parameters():
             if not name.endswith(".w"):
                 param.zero_()
-        model.embed.W_E[:, TOKEN:TOKEN + D_VOCAB] = torch.eye(D_VOCAB)
-        model.pos_embed.W_pos[:, POSITION:POSITION + N_CTX] = torch.eye(N_CTX)
+        model.embed.W_E[:, TOKEN : TOKEN + D_VOCAB] = torch.eye(D_VOCAB)
+        model.pos_embed.W_pos[:, POSITION : POSITION + N_CTX] = torch.eye(N_CTX)
         prev = model.blocks[0].attn
         for p in range(N_CTX):
             prev.W_Q[PREV_HEAD[1], POSITION + p, p] = big
@@ -135,7 +137,9 @@ def test_detect_head_matches_loop_reference(attn_only_model):
         for head in range(attn_only_model.cfg.n_heads):
             masses = [
                 sum(float(pattern[b, head, q, k]) for k in range(n_pos) if target[b, q, k])
-                for b in range(batch) for q in range(n_pos) if target[b, q].sum() > 0
+                for b in range(batch)
+                for q in range(n_pos)
+                if target[b, q].sum() > 0
             ]
             assert scores[layer, head] == pytest.approx(sum(masses) / len(masses), abs=1e-6)
 
@@ -172,15 +176,16 @@ def test_attention_entropy_matches_reference(attn_only_model):
     for layer, pattern in enumerate(patterns):
         for head in range(4):
             values = [
-                -sum(p * math.log(p) for p in pattern[b, head, q].tolist() if p > 0)
-                for b in range(2) for q in range(5)
+                -sum(p * math.log(p) for p in pattern[b, head, q].tolist() if p > 0) for b in range(2) for q in range(5)
             ]
             assert entropy[layer, head] == pytest.approx(sum(values) / len(values), abs=1e-5)
             assert per_position[layer, head, 3] == pytest.approx((values[3] + values[8]) / 2, abs=1e-5)
     uniform = torch.ones(1, 4, 3, 3).tril()
     uniform = uniform / uniform.sum(-1, keepdim=True)
     expected = (0 + math.log(2) + math.log(3)) / 3
-    assert torch.allclose(attention.attention_entropy(synthetic_cache(attn_only_model, [uniform] * 2)), torch.full((2, 4), expected))
+    assert torch.allclose(
+        attention.attention_entropy(synthetic_cache(attn_only_model, [uniform] * 2)), torch.full((2, 4), expected)
+    )
 
 
 def test_attention_pattern_reads_the_cache(small_model, tokens):

@@ -11,7 +11,9 @@ from interp_transformer import factored_matrix
 @pytest.fixture(scope="module")
 def model64() -> DemoTransformer:
     """Three layers (so several layer pairs compose), float64, weights of order 1."""
-    cfg = TransformerConfig(d_model=24, n_layers=3, n_heads=3, d_head=8, d_mlp=None, d_vocab=41, n_ctx=8, init_range=0.3)
+    cfg = TransformerConfig(
+        d_model=24, n_layers=3, n_heads=3, d_head=8, d_mlp=None, d_vocab=41, n_ctx=8, init_range=0.3
+    )
     return DemoTransformer(cfg, dtype=torch.float64, seed=4).eval()
 
 
@@ -80,7 +82,9 @@ def test_copying_scores_equal_dense_eigenvalues(model64):
 
 
 def test_copying_score_known_answers():
-    cfg = TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_mlp=None, d_vocab=12, n_ctx=4, init_range=0.5)
+    cfg = TransformerConfig(
+        d_model=16, n_layers=1, n_heads=2, d_head=8, d_mlp=None, d_vocab=12, n_ctx=4, init_range=0.5
+    )
     model = DemoTransformer(cfg, dtype=torch.float64, seed=1)
     with torch.no_grad():
         # W_U = (W_E W_V W_O)^T makes head 0's full OV circuit M M^T: every eigenvalue >= 0
@@ -135,8 +139,11 @@ def test_bad_input(model64):
 def test_composition_into_chosen_readers_equals_the_full_table():
     from interp_transformer import DemoTransformer, TransformerConfig
 
-    model = DemoTransformer(TransformerConfig(d_model=32, n_layers=3, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16),
-                            seed=0, dtype=torch.float64)
+    model = DemoTransformer(
+        TransformerConfig(d_model=32, n_layers=3, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16),
+        seed=0,
+        dtype=torch.float64,
+    )
     readers = [(2, 1), (1, 3)]
     for kind in circuits.COMPOSITION_KINDS:
         full, part = circuits.composition_scores(model, kind), circuits.composition_scores(model, kind, readers)

@@ -77,7 +77,12 @@ def test_head_patch_matches_a_hand_computation(model, prompts):
         for head in range(4):
             z = corrupted_cache["z", 1].clone()
             z[:, :, head] = clean_cache["z", 1][:, :, head]
-            attn_out = einops.einsum(z, block.attn.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos d_model") + block.attn.b_O
+            attn_out = (
+                einops.einsum(
+                    z, block.attn.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos d_model"
+                )
+                + block.attn.b_O
+            )
             resid_mid = corrupted_cache["resid_pre", 1] + attn_out
             resid_post = resid_mid + block.mlp(block.ln2(resid_mid))
             logits = model.unembed(model.ln_final(resid_post))

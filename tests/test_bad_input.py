@@ -76,7 +76,11 @@ def test_unknown_hook_name(small_model, tokens):
 
 
 def test_hook_returning_wrong_shape(small_model, tokens):
-    with pytest.raises(ValueError, match=r"blocks\.1\.mlp\.hook_post.*returned shape \(2, 12, 255\).*expected \(2, 12, 256\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"blocks\.1\.mlp\.hook_post.*returned shape \(2, 12, 255\).*expected \(2, 12, "
+        r"256\)",
+    ):
         small_model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.mlp.hook_post", lambda t, hook: t[..., :-1])])
     assert_no_hooks(small_model)
 
@@ -89,7 +93,9 @@ def test_hook_that_raises_leaves_no_hook_behind(small_model, tokens):
         small_model.run_with_hooks(tokens, fwd_hooks=[(lambda name: "attn" in name, broken)])
     assert_no_hooks(small_model)
     with pytest.raises(ZeroDivisionError):
-        small_model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern", incl_bwd=True, backward_metric=broken)
+        small_model.run_with_cache(
+            tokens, names_filter="blocks.0.attn.hook_pattern", incl_bwd=True, backward_metric=broken
+        )
     assert_no_hooks(small_model)
 
 

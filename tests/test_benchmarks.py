@@ -1,4 +1,5 @@
-"""The benchmark script runs end to end (on tiny GPT-2, Llama, GPT-NeoX, Gemma 2 and Mixtral models) and reports what it measured.
+"""The benchmark script runs end to end (on tiny GPT-2, Llama, GPT-NeoX, Gemma 2 and Mixtral models) and reports what it
+measured.
 
 Timings are not asserted here (they belong to the benchmark's own report); what is
 asserted is that every section ran for every family, that our logits matched Hugging
@@ -31,8 +32,13 @@ from hf_models import build_hf_model, hf_config, model_spec  # noqa: E402
 TL_PYTHON = REPO / ".venv-tl" / "bin" / "python"
 SECTION_TITLES = ("Forward pass", "run_with_cache", "Greedy generation", "loading", "Achieved GFLOP/s")
 # the Hugging Face attention implementations each tiny model is timed against (Gemma 2 has no sdpa)
-HF_ATTENTION = {"tiny": ("eager", "sdpa"), "tiny-llama": ("eager", "sdpa"), "tiny-neox": ("eager", "sdpa"),
-                "tiny-gemma2": ("eager",), "tiny-mixtral": ("eager", "sdpa")}
+HF_ATTENTION = {
+    "tiny": ("eager", "sdpa"),
+    "tiny-llama": ("eager", "sdpa"),
+    "tiny-neox": ("eager", "sdpa"),
+    "tiny-gemma2": ("eager",),
+    "tiny-mixtral": ("eager", "sdpa"),
+}
 NEW_FAMILIES = ("tiny-neox", "tiny-gemma2", "tiny-mixtral")
 
 
@@ -43,7 +49,16 @@ def table_rows(report: str, title_start: str) -> list[list[str]]:
 
 def run_bench(tmp_path, *arguments) -> str:
     out = tmp_path / "report.md"
-    command = [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--rounds", "1", "--out", str(out), *arguments]
+    command = [
+        sys.executable,
+        str(REPO / "benchmarks" / "bench.py"),
+        "--quick",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+        *arguments,
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return out.read_text()
@@ -67,12 +82,22 @@ def assert_every_section_ran(report: str, model: str) -> None:
     assert all(float(row[2]) > 0 and float(row[7]) < 1e-4 for row in ours_and_hf)
     assert {row[4] for row in forward if row[1] == "TransformerLens"} == {"not run (--no-tl)"}
     cache = table_rows(report, f"{model}: run_with_cache")
-    assert {row[2] for row in cache} == {"nothing (forward)", "everything", "everything, bfloat16 storage", "attention patterns", "resid_post"}
+    assert {row[2] for row in cache} == {
+        "nothing (forward)",
+        "everything",
+        "everything, bfloat16 storage",
+        "attention patterns",
+        "resid_post",
+    }
     kept = [row for row in cache if row[2] != "nothing (forward)"]
     assert [row[6] for row in kept] == ["yes"] * len(kept), "the cache memory estimate missed what the cache held"
     assert f"### {model}: Greedy generation, 64 new tokens after a 16-token prompt (ids equal to HF's: yes)" in report
     generation = table_rows(report, f"{model}: Greedy generation")
-    assert [row[0] for row in generation] == ["with key/value cache", "without key/value cache", f"HF generate ({HF_ATTENTION[model][-1]})"]
+    assert [row[0] for row in generation] == [
+        "with key/value cache",
+        "without key/value cache",
+        f"HF generate ({HF_ATTENTION[model][-1]})",
+    ]
     flops = table_rows(report, f"{model}: Achieved GFLOP/s")
     assert {row[1] for row in flops} == {"plain matmul", "interp_transformer", f"HF {HF_ATTENTION[model][-1]}"}
 
@@ -85,8 +110,16 @@ def test_bench_script_runs_every_section_on_tiny_gpt2_and_llama(tmp_path, tiny_g
     assert [row[0] for row in gpt2_loads] == ["in-memory", "safetensors directory", "GGUF"]
     assert gpt2_loads[-1][-1] == "not run (no GGUF file for this model)"
     llama_loads = table_rows(report, "tiny-llama: loading")
-    assert [row[0] for row in llama_loads] == ["in-memory", "safetensors directory", f"GGUF {tiny_gguf}", f"GGUF {tiny_gguf}"]
-    assert [row[1] for row in llama_loads[2:]] == ["interp_transformer.from_pretrained", "transformers AutoModelForCausalLM (gguf_file=)"]
+    assert [row[0] for row in llama_loads] == [
+        "in-memory",
+        "safetensors directory",
+        f"GGUF {tiny_gguf}",
+        f"GGUF {tiny_gguf}",
+    ]
+    assert [row[1] for row in llama_loads[2:]] == [
+        "interp_transformer.from_pretrained",
+        "transformers AutoModelForCausalLM (gguf_file=)",
+    ]
     assert all(float(row[2]) > 0 for row in llama_loads)
     assert llama_loads[2][-1].startswith("<= 15.0 s: ")
 
@@ -110,7 +143,8 @@ def test_a_model_transformer_lens_cannot_build_is_a_note_not_a_crash():
 
 
 def test_the_forward_section_refuses_to_time_a_model_whose_logits_differ():
-    """Known answer: equal models pass with a difference below float32 noise; one bias moved by 0.05 N(0, 1) stops the run."""
+    """Known answer: equal models pass with a difference below float32 noise; one bias moved by 0.05 N(0, 1) stops the
+    run."""
     import interp_transformer
 
     family, config = model_spec("tiny-neox")
@@ -142,7 +176,10 @@ def test_forward_flops_counts_every_weight_matrix_once_per_token():
             per_layer = 2 * d * heads * d_head + 2 * d * cfg.n_key_value_heads * d_head + d * 4 + 3 * d * d_mlp * 2
         else:
             per_layer = 2 * d * heads * d_head + 2 * d * cfg.n_key_value_heads * d_head + 3 * d * d_mlp
-        expected = 2 * ((cfg.n_layers * per_layer + d * cfg.d_vocab) * batch * pos + cfg.n_layers * 2 * batch * heads * pos * pos * d_head)
+        expected = 2 * (
+            (cfg.n_layers * per_layer + d * cfg.d_vocab) * batch * pos
+            + cfg.n_layers * 2 * batch * heads * pos * pos * d_head
+        )
         assert forward_flops(ours, batch, pos) == expected
 
 
@@ -173,5 +210,9 @@ def test_transformer_lens_builds_the_same_tiny_models(tmp_path):
         note = report.split(f"- TransformerLens, {model}: ", 1)[1].split("\n", 1)[0]
         assert "weights sha256 equal to ours" in note
         assert float(note.rsplit("max |logits - HF logits| ", 1)[1]) < 1e-4, note
-        (tl_row,) = [row for row in table_rows(report, f"{model}: Forward pass") if row[1] == "TransformerLens" and row[0] == "1x16"]
+        (tl_row,) = [
+            row
+            for row in table_rows(report, f"{model}: Forward pass")
+            if row[1] == "TransformerLens" and row[0] == "1x16"
+        ]
         assert float(tl_row[2]) > 0

@@ -60,7 +60,9 @@ def batch(loaded) -> EncoderTokens:
 
 def hf_hidden(hf, batch: EncoderTokens, **kwargs):
     with torch.no_grad():
-        return hf(input_ids=batch.tokens, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids, **kwargs)
+        return hf(
+            input_ids=batch.tokens, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids, **kwargs
+        )
 
 
 def test_checkpoint_config_is_minilm(loaded):
@@ -85,7 +87,9 @@ def test_to_tokens_adds_cls_sep_and_pads_right(loaded, batch):
         assert (batch.attention_mask[row, n_real:] == 0).all()
     assert batch.attention_mask.sum(dim=1).unique().numel() > 1, "the test batch must need padding"
     # ids alone only where no padding is needed: a mask-less padded batch would be silently wrong
-    assert torch.equal(ours.to_tokens("Hello world"), torch.tensor([alone_ids := tokenizer("Hello world")["input_ids"]]))
+    assert torch.equal(
+        ours.to_tokens("Hello world"), torch.tensor([alone_ids := tokenizer("Hello world")["input_ids"]])
+    )
     assert ours.to_tokens(["Hello world", "Goodbye moon"]).shape == (2, len(alone_ids))
     with pytest.raises(ValueError, match="to_tokens_and_mask"):
         ours.to_tokens(SENTENCES)
@@ -195,12 +199,18 @@ def test_post_norm_identities_in_the_cache(loaded, batch):
         per_head = torch.einsum("bphd,hdm->bpm", cache[b + "attn.hook_z"], block.attn.W_O)
         close(cache[b + "hook_attn_out"], per_head + block.attn.b_O)
         close(cache[b + "attn.hook_pattern"], cache[b + "attn.hook_attn_scores"].softmax(dim=-1))
-        close(cache[b + "ln1.hook_normalized"], layer_norm(cache[b + "hook_resid_mid"], block.ln1, cache[b + "ln1.hook_scale"]))
+        close(
+            cache[b + "ln1.hook_normalized"],
+            layer_norm(cache[b + "hook_resid_mid"], block.ln1, cache[b + "ln1.hook_scale"]),
+        )
         close(cache[b + "mlp.hook_post"], F.gelu(cache[b + "mlp.hook_pre"]))
         # post-norm: the MLP adds to ln1's output, not to resid_mid
         close(cache[b + "hook_resid_post"], cache[b + "ln1.hook_normalized"] + cache[b + "hook_mlp_out"])
         assert not torch.allclose(cache[b + "hook_resid_post"], cache[b + "hook_resid_mid"] + cache[b + "hook_mlp_out"])
-        close(cache[b + "ln2.hook_normalized"], layer_norm(cache[b + "hook_resid_post"], block.ln2, cache[b + "ln2.hook_scale"]))
+        close(
+            cache[b + "ln2.hook_normalized"],
+            layer_norm(cache[b + "hook_resid_post"], block.ln2, cache[b + "ln2.hook_scale"]),
+        )
         assert torch.equal(cache[b + "hook_normalized_resid_post"], cache[b + "ln2.hook_normalized"])
         following = cache[f"blocks.{layer + 1}.hook_resid_pre"] if layer + 1 < ours.cfg.n_layers else hidden
         assert torch.equal(following, cache[b + "hook_normalized_resid_post"])
@@ -223,7 +233,11 @@ def test_verify_reports_a_match_for_minilm(loaded, batch):
 
     ours, hf = loaded(torch.float32)
     report = verify_against_hf(
-        ours, hf, batch.tokens, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids,
+        ours,
+        hf,
+        batch.tokens,
+        attention_mask=batch.attention_mask,
+        token_type_ids=batch.token_type_ids,
     )
     # float32 sits at verify's tolerance (activations reach ~200): a float64 re-run settles it
     assert report.ok, str(report)

@@ -43,7 +43,8 @@ def _lines() -> go.Figure:
 
 
 def _page(title: str, body: str) -> str:
-    return f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n<body>\n{body}\n</body></html>\n'
+    head = f'<head><meta charset="utf-8"><title>{title}</title></head>'
+    return f"<!DOCTYPE html>\n<html>{head}\n<body>\n{body}\n</body></html>\n"
 
 
 def _write(tmp_path: Path, name: str, html: str) -> Path:

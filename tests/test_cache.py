@@ -99,7 +99,9 @@ def test_stop_at_layer_caches_only_hooks_that_ran(model, toks, full):
     _, everything = full
     residual, cache = model.run_with_cache(toks, stop_at_layer=2)
     torch.testing.assert_close(residual, everything["resid_pre", 2], rtol=0, atol=0)
-    ran = [n for n in model.hook_dict if n in ("hook_embed", "hook_pos_embed") or n.startswith(("blocks.0.", "blocks.1."))]
+    ran = [
+        n for n in model.hook_dict if n in ("hook_embed", "hook_pos_embed") or n.startswith(("blocks.0.", "blocks.1."))
+    ]
     assert list(cache.keys()) == ran
     with pytest.raises(KeyError, match="not cached"):
         cache["resid_pre", 2]
@@ -182,7 +184,9 @@ def test_a_view_of_a_larger_buffer_is_copied_not_kept_whole(model, toks):
     assert_no_hooks(model)
 
 
-@pytest.mark.parametrize("options", [dict(remove_batch_dim=True), dict(device="cpu"), dict(device="cpu", dtype=torch.bfloat16)])
+@pytest.mark.parametrize(
+    "options", [dict(remove_batch_dim=True), dict(device="cpu"), dict(device="cpu", dtype=torch.bfloat16)]
+)
 def test_estimate_is_exact_with_every_storage_option(model, options):
     tokens = random_tokens(model.cfg, 1, 9)
     _, cache = model.run_with_cache(tokens, **options)
@@ -249,7 +253,16 @@ def test_decompose_and_accumulate(model, full):
     _, cache = full
     close = dict(rtol=0, atol=1e-5)
     stack, labels = cache.decompose_resid(return_labels=True)
-    assert labels == ["embed", "pos_embed", "0_attn_out", "0_mlp_out", "1_attn_out", "1_mlp_out", "2_attn_out", "2_mlp_out"]
+    assert labels == [
+        "embed",
+        "pos_embed",
+        "0_attn_out",
+        "0_mlp_out",
+        "1_attn_out",
+        "1_mlp_out",
+        "2_attn_out",
+        "2_mlp_out",
+    ]
     for layer in range(model.cfg.n_layers):
         torch.testing.assert_close(cache.decompose_resid(layer).sum(0), cache["resid_pre", layer], **close)
     attn_only = cache.decompose_resid(mode="attn", incl_embeds=False)
@@ -291,7 +304,9 @@ def test_stack_neuron_results_sum_to_mlp_out(model, full):
     _, cache = full
     for layer in range(model.cfg.n_layers):
         neurons = cache.stack_neuron_results(layer + 1)[layer * model.cfg.d_mlp :]
-        torch.testing.assert_close(neurons.sum(0) + model.blocks[layer].mlp.b_out, cache["mlp_out", layer], rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            neurons.sum(0) + model.blocks[layer].mlp.b_out, cache["mlp_out", layer], rtol=0, atol=1e-5
+        )
     some, labels = cache.stack_neuron_results(1, neuron_slice=[3, 5], return_labels=True)
     assert labels == ["L0N3", "L0N5"]
     torch.testing.assert_close(some[1], cache["post", 0][..., 5:6] * model.blocks[0].mlp.W_out[5], rtol=0, atol=1e-7)
@@ -303,12 +318,14 @@ def test_logit_lens_at_the_end_is_the_final_layer_norm(model, full):
     ln = model.ln_final
     # at the final layer each entry is read by the whole final norm, its scale recomputed (the logit lens)
     lens = cache.accumulated_resid(apply_ln=True)
-    torch.testing.assert_close(lens[-1], F.layer_norm(resid, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        lens[-1], F.layer_norm(resid, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps), rtol=0, atol=1e-5
+    )
     torch.testing.assert_close(lens[-1] @ model.W_U + model.b_U, logits, rtol=0, atol=1e-4)
     first = cache["resid_pre", 0]
-    torch.testing.assert_close(lens[0], F.layer_norm(first, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        lens[0], F.layer_norm(first, (model.cfg.d_model,), ln.w, ln.b, model.cfg.layer_norm_eps), rtol=0, atol=1e-5
+    )
     # inside the model: the LayerNorm reading the residual at that layer (block 1's ln1)
     ln1 = model.blocks[1].ln1
     by_hand = F.layer_norm(cache["resid_pre", 1], (model.cfg.d_model,), ln1.w, ln1.b, model.cfg.layer_norm_eps) - ln1.b
@@ -335,7 +352,9 @@ def test_direct_logit_attribution_sums_to_the_logit(model, toks, full, pos_slice
     assert cache.logit_attrs(heads, 3, pos_slice=-1).shape == (model.cfg.n_layers * model.cfg.n_heads, toks.shape[0])
     # the same number as reading the stack through apply_ln_to_stack and dotting by hand
     normalized = cache.apply_ln_to_stack(heads, -1, pos_slice=-1)
-    torch.testing.assert_close(cache.logit_attrs(heads, 3, pos_slice=-1), normalized @ model.W_U[:, 3], rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        cache.logit_attrs(heads, 3, pos_slice=-1), normalized @ model.W_U[:, 3], rtol=0, atol=1e-6
+    )
     # one batch row, with and without the stack's batch axis
     one = cache.logit_attrs(heads[:, 1], 3, pos_slice=-1, batch_slice=1, has_batch_dim=False)
     torch.testing.assert_close(one, (normalized @ model.W_U[:, 3])[:, 1], rtol=0, atol=1e-6)

@@ -53,15 +53,29 @@ def test_every_hook_matches_hugging_face(family, family64, dtype, atol, padded):
 
 def test_the_architecture_is_the_one_hugging_face_runs(family):
     label, hf_model, model = family
-    kinds = {"neox": "gpt_neox", "gptj": "gptj", "opt-pre": "opt", "opt-projected": "opt", "opt-350m": "opt-post-norm",
-             "bloom": "bloom"}
+    kinds = {
+        "neox": "gpt_neox",
+        "gptj": "gptj",
+        "opt-pre": "opt",
+        "opt-projected": "opt",
+        "opt-350m": "opt-post-norm",
+        "bloom": "bloom",
+    }
     assert model.architecture.name == next(kind for prefix, kind in kinds.items() if label.startswith(prefix))
     assert model.capabilities.norm_placement == ("post" if label == "opt-350m-layout" else "pre")
     blocks = {type(block).__name__ for block in model.blocks}
-    expected = {"neox-parallel": "ParallelBlock", "neox-sequential-tied": "TransformerBlock", "gptj": "SharedNormParallelBlock",
-                "opt-350m": "PostNormBlock", "opt": "TransformerBlock", "bloom": "TransformerBlock"}
+    expected = {
+        "neox-parallel": "ParallelBlock",
+        "neox-sequential-tied": "TransformerBlock",
+        "gptj": "SharedNormParallelBlock",
+        "opt-350m": "PostNormBlock",
+        "opt": "TransformerBlock",
+        "bloom": "TransformerBlock",
+    }
     assert blocks == {next(kind for prefix, kind in expected.items() if label.startswith(prefix))}
-    assert ("blocks.0.hook_resid_mid" in model.hook_dict) == (blocks != {"ParallelBlock"} and blocks != {"SharedNormParallelBlock"})
+    assert ("blocks.0.hook_resid_mid" in model.hook_dict) == (
+        blocks != {"ParallelBlock"} and blocks != {"SharedNormParallelBlock"}
+    )
 
 
 def test_a_broken_weight_is_found_at_its_hook(family64):
@@ -88,13 +102,20 @@ def test_token_by_token_with_a_key_value_cache(family64):
         for name, value in cache.items():
             if name not in reference:
                 continue
-            expected = reference[name][:, :, start:end, :end] if name.endswith("hook_pattern") else reference[name][:, start:end]
-            torch.testing.assert_close(value, expected, atol=1e-10, rtol=0, msg=f"{label} {name} at positions {start}..{end - 1}")
+            expected = (
+                reference[name][:, :, start:end, :end]
+                if name.endswith("hook_pattern")
+                else reference[name][:, start:end]
+            )
+            torch.testing.assert_close(
+                value, expected, atol=1e-10, rtol=0, msg=f"{label} {name} at positions {start}..{end - 1}"
+            )
 
 
 @pytest.mark.parametrize("label", ["neox-sequential-tied", "gptj-partial", "opt-350m-layout", "bloom-3-heads"])
 def test_a_saved_directory_loads_and_verifies(label, tmp_path):
-    """``save_pretrained`` writes safetensors (a tied read-out left out); the directory loads as the in-memory model does."""
+    """``save_pretrained`` writes safetensors (a tied read-out left out); the directory loads as the in-memory model
+    does."""
     hf_model = tiny_hf_model(label)
     hf_model.save_pretrained(tmp_path)
     from_directory, in_memory = from_pretrained(tmp_path), from_pretrained(hf_model)
@@ -112,7 +133,9 @@ def test_greedy_generation_matches_hugging_face(label):
     ours = model.generate(prompt, max_new_tokens=12, temperature=0, stop_at_eos=False)
     theirs = hf_model.generate(prompt, max_new_tokens=12, do_sample=False)
     assert torch.equal(ours, theirs)
-    assert torch.equal(model.generate(prompt, max_new_tokens=12, temperature=0, use_kv_cache=False, stop_at_eos=False), ours)
+    assert torch.equal(
+        model.generate(prompt, max_new_tokens=12, temperature=0, use_kv_cache=False, stop_at_eos=False), ours
+    )
 
 
 @pytest.mark.parametrize("label", ["neox-parallel", "gptj-partial", "opt-350m-layout", "bloom-3-heads"])
@@ -124,5 +147,7 @@ def test_greedy_generation_of_a_left_padded_batch_matches_hugging_face(label):
     ours = model.generate(tokens, attention_mask=mask, max_new_tokens=8, temperature=0, stop_at_eos=False)
     assert torch.equal(ours, theirs)
     for row in range(3):  # and each row continues exactly as it does alone
-        alone = model.generate(tokens[row:row + 1, mask[row].bool()], max_new_tokens=8, temperature=0, stop_at_eos=False)
+        alone = model.generate(
+            tokens[row : row + 1, mask[row].bool()], max_new_tokens=8, temperature=0, stop_at_eos=False
+        )
         assert torch.equal(alone[0, -8:], ours[row, -8:])

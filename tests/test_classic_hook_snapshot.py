@@ -61,9 +61,14 @@ def test_hook_names_and_shapes_match_the_snapshot():
 def contract_table(label: str, cfg, batch: int, pos: int) -> list[tuple[str, tuple]]:
     """The hooks of each block kind in forward order, written out from the block formulas."""
     bpd, scale = (batch, pos, cfg.d_model), (batch, pos, 1)
-    heads, square, neurons = (batch, pos, cfg.n_heads, cfg.d_head), (batch, cfg.n_heads, pos, pos), (batch, pos, cfg.d_mlp)
+    heads, square, neurons = (
+        (batch, pos, cfg.n_heads, cfg.d_head),
+        (batch, cfg.n_heads, pos, pos),
+        (batch, pos, cfg.d_mlp),
+    )
     norm = lambda p, name: [(p + f"{name}.hook_scale", scale), (p + f"{name}.hook_normalized", bpd)]  # noqa: E731
-    mlp = lambda p: [(p + "mlp.hook_pre", neurons), (p + "mlp.hook_post", neurons), (p + "hook_mlp_out", bpd)]  # noqa: E731
+    # noqa: E731
+    mlp = lambda p: [(p + "mlp.hook_pre", neurons), (p + "mlp.hook_post", neurons), (p + "hook_mlp_out", bpd)]
 
     def attention(p: str) -> list:
         rows = [(p + "attn.hook_q", heads), (p + "attn.hook_k", heads), (p + "attn.hook_v", heads)]
@@ -71,8 +76,12 @@ def contract_table(label: str, cfg, batch: int, pos: int) -> list[tuple[str, tup
             rows += [(p + "attn.hook_rot_q", heads), (p + "attn.hook_rot_k", heads)]
         if label == "bloom":
             rows += [(p + "attn.score_bias.hook_bias", square)]
-        return rows + [(p + "attn.hook_attn_scores", square), (p + "attn.hook_pattern", square), (p + "attn.hook_z", heads),
-                       (p + "hook_attn_out", bpd)]
+        return rows + [
+            (p + "attn.hook_attn_scores", square),
+            (p + "attn.hook_pattern", square),
+            (p + "attn.hook_z", heads),
+            (p + "hook_attn_out", bpd),
+        ]
 
     rows = norm("", "embed.ln") + [("hook_embed", bpd)] if label == "bloom" else [("hook_embed", bpd)]
     if label == "opt_post_norm":
@@ -81,7 +90,9 @@ def contract_table(label: str, cfg, batch: int, pos: int) -> list[tuple[str, tup
         p = f"blocks.{layer}."
         rows += [(p + "hook_resid_pre", bpd)]
         if label == "opt_post_norm":  # ln1(x + attn(x)), ln2(. + mlp(.))
-            rows += attention(p) + [(p + "hook_resid_mid", bpd)] + norm(p, "ln1") + mlp(p) + [(p + "hook_resid_post", bpd)]
+            rows += (
+                attention(p) + [(p + "hook_resid_mid", bpd)] + norm(p, "ln1") + mlp(p) + [(p + "hook_resid_post", bpd)]
+            )
             rows += norm(p, "ln2") + [(p + "hook_normalized_resid_post", bpd)]
         elif label == "gpt_neox":  # x + attn(ln1(x)) + mlp(ln2(x))
             rows += norm(p, "ln1") + attention(p) + norm(p, "ln2") + mlp(p) + [(p + "hook_resid_post", bpd)]
@@ -112,8 +123,13 @@ def test_meta_shapes_equal_a_real_run_in_forward_order(label):
 
 
 def test_short_names():
-    neox, gptj, opt, bloom = (DemoTransformer(CONFIGS[label], seed=0) for label in ("gpt_neox", "gptj", "opt_post_norm", "bloom"))
-    assert neox.act_name("rot_q", 1) == "blocks.1.attn.hook_rot_q" and gptj.act_name("scale", 0, "ln1") == "blocks.0.ln1.hook_scale"
+    neox, gptj, opt, bloom = (
+        DemoTransformer(CONFIGS[label], seed=0) for label in ("gpt_neox", "gptj", "opt_post_norm", "bloom")
+    )
+    assert (
+        neox.act_name("rot_q", 1) == "blocks.1.attn.hook_rot_q"
+        and gptj.act_name("scale", 0, "ln1") == "blocks.0.ln1.hook_scale"
+    )
     assert bloom.act_name("alibi", -1) == "blocks.1.attn.score_bias.hook_bias"
     assert opt.act_name("normalized_resid_post", -1) == "blocks.1.hook_normalized_resid_post"
     for model, architecture in ((neox, "GPT-NeoX"), (gptj, "GPT-J"), (bloom, "BLOOM")):

@@ -48,7 +48,8 @@ def randn(*shape, seed=0, dtype=torch.float64):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-POSITIONS = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])  # the second row continues after 7 cached positions
+# the second row continues after 7 cached positions
+POSITIONS = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])
 
 
 # --- rotary: the interleaved (GPT-J) and half-split (GPT-NeoX) layouts on part of each head -------------------------
@@ -80,20 +81,24 @@ def test_half_split_rotary_is_gpt_neoxs(partial_rotary_factor):
 # --- ALiBi -------------------------------------------------------------------------------------------------------
 def test_alibi_slopes_are_blooms():
     for n_heads in range(1, 34):
-        assert torch.equal(alibi_slopes(n_heads), modeling_bloom._get_alibi_slopes(n_heads, torch.device("cpu"))), n_heads
+        assert torch.equal(alibi_slopes(n_heads), modeling_bloom._get_alibi_slopes(n_heads, torch.device("cpu"))), (
+            n_heads
+        )
     with pytest.raises(ValueError, match="n_heads must be a positive int, got 0"):
         alibi_slopes(0)
 
 
 @pytest.mark.parametrize("n_heads", [4, 6])
 def test_alibi_bias_is_blooms_up_to_a_constant_per_query(n_heads):
-    """BLOOM adds ``slope * key_position``; ours is ``-slope * |q - k|``: equal on every causal key after adding ``slope * q``."""
+    """BLOOM adds ``slope * key_position``; ours is ``-slope * |q - k|``: equal on every causal key after adding ``slope
+    * q``."""
     _, mask = left_padded(torch.zeros(2, 7, dtype=torch.long), (3, 0))
     layout = TokenLayout.from_attention_mask(mask)
     ours = ALiBi(n_heads)(layout, torch.float64)  # [batch, head_index, query_pos, key_pos]
     theirs = modeling_bloom.build_alibi_tensor(mask, n_heads, torch.float64).reshape(2, n_heads, 1, 7)
     slopes = alibi_slopes(n_heads).double()[None, :, None, None]
-    visible = (torch.arange(7)[None, :] <= torch.arange(7)[:, None]) & mask.bool()[:, None, None, :]  # causal, real keys
+    # causal, real keys
+    visible = (torch.arange(7)[None, :] <= torch.arange(7)[:, None]) & mask.bool()[:, None, None, :]
     shifted = ours + slopes * layout.positions[:, None, :, None]
     torch.testing.assert_close(torch.where(visible, shifted, 0.0), torch.where(visible, theirs.expand_as(ours), 0.0))
     assert ours.shape == (2, n_heads, 7, 7) and bool((ours <= 0).all())
@@ -115,7 +120,9 @@ def test_alibi_attention_paths_agree_with_padding_and_a_key_value_cache():
         cache = LayerKVCache()  # the same text in two steps: 4 positions, then 3 more
         first = attn(x[:, :4], TokenLayout.from_attention_mask(mask[:, :4]), cache)
         second = attn(x[:, 4:], TokenLayout.from_attention_mask(mask[:, 4:], mask[:, :4].bool()), cache)
-        torch.testing.assert_close(torch.cat([first, second], dim=1)[mask.bool()], whole[mask.bool()], atol=1e-12, rtol=0)
+        torch.testing.assert_close(
+            torch.cat([first, second], dim=1)[mask.bool()], whole[mask.bool()], atol=1e-12, rtol=0
+        )
         outputs[fused] = whole
     torch.testing.assert_close(outputs[True][mask.bool()], outputs[False][mask.bool()], atol=1e-12, rtol=0)
     no_bias = Attention(cfg).double()
@@ -150,7 +157,8 @@ def test_unbiased_layer_norm_is_the_annotated_transformers():
 
 
 def test_unbiased_layer_norm_algebra():
-    """Frozen, it is affine: apply_frozen + b is its output, pull_back moves a direction through it, fold_into is exact."""
+    """Frozen, it is affine: apply_frozen + b is its output, pull_back moves a direction through it, fold_into is
+    exact."""
     norm = UnbiasedLayerNorm(12, eps=1e-6).double()
     with torch.no_grad():
         norm.w.copy_(1 + randn(12, seed=4))
@@ -159,8 +167,9 @@ def test_unbiased_layer_norm_algebra():
     scale = x.std(-1, keepdim=True) + 1e-6
     torch.testing.assert_close(norm.apply_frozen(x, scale) + norm.b, norm.normalize(x), atol=1e-12, rtol=0)
     direction = randn(12, seed=7)
-    torch.testing.assert_close(norm.apply_frozen(x, scale) @ direction, (x * norm.pull_back(direction, scale)).sum(-1),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        norm.apply_frozen(x, scale) @ direction, (x * norm.pull_back(direction, scale)).sum(-1), atol=1e-12, rtol=0
+    )
     W, b_next = randn(12, 5, seed=8), randn(5, seed=9)
     expected = norm.normalize(x) @ W + b_next
     norm.fold_into(W, b_next, center=True)
@@ -171,7 +180,8 @@ def test_unbiased_layer_norm_algebra():
         UnbiasedLayerNorm(1, 1e-6)
 
 
-# --- sinusoidal positions and scaled or normalized embeddings -----------------------------------------------------------
+# --- sinusoidal positions and scaled or normalized embeddings
+# -----------------------------------------------------------
 def annotated_positional_table(n_ctx: int, d_model: int) -> torch.Tensor:
     """The Annotated Transformer's ``PositionalEncoding`` table, as it builds it (float32)."""
     pe = torch.zeros(n_ctx, d_model)
@@ -184,8 +194,9 @@ def annotated_positional_table(n_ctx: int, d_model: int) -> torch.Tensor:
 
 def test_sinusoidal_tables_are_the_annotated_transformers_and_marians():
     positions = torch.arange(40)
-    torch.testing.assert_close(sinusoidal_table(positions, 16, interleaved=True), annotated_positional_table(40, 16),
-                               atol=2e-6, rtol=0)
+    torch.testing.assert_close(
+        sinusoidal_table(positions, 16, interleaved=True), annotated_positional_table(40, 16), atol=2e-6, rtol=0
+    )
     for d_model in (16, 15):
         marian = MarianSinusoidalPositionalEmbedding(40, d_model)
         torch.testing.assert_close(sinusoidal_table(positions, d_model), marian.create_weight(), atol=1e-6, rtol=0)
@@ -233,26 +244,39 @@ def test_blooms_gelu_is_its_own_and_not_the_others():
 
 
 # --- configs and converters refuse what they do not compute ---------------------------------------------------------
-@pytest.mark.parametrize("make, match", [
-    (lambda: OurNeoXConfig(rotary_dim=3), "rotary_dim must be even and at most d_head=64"),
-    (lambda: OurNeoXConfig(parallel_residual=1), "parallel_residual must be a bool"),
-    (lambda: OurGPTJConfig(rotary_dim=512), r"rotary_dim must be even and at most d_head=256 \(or None\)"),
-    (lambda: OurOPTConfig(d_embed=0), "d_embed must be a positive int or None"),
-    (lambda: OurBloomConfig(act_fn="mish"), "act_fn must be one of"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: OurNeoXConfig(rotary_dim=3), "rotary_dim must be even and at most d_head=64"),
+        (lambda: OurNeoXConfig(parallel_residual=1), "parallel_residual must be a bool"),
+        (lambda: OurGPTJConfig(rotary_dim=512), r"rotary_dim must be even and at most d_head=256 \(or None\)"),
+        (lambda: OurOPTConfig(d_embed=0), "d_embed must be a positive int or None"),
+        (lambda: OurBloomConfig(act_fn="mish"), "act_fn must be one of"),
+    ],
+)
 def test_configs_refuse_bad_fields(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
 
 
-@pytest.mark.parametrize("hf_config, match", [
-    (GPTNeoXConfig(hidden_size=48, num_attention_heads=3, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
-     r"gpt_neox config has rope_type='dynamic'; supported: \['default', 'linear'\]"),
-    (GPTNeoXConfig(hidden_size=48, num_attention_heads=3, rotary_pct=0.2), r"rotates 3 of d_head=16 dimensions"),
-    (GPTNeoXConfig(hidden_size=48, num_attention_heads=3, hidden_act="mish"), "gpt_neox activation 'mish' is not supported"),
-    (BloomConfig(hidden_size=48, n_head=3, apply_residual_connection_post_layernorm=True),
-     "apply_residual_connection_post_layernorm=True"),
-])
+@pytest.mark.parametrize(
+    "hf_config, match",
+    [
+        (
+            GPTNeoXConfig(hidden_size=48, num_attention_heads=3, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+            r"gpt_neox config has rope_type='dynamic'; supported: \['default', 'linear'\]",
+        ),
+        (GPTNeoXConfig(hidden_size=48, num_attention_heads=3, rotary_pct=0.2), r"rotates 3 of d_head=16 dimensions"),
+        (
+            GPTNeoXConfig(hidden_size=48, num_attention_heads=3, hidden_act="mish"),
+            "gpt_neox activation 'mish' is not supported",
+        ),
+        (
+            BloomConfig(hidden_size=48, n_head=3, apply_residual_connection_post_layernorm=True),
+            "apply_residual_connection_post_layernorm=True",
+        ),
+    ],
+)
 def test_converters_refuse_what_they_do_not_compute(hf_config, match):
     module = architecture_module(hf_config.model_type)
     with pytest.raises(ValueError, match=match):
@@ -260,9 +284,14 @@ def test_converters_refuse_what_they_do_not_compute(hf_config, match):
 
 
 def test_gpt2_refuses_scaling_by_layer_and_accepts_upcast_attention():
-    """``scale_attn_by_inverse_layer_idx`` changes the scores (refused); ``reorder_and_upcast_attn`` only the precision."""
-    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx=True; only scale_attn_by_inverse_layer_idx=False"):
-        architecture_module("gpt2").config_from_hf(GPT2Config(n_layer=2, n_embd=32, n_head=4, scale_attn_by_inverse_layer_idx=True))
+    """``scale_attn_by_inverse_layer_idx`` changes the scores (refused); ``reorder_and_upcast_attn`` only the
+    precision."""
+    with pytest.raises(
+        ValueError, match="scale_attn_by_inverse_layer_idx=True; only scale_attn_by_inverse_layer_idx=False"
+    ):
+        architecture_module("gpt2").config_from_hf(
+            GPT2Config(n_layer=2, n_embd=32, n_head=4, scale_attn_by_inverse_layer_idx=True)
+        )
     hf_model = tiny_gpt2(reorder_and_upcast_attn=True)
     tokens = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
     report = verify_against_hf(from_pretrained(hf_model), hf_model, tokens, float64_recheck="always")
@@ -276,7 +305,9 @@ def test_a_checkpoint_that_does_not_fit_is_refused_with_every_difference(label):
     cfg = module.config_from_hf(hf_model.config)
     state_dict = dict(hf_model.state_dict())
     dropped = next(name for name in state_dict if ".1." in name and name.endswith("weight"))
-    widened = next(name for name in state_dict if ".0." in name and name.endswith(("q_proj.weight", "query_key_value.weight")))
+    widened = next(
+        name for name in state_dict if ".0." in name and name.endswith(("q_proj.weight", "query_key_value.weight"))
+    )
     del state_dict[dropped]
     state_dict[widened] = torch.zeros(state_dict[widened].shape[0] + 1)
     state_dict["stray.weight"] = torch.zeros(3)

@@ -1,4 +1,5 @@
-"""Everything downstream of loading, on GPT-NeoX, GPT-J, OPT and BLOOM: identities, the cache's tools, processing, report.
+"""Everything downstream of loading, on GPT-NeoX, GPT-J, OPT and BLOOM: identities, the cache's tools, processing,
+report.
 
 Models come from random-weight Hugging Face models (``classic_helpers.FAMILIES``) in float64,
 so every identity and every processing step is held to 1e-10 against the model's own output or
@@ -75,17 +76,24 @@ def test_parallel_blocks_have_no_residual_mid_point(family64):
     label, _, _ = family64
     model = model_of(family64)
     parallel = label in ("neox-parallel", "gptj-partial", "gptj-whole-heads")
-    assert all((model.act_name("resid_mid", layer) in model.hook_dict) != parallel for layer in range(model.cfg.n_layers))
+    assert all(
+        (model.act_name("resid_mid", layer) in model.hook_dict) != parallel for layer in range(model.cfg.n_layers)
+    )
     if not parallel:
         return
     _, cache = model.run_with_cache(TOKENS)
     stack, labels = cache.accumulated_resid(incl_mid=True, return_labels=True)
     assert labels == ["0_pre", "1_pre", "final_post"]
-    with pytest.raises(KeyError, match="no 'blocks.0.hook_resid_mid': block 0 is a (Parallel|SharedNormParallel)Block, "
-                                       "which computes no 'resid_mid'"):
+    with pytest.raises(
+        KeyError,
+        match="no 'blocks.0.hook_resid_mid': block 0 is a (Parallel|SharedNormParallel)Block, "
+        "which computes no 'resid_mid'",
+    ):
         cache["resid_mid", 0]
     with pytest.raises(ValueError, match="no blocks.0.hook_resid_mid .*parallel block no residual mid-point"):
-        patching.patch_residual(model, TOKENS[:1], TOKENS[1:], lambda logits: logits[0, -1, 0], kind="resid_mid", progress=False)
+        patching.patch_residual(
+            model, TOKENS[:1], TOKENS[1:], lambda logits: logits[0, -1, 0], kind="resid_mid", progress=False
+        )
 
 
 def test_gptj_reads_one_norm_twice_and_says_so():
@@ -106,8 +114,10 @@ def test_mlp_input_of_a_parallel_block_is_its_resid_pre_read_by_the_mlps_norm(fa
     mlp_norm = next(norm for norm, part in block.norm_readers() if part is block.mlp)
     name = "ln2" if getattr(block, "ln2", None) is mlp_norm else "ln1"
     components = cache.decompose_resid(layer=1, mlp_input=True)
-    close(components.sum(dim=0), cache["resid_mid", 1] if model.act_name("resid_mid", 1) in model.hook_dict
-          else cache["resid_pre", 1])
+    close(
+        components.sum(dim=0),
+        cache["resid_mid", 1] if model.act_name("resid_mid", 1) in model.hook_dict else cache["resid_pre", 1],
+    )
     normalized = cache.apply_ln_to_stack(components, layer=1, mlp_input=True).sum(dim=0) + mlp_norm.b
     close(normalized, cache["normalized", 1, name])
     full = cache.get_full_resid_decomposition(layer=1, mlp_input=True, expand_neurons=True)
@@ -124,8 +134,13 @@ def test_post_norm_identities_and_refusals(post_norm64):
     close(cache["normalized_resid_post", -1] @ model.W_U + model.b_U, logits)  # no final norm
     stack, labels = cache.accumulated_resid(return_labels=True)
     assert labels[-1] == "final_post" and torch.equal(stack[-1], cache["normalized_resid_post", -1])
-    calls = [cache.decompose_resid, lambda: cache.accumulated_resid(apply_ln=True), lambda: cache.logit_attrs(stack, 3),
-             lambda: processing.fold_ln(model), lambda: processing.process_weights(model)]
+    calls = [
+        cache.decompose_resid,
+        lambda: cache.accumulated_resid(apply_ln=True),
+        lambda: cache.logit_attrs(stack, 3),
+        lambda: processing.fold_ln(model),
+        lambda: processing.process_weights(model),
+    ]
     for call in calls:
         with pytest.raises(ValueError, match="post-norm"):
             call()
@@ -164,7 +179,8 @@ def test_process_weights_folds_every_norm_into_every_reader(family64):
         for name in ("attn_out", "mlp_out"):  # every weight that writes was centred
             close(cache[name, layer].mean(-1), torch.zeros_like(cache[name, layer][..., 0]))
     embed_mean = cache["embed"].mean(-1).abs().max()
-    # BLOOM's normalized embedding keeps a mean no weight holds (components.normed_embed); every other embedding is centred
+    # BLOOM's normalized embedding keeps a mean no weight holds (components.normed_embed); every other embedding is
+    # centred
     assert (embed_mean > 1e-3) if label.startswith("bloom") else (embed_mean < 1e-10)
 
 
@@ -187,8 +203,17 @@ def test_the_report_builds_and_its_sections_follow_the_capabilities(label):
     report = build_report(model, prompt, title=label)
     keys = [section.key for section in report.sections]
     if label in POST_NORM:
-        assert keys == ["model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition",
-                        "neurons"]
+        assert keys == [
+            "model",
+            "tokens",
+            "interpretation",
+            "omitted",
+            "attention",
+            "detectors",
+            "circuits",
+            "composition",
+            "neurons",
+        ]
         assert "post-LayerNorm" in report["omitted"].data.parts[0]["why"]
     else:
         assert keys == list(DISPLAY_ORDER)
@@ -199,7 +224,8 @@ def test_the_report_builds_and_its_sections_follow_the_capabilities(label):
 
 
 def test_circuits_start_from_what_each_token_writes():
-    """BLOOM writes ln(W_E[token]), not W_E[token]: the full OV circuit's row is the head's direct effect of that write."""
+    """BLOOM writes ln(W_E[token]), not W_E[token]: the full OV circuit's row is the head's direct effect of that
+    write."""
     from analysis import circuits
 
     model = from_pretrained(float64_copy(tiny_hf_model("bloom-3-heads", seed=2)), dtype=torch.float64)

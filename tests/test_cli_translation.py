@@ -8,7 +8,9 @@ from interp_transformer.shipped import load_shipped
 
 def test_report_on_translate_tiny(tmp_path, capsys):
     out = tmp_path / "translate.html"
-    code = main(["report", "--model", "translate-tiny", "--prompt", "twelve thousand three hundred five", "--out", str(out)])
+    code = main(
+        ["report", "--model", "translate-tiny", "--prompt", "twelve thousand three hundred five", "--out", str(out)]
+    )
     printed = capsys.readouterr().out
     assert code == EXIT_OK and out.is_file()
     assert "predicts '1 2 3 0 5 </s>'" in printed

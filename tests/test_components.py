@@ -54,8 +54,13 @@ def ref_attention(x, attn, offset: int = 0, k_prev=None, v_prev=None):
     z = torch.stack(zs, dim=2)
     out = sum(z[:, :, h] @ attn.W_O[h] for h in range(n_heads)) + attn.b_O
     return {
-        "q": q, "k": k, "v": v, "z": z, "out": out,
-        "attn_scores": torch.stack(scores, dim=1), "pattern": torch.stack(patterns, dim=1),
+        "q": q,
+        "k": k,
+        "v": v,
+        "z": z,
+        "out": out,
+        "attn_scores": torch.stack(scores, dim=1),
+        "pattern": torch.stack(patterns, dim=1),
     }
 
 
@@ -230,9 +235,12 @@ def test_explicit_and_fused_attention_agree(dtype, atol):
     model = randomize(DemoTransformer(cfg, dtype=dtype, seed=0), seed=5, scale=1.0).eval()
     attn = model.blocks[0].attn
     x = torch.randn(3, 17, cfg.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
-    with torch.no_grad(), mock.patch.object(
-        attention_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention
-    ) as sdpa:
+    with (
+        torch.no_grad(),
+        mock.patch.object(
+            attention_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention
+        ) as sdpa,
+    ):
         assert attn.uses_fused_path()
         fused = attn(x)
         assert sdpa.call_count == 1  # the fused kernel really ran
@@ -257,7 +265,9 @@ def test_observing_scores_or_pattern_switches_to_explicit_path(small_model, toke
             assert small_model.blocks[0].attn.uses_fused_path()  # the choice is per layer
         assert attn.uses_fused_path()
     # caching the pattern: the explicit path runs (the pattern exists), SDPA is not called there
-    with mock.patch.object(attention_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention) as sdpa:
+    with mock.patch.object(
+        attention_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention
+    ) as sdpa:
         _, cache = small_model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern")
         assert sdpa.call_count == 1  # layer 0 fused, layer 1 explicit
         _, cache_all = small_model.run_with_cache(tokens)

@@ -81,7 +81,13 @@ def test_demo_transformer_parameter_count_equals_n_params():
 )
 def test_small_model_parameter_count_equals_n_params(n_heads, d_head, n_layers, d_mlp, d_vocab, n_ctx):
     cfg = TransformerConfig(
-        d_model=n_heads * d_head, n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_mlp=d_mlp, d_vocab=d_vocab, n_ctx=n_ctx
+        d_model=n_heads * d_head,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=d_mlp,
+        d_vocab=d_vocab,
+        n_ctx=n_ctx,
     )
     model = DemoTransformer(cfg, seed=0)
     assert sum(p.numel() for p in model.parameters()) == cfg.n_params()

@@ -19,11 +19,28 @@ transformers = pytest.importorskip("transformers")
 
 # (name, HF model class, BertConfig overrides)
 HF_CONFIGS = [
-    ("gelu-pooler", "BertModel", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
-    ("relu-3-types", "BertModel", dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=80,
-                                       hidden_act="relu", type_vocab_size=3)),
-    ("mlm-gelu_new", "BertForMaskedLM", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
-                                             intermediate_size=96, hidden_act="gelu_new")),
+    (
+        "gelu-pooler",
+        "BertModel",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
+    ),
+    (
+        "relu-3-types",
+        "BertModel",
+        dict(
+            hidden_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=3,
+            intermediate_size=80,
+            hidden_act="relu",
+            type_vocab_size=3,
+        ),
+    ),
+    (
+        "mlm-gelu_new",
+        "BertForMaskedLM",
+        dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, intermediate_size=96, hidden_act="gelu_new"),
+    ),
 ]
 
 
@@ -66,8 +83,12 @@ def test_outputs_match_hf(hf_and_ours):
     hf, ours = hf_and_ours
     batch = padded_batch(ours.cfg.d_vocab, ours.cfg.n_token_types)
     with torch.no_grad():
-        expected = hf(input_ids=batch.tokens, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids,
-                      output_hidden_states=True)
+        expected = hf(
+            input_ids=batch.tokens,
+            attention_mask=batch.attention_mask,
+            token_type_ids=batch.token_type_ids,
+            output_hidden_states=True,
+        )
         # the default output is the checkpoint class's own: MLM logits or hidden states
         if isinstance(hf, transformers.BertForMaskedLM):
             assert ours.cfg.has_mlm_head and not ours.cfg.has_pooler
@@ -77,7 +98,9 @@ def test_outputs_match_hf(hf_and_ours):
             assert ours.cfg.has_pooler and not ours.cfg.has_mlm_head
             torch.testing.assert_close(ours(batch), expected.last_hidden_state, rtol=1e-10, atol=1e-10)
             torch.testing.assert_close(ours.pooled_output(batch), expected.pooler_output, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(ours(batch, return_type="hidden"), expected.hidden_states[-1], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            ours(batch, return_type="hidden"), expected.hidden_states[-1], rtol=1e-10, atol=1e-10
+        )
         for layer in range(ours.cfg.n_layers):
             resid_pre = ours(batch, stop_at_layer=layer)
             torch.testing.assert_close(resid_pre, expected.hidden_states[layer], rtol=1e-10, atol=1e-10)
@@ -159,7 +182,9 @@ def test_padding_content_never_reaches_real_tokens(hf_and_ours):
 # --- conversion is strict -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def mlm_state_dict():
-    hf = random_hf_model("BertForMaskedLM", hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48)
+    hf = random_hf_model(
+        "BertForMaskedLM", hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48
+    )
     return hf, bert_loading.config_from_hf(hf.config), dict(hf.state_dict())
 
 
@@ -167,7 +192,10 @@ def test_keys_with_or_without_the_bert_prefix_convert_alike(mlm_state_dict):
     _, cfg, sd = mlm_state_dict
     assert any(key.startswith("bert.") for key in sd)
     unprefixed = {key.removeprefix("bert."): value for key, value in sd.items()}
-    legacy = {key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v for key, v in sd.items()}
+    legacy = {
+        key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for key, v in sd.items()
+    }
     ours = bert_loading.convert_state_dict(sd, cfg)
     for variant in (unprefixed, legacy):
         converted = bert_loading.convert_state_dict(variant, cfg)
@@ -176,7 +204,9 @@ def test_keys_with_or_without_the_bert_prefix_convert_alike(mlm_state_dict):
 
 def test_tied_decoder_weight_may_be_absent(mlm_state_dict):
     hf, cfg, sd = mlm_state_dict
-    untied = {k: v for k, v in sd.items() if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")}
+    untied = {
+        k: v for k, v in sd.items() if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+    }
     converted = bert_loading.convert_state_dict(untied, cfg)
     assert torch.equal(converted["mlm_head.unembed.W_U"], hf.bert.embeddings.word_embeddings.weight.T)
     assert torch.equal(converted["mlm_head.unembed.b_U"], hf.cls.predictions.bias)
@@ -185,13 +215,25 @@ def test_tied_decoder_weight_may_be_absent(mlm_state_dict):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda sd: sd.pop("bert.encoder.layer.0.attention.self.key.bias"), r"missing 1 tensor\(s\): encoder.layer.0.attention.self.key.bias"),
-        (lambda sd: sd.pop("cls.predictions.transform.dense.weight"), "missing.*cls.predictions.transform.dense.weight"),
-        (lambda sd: [sd.pop("cls.predictions.bias"), sd.pop("cls.predictions.decoder.bias")], "missing.*cls.predictions.bias"),
+        (
+            lambda sd: sd.pop("bert.encoder.layer.0.attention.self.key.bias"),
+            r"missing 1 tensor\(s\): "
+            r"encoder.layer.0.attention.self.key.bias",
+        ),
+        (
+            lambda sd: sd.pop("cls.predictions.transform.dense.weight"),
+            "missing.*cls.predictions.transform.dense.weight",
+        ),
+        (
+            lambda sd: [sd.pop("cls.predictions.bias"), sd.pop("cls.predictions.decoder.bias")],
+            "missing.*cls.predictions.bias",
+        ),
         (lambda sd: sd.__setitem__("bert.encoder.layer.0.attention.self.rotary", torch.zeros(3)), "unexpected.*rotary"),
         (lambda sd: sd.__setitem__("classifier.weight", torch.zeros(2, 32)), "unexpected.*classifier.weight"),
-        (lambda sd: sd.__setitem__("bert.encoder.layer.0.intermediate.dense.weight", torch.zeros(48, 31)),
-         r"mis-shaped.*intermediate.dense.weight expected \[48, 32\] received \[48, 31\]"),
+        (
+            lambda sd: sd.__setitem__("bert.encoder.layer.0.intermediate.dense.weight", torch.zeros(48, 31)),
+            r"mis-shaped.*intermediate.dense.weight expected \[48, 32\] received \[48, 31\]",
+        ),
         (lambda sd: sd.__setitem__("cls.seq_relationship.weight", torch.zeros(3, 32)), "mis-shaped.*seq_relationship"),
     ],
     ids=["missing-body", "missing-head", "missing-bias", "unexpected-body", "unexpected-head", "mis-shaped", "bad-nsp"],
@@ -207,8 +249,12 @@ def test_bad_state_dicts_raise_naming_the_keys(mlm_state_dict, edit, message):
 
 def test_next_sentence_head_and_buffers_are_skipped(mlm_state_dict):
     _, cfg, sd = mlm_state_dict
-    extra = {**sd, "cls.seq_relationship.weight": torch.zeros(2, 32), "cls.seq_relationship.bias": torch.zeros(2),
-             "bert.embeddings.position_ids": torch.arange(24)[None]}
+    extra = {
+        **sd,
+        "cls.seq_relationship.weight": torch.zeros(2, 32),
+        "cls.seq_relationship.bias": torch.zeros(2),
+        "bert.embeddings.position_ids": torch.arange(24)[None],
+    }
     assert bert_loading.convert_state_dict(extra, cfg).keys() == bert_loading.convert_state_dict(sd, cfg).keys()
 
 
@@ -227,8 +273,11 @@ def test_unsupported_architectures_list_the_supported_ones(tmp_path):
     with pytest.raises(ValueError, match="DemoTransformer, not an encoder"):
         EncoderTransformer.from_pretrained(transformers.GPT2LMHeadModel(gpt2_config))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta"}))
-    supported = r"\['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'marian', " \
-                r"'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5'\]"
+    supported = (
+        r"\['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', "
+        r"'marian', "
+        r"'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5'\]"
+    )
     with pytest.raises(ValueError, match=r"'roberta' is not supported.*" + supported):
         EncoderTransformer.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="decoder"):
@@ -253,19 +302,41 @@ def test_each_class_loads_its_own_kind_and_the_generic_loader_any_kind():
 @pytest.mark.parametrize(
     "args, kwargs, error, message",
     [
-        ((torch.tensor([[1, 2, 3]]), torch.tensor([[1, 1]])), {}, ValueError, r"attention_mask has shape \(1, 2\), expected.*\(1, 3\)"),
+        (
+            (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 1]])),
+            {},
+            ValueError,
+            r"attention_mask has shape \(1, 2\), "
+            r"expected.*\(1, 3\)",
+        ),
         ((torch.tensor([[1, 30, 3]]),), {}, ValueError, r"\[0, d_vocab=30\), got 30"),
         ((torch.tensor([[1, -1, 3]]),), {}, ValueError, r"\[0, d_vocab=30\), got -1"),
         ((torch.tensor([[1.0, 2.0]]),), {}, TypeError, "integer tensor"),
         ((torch.ones(1, 13, dtype=torch.long),), {}, ValueError, "13 tokens exceeds n_ctx=12"),
         ((torch.tensor([[1, 2]]), torch.tensor([[1, 2]])), {}, ValueError, "only 0 .padding. and 1"),
-        ((torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 1], [0, 0]])), {}, ValueError, r"rows \[1\] have no real token"),
+        (
+            (torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 1], [0, 0]])),
+            {},
+            ValueError,
+            r"rows \[1\] have no real "
+            r"token",
+        ),
         ((torch.tensor([[1, 2]]), None, torch.tensor([[0, 2]])), {}, ValueError, r"n_token_types=2\), got 2"),
-        ((torch.tensor([[1, 2]]), torch.tensor([[1.0, 1.0]])), {}, TypeError, "attention_mask must be an integer or bool"),
+        (
+            (torch.tensor([[1, 2]]), torch.tensor([[1.0, 1.0]])),
+            {},
+            TypeError,
+            "attention_mask must be an integer or bool",
+        ),
         ((torch.tensor([[1, 2]]),), {"return_type": "logits"}, ValueError, "return_type must be one of"),
         ((torch.tensor([[1, 2]]),), {"return_type": "pooled"}, ValueError, "no pooler"),
         ((torch.tensor([[1, 2]]),), {"stop_at_layer": 5}, ValueError, r"stop_at_layer must be an int in \[-2, 2\]"),
-        ((EncoderTokens(torch.tensor([[1]]), torch.tensor([[1]]), torch.tensor([[0]])), torch.tensor([[1]])), {}, ValueError, "carries its own mask"),
+        (
+            (EncoderTokens(torch.tensor([[1]]), torch.tensor([[1]]), torch.tensor([[0]])), torch.tensor([[1]])),
+            {},
+            ValueError,
+            "carries its own mask",
+        ),
         (("some text",), {}, ValueError, "no tokenizer"),
     ],
 )
@@ -302,19 +373,40 @@ def test_config_validation(tiny, changes, message):
 def test_hook_names_and_shapes_contract(tiny):
     shapes = tiny.hook_shapes(batch=2, pos=5)
     block = [
-        ("hook_resid_pre", (2, 5, 16)), ("attn.hook_q", (2, 5, 2, 8)), ("attn.hook_k", (2, 5, 2, 8)),
-        ("attn.hook_v", (2, 5, 2, 8)), ("attn.hook_attn_scores", (2, 2, 5, 5)), ("attn.hook_pattern", (2, 2, 5, 5)),
-        ("attn.hook_z", (2, 5, 2, 8)), ("hook_attn_out", (2, 5, 16)), ("hook_resid_mid", (2, 5, 16)),
-        ("ln1.hook_scale", (2, 5, 1)), ("ln1.hook_normalized", (2, 5, 16)), ("mlp.hook_pre", (2, 5, 32)),
-        ("mlp.hook_post", (2, 5, 32)), ("hook_mlp_out", (2, 5, 16)), ("hook_resid_post", (2, 5, 16)),
-        ("ln2.hook_scale", (2, 5, 1)), ("ln2.hook_normalized", (2, 5, 16)), ("hook_normalized_resid_post", (2, 5, 16)),
+        ("hook_resid_pre", (2, 5, 16)),
+        ("attn.hook_q", (2, 5, 2, 8)),
+        ("attn.hook_k", (2, 5, 2, 8)),
+        ("attn.hook_v", (2, 5, 2, 8)),
+        ("attn.hook_attn_scores", (2, 2, 5, 5)),
+        ("attn.hook_pattern", (2, 2, 5, 5)),
+        ("attn.hook_z", (2, 5, 2, 8)),
+        ("hook_attn_out", (2, 5, 16)),
+        ("hook_resid_mid", (2, 5, 16)),
+        ("ln1.hook_scale", (2, 5, 1)),
+        ("ln1.hook_normalized", (2, 5, 16)),
+        ("mlp.hook_pre", (2, 5, 32)),
+        ("mlp.hook_post", (2, 5, 32)),
+        ("hook_mlp_out", (2, 5, 16)),
+        ("hook_resid_post", (2, 5, 16)),
+        ("ln2.hook_scale", (2, 5, 1)),
+        ("ln2.hook_normalized", (2, 5, 16)),
+        ("hook_normalized_resid_post", (2, 5, 16)),
     ]
-    expected = [("hook_embed", (2, 5, 16)), ("hook_pos_embed", (2, 5, 16)), ("hook_token_type_embed", (2, 5, 16)),
-                ("embed_ln.hook_scale", (2, 5, 1)), ("embed_ln.hook_normalized", (2, 5, 16))]
+    expected = [
+        ("hook_embed", (2, 5, 16)),
+        ("hook_pos_embed", (2, 5, 16)),
+        ("hook_token_type_embed", (2, 5, 16)),
+        ("embed_ln.hook_scale", (2, 5, 1)),
+        ("embed_ln.hook_normalized", (2, 5, 16)),
+    ]
     expected += [(f"blocks.{layer}.{name}", shape) for layer in range(2) for name, shape in block]
     # tiny has an MLM head, so its forward returns MLM logits and the head's hooks fire too
-    expected += [("mlm_head.hook_pre", (2, 5, 16)), ("mlm_head.hook_post", (2, 5, 16)),
-                 ("mlm_head.ln.hook_scale", (2, 5, 1)), ("mlm_head.ln.hook_normalized", (2, 5, 16))]
+    expected += [
+        ("mlm_head.hook_pre", (2, 5, 16)),
+        ("mlm_head.hook_post", (2, 5, 16)),
+        ("mlm_head.ln.hook_scale", (2, 5, 1)),
+        ("mlm_head.ln.hook_normalized", (2, 5, 16)),
+    ]
     assert list(shapes.items()) == expected
     assert list(tiny.hook_dict) == [name for name, _ in expected]
 
@@ -332,7 +424,9 @@ def test_backward_through_the_cache_needs_a_metric(tiny):
     with pytest.raises(ValueError, match="backward_metric"):
         tiny.run_with_cache(tokens, incl_bwd=True)
     logits, cache = tiny.run_with_cache(
-        tokens, incl_bwd=True, backward_metric=lambda out: out[0, 1].log_softmax(-1)[7],
+        tokens,
+        incl_bwd=True,
+        backward_metric=lambda out: out[0, 1].log_softmax(-1)[7],
         names_filter=lambda name: name.endswith("hook_resid_pre"),
     )
     assert logits.shape == (1, 4, 30) and cache["blocks.0.hook_resid_pre_grad"].abs().sum() > 0

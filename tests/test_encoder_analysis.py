@@ -93,8 +93,12 @@ def test_minilm_has_a_previous_token_head_on_random_tokens():
     tokens = attention.repeated_random_tokens(model, 20, batch=4, seed=0, bos=cls_id, eos=sep_id)
     _, cache = model.run_with_cache(tokens, names_filter=attention.pattern_hook_names(model))
     previous = attention.previous_token_scores(cache)
-    reference = torch.stack([cache["pattern", layer][:, :, 1:, :].diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2))
-                             for layer in range(model.cfg.n_layers)])
+    reference = torch.stack(
+        [
+            cache["pattern", layer][:, :, 1:, :].diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2))
+            for layer in range(model.cfg.n_layers)
+        ]
+    )
     torch.testing.assert_close(previous, reference)
     assert float(previous.max()) > 0.9  # a real checkpoint's positional head, found on random tokens
 
@@ -116,8 +120,10 @@ def test_repeated_random_tokens_framed_for_an_encoder():
 def test_encoder_targets_may_look_ahead_a_decoders_may_not(minilm_batch, small_model):
     _, batch, cache = minilm_batch
     n_pos = batch.tokens.shape[1]
-    torch.testing.assert_close(attention.detect_head(cache, attention.next_token_target(n_pos), attention_mask=batch.attention_mask),
-                               attention.next_token_scores(cache, batch.attention_mask))
+    torch.testing.assert_close(
+        attention.detect_head(cache, attention.next_token_target(n_pos), attention_mask=batch.attention_mask),
+        attention.next_token_scores(cache, batch.attention_mask),
+    )
     _, decoder_cache = small_model.run_with_cache(torch.tensor([[1, 2, 3, 1, 2, 3]]))
     with pytest.raises(ValueError, match="causal attention"):
         attention.next_token_scores(decoder_cache)
@@ -162,7 +168,9 @@ def test_ov_circuit_of_an_encoder_without_mlm_head_reads_out_with_the_embeddings
     ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, 2, 5, read_out="embed"), ids, ids)
     torch.testing.assert_close(ov, dense_ov, atol=1e-4, rtol=1e-4)
     dense_qk = W_E @ model.W_Q[2, 5] @ model.W_K[2, 5].T @ W_E.T
-    torch.testing.assert_close(circuits.circuit_on_tokens(circuits.full_qk_circuit(model, 2, 5), ids, ids), dense_qk, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        circuits.circuit_on_tokens(circuits.full_qk_circuit(model, 2, 5), ids, ids), dense_qk, atol=1e-4, rtol=1e-4
+    )
     with pytest.raises(ValueError, match="read_out must be one of"):
         circuits.full_ov_circuit(model, 2, 5, read_out="logits")
 

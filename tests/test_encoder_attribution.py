@@ -49,7 +49,9 @@ def carried_to_output(x, model, cache, enters: str, layer: int, direction):
 
 def test_every_term_is_its_write_carried_forward_through_frozen_layer_norms(minilm64):
     model, batch, hidden, cache = minilm64
-    direction = torch.randn(len(SENTENCES), model.cfg.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    direction = torch.randn(
+        len(SENTENCES), model.cfg.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
     attr = encoder_direct_attribution(cache, direction)  # every position: [..., batch, pos]
     d = direction[:, None, :]
     close = lambda got, expected: torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)  # noqa: E731
@@ -132,9 +134,11 @@ def test_attribution_refuses_bad_input(minilm64, small_model):
 @pytest.mark.parametrize("tool", ["direct_logit_attribution", "logit_lens", "neuron_logit_attribution"])
 def test_decoder_attribution_tools_point_an_encoder_to_its_own(minilm64, tool):
     _, _, _, cache = minilm64
-    call = {"direct_logit_attribution": lambda: attribution.direct_logit_attribution(cache, 5),
-            "logit_lens": lambda: attribution.logit_lens(cache),
-            "neuron_logit_attribution": lambda: attribution.neuron_logit_attribution(cache, 5)}[tool]
+    call = {
+        "direct_logit_attribution": lambda: attribution.direct_logit_attribution(cache, 5),
+        "logit_lens": lambda: attribution.logit_lens(cache),
+        "neuron_logit_attribution": lambda: attribution.neuron_logit_attribution(cache, 5),
+    }[tool]
     with pytest.raises(TypeError, match="encoder_direct_attribution"):
         call()
 
@@ -158,11 +162,15 @@ def test_head_and_neuron_stacks_keep_their_meaning(minilm64):
     heads = cache.stack_head_results(layer=3)  # [layer * head_index, batch, pos, d_model]
     per_layer = heads.reshape(3, model.cfg.n_heads, *heads.shape[1:]).sum(dim=1)
     for layer in range(3):
-        torch.testing.assert_close(per_layer[layer] + model.blocks[layer].attn.b_O, cache["attn_out", layer], atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(
+            per_layer[layer] + model.blocks[layer].attn.b_O, cache["attn_out", layer], atol=1e-10, rtol=1e-10
+        )
     mlm, _ = random_mlm()  # a small d_mlp: the full neuron stack is [d_mlp, batch, pos, d_model]
     _, mlm_cache = mlm.run_with_cache(torch.tensor([[2, 9, 14, 3]]))
     neurons = mlm_cache.stack_neuron_results(layer=1)
-    torch.testing.assert_close(neurons.sum(dim=0) + mlm.blocks[0].mlp.b_out, mlm_cache["mlp_out", 0], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(
+        neurons.sum(dim=0) + mlm.blocks[0].mlp.b_out, mlm_cache["mlp_out", 0], atol=1e-10, rtol=1e-10
+    )
 
 
 @pytest.mark.parametrize(
@@ -174,7 +182,13 @@ def test_head_and_neuron_stacks_keep_their_meaning(minilm64):
         lambda cache: cache.stack_head_results(apply_ln=True),
         lambda cache: cache.logit_attrs(cache.accumulated_resid(), 5),
     ],
-    ids=["decompose_resid", "accumulated_resid-apply_ln", "apply_ln_to_stack", "stack_head_results-apply_ln", "logit_attrs"],
+    ids=[
+        "decompose_resid",
+        "accumulated_resid-apply_ln",
+        "apply_ln_to_stack",
+        "stack_head_results-apply_ln",
+        "logit_attrs",
+    ],
 )
 def test_pre_norm_tools_explain_why_they_do_not_apply(minilm64, call):
     _, _, _, cache = minilm64

@@ -1,4 +1,5 @@
-"""Encoder-decoders: identities of the decoder's residual stream, short cache keys through both stacks, parts, bad input."""
+"""Encoder-decoders: identities of the decoder's residual stream, short cache keys through both stacks, parts, bad
+input."""
 
 import pytest
 import torch
@@ -12,8 +13,19 @@ from interp_transformer.loading import from_pretrained
 
 from .encoder_decoder_helpers import DECODER_INPUT, SOURCE, SOURCE_MASK, converted
 
-SMALL = dict(d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=8, d_mlp=48, d_vocab=50, n_ctx=24, pad_token_id=1,
-             eos_token_id=2, decoder_start_token_id=3)
+SMALL = dict(
+    d_model=32,
+    n_layers=2,
+    n_decoder_layers=2,
+    n_heads=4,
+    d_head=8,
+    d_mlp=48,
+    d_vocab=50,
+    n_ctx=24,
+    pad_token_id=1,
+    eos_token_id=2,
+    decoder_start_token_id=3,
+)
 
 
 def perturbed(cfg, seed: int = 0) -> EncoderDecoderTransformer:
@@ -27,8 +39,11 @@ def perturbed(cfg, seed: int = 0) -> EncoderDecoderTransformer:
 
 @pytest.fixture(scope="module", params=["seq2seq", "t5"])
 def pre_norm(request):
-    cfg = Seq2SeqConfig(**SMALL) if request.param == "seq2seq" else T5Config(**SMALL, gated_mlp=True, act_fn="gelu_new",
-                                                                               n_buckets=8, max_distance=12)
+    cfg = (
+        Seq2SeqConfig(**SMALL)
+        if request.param == "seq2seq"
+        else T5Config(**SMALL, gated_mlp=True, act_fn="gelu_new", n_buckets=8, max_distance=12)
+    )
     model = perturbed(cfg)
     logits, cache = model.run_with_cache(SOURCE, DECODER_INPUT, attention_mask=SOURCE_MASK)
     return model, logits, cache
@@ -115,7 +130,8 @@ def test_t5s_bias_is_hooked_once_per_stack_and_read_by_every_layer():
     _, cache = model.run_with_cache(SOURCE, DECODER_INPUT, attention_mask=SOURCE_MASK)
     bias = cache["rel_pos_bias", "encoder"]
     assert bias.shape == (1, 4, SOURCE.shape[1], SOURCE.shape[1])
-    torch.testing.assert_close(bias[0, :, 0, 1], model.encoder.rel_pos_bias.W_rel_pos[4 + 1], atol=0, rtol=0)  # key after
+    # key after
+    torch.testing.assert_close(bias[0, :, 0, 1], model.encoder.rel_pos_bias.W_rel_pos[4 + 1], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -140,6 +156,7 @@ def test_sinusoidal_positions_are_the_original_formula():
 
 # ---- bad input ---------------------------------------------------------------------------------------
 
+
 def test_a_target_longer_than_allowed_is_refused(pre_norm):
     model, _, _ = pre_norm
     too_long = torch.full((1, model.cfg.n_ctx + 1), 5)
@@ -160,18 +177,41 @@ def test_source_padding_without_a_mask_is_refused(pre_norm):
 def test_unsupported_encoder_decoder_checkpoints_are_refused():
     import transformers
 
-    mbart = transformers.MBartForConditionalGeneration(transformers.MBartConfig(
-        vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=16))
-    with pytest.raises(ValueError, match="architecture 'mbart' is not supported; supported architectures .*'bart'.*'t5'"):
+    mbart = transformers.MBartForConditionalGeneration(
+        transformers.MBartConfig(
+            vocab_size=50,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=16,
+            decoder_ffn_dim=16,
+            max_position_embeddings=16,
+        )
+    )
+    with pytest.raises(
+        ValueError, match="architecture 'mbart' is not supported; supported architectures .*'bart'.*'t5'"
+    ):
         from_pretrained(mbart)
-    wide = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=50, d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=4))
+    wide = transformers.T5ForConditionalGeneration(
+        transformers.T5Config(vocab_size=50, d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=4)
+    )
     with pytest.raises(ValueError, match="num_heads \\* d_kv = 4 \\* 8 must equal d_model=16"):
         from_pretrained(wide)
-    uneven = transformers.BartForConditionalGeneration(transformers.BartConfig(
-        vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=4,
-        encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=16))
+    uneven = transformers.BartForConditionalGeneration(
+        transformers.BartConfig(
+            vocab_size=50,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=16,
+            decoder_ffn_dim=16,
+            max_position_embeddings=16,
+        )
+    )
     with pytest.raises(ValueError, match="encoder_attention_heads=2 differs from decoder_attention_heads=4"):
         from_pretrained(uneven)
 
@@ -181,7 +221,11 @@ def test_a_checkpoint_with_a_missing_tensor_is_refused():
     from interp_transformer.loading.strict import CheckpointError
 
     ours, hf = converted("bart")
-    state = {name: tensor for name, tensor in hf.state_dict().items() if "decoder.layers.1.encoder_attn.k_proj.bias" not in name}
+    state = {
+        name: tensor
+        for name, tensor in hf.state_dict().items()
+        if "decoder.layers.1.encoder_attn.k_proj.bias" not in name
+    }
     with pytest.raises(CheckpointError, match="missing 1 tensor\\(s\\): decoder.layers.1.encoder_attn.k_proj.bias"):
         bart_loading.convert_state_dict(state, ours.cfg)
 

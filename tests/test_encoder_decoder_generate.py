@@ -16,15 +16,19 @@ from interp_transformer.loading import from_pretrained
 from .encoder_decoder_helpers import EOS, SOURCE, SOURCE_MASK, hf_class, hf_config
 
 # Hugging Face's T5 cannot generate with fewer encoder than decoder layers (its cache counts the encoder's): equal here
-WIDER_INIT = {"bart": dict(init_std=0.3, scale_embedding=False), "marian": dict(init_std=0.6, scale_embedding=True),
-              "t5-v1.0": dict(initializer_factor=3.0, num_decoder_layers=2),
-              "t5-v1.1": dict(initializer_factor=3.0, num_decoder_layers=2)}
+WIDER_INIT = {
+    "bart": dict(init_std=0.3, scale_embedding=False),
+    "marian": dict(init_std=0.6, scale_embedding=True),
+    "t5-v1.0": dict(initializer_factor=3.0, num_decoder_layers=2),
+    "t5-v1.1": dict(initializer_factor=3.0, num_decoder_layers=2),
+}
 MAX_NEW = 10
 
 
 @functools.lru_cache(maxsize=None)
 def generation_models(family: str):
-    """``(ours, hf, eos, row)`` in float64 (no near-ties between candidates): greedy ends ``row`` with ``eos`` at step 2."""
+    """``(ours, hf, eos, row)`` in float64 (no near-ties between candidates): greedy ends ``row`` with ``eos`` at step
+    2."""
     torch.manual_seed(0)
     hf = hf_class(family)(hf_config(family, **WIDER_INIT[family])).eval().to(torch.float64)
     pilot = hf.generate(SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=EOS)
@@ -34,18 +38,23 @@ def generation_models(family: str):
 
 
 def hf_generate(hf, eos, **settings):
-    return hf.generate(SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=eos,
-                       **settings)
+    return hf.generate(
+        SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=eos, **settings
+    )
 
 
 @pytest.mark.parametrize("family", list(WIDER_INIT))
-@pytest.mark.parametrize("settings", [
-    dict(num_beams=1),
-    dict(num_beams=1, forced_eos_token_id="eos"),
-    dict(num_beams=4),
-    dict(num_beams=4, length_penalty=0.5, early_stopping=True),
-    dict(num_beams=4, forced_eos_token_id="eos"),
-], ids=["greedy", "greedy-forced-eos", "beam4", "beam4-early-stopping", "beam4-forced-eos"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(num_beams=1),
+        dict(num_beams=1, forced_eos_token_id="eos"),
+        dict(num_beams=4),
+        dict(num_beams=4, length_penalty=0.5, early_stopping=True),
+        dict(num_beams=4, forced_eos_token_id="eos"),
+    ],
+    ids=["greedy", "greedy-forced-eos", "beam4", "beam4-early-stopping", "beam4-forced-eos"],
+)
 def test_generated_ids_equal_hugging_faces(family, settings):
     ours, hf, eos, row = generation_models(family)
     settings = {name: eos if value == "eos" else value for name, value in settings.items()}
@@ -60,16 +69,21 @@ def test_generated_ids_equal_hugging_faces(family, settings):
 def test_the_key_value_cache_changes_nothing(num_beams):
     ours, _, eos, _ = generation_models("bart")
     with_cache = ours.generate(SOURCE, SOURCE_MASK, max_new_tokens=MAX_NEW, num_beams=num_beams, eos_token_id=eos)
-    without = ours.generate(SOURCE, SOURCE_MASK, max_new_tokens=MAX_NEW, num_beams=num_beams, eos_token_id=eos,
-                            use_kv_cache=False)
+    without = ours.generate(
+        SOURCE, SOURCE_MASK, max_new_tokens=MAX_NEW, num_beams=num_beams, eos_token_id=eos, use_kv_cache=False
+    )
     assert torch.equal(with_cache, without)
 
 
 def test_cross_attention_keys_are_computed_once():
     ours, _, eos, _ = generation_models("marian")
     fired = []
-    with ours.hooks(fwd_hooks=[("decoder.blocks.0.cross_attn.hook_k", lambda k, hook: fired.append(k.shape)),
-                               ("decoder.blocks.0.attn.hook_k", lambda k, hook: fired.append(("self", k.shape[1])))]):
+    with ours.hooks(
+        fwd_hooks=[
+            ("decoder.blocks.0.cross_attn.hook_k", lambda k, hook: fired.append(k.shape)),
+            ("decoder.blocks.0.attn.hook_k", lambda k, hook: fired.append(("self", k.shape[1]))),
+        ]
+    ):
         ids = ours.generate(SOURCE, SOURCE_MASK, max_new_tokens=4, eos_token_id=eos)
     cross = [shape for shape in fired if shape[0] != "self"]
     assert cross == [torch.Size([3, SOURCE.shape[1], 4, 8])]  # the whole source, once

@@ -1,4 +1,5 @@
-"""The report of an encoder-decoder: its sections follow the capabilities, and the alignment heatmap is read in Chromium."""
+"""The report of an encoder-decoder: its sections follow the capabilities, and the alignment heatmap is read in
+Chromium."""
 
 import pytest
 import torch
@@ -21,8 +22,16 @@ def translation_report():
 
 def test_the_translation_report_has_the_encoder_decoder_sections(translation_report):
     model, report = translation_report
-    assert [s.key for s in report.sections] == ["model", "translation", "interpretation", "omitted", "cross_attention",
-                                                "alignment", "attribution", "patching"]
+    assert [s.key for s in report.sections] == [
+        "model",
+        "translation",
+        "interpretation",
+        "omitted",
+        "cross_attention",
+        "alignment",
+        "attribution",
+        "patching",
+    ]
     translation = report["translation"].data
     assert translation.source_tokens == SOURCE_TEXT.split() + ["</s>"]
     assert translation.target_tokens == ["<s>", "3", "4", "2", "6", "0", "5"]

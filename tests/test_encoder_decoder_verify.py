@@ -27,8 +27,16 @@ NOT_MAPPED = ("hook_attn_scores",)  # Hugging Face masks with the dtype's minimu
 def test_every_hook_and_the_logits_match_hugging_face(family, dtype):
     ours, hf = converted(family, dtype)
     source, mask, decoder_input = inputs(family)
-    report = verify_against_hf(ours, hf, source, attention_mask=mask, decoder_input=decoder_input,
-                               atol=TOLERANCE[dtype], rtol=RTOL[dtype], float64_recheck=False)
+    report = verify_against_hf(
+        ours,
+        hf,
+        source,
+        attention_mask=mask,
+        decoder_input=decoder_input,
+        atol=TOLERANCE[dtype],
+        rtol=RTOL[dtype],
+        float64_recheck=False,
+    )
     assert report.within_tolerance, report.first_divergence
     compared = {row.hook for row in report.rows}
     unmapped = sorted(name for name in ours.hook_dict if name not in compared)
@@ -45,7 +53,9 @@ def test_a_broken_conversion_is_caught(family):
     broken.load_state_dict(ours.state_dict())
     with torch.no_grad():
         broken.decoder.blocks[1].cross_attn.W_V[0, 0, 0] += 1e-3  # a weight that reads the source
-    report = verify_against_hf(broken, hf, source, attention_mask=mask, decoder_input=decoder_input, float64_recheck=False)
+    report = verify_against_hf(
+        broken, hf, source, attention_mask=mask, decoder_input=decoder_input, float64_recheck=False
+    )
     assert report.first_divergence == "decoder.blocks.1.cross_attn.hook_v"
 
 
@@ -56,14 +66,25 @@ def test_padding_changes_no_real_token(family):
     padded = ours(source, decoder_input, attention_mask=mask)
     for row in range(source.shape[0]):
         length = int(mask[row].sum())
-        alone = ours(source[row:row + 1, :length], decoder_input[row:row + 1])
-        torch.testing.assert_close(padded[row:row + 1], alone, atol=1e-12, rtol=0)
+        alone = ours(source[row : row + 1, :length], decoder_input[row : row + 1])
+        torch.testing.assert_close(padded[row : row + 1], alone, atol=1e-12, rtol=0)
 
 
 # ---- the pre-LayerNorm Transformer against PyTorch's nn.Transformer ------------------------------
 
-SEQ2SEQ = Seq2SeqConfig(d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=8, d_mlp=48, d_vocab=50, n_ctx=24,
-                        pad_token_id=1, eos_token_id=2, decoder_start_token_id=3)
+SEQ2SEQ = Seq2SeqConfig(
+    d_model=32,
+    n_layers=2,
+    n_decoder_layers=2,
+    n_heads=4,
+    d_head=8,
+    d_mlp=48,
+    d_vocab=50,
+    n_ctx=24,
+    pad_token_id=1,
+    eos_token_id=2,
+    decoder_start_token_id=3,
+)
 
 
 def original_positions(n_pos: int, d_model: int) -> torch.Tensor:
@@ -82,8 +103,17 @@ class TorchTransformer(nn.Module):
     def __init__(self, model: EncoderDecoderTransformer, decoder_input: torch.Tensor, source_mask: torch.Tensor):
         super().__init__()
         cfg = model.cfg
-        self.transformer = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.n_decoder_layers, cfg.d_mlp, dropout=0.0,
-                                          batch_first=True, norm_first=True, layer_norm_eps=cfg.layer_norm_eps)
+        self.transformer = nn.Transformer(
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.n_layers,
+            cfg.n_decoder_layers,
+            cfg.d_mlp,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=True,
+            layer_norm_eps=cfg.layer_norm_eps,
+        )
         self.W_E, self.W_U, self.b_U = (nn.Parameter(t.detach().clone()) for t in (model.W_E, model.W_U, model.b_U))
         self.positions = original_positions(cfg.n_ctx, cfg.d_model).to(torch.float32)
         self.decoder_input, self.padding = decoder_input, source_mask == 0
@@ -95,11 +125,15 @@ class TorchTransformer(nn.Module):
                     if hasattr(layer, "multihead_attn"):
                         attentions.append((block.cross_attn, layer.multihead_attn))
                     for attn, mha in attentions:
-                        qkv = [einops.rearrange(w, "head_index d_model d_head -> (head_index d_head) d_model")
-                               for w in (attn.W_Q, attn.W_K, attn.W_V)]
+                        qkv = [
+                            einops.rearrange(w, "head_index d_model d_head -> (head_index d_head) d_model")
+                            for w in (attn.W_Q, attn.W_K, attn.W_V)
+                        ]
                         mha.in_proj_weight.copy_(torch.cat(qkv))
                         mha.in_proj_bias.copy_(torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)]))
-                        mha.out_proj.weight.copy_(einops.rearrange(attn.W_O, "head_index d_head d_model -> d_model (head_index d_head)"))
+                        mha.out_proj.weight.copy_(
+                            einops.rearrange(attn.W_O, "head_index d_head d_model -> d_model (head_index d_head)")
+                        )
                         mha.out_proj.bias.copy_(attn.b_O)
                     norms = ("ln1", "ln2", "ln3") if hasattr(layer, "norm3") else ("ln1", "ln2")
                     for ours_norm, theirs_norm in zip(norms, ("norm1", "norm2", "norm3")):
@@ -118,25 +152,45 @@ class TorchTransformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         n_target = self.decoder_input.shape[1]
         causal = nn.Transformer.generate_square_subsequent_mask(n_target, dtype=self.W_E.dtype)
-        hidden = self.transformer(self.embed(tokens), self.embed(self.decoder_input), tgt_mask=causal, tgt_is_causal=True,
-                                  src_key_padding_mask=self.padding, memory_key_padding_mask=self.padding)
+        hidden = self.transformer(
+            self.embed(tokens),
+            self.embed(self.decoder_input),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=self.padding,
+            memory_key_padding_mask=self.padding,
+        )
         return hidden @ self.W_U + self.b_U
 
 
 def torch_hook_map(cfg) -> dict[str, str]:
-    mapping = {"encoder.ln_final.hook_normalized": "transformer.encoder.norm",
-               "decoder.ln_final.hook_normalized": "transformer.decoder.norm",
-               "encoder.blocks.0.hook_resid_pre": "transformer.encoder.layers.0:input",
-               "decoder.blocks.0.hook_resid_pre": "transformer.decoder.layers.0:input"}
+    mapping = {
+        "encoder.ln_final.hook_normalized": "transformer.encoder.norm",
+        "decoder.ln_final.hook_normalized": "transformer.decoder.norm",
+        "encoder.blocks.0.hook_resid_pre": "transformer.encoder.layers.0:input",
+        "decoder.blocks.0.hook_resid_pre": "transformer.decoder.layers.0:input",
+    }
     for stack, n_layers in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
         for layer in range(n_layers):
             ours, theirs = f"{stack}.blocks.{layer}.", f"transformer.{stack}.layers.{layer}."
-            mapping.update({ours + "ln1.hook_normalized": theirs + "norm1", ours + "ln2.hook_normalized": theirs + "norm2",
-                            ours + "hook_attn_out": theirs + "self_attn", ours + "mlp.hook_pre": theirs + "linear1",
-                            ours + "mlp.hook_post": theirs + "linear2:input", ours + "hook_mlp_out": theirs + "linear2",
-                            ours + "hook_resid_post": theirs.rstrip(".")})
+            mapping.update(
+                {
+                    ours + "ln1.hook_normalized": theirs + "norm1",
+                    ours + "ln2.hook_normalized": theirs + "norm2",
+                    ours + "hook_attn_out": theirs + "self_attn",
+                    ours + "mlp.hook_pre": theirs + "linear1",
+                    ours + "mlp.hook_post": theirs + "linear2:input",
+                    ours + "hook_mlp_out": theirs + "linear2",
+                    ours + "hook_resid_post": theirs.rstrip("."),
+                }
+            )
             if stack == "decoder":
-                mapping.update({ours + "ln3.hook_normalized": theirs + "norm3", ours + "hook_cross_attn_out": theirs + "multihead_attn"})
+                mapping.update(
+                    {
+                        ours + "ln3.hook_normalized": theirs + "norm3",
+                        ours + "hook_cross_attn_out": theirs + "multihead_attn",
+                    }
+                )
     return mapping
 
 
@@ -151,8 +205,17 @@ def test_the_pre_ln_transformer_matches_pytorchs_nn_transformer():
     fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # the fused layer kernels skip the submodules the hooks read
     try:
-        report = verify_against_module(model, reference, SOURCE, torch_hook_map(SEQ2SEQ), attention_mask=SOURCE_MASK,
-                                       decoder_input=DECODER_INPUT, atol=1e-10, rtol=0.0, float64_recheck=False)
+        report = verify_against_module(
+            model,
+            reference,
+            SOURCE,
+            torch_hook_map(SEQ2SEQ),
+            attention_mask=SOURCE_MASK,
+            decoder_input=DECODER_INPUT,
+            atol=1e-10,
+            rtol=0.0,
+            float64_recheck=False,
+        )
     finally:
         torch.backends.mha.set_fastpath_enabled(fast_path)
     assert report.within_tolerance, report.first_divergence

@@ -123,7 +123,9 @@ def test_tokens_and_attention_patterns_in_the_page_are_the_models(cli_page, refe
     assert str(tokens[0].tolist()) in page.sections["tokens"]["text"]
     traces = page.figure_titled("attention", "attention pattern of")
     n_heads = model.cfg.n_heads
-    assert [trace["name"] for trace in traces] == [f"L{l}H{h}" for l in range(model.cfg.n_layers) for h in range(n_heads)]
+    assert [trace["name"] for trace in traces] == [
+        f"L{l}H{h}" for l in range(model.cfg.n_layers) for h in range(n_heads)
+    ]
     for index, trace in enumerate(traces):
         expected = cache["pattern", index // n_heads][0, index % n_heads].double()
         torch.testing.assert_close(as_tensor(trace["z"]), expected, atol=5.1e-5, rtol=0)  # the page keeps 4 decimals
@@ -135,15 +137,18 @@ def test_detector_scores_in_the_page_are_the_detectors(cli_page, reference):
     cls_id, sep_id = model.tokenizer.cls_token_id, model.tokenizer.sep_token_id
     random_tokens = attention.repeated_random_tokens(model, 20, 4, seed=0, bos=cls_id, eos=sep_id)
     _, random_cache = model.run_with_cache(random_tokens, names_filter=attention.pattern_hook_names(model))
-    expected = {"previous-token": attention.previous_token_scores(random_cache),
-                "next-token": attention.next_token_scores(random_cache),
-                "duplicate-token": attention.duplicate_token_scores(random_cache, random_tokens)}
+    expected = {
+        "previous-token": attention.previous_token_scores(random_cache),
+        "next-token": attention.next_token_scores(random_cache),
+        "duplicate-token": attention.duplicate_token_scores(random_cache, random_tokens),
+    }
     for name, scores in expected.items():
         data = page.figure_titled("detectors", f"{name} score<br><sup>repeated random tokens")
         torch.testing.assert_close(as_tensor(data[0]["z"]), scores.double(), atol=1e-6, rtol=1e-5)
     on_prompt = page.figure_titled("detectors", "duplicate-token score<br><sup>on the prompt")
-    torch.testing.assert_close(as_tensor(on_prompt[0]["z"]), attention.duplicate_token_scores(cache, tokens).double(),
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        as_tensor(on_prompt[0]["z"]), attention.duplicate_token_scores(cache, tokens).double(), atol=1e-6, rtol=1e-5
+    )
 
 
 def test_attribution_in_the_page_splits_the_sentence_embedding(cli_page, reference):

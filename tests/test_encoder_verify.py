@@ -34,8 +34,10 @@ def test_minilm_matches_on_real_tokens_in_float32_and_float64(minilm_batch):
 
 def _shift(positions):
     """A hook adding 1.0 to ``hook_mlp_out`` at ``positions`` (a [batch, pos] bool mask)."""
+
     def hook(mlp_out, hook):
         return mlp_out + positions[..., None].to(mlp_out.dtype)
+
     return hook
 
 
@@ -69,8 +71,10 @@ def test_a_broken_encoder_weight_is_found_at_its_hook(parameter, index, expected
     _, hf = random_mlm()
     model = EncoderTransformer.from_pretrained(hf, dtype=torch.float64)  # a fresh copy to break
     tokens = torch.tensor([[2, 9, 14, 9, 40, 13], [2, 17, 5, 13, 0, 0]])
-    batch = dict(attention_mask=torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]]),
-                 token_type_ids=torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0]]))
+    batch = dict(
+        attention_mask=torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]]),
+        token_type_ids=torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0]]),
+    )
     assert verify_against_hf(model, hf, tokens, **batch).within_tolerance
     with torch.no_grad():
         model.get_parameter(parameter)[index] += 0.5
@@ -81,7 +85,9 @@ def test_a_broken_encoder_weight_is_found_at_its_hook(parameter, index, expected
 def test_texts_are_padded_with_their_mask_and_the_mask_is_given_once(minilm_batch):
     model, hf, batch = minilm_batch
     report = verify_against_hf(model, hf, SENTENCES[:2], float64_recheck=False)
-    assert report.within_tolerance and report.real_positions == int(model.to_tokens_and_mask(SENTENCES[:2]).attention_mask.sum())
+    assert report.within_tolerance and report.real_positions == int(
+        model.to_tokens_and_mask(SENTENCES[:2]).attention_mask.sum()
+    )
     with pytest.raises(ValueError, match="carries its own mask"):
         verify_against_hf(model, hf, batch, attention_mask=batch.attention_mask)
 
@@ -113,7 +119,10 @@ def test_cli_verify_takes_several_prompts_and_one_source(monkeypatch, capsys):
     main(["verify", "some-dir", "--prompt", "one"])
     assert calls == [("some-dir", ["one", "two"], torch.float64), ("some-dir", "one", torch.float32)]
     capsys.readouterr()
-    for argv, message in ((["verify", "a", "--model", "b"], "give the model once"), (["verify"], "no model to verify"),
-                          (["verify", "a", "--prompt", " "], "a prompt is empty")):
+    for argv, message in (
+        (["verify", "a", "--model", "b"], "give the model once"),
+        (["verify"], "no model to verify"),
+        (["verify", "a", "--prompt", " "], "a prompt is empty"),
+    ):
         assert main(argv) == EXIT_USAGE
         assert message in capsys.readouterr().err

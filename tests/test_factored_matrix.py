@@ -411,7 +411,9 @@ def test_half_precision_decompositions_run_in_float32_and_come_back_in_the_input
     torch.testing.assert_close((U @ torch.diag_embed(S) @ Vh).float(), reference.AB, rtol=0, atol=5e-2)
     eigenvalues = half.eigenvalues
     assert eigenvalues.dtype == torch.complex64
-    torch.testing.assert_close(eigenvalues.abs().sort(-1).values, reference.eigenvalues.abs().sort(-1).values, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        eigenvalues.abs().sort(-1).values, reference.eigenvalues.abs().sort(-1).values, rtol=1e-4, atol=1e-4
+    )
 
 
 def test_a_one_element_tensor_is_a_scalar_and_results_keep_the_subclass():

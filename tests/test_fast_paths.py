@@ -81,7 +81,9 @@ def test_projections_equal_the_per_head_einsum(dtype):
     x = torch.randn(2, 5, CFG.d_model, dtype=dtype, generator=generator)
     q = attn._project(x, attn.W_Q, attn.b_Q)
     for head in range(CFG.n_heads):
-        torch.testing.assert_close(q[:, :, head], x @ attn.W_Q[head] + attn.b_Q[head], rtol=0, atol=100 * TOLERANCE[dtype])
+        torch.testing.assert_close(
+            q[:, :, head], x @ attn.W_Q[head] + attn.b_Q[head], rtol=0, atol=100 * TOLERANCE[dtype]
+        )
     z = torch.randn(2, 5, CFG.n_heads, CFG.d_head, dtype=dtype, generator=generator)
     by_heads = sum(z[:, :, head] @ attn.W_O[head] for head in range(CFG.n_heads)) + attn.b_O
     torch.testing.assert_close(attn._combine_heads(z), by_heads, rtol=0, atol=100 * TOLERANCE[dtype])
@@ -169,7 +171,7 @@ def test_fused_and_explicit_attention_agree_under_every_mask(case, dtype):
     attn, generator = random_attention(dtype, seed=5, scale=0.3)
     attn.masks = torch.nn.ModuleList(masks)
     x = torch.randn(2, 7, CFG.d_model, dtype=dtype, generator=generator)
-    layout = (TokenLayout.contiguous(2, 7) if attention_mask is None else TokenLayout.from_attention_mask(attention_mask))
+    layout = TokenLayout.contiguous(2, 7) if attention_mask is None else TokenLayout.from_attention_mask(attention_mask)
     fused = attn(x, layout)
     attn.use_fused_attention = False
     explicit = attn(x, layout)
@@ -189,7 +191,7 @@ def test_attention_with_a_key_value_cache_equals_the_whole_sequence(case):
         attn.use_fused_attention = fused
         cache = LayerKVCache()
         steps = [attn(x[:, :4], TokenLayout.contiguous(2, 4), cache)]
-        steps += [attn(x[:, p:p + 1], TokenLayout.contiguous(2, 1, offset=p), cache) for p in range(4, 7)]
+        steps += [attn(x[:, p : p + 1], TokenLayout.contiguous(2, 1, offset=p), cache) for p in range(4, 7)]
         torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=0, atol=1e-12)
 
 
@@ -198,7 +200,14 @@ def test_masked_scores_is_the_einsum_formula_with_the_mask():
     q, k = (torch.randn(2, 5, 3, 4, dtype=torch.float64, generator=generator) for _ in range(2))
     per_row = torch.rand(2, 1, 5, 5, generator=generator) > 0.3
     shared = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-    formula = einops.einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head -> batch head_index query_pos key_pos") * 0.5
+    formula = (
+        einops.einsum(
+            q,
+            k,
+            "batch query_pos head_index d_head, batch key_pos head_index d_head -> batch head_index query_pos key_pos",
+        )
+        * 0.5
+    )
     for allowed in (None, shared, per_row):
         expected = formula if allowed is None else formula.masked_fill(~allowed, float("-inf"))
         torch.testing.assert_close(masked_scores(q, k, 0.5, allowed), expected, rtol=0, atol=1e-12)

@@ -51,7 +51,8 @@ def test_config_follows_the_hugging_face_config(family):
     assert cfg.d_model != cfg.n_heads * cfg.d_head
     assert cfg.post_norms == (not label.startswith("gemma1")) and cfg.qk_norm == label.startswith("gemma3")
     assert [cfg.is_sliding(layer) for layer in range(cfg.n_layers)] == [
-        kind == "sliding_attention" for kind in getattr(hf_cfg, "layer_types", ["full_attention"] * cfg.n_layers)]
+        kind == "sliding_attention" for kind in getattr(hf_cfg, "layer_types", ["full_attention"] * cfg.n_layers)
+    ]
     assert cfg.attention_scale == hf_model.model.layers[0].self_attn.scaling
     assert cfg.n_params(hugging_face=True) == sum(p.numel() for p in hf_model.parameters())
     assert cfg.n_params() == sum(p.numel() for p in model.parameters())
@@ -111,8 +112,14 @@ def test_token_by_token_with_a_key_value_cache(family64):
         for name, value in cache.items():
             if name.endswith(UNMAPPED):
                 continue
-            expected = reference[name][:, :, start:end, :end] if name.endswith("hook_pattern") else reference[name][:, start:end]
-            torch.testing.assert_close(value, expected, atol=1e-10, rtol=0, msg=f"{name} at positions {start}..{end - 1}")
+            expected = (
+                reference[name][:, :, start:end, :end]
+                if name.endswith("hook_pattern")
+                else reference[name][:, start:end]
+            )
+            torch.testing.assert_close(
+                value, expected, atol=1e-10, rtol=0, msg=f"{name} at positions {start}..{end - 1}"
+            )
 
 
 @pytest.mark.parametrize("label", ["gemma2-capped-window", "gemma3-local-rope-capped"])
@@ -150,7 +157,7 @@ def test_greedy_generation_of_a_left_padded_batch_matches_hugging_face():
 def test_identities_through_the_post_norms(family64):
     label, _, model = family64
     logits, cache = model.run_with_cache(TOKENS)
-    torch.testing.assert_close(cache["embed"], model.W_E[TOKENS] * model.cfg.d_model ** 0.5)
+    torch.testing.assert_close(cache["embed"], model.W_E[TOKENS] * model.cfg.d_model**0.5)
     for layer, block in enumerate(model.blocks):
         torch.testing.assert_close(cache["resid_mid", layer], cache["resid_pre", layer] + cache["attn_out", layer])
         torch.testing.assert_close(cache["resid_post", layer], cache["resid_mid", layer] + cache["mlp_out", layer])
@@ -166,25 +173,33 @@ def test_identities_through_the_post_norms(family64):
 
 
 def test_head_and_neuron_stacks_read_through_the_post_norms(family64):
-    """Each head's and neuron's write passes through ln1_post/ln2_post (scale frozen): the full split sums to the stream."""
+    """Each head's and neuron's write passes through ln1_post/ln2_post (scale frozen): the full split sums to the
+    stream."""
     label, _, model = family64
     _, cache = model.run_with_cache(TOKENS)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     heads = cache.stack_head_results(layer=1)
-    b_O = model.b_O[0] if not model.cfg.post_norms else model.blocks[0].ln1_post.apply_frozen(
-        model.b_O[0], cache["scale", 0, "ln1_post"])
+    b_O = (
+        model.b_O[0]
+        if not model.cfg.post_norms
+        else model.blocks[0].ln1_post.apply_frozen(model.b_O[0], cache["scale", 0, "ln1_post"])
+    )
     torch.testing.assert_close(heads.sum(dim=0) + b_O, cache["attn_out", 0], atol=1e-10, rtol=0)
     neurons = cache.stack_neuron_results(layer=1)
-    b_out = model.b_out[0] if not model.cfg.post_norms else model.blocks[0].ln2_post.apply_frozen(
-        model.b_out[0], cache["scale", 0, "ln2_post"])
+    b_out = (
+        model.b_out[0]
+        if not model.cfg.post_norms
+        else model.blocks[0].ln2_post.apply_frozen(model.b_out[0], cache["scale", 0, "ln2_post"])
+    )
     torch.testing.assert_close(neurons.sum(dim=0) + b_out, cache["mlp_out", 0], atol=1e-10, rtol=0)
     full, labels = cache.get_full_resid_decomposition(expand_neurons=True, return_labels=True)
     assert len(labels) == n_layers * (n_heads + model.cfg.d_mlp) + 2
     torch.testing.assert_close(full.sum(dim=0), cache["resid_post", -1], atol=1e-10, rtol=0)
     direction = torch.randn(model.cfg.d_model, dtype=torch.float64)
     projected = cache.stack_neuron_results(layer=n_layers, project_output_onto=direction)
-    torch.testing.assert_close(projected, neurons.new_tensor(0) + cache.stack_neuron_results(layer=n_layers) @ direction,
-                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        projected, neurons.new_tensor(0) + cache.stack_neuron_results(layer=n_layers) @ direction, atol=1e-10, rtol=0
+    )
 
 
 def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
@@ -195,7 +210,11 @@ def test_fold_ln_leaves_the_output_unchanged_and_folds_one_plus_w(family64):
     W_Q = model.blocks[0].attn.W_Q.detach().clone()
     capped = model.cfg.final_softcap is not None
     processing.process_weights(model)  # by default, the steps exact with these norms and this read-out
-    assert model.processing == ["fold_ln", "fold_value_biases"] if capped else ["fold_ln", "center_unembed", "fold_value_biases"]
+    assert (
+        model.processing == ["fold_ln", "fold_value_biases"]
+        if capped
+        else ["fold_ln", "center_unembed", "fold_value_biases"]
+    )
     torch.testing.assert_close(model(TOKENS).log_softmax(-1), before.log_softmax(-1), atol=1e-10, rtol=0)
     torch.testing.assert_close(model.blocks[0].attn.W_Q, W_Q * gain[:, None])
     assert not model.blocks[0].ln1.w_offset.any() and torch.equal(model.blocks[0].ln1.w, torch.ones_like(gain))
@@ -223,14 +242,23 @@ def test_center_unembed_is_refused_when_the_logits_are_capped(label):
 
 
 # --- presets and configs ------------------------------------------------------------------------
-@pytest.mark.parametrize("name, count", [("gemma-2b", 2_506_172_416), ("gemma-7b", 8_537_680_896),
-                                         ("gemma-2-2b", 2_614_341_888), ("gemma-2-9b", 9_241_705_984),
-                                         ("gemma-3-1b", 999_885_952)])
+@pytest.mark.parametrize(
+    "name, count",
+    [
+        ("gemma-2b", 2_506_172_416),
+        ("gemma-7b", 8_537_680_896),
+        ("gemma-2-2b", 2_614_341_888),
+        ("gemma-2-9b", 9_241_705_984),
+        ("gemma-3-1b", 999_885_952),
+    ],
+)
 def test_presets_have_the_published_parameter_counts(name, count):
     assert preset(name).n_params(hugging_face=True) == count
 
 
-@pytest.mark.parametrize("config_class, name", [(transformers.GemmaConfig, "gemma-7b"), (transformers.Gemma2Config, "gemma-2-2b")])
+@pytest.mark.parametrize(
+    "config_class, name", [(transformers.GemmaConfig, "gemma-7b"), (transformers.Gemma2Config, "gemma-2-2b")]
+)
 def test_hugging_face_default_configs_are_the_presets(config_class, name):
     """Hugging Face's default Gemma and Gemma 2 configs are Gemma 7B's and Gemma 2 2B's shapes."""
     hf_config = config_class()
@@ -246,28 +274,52 @@ def test_a_vision_tower_is_refused_by_name():
     """A multimodal Gemma 3 (built on the meta device: no weights) is refused before any weight is read."""
     with torch.device("meta"):
         hf_model = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config())
-    with pytest.raises(ValueError, match=r"gemma3 config has features not implemented here: .*vision tower \(vision_config\)"
-                                         r".*Gemma3ForCausalLM"):
+    with pytest.raises(
+        ValueError,
+        match=r"gemma3 config has features not implemented here: .*vision tower "
+        r"\(vision_config\)"
+        r".*Gemma3ForCausalLM",
+    ):
         from_pretrained(hf_model)
 
 
-@pytest.mark.parametrize("changes, named", [
-    (dict(attn_logit_softcapping=30.0), "attn_logit_softcapping=30.0"),
-    (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
-    (dict(layer_types=["sliding_attention", "full_attention", "full_attention"]), "every n-th layer global"),
-    (dict(rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
-                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), "rope_type='yarn'"),
-])
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        (dict(attn_logit_softcapping=30.0), "attn_logit_softcapping=30.0"),
+        (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
+        (dict(layer_types=["sliding_attention", "full_attention", "full_attention"]), "every n-th layer global"),
+        (
+            dict(
+                rope_parameters={
+                    "full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                }
+            ),
+            "rope_type='yarn'",
+        ),
+    ],
+)
 def test_gemma3_features_not_implemented_are_named(changes, named):
     settings = {**FAMILIES["gemma3-local-rope-capped"][2], **changes}
-    hf_config = transformers.Gemma3TextConfig(hidden_size=48, intermediate_size=80, head_dim=16, vocab_size=61, **settings)
+    hf_config = transformers.Gemma3TextConfig(
+        hidden_size=48, intermediate_size=80, head_dim=16, vocab_size=61, **settings
+    )
     with pytest.raises(ValueError, match=f"gemma3_text config has features not implemented here: .*{named}"):
         config_from_hf(hf_config)
 
 
 def test_two_unimplemented_features_are_named_together():
-    hf_config = transformers.Gemma3TextConfig(hidden_size=48, intermediate_size=80, head_dim=16, vocab_size=61, num_hidden_layers=2,
-                                              num_attention_heads=2, num_key_value_heads=1, attn_logit_softcapping=30.0,
-                                              use_bidirectional_attention=True)
+    hf_config = transformers.Gemma3TextConfig(
+        hidden_size=48,
+        intermediate_size=80,
+        head_dim=16,
+        vocab_size=61,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        attn_logit_softcapping=30.0,
+        use_bidirectional_attention=True,
+    )
     with pytest.raises(ValueError, match="use_bidirectional_attention=True.*; attn_logit_softcapping=30.0"):
         config_from_hf(hf_config)

@@ -48,7 +48,8 @@ def logit_difference(logits, tokens=ANSWERS, wrong=WRONG):
 
 
 def read_out(model, cache, vectors):
-    """``vectors [..., batch, pos, d_model]`` through the final norm (cached scale) onto the answer-minus-wrong direction."""
+    """``vectors [..., batch, pos, d_model]`` through the final norm (cached scale) onto the answer-minus-wrong
+    direction."""
     direction = model.W_U[:, ANSWERS] - model.W_U[:, WRONG]  # [d_model, batch]
     normalized = cache.apply_ln_to_stack(vectors)[..., -1, :]  # [..., batch, d_model]
     return (normalized * direction.T).sum(-1)
@@ -61,9 +62,12 @@ def test_dla_through_post_norms_and_a_soft_cap_is_exact_before_the_cap(gemma2):
     attr = attribution.direct_logit_attribution(cache, ANSWERS, WRONG)
     assert attr.logit_softcap == model.cfg.final_softcap and "before the cap" in attr.note
     torch.testing.assert_close(attr.total(), logit_difference(cache["logits_uncapped"]), atol=1e-10, rtol=0)
-    assert (attr.total() - logit_difference(logits)).abs().min() > 0.1  # the cap bites: the capped logit is another number
+    # the cap bites: the capped logit is another number
+    assert (attr.total() - logit_difference(logits)).abs().min() > 0.1
     for layer in range(model.cfg.n_layers):  # heads through ln1_post, neurons through ln2_post, read against the hooks
-        torch.testing.assert_close(attr.attn[layer], read_out(model, cache, cache["attn_out", layer]), atol=1e-10, rtol=0)
+        torch.testing.assert_close(
+            attr.attn[layer], read_out(model, cache, cache["attn_out", layer]), atol=1e-10, rtol=0
+        )
         torch.testing.assert_close(attr.mlp[layer], read_out(model, cache, cache["mlp_out", layer]), atol=1e-10, rtol=0)
     per_neuron = attribution.neuron_logit_attribution(cache, ANSWERS, WRONG)
     torch.testing.assert_close(per_neuron.sum(1) + attr.mlp_bias, attr.mlp, atol=1e-10, rtol=0)
@@ -100,7 +104,9 @@ def test_dla_through_routing_weights_is_exact(qwen_moe):
         torch.testing.assert_close(neurons_split.sum(1) + biases, split.experts[slot], atol=1e-10, rtol=0)
     with pytest.raises(ValueError, match="mixture of experts, whose neurons belong to one expert each"):
         attribution.neuron_logit_attribution(cache, ANSWERS, layer=0)
-    dense = attribution.neuron_logit_attribution(cache, ANSWERS, WRONG, layer=1)  # the dense block's neurons are ordinary
+    dense = attribution.neuron_logit_attribution(
+        cache, ANSWERS, WRONG, layer=1
+    )  # the dense block's neurons are ordinary
     torch.testing.assert_close(dense.sum(0) + attr.mlp_bias[1], attr.mlp[1], atol=1e-10, rtol=0)
 
 
@@ -112,8 +118,10 @@ def test_an_expert_ablated_with_frozen_norms_moves_the_logit_by_its_attribution(
     expert = int(cache["expert_indices", layer][0, -1, 0])
     mixture = model.blocks[layer].mlp
     frozen = cache["scale"]
-    hooks = [(experts.expert_hook_name(model, layer, expert), lambda post, hook: torch.zeros_like(post)),
-             ("ln_final.hook_scale", lambda scale, hook: frozen)]
+    hooks = [
+        (experts.expert_hook_name(model, layer, expert), lambda post, hook: torch.zeros_like(post)),
+        ("ln_final.hook_scale", lambda scale, hook: frozen),
+    ]
     ablated = model.run_with_hooks(TOKENS, fwd_hooks=hooks)
     routing = experts.expert_usage(cache).weights[-1, :, -1, expert]
     bias_part = routing * read_out(model, cache, mixture.experts[expert].b_out.expand(2, 9, -1))
@@ -132,7 +140,9 @@ def test_expert_usage(qwen_moe):
     torch.testing.assert_close(usage.fraction(), counts.double() / 18.0)
     masked = experts.expert_usage(cache, attention_mask=torch.tensor([[1] * 9, [0] * 4 + [1] * 5]))
     first = torch.stack([torch.bincount(cache["expert_indices", layer][0].flatten(), minlength=6) for layer in (0, 2)])
-    second = torch.stack([torch.bincount(cache["expert_indices", layer][1, 4:].flatten(), minlength=6) for layer in (0, 2)])
+    second = torch.stack(
+        [torch.bincount(cache["expert_indices", layer][1, 4:].flatten(), minlength=6) for layer in (0, 2)]
+    )
     torch.testing.assert_close(masked.fraction(), (first + second).double() / 14.0)
 
 
@@ -144,7 +154,9 @@ def test_expert_neuron_summary_and_top_activations(qwen_moe):
     assert routed.any()
     summary = experts.expert_neuron_summary(cache, layer)
     torch.testing.assert_close(summary[expert], post[routed].max(0).values)
-    torch.testing.assert_close(experts.expert_neuron_summary(cache, layer, chosen_only=False)[expert], post.flatten(0, 1).max(0).values)
+    torch.testing.assert_close(
+        experts.expert_neuron_summary(cache, layer, chosen_only=False)[expert], post.flatten(0, 1).max(0).values
+    )
     top = experts.expert_top_activations(model, TOKENS, layer, expert, neurons=[0, 5], k=3, batch_size=1)
     reference = post.masked_fill(~routed[..., None], float("-inf"))[..., [0, 5]].flatten(0, 1).T.topk(3)
     torch.testing.assert_close(top.values, reference.values)
@@ -181,7 +193,9 @@ def test_expert_figures(qwen_moe):
     _, cache = qwen_moe.run_with_cache(TOKENS[:1])
     usage = experts.expert_usage(cache)
     fig = plots.plot_expert_usage(usage.fraction(), ["L0", "L2"], title="usage")
-    assert fig.data[0].z[1][3] == pytest.approx(float(usage.fraction()[1, 3])) and fig.layout.xaxis.title.text == "expert"
+    assert (
+        fig.data[0].z[1][3] == pytest.approx(float(usage.fraction()[1, 3])) and fig.layout.xaxis.title.text == "expert"
+    )
     tokens = [str(t) for t in TOKENS[0].tolist()]
     assert len(plots.plot_token_routing(usage.weights[0, 0], tokens).data[0].z) == 9
     assert plots.plot_expert_attribution(torch.randn(2, 6), ["L0", "L2"]).data[0].zmid == 0
@@ -194,7 +208,9 @@ def test_the_report_of_a_mixture_and_of_a_capped_gemma():
     report = build_report(moe, TOKENS[0])
     assert [section.key for section in report.sections] == list(EXPERTS_DISPLAY_ORDER)
     data = report["experts"].data
-    torch.testing.assert_close(data.attribution.total()[:, 0], report["attribution"].data.attribution.mlp[data.layers, 0])
+    torch.testing.assert_close(
+        data.attribution.total()[:, 0], report["attribution"].data.attribution.mlp[data.layers, 0]
+    )
     assert report["neurons"].title == "Expert neurons" and "mixture of 4 experts" in report["model"].paragraphs[0]
     gemma = build_report(from_pretrained(tiny_gemma("gemma2-capped-window")), TOKENS[0])
     assert [section.key for section in gemma.sections] == list(DISPLAY_ORDER)

@@ -30,17 +30,56 @@ UPDATE = os.environ.get("INTERP_TRANSFORMER_UPDATE_SNAPSHOT") == "1"
 BATCH, POS = 2, 5
 SMALL = dict(d_model=12, n_layers=2, n_heads=4, n_key_value_heads=2, d_head=4, d_vocab=17, n_ctx=8)  # d_model != 4 * 4
 CONFIGS = {
-    "gemma1": GemmaConfig(**SMALL, d_mlp=20, query_pre_attn_scalar=None, post_norms=False, attn_softcap=None,
-                          final_softcap=None, sliding_window=None),
+    "gemma1": GemmaConfig(
+        **SMALL,
+        d_mlp=20,
+        query_pre_attn_scalar=None,
+        post_norms=False,
+        attn_softcap=None,
+        final_softcap=None,
+        sliding_window=None,
+    ),
     "gemma2": GemmaConfig(**SMALL, d_mlp=20, sliding_window=3),
-    "gemma3": GemmaConfig(**SMALL, d_mlp=20, sliding_window=3, qk_norm=True, attn_softcap=None, final_softcap=None,
-                          rotary_base_local=100.0),
+    "gemma3": GemmaConfig(
+        **SMALL,
+        d_mlp=20,
+        sliding_window=3,
+        qk_norm=True,
+        attn_softcap=None,
+        final_softcap=None,
+        rotary_base_local=100.0,
+    ),
     "mixtral": MoEConfig(**SMALL, d_mlp=6, n_experts=3, experts_per_token=2),
-    "qwen2_moe": MoEConfig(**SMALL, d_mlp=6, n_experts=3, experts_per_token=2, d_mlp_shared=8, dense_layers=(1,), d_mlp_dense=10,
-                           normalize_routing=False),
+    "qwen2_moe": MoEConfig(
+        **SMALL,
+        d_mlp=6,
+        n_experts=3,
+        experts_per_token=2,
+        d_mlp_shared=8,
+        dense_layers=(1,),
+        d_mlp_dense=10,
+        normalize_routing=False,
+    ),
 }
-FIELDS = ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "post_norms", "qk_norm",
-          "attn_softcap", "final_softcap", "n_experts", "experts_per_token", "d_mlp_shared", "dense_layers", "d_mlp_dense")
+FIELDS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_key_value_heads",
+    "d_head",
+    "d_mlp",
+    "d_vocab",
+    "n_ctx",
+    "post_norms",
+    "qk_norm",
+    "attn_softcap",
+    "final_softcap",
+    "n_experts",
+    "experts_per_token",
+    "d_mlp_shared",
+    "dense_layers",
+    "d_mlp_dense",
+)
 
 
 def current_snapshot() -> dict:
@@ -73,7 +112,11 @@ def _attention(cfg, p: str, batch: int, pos: int) -> list:
     rows += [(p + "attn.hook_rot_q", queries), (p + "attn.hook_rot_k", keys)]
     if getattr(cfg, "attn_softcap", None) is not None:
         rows += [(p + "attn.hook_attn_scores_uncapped", square)]
-    return rows + [(p + "attn.hook_attn_scores", square), (p + "attn.hook_pattern", square), (p + "attn.hook_z", queries)]
+    return rows + [
+        (p + "attn.hook_attn_scores", square),
+        (p + "attn.hook_pattern", square),
+        (p + "attn.hook_z", queries),
+    ]
 
 
 def _gated(prefix: str, batch: int, pos: int, width: int) -> list:
@@ -86,26 +129,39 @@ def _mlp(cfg, layer: int, p: str, batch: int, pos: int) -> list:
     if layer in cfg.dense_layers:
         return _gated(p + "mlp.", batch, pos, cfg.d_mlp_dense)
     experts, chosen = (batch, pos, cfg.n_experts), (batch, pos, cfg.experts_per_token)
-    rows = [(p + "mlp.hook_router_logits", experts), (p + "mlp.hook_expert_weights", experts),
-            (p + "mlp.hook_expert_indices", chosen), (p + "mlp.hook_routing_weights", chosen)]
+    rows = [
+        (p + "mlp.hook_router_logits", experts),
+        (p + "mlp.hook_expert_weights", experts),
+        (p + "mlp.hook_expert_indices", chosen),
+        (p + "mlp.hook_routing_weights", chosen),
+    ]
     for expert in range(cfg.n_experts):
         rows += _gated(p + f"mlp.experts.{expert}.", batch, pos, cfg.d_mlp)
     if cfg.d_mlp_shared is not None:
-        rows += _gated(p + "mlp.shared_expert.", batch, pos, cfg.d_mlp_shared) + [(p + "mlp.hook_shared_expert_gate", (batch, pos, 1))]
+        rows += _gated(p + "mlp.shared_expert.", batch, pos, cfg.d_mlp_shared) + [
+            (p + "mlp.hook_shared_expert_gate", (batch, pos, 1))
+        ]
     return rows
 
 
 def contract_table(cfg, batch: int, pos: int) -> list[tuple[str, tuple]]:
-    """The hooks in forward order: Llama's, with Gemma 2/3's ``ln1_post``/``ln2_post`` and soft-caps, or a mixture's hooks."""
+    """The hooks in forward order: Llama's, with Gemma 2/3's ``ln1_post``/``ln2_post`` and soft-caps, or a mixture's
+    hooks."""
     bpd = (batch, pos, cfg.d_model)
     post_norms = getattr(cfg, "post_norms", False)
     rows = [("hook_embed", bpd)]
     for layer in range(cfg.n_layers):
         p = f"blocks.{layer}."
         rows += [(p + "hook_resid_pre", bpd)] + _norm(p + "ln1.", bpd) + _attention(cfg, p, batch, pos)
-        rows += (_norm(p + "ln1_post.", bpd) if post_norms else []) + [(p + "hook_attn_out", bpd), (p + "hook_resid_mid", bpd)]
+        rows += (_norm(p + "ln1_post.", bpd) if post_norms else []) + [
+            (p + "hook_attn_out", bpd),
+            (p + "hook_resid_mid", bpd),
+        ]
         rows += _norm(p + "ln2.", bpd) + _mlp(cfg, layer, p, batch, pos)
-        rows += (_norm(p + "ln2_post.", bpd) if post_norms else []) + [(p + "hook_mlp_out", bpd), (p + "hook_resid_post", bpd)]
+        rows += (_norm(p + "ln2_post.", bpd) if post_norms else []) + [
+            (p + "hook_mlp_out", bpd),
+            (p + "hook_resid_post", bpd),
+        ]
     rows += _norm("ln_final.", bpd)
     if getattr(cfg, "final_softcap", None) is not None:
         rows += [("unembed.hook_logits_uncapped", (batch, pos, cfg.d_vocab))]

@@ -72,7 +72,9 @@ def test_the_norm_algebra(norm):
     torch.testing.assert_close(scale, (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt())
     torch.testing.assert_close(norm.apply_frozen(x, scale), norm(x))
     torch.testing.assert_close(norm.normalize(x), norm(x))
-    torch.testing.assert_close((norm.apply_frozen(x, scale) * direction).sum(-1), (x * norm.pull_back(direction, scale)).sum(-1))
+    torch.testing.assert_close(
+        (norm.apply_frozen(x, scale) * direction).sum(-1), (x * norm.pull_back(direction, scale)).sum(-1)
+    )
     torch.testing.assert_close(norm.w, 1 + norm.w_offset)
     assert not norm.bias_term(direction).any()
 
@@ -122,7 +124,8 @@ def test_soft_capped_attention_against_its_formula():
     out, cache = root.run_with_cache(x, TokenLayout.contiguous(2, 5, 0, x.device))
     assert not attn.uses_fused_path()
     names = [name for name in root.hook_dict if "attn_scores" in name or "pattern" in name]
-    assert names == ["part.hook_attn_scores_uncapped", "part.hook_attn_scores", "part.hook_pattern"]  # the order they fire
+    # the order they fire
+    assert names == ["part.hook_attn_scores_uncapped", "part.hook_attn_scores", "part.hook_pattern"]
     q = torch.einsum("bpm,hmd->bphd", x, attn.W_Q) + attn.b_Q
     k = torch.einsum("bpm,hmd->bphd", x, attn.W_K) + attn.b_K
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * 0.3
@@ -165,7 +168,9 @@ def per_token_reference(part: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor
             weights = top.values / top.values.sum() if part.normalize_routing else top.values
             for weight, expert in zip(weights, top.indices.tolist()):
                 e = part.experts[expert]
-                out[b, p] += weight * ((torch.nn.functional.silu(token @ e.W_gate) * (token @ e.W_in + e.b_in)) @ e.W_out + e.b_out)
+                out[b, p] += weight * (
+                    (torch.nn.functional.silu(token @ e.W_gate) * (token @ e.W_in + e.b_in)) @ e.W_out + e.b_out
+                )
             if part.shared_expert is not None:
                 s = part.shared_expert
                 shared = (torch.nn.functional.silu(token @ s.W_gate) * (token @ s.W_in + s.b_in)) @ s.W_out + s.b_out
@@ -189,8 +194,9 @@ def test_the_explicit_path_runs_every_expert_on_every_token():
     _, cache = root.run_with_cache(x)
     for expert in range(5):  # chosen or not, each expert's activations are on every token
         e = part.experts[expert]
-        torch.testing.assert_close(cache[f"part.experts.{expert}.hook_post"],
-                                   torch.nn.functional.silu(x @ e.W_gate) * (x @ e.W_in + e.b_in))
+        torch.testing.assert_close(
+            cache[f"part.experts.{expert}.hook_post"], torch.nn.functional.silu(x @ e.W_gate) * (x @ e.W_in + e.b_in)
+        )
     torch.testing.assert_close(cache["part.hook_expert_weights"], (x @ part.W_router).softmax(-1))
     assert cache["part.hook_expert_indices"].dtype == torch.int64
 
@@ -218,14 +224,21 @@ def test_the_meta_device_takes_the_explicit_path():
 
 
 # --- bad input -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("make, message", [
-    (lambda: MixtureOfExperts(8, 6, 2, 3, "silu", True), "experts_per_token=3 must be at most n_experts=2"),
-    (lambda: MoEConfig(dense_layers=(1,)), "the dense MLPs' width is given exactly when there are dense layers"),
-    (lambda: MoEConfig(n_layers=2, dense_layers=(2,), d_mlp_dense=4), r"dense_layers must be a sorted tuple of distinct layers in \[0, 2\)"),
-    (lambda: GemmaConfig(attn_softcap=-1.0), "attn_softcap must be a finite number > 0, got -1.0"),
-    (lambda: GemmaConfig(global_every=0), "global_every must be a positive int, got 0"),
-    (lambda: GemmaConfig(n_heads=6, n_key_value_heads=4), "n_heads=6 must be a multiple of n_key_value_heads=4"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: MixtureOfExperts(8, 6, 2, 3, "silu", True), "experts_per_token=3 must be at most n_experts=2"),
+        (lambda: MoEConfig(dense_layers=(1,)), "the dense MLPs' width is given exactly when there are dense layers"),
+        (
+            lambda: MoEConfig(n_layers=2, dense_layers=(2,), d_mlp_dense=4),
+            r"dense_layers must be a sorted tuple of "
+            r"distinct layers in \[0, 2\)",
+        ),
+        (lambda: GemmaConfig(attn_softcap=-1.0), "attn_softcap must be a finite number > 0, got -1.0"),
+        (lambda: GemmaConfig(global_every=0), "global_every must be a positive int, got 0"),
+        (lambda: GemmaConfig(n_heads=6, n_key_value_heads=4), "n_heads=6 must be a multiple of n_key_value_heads=4"),
+    ],
+)
 def test_bad_configs_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()

@@ -60,8 +60,14 @@ def test_greedy_with_and_without_cache_equals_reference_and_hugging_face(model, 
     assert with_cache.shape == (2, 16)
     assert torch.equal(with_cache, without_cache)
     assert torch.equal(with_cache, reference_greedy(model, prompt, 10))
-    hf_ids = hf_model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10, do_sample=False,
-                               eos_token_id=None, pad_token_id=0)
+    hf_ids = hf_model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=10,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     assert torch.equal(with_cache, hf_ids)
 
 
@@ -145,8 +151,11 @@ def test_bad_arguments(model, prompt):
         generate(model, prompt, 27)
     generate(model, prompt, 26, temperature=0)  # exactly n_ctx is fine
     for kwargs, message in [
-        (dict(max_new_tokens=-1), "max_new_tokens"), (dict(temperature=-0.5), "temperature"),
-        (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"), (dict(seed=1.5), "seed"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(seed=1.5), "seed"),
         (dict(eos_token_id=67), "eos_token_id"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -161,14 +170,17 @@ def test_text_in_text_out_with_gpt2_tokenizer(hf_gpt2_vocab):
     assert text == model.tokenizer.decode(ids[0, 1:])  # the prompt and continuation, without the BOS
     assert text.startswith("Hello world")
     assert generate(model, ["Hello world", "Hello there"], 3, temperature=0) == [
-        generate(model, "Hello world", 3, temperature=0), generate(model, "Hello there", 3, temperature=0)
+        generate(model, "Hello world", 3, temperature=0),
+        generate(model, "Hello there", 3, temperature=0),
     ]
     # texts of different lengths are padded on the left with their mask: each row continues as it would alone
     assert generate(model, ["Hello", "Hello world, and more"], 4, temperature=0) == [
-        generate(model, "Hello", 4, temperature=0), generate(model, "Hello world, and more", 4, temperature=0)
+        generate(model, "Hello", 4, temperature=0),
+        generate(model, "Hello world, and more", 4, temperature=0),
     ]
     assert generate(model, ["Hello", "Hello world, and more"], 4, temperature=0, use_kv_cache=False) == [
-        generate(model, "Hello", 4, temperature=0), generate(model, "Hello world, and more", 4, temperature=0)
+        generate(model, "Hello", 4, temperature=0),
+        generate(model, "Hello world, and more", 4, temperature=0),
     ]
     with pytest.raises(ValueError, match="exceeds n_ctx"):
         generate(model, "word " * 40, 1)
@@ -192,6 +204,9 @@ def test_test_prompt_matches_hugging_face_probabilities(hf_gpt2_vocab, capsys):
     printed = capsys.readouterr().out
     assert printed.strip() == str(result).strip()
     assert f"Rank: {result.answer[0].rank}" in printed and "| Paris|" in printed
-    assert f"Ranks of the answer tokens: [(' Paris', {result.answer[0].rank}), (' city', {result.answer[1].rank})]" in printed
+    assert (
+        f"Ranks of the answer tokens: [(' Paris', {result.answer[0].rank}), (' city', {result.answer[1].rank})]"
+        in printed
+    )
     prompts.test_prompt(model, "The capital of France is", "Paris", print_details=False)
     assert capsys.readouterr().out == ""

@@ -74,9 +74,21 @@ def test_config_is_read_from_the_metadata(f32_file):
     path, hf_model = f32_file
     config, reference = read_gguf(path).hf_config, hf_model.config
     assert type(config) is transformers.LlamaConfig
-    for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                  "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings",
-                  "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"):
+    for field in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+    ):
         assert getattr(config, field) == getattr(reference, field), field
     assert config.rope_parameters == {"rope_type": "default", "rope_theta": 50000.0}
 
@@ -130,9 +142,15 @@ def test_q_and_k_rows_are_put_back_in_hugging_face_order():
     """Row ``2i + pair`` of a head in llama.cpp's order is row ``pair * d_head/2 + i`` in Hugging Face's."""
     n_heads, d_head = 3, 8
     hf_rows = torch.arange(n_heads * d_head, dtype=torch.float32)
-    llama_cpp_rows = torch.tensor([head * d_head + pair * d_head // 2 + i
-                                   for head in range(n_heads) for i in range(d_head // 2) for pair in range(2)],
-                                  dtype=torch.float32)
+    llama_cpp_rows = torch.tensor(
+        [
+            head * d_head + pair * d_head // 2 + i
+            for head in range(n_heads)
+            for i in range(d_head // 2)
+            for pair in range(2)
+        ],
+        dtype=torch.float32,
+    )
     torch.testing.assert_close(unpermute_rotary_rows(llama_cpp_rows, n_heads), hf_rows)
     weight = torch.randn(n_heads * d_head, 5)
     torch.testing.assert_close(unpermute_rotary_rows(weight[llama_cpp_rows.long()], n_heads), weight)
@@ -167,12 +185,23 @@ def test_tied_embeddings_follow_output_weight(tmp_path, vocab_size):
     assert "lm_head.weight" not in checkpoint.state_dict
 
 
-@pytest.mark.parametrize("scaling, expected", [
-    ({"{arch}.rope.scaling.type": "linear", "{arch}.rope.scaling.factor": 2.0}, {"rope_type": "linear", "factor": 2.0}),
-    ({"{arch}.rope.scaling.type": "yarn", "{arch}.rope.scaling.factor": 4.0,
-      "{arch}.rope.scaling.original_context_length": 32},
-     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
-])
+@pytest.mark.parametrize(
+    "scaling, expected",
+    [
+        (
+            {"{arch}.rope.scaling.type": "linear", "{arch}.rope.scaling.factor": 2.0},
+            {"rope_type": "linear", "factor": 2.0},
+        ),
+        (
+            {
+                "{arch}.rope.scaling.type": "yarn",
+                "{arch}.rope.scaling.factor": 4.0,
+                "{arch}.rope.scaling.original_context_length": 32,
+            },
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+        ),
+    ],
+)
 def test_rope_scaling(tmp_path, vocab_size, scaling, expected):
     write_llama_gguf(tmp_path / "rope.gguf", tiny_llama(vocab_size, num_hidden_layers=1), extra_metadata=scaling)
     parameters = read_gguf(tmp_path / "rope.gguf", load_tokenizer=False).hf_config.rope_parameters
@@ -185,8 +214,12 @@ def test_rope_scaling(tmp_path, vocab_size, scaling, expected):
 
 @pytest.mark.parametrize("pre, add_bos", [("gpt2", False), ("llama-bpe", False), ("qwen2", False), ("gpt2", True)])
 def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path, vocab_size, pre, add_bos):
-    write_llama_gguf(tmp_path / "tok.gguf", tiny_llama(vocab_size, num_hidden_layers=1), pre=pre,
-                     extra_metadata={"tokenizer.ggml.add_bos_token": add_bos, "tokenizer.chat_template": "{{ x }}"})
+    write_llama_gguf(
+        tmp_path / "tok.gguf",
+        tiny_llama(vocab_size, num_hidden_layers=1),
+        pre=pre,
+        extra_metadata={"tokenizer.ggml.add_bos_token": add_bos, "tokenizer.chat_template": "{{ x }}"},
+    )
     ours = read_gguf(tmp_path / "tok.gguf").tokenizer
     reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tok.gguf")
     assert isinstance(ours, transformers.PreTrainedTokenizerFast)
@@ -196,7 +229,7 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path, vocab_size, pre
         ids = ours(text)["input_ids"]
         assert ids == reference(text)["input_ids"], text
         text_ids = ids[1:] if add_bos else ids
-        assert ids[:len(ids) - len(text_ids)] == ([1] if add_bos else [])
+        assert ids[: len(ids) - len(text_ids)] == ([1] if add_bos else [])
         assert ours.decode(text_ids) == text
 
 
@@ -239,7 +272,9 @@ def test_tokenizer_errors(tmp_path, vocab_size):
 def test_truncated_file_is_a_clear_error(f32_file, tmp_path, cut):
     path, _ = f32_file
     data = path.read_bytes()
-    end = {"magic": 3, "metadata": 200, "tensor table": data.index(b"blk.1.ffn_up"), "tensor data": len(data) - 100}[cut]
+    end = {"magic": 3, "metadata": 200, "tensor table": data.index(b"blk.1.ffn_up"), "tensor data": len(data) - 100}[
+        cut
+    ]
     (tmp_path / "cut.gguf").write_bytes(data[:end])
     with pytest.raises(ValueError, match="truncated|not a GGUF file"):
         read_gguf(tmp_path / "cut.gguf")
@@ -252,7 +287,7 @@ def test_corrupt_files_are_clear_errors(f32_file, tmp_path):
     with pytest.raises(ValueError, match="not a GGUF file: it starts with b'GGML'"):
         read_gguf(tmp_path / "magic.gguf")
     type_at = data.index(b"token_embd.weight") + len(b"token_embd.weight") + 4 + 8 * 2
-    data[type_at:type_at + 4] = (200).to_bytes(4, "little")
+    data[type_at : type_at + 4] = (200).to_bytes(4, "little")
     (tmp_path / "type.gguf").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="'token_embd.weight' has ggml type id 200"):
         read_gguf(tmp_path / "type.gguf")
@@ -287,9 +322,12 @@ def test_unsupported_quantization_type(f32_file, tmp_path):
     data = path.read_bytes()
     name = b"blk.0.ffn_down.weight"
     type_at = data.index(name) + len(name) + 4 + 8 * 2  # after n_dims and two dims
-    (tmp_path / "q2k.gguf").write_bytes(data[:type_at] + int(Q.Q2_K).to_bytes(4, "little") + data[type_at + 4:])
-    with pytest.raises(ValueError, match=r"tensor 'blk.0.ffn_down.weight' has ggml type Q2_K, which cannot be "
-                                         r"dequantized; supported types: \['F32', 'F16', 'BF16', 'Q4_0'"):
+    (tmp_path / "q2k.gguf").write_bytes(data[:type_at] + int(Q.Q2_K).to_bytes(4, "little") + data[type_at + 4 :])
+    with pytest.raises(
+        ValueError,
+        match=r"tensor 'blk.0.ffn_down.weight' has ggml type Q2_K, which cannot be "
+        r"dequantized; supported types: \['F32', 'F16', 'BF16', 'Q4_0'",
+    ):
         read_gguf(tmp_path / "q2k.gguf")
 
 

@@ -64,9 +64,21 @@ def hf_gguf(smollm2_path):
 def test_config_has_the_model_card_facts(checkpoint):
     config = checkpoint.hf_config
     assert checkpoint.architecture == "llama"
-    facts = dict(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-                 intermediate_size=1536, rms_norm_eps=1e-5, vocab_size=49152, tie_word_embeddings=True,
-                 max_position_embeddings=8192, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    facts = dict(
+        num_hidden_layers=30,
+        hidden_size=576,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        rms_norm_eps=1e-5,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     assert {field: getattr(config, field) for field in facts} == facts
     assert config.rope_parameters == {"rope_type": "default", "rope_theta": 100000.0}
     shapes = checkpoint.state_dict.shapes()
@@ -82,7 +94,7 @@ def test_greedy_continuation_is_paris(checkpoint):
     prompt = tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         output = model.generate(prompt, max_new_tokens=3, do_sample=False)
-    assert tokenizer.decode(output[0, prompt.shape[1]:]).startswith(" Paris.")
+    assert tokenizer.decode(output[0, prompt.shape[1] :]).startswith(" Paris.")
 
 
 def test_unicode_numbers_split_as_the_original_tokenizer(checkpoint):
@@ -91,8 +103,12 @@ def test_unicode_numbers_split_as_the_original_tokenizer(checkpoint):
     vocab = checkpoint.tokenizer.backend_tokenizer.get_vocab()
     merges = [tuple(merge.split(" ")) for merge in checkpoint.metadata["tokenizer.ggml.merges"]]
     original = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    original.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    original.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     original.decoder = decoders.ByteLevel()
     for text in UNICODE_NUMBERS + TEXTS[:6]:
         ids = checkpoint.tokenizer(text)["input_ids"]
@@ -152,8 +168,14 @@ def test_reading_everything_peaks_below_twice_the_float32_weights(smollm2_path):
     """A fresh process reads the file, every weight and the tokenizer; its peak RSS (VmHWM) is measured."""
     root = str(Path(interp_transformer.__file__).parents[1])  # the project this test imports, in the child too
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    result = subprocess.run([sys.executable, "-c", MEASURE, str(smollm2_path)], capture_output=True, text=True,
-                            check=True, timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(smollm2_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env=env,
+    )
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["weight_bytes"] == 134_515_008 * 4
     assert measured["peak_bytes"] <= 2 * measured["weight_bytes"], measured

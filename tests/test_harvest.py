@@ -21,7 +21,15 @@ import torch
 from safetensors import safe_open
 from torch.utils.data import DataLoader
 
-from interp_transformer.harvest import ActivationShards, ActivationStream, Corpus, Manifest, ShardShuffleSampler, export_saelens, harvest
+from interp_transformer.harvest import (
+    ActivationShards,
+    ActivationStream,
+    Corpus,
+    Manifest,
+    ShardShuffleSampler,
+    export_saelens,
+    harvest,
+)
 from interp_transformer.harvest.cli import add_harvest_parser, main
 from interp_transformer.harvest.run import KILL_ENV
 from interp_transformer.loading import from_pretrained
@@ -45,18 +53,45 @@ TEXTS = [
     "Sparse autoencoders split an activation into many features, most of them off for any given token.",
 ]
 GPT2_HOOKS = ["blocks.0.hook_resid_post", "blocks.1.attn.hook_z", "blocks.0.attn.hook_pattern"]
-IDS_ARGS = ["--model", "induction-2l", "--bos-token-id", "0", "--context-length", "12", "--batch-size", "3",
-            "--shard-contexts", "6", "--hooks", "blocks.*.hook_resid_post", "blocks.1.attn.hook_z", "--no-progress"]  # fmt: skip
+IDS_ARGS = [
+    "--model",
+    "induction-2l",
+    "--bos-token-id",
+    "0",
+    "--context-length",
+    "12",
+    "--batch-size",
+    "3",
+    "--shard-contexts",
+    "6",
+    "--hooks",
+    "blocks.*.hook_resid_post",
+    "blocks.1.attn.hook_z",
+    "--no-progress",
+]
 
 
 def _env(**extra) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop(KILL_ENV, None)
     return {**env, **extra}
 
 
 def _torchrun(*argv, **env) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "interp_transformer.harvest", *map(str, argv)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "interp_transformer.harvest",
+        *map(str, argv),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=_env(**env))
 
 
@@ -92,7 +127,10 @@ def text_jsonl(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ids_jsonl(tmp_path_factory):
     generator = torch.Generator().manual_seed(0)
-    rows = [torch.randint(1, 64, (int(n),), generator=generator).tolist() for n in torch.randint(4, 40, (14,), generator=generator)]
+    rows = [
+        torch.randint(1, 64, (int(n),), generator=generator).tolist()
+        for n in torch.randint(4, 40, (14,), generator=generator)
+    ]
     path = tmp_path_factory.mktemp("corpus") / "ids.jsonl"
     path.write_text("".join(json.dumps({"text": row}) + "\n" for row in rows))
     return path
@@ -101,7 +139,9 @@ def ids_jsonl(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gpt2_harvest(gpt2_model, text_jsonl, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpt2-harvest") / "acts"
-    harvest(gpt2_model, text_jsonl, out, hooks=GPT2_HOOKS, context_length=16, batch_size=2, shard_contexts=3, progress=False)
+    harvest(
+        gpt2_model, text_jsonl, out, hooks=GPT2_HOOKS, context_length=16, batch_size=2, shard_contexts=3, progress=False
+    )
     return out
 
 
@@ -150,8 +190,12 @@ def test_corpus_readers_agree(gpt2_model, text_jsonl, tmp_path):
         as_files.append(tmp_path / f"doc{index}.txt")
         as_files[-1].write_text(text)
     datasets.Dataset.from_dict({"text": TEXTS}).save_to_disk(str(tmp_path / "saved"))
-    corpora = [Corpus.from_jsonl([text_jsonl]), Corpus.from_text_files(as_files), Corpus.from_disk(tmp_path / "saved"),
-               Corpus.from_hf_files("json", [text_jsonl])]  # fmt: skip
+    corpora = [
+        Corpus.from_jsonl([text_jsonl]),
+        Corpus.from_text_files(as_files),
+        Corpus.from_disk(tmp_path / "saved"),
+        Corpus.from_hf_files("json", [text_jsonl]),
+    ]
     assert [list(corpus) for corpus in corpora[1:]] == [list(corpora[0])] * 3
     assert list(corpora[0]) == TEXTS
 
@@ -161,8 +205,23 @@ def test_corpus_readers_agree(gpt2_model, text_jsonl, tmp_path):
 
 def test_torchrun_two_processes_write_the_same_shards_as_one(gpt2_harvest, gpt2_dir, text_jsonl, tmp_path):
     out = tmp_path / "two"
-    result = _torchrun("--model", gpt2_dir, "--corpus", text_jsonl, "--context-length", 16, "--batch-size", 2, "--shard-contexts", 3,
-                       "--hooks", *GPT2_HOOKS, "--out", out, "--no-progress")  # fmt: skip
+    result = _torchrun(
+        "--model",
+        gpt2_dir,
+        "--corpus",
+        text_jsonl,
+        "--context-length",
+        16,
+        "--batch-size",
+        2,
+        "--shard-contexts",
+        3,
+        "--hooks",
+        *GPT2_HOOKS,
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = Manifest.read(gpt2_harvest).verify(), Manifest.read(out).verify()
     assert two.world_size == 2 and one.world_size == 1
@@ -228,7 +287,8 @@ def test_changed_processing_or_hooks_are_refused_and_nothing_is_lost(gpt2_harves
     with pytest.raises(ValueError, match=r"batch_size: folder has 2, this run has 3"):
         harvest(gpt2_model, text_jsonl, gpt2_harvest, hooks=GPT2_HOOKS, **{**settings, "batch_size": 3})
     assert _folder_hashes(gpt2_harvest) == before
-    assert harvest(gpt2_model, text_jsonl, gpt2_harvest, hooks=GPT2_HOOKS, **settings).complete  # the same settings resume
+    # the same settings resume
+    assert harvest(gpt2_model, text_jsonl, gpt2_harvest, hooks=GPT2_HOOKS, **settings).complete
 
 
 # ---- reading back ---------------------------------------------------------------------------------
@@ -245,10 +305,15 @@ def test_sampler_and_stream_visit_every_context_once_in_a_seeded_order(gpt2_harv
     assert seen == [item["context_index"] for item in stream]
     loader = DataLoader(stream, batch_size=2, num_workers=2)
     assert sorted(torch.cat([batch["context_index"] for batch in loader]).tolist()) == list(range(n))
-    tokens = list(ActivationStream(gpt2_harvest, hooks=["blocks.1.attn.hook_z"], unit="token", exclude_bos=True, seed=0))
+    tokens = list(
+        ActivationStream(gpt2_harvest, hooks=["blocks.1.attn.hook_z"], unit="token", exclude_bos=True, seed=0)
+    )
     assert len(tokens) == n * 15 and {t["position"] for t in tokens} == set(range(1, 16))
     some = tokens[7]
-    assert torch.equal(some["blocks.1.attn.hook_z"], dataset.__class__(gpt2_harvest)[some["context_index"]]["blocks.1.attn.hook_z"][some["position"]])
+    assert torch.equal(
+        some["blocks.1.attn.hook_z"],
+        dataset.__class__(gpt2_harvest)[some["context_index"]]["blocks.1.attn.hook_z"][some["position"]],
+    )
     with pytest.raises(ValueError, match="hook_pattern"):
         ActivationStream(gpt2_harvest, unit="token")
 
@@ -278,20 +343,35 @@ def _saelens_python():
     return candidate if Path(candidate).is_file() else None
 
 
-@pytest.mark.skipif(_saelens_python() is None, reason="no SAELens virtual environment (benchmarks/saelens_env.sh builds one)")
+@pytest.mark.skipif(
+    _saelens_python() is None, reason="no SAELens virtual environment (benchmarks/saelens_env.sh builds one)"
+)
 def test_saelens_activations_store_reads_the_export(gpt2_harvest, tmp_path):
     dest = export_saelens(gpt2_harvest, tmp_path / "sae", hooks=["blocks.1.attn.hook_z"], progress=False)
     n = Manifest.read(gpt2_harvest).n_contexts
     out = tmp_path / "saelens.safetensors"
-    worker = [_saelens_python(), str(REPO / "benchmarks" / "saelens_worker.py"), str(dest), "blocks.1.attn.hook_z", "16", "32", str(n), str(out)]
+    worker = [
+        _saelens_python(),
+        str(REPO / "benchmarks" / "saelens_worker.py"),
+        str(dest),
+        "blocks.1.attn.hook_z",
+        "16",
+        "32",
+        str(n),
+        str(out),
+    ]
     result = subprocess.run(worker, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     with safe_open(str(out), "pt") as handle:
         acts, token_ids = handle.get_tensor("acts"), handle.get_tensor("token_ids")
     ours = ActivationShards(gpt2_harvest)
     expected = torch.stack([ours[i]["blocks.1.attn.hook_z"] for i in range(n)])
-    assert torch.equal(acts, einops.rearrange(expected, "context pos head_index d_head -> (context pos) (head_index d_head)"))
-    expected_ids = einops.rearrange(torch.stack([ours[i]["token_ids"] for i in range(n)]), "context pos -> (context pos)")
+    assert torch.equal(
+        acts, einops.rearrange(expected, "context pos head_index d_head -> (context pos) (head_index d_head)")
+    )
+    expected_ids = einops.rearrange(
+        torch.stack([ours[i]["token_ids"] for i in range(n)]), "context pos -> (context pos)"
+    )
     assert token_ids.long().tolist() == expected_ids.tolist()
 
 
@@ -304,15 +384,33 @@ def test_memory_budget_picks_the_largest_batch_that_fits_or_says_the_minimum(ids
     per_context = 12 * 64 * 4 + 12 * 4 + 8  # stored: the activation, token ids, context index
     logits = 12 * model.cfg.d_vocab * 4  # the forward reaches the unembed: its logits are held per batch
     budget = model.estimate_cache_bytes(5, 12, hooks, torch.float32) + 5 * (logits + per_context)
-    manifest = harvest(model, ids_jsonl, tmp_path / "a", hooks=hooks, context_length=12, batch_size=None,
-                       memory_budget_bytes=budget, bos_token_id=0, progress=False)  # fmt: skip
+    manifest = harvest(
+        model,
+        ids_jsonl,
+        tmp_path / "a",
+        hooks=hooks,
+        context_length=12,
+        batch_size=None,
+        memory_budget_bytes=budget,
+        bos_token_id=0,
+        progress=False,
+    )
     assert manifest.layout["batch_size"] == 5
     log = json.loads((tmp_path / "a" / "runs.jsonl").read_text())
     assert log["estimated_held_bytes"] <= budget
     minimum = model.estimate_cache_bytes(1, 12, hooks, torch.float32) + logits + per_context
     with pytest.raises(ValueError, match=f"needs {minimum} bytes"):
-        harvest(model, ids_jsonl, tmp_path / "b", hooks=hooks, context_length=12, batch_size=4,
-                memory_budget_bytes=minimum + 10, bos_token_id=0, progress=False)  # fmt: skip
+        harvest(
+            model,
+            ids_jsonl,
+            tmp_path / "b",
+            hooks=hooks,
+            context_length=12,
+            batch_size=4,
+            memory_budget_bytes=minimum + 10,
+            bos_token_id=0,
+            progress=False,
+        )
 
 
 # ---- bad input ------------------------------------------------------------------------------------
@@ -350,16 +448,59 @@ def test_bad_input_is_refused_before_anything_is_written(gpt2_harvest, gpt2_mode
 
 def test_model_without_tokenizer_needs_ids_and_a_bos(ids_jsonl, text_jsonl, tmp_path):
     with pytest.raises(ValueError, match="no tokenizer"):
-        harvest("induction-2l", text_jsonl, tmp_path / "a", hooks="blocks.0.hook_resid_post", context_length=8, batch_size=2, bos_token_id=0, progress=False)
+        harvest(
+            "induction-2l",
+            text_jsonl,
+            tmp_path / "a",
+            hooks="blocks.0.hook_resid_post",
+            context_length=8,
+            batch_size=2,
+            bos_token_id=0,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="bos_token_id"):
-        harvest("induction-2l", ids_jsonl, tmp_path / "b", hooks="blocks.0.hook_resid_post", context_length=8, batch_size=2, progress=False)
+        harvest(
+            "induction-2l",
+            ids_jsonl,
+            tmp_path / "b",
+            hooks="blocks.0.hook_resid_post",
+            context_length=8,
+            batch_size=2,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="outside"):
-        harvest("induction-2l", [[1, 2, 99]], tmp_path / "c", hooks="blocks.0.hook_resid_post", context_length=2, batch_size=2, bos_token_id=0, progress=False)
+        harvest(
+            "induction-2l",
+            [[1, 2, 99]],
+            tmp_path / "c",
+            hooks="blocks.0.hook_resid_post",
+            context_length=2,
+            batch_size=2,
+            bos_token_id=0,
+            progress=False,
+        )
 
 
 def test_cli_reports_bad_input_in_one_line(ids_jsonl, tmp_path, capsys):
-    code = main(["--model", "induction-2l", "--corpus", str(ids_jsonl), "--bos-token-id", "0", "--context-length", "8",
-                 "--batch-size", "2", "--hooks", "blocks.0.hook_resid_pre2", "--out", str(tmp_path / "x"), "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "--model",
+            "induction-2l",
+            "--corpus",
+            str(ids_jsonl),
+            "--bos-token-id",
+            "0",
+            "--context-length",
+            "8",
+            "--batch-size",
+            "2",
+            "--hooks",
+            "blocks.0.hook_resid_pre2",
+            "--out",
+            str(tmp_path / "x"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.count("\n") == 1 and "blocks.0.hook_resid_pre" in err
@@ -368,9 +509,28 @@ def test_cli_reports_bad_input_in_one_line(ids_jsonl, tmp_path, capsys):
 def test_cli_mounts_as_a_subcommand_and_applies_processing(ids_jsonl, tmp_path):
     parser = argparse.ArgumentParser(prog="interp-transformer")
     add_harvest_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["harvest", "--model", "induction-2l", "--corpus", str(ids_jsonl), "--bos-token-id", "0",
-                              "--context-length", "8", "--memory-budget", "1MiB", "--hooks", "*hook_attn_out",
-                              "--process", "fold_ln", "--out", str(tmp_path / "acts"), "--no-progress"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "harvest",
+            "--model",
+            "induction-2l",
+            "--corpus",
+            str(ids_jsonl),
+            "--bos-token-id",
+            "0",
+            "--context-length",
+            "8",
+            "--memory-budget",
+            "1MiB",
+            "--hooks",
+            "*hook_attn_out",
+            "--process",
+            "fold_ln",
+            "--out",
+            str(tmp_path / "acts"),
+            "--no-progress",
+        ]
+    )
     assert args.run(args) == 0
     manifest = Manifest.read(tmp_path / "acts").verify()
     assert manifest.fingerprint["processing"] == ["fold_ln"]

@@ -40,8 +40,13 @@ def laid_out(layout: str, n_heads: int) -> torch.Tensor:
     if layout == "side by side":
         return einops.rearrange(values, "h d e -> d h e").contiguous().permute(1, 0, 2)
     if layout == "fused qkv slice":  # GPT-2's c_attn [d_model, 3 * n_heads * d_head], its first third
-        fused = torch.cat([einops.rearrange(values, "h d e -> d (h e)"), torch.zeros(D_MODEL, 2 * n_heads * D_HEAD,
-                                                                                        dtype=torch.float64)], dim=1)
+        fused = torch.cat(
+            [
+                einops.rearrange(values, "h d e -> d (h e)"),
+                torch.zeros(D_MODEL, 2 * n_heads * D_HEAD, dtype=torch.float64),
+            ],
+            dim=1,
+        )
         return einops.rearrange(fused[:, : n_heads * D_HEAD], "d (h e) -> h d e", e=D_HEAD)
     if layout == "nn.Linear":  # [(h e), d] viewed per head: neither contiguous nor side by side
         return einops.rearrange(einops.rearrange(values, "h d e -> (h e) d").contiguous(), "(h e) d -> h d e", e=D_HEAD)
@@ -66,8 +71,10 @@ def test_every_layout_projects_like_one_head_at_a_time(layout, n_heads):
         torch.testing.assert_close(matrix, einops.rearrange(W, "h d e -> d (h e)"), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("threads, n_heads, side_by_side", [
-    (1, 9, False), (1, 12, False), (2, 9, True), (2, 3, True), (2, 12, False), (3, 9, False), (4, 6, True)])
+@pytest.mark.parametrize(
+    "threads, n_heads, side_by_side",
+    [(1, 9, False), (1, 12, False), (2, 9, True), (2, 3, True), (2, 12, False), (3, 9, False), (4, 6, True)],
+)
 def test_heads_lie_side_by_side_when_they_do_not_divide_among_the_threads(threads, n_heads, side_by_side):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -110,7 +117,9 @@ def test_loaded_weights_take_the_layout_and_match_hugging_face(label, forced_lay
     for name in ("W_Q", "W_K", "W_V"):
         weight = attn.W_Q if name == "W_Q" else attn.stored(name)
         assert lies_as(weight, forced_layout), f"{name} {tuple(weight.stride())}"
-    report = verify_against_hf(model, hf_model, tokens=random_tokens(2, 7, seed=1), float64_recheck=False, atol=1e-4, rtol=0)
+    report = verify_against_hf(
+        model, hf_model, tokens=random_tokens(2, 7, seed=1), float64_recheck=False, atol=1e-4, rtol=0
+    )
     assert report.within_tolerance, str(report)
 
 

@@ -34,7 +34,9 @@ def current_snapshot() -> dict:
     for label, cfg in CONFIGS.items():
         shapes = DemoTransformer(cfg, seed=0).hook_shapes(BATCH, POS)
         snapshot[label] = {
-            "config": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")},
+            "config": {
+                k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+            },
             "hooks": [[name, list(shape)] for name, shape in shapes.items()],
         }
     return snapshot
@@ -48,7 +50,14 @@ def to_json(snapshot: dict) -> str:
         entry = snapshot[label]
         hooks = ",\n".join(f"   {json.dumps(row)}" for row in entry["hooks"])
         end = "," if i < len(labels) - 1 else ""
-        lines += [f' "{label}": {{', f'  "config": {json.dumps(entry["config"])},', '  "hooks": [', hooks, "  ]", f" }}{end}"]
+        lines += [
+            f' "{label}": {{',
+            f'  "config": {json.dumps(entry["config"])},',
+            '  "hooks": [',
+            hooks,
+            "  ]",
+            f" }}{end}",
+        ]
     return "\n".join(lines + ["}"]) + "\n"
 
 
@@ -75,7 +84,11 @@ def design_table(cfg: TransformerConfig, batch: int, pos: int) -> list[tuple[str
         rows += [(p + "attn.hook_attn_scores", square), (p + "attn.hook_pattern", square), (p + "attn.hook_z", heads)]
         rows += [(p + "hook_attn_out", bpd)]
         if cfg.d_mlp is not None:
-            rows += [(p + "hook_resid_mid", bpd), (p + "ln2.hook_scale", (batch, pos, 1)), (p + "ln2.hook_normalized", bpd)]
+            rows += [
+                (p + "hook_resid_mid", bpd),
+                (p + "ln2.hook_scale", (batch, pos, 1)),
+                (p + "ln2.hook_normalized", bpd),
+            ]
             rows += [(p + "mlp.hook_pre", (batch, pos, cfg.d_mlp)), (p + "mlp.hook_post", (batch, pos, cfg.d_mlp))]
             rows += [(p + "hook_mlp_out", bpd)]
         rows += [(p + "hook_resid_post", bpd)]
@@ -87,7 +100,9 @@ def design_table(cfg: TransformerConfig, batch: int, pos: int) -> list[tuple[str
 def test_snapshot_is_the_design_table(label):
     saved = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
     cfg = CONFIGS[label]
-    assert [(name, tuple(shape)) for name, shape in saved[label]["hooks"]] == design_table(cfg, saved["batch"], saved["pos"])
+    assert [(name, tuple(shape)) for name, shape in saved[label]["hooks"]] == design_table(
+        cfg, saved["batch"], saved["pos"]
+    )
 
 
 @pytest.mark.parametrize("label", sorted(CONFIGS))

@@ -95,7 +95,9 @@ def test_hooks_by_string_predicate_list_and_attribute(model, toks):
     model.run_with_hooks(toks, fwd_hooks=[(lambda name: name.endswith("hook_z"), record)])
     assert seen == ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
     seen.clear()
-    model.run_with_hooks(toks, fwd_hooks=[("hook_embed", record), ("blocks.1.mlp.hook_post", record), ("ln_final.hook_scale", record)])
+    model.run_with_hooks(
+        toks, fwd_hooks=[("hook_embed", record), ("blocks.1.mlp.hook_post", record), ("ln_final.hook_scale", record)]
+    )
     assert seen == ["hook_embed", "blocks.1.mlp.hook_post", "ln_final.hook_scale"]  # forward order
     seen.clear()
     model.run_with_hooks(toks, fwd_hooks=[(["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"], record)])
@@ -112,7 +114,9 @@ def test_hooks_by_string_predicate_list_and_attribute(model, toks):
 
 def test_hook_receives_its_hook_point(model, toks):
     received = {}
-    model.run_with_hooks(toks, fwd_hooks=[("blocks.0.ln2.hook_scale", lambda t, hook: received.update(hook=hook, shape=t.shape))])
+    model.run_with_hooks(
+        toks, fwd_hooks=[("blocks.0.ln2.hook_scale", lambda t, hook: received.update(hook=hook, shape=t.shape))]
+    )
     assert received["hook"] is model.blocks[0].ln2.hook_scale
     assert received["shape"] == (2, 10, 1)
 
@@ -182,7 +186,9 @@ def test_hooks_are_removed_when_the_forward_raises(model, toks):
 
 def test_a_bad_hook_list_adds_nothing(model, toks):
     with pytest.raises(KeyError):
-        with model.hooks([("blocks.0.hook_attn_out", lambda t, hook: None), ("blocks.0.hook_atn_out", lambda t, hook: None)]):
+        with model.hooks(
+            [("blocks.0.hook_attn_out", lambda t, hook: None), ("blocks.0.hook_atn_out", lambda t, hook: None)]
+        ):
             pass
     assert_no_hooks(model)
     with pytest.raises(TypeError, match="pairs"):
@@ -223,7 +229,9 @@ def _activation_and_grad(model, toks, name):
     return captured["act"].detach(), autograd_grad
 
 
-@pytest.mark.parametrize("name", ["blocks.0.attn.hook_pattern", "blocks.1.mlp.hook_post", "blocks.0.hook_resid_mid", "hook_embed"])
+@pytest.mark.parametrize(
+    "name", ["blocks.0.attn.hook_pattern", "blocks.1.mlp.hook_post", "blocks.0.hook_resid_mid", "hook_embed"]
+)
 def test_backward_hook_sees_the_gradient(model, toks, name):
     _, expected = _activation_and_grad(model, toks, name)
     seen = []
@@ -277,7 +285,11 @@ def test_backward_hook_replacing_the_gradient_changes_upstream_grads(model, toks
 
 
 def test_no_hook_left_after_runs(model, toks):
-    model.run_with_hooks(toks, fwd_hooks=[(lambda name: True, lambda t, hook: None)], bwd_hooks=[(lambda name: True, lambda g, hook: None)])
+    model.run_with_hooks(
+        toks,
+        fwd_hooks=[(lambda name: True, lambda t, hook: None)],
+        bwd_hooks=[(lambda name: True, lambda g, hook: None)],
+    )
     model.run_with_cache(toks)
     model.run_with_cache(toks, incl_bwd=True)
     model.hook_shapes(1, 3)

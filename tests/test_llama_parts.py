@@ -90,7 +90,12 @@ def test_rms_norm_algebra():
 def test_half_split_rotary_is_hugging_face_llamas():
     from transformers.models.llama import modeling_llama
 
-    config = HFLlamaConfig(hidden_size=64, num_attention_heads=2, head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    config = HFLlamaConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        head_dim=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+    )
     embedding = modeling_llama.LlamaRotaryEmbedding(config)
     q, k = randn(2, 7, 3, 32, seed=1), randn(2, 7, 3, 32, seed=2)
     positions = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [0, 0, 0, 1, 2, 3, 4]])
@@ -122,16 +127,32 @@ def test_interleaved_partial_rotary_is_gpt_js():
     sin, cos = torch.split(sincos, rotary_dim // 2, dim=-1)
     rotated = modeling_gptj.apply_rotary_pos_emb(q[..., :rotary_dim], sin.double(), cos.double())
     theirs = torch.cat([rotated, q[..., rotary_dim:]], dim=-1)
-    torch.testing.assert_close(Rotary(24, rotary_dim=rotary_dim, interleaved=True)(q, positions), theirs, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        Rotary(24, rotary_dim=rotary_dim, interleaved=True)(q, positions), theirs, atol=1e-6, rtol=0
+    )
 
 
-@pytest.mark.parametrize("parameters, scaling", [
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-     RopeScaling("llama3", 8.0, 1.0, 4.0, 64)),
-    ({"rope_type": "linear", "factor": 4.0}, RopeScaling("linear", 4.0)),
-], ids=["llama3", "linear"])
+@pytest.mark.parametrize(
+    "parameters, scaling",
+    [
+        (
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            RopeScaling("llama3", 8.0, 1.0, 4.0, 64),
+        ),
+        ({"rope_type": "linear", "factor": 4.0}, RopeScaling("linear", 4.0)),
+    ],
+    ids=["llama3", "linear"],
+)
 def test_scaled_frequencies_are_hugging_faces(parameters, scaling):
-    config = HFLlamaConfig(hidden_size=128, num_attention_heads=2, rope_parameters={**parameters, "rope_theta": 500000.0})
+    config = HFLlamaConfig(
+        hidden_size=128, num_attention_heads=2, rope_parameters={**parameters, "rope_theta": 500000.0}
+    )
     compute = _compute_llama3_parameters if scaling.kind == "llama3" else _compute_linear_scaling_rope_parameters
     theirs, attention_factor = compute(config)
     assert attention_factor == 1.0
@@ -179,14 +200,20 @@ def grouped_attention(n_kv: int, masks, dtype: torch.dtype, seed: int = 0, q_nor
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in attn.parameters():
-            param.copy_(0.5 * torch.randn(param.shape, generator=generator, dtype=dtype) + (1.0 if param.ndim == 1 and q_norm else 0.0))
+            param.copy_(
+                0.5 * torch.randn(param.shape, generator=generator, dtype=dtype)
+                + (1.0 if param.ndim == 1 and q_norm else 0.0)
+            )
     return attn
 
 
 LAYOUTS = {
     "causal": ((CausalMask(), PaddingMask()), lambda: TokenLayout.contiguous(2, 7)),
     "sliding-window": ((SlidingWindowMask(3), PaddingMask()), lambda: TokenLayout.contiguous(2, 7)),
-    "left-padded": ((CausalMask(), PaddingMask()), lambda: TokenLayout.from_attention_mask(torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7]))),
+    "left-padded": (
+        (CausalMask(), PaddingMask()),
+        lambda: TokenLayout.from_attention_mask(torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7])),
+    ),
 }
 
 
@@ -213,7 +240,9 @@ def test_grouped_attention_equals_the_same_heads_written_out():
             getattr(plain, name).copy_(getattr(grouped, name))  # W_K etc. per query head
     x = randn(2, 7, 20, seed=10)
     torch.testing.assert_close(grouped(x), plain(x), atol=1e-12, rtol=0)
-    assert torch.equal(grouped.W_K[2], grouped.stored("W_K")[0]) and torch.equal(grouped.W_K[3], grouped.stored("W_K")[1])
+    assert torch.equal(grouped.W_K[2], grouped.stored("W_K")[0]) and torch.equal(
+        grouped.W_K[3], grouped.stored("W_K")[1]
+    )
 
 
 def test_keys_enter_the_cache_rotated_at_their_positions():
@@ -221,7 +250,9 @@ def test_keys_enter_the_cache_rotated_at_their_positions():
     x = randn(1, 6, 20, seed=11)
     whole = attn(x)
     cache = LayerKVCache()
-    steps = torch.cat([attn(x[:, :2], kv_cache=cache)] + [attn(x[:, p:p + 1], kv_cache=cache) for p in range(2, 6)], dim=1)
+    steps = torch.cat(
+        [attn(x[:, :2], kv_cache=cache)] + [attn(x[:, p : p + 1], kv_cache=cache) for p in range(2, 6)], dim=1
+    )
     torch.testing.assert_close(steps, whole, atol=1e-12, rtol=0)
     assert cache.keys.shape == (1, 6, 3, 8)
 
@@ -246,8 +277,10 @@ def test_gated_mlp_is_the_swiglu_formula():
         for seed, param in enumerate(mlp.parameters()):
             param.copy_(randn(*param.shape, seed=seed))
     x, seen = randn(2, 3, 12, seed=20), {}
-    handles = [getattr(mlp, name).register_forward_hook(lambda m, a, out, name=name: seen.__setitem__(name, out))
-               for name in ("hook_pre", "hook_pre_linear", "hook_post")]
+    handles = [
+        getattr(mlp, name).register_forward_hook(lambda m, a, out, name=name: seen.__setitem__(name, out))
+        for name in ("hook_pre", "hook_pre_linear", "hook_post")
+    ]
     out = mlp(x)
     for handle in handles:
         handle.remove()
@@ -280,15 +313,24 @@ def _toy_build(cfg):
 
 
 def test_fold_ln_refuses_a_norm_bias_with_nowhere_to_go():
-    toy = register(Architecture("toy-layer-norm-gated", LayerNormGatedConfig, _toy_build,
-                                lambda cfg: Capabilities(True, "pre", "ln_final", "unembed", True), HOOK_NAMES))
+    toy = register(
+        Architecture(
+            "toy-layer-norm-gated",
+            LayerNormGatedConfig,
+            _toy_build,
+            lambda cfg: Capabilities(True, "pre", "ln_final", "unembed", True),
+            HOOK_NAMES,
+        )
+    )
     try:
         model = DemoTransformer(LayerNormGatedConfig(), seed=0, dtype=torch.float64)
         tokens = torch.tensor([[1, 2, 3, 4]])
         with torch.no_grad():
             model.blocks[0].ln2.b.fill_(0.3)
         weights = {name: p.clone() for name, p in model.state_dict().items()}
-        with pytest.raises(ValueError, match="GatedMLP has weights without a bias .* reading a LayerNorm whose bias is not zero"):
+        with pytest.raises(
+            ValueError, match="GatedMLP has weights without a bias .* reading a LayerNorm whose bias is not zero"
+        ):
             processing.fold_ln(model)
         assert model.processing == [] and all(torch.equal(p, weights[name]) for name, p in model.state_dict().items())
         with torch.no_grad():
@@ -301,17 +343,20 @@ def test_fold_ln_refuses_a_norm_bias_with_nowhere_to_go():
 
 
 # --- configs: ours refused with reasons, Hugging Face's variants we do not compute refused by name --------
-@pytest.mark.parametrize("changes, message", [
-    (dict(n_heads=6, n_key_value_heads=4), "n_heads=6 must be a multiple of n_key_value_heads=4"),
-    (dict(d_head=7), "d_head=7 must be even: rotary positions rotate pairs"),
-    (dict(n_key_value_heads=0), "n_key_value_heads must be a positive int, got 0"),
-    (dict(sliding_window=0), "sliding_window must be a positive int, got 0"),
-    (dict(attn_biases=("q", "x")), r"attn_biases must be a tuple of distinct names from \('q', 'k', 'v', 'o'\)"),
-    (dict(act_fn="swish"), "act_fn must be one of"),
-    (dict(rotary_base=1.0), "rotary_base must be a finite number > 1, got 1.0"),
-    (dict(init_range=float("nan")), "init_range must be a finite number > 0, got nan"),
-    (dict(rms_norm_eps=0.0), "rms_norm_eps must be a finite number > 0, got 0.0"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_heads=6, n_key_value_heads=4), "n_heads=6 must be a multiple of n_key_value_heads=4"),
+        (dict(d_head=7), "d_head=7 must be even: rotary positions rotate pairs"),
+        (dict(n_key_value_heads=0), "n_key_value_heads must be a positive int, got 0"),
+        (dict(sliding_window=0), "sliding_window must be a positive int, got 0"),
+        (dict(attn_biases=("q", "x")), r"attn_biases must be a tuple of distinct names from \('q', 'k', 'v', 'o'\)"),
+        (dict(act_fn="swish"), "act_fn must be one of"),
+        (dict(rotary_base=1.0), "rotary_base must be a finite number > 1, got 1.0"),
+        (dict(init_range=float("nan")), "init_range must be a finite number > 0, got nan"),
+        (dict(rms_norm_eps=0.0), "rms_norm_eps must be a finite number > 0, got 0.0"),
+    ],
+)
 def test_bad_configs_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         LlamaConfig(**changes)
@@ -319,21 +364,39 @@ def test_bad_configs_are_refused(changes, message):
         LlamaConfig(rope_scaling={"rope_type": "llama3"})
 
 
-HF_SHAPE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=20)
+HF_SHAPE = dict(
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=20,
+)
 
 
-@pytest.mark.parametrize("hf_config, message", [
-    (HFLlamaConfig(**HF_SHAPE, mlp_bias=True), "llama config has mlp_bias=True"),
-    (HFLlamaConfig(**HF_SHAPE, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
-     r"llama config has rope_type='dynamic'; supported: \['default', 'linear', 'llama3'\]"),
-    (HFLlamaConfig(**HF_SHAPE, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
-     "partial_rotary_factor=0.5"),
-    (HFLlamaConfig(**HF_SHAPE, hidden_act="gelu_fast"), "llama hidden_act='gelu_fast' is not supported"),
-    (Qwen2Config(**HF_SHAPE, use_sliding_window=True, sliding_window=4, max_window_layers=1),
-     "qwen2 config mixes full_attention and sliding_attention layers"),
-    (GPTNeoXConfig(), "config_from_hf reads the model types"),
-    (HFLlamaConfig(**{**HF_SHAPE, "vocab_size": 0}), "llama config field vocab_size must be a positive int, got 0"),
-])
+@pytest.mark.parametrize(
+    "hf_config, message",
+    [
+        (HFLlamaConfig(**HF_SHAPE, mlp_bias=True), "llama config has mlp_bias=True"),
+        (
+            HFLlamaConfig(**HF_SHAPE, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+            r"llama config has rope_type='dynamic'; supported: \['default', 'linear', 'llama3'\]",
+        ),
+        (
+            HFLlamaConfig(
+                **HF_SHAPE, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+            ),
+            "partial_rotary_factor=0.5",
+        ),
+        (HFLlamaConfig(**HF_SHAPE, hidden_act="gelu_fast"), "llama hidden_act='gelu_fast' is not supported"),
+        (
+            Qwen2Config(**HF_SHAPE, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+            "qwen2 config mixes full_attention and sliding_attention layers",
+        ),
+        (GPTNeoXConfig(), "config_from_hf reads the model types"),
+        (HFLlamaConfig(**{**HF_SHAPE, "vocab_size": 0}), "llama config field vocab_size must be a positive int, got 0"),
+    ],
+)
 def test_hugging_face_variants_we_do_not_compute_are_refused(hf_config, message):
     with pytest.raises(ValueError, match=message):
         config_from_hf(hf_config)
@@ -354,7 +417,9 @@ def test_checkpoints_that_do_not_fit_are_refused_before_reading():
     untied = {name: t for name, t in state_dict.items() if name != "lm_head.weight"}
     with pytest.raises(CheckpointError, match="missing 1 tensor\\(s\\): lm_head.weight"):
         convert_state_dict(untied, cfg)  # untied: the read-out must be there
-    without_biases = {name: t for name, t in state_dict.items() if not name.endswith(("k_proj.bias", "v_proj.bias", "o_proj.bias"))}
+    without_biases = {
+        name: t for name, t in state_dict.items() if not name.endswith(("k_proj.bias", "v_proj.bias", "o_proj.bias"))
+    }
     with pytest.raises(CheckpointError, match="missing 6 tensor\\(s\\): .*layers.0.self_attn.k_proj.bias"):
         convert_state_dict(without_biases, cfg)  # its config says every projection has a bias
     with pytest.raises(CheckpointError, match="mis-shaped 1 tensor\\(s\\): layers.1.self_attn.q_norm.weight"):

@@ -17,9 +17,20 @@ from interp_transformer.verify import verify_against_hf
 from .gpt2_helpers import one_thread, random_tokens, tiny_gpt2  # noqa: F401 (autouse fixture)
 
 PER_BLOCK_HOOKS = [
-    "hook_resid_pre", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
-    "attn.hook_z", "hook_attn_out", "hook_resid_mid", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post",
-    "hook_mlp_out", "hook_resid_post",
+    "hook_resid_pre",
+    "ln1.hook_normalized",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
+    "attn.hook_pattern",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "ln2.hook_normalized",
+    "mlp.hook_pre",
+    "mlp.hook_post",
+    "hook_mlp_out",
+    "hook_resid_post",
 ]
 
 
@@ -51,8 +62,14 @@ def test_random_gpt2_configs_match_hugging_face_at_every_hook(
 ):
     n_embd = n_head * d_head
     hf_model = tiny_gpt2(
-        seed, n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_inner=None if mlp_ratio is None else mlp_ratio * n_embd,
-        vocab_size=vocab_size, n_positions=n_positions, layer_norm_epsilon=layer_norm_epsilon,
+        seed,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        n_inner=None if mlp_ratio is None else mlp_ratio * n_embd,
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        layer_norm_epsilon=layer_norm_epsilon,
         activation_function=activation_function,
     )
     tokens = random_tokens(vocab_size, 2, min(n_positions, 12), seed)
@@ -60,9 +77,11 @@ def test_random_gpt2_configs_match_hugging_face_at_every_hook(
     model = from_pretrained(hf_model)
     assert model.cfg.d_mlp == (4 if mlp_ratio is None else mlp_ratio) * n_embd
     report = verify_against_hf(model, hf_model, tokens, float64_recheck=False)
-    expected_rows = ["hook_embed", "hook_pos_embed"] + [
-        f"blocks.{layer}.{hook}" for layer in range(n_layer) for hook in PER_BLOCK_HOOKS
-    ] + ["ln_final.hook_normalized", "logits"]
+    expected_rows = (
+        ["hook_embed", "hook_pos_embed"]
+        + [f"blocks.{layer}.{hook}" for layer in range(n_layer) for hook in PER_BLOCK_HOOKS]
+        + ["ln_final.hook_normalized", "logits"]
+    )
     assert [row.hook for row in report.rows] == expected_rows
     assert report.ok, str(report)
     assert report.logits_max_diff < 1e-4
@@ -175,7 +194,9 @@ def test_conversion_is_pure_reads_each_tensor_once_and_shares_no_memory(hf_tiny)
     # the converter's own math, checked against a direct reading of HF's fused c_attn
     c_attn = hf_state["transformer.h.1.attn.c_attn.weight"]
     head, d_head, d_model = 2, 8, 32
-    assert torch.equal(ours["blocks.1.attn.W_K"][head], c_attn[:, d_model + head * d_head : d_model + (head + 1) * d_head])
+    assert torch.equal(
+        ours["blocks.1.attn.W_K"][head], c_attn[:, d_model + head * d_head : d_model + (head + 1) * d_head]
+    )
 
 
 def _save_safetensors(directory, hf_model, state):
@@ -200,7 +221,9 @@ def test_missing_unexpected_and_mis_shaped_tensors_are_all_listed(hf_tiny, tmp_p
 
 def test_old_checkpoint_layout_without_prefix_and_with_mask_buffers_loads(hf_tiny, tmp_path):
     # The hub's original "gpt2" files: no "transformer." prefix, no lm_head, causal-mask buffers per layer.
-    state = {name.removeprefix("transformer."): t for name, t in hf_tiny.state_dict().items() if name != "lm_head.weight"}
+    state = {
+        name.removeprefix("transformer."): t for name, t in hf_tiny.state_dict().items() if name != "lm_head.weight"
+    }
     for layer in range(2):
         state[f"h.{layer}.attn.bias"] = torch.ones(1, 1, 24, 24)
     _save_safetensors(tmp_path, hf_tiny, state)
@@ -266,8 +289,16 @@ def test_directory_without_weights_or_config(hf_tiny, tmp_path):
 
 
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
-    gpt_neo = GPTNeoForCausalLM(GPTNeoConfig(num_layers=1, attention_types=[[["global"], 1]], hidden_size=16, num_heads=2,
-                                             vocab_size=30, max_position_embeddings=16))
+    gpt_neo = GPTNeoForCausalLM(
+        GPTNeoConfig(
+            num_layers=1,
+            attention_types=[[["global"], 1]],
+            hidden_size=16,
+            num_heads=2,
+            vocab_size=30,
+            max_position_embeddings=16,
+        )
+    )
     with pytest.raises(ValueError, match=r"'gpt_neo' is not supported.*\['bart', 'bert', 'bloom', 'gemma'"):
         from_pretrained(gpt_neo)
     gpt_neo.save_pretrained(tmp_path)

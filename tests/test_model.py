@@ -61,7 +61,9 @@ def test_every_hook_matches_its_definition(cfg, seed, batch):
 
 @pytest.mark.parametrize("attn_only", [False, True])
 def test_every_hook_matches_its_definition_float32(attn_only):
-    cfg = TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=None if attn_only else 256, d_vocab=97, n_ctx=32)
+    cfg = TransformerConfig(
+        d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=None if attn_only else 256, d_vocab=97, n_ctx=32
+    )
     model = randomize(DemoTransformer(cfg, seed=0), seed=2).eval()
     check_every_hook(model, random_tokens(cfg, 2, 32, seed=3), atol=1e-5)
 
@@ -75,10 +77,16 @@ def test_residual_stream_identities(cfg, seed, dtype):
     close = dict(rtol=0, atol=1e-5)
     for layer in range(cfg.n_layers):
         if cfg.attn_only:
-            torch.testing.assert_close(cache["resid_post", layer], cache["resid_pre", layer] + cache["attn_out", layer], **close)
+            torch.testing.assert_close(
+                cache["resid_post", layer], cache["resid_pre", layer] + cache["attn_out", layer], **close
+            )
         else:
-            torch.testing.assert_close(cache["resid_mid", layer], cache["resid_pre", layer] + cache["attn_out", layer], **close)
-            torch.testing.assert_close(cache["resid_post", layer], cache["resid_mid", layer] + cache["mlp_out", layer], **close)
+            torch.testing.assert_close(
+                cache["resid_mid", layer], cache["resid_pre", layer] + cache["attn_out", layer], **close
+            )
+            torch.testing.assert_close(
+                cache["resid_post", layer], cache["resid_mid", layer] + cache["mlp_out", layer], **close
+            )
         if layer + 1 < cfg.n_layers:
             torch.testing.assert_close(cache["resid_pre", layer + 1], cache["resid_post", layer], rtol=0, atol=0)
         # per-head results of this layer plus b_O rebuild attn_out
@@ -100,7 +108,9 @@ def test_logits_are_unembedded_final_layer_norm_float32(small_cfg, small_model, 
     model = randomize(copy.deepcopy(small_model), seed=7)
     logits, cache = model.run_with_cache(tokens)
     resid_final = cache["resid_post", -1]
-    by_hand = F.layer_norm(resid_final, (small_cfg.d_model,), model.ln_final.w, model.ln_final.b, small_cfg.layer_norm_eps)
+    by_hand = F.layer_norm(
+        resid_final, (small_cfg.d_model,), model.ln_final.w, model.ln_final.b, small_cfg.layer_norm_eps
+    )
     torch.testing.assert_close(logits, by_hand @ model.W_U + model.b_U, rtol=0, atol=1e-5)
 
 
@@ -178,7 +188,9 @@ def test_stop_at_layer_returns_the_residual(small_model, tokens):
     n_layers = small_model.cfg.n_layers
     for layer in range(n_layers):
         torch.testing.assert_close(small_model(tokens, stop_at_layer=layer), cache["resid_pre", layer], rtol=0, atol=0)
-        torch.testing.assert_close(small_model(tokens, stop_at_layer=layer - n_layers), cache["resid_pre", layer], rtol=0, atol=0)
+        torch.testing.assert_close(
+            small_model(tokens, stop_at_layer=layer - n_layers), cache["resid_pre", layer], rtol=0, atol=0
+        )
     # stop_at_layer=n_layers is the final residual stream, before the final norm (not the logits)
     _, final = small_model.run_with_cache(tokens, names_filter=f"blocks.{n_layers - 1}.hook_resid_post")
     torch.testing.assert_close(small_model(tokens, stop_at_layer=n_layers), final["resid_post", -1], rtol=0, atol=0)
@@ -191,7 +203,9 @@ def test_stop_at_layer_returns_the_residual(small_model, tokens):
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("attn_only", [False, True])
 def test_kv_cache_chunks_equal_one_full_run(fused, attn_only):
-    cfg = TransformerConfig(d_model=32, n_layers=3, n_heads=4, d_head=8, d_mlp=None if attn_only else 48, d_vocab=41, n_ctx=16)
+    cfg = TransformerConfig(
+        d_model=32, n_layers=3, n_heads=4, d_head=8, d_mlp=None if attn_only else 48, d_vocab=41, n_ctx=16
+    )
     model = randomize(DemoTransformer(cfg, dtype=torch.float64, seed=0), seed=11, scale=1.0).eval()
     for block in model.blocks:
         block.attn.use_fused_attention = fused

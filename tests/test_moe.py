@@ -70,7 +70,8 @@ def test_every_hook_matches_hugging_face(family, family64, dtype, padded):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_routing_hooks_equal_hugging_face_router_logits(family, family64, dtype):
-    """``hook_router_logits`` is Hugging Face's ``router_logits`` output; the chosen experts are its top-k of their softmax."""
+    """``hook_router_logits`` is Hugging Face's ``router_logits`` output; the chosen experts are its top-k of their
+    softmax."""
     _, hf_model, model = family if dtype == torch.float32 else family64
     # float64: Hugging Face's own code, with the steps it casts to float32 kept in float64 (reference_hooks)
     patches = moe_float64_patches(hf_model) if dtype == torch.float64 else None
@@ -96,8 +97,10 @@ def test_zero_ablating_an_expert_through_its_hook_is_removing_its_weights(family
     layer = moe_layers(model64)[-1]
     _, cache = model64.run_with_cache(TOKENS)
     expert = int(cache["expert_indices", layer][0, -1, 0])  # chosen by at least one token
-    ablated = model64.run_with_hooks(TOKENS, fwd_hooks=[(f"blocks.{layer}.mlp.experts.{expert}.hook_post",
-                                                         lambda post, hook: torch.zeros_like(post))])
+    ablated = model64.run_with_hooks(
+        TOKENS,
+        fwd_hooks=[(f"blocks.{layer}.mlp.experts.{expert}.hook_post", lambda post, hook: torch.zeros_like(post))],
+    )
     removed = float64_copy(hf64)
     with torch.no_grad():
         removed.model.layers[layer].mlp.experts.down_proj[expert].zero_()
@@ -165,8 +168,11 @@ def test_stacked_weights_are_refused_with_the_per_expert_ones_named(family):
     mixture = model.blocks[moe_layers(model)[0]].mlp
     cfg = model.cfg
     for name in ("W_in", "W_out", "b_in", "b_out"):
-        with pytest.raises(AttributeError, match=rf"{name}: this layer's MLP is a mixture of {cfg.n_experts} experts.*"
-                                                 rf"experts\[E\]\.{name}.*stacked\('{name}'\)"):
+        with pytest.raises(
+            AttributeError,
+            match=rf"{name}: this layer's MLP is a mixture of {cfg.n_experts} experts.*"
+            rf"experts\[E\]\.{name}.*stacked\('{name}'\)",
+        ):
             getattr(model, name)
     assert mixture.stacked("W_in").shape == (cfg.n_experts, cfg.d_model, cfg.d_mlp)
     assert torch.equal(mixture.stacked("W_out")[1], mixture.experts[1].W_out)
@@ -189,13 +195,17 @@ def test_processing_leaves_the_output_unchanged(family64):
 
 
 # --- presets and bad input ----------------------------------------------------------------------
-@pytest.mark.parametrize("name, count", [("Mixtral-8x7B", 46_702_792_704), ("Qwen1.5-MoE-A2.7B", 14_315_784_192),
-                                         ("Qwen3-30B-A3B", 30_532_122_624)])
+@pytest.mark.parametrize(
+    "name, count",
+    [("Mixtral-8x7B", 46_702_792_704), ("Qwen1.5-MoE-A2.7B", 14_315_784_192), ("Qwen3-30B-A3B", 30_532_122_624)],
+)
 def test_presets_have_the_published_parameter_counts(name, count):
     assert preset(name).n_params(hugging_face=True) == count
 
 
-@pytest.mark.parametrize("config_class", [transformers.MixtralConfig, transformers.Qwen2MoeConfig, transformers.Qwen3MoeConfig])
+@pytest.mark.parametrize(
+    "config_class", [transformers.MixtralConfig, transformers.Qwen2MoeConfig, transformers.Qwen3MoeConfig]
+)
 def test_parameter_counts_of_full_size_hugging_face_configs(config_class):
     hf_config = config_class()
     with torch.device("meta"):
@@ -204,8 +214,15 @@ def test_parameter_counts_of_full_size_hugging_face_configs(config_class):
 
 
 def test_mixed_window_layers_are_refused():
-    hf_config = transformers.Qwen2MoeConfig(hidden_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-                                            use_sliding_window=True, sliding_window=4, max_window_layers=2)
+    hf_config = transformers.Qwen2MoeConfig(
+        hidden_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=2,
+    )
     with pytest.raises(ValueError, match="mixes full_attention and sliding_attention layers"):
         config_from_hf(hf_config)
 

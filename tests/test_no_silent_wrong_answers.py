@@ -37,7 +37,9 @@ CFG = TransformerConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=64, d
 
 @pytest.fixture(scope="module")
 def model():
-    return randomize(DemoTransformer(CFG, tokenizer=offline_gpt2_tokenizer(), seed=0, dtype=torch.float64), seed=1).eval()
+    return randomize(
+        DemoTransformer(CFG, tokenizer=offline_gpt2_tokenizer(), seed=0, dtype=torch.float64), seed=1
+    ).eval()
 
 
 @pytest.fixture
@@ -106,10 +108,14 @@ def test_verify_accepts_a_padded_decoder_batch():
 # --- 5-6: threads and interrupts -----------------------------------------------------------------
 def test_two_threads_hook_and_cache_one_model_without_seeing_each_other(model):
     tokens = [torch.tensor([[1, 2, 3, 4]]), torch.tensor([[9, 8, 7, 6]])]
-    expected_cache = [model.run_with_cache(t, names_filter="blocks.1.attn.hook_pattern")[1]["pattern", 1] for t in tokens]
+    expected_cache = [
+        model.run_with_cache(t, names_filter="blocks.1.attn.hook_pattern")[1]["pattern", 1] for t in tokens
+    ]
     scale = [2.0, 3.0]
-    expected_hooked = [model.run_with_hooks(t, fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook, s=s: x * s)])
-                       for t, s in zip(tokens, scale)]
+    expected_hooked = [
+        model.run_with_hooks(t, fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook, s=s: x * s)])
+        for t, s in zip(tokens, scale)
+    ]
     failures, start = [], threading.Barrier(2)
 
     def work(index):
@@ -118,8 +124,9 @@ def test_two_threads_hook_and_cache_one_model_without_seeing_each_other(model):
             _, cache = model.run_with_cache(tokens[index], names_filter="blocks.1.attn.hook_pattern")
             if not torch.equal(cache["pattern", 1], expected_cache[index]):
                 failures.append(("cache", index))
-            hooked = model.run_with_hooks(tokens[index], fwd_hooks=[
-                ("blocks.0.hook_attn_out", lambda x, hook, s=scale[index]: x * s)])
+            hooked = model.run_with_hooks(
+                tokens[index], fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook, s=scale[index]: x * s)]
+            )
             if not torch.equal(hooked, expected_hooked[index]):
                 failures.append(("hooks", index))
 
@@ -133,7 +140,9 @@ def test_two_threads_hook_and_cache_one_model_without_seeing_each_other(model):
 
 
 def test_an_interrupt_while_hooks_are_added_leaves_none():
-    model = DemoTransformer(TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_head=8, d_mlp=32, d_vocab=20, n_ctx=8), seed=0)
+    model = DemoTransformer(
+        TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_head=8, d_mlp=32, d_vocab=20, n_ctx=8), seed=0
+    )
     seen = []
 
     def interrupting_filter(name):  # a names filter is user code: it may be interrupted half-way
@@ -171,6 +180,7 @@ def test_a_config_claiming_a_million_layers_is_refused_before_enumerating_them(g
 
 def test_a_hook_returning_another_dtype_names_the_hook(model):
     with pytest.raises(ValueError, match="hook 'to_float' on blocks.0.attn.hook_pattern returned a torch.float32"):
+
         def to_float(x, hook):
             return x.float()
 
@@ -178,15 +188,24 @@ def test_a_hook_returning_another_dtype_names_the_hook(model):
     assert_no_hooks(model)
 
 
-@pytest.mark.parametrize("field, value, message", [("n_head", 0, "n_head must be a positive int, got 0"),
-                                                    ("n_head", "4", "n_head"), ("layer_norm_epsilon", "inf", "finite")])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("n_head", 0, "n_head must be a positive int, got 0"),
+        ("n_head", "4", "n_head"),
+        ("layer_norm_epsilon", "inf", "finite"),
+    ],
+)
 def test_bad_config_fields_are_one_line_errors(gpt2_dir, capsys, field, value, message):
     config = json.loads((gpt2_dir / "config.json").read_text())
     value = float("inf") if value == "inf" else value
     (gpt2_dir / "config.json").write_text(json.dumps({**config, field: value}))
     with pytest.raises(ValueError, match=message):
         from_pretrained(gpt2_dir)
-    for command in (["verify", gpt2_dir], ["report", "--model", gpt2_dir, "--prompt", "hello", "--out", gpt2_dir / "r.html"]):
+    for command in (
+        ["verify", gpt2_dir],
+        ["report", "--model", gpt2_dir, "--prompt", "hello", "--out", gpt2_dir / "r.html"],
+    ):
         assert message.split(",")[0] in one_line_error(capsys, *command)
 
 
@@ -226,8 +245,18 @@ def test_corrupt_weights_dirs_are_one_line_errors(tmp_path, capsys):
             expected = "missing 1 tensor.*blocks.1.attn.W_O"
         with pytest.raises(ValueError, match=expected):
             load_shipped("induction-2l", directory=directory)
-        line = one_line_error(capsys, "report", "--model", "induction-2l", "--prompt", "1 2 3", "--weights-dir", directory,
-                              "--out", tmp_path / "r.html")
+        line = one_line_error(
+            capsys,
+            "report",
+            "--model",
+            "induction-2l",
+            "--prompt",
+            "1 2 3",
+            "--weights-dir",
+            directory,
+            "--out",
+            tmp_path / "r.html",
+        )
         assert expected.split(" ")[0].strip("\\[") in line
 
 
@@ -239,8 +268,14 @@ def test_misusing_verify_or_the_cache_names_what_was_expected(model):
 
 
 # --- 14-16: argument checks and messages ----------------------------------------------------------
-@pytest.mark.parametrize("kwargs, message", [(dict(temperature=float("nan")), "temperature"),
-                                             (dict(temperature=float("inf")), "temperature"), (dict(top_k=True), "top_k")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(top_k=True), "top_k"),
+    ],
+)
 def test_generation_arguments(model, kwargs, message):
     with pytest.raises(ValueError, match=message):
         generate(model, torch.tensor([[1, 2]]), 2, **kwargs)
@@ -269,8 +304,9 @@ def test_messages_say_what_is_wrong(model, tmp_path):
 
 
 def test_training_never_writes_into_the_package_nor_saves_nan(capsys, tmp_path):
-    assert "--lr must be a finite positive number" in one_line_error(capsys, "train-induction", "--lr", "inf", "--steps", 1,
-                                                                      "--out-dir", tmp_path)
+    assert "--lr must be a finite positive number" in one_line_error(
+        capsys, "train-induction", "--lr", "inf", "--steps", 1, "--out-dir", tmp_path
+    )
     with pytest.raises(ValueError, match="inside the installed package"):
         save_shipped(load_shipped("induction-2l"), "induction-2l", {}, directory=PRETRAINED_DIR)
 
@@ -288,7 +324,9 @@ def test_config_and_tokenizer_values(model):
     with pytest.raises(ValueError, match="layer_norm_eps must be > 0 and finite"):
         TransformerConfig(layer_norm_eps=float("inf"))
     with pytest.raises(TypeError, match="tokenizer must be a Hugging Face tokenizer"):
-        DemoTransformer(TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_vocab=20, n_ctx=8), tokenizer="gpt2")
+        DemoTransformer(
+            TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_head=8, d_vocab=20, n_ctx=8), tokenizer="gpt2"
+        )
 
 
 def test_caching_gradients_leaves_the_models_grads_alone(model):
@@ -307,8 +345,9 @@ def test_a_kv_cache_that_is_not_one_is_a_type_error(model):
         tl_model(torch.tensor([[1, 2]]), past_kv_cache=[])
     with pytest.raises(TypeError, match="kv_cache must be a KeyValueCache, received dict"):
         tl_model(torch.tensor([[1, 2]]), kv_cache={})
-    seq2seq_cfg = Seq2SeqConfig(d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_head=8, d_mlp=32, d_vocab=20,
-                                n_ctx=8)
+    seq2seq_cfg = Seq2SeqConfig(
+        d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_head=8, d_mlp=32, d_vocab=20, n_ctx=8
+    )
     seq2seq = EncoderDecoderTransformer(seq2seq_cfg, seed=0)
     source = seq2seq.encode(torch.tensor([[1, 2, 3]]))
     with pytest.raises(TypeError, match="kv_cache must be an EncoderDecoderKVCache, received KeyValueCache"):
@@ -321,12 +360,18 @@ def test_a_kv_cache_filled_by_another_model_names_both_shapes(model):
     model(tokens, kv_cache=cache)
     other_cfg = TransformerConfig(d_model=32, n_layers=2, n_heads=2, d_head=16, d_mlp=64, d_vocab=20, n_ctx=32)
     other = DemoTransformer(other_cfg, seed=0, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"holds keys \[batch, pos, n_key_value_heads, d_head\] = \[1, 3, 4, 8\], "
-                                         r"the model's block 0 needs \[batch, pos, 2, 16\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds keys \[batch, pos, n_key_value_heads, d_head\] = \[1, 3, 4, 8\], "
+        r"the model's block 0 needs \[batch, pos, 2, 16\]",
+    ):
         other(torch.tensor([[4]]), kv_cache=cache)
     key_is_real = cache.key_is_real
-    with pytest.raises(ValueError, match=r"\[1, 3, 4, 8\] \(torch.float64 on cpu\), "
-                                         r"this layer computes \[1, 1, 4, 8\] \(torch.float32 on cpu\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[1, 3, 4, 8\] \(torch.float64 on cpu\), "
+        r"this layer computes \[1, 1, 4, 8\] \(torch.float32 on cpu\)",
+    ):
         randomize(DemoTransformer(CFG, seed=0), seed=1)(torch.tensor([[4]]), kv_cache=cache)
     assert cache.n_positions == 3 and cache.key_is_real is key_is_real  # a refused run leaves the cache as it was
     continued = model(torch.tensor([[4]]), kv_cache=cache)[0, -1]
@@ -353,10 +398,13 @@ def test_a_device_torch_cannot_read_is_refused_before_any_weight_is_read(gpt2_di
     sae_dir = random_sae().save(tmp_path / "sae")
     (sae_dir / "sae_weights.safetensors").write_bytes(b"not weights")
     expected = r"device='banana' is not a valid torch device \(expected e.g. 'cpu', 'cuda', 'cuda:0'\)"
-    loaders = (lambda: from_pretrained(gpt2_dir, device="banana"),
-               lambda: DemoTransformer.from_pretrained(gpt2_dir, device="banana"),
-               lambda: HookedTransformer.from_pretrained(gpt2_dir, device="banana"),
-               lambda: load_shipped("induction-2l", device="banana"), lambda: SAE.load(sae_dir, device="banana"))
+    loaders = (
+        lambda: from_pretrained(gpt2_dir, device="banana"),
+        lambda: DemoTransformer.from_pretrained(gpt2_dir, device="banana"),
+        lambda: HookedTransformer.from_pretrained(gpt2_dir, device="banana"),
+        lambda: load_shipped("induction-2l", device="banana"),
+        lambda: SAE.load(sae_dir, device="banana"),
+    )
     for load in loaders:
         with pytest.raises(ValueError, match=expected):
             load()

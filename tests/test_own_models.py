@@ -63,9 +63,16 @@ def loaded(cfg, ours: dict) -> DemoTransformer:
 
 # --- nanoGPT: the GPT-2 architecture, with the exact GELU ----------------------------------------------------------
 def nanogpt_config(config: NanoGPTConfig, act_fn: str = "gelu") -> TransformerConfig:
-    return TransformerConfig(d_model=config.n_embd, n_layers=config.n_layer, n_heads=config.n_head,
-                             d_head=config.n_embd // config.n_head, d_mlp=4 * config.n_embd, d_vocab=config.vocab_size,
-                             n_ctx=config.block_size, act_fn=act_fn)
+    return TransformerConfig(
+        d_model=config.n_embd,
+        n_layers=config.n_layer,
+        n_heads=config.n_head,
+        d_head=config.n_embd // config.n_head,
+        d_mlp=4 * config.n_embd,
+        d_vocab=config.vocab_size,
+        n_ctx=config.block_size,
+        act_fn=act_fn,
+    )
 
 
 def from_nanogpt(theirs: dict, cfg: TransformerConfig) -> dict:
@@ -81,10 +88,16 @@ def from_nanogpt(theirs: dict, cfg: TransformerConfig) -> dict:
         W_q, W_k, W_v = theirs[p + "attn.c_attn.weight"].split(cfg.d_model, dim=0)
         b_q, b_k, b_v = get_bias(p + "attn.c_attn.bias", 3 * cfg.d_model).split(cfg.d_model)
         for letter, W, b in (("Q", W_q, b_q), ("K", W_k, b_k), ("V", W_v, b_v)):
-            ours[q + f"attn.W_{letter}"], ours[q + f"attn.b_{letter}"] = to_heads(W, cfg.n_heads), bias_heads(b, cfg.n_heads)
+            ours[q + f"attn.W_{letter}"], ours[q + f"attn.b_{letter}"] = (
+                to_heads(W, cfg.n_heads),
+                bias_heads(b, cfg.n_heads),
+            )
         ours[q + "attn.W_O"] = from_heads(theirs[p + "attn.c_proj.weight"], cfg.n_heads)
         ours[q + "attn.b_O"] = get_bias(p + "attn.c_proj.bias", cfg.d_model)
-        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = theirs[p + "mlp.c_fc.weight"].T, get_bias(p + "mlp.c_fc.bias", cfg.d_mlp)
+        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = (
+            theirs[p + "mlp.c_fc.weight"].T,
+            get_bias(p + "mlp.c_fc.bias", cfg.d_mlp),
+        )
         ours[q + "mlp.W_out"] = theirs[p + "mlp.c_proj.weight"].T
         ours[q + "mlp.b_out"] = get_bias(p + "mlp.c_proj.bias", cfg.d_model)
     ours["ln_final.w"] = theirs["transformer.ln_f.weight"]
@@ -94,12 +107,25 @@ def from_nanogpt(theirs: dict, cfg: TransformerConfig) -> dict:
 
 
 def nanogpt_hook_map(n_layers: int) -> dict:
-    hook_map = {"hook_embed": "transformer.wte", "hook_pos_embed": "transformer.wpe", "ln_final.hook_normalized": "transformer.ln_f"}
+    hook_map = {
+        "hook_embed": "transformer.wte",
+        "hook_pos_embed": "transformer.wpe",
+        "ln_final.hook_normalized": "transformer.ln_f",
+    }
     for layer in range(n_layers):
         p, q = f"transformer.h.{layer}", f"blocks.{layer}."
-        hook_map.update({q + "hook_resid_pre": p + ":input", q + "ln1.hook_normalized": p + ".ln_1", q + "hook_attn_out": p + ".attn",
-                         q + "ln2.hook_normalized": p + ".ln_2", q + "mlp.hook_pre": p + ".mlp.c_fc",
-                         q + "mlp.hook_post": p + ".mlp.c_proj:input", q + "hook_mlp_out": p + ".mlp", q + "hook_resid_post": p})
+        hook_map.update(
+            {
+                q + "hook_resid_pre": p + ":input",
+                q + "ln1.hook_normalized": p + ".ln_1",
+                q + "hook_attn_out": p + ".attn",
+                q + "ln2.hook_normalized": p + ".ln_2",
+                q + "mlp.hook_pre": p + ".mlp.c_fc",
+                q + "mlp.hook_post": p + ".mlp.c_proj:input",
+                q + "hook_mlp_out": p + ".mlp",
+                q + "hook_resid_post": p,
+            }
+        )
     return hook_map
 
 
@@ -113,7 +139,9 @@ def test_nanogpt(bias):
     report = verify_against_module(model, theirs, TOKENS, hook_map, atol=ATOL, rtol=0, float64_recheck=False)
     assert report.within_tolerance and report.logits_max_diff <= ATOL, str(report)
     assert {row.hook for row in report.rows} == set(hook_map) | {"logits"}
-    assert torch.equal(model.generate(TOKENS[:1, :4], max_new_tokens=6, temperature=0), _greedy(theirs, TOKENS[:1, :4], 6))
+    assert torch.equal(
+        model.generate(TOKENS[:1, :4], max_new_tokens=6, temperature=0), _greedy(theirs, TOKENS[:1, :4], 6)
+    )
     tanh_gelu = loaded(nanogpt_config(config, act_fn="gelu_new"), from_nanogpt(theirs.state_dict(), cfg))
     wrong = verify_against_module(tanh_gelu, theirs, TOKENS, hook_map, atol=ATOL, rtol=0, float64_recheck=False)
     assert wrong.first_divergence == "blocks.0.mlp.hook_post"  # GPT-2's tanh GELU is not nanoGPT's nn.GELU
@@ -132,22 +160,37 @@ def test_a_mapping_that_misses_a_key_is_refused():
     ours = from_nanogpt(NanoGPT(config).state_dict(), cfg)
     del ours["blocks.1.mlp.b_out"]
     ours["blocks.1.mlp.b_output"] = torch.zeros(cfg.d_model)
-    with pytest.raises(CheckpointError, match=r"missing 1 tensor\(s\): blocks.1.mlp.b_out; unexpected 1 tensor\(s\): "
-                                              r"blocks.1.mlp.b_output"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing 1 tensor\(s\): blocks.1.mlp.b_out; unexpected 1 tensor\(s\): "
+        r"blocks.1.mlp.b_output",
+    ):
         loaded(cfg, ours)
 
 
 # --- a post-norm decoder of nn.TransformerEncoderLayer: OPT-350m's block order, a registered architecture ------------
 def from_torch_post_norm(theirs: dict, cfg: OPTPostNormConfig) -> dict:
     """``nn.TransformerEncoderLayer`` stacks: ``in_proj_weight`` is ``[(qkv head_index d_head), d_model]``."""
-    ours = {"embed.W_E": theirs["embed.weight"], "pos_embed.W_pos": theirs["pos.weight"],
-            "unembed.W_U": theirs["unembed.weight"].T, "unembed.b_U": theirs["unembed.bias"]}
+    ours = {
+        "embed.W_E": theirs["embed.weight"],
+        "pos_embed.W_pos": theirs["pos.weight"],
+        "unembed.W_U": theirs["unembed.weight"].T,
+        "unembed.b_U": theirs["unembed.bias"],
+    }
     for layer in range(cfg.n_layers):
         p, q = f"layers.{layer}.", f"blocks.{layer}."
-        W = einops.rearrange(theirs[p + "self_attn.in_proj_weight"], "(qkv head_index d_head) d_model -> qkv head_index d_model d_head",
-                             qkv=3, head_index=cfg.n_heads)
-        b = einops.rearrange(theirs[p + "self_attn.in_proj_bias"], "(qkv head_index d_head) -> qkv head_index d_head", qkv=3,
-                             head_index=cfg.n_heads)
+        W = einops.rearrange(
+            theirs[p + "self_attn.in_proj_weight"],
+            "(qkv head_index d_head) d_model -> qkv head_index d_model d_head",
+            qkv=3,
+            head_index=cfg.n_heads,
+        )
+        b = einops.rearrange(
+            theirs[p + "self_attn.in_proj_bias"],
+            "(qkv head_index d_head) -> qkv head_index d_head",
+            qkv=3,
+            head_index=cfg.n_heads,
+        )
         for index, letter in enumerate("QKV"):
             ours[q + f"attn.W_{letter}"], ours[q + f"attn.b_{letter}"] = W[index], b[index]
         ours[q + "attn.W_O"] = from_heads(theirs[p + "self_attn.out_proj.weight"], cfg.n_heads)
@@ -155,30 +198,51 @@ def from_torch_post_norm(theirs: dict, cfg: OPTPostNormConfig) -> dict:
         ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = theirs[p + "linear1.weight"].T, theirs[p + "linear1.bias"]
         ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = theirs[p + "linear2.weight"].T, theirs[p + "linear2.bias"]
         for norm, their_norm in (("ln1", "norm1"), ("ln2", "norm2")):
-            ours[q + f"{norm}.w"], ours[q + f"{norm}.b"] = theirs[p + f"{their_norm}.weight"], theirs[p + f"{their_norm}.bias"]
+            ours[q + f"{norm}.w"], ours[q + f"{norm}.b"] = (
+                theirs[p + f"{their_norm}.weight"],
+                theirs[p + f"{their_norm}.bias"],
+            )
     return ours
 
 
 def test_post_norm_transformer_encoder_layers(slow_path_attention):  # noqa: F811
     shape = PostNormDecoderConfig()
     theirs = perturb_(TorchPostNormDecoder(shape), seed=2).eval()
-    cfg = OPTPostNormConfig(d_model=shape.d_model, n_layers=shape.n_layers, n_heads=shape.n_heads, d_head=shape.d_head,
-                            d_mlp=shape.d_mlp, d_vocab=shape.d_vocab, n_ctx=shape.n_ctx, act_fn="relu")
+    cfg = OPTPostNormConfig(
+        d_model=shape.d_model,
+        n_layers=shape.n_layers,
+        n_heads=shape.n_heads,
+        d_head=shape.d_head,
+        d_mlp=shape.d_mlp,
+        d_vocab=shape.d_vocab,
+        n_ctx=shape.n_ctx,
+        act_fn="relu",
+    )
     model = loaded(cfg, from_torch_post_norm(theirs.state_dict(), cfg))
     hook_map = {"hook_embed": "embed", "hook_pos_embed": "pos"}
     for layer in range(cfg.n_layers):
         p, q = f"layers.{layer}", f"blocks.{layer}."
-        hook_map.update({q + "hook_resid_pre": p + ":input", q + "hook_attn_out": p + ".self_attn",
-                         q + "ln1.hook_normalized": p + ".norm1", q + "mlp.hook_pre": p + ".linear1",
-                         q + "mlp.hook_post": p + ".linear2:input", q + "hook_mlp_out": p + ".linear2",
-                         q + "hook_resid_post": p + ".norm2:input", q + "hook_normalized_resid_post": p})
+        hook_map.update(
+            {
+                q + "hook_resid_pre": p + ":input",
+                q + "hook_attn_out": p + ".self_attn",
+                q + "ln1.hook_normalized": p + ".norm1",
+                q + "mlp.hook_pre": p + ".linear1",
+                q + "mlp.hook_post": p + ".linear2:input",
+                q + "hook_mlp_out": p + ".linear2",
+                q + "hook_resid_post": p + ".norm2:input",
+                q + "hook_normalized_resid_post": p,
+            }
+        )
     tokens = TOKENS[:, : shape.n_ctx]
     report = verify_against_module(model, theirs, tokens, hook_map, atol=ATOL, rtol=0, float64_recheck=False)
     assert report.within_tolerance and report.logits_max_diff <= ATOL, str(report)
     assert not model.capabilities.additive_residual  # so the cache refuses its pre-norm tools (test_classic_tools)
     swapped = from_torch_post_norm(theirs.state_dict(), cfg)
     swapped["blocks.0.ln1.w"], swapped["blocks.0.ln2.w"] = swapped["blocks.0.ln2.w"], swapped["blocks.0.ln1.w"]
-    wrong = verify_against_module(loaded(cfg, swapped), theirs, tokens, hook_map, atol=ATOL, rtol=0, float64_recheck=False)
+    wrong = verify_against_module(
+        loaded(cfg, swapped), theirs, tokens, hook_map, atol=ATOL, rtol=0, float64_recheck=False
+    )
     assert wrong.first_divergence == "blocks.0.ln1.hook_normalized"
 
 
@@ -200,21 +264,29 @@ class AnnotatedDecoderConfig:
 
 def build_annotated(cfg: AnnotatedDecoderConfig) -> DecoderParts:
     def norm():
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.torch_layer_norm else UnbiasedLayerNorm(cfg.d_model, cfg.layer_norm_eps)
+        return (
+            LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+            if cfg.torch_layer_norm
+            else UnbiasedLayerNorm(cfg.d_model, cfg.layer_norm_eps)
+        )
 
     return DecoderParts(
         embed=ScaledEmbed(cfg),  # lut(x) * sqrt(d_model)
         pos_embed=SinusoidalPosEmbed(cfg, interleaved=True),  # pe[:, 0::2] = sin, pe[:, 1::2] = cos
-        blocks=[TransformerBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],  # x + f(norm(x))
+        # x + f(norm(x))
+        blocks=[TransformerBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
         ln_final=norm(),
         unembed=Unembed(cfg),  # the generator's proj; its log_softmax is not a part of the model
     )
 
 
 ANNOTATED = Architecture(
-    name="annotated-decoder", config_class=AnnotatedDecoderConfig, build=build_annotated,
-    capabilities=lambda cfg: Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed",
-                                          next_token_logits=True),
+    name="annotated-decoder",
+    config_class=AnnotatedDecoderConfig,
+    build=build_annotated,
+    capabilities=lambda cfg: Capabilities(
+        causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+    ),
     hook_names=DECODER_HOOK_NAMES,
 )
 
@@ -227,9 +299,15 @@ def annotated_architecture():
 
 
 def from_annotated(theirs: dict, cfg: AnnotatedDecoderConfig) -> dict:
-    """The Annotated-style state dict under our names; its positional table is a buffer we compute, so it is left out."""
-    ours = {"embed.W_E": theirs["embed.0.lut.weight"], "ln_final.w": theirs["norm.a_2"], "ln_final.b": theirs["norm.b_2"],
-            "unembed.W_U": theirs["generator.proj.weight"].T, "unembed.b_U": theirs["generator.proj.bias"]}
+    """The Annotated-style state dict under our names; its positional table is a buffer we compute, so it is left
+    out."""
+    ours = {
+        "embed.W_E": theirs["embed.0.lut.weight"],
+        "ln_final.w": theirs["norm.a_2"],
+        "ln_final.b": theirs["norm.b_2"],
+        "unembed.W_U": theirs["generator.proj.weight"].T,
+        "unembed.b_U": theirs["generator.proj.bias"],
+    }
     for layer in range(cfg.n_layers):
         p, q = f"layers.{layer}.", f"blocks.{layer}."
         for index, letter in enumerate("QKV"):
@@ -238,9 +316,18 @@ def from_annotated(theirs: dict, cfg: AnnotatedDecoderConfig) -> dict:
         ours[q + "attn.W_O"] = from_heads(theirs[p + "self_attn.linears.3.weight"], cfg.n_heads)
         ours[q + "attn.b_O"] = theirs[p + "self_attn.linears.3.bias"]
         for index, norm in enumerate(("ln1", "ln2")):
-            ours[q + f"{norm}.w"], ours[q + f"{norm}.b"] = theirs[p + f"sublayer.{index}.norm.a_2"], theirs[p + f"sublayer.{index}.norm.b_2"]
-        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = theirs[p + "feed_forward.w_1.weight"].T, theirs[p + "feed_forward.w_1.bias"]
-        ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = theirs[p + "feed_forward.w_2.weight"].T, theirs[p + "feed_forward.w_2.bias"]
+            ours[q + f"{norm}.w"], ours[q + f"{norm}.b"] = (
+                theirs[p + f"sublayer.{index}.norm.a_2"],
+                theirs[p + f"sublayer.{index}.norm.b_2"],
+            )
+        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = (
+            theirs[p + "feed_forward.w_1.weight"].T,
+            theirs[p + "feed_forward.w_1.bias"],
+        )
+        ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = (
+            theirs[p + "feed_forward.w_2.weight"].T,
+            theirs[p + "feed_forward.w_2.bias"],
+        )
     return ours
 
 
@@ -248,10 +335,18 @@ def annotated_hook_map(n_layers: int) -> dict:
     hook_map = {"hook_embed": "embed.0", "ln_final.hook_normalized": "norm"}
     for layer in range(n_layers):
         p, q = f"layers.{layer}", f"blocks.{layer}."
-        hook_map.update({q + "hook_resid_pre": p + ":input", q + "ln1.hook_normalized": p + ".sublayer.0.norm",
-                         q + "hook_attn_out": p + ".self_attn", q + "ln2.hook_normalized": p + ".sublayer.1.norm",
-                         q + "mlp.hook_pre": p + ".feed_forward.w_1", q + "mlp.hook_post": p + ".feed_forward.w_2:input",
-                         q + "hook_mlp_out": p + ".feed_forward", q + "hook_resid_post": p})
+        hook_map.update(
+            {
+                q + "hook_resid_pre": p + ":input",
+                q + "ln1.hook_normalized": p + ".sublayer.0.norm",
+                q + "hook_attn_out": p + ".self_attn",
+                q + "ln2.hook_normalized": p + ".sublayer.1.norm",
+                q + "mlp.hook_pre": p + ".feed_forward.w_1",
+                q + "mlp.hook_post": p + ".feed_forward.w_2:input",
+                q + "hook_mlp_out": p + ".feed_forward",
+                q + "hook_resid_post": p,
+            }
+        )
     return hook_map
 
 
@@ -261,7 +356,9 @@ def test_annotated_transformer_style_decoder(annotated_architecture):
     model = loaded(cfg, from_annotated(theirs.state_dict(), cfg))
     hook_map = annotated_hook_map(cfg.n_layers)
     # their forward ends in the generator's log_softmax: compare every hook, then the log-probabilities
-    report = verify_against_module(model, theirs, TOKENS, hook_map, logits=False, atol=ATOL, rtol=0, float64_recheck=False)
+    report = verify_against_module(
+        model, theirs, TOKENS, hook_map, logits=False, atol=ATOL, rtol=0, float64_recheck=False
+    )
     assert report.within_tolerance, str(report)
     assert {row.hook for row in report.rows} == set(hook_map)
     with torch.no_grad():
@@ -269,5 +366,7 @@ def test_annotated_transformer_style_decoder(annotated_architecture):
     _, cache = model.run_with_cache(TOKENS)  # the residual tools hold: a pre-norm decoder
     torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", -1], atol=1e-5, rtol=0)
     torch_norms = loaded(AnnotatedDecoderConfig(torch_layer_norm=True), from_annotated(theirs.state_dict(), cfg))
-    wrong = verify_against_module(torch_norms, theirs, TOKENS, hook_map, logits=False, atol=ATOL, rtol=0, float64_recheck=False)
+    wrong = verify_against_module(
+        torch_norms, theirs, TOKENS, hook_map, logits=False, atol=ATOL, rtol=0, float64_recheck=False
+    )
     assert wrong.first_divergence == "blocks.0.ln1.hook_normalized"  # torch's LayerNorm is not theirs

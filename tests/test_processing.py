@@ -81,8 +81,17 @@ def test_fold_ln_without_centering_is_the_plain_fold(hf_model, tokens):
 
 def test_center_writing_weights_gives_zero_mean_residual_streams(hf_model, tokens):
     model = from_pretrained(hf_model, dtype=torch.float64)
-    writes = lambda name: name.rsplit(".", 1)[-1] in (  # noqa: E731
-        "hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_embed", "hook_pos_embed", "hook_attn_out", "hook_mlp_out"
+    writes = lambda name: (
+        name.rsplit(".", 1)[-1]
+        in (  # noqa: E731
+            "hook_resid_pre",
+            "hook_resid_mid",
+            "hook_resid_post",
+            "hook_embed",
+            "hook_pos_embed",
+            "hook_attn_out",
+            "hook_mlp_out",
+        )
     )
     _, cache = model.run_with_cache(tokens, names_filter=writes)
     assert max(float(cache[name].mean(-1).abs().max()) for name in cache) > 1e-3  # not centred to begin with
@@ -124,7 +133,9 @@ def test_attention_only_model(attn_only_model):
     with torch.no_grad():
         for name, param in model.named_parameters():  # non-trivial LayerNorms and biases
             if not name.rsplit(".", 1)[-1].startswith("W_"):
-                param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(0), dtype=param.dtype) * 0.3)
+                param.add_(
+                    torch.randn(param.shape, generator=torch.Generator().manual_seed(0), dtype=param.dtype) * 0.3
+                )
         before = model(tokens).log_softmax(-1)
         processing.process_weights(model)
         assert (model(tokens).log_softmax(-1) - before).abs().max() < 1e-10

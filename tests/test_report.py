@@ -36,7 +36,9 @@ def mlp_report(small_model):
 @pytest.fixture(scope="module")
 def gpt2_shaped():
     """GPT-2's vocabulary, context and tokenizer with a narrow random body: every vocab-sized path runs."""
-    cfg = TransformerConfig(d_model=128, n_layers=3, n_heads=4, d_head=32, d_mlp=512, d_vocab=50257, n_ctx=1024, name="gpt2-shaped")
+    cfg = TransformerConfig(
+        d_model=128, n_layers=3, n_heads=4, d_head=32, d_mlp=512, d_vocab=50257, n_ctx=1024, name="gpt2-shaped"
+    )
     return DemoTransformer(cfg, tokenizer=offline_gpt2_tokenizer(), seed=3).eval()
 
 
@@ -108,7 +110,9 @@ def test_attention_view_holds_every_head_and_shows_one(small_model, mlp_report):
 
 def test_detector_scores_match_the_detectors_run_directly(attn_only_model, attn_only_report):
     data = attn_only_report["detectors"].data
-    expected = attention.induction_head_scores(attn_only_model, data["seq_len"], RANDOM_BATCH, seed=0, bos=int(PROMPT[0]))
+    expected = attention.induction_head_scores(
+        attn_only_model, data["seq_len"], RANDOM_BATCH, seed=0, bos=int(PROMPT[0])
+    )
     torch.testing.assert_close(data["random"]["induction"], expected)
     _, cache = attn_only_model.run_with_cache(PROMPT)
     torch.testing.assert_close(data["prompt"]["previous_token"], attention.previous_token_scores(cache))
@@ -146,10 +150,16 @@ def test_composition_section_for_one_layer_explains_itself():
 
 
 def test_interpretation_names_exactly_the_heads_above_threshold(attn_only_model, attn_only_report):
-    scores = attention.induction_head_scores(attn_only_model, attn_only_report["detectors"].data["seq_len"],
-                                             RANDOM_BATCH, seed=0, bos=int(PROMPT[0]))
+    scores = attention.induction_head_scores(
+        attn_only_model, attn_only_report["detectors"].data["seq_len"], RANDOM_BATCH, seed=0, bos=int(PROMPT[0])
+    )
     named = {line.split()[0] for line in attn_only_report.summary if " is an induction head" in line}
-    expected = {f"L{l}H{h}" for l in range(scores.shape[0]) for h in range(scores.shape[1]) if scores[l, h] >= HEAD_SCORE_THRESHOLD}
+    expected = {
+        f"L{l}H{h}"
+        for l in range(scores.shape[0])
+        for h in range(scores.shape[1])
+        if scores[l, h] >= HEAD_SCORE_THRESHOLD
+    }
     assert named == expected
     if not expected:
         assert any(line.startswith("No induction head") for line in attn_only_report.summary)
@@ -161,7 +171,9 @@ def test_html_is_self_contained(mlp_report):
     for tag, attrs in parsed.tags:
         for name in ("src", "href", "data"):
             value = attrs.get(name) or ""
-            assert not value.startswith(("http://", "https://", "//")), f"<{tag} {name}={value!r}> fetches from the network"
+            assert not value.startswith(("http://", "https://", "//")), (
+                f"<{tag} {name}={value!r}> fetches from the network"
+            )
     assert not any(tag == "link" for tag, _ in parsed.tags)
     # plotly.js embedded exactly once, one plot div and one newPlot call per figure, no MathJax
     bundle_head = get_plotlyjs()[:300]

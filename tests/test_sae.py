@@ -30,7 +30,12 @@ def test_encode_decode_forward_equal_saelens(case):
         sae.encode(x)
         decoded_edit = sae.decode(feature_acts * expected["edit_mask"])
         forward = sae(x)
-    for name, ours in (("feature_acts", feature_acts), ("decoded", decoded), ("decoded_edit", decoded_edit), ("forward", forward)):
+    for name, ours in (
+        ("feature_acts", feature_acts),
+        ("decoded", decoded),
+        ("decoded_edit", decoded_edit),
+        ("forward", forward),
+    ):
         assert ours.shape == expected[name].shape, name
         assert (ours - expected[name]).abs().max() <= PARITY_TOLERANCE, name
     assert (feature_acts != 0).any() and (feature_acts == 0).any()  # a case where sparsity is exercised
@@ -39,25 +44,42 @@ def test_encode_decode_forward_equal_saelens(case):
 def test_every_architecture_has_a_saelens_fixture():
     covered = {case["architecture"] for case in MANIFEST["cases"].values()}
     assert covered == set(ARCHITECTURES)
-    normalizations = {case.get("fields", {}).get("normalize_activations", "none") for case in MANIFEST["cases"].values()}
+    normalizations = {
+        case.get("fields", {}).get("normalize_activations", "none") for case in MANIFEST["cases"].values()
+    }
     assert normalizations == {"none", "expected_average_only_in", "constant_norm_rescale", "layer_norm"}
 
 
 def test_config_fields_are_read_from_both_generations():
     topk = fixture_sae("topk_rescaled").cfg
-    assert (topk.architecture, topk.k, topk.rescale_acts_by_decoder_norm, topk.hook_name) == ("topk", 4, True, "blocks.0.hook_resid_post")
+    assert (topk.architecture, topk.k, topk.rescale_acts_by_decoder_norm, topk.hook_name) == (
+        "topk",
+        4,
+        True,
+        "blocks.0.hook_resid_post",
+    )
     transcoder = fixture_sae("transcoder").cfg
     assert (transcoder.d_in, transcoder.d_out, transcoder.hook_name_out) == (16, 12, "blocks.0.hook_mlp_out")
     assert transcoder.model_from_pretrained_kwargs == {"center_writing_weights": False}
     legacy = fixture_sae("legacy_topk").cfg  # flat pre-6.0 config: hook_point, activation_fn "topk"
-    assert (legacy.architecture, legacy.k, legacy.hook_name, legacy.context_size) == ("topk", 4, "blocks.1.hook_resid_pre", 8)
+    assert (legacy.architecture, legacy.k, legacy.hook_name, legacy.context_size) == (
+        "topk",
+        4,
+        "blocks.1.hook_resid_pre",
+        8,
+    )
     assert fixture_sae("standard_hook_z").cfg.reshape_activations == "hook_z"
 
 
 def test_legacy_config_defaults_follow_saelens():
-    cfg = SAEConfig.from_dict({"d_in": 4, "d_sae": 8, "hook_point": "blocks.0.attn.hook_z", "normalize_activations": True})
+    cfg = SAEConfig.from_dict(
+        {"d_in": 4, "d_sae": 8, "hook_point": "blocks.0.attn.hook_z", "normalize_activations": True}
+    )
     assert (cfg.architecture, cfg.reshape_activations, cfg.normalize_activations, cfg.apply_b_dec_to_input) == (
-        "standard", "hook_z", "expected_average_only_in", True,
+        "standard",
+        "hook_z",
+        "expected_average_only_in",
+        True,
     )
 
 
@@ -105,7 +127,10 @@ def test_hook_z_sae_flattens_heads_like_a_plain_sae_on_the_flattened_input():
         assert torch.equal(hook_z.encode(z), plain.encode(flat))
         out = hook_z(z)
         assert out.shape == z.shape
-        assert torch.equal(out, einops.rearrange(plain(flat), "batch pos (head_index d_head) -> batch pos head_index d_head", head_index=4))
+        assert torch.equal(
+            out,
+            einops.rearrange(plain(flat), "batch pos (head_index d_head) -> batch pos head_index d_head", head_index=4),
+        )
 
 
 def test_decode_needs_the_statistics_of_the_last_encode():
@@ -172,7 +197,10 @@ def test_missing_unexpected_and_mis_shaped_tensors_are_listed(folder):
         tensors["stray"] = torch.zeros(3)
 
     _rewrite_weights(folder, damage)
-    listed = r"missing 1 tensor\(s\): threshold.*unexpected 1 tensor\(s\): stray.*W_dec expected \[24, 16\] received \[24, 15\]"
+    listed = (
+        r"missing 1 tensor\(s\): threshold.*unexpected 1 tensor\(s\): stray"
+        r".*W_dec expected \[24, 16\] received \[24, 15\]"
+    )
     with pytest.raises(CheckpointError, match=listed):
         SAE.load(folder)
 
@@ -227,7 +255,10 @@ def test_corrupt_and_missing_files_give_clear_errors(folder, tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"architecture": "transcoder", "d_out": 16, "apply_b_dec_to_input": True}, "apply_b_dec_to_input must be false"),
+        (
+            {"architecture": "transcoder", "d_out": 16, "apply_b_dec_to_input": True},
+            "apply_b_dec_to_input must be false",
+        ),
         ({"normalize_activations": "covariance_whitening"}, "fold it first"),
         ({"architecture": "batchtopk"}, "training checkpoint"),
         ({"d_sae": 0}, "d_sae must be a positive int"),
@@ -252,7 +283,9 @@ def test_legacy_leftovers_are_read_as_saelens_reads_them():
     with pytest.raises(ValueError, match="scaling_factor"):
         SAE.from_dict(base.cfg, {**tensors, "scaling_factor": torch.full((24,), 2.0)})
     with pytest.raises(ValueError, match="tanh-relu"):
-        SAEConfig.from_dict({"d_in": 4, "d_sae": 8, "hook_point": "blocks.0.hook_resid_pre", "activation_fn_str": "tanh-relu"})
+        SAEConfig.from_dict(
+            {"d_in": 4, "d_sae": 8, "hook_point": "blocks.0.hook_resid_pre", "activation_fn_str": "tanh-relu"}
+        )
 
 
 def test_save_then_load_round_trips_in_format_6(tmp_path):
@@ -265,7 +298,11 @@ def test_save_then_load_round_trips_in_format_6(tmp_path):
     assert loaded.cfg == sae.cfg and loaded.cfg.metadata == sae.cfg.metadata
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in sae.state_dict().items())
     assert torch.equal(loaded.sparsity, sae.sparsity)
-    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["cfg.json", "sae_weights.safetensors", "sparsity.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == [
+        "cfg.json",
+        "sae_weights.safetensors",
+        "sparsity.safetensors",
+    ]
 
 
 def test_dtype_override_casts_the_weights(tmp_path):

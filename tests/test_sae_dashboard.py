@@ -58,17 +58,29 @@ def test_dashboard_numbers_are_the_tensors(model, dashboards, reference):
             assert example.tokens == model.to_str_tokens(ids)
             assert example.acts == found.window_acts[row, j][inside].tolist()
             assert example.acts[example.hit] == example.value  # the activating token is the window's hit
-            assert (example.text_index, example.position) == (int(found.text_index[row, j]), int(found.position[row, j]))
+            assert (example.text_index, example.position) == (
+                int(found.text_index[row, j]),
+                int(found.position[row, j]),
+            )
         assert dashboard.counts == reading.histograms.counts[row].tolist()
         assert dashboard.firing_rate == pytest.approx(float(reading.histograms.firing_rate[row]))
-        assert [(i, v) for _, i, v in dashboard.promoted] == list(zip(effect.top_tokens[row].tolist(), effect.top_values[row].tolist()))
-        assert [(i, v) for _, i, v in dashboard.suppressed] == list(zip(effect.bottom_tokens[row].tolist(), effect.bottom_values[row].tolist()))
+        assert [(i, v) for _, i, v in dashboard.promoted] == list(
+            zip(effect.top_tokens[row].tolist(), effect.top_values[row].tolist())
+        )
+        assert [(i, v) for _, i, v in dashboard.suppressed] == list(
+            zip(effect.bottom_tokens[row].tolist(), effect.bottom_values[row].tolist())
+        )
         assert [t for t, _, _ in dashboard.promoted] == model.to_str_tokens(effect.top_tokens[row])
 
 
 def test_pages_are_self_contained(dashboards, tmp_path):
     index = dashboards.save(tmp_path / "features")
-    assert sorted(p.name for p in index.parent.iterdir()) == ["feature_10.html", "feature_11.html", "feature_42.html", "index.html"]
+    assert sorted(p.name for p in index.parent.iterdir()) == [
+        "feature_10.html",
+        "feature_11.html",
+        "feature_42.html",
+        "index.html",
+    ]
     page = (index.parent / "feature_11.html").read_text()
     assert page.count("window.interpTransformerViews = {version") == 1  # the views' library, once
     assert page.count('<script type="text/javascript">/**\n* plotly.js') == 1  # plotly.js, once
@@ -112,8 +124,12 @@ def test_feature_pages_in_the_browser(browser, dashboards, tmp_path):
     for dashboard in dashboards:
         with browser.open_page(index.parent / f"feature_{dashboard.feature}.html") as opened:
             page = opened.page
-            page.wait_for_function(f"document.querySelectorAll('.itv-view[data-itv-mounted]').length === {len(dashboard.examples)}"
-                                   " && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2", timeout=15_000)
+            page.wait_for_function(
+                "document.querySelectorAll('.itv-view[data-itv-mounted]').length === "
+                f"{len(dashboard.examples)}"
+                " && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+                timeout=15_000,
+            )
             for rank, example in enumerate(dashboard.examples):
                 shown = page.evaluate(_TOKEN_VALUES_JS, rank)
                 acts = np.asarray(example.acts)

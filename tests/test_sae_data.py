@@ -1,4 +1,5 @@
-"""What SAE tools read: streamed contexts equal the harvest's, token batches from every source, decoding as an affine map."""
+"""What SAE tools read: streamed contexts equal the harvest's, token batches from every source, decoding as an affine
+map."""
 
 import einops
 import numpy as np
@@ -40,7 +41,9 @@ def test_a_text_corpus_is_cut_as_the_harvest_cuts_it(model):
     reference = make_contexts(documents, 32, specials.bos_token_id, specials.separator_token_id).token_ids
     assert torch.equal(streamed, reference.long())
     assert batches.special_token_ids == (50256,)  # GPT-2's BOS is its separator, <|endoftext|>
-    assert [len(b) for b in batches] == [5] * (len(reference) // 5) + ([len(reference) % 5] if len(reference) % 5 else [])
+    assert [len(b) for b in batches] == [5] * (len(reference) // 5) + (
+        [len(reference) % 5] if len(reference) % 5 else []
+    )
     assert len(reference) > 100  # a few thousand tokens of prose
 
 
@@ -63,7 +66,8 @@ def test_activation_at_runs_only_as_deep_as_the_hook(model):
     tokens = torch.randint(0, 1000, (2, 6), generator=torch.Generator().manual_seed(2))
     _, cache = model.run_with_cache(tokens)
     for name in ("hook_embed", "blocks.0.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"):
-        assert torch.allclose(activation_at(model, tokens, name), cache[name], atol=1e-6)  # fused LayerNorm when no scale is cached
+        # fused LayerNorm when no scale is cached
+        assert torch.allclose(activation_at(model, tokens, name), cache[name], atol=1e-6)
     with pytest.raises(KeyError, match="closest"):
         activation_at(model, tokens, "blocks.0.hook_mlp_outt")
 

@@ -1,4 +1,5 @@
-"""Reading SAE features, against references: a full sort, numpy's histogram, dense products, DLA's own terms, finite differences."""
+"""Reading SAE features, against references: a full sort, numpy's histogram, dense products, DLA's own terms, finite
+differences."""
 
 import einops
 import numpy as np
@@ -49,7 +50,9 @@ FEATURES = [10, 11, 25, 42]  # firing on 0.5%, 2%, 84% and 35% of tokens
 @pytest.fixture(scope="module")
 def reading(model, corpus_acts):
     sae = corpus_acts[0]
-    return read_features(model, sae, prose_files(), FEATURES, k=6, left=3, right=2, context_length=32, batch_size=5, progress=False)
+    return read_features(
+        model, sae, prose_files(), FEATURES, k=6, left=3, right=2, context_length=32, batch_size=5, progress=False
+    )
 
 
 def test_top_examples_equal_a_full_sort(reading, corpus_acts):
@@ -62,11 +65,15 @@ def test_top_examples_equal_a_full_sort(reading, corpus_acts):
         places = list(zip(found.text_index[row].tolist(), found.position[row].tolist()))
         assert len(set(places)) == 6
         for j, (text, pos) in enumerate(places):
-            assert eligible[text, pos] and float(acts[text, pos, feature]) == pytest.approx(float(found.values[row, j]), abs=1e-6)
+            assert eligible[text, pos] and float(acts[text, pos, feature]) == pytest.approx(
+                float(found.values[row, j]), abs=1e-6
+            )
             for slot, p in enumerate(range(pos - 3, pos + 3)):
                 inside = 0 <= p < tokens.shape[1]
                 assert int(found.window_tokens[row, j, slot]) == (int(tokens[text, p]) if inside else PAD)
-                assert float(found.window_acts[row, j, slot]) == pytest.approx(float(acts[text, p, feature]) if inside else 0.0, abs=1e-6)
+                assert float(found.window_acts[row, j, slot]) == pytest.approx(
+                    float(acts[text, p, feature]) if inside else 0.0, abs=1e-6
+                )
 
 
 def test_histograms_equal_numpys_over_every_value(reading, corpus_acts):
@@ -87,7 +94,8 @@ def test_histograms_equal_numpys_over_every_value(reading, corpus_acts):
 def test_streaming_histogram_grows_and_turns_signed_exactly():
     generator = torch.Generator().manual_seed(0)
     batches = [torch.rand(50, 3, generator=generator) * scale for scale in (0.01, 1.0, 30.0)]
-    batches.append(-5 * torch.rand(50, 3, generator=generator) * torch.tensor([0.0, 1.0, 100.0]))  # feature 0 stays >= 0
+    # feature 0 stays >= 0
+    batches.append(-5 * torch.rand(50, 3, generator=generator) * torch.tensor([0.0, 1.0, 100.0]))
     batches.append(torch.zeros(20, 3))
     histogram = StreamingHistogram(torch.arange(3), n_bins=16)
     for batch in batches:
@@ -122,12 +130,16 @@ def test_logit_effect_equals_a_dense_product(model, kind):
     elif kind == "z":
         sae = sae_at("standard", "blocks.1.attn.hook_z", reshape_activations="hook_z")
         per_head = einops.rearrange(sae.W_dec, "d_sae (head_index d_head) -> d_sae head_index d_head", head_index=4)
-        residual = einops.einsum(per_head, W_O[1], "d_sae head_index d_head, head_index d_head d_model -> d_sae d_model")
+        residual = einops.einsum(
+            per_head, W_O[1], "d_sae head_index d_head, head_index d_head d_model -> d_sae d_model"
+        )
     elif kind == "post":
         sae = sae_at("jumprelu", "blocks.0.mlp.hook_post", d_in=model.cfg.d_mlp)
         residual = sae.W_dec @ W_out[0]
     else:
-        sae = sae_at("transcoder", "blocks.1.hook_resid_mid", d_out=D, metadata={"hook_name_out": "blocks.1.hook_mlp_out"})
+        sae = sae_at(
+            "transcoder", "blocks.1.hook_resid_mid", d_out=D, metadata={"hook_name_out": "blocks.1.hook_mlp_out"}
+        )
         residual = sae.W_dec
     effect = feature_logit_effect(model, sae, [3, 0, 47], k=5)
     reference = dense_effect(model, residual[[3, 0, 47]]).detach()
@@ -143,9 +155,13 @@ def test_logit_effect_refuses_what_has_none(model):
     with pytest.raises(TypeError, match="linear"):
         feature_logit_effect(random_mlm()[0], sae_at("standard", "blocks.0.hook_resid_pre"), 0)
     with pytest.raises(ValueError, match="statistic of its input"):
-        feature_logit_effect(model, sae_at("standard", "blocks.0.hook_resid_pre", normalize_activations="layer_norm"), 0)
+        feature_logit_effect(
+            model, sae_at("standard", "blocks.0.hook_resid_pre", normalize_activations="layer_norm"), 0
+        )
     with pytest.raises(ValueError, match="does not reach the residual stream linearly"):
-        feature_logit_effect(model, sae_at("standard", "blocks.0.attn.hook_q", d_in=8, metadata={"hook_head_index": 1}), 0)
+        feature_logit_effect(
+            model, sae_at("standard", "blocks.0.attn.hook_q", d_in=8, metadata={"hook_head_index": 1}), 0
+        )
     with pytest.raises(ValueError, match=r"ints in \[0, d_sae=48\)"):
         feature_logit_effect(model, sae_at("standard", "blocks.0.hook_resid_pre"), [48])
     assert why_no_logit_effect(model, sae_at("standard", "blocks.0.hook_mlp_out")) is None
@@ -157,7 +173,8 @@ PROMPT = "The lighthouse on the northern point had not been lit for"
 
 
 def write_reference(model, cache, sae, token, incorrect):
-    """The DLA of the SAE's hook at the last position, from ``direct_logit_attribution``'s own terms (or written out)."""
+    """The DLA of the SAE's hook at the last position, from ``direct_logit_attribution``'s own terms (or written
+    out)."""
     dla = direct_logit_attribution(cache, token, incorrect)
     hook, head = sae.hook_name_out or sae.hook_name, sae.cfg.hook_head_index
     for layer in range(model.cfg.n_layers):
@@ -179,9 +196,13 @@ ATTRIBUTION_CASES = {
     "attn_out rescaled topk": lambda: sae_at("topk", "blocks.1.hook_attn_out", rescale_acts_by_decoder_norm=True),
     "hook_z": lambda: sae_at("jumprelu", "blocks.1.attn.hook_z", reshape_activations="hook_z"),
     "one head": lambda: sae_at("standard", "blocks.0.attn.hook_z", d_in=8, metadata={"hook_head_index": 2}),
-    "skip transcoder": lambda: sae_at("skip_transcoder", "blocks.1.hook_resid_mid", d_out=D, metadata={"hook_name_out": "blocks.1.hook_mlp_out"}),
+    "skip transcoder": lambda: sae_at(
+        "skip_transcoder", "blocks.1.hook_resid_mid", d_out=D, metadata={"hook_name_out": "blocks.1.hook_mlp_out"}
+    ),
     "layer_norm input": lambda: sae_at("standard", "blocks.0.hook_resid_post", normalize_activations="layer_norm"),
-    "constant_norm_rescale input": lambda: sae_at("gated", "blocks.1.hook_resid_mid", normalize_activations="constant_norm_rescale"),
+    "constant_norm_rescale input": lambda: sae_at(
+        "gated", "blocks.1.hook_resid_mid", normalize_activations="constant_norm_rescale"
+    ),
 }
 
 
@@ -198,7 +219,8 @@ def test_feature_dla_with_bias_and_error_sums_to_the_hooks_write(model, case):
     total = float(attribution.direct.sum()) + attribution.bias + attribution.skip + attribution.error
     assert total == pytest.approx(attribution.write, abs=1e-10)
     assert attribution.write == pytest.approx(write_reference(model, cache, sae, int(token), int(incorrect)), abs=1e-10)
-    assert abs(attribution.error) > 1e-3 and abs(float(attribution.direct.sum())) > 1e-4  # a random SAE: every term matters
+    # a random SAE: every term matters
+    assert abs(attribution.error) > 1e-3 and abs(float(attribution.direct.sum())) > 1e-4
     assert (attribution.skip != 0) == (case == "skip transcoder")
 
 
@@ -224,7 +246,9 @@ def test_activation_times_gradient_equals_finite_differences(model):
         gradient = (metric_with(pos, feature, 1e-5) - metric_with(pos, feature, -1e-5)) / 2e-5
         expected = float(attribution.acts[pos, feature]) * gradient
         assert float(attribution.act_times_grad[pos, feature]) == pytest.approx(expected, rel=1e-5, abs=1e-9)
-    assert attribution.top_features(3, by="act_times_grad")[0][0] == int(attribution.act_times_grad.sum(0).abs().argmax())
+    assert attribution.top_features(3, by="act_times_grad")[0][0] == int(
+        attribution.act_times_grad.sum(0).abs().argmax()
+    )
 
 
 def test_attribution_leaves_nothing_behind_and_checks_its_input(model):

@@ -20,10 +20,20 @@ def model():
 
 def _state(model, saes):
     """Everything a splice touches: the hook table, module names, hooks anywhere on the model or the SAEs."""
-    hooked = [name for name, point in model.hook_dict.items() if point.has_hooks() or point._forward_hooks or point._forward_pre_hooks]
+    hooked = [
+        name
+        for name, point in model.hook_dict.items()
+        if point.has_hooks() or point._forward_hooks or point._forward_pre_hooks
+    ]
     sae_hooks = [point.has_hooks() for sae in saes for point in sae.hook_dict.values()]
-    return (dict(model.hook_dict), [name for name, _ in model.named_modules()], hooked,
-            len(model._forward_hooks) + len(model._forward_pre_hooks), sae_hooks, [p.grad for p in model.parameters()])
+    return (
+        dict(model.hook_dict),
+        [name for name, _ in model.named_modules()],
+        hooked,
+        len(model._forward_hooks) + len(model._forward_pre_hooks),
+        sae_hooks,
+        [p.grad for p in model.parameters()],
+    )
 
 
 def test_methods_equal_the_functions(model):
@@ -31,7 +41,9 @@ def test_methods_equal_the_functions(model):
     with torch.no_grad():
         assert torch.equal(model.run_with_saes(TOKENS, saes=saes), run_with_saes(model, TOKENS, saes=saes))
         logits, cache = model.run_with_cache_with_saes(TOKENS, saes=saes, names_filter=lambda name: "hook_sae" in name)
-        reference_logits, reference = run_with_cache_with_saes(model, TOKENS, saes=saes, names_filter=lambda name: "hook_sae" in name)
+        reference_logits, reference = run_with_cache_with_saes(
+            model, TOKENS, saes=saes, names_filter=lambda name: "hook_sae" in name
+        )
         with model.saes(saes, use_error_term=True) as spliced:
             assert spliced is model
             with_error = model(TOKENS)
@@ -44,7 +56,10 @@ def test_methods_equal_the_functions(model):
 
 @pytest.mark.parametrize("raises", [False, True])
 def test_methods_leave_nothing_behind(model, raises):
-    saes = [random_sae("standard", d_in=SPLICE_CFG.d_model, seed=2), random_sae("jumprelu", "blocks.0.hook_mlp_out", d_in=16, seed=3)]
+    saes = [
+        random_sae("standard", d_in=SPLICE_CFG.d_model, seed=2),
+        random_sae("jumprelu", "blocks.0.hook_mlp_out", d_in=16, seed=3),
+    ]
     before = _state(model, saes)
 
     def boom(acts, hook):

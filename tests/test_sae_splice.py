@@ -44,12 +44,23 @@ def test_spliced_model_equals_saelens(case):
     spec = SPLICE["cases"][case]
     model, sae = saelens_model(), fixture_sae(spec["sae"])
     prefix = spec["cache_prefix"]
-    hooks = [(f"{prefix}.hook_sae_acts_post", zero_feature(spec["ablate_feature"]))] if spec["ablate_feature"] is not None else []
+    hooks = (
+        [(f"{prefix}.hook_sae_acts_post", zero_feature(spec["ablate_feature"]))]
+        if spec["ablate_feature"] is not None
+        else []
+    )
     # TransformerLens' hook_normalized is the pure normalization: ours is that after fold_ln
-    with torch.no_grad(), splice_saes(
-        model, sae, use_error_term=spec["use_error_term"], exclude_special_tokens=spec["exclude_special_tokens"],
-        apply_processing=True,
-    ), model.hooks(hooks):
+    with (
+        torch.no_grad(),
+        splice_saes(
+            model,
+            sae,
+            use_error_term=spec["use_error_term"],
+            exclude_special_tokens=spec["exclude_special_tokens"],
+            apply_processing=True,
+        ),
+        model.hooks(hooks),
+    ):
         logits, cache = model.run_with_cache(TOKENS, names_filter=lambda name: "hook_sae" in name)
     assert (logits - EXPECTED[f"{case}.logits"]).abs().max() < MODEL_TOLERANCE
     for key in ("hook_sae_acts_post", "hook_sae_output"):
@@ -60,7 +71,9 @@ def test_spliced_model_equals_saelens(case):
 # --------------------------------------------------------------------------- identities
 
 
-@pytest.mark.parametrize("name", ["standard", "standard_layer_norm", "standard_hook_z", "gated", "topk", "jumprelu", "skip_transcoder"])
+@pytest.mark.parametrize(
+    "name", ["standard", "standard_layer_norm", "standard_hook_z", "gated", "topk", "jumprelu", "skip_transcoder"]
+)
 def test_error_term_leaves_the_logits_unchanged(model, clean, name):
     sae = fixture_sae(name)
     if sae.hook_name.endswith("hook_normalized"):  # read resid_mid instead: no fold_ln needed on this model
@@ -85,7 +98,9 @@ def test_ablating_a_feature_subtracts_its_decoder_direction(model, use_error_ter
     with torch.no_grad():
         reference = model.run_with_hooks(TOKENS, fwd_hooks=[(hook_name, subtract_feature)])
         with splice_saes(model, [sae], use_error_term=use_error_term):
-            ablated = model.run_with_hooks(TOKENS, fwd_hooks=[(f"{hook_name}.hook_sae_acts_post", zero_feature(feature))])
+            ablated = model.run_with_hooks(
+                TOKENS, fwd_hooks=[(f"{hook_name}.hook_sae_acts_post", zero_feature(feature))]
+            )
     assert (ablated - reference).abs().max() < MODEL_TOLERANCE
     assert (ablated - model(TOKENS)).abs().max() > 1e-3
 
@@ -103,7 +118,9 @@ def test_transcoder_output_replaces_the_mlp_output(model, name):
         return sae(read["x"]).detach()
 
     with torch.no_grad():
-        reference = model.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.hook_resid_mid", keep), ("blocks.0.hook_mlp_out", transcode)])
+        reference = model.run_with_hooks(
+            TOKENS, fwd_hooks=[("blocks.0.hook_resid_mid", keep), ("blocks.0.hook_mlp_out", transcode)]
+        )
         logits, cache = run_with_cache_with_saes(model, TOKENS, saes=sae)
     assert (logits - reference).abs().max() < MODEL_TOLERANCE
     assert torch.equal(cache["blocks.0.hook_mlp_out.hook_sae_output"], cache["blocks.0.hook_mlp_out"])
@@ -147,7 +164,11 @@ def test_special_token_positions_bypass_the_sae(model, clean):
 def test_processing_mismatch_is_refused_or_applied():
     sae = random_sae("standard", metadata={"model_from_pretrained_kwargs": {"center_writing_weights": True}})
     model = DemoTransformer(SPLICE_CFG, seed=0).eval()
-    with pytest.raises(ProcessingMismatch, match=r"needs \['center_writing_weights'\].*processing.center_writing_weights\(model\)"):
+    with pytest.raises(
+        ProcessingMismatch,
+        match=r"needs "
+        r"\['center_writing_weights'\].*processing.center_writing_weights\(model\)",
+    ):
         run_with_saes(model, TOKENS, saes=[sae])
     assert model.processing == []
     with torch.no_grad():
@@ -175,8 +196,14 @@ def test_hook_normalized_needs_fold_ln_because_ours_is_taken_after_w_and_b(model
 
 def _state(model):
     return (
-        model.hook_dict, list(model.hook_dict.items()), [name for name, _ in model.named_modules()],
-        [name for name, point in model.hook_dict.items() if point.has_hooks() or point._forward_hooks or point._forward_pre_hooks],
+        model.hook_dict,
+        list(model.hook_dict.items()),
+        [name for name, _ in model.named_modules()],
+        [
+            name
+            for name, point in model.hook_dict.items()
+            if point.has_hooks() or point._forward_hooks or point._forward_pre_hooks
+        ],
         len(model._forward_hooks) + len(model._forward_pre_hooks),
     )
 
@@ -189,7 +216,8 @@ def test_everything_is_restored_on_exit(model, raises):
         with splice_saes(model, saes, exclude_special_tokens=[0]):
             assert "blocks.1.hook_resid_pre.hook_sae_acts_post" in model.hook_dict
             assert saes[0].hook_sae_acts_post.name == "blocks.1.hook_resid_pre.hook_sae_acts_post"
-            model.add_hook("blocks.1.hook_resid_pre.hook_sae_acts_post", lambda acts, hook: None)  # never removed by the caller
+            # never removed by the caller
+            model.add_hook("blocks.1.hook_resid_pre.hook_sae_acts_post", lambda acts, hook: None)
             model(TOKENS)
             if raises:
                 raise RuntimeError("body failed")

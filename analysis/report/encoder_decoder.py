@@ -22,8 +22,16 @@ from .sections.source_alignment import alignment_section
 from .sections.source_patching import source_patching_section
 from .sections.translation import translation_section
 
-ENCODER_DECODER_PAGE_ORDER = ("model", "translation", "interpretation", "omitted", "cross_attention", "alignment", "attribution",
-                              "patching")
+ENCODER_DECODER_PAGE_ORDER = (
+    "model",
+    "translation",
+    "interpretation",
+    "omitted",
+    "cross_attention",
+    "alignment",
+    "attribution",
+    "patching",
+)
 MAX_REPORT_TARGET = 64  # longest translation the report generates
 
 
@@ -40,18 +48,27 @@ def encoder_decoder_inputs(model, tokens: Tensor, decoder_input: Optional[Tensor
     decoder_input = torch.as_tensor(decoder_input)
     decoder_input = decoder_input[None] if decoder_input.ndim == 1 else decoder_input
     if decoder_input.shape[0] != 1:
-        raise ValueError(f"the report reads one target: decoder_input [pos] or [1, pos], got {tuple(decoder_input.shape)}")
+        raise ValueError(
+            f"the report reads one target: decoder_input [pos] or [1, pos], got {tuple(decoder_input.shape)}"
+        )
     return {"decoder_input": decoder_input.to(tokens.device)}
 
 
 def encoder_decoder_builders(ctx: ReportContext) -> list:
     """``(key, builder)`` of an encoder-decoder's sections, in build order (later ones read earlier ones)."""
-    builders = [("model", encoder_decoder_card_section), ("translation", translation_section),
-                ("alignment", alignment_section), ("cross_attention", cross_attention_section)]
+    builders = [
+        ("model", encoder_decoder_card_section),
+        ("translation", translation_section),
+        ("alignment", alignment_section),
+        ("cross_attention", cross_attention_section),
+    ]
     if ctx.model.capabilities.linear_logits:
         builders.append(("attribution", decoder_attribution_section))
-    builders += [("patching", source_patching_section), ("omitted", encoder_decoder_omitted_section),
-                 ("interpretation", encoder_decoder_interpretation_section)]
+    builders += [
+        ("patching", source_patching_section),
+        ("omitted", encoder_decoder_omitted_section),
+        ("interpretation", encoder_decoder_interpretation_section),
+    ]
     return builders
 
 

@@ -61,15 +61,24 @@ class Report:
             parts = [f'<section id="{section.key}"><h2>{html.escape(section.title)}</h2>']
             if section.key == "interpretation":
                 items = "".join(f"<li>{html.escape(line)}</li>" for line in section.paragraphs[:-1])
-                parts.append(f'<ul class="summary">{items}</ul><p><small>{html.escape(section.paragraphs[-1])}</small></p>')
+                parts.append(
+                    f'<ul class="summary">{items}</ul><p><small>{html.escape(section.paragraphs[-1])}</small></p>'
+                )
             else:
                 parts += [f"<p>{html.escape(text)}</p>" for text in section.paragraphs]
             parts.append(section.html)
             figures = []
             for fig in section.figures:
                 height = fig.layout.height or 450
-                div = pio.to_html(fig, full_html=False, include_plotlyjs=False, include_mathjax=False,
-                                  div_id=f"figure-{figure_index}", config=PLOT_CONFIG, default_height=f"{height}px")
+                div = pio.to_html(
+                    fig,
+                    full_html=False,
+                    include_plotlyjs=False,
+                    include_mathjax=False,
+                    div_id=f"figure-{figure_index}",
+                    config=PLOT_CONFIG,
+                    default_height=f"{height}px",
+                )
                 figures.append(f'<div class="figure">{div}</div>')
                 figure_index += 1
             if figures:
@@ -79,7 +88,8 @@ class Report:
         return (
             f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<style>{STYLE}</style>\n<script type=\"text/javascript\">{get_plotlyjs()}</script>\n{library_script()}\n</head>\n"
+            f"<style>{STYLE}</style>\n<script "
+            f'type="text/javascript">{get_plotlyjs()}</script>\n{library_script()}\n</head>\n'
             f"<body><h1>{title}</h1><nav>{nav}</nav>\n" + "\n".join(body) + "\n</body></html>\n"
         )
 

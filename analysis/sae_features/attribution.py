@@ -77,24 +77,32 @@ def _prompt(model, tokens) -> Tensor:
         raise TypeError(f"tokens must be a str or an integer tensor [pos] or [1, pos], got {type(tokens).__name__}")
     tokens = tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
     if tokens.ndim != 2 or tokens.shape[0] != 1:
-        raise ValueError(f"feature_attribution reads one prompt: tokens [pos] or [1, pos], got shape {tuple(tokens.shape)}")
+        raise ValueError(
+            f"feature_attribution reads one prompt: tokens [pos] or [1, pos], got shape {tuple(tokens.shape)}"
+        )
     return model.prepare_tokens(tokens)
 
 
 def _run(model, sae: SAE, tokens: Tensor, metric: Metric) -> tuple[dict, Tensor, Tensor]:
-    """One forward with the SAE spliced in (error term on): what the hooks saw, the metric, its gradient at the features."""
+    """One forward with the SAE spliced in (error term on): what the hooks saw, the metric, its gradient at the
+    features."""
     seen = {}
 
     def keep(key):
         def hook(activation, hook):
             seen[key] = activation.detach()
+
         return hook
 
     def leaf(acts, hook):  # the features as a leaf of the graph: their gradient, and no other
         seen["acts"] = acts.detach().requires_grad_(True)
         return seen["acts"]
 
-    before = [(sae.hook_name, keep("in")), (sae.hook_name_out or sae.hook_name, keep("out")), (model.act_name("scale"), keep("scale"))]
+    before = [
+        (sae.hook_name, keep("in")),
+        (sae.hook_name_out or sae.hook_name, keep("out")),
+        (model.act_name("scale"), keep("scale")),
+    ]
     with torch.enable_grad(), model.hooks(fwd_hooks=before), model.saes([sae], use_error_term=True):
         logits = model.run_with_hooks(tokens, fwd_hooks=[(sae.hook_sae_acts_post.name, leaf)])
         value = metric(logits)
@@ -129,6 +137,7 @@ def feature_attribution(
     W_U = model.W_U
     direction = W_U[:, token_t[0]] - (W_U[:, incorrect_t[0]] if incorrect_t is not None else 0)
     if metric is None:
+
         def metric(logits):
             at = logits[0, pos]
             return at[token_t[0]] - (at[incorrect_t[0]] if incorrect_t is not None else 0)
@@ -142,9 +151,17 @@ def feature_attribution(
         direct = terms.acts * terms.multiplier * (terms.directions @ read)
         acts = seen["acts"].detach()[0]
         return FeatureAttribution(
-            tokens=tokens[0], pos=pos, token=int(token_t[0]), incorrect_token=None if incorrect_t is None else int(incorrect_t[0]),
-            metric=float(value), acts=acts, act_times_grad=acts * grad[0], direct=direct,
-            bias=float(terms.offset @ read), skip=float(terms.skip @ read), error=float(terms.error @ read),
+            tokens=tokens[0],
+            pos=pos,
+            token=int(token_t[0]),
+            incorrect_token=None if incorrect_t is None else int(incorrect_t[0]),
+            metric=float(value),
+            acts=acts,
+            act_times_grad=acts * grad[0],
+            direct=direct,
+            bias=float(terms.offset @ read),
+            skip=float(terms.skip @ read),
+            error=float(terms.error @ read),
             write=float(flat(sae, x_out).to(read.dtype) @ read),
         )
 

@@ -78,8 +78,11 @@ class FeatureDashboard:
         if not self.promoted:
             return None
         rows = self.promoted + self.suppressed[::-1]
-        return plot_token_values([value for _, _, value in rows], [token for token, _, _ in rows],
-                                 title=f"feature {self.feature}: direct logit effect per unit activation")
+        return plot_token_values(
+            [value for _, _, value in rows],
+            [token for token, _, _ in rows],
+            title=f"feature {self.feature}: direct logit effect per unit activation",
+        )
 
     def views(self) -> list[View]:
         """One ``activation_view`` per example: the window coloured by the feature's activation."""
@@ -153,32 +156,51 @@ def _examples(model, reading: FeatureReading, row: int) -> list[Example]:
         window = found.window_tokens[row, j]
         inside = (window != PAD).nonzero()[:, 0]
         first, last = int(inside[0]), int(inside[-1])
-        examples.append(Example(
-            value=value, text_index=int(found.text_index[row, j]), position=int(found.position[row, j]),
-            tokens=token_strings(model, window[first : last + 1].tolist()),
-            acts=found.window_acts[row, j, first : last + 1].tolist(), hit=found.left - first,
-        ))
+        examples.append(
+            Example(
+                value=value,
+                text_index=int(found.text_index[row, j]),
+                position=int(found.position[row, j]),
+                tokens=token_strings(model, window[first : last + 1].tolist()),
+                acts=found.window_acts[row, j, first : last + 1].tolist(),
+                hit=found.left - first,
+            )
+        )
     return examples
 
 
 def build_dashboards(
-    model: _checks.AnyModel, sae: SAE, reading: FeatureReading, effect: Optional[FeatureLogitEffect] = None, logits_note: str = "",
+    model: _checks.AnyModel,
+    sae: SAE,
+    reading: FeatureReading,
+    effect: Optional[FeatureLogitEffect] = None,
+    logits_note: str = "",
 ) -> FeatureDashboards:
     """Dashboards from a ``read_features`` result and (optionally) ``feature_logit_effect`` of the same features."""
     dashboards = []
     histograms = reading.histograms
     for row, feature in enumerate(reading.examples.features.tolist()):
         dashboard = FeatureDashboard(
-            feature=feature, hook_name=reading.hook_name, d_sae=sae.d_sae, n_tokens=reading.n_tokens,
-            firing_rate=float(histograms.firing_rate[row]), edges=histograms.edges[row].tolist(),
-            counts=histograms.counts[row].tolist(), examples=_examples(model, reading, row),
-            logits_note=logits_note or "", description=reading.description,
+            feature=feature,
+            hook_name=reading.hook_name,
+            d_sae=sae.d_sae,
+            n_tokens=reading.n_tokens,
+            firing_rate=float(histograms.firing_rate[row]),
+            edges=histograms.edges[row].tolist(),
+            counts=histograms.counts[row].tolist(),
+            examples=_examples(model, reading, row),
+            logits_note=logits_note or "",
+            description=reading.description,
         )
         if effect is not None:
             at = int((effect.features == feature).nonzero()[0, 0])
-            pairs = [(effect.top_tokens[at], effect.top_values[at]), (effect.bottom_tokens[at], effect.bottom_values[at])]
+            pairs = [
+                (effect.top_tokens[at], effect.top_values[at]),
+                (effect.bottom_tokens[at], effect.bottom_values[at]),
+            ]
             dashboard.promoted, dashboard.suppressed = [
-                list(zip(token_strings(model, ids.tolist()), ids.tolist(), values.tolist())) for ids, values in pairs]
+                list(zip(token_strings(model, ids.tolist()), ids.tolist(), values.tolist())) for ids, values in pairs
+            ]
         dashboards.append(dashboard)
     return FeatureDashboards(dashboards)
 
@@ -201,4 +223,11 @@ def feature_dashboards(
     return build_dashboards(model, sae, reading, effect, note)
 
 
-__all__ = ["Example", "FeatureDashboard", "FeatureDashboards", "build_dashboards", "feature_dashboards", "token_strings"]
+__all__ = [
+    "Example",
+    "FeatureDashboard",
+    "FeatureDashboards",
+    "build_dashboards",
+    "feature_dashboards",
+    "token_strings",
+]

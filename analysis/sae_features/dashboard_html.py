@@ -23,7 +23,8 @@ table.logits td.value { text-align: right; font-family: ui-monospace, Menlo, Con
 .example { margin: 1em 0; padding-top: .3em; border-top: 1px solid #eee; }
 .example p { margin: .2em 0; color: #444; }
 table.index { border-collapse: collapse; }
-table.index td, table.index th { padding: 3px 12px; text-align: left; border-bottom: 1px solid #eee; vertical-align: top; }
+table.index td, table.index th { padding: 3px 12px; text-align: left; border-bottom: 1px solid #eee; vertical-align:
+top; }
 .hit { font-weight: 700; background: #fdd49e; }
 """
 
@@ -38,8 +39,15 @@ def _number(value: float) -> str:
 
 def _figure_div(fig, div_id: str) -> str:
     height = fig.layout.height or 380
-    div = pio.to_html(fig, full_html=False, include_plotlyjs=False, include_mathjax=False, div_id=div_id,
-                      config=PLOT_CONFIG, default_height=f"{height}px")
+    div = pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        div_id=div_id,
+        config=PLOT_CONFIG,
+        default_height=f"{height}px",
+    )
     return f'<div class="figure">{div}</div>'
 
 
@@ -49,8 +57,10 @@ def _logits_table(rows: Sequence[tuple[str, int, float]], table_id: str, caption
         f'<td class="value">{_number(value)}</td></tr>'
         for token, token_id, value in rows
     )
-    return (f'<table class="logits" id="{table_id}"><caption>{html.escape(caption)}</caption>'
-            f"<tr><th>token</th><th>logit effect</th></tr>{body}</table>")
+    return (
+        f'<table class="logits" id="{table_id}"><caption>{html.escape(caption)}</caption>'
+        f"<tr><th>token</th><th>logit effect</th></tr>{body}</table>"
+    )
 
 
 def _summary(dashboard) -> str:
@@ -91,7 +101,7 @@ def _examples_section(dashboard) -> str:
         parts.append(
             f'<div class="example" data-rank="{rank}" data-value="{example.value!r}" data-text="{example.text_index}" '
             f'data-position="{example.position}" data-hit="{example.hit}">'
-            f"<p>{rank + 1}. activation {_number(example.value)} on <span class=\"tok\">{_quote(token)}</span>, "
+            f'<p>{rank + 1}. activation {_number(example.value)} on <span class="tok">{_quote(token)}</span>, '
             f"text {example.text_index}, position {example.position}</p>"
             f"{view.to_html(include_script=False)}</div>"
         )
@@ -112,7 +122,11 @@ def feature_page(dashboard, index_link: Optional[str] = None) -> str:
     nav = ["<nav>"]
     if index_link is not None:
         nav.append(f'<a href="{html.escape(index_link)}">all features</a>')
-    nav += ['<a href="#histogram">histogram</a>', '<a href="#logits">logits</a>', '<a href="#examples">examples</a></nav>']
+    nav += [
+        '<a href="#histogram">histogram</a>',
+        '<a href="#logits">logits</a>',
+        '<a href="#examples">examples</a></nav>',
+    ]
     body = (
         f"<h1>{html.escape(dashboard.title)}</h1>{''.join(nav)}{_summary(dashboard)}"
         '<section id="histogram"><h2>Activation histogram</h2>'
@@ -125,7 +139,9 @@ def feature_page(dashboard, index_link: Optional[str] = None) -> str:
 
 
 def _snippet(example) -> str:
-    pieces = [f'<span class="hit">{_quote(t)}</span>' if i == example.hit else _quote(t) for i, t in enumerate(example.tokens)]
+    pieces = [
+        f'<span class="hit">{_quote(t)}</span>' if i == example.hit else _quote(t) for i, t in enumerate(example.tokens)
+    ]
     return f'<span class="tok">{"".join(pieces)}</span>'
 
 
@@ -136,13 +152,16 @@ def index_page(dashboards: Sequence, page_name: Callable[[int], str]) -> str:
         top = _snippet(d.examples[0]) if d.examples else "(never fired)"
         promoted = " ".join(f'<span class="tok">{_quote(token)}</span>' for token, _, _ in d.promoted[:5])
         rows.append(
-            f'<tr data-feature="{d.feature}"><td><a href="{html.escape(page_name(d.feature))}">feature {d.feature}</a></td>'
+            f'<tr data-feature="{d.feature}"><td><a href="{html.escape(page_name(d.feature))}">feature '
+            f"{d.feature}</a></td>"
             f"<td>{d.firing_rate:.3%}</td><td>{_number(d.max_activation)}</td><td>{top}</td><td>{promoted}</td></tr>"
         )
     hook = dashboards[0].hook_name if dashboards else ""
     title = f"{len(dashboards)} features of the SAE at {hook}"
-    body = (f"<h1>{html.escape(title)}</h1><table class=\"index\"><tr><th>feature</th><th>firing rate</th>"
-            f"<th>largest activation</th><th>top example</th><th>promotes</th></tr>{''.join(rows)}</table>")
+    body = (
+        f'<h1>{html.escape(title)}</h1><table class="index"><tr><th>feature</th><th>firing rate</th>'
+        f"<th>largest activation</th><th>top example</th><th>promotes</th></tr>{''.join(rows)}</table>"
+    )
     return _page(title, body, scripts=False)
 
 

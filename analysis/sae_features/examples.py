@@ -67,7 +67,9 @@ class StreamingTopExamples:
         self.n_texts = 0
 
     def update(
-        self, acts: Float[Tensor, "batch pos feature"], tokens: Int[Tensor, "batch pos"],
+        self,
+        acts: Float[Tensor, "batch pos feature"],
+        tokens: Int[Tensor, "batch pos"],
         eligible: Optional[Bool[Tensor, "batch pos"]] = None,
     ) -> None:
         """Merge the next ``batch`` texts: their feature activations (the followed features, in order) and tokens.
@@ -77,8 +79,11 @@ class StreamingTopExamples:
         """
         batch, n_pos, n_features = acts.shape
         if n_features != len(self.features) or tuple(tokens.shape) != (batch, n_pos):
-            raise ValueError(f"acts {tuple(acts.shape)} must be [batch, pos, {len(self.features)}] with tokens [batch, pos], "
-                             f"got tokens {tuple(tokens.shape)}")
+            raise ValueError(
+                f"acts {tuple(acts.shape)} must be [batch, pos, {len(self.features)}] with tokens [batch, "
+                "pos], "
+                f"got tokens {tuple(tokens.shape)}"
+            )
         acts, tokens = acts.detach().cpu().float(), tokens.cpu().long()
         ranked = acts if eligible is None else acts.masked_fill(~eligible.cpu()[..., None], float("-inf"))
         flat = einops.rearrange(ranked, "batch pos feature -> feature (batch pos)")
@@ -99,7 +104,8 @@ class StreamingTopExamples:
         best = values.topk(min(self.k, values.shape[1]), dim=1).indices
         pick = lambda old, new: torch.cat([old, new], dim=1).gather(1, best)  # noqa: E731
         pick_window = lambda old, new: torch.cat([old, new], dim=1).gather(  # noqa: E731
-            1, best[..., None].expand(-1, -1, new.shape[-1]))
+            1, best[..., None].expand(-1, -1, new.shape[-1])
+        )
         self.values = values.gather(1, best)
         self.text_index, self.position = pick(self.text_index, text_index), pick(self.position, position)
         self.window_tokens = pick_window(self.window_tokens, window_tokens)
@@ -108,8 +114,16 @@ class StreamingTopExamples:
     def result(self) -> FeatureExamples:
         if self.n_texts == 0:
             raise ValueError("StreamingTopExamples.result(): no activations were fed in")
-        return FeatureExamples(self.features, self.values, self.text_index, self.position,
-                               self.window_tokens, self.window_acts, self.left, self.right)
+        return FeatureExamples(
+            self.features,
+            self.values,
+            self.text_index,
+            self.position,
+            self.window_tokens,
+            self.window_acts,
+            self.left,
+            self.right,
+        )
 
 
 __all__ = ["FeatureExamples", "PAD", "StreamingTopExamples"]

@@ -51,7 +51,8 @@ class StreamingHistogram:
         return torch.pow(2.0, self.log2_width.double())
 
     def _double(self, which: Tensor, to_signed: Tensor) -> None:
-        """Double the width of the features in ``which`` (those in ``to_signed`` also become symmetric), merging bins."""
+        """Double the width of the features in ``which`` (those in ``to_signed`` also become symmetric), merging
+        bins."""
         old_k = self.lo[which, None] + torch.arange(self.n_bins)  # left edges in units of the old width
         new_lo = torch.where(to_signed[which], torch.full_like(self.lo[which], -self.n_bins // 2), self.lo[which])
         new_index = torch.div(old_k, 2, rounding_mode="floor") - new_lo[:, None]

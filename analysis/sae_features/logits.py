@@ -70,10 +70,13 @@ class FeatureLogitEffect:
 def why_no_logit_effect(model: _checks.AnyModel, sae: SAE) -> Optional[str]:
     """Why ``sae``'s features have no input-independent direct logit effect in ``model``, or None when they have one."""
     if not model.capabilities.linear_logits:
-        return (f"feature_logit_effect needs {_checks.NEEDS['linear_logits']}; this model {POST_NORM_INSTEAD}")
+        return f"feature_logit_effect needs {_checks.NEEDS['linear_logits']}; this model {POST_NORM_INSTEAD}"
     if needs_stats(sae.cfg.normalize_activations) and not sae.is_transcoder:
-        return (f"an SAE with normalize_activations={sae.cfg.normalize_activations!r} writes each feature scaled by a "
-                "statistic of its input, so a feature has no input-independent logit effect; use feature_attribution on a prompt")
+        return (
+            f"an SAE with normalize_activations={sae.cfg.normalize_activations!r} writes each feature scaled by a "
+            "statistic of its input, so a feature has no input-independent logit effect; use feature_attribution "
+            "on a prompt"
+        )
     try:
         residual_write(model, sae)
     except ValueError as error:
@@ -82,7 +85,9 @@ def why_no_logit_effect(model: _checks.AnyModel, sae: SAE) -> Optional[str]:
 
 
 @torch.no_grad()
-def feature_residual_directions(model: _checks.AnyModel, sae: SAE, features: Tensor) -> Float[Tensor, "feature d_model"]:
+def feature_residual_directions(
+    model: _checks.AnyModel, sae: SAE, features: Tensor
+) -> Float[Tensor, "feature d_model"]:
     """``r_f = directions[f] M``: what one unit of each feature adds to the residual stream (module docstring)."""
     reason = why_no_logit_effect(model, sae)
     if reason is not None:
@@ -96,7 +101,8 @@ def feature_residual_directions(model: _checks.AnyModel, sae: SAE, features: Ten
 def feature_logit_effect(
     model: _checks.AnyModel, sae: SAE, features: Union[None, int, Sequence[int], Tensor] = None, k: int = 10
 ) -> FeatureLogitEffect:
-    """Direct effect of one unit of each feature on every logit (module docstring), and its top and bottom ``k`` tokens."""
+    """Direct effect of one unit of each feature on every logit (module docstring), and its top and bottom ``k``
+    tokens."""
     _checks.check_model(model)
     _checks.require(model, "linear_logits", "feature_logit_effect", POST_NORM_INSTEAD)
     features = feature_indices(sae, features)
@@ -113,4 +119,10 @@ def feature_logit_effect(
     return FeatureLogitEffect(features, effect, top.indices, top.values, bottom.indices, bottom.values)
 
 
-__all__ = ["FeatureLogitEffect", "feature_indices", "feature_logit_effect", "feature_residual_directions", "why_no_logit_effect"]
+__all__ = [
+    "FeatureLogitEffect",
+    "feature_indices",
+    "feature_logit_effect",
+    "feature_residual_directions",
+    "why_no_logit_effect",
+]

@@ -56,8 +56,11 @@ def read_features(
         raise TypeError(f"sae must be an interp_transformer.sae.SAE, got {type(sae).__name__}")
     check_processing(model, sae)  # features read on a model processed otherwise than in training mean nothing
     features = feature_indices(sae, features)
-    batches = source if isinstance(source, TokenBatches) else token_batches(
-        model, source, batch_size=batch_size, context_length=context_length)
+    batches = (
+        source
+        if isinstance(source, TokenBatches)
+        else token_batches(model, source, batch_size=batch_size, context_length=context_length)
+    )
     excluded = batches.special_token_ids if exclude_special_tokens else ()
     examples = StreamingTopExamples(k, features, left, right)
     histogram = StreamingHistogram(features, n_bins)
@@ -70,7 +73,9 @@ def read_features(
         n_tokens += int(eligible.sum())
     if examples.n_texts == 0:
         raise ValueError(f"{batches.description} gave no tokens to read")
-    return FeatureReading(sae.hook_name, examples.result(), histogram.result(), examples.n_texts, n_tokens, batches.description)
+    return FeatureReading(
+        sae.hook_name, examples.result(), histogram.result(), examples.n_texts, n_tokens, batches.description
+    )
 
 
 __all__ = ["FeatureReading", "read_features"]

@@ -44,7 +44,8 @@ STREAM_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
 @dataclass
 class ResidualWrite:
-    """How vectors at ``hook_name`` enter the residual stream: ``v @ matrix`` (``matrix [d_out, d_model]``; None: as they are)."""
+    """How vectors at ``hook_name`` enter the residual stream: ``v @ matrix`` (``matrix [d_out, d_model]``; None: as
+    they are)."""
 
     hook_name: str
     kind: str  # "stream", "z" or "post"
@@ -71,16 +72,22 @@ def _short_names(model, names, layer=None) -> dict[str, str]:
 
 
 def residual_write(model: _checks.AnyModel, sae: SAE) -> ResidualWrite:
-    """The linear map from ``sae``'s write hook into ``model``'s residual stream (module docstring); ``ValueError`` if none."""
+    """The linear map from ``sae``'s write hook into ``model``'s residual stream (module docstring); ``ValueError`` if
+    none."""
     hook = sae.hook_name_out or sae.hook_name
-    stream = set(_short_names(model, model.hook_names.input_writers)) | {model.hook_names.final_residual_name(model.cfg.n_layers)}
+    stream = set(_short_names(model, model.hook_names.input_writers)) | {
+        model.hook_names.final_residual_name(model.cfg.n_layers)
+    }
     for layer in range(model.cfg.n_layers):
         stream |= set(_short_names(model, STREAM_HOOKS, layer))
         if hook in _short_names(model, ["z"], layer):
             W_O = model.blocks[layer].attn.W_O  # [head_index, d_head, d_model]
             head = sae.cfg.hook_head_index
-            matrix = W_O[head] if head is not None else einops.rearrange(
-                W_O, "head_index d_head d_model -> (head_index d_head) d_model")
+            matrix = (
+                W_O[head]
+                if head is not None
+                else einops.rearrange(W_O, "head_index d_head d_model -> (head_index d_head) d_model")
+            )
             return ResidualWrite(hook, "z", matrix)
         if hook in _short_names(model, ["post"], layer):
             return ResidualWrite(hook, "post", model.blocks[layer].mlp.W_out)
@@ -125,7 +132,8 @@ def flat(sae: SAE, vectors: Tensor) -> Tensor:
 
 @torch.no_grad()
 def decoded_terms(sae: SAE, x: Tensor, activation: Optional[Tensor] = None) -> DecodedTerms:
-    """Split ``sae``'s output on input ``x`` into its terms; ``activation`` (what the model has at the write hook) gives the error."""
+    """Split ``sae``'s output on input ``x`` into its terms; ``activation`` (what the model has at the write hook) gives
+    the error."""
     sae.check_input(x)
     acts, state = sae.encode_with_state(x, hooked=False)
     directions, multiplier, offset = sae.decode_affine(state)

@@ -60,7 +60,9 @@ def activation_view(
     if signed is not None and not isinstance(signed, bool):
         raise TypeError(f"signed must be None, True or False, got {signed!r}")
     if signed is False and (array < 0).any():
-        raise ValueError(f"signed=False asks for the sequential scale from 0, but values hold negatives (min {array.min():.4g})")
+        raise ValueError(
+            f"signed=False asks for the sequential scale from 0, but values hold negatives (min {array.min():.4g})"
+        )
     # Scales come from the rounded values, so the legend's range reads as the values do.
     decimals = [inputs.decimals_for(array[:, c]) for c in range(n_columns)]
     columns = [np.round(array[:, c], d) for c, d in enumerate(decimals)]

@@ -138,13 +138,15 @@ def activation_values(values, n_tokens: int, what: str) -> np.ndarray:
             "like [batch, pos, n]: choose a batch row, e.g. values[0]"
         )
     if array.ndim not in (1, 2):
-        raise ValueError(f"{what}: values must be [pos] or [pos, n] (n columns: neurons, features...), got shape {shape}")
+        raise ValueError(
+            f"{what}: values must be [pos] or [pos, n] (n columns: neurons, features...), got shape {shape}"
+        )
     if array.ndim == 1:
         array = einops.rearrange(array, "pos -> pos 1")  # one column
     if array.shape[0] != n_tokens:
         hint = ""
         if array.shape[1] == n_tokens:
-            hint = (" ([n, pos] or [batch, pos]? pass values.T for columns, or values[0] for one batch row)")
+            hint = " ([n, pos] or [batch, pos]? pass values.T for columns, or values[0] for one batch row)"
         raise ValueError(
             f"{what}: got {n_tokens} tokens but values of shape {shape}: expected [pos={n_tokens}] or "
             f"[pos={n_tokens}, n], one row per token{hint}"

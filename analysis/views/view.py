@@ -59,7 +59,8 @@ def library_source() -> str:
         f'if (!previous || previous.version !== "{version}") {{\n'
         f'var lib = window.{GLOBAL_NAME} = {{version: "{version}", kinds: {{}}, '
         "definitions: (previous ? previous.definitions : 0) + 1};\n"
-        f"(function (lib, CSS, PENDING_NAME) {{\n{body}\n}})(lib, {_script_safe_json(css)}, {json.dumps(PENDING_NAME)});\n"
+        f"(function (lib, CSS, PENDING_NAME) {{\n{body}\n}})(lib, {_script_safe_json(css)}, "
+        f"{json.dumps(PENDING_NAME)});\n"
         "}\n"
         f"window.{GLOBAL_NAME}.mountPending();\n"
         "})();"
@@ -104,10 +105,13 @@ class View:
             return page_html([self], title=title)
         element_id = f"itv-{uuid.uuid4().hex[:12]}"
         data = {**self.data, "kind": self.kind}
-        library = library_source() if include_script else f"if (window.{GLOBAL_NAME}) window.{GLOBAL_NAME}.mountPending();"
+        library = (
+            library_source() if include_script else f"if (window.{GLOBAL_NAME}) window.{GLOBAL_NAME}.mountPending();"
+        )
         return (
             f'<div class="itv-view" id="{element_id}" data-itv-kind="{self.kind}">'
-            f'<div class="itv-fallback" style="font-family:monospace;white-space:pre-wrap">{html.escape(self.fallback)}\n'
+            '<div class="itv-fallback" '
+            f'style="font-family:monospace;white-space:pre-wrap">{html.escape(self.fallback)}\n'
             "(This view is interactive when its script runs: trust the notebook, or open the saved page in a browser.)"
             "</div>"
             f'<script type="application/json" class="itv-data">{_script_safe_json(data)}</script>'
@@ -129,7 +133,9 @@ def page_html(views: Sequence[View], title: Optional[str] = None) -> str:
     views = list(views)
     bad = [type(v).__name__ for v in views if not isinstance(v, View)]
     if bad or not views:
-        raise TypeError(f"page_html takes a non-empty sequence of View, got {len(views)} items with non-View types {bad}")
+        raise TypeError(
+            f"page_html takes a non-empty sequence of View, got {len(views)} items with non-View types {bad}"
+        )
     title = title if title is not None else "; ".join(v.kind for v in views) + " view"
     fragments = "\n".join(view.to_html(include_script=False) for view in views)
     return (

@@ -1,19 +1,21 @@
 """One module per architecture: its config, how its parts are built, its capabilities and hook names.
 
-============  =====================  ====================================================================================
+============  =====================  ===================================================================================
 module        config                 model
-============  =====================  ====================================================================================
+============  =====================  ===================================================================================
 ``gpt2``      ``TransformerConfig``  ``DemoTransformer``: pre-LayerNorm causal decoder
 ``bert``      ``EncoderConfig``      ``EncoderTransformer``: post-LayerNorm encoder
 ``llama``     ``LlamaConfig``        ``DemoTransformer``: pre-RMSNorm causal decoder, rotary, grouped-query, gated MLP
-``gemma``     ``GemmaConfig``        ``DemoTransformer``: Gemma 1/2/3 (1 + w norms, scaled embedding, soft-caps, windows)
+``gemma``     ``GemmaConfig``        ``DemoTransformer``: Gemma 1/2/3 (1 + w norms, scaled embedding, soft-caps,
+windows)
 ``moe``       ``MoEConfig``          ``DemoTransformer``: Llama's decoder with mixtures of experts (Mixtral, Qwen-MoE)
 ``gpt_neox``  ``GPTNeoXConfig``      ``DemoTransformer``: parallel pre-LayerNorm blocks, partial rotary (Pythia)
-``gptj``      ``GPTJConfig``         ``DemoTransformer``: one norm read by parallel attention and MLP, interleaved rotary
+``gptj``      ``GPTJConfig``         ``DemoTransformer``: one norm read by parallel attention and MLP, interleaved
+rotary
 ``opt``       ``OPTConfig``          ``DemoTransformer``: GPT-2's parts with ReLU (OPT-125m, 1.3b, ...)
               ``OPTPostNormConfig``  ``DemoTransformer``: post-LayerNorm blocks, no final norm (OPT-350m)
 ``bloom``     ``BloomConfig``        ``DemoTransformer``: normalized embeddings, ALiBi attention
-============  =====================  ====================================================================================
+============  =====================  ===================================================================================
 
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
 ``encoder_decoder``): ``bart`` (``BartConfig``: post-LayerNorm, learned positions at an
@@ -30,7 +32,8 @@ is the recipe for adding one.
 from . import bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, llama, marian, moe, opt, seq2seq, t5
 from .registry import Architecture, DecoderParts, architecture_of, hf_converters, register, registered, unregister
 
-# one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it reads
+# one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
+# reads
 register(gpt2.ARCHITECTURE, converter="gpt2", hf_model_types=("gpt2",))
 register(bert.ARCHITECTURE, converter="bert", hf_model_types=("bert",))
 register(llama.ARCHITECTURE, converter="llama", hf_model_types=("llama", "mistral", "qwen2", "qwen3"))
@@ -47,5 +50,25 @@ register(opt.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
 register(opt.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
 register(bloom.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
 
-__all__ = ["Architecture", "DecoderParts", "architecture_of", "hf_converters", "bart", "bert", "bloom", "gemma", "gpt2", "gpt_neox", "gptj", "llama",
-           "marian", "moe", "opt", "register", "registered", "seq2seq", "t5", "unregister"]
+__all__ = [
+    "Architecture",
+    "DecoderParts",
+    "architecture_of",
+    "hf_converters",
+    "bart",
+    "bert",
+    "bloom",
+    "gemma",
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "llama",
+    "marian",
+    "moe",
+    "opt",
+    "register",
+    "registered",
+    "seq2seq",
+    "t5",
+    "unregister",
+]

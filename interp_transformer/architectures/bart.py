@@ -83,10 +83,17 @@ def build_post_norm(
         return PostNormCrossAttentionBlock(Attention(cfg), norm(), CrossAttention(cfg), norm(), MLP(cfg), norm())
 
     def stack(block: Callable[[], nn.Module], n_blocks: int) -> StackParts:
-        return StackParts(pos_embed(), norm() if embed_ln else None, None, [block() for _ in range(n_blocks)],
-                          norm() if final_norm else NoNorm())
+        return StackParts(
+            pos_embed(),
+            norm() if embed_ln else None,
+            None,
+            [block() for _ in range(n_blocks)],
+            norm() if final_norm else NoNorm(),
+        )
 
-    return EncoderDecoderParts(embed, stack(encoder_block, cfg.n_layers), stack(decoder_block, cfg.n_decoder_layers), Unembed(cfg))
+    return EncoderDecoderParts(
+        embed, stack(encoder_block, cfg.n_layers), stack(decoder_block, cfg.n_decoder_layers), Unembed(cfg)
+    )
 
 
 def token_embedding(cfg, scale_embedding: bool) -> nn.Module:
@@ -96,8 +103,9 @@ def token_embedding(cfg, scale_embedding: bool) -> nn.Module:
 
 def build(cfg: BartConfig) -> EncoderDecoderParts:
     """BART's parts: offset learned positions and an embedding LayerNorm in each stack, post-norm blocks."""
-    return build_post_norm(cfg, token_embedding(cfg, cfg.scale_embedding), lambda: OffsetPosEmbed(cfg, POSITION_OFFSET),
-                           embed_ln=True)
+    return build_post_norm(
+        cfg, token_embedding(cfg, cfg.scale_embedding), lambda: OffsetPosEmbed(cfg, POSITION_OFFSET), embed_ln=True
+    )
 
 
 CAPABILITIES = encoder_decoder_capabilities("post", final_norm=False, embedding_norm=True)

@@ -120,7 +120,9 @@ def build(cfg: EncoderConfig) -> EncoderParts:
 
     def block():
         attn = Attention(cfg, masks=(PaddingMask(),))  # bidirectional: only padding is hidden
-        return PostNormBlock(attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg), LayerNorm(cfg.d_model, cfg.layer_norm_eps))
+        return PostNormBlock(
+            attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg), LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+        )
 
     return EncoderParts(
         embed=Embed(cfg),
@@ -134,11 +136,17 @@ def build(cfg: EncoderConfig) -> EncoderParts:
 
 
 CAPABILITIES = Capabilities(
-    causal=False, norm_placement="post", final_norm=None, read_out=None, next_token_logits=False, embedding_norm="embed_ln"
+    causal=False,
+    norm_placement="post",
+    final_norm=None,
+    read_out=None,
+    next_token_logits=False,
+    embedding_norm="embed_ln",
 )
 
 _NO_FINAL_NORM = (
-    "{key!r} without a layer means ln_final.hook_{key}, and an encoder has no ln_final (post-LayerNorm: each block ends in "
+    "{key!r} without a layer means ln_final.hook_{key}, and an encoder has no ln_final (post-LayerNorm: each block "
+    "ends in "
     "its own ln2, and the last block's is the final normalization): use cache[{key!r}, {last}, 'ln2'], i.e. "
     "'blocks.{last}.ln2.hook_{key}'"
 )

@@ -58,14 +58,18 @@ def build(cfg: BloomConfig) -> DecoderParts:
     return DecoderParts(
         embed=NormedEmbed(cfg, norm()),
         pos_embed=None,  # positions are ALiBi's biases on the scores
-        blocks=[TransformerBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
-                for _ in range(cfg.n_layers)],
+        blocks=[
+            TransformerBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
+            for _ in range(cfg.n_layers)
+        ],
         ln_final=norm(),
         unembed=Unembed(cfg),
     )
 
 
-CAPABILITIES = Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True)
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
 
 HOOK_NAMES = HookNames(
     layer_keys={**BLOCK_HOOKS, "alibi": "blocks.{layer}.attn.score_bias.hook_bias"},

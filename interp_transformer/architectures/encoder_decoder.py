@@ -59,7 +59,8 @@ class StackParts:
 
 @dataclass(frozen=True)
 class EncoderDecoderParts:
-    """What ``EncoderDecoderTransformer`` composes: one token embedding (both stacks read it), two stacks, the read-out."""
+    """What ``EncoderDecoderTransformer`` composes: one token embedding (both stacks read it), two stacks, the
+    read-out."""
 
     embed: nn.Module
     encoder: StackParts
@@ -69,7 +70,9 @@ class EncoderDecoderParts:
 
 def validate_encoder_decoder_fields(cfg) -> None:
     """Checks every encoder-decoder config shares: sizes, special token ids inside the vocabulary, a name."""
-    validate_common_fields(cfg, ("d_model", "n_layers", "n_decoder_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"))
+    validate_common_fields(
+        cfg, ("d_model", "n_layers", "n_decoder_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+    )
     for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.d_vocab:
@@ -106,7 +109,9 @@ def _cross_templates() -> dict[str, str]:
     return keys
 
 
-def _global_templates(stack: str, pos_embed: bool, rel_pos_bias: bool, embed_ln: bool, final_norm: bool) -> dict[str, str]:
+def _global_templates(
+    stack: str, pos_embed: bool, rel_pos_bias: bool, embed_ln: bool, final_norm: bool
+) -> dict[str, str]:
     keys = {"embed": f"{stack}.hook_embed"}
     if pos_embed:
         keys["pos_embed"] = f"{stack}.hook_pos_embed"
@@ -135,17 +140,21 @@ class EncoderDecoderHookNames:
     final_residual: str = "decoder.blocks.{last}.hook_resid_post"
     encoder_final_residual: str = "encoder.blocks.{last}.hook_resid_post"
     global_keys: Mapping[str, str] = field(default_factory=dict)
-    sublayers: tuple[str, ...] = tuple(f"{stack}.{norm}" for stack, norms in (("encoder", ENCODER_NORMS),
-                                                                               ("decoder", DECODER_NORMS)) for norm in norms)
+    sublayers: tuple[str, ...] = tuple(
+        f"{stack}.{norm}" for stack, norms in (("encoder", ENCODER_NORMS), ("decoder", DECODER_NORMS)) for norm in norms
+    )
 
     @property
     def unavailable(self) -> dict[str, str]:
         names = {name for keys in self.global_keys_of.values() for name in keys}
-        return {name: "{key!r} needs its stack in an encoder-decoder: ({key!r}, 'encoder') or ({key!r}, 'decoder')"
-                for name in names}
+        return {
+            name: "{key!r} needs its stack in an encoder-decoder: ({key!r}, 'encoder') or ({key!r}, 'decoder')"
+            for name in names
+        }
 
-    def full_name(self, name: str, layer=None, sub: Optional[str] = None,
-                  n_layers: Union[None, int, Mapping[str, int]] = None) -> str:
+    def full_name(
+        self, name: str, layer=None, sub: Optional[str] = None, n_layers: Union[None, int, Mapping[str, int]] = None
+    ) -> str:
         """Full hook name of ``(name, layer, sub)``; ``KeyError`` naming what is valid for anything else.
 
         ``layer`` is a block index (negative counts from the end, given ``n_layers``: an int,
@@ -161,8 +170,11 @@ class EncoderDecoderHookNames:
         if layer is None:
             if name in self.unavailable:
                 raise KeyError(self.unavailable[name].format(key=name))
-            raise KeyError(f"{name!r} needs a layer and its stack, e.g. ({name!r}, 0, 'decoder'); in an encoder-decoder "
-                           f"every hook belongs to the encoder, the decoder or the decoder's cross-attention")
+            raise KeyError(
+                f"{name!r} needs a layer and its stack, e.g. ({name!r}, 0, 'decoder'); in an "
+                "encoder-decoder "
+                f"every hook belongs to the encoder, the decoder or the decoder's cross-attention"
+            )
         stack, norm = self._stack_of(name, layer, sub)
         keys = self.layer_keys[stack]
         if name not in keys:
@@ -185,11 +197,16 @@ class EncoderDecoderHookNames:
             stack, _, norm = (sub or "").partition(".")
             norms = ENCODER_NORMS if stack == "encoder" else DECODER_NORMS
             if stack not in STACKS or norm not in norms:
-                raise KeyError(f"{name!r} needs the stack and the norm: ({name!r}, {layer}, one of {list(self.sublayers)}); "
-                               f"got {sub!r}")
+                raise KeyError(
+                    f"{name!r} needs the stack and the norm: ({name!r}, {layer}, one of "
+                    f"{list(self.sublayers)}); "
+                    f"got {sub!r}"
+                )
             return stack, norm
         if sub not in STACKS + (CROSS,):
-            raise KeyError(f"{name!r} needs its stack: ({name!r}, {layer}, 'encoder' | 'decoder' | 'cross'); got {sub!r}")
+            raise KeyError(
+                f"{name!r} needs its stack: ({name!r}, {layer}, 'encoder' | 'decoder' | 'cross'); got {sub!r}"
+            )
         return sub, None
 
     def _global_name(self, name: str, stack: str, sub) -> str:
@@ -200,7 +217,9 @@ class EncoderDecoderHookNames:
         keys = self.global_keys_of[stack]
         if name not in keys:
             close = difflib.get_close_matches(name, list(keys), n=3)
-            raise KeyError(f"no short name {name!r} without a layer in the {stack}; closest: {close}; all: {sorted(keys)}")
+            raise KeyError(
+                f"no short name {name!r} without a layer in the {stack}; closest: {close}; all: {sorted(keys)}"
+            )
         return keys[name]
 
     def final_residual_name(self, n_layers: int) -> str:
@@ -216,12 +235,17 @@ def encoder_decoder_hook_names(
     *, post_norm: bool, pos_embed: bool, rel_pos_bias: bool = False, embed_ln: bool = False, final_norm: bool
 ) -> EncoderDecoderHookNames:
     """The table of an encoder-decoder with these parts (the same in both stacks)."""
-    decoder = {**_stack_templates("decoder", post_norm), "cross_attn_out": "decoder.blocks.{layer}.hook_cross_attn_out",
-               "resid_mid_cross": "decoder.blocks.{layer}.hook_resid_mid_cross"}
+    decoder = {
+        **_stack_templates("decoder", post_norm),
+        "cross_attn_out": "decoder.blocks.{layer}.hook_cross_attn_out",
+        "resid_mid_cross": "decoder.blocks.{layer}.hook_resid_mid_cross",
+    }
     final = "blocks.{last}.hook_normalized_resid_post" if post_norm else "blocks.{last}.hook_resid_post"
     return EncoderDecoderHookNames(
         layer_keys={"encoder": _stack_templates("encoder", post_norm), "decoder": decoder, CROSS: _cross_templates()},
-        global_keys_of={stack: _global_templates(stack, pos_embed, rel_pos_bias, embed_ln, final_norm) for stack in STACKS},
+        global_keys_of={
+            stack: _global_templates(stack, pos_embed, rel_pos_bias, embed_ln, final_norm) for stack in STACKS
+        },
         input_writers=("embed", "pos_embed") if pos_embed else ("embed",),
         final_residual="decoder." + final,
         encoder_final_residual="encoder." + final,

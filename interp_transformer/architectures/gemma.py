@@ -40,7 +40,13 @@ from ..components.softcap import SoftCappedAttention, SoftCappedUnembed
 from ..hook_names import HookNames
 from .llama import HOOK_NAMES as LLAMA_HOOK_NAMES
 from .registry import Architecture, DecoderParts
-from .rotary_decoder import RotaryDecoderConfig, attention_params, embedding_params, find_preset, validate_rotary_decoder
+from .rotary_decoder import (
+    RotaryDecoderConfig,
+    attention_params,
+    embedding_params,
+    find_preset,
+    validate_rotary_decoder,
+)
 from .validation import check_bools, check_positive_int, check_positive_number
 
 
@@ -59,14 +65,14 @@ class GemmaConfig(RotaryDecoderConfig):
     act_fn: str = "gelu_new"  # the gate's activation: GeGLU with the tanh GELU
     rms_norm_eps: float = 1e-6  # added to mean(x^2) inside every norm
     rotary_base: float = 10000.0  # rotary theta of every layer, or (with rotary_base_local) of the global layers
-    rotary_base_local: Optional[float] = None  # Gemma 3: the sliding layers' rotary theta, unscaled; None: as the global ones
+    rotary_base_local: Optional[float] = None  # Gemma 3: sliding layers' rotary theta (unscaled); None: the global one
     rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies (Gemma 3 4B and up: linear, factor 8)
     query_pre_attn_scalar: Optional[float] = 256.0  # scores scaled by its -1/2 power; None: d_head's (Gemma 1)
     post_norms: bool = True  # Gemma 2/3: a norm after attention and after the MLP too
     qk_norm: bool = False  # Gemma 3: GemmaRMSNorm over d_head on each head's q and k, before the rotation
     attn_softcap: Optional[float] = 50.0  # Gemma 2: scores -> cap * tanh(scores / cap) before the softmax
     final_softcap: Optional[float] = 30.0  # Gemma 2: logits -> cap * tanh(logits / cap)
-    sliding_window: Optional[int] = 4096  # keys a sliding layer's query sees (itself included); None: every layer global
+    sliding_window: Optional[int] = 4096  # keys a sliding query sees (itself included); None: all global
     global_every: Optional[int] = 2  # layer L is global when (L + 1) % global_every == 0; None: every layer slides
     attn_biases: tuple[str, ...] = ()  # projections with biases in the checkpoint (attention_bias: q, k, v, o)
     tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding
@@ -74,7 +80,9 @@ class GemmaConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"))
+        validate_rotary_decoder(
+            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+        )
         optional = {"rotary_base_local": 1.0, "query_pre_attn_scalar": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0}
         for field, above in optional.items():
             if getattr(self, field) is not None:
@@ -98,7 +106,9 @@ class GemmaConfig(RotaryDecoderConfig):
     @property
     def layer_types(self) -> tuple[str, ...]:
         """``"sliding_attention"`` or ``"full_attention"`` per block, as Hugging Face's ``layer_types``."""
-        return tuple("sliding_attention" if self.is_sliding(layer) else "full_attention" for layer in range(self.n_layers))
+        return tuple(
+            "sliding_attention" if self.is_sliding(layer) else "full_attention" for layer in range(self.n_layers)
+        )
 
     def n_params(self, hugging_face: bool = False) -> int:
         """Number of parameters of a ``DemoTransformer`` built from this config.
@@ -112,24 +122,68 @@ class GemmaConfig(RotaryDecoderConfig):
         return self.n_layers * block + embedding_params(self, hugging_face)
 
 
-GEMMA_1 = dict(act_fn="gelu_new", query_pre_attn_scalar=None, post_norms=False, attn_softcap=None, final_softcap=None,
-               sliding_window=None, global_every=None, d_vocab=256000)
-GEMMA_2 = dict(query_pre_attn_scalar=256.0, post_norms=True, attn_softcap=50.0, final_softcap=30.0, sliding_window=4096,
-               global_every=2, d_vocab=256000)
-GEMMA_3 = dict(rotary_base=1_000_000.0, rotary_base_local=10000.0, query_pre_attn_scalar=256.0, post_norms=True, qk_norm=True,
-               attn_softcap=None, final_softcap=None, global_every=6, d_vocab=262144)
+GEMMA_1 = dict(
+    act_fn="gelu_new",
+    query_pre_attn_scalar=None,
+    post_norms=False,
+    attn_softcap=None,
+    final_softcap=None,
+    sliding_window=None,
+    global_every=None,
+    d_vocab=256000,
+)
+GEMMA_2 = dict(
+    query_pre_attn_scalar=256.0,
+    post_norms=True,
+    attn_softcap=50.0,
+    final_softcap=30.0,
+    sliding_window=4096,
+    global_every=2,
+    d_vocab=256000,
+)
+GEMMA_3 = dict(
+    rotary_base=1_000_000.0,
+    rotary_base_local=10000.0,
+    query_pre_attn_scalar=256.0,
+    post_norms=True,
+    qk_norm=True,
+    attn_softcap=None,
+    final_softcap=None,
+    global_every=6,
+    d_vocab=262144,
+)
 
 # Parameter counts as Hugging Face reports them, n_params(hugging_face=True).
 PRESETS: dict[str, GemmaConfig] = {
-    "gemma-2b": GemmaConfig(name="gemma-2b", d_model=2048, n_layers=18, n_heads=8, n_key_value_heads=1, d_head=256,
-                            d_mlp=16384, **GEMMA_1),  # 2,506,172,416
-    "gemma-7b": GemmaConfig(name="gemma-7b", d_model=3072, n_layers=28, n_heads=16, n_key_value_heads=16, d_head=256,
-                            d_mlp=24576, **GEMMA_1),  # 8,537,680,896
+    "gemma-2b": GemmaConfig(
+        name="gemma-2b", d_model=2048, n_layers=18, n_heads=8, n_key_value_heads=1, d_head=256, d_mlp=16384, **GEMMA_1
+    ),  # 2,506,172,416
+    "gemma-7b": GemmaConfig(
+        name="gemma-7b", d_model=3072, n_layers=28, n_heads=16, n_key_value_heads=16, d_head=256, d_mlp=24576, **GEMMA_1
+    ),  # 8,537,680,896
     "gemma-2-2b": GemmaConfig(name="gemma-2-2b", **GEMMA_2),  # 2,614,341,888
-    "gemma-2-9b": GemmaConfig(name="gemma-2-9b", d_model=3584, n_layers=42, n_heads=16, n_key_value_heads=8, d_head=256,
-                              d_mlp=14336, **GEMMA_2),  # 9,241,705,984
-    "gemma-3-1b": GemmaConfig(name="gemma-3-1b", d_model=1152, n_layers=26, n_heads=4, n_key_value_heads=1, d_head=256,
-                              d_mlp=6912, n_ctx=32768, sliding_window=512, **GEMMA_3),  # 999,885,952
+    "gemma-2-9b": GemmaConfig(
+        name="gemma-2-9b",
+        d_model=3584,
+        n_layers=42,
+        n_heads=16,
+        n_key_value_heads=8,
+        d_head=256,
+        d_mlp=14336,
+        **GEMMA_2,
+    ),  # 9,241,705,984
+    "gemma-3-1b": GemmaConfig(
+        name="gemma-3-1b",
+        d_model=1152,
+        n_layers=26,
+        n_heads=4,
+        n_key_value_heads=1,
+        d_head=256,
+        d_mlp=6912,
+        n_ctx=32768,
+        sliding_window=512,
+        **GEMMA_3,
+    ),  # 999,885,952
 }
 
 
@@ -139,7 +193,8 @@ def preset(name: str) -> GemmaConfig:
 
 
 def build(cfg: GemmaConfig) -> DecoderParts:
-    """Gemma's parts: a scaled embedding, pre-norm (Gemma 2/3: pre- and post-norm) blocks, an optionally capped read-out."""
+    """Gemma's parts: a scaled embedding, pre-norm (Gemma 2/3: pre- and post-norm) blocks, an optionally capped
+    read-out."""
 
     def norm(width: int) -> GemmaRMSNorm:
         return GemmaRMSNorm(width, cfg.rms_norm_eps)
@@ -148,8 +203,11 @@ def build(cfg: GemmaConfig) -> DecoderParts:
         sliding = cfg.is_sliding(layer)
         window = SlidingWindowMask(cfg.sliding_window) if sliding else CausalMask()
         local = sliding and cfg.rotary_base_local is not None  # Gemma 3's local layers: their own base, unscaled
-        rotary = Rotary(cfg.d_head, base=cfg.rotary_base_local if local else cfg.rotary_base,
-                        scaling=None if local else cfg.rope_scaling)
+        rotary = Rotary(
+            cfg.d_head,
+            base=cfg.rotary_base_local if local else cfg.rotary_base,
+            scaling=None if local else cfg.rope_scaling,
+        )
         parts = dict(scale=cfg.attention_scale, n_key_value_heads=cfg.n_key_value_heads, rotary=rotary)
         if cfg.qk_norm:
             parts.update(q_norm=norm(cfg.d_head), k_norm=norm(cfg.d_head))
@@ -175,8 +233,13 @@ def build(cfg: GemmaConfig) -> DecoderParts:
 def capabilities(cfg: GemmaConfig) -> Capabilities:
     """A pre-norm causal decoder; Gemma 2/3 add the post norms, Gemma 2 the capped logits."""
     return Capabilities(
-        causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True,
-        sublayer_output_norms=("ln1_post", "ln2_post") if cfg.post_norms else None, logit_softcap=cfg.final_softcap,
+        causal=True,
+        norm_placement="pre",
+        final_norm="ln_final",
+        read_out="unembed",
+        next_token_logits=True,
+        sublayer_output_norms=("ln1_post", "ln2_post") if cfg.post_norms else None,
+        logit_softcap=cfg.final_softcap,
     )
 
 
@@ -191,6 +254,8 @@ HOOK_NAMES = HookNames(
     },
 )
 
-ARCHITECTURE = Architecture(name="gemma", config_class=GemmaConfig, build=build, capabilities=capabilities, hook_names=HOOK_NAMES)
+ARCHITECTURE = Architecture(
+    name="gemma", config_class=GemmaConfig, build=build, capabilities=capabilities, hook_names=HOOK_NAMES
+)
 
 __all__ = ["ARCHITECTURE", "GemmaConfig", "HOOK_NAMES", "PRESETS", "build", "capabilities", "preset"]

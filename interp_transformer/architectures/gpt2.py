@@ -42,7 +42,9 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         validate_common_fields(self, ("d_model", "n_layers", "n_heads", "d_head", "d_vocab", "n_ctx"))
-        if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp <= 0):
+        if self.d_mlp is not None and (
+            not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp <= 0
+        ):
             raise ValueError(f"d_mlp must be a positive int or None (attention-only), got {self.d_mlp!r}")
 
     @property
@@ -115,8 +117,14 @@ def build(cfg: TransformerConfig) -> DecoderParts:
     )
 
 
-CAPABILITIES = Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True)
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
 
 ARCHITECTURE = Architecture(
-    name="gpt2", config_class=TransformerConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=DECODER_HOOK_NAMES
+    name="gpt2",
+    config_class=TransformerConfig,
+    build=build,
+    capabilities=lambda cfg: CAPABILITIES,
+    hook_names=DECODER_HOOK_NAMES,
 )

@@ -49,7 +49,9 @@ class GPTNeoXConfig:
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_common_fields(self, ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "rotary_dim"))
+        validate_common_fields(
+            self, ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "rotary_dim")
+        )
         if self.rotary_dim > self.d_head or self.rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even and at most d_head={self.d_head}, got {self.rotary_dim}")
         check_positive_number("rotary_base", self.rotary_base, above=1.0)
@@ -64,8 +66,15 @@ class GPTNeoXConfig:
 
 def _pythia(name: str, d_model: int, n_layers: int, n_heads: int) -> GPTNeoXConfig:
     d_head = d_model // n_heads
-    return GPTNeoXConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_mlp=4 * d_model,
-                         rotary_dim=d_head // 4, name=name)
+    return GPTNeoXConfig(
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=4 * d_model,
+        rotary_dim=d_head // 4,
+        name=name,
+    )
 
 
 PRESETS: dict[str, GPTNeoXConfig] = {
@@ -81,11 +90,14 @@ def preset(name: str) -> GPTNeoXConfig:
 
 
 def build(cfg: GPTNeoXConfig) -> DecoderParts:
-    """GPT-NeoX's parts: partial rotary attention, parallel (or sequential) pre-LayerNorm blocks, no positional embedding."""
+    """GPT-NeoX's parts: partial rotary attention, parallel (or sequential) pre-LayerNorm blocks, no positional
+    embedding."""
 
     def block():
         norm = lambda: LayerNorm(cfg.d_model, cfg.layer_norm_eps)  # noqa: E731
-        attn = Attention(cfg, rotary=Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, scaling=cfg.rope_scaling))
+        attn = Attention(
+            cfg, rotary=Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, scaling=cfg.rope_scaling)
+        )
         return (ParallelBlock if cfg.parallel_residual else TransformerBlock)(norm(), attn, norm(), MLP(cfg))
 
     return DecoderParts(
@@ -97,7 +109,9 @@ def build(cfg: GPTNeoXConfig) -> DecoderParts:
     )
 
 
-CAPABILITIES = Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True)
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
 
 # "resid_mid" stays in the table for the sequential variant; a parallel block has no such hook (the cache's
 # accumulated_resid(incl_mid=True) skips it, and asking for it names the hooks there are)
@@ -112,7 +126,11 @@ HOOK_NAMES = HookNames(
 )
 
 ARCHITECTURE = Architecture(
-    name="gpt_neox", config_class=GPTNeoXConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+    name="gpt_neox",
+    config_class=GPTNeoXConfig,
+    build=build,
+    capabilities=lambda cfg: CAPABILITIES,
+    hook_names=HOOK_NAMES,
 )
 
 __all__ = ["ARCHITECTURE", "CAPABILITIES", "GPTNeoXConfig", "HOOK_NAMES", "PRESETS", "build", "preset"]

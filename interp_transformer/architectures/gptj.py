@@ -49,7 +49,9 @@ class GPTJConfig:
         check_optional_positive_int(self, "rotary_dim")
         check_bools(self, ("tied_embeddings",))
         if self.rotary_dim is not None and (self.rotary_dim > self.d_head or self.rotary_dim % 2):
-            raise ValueError(f"rotary_dim must be even and at most d_head={self.d_head} (or None), got {self.rotary_dim}")
+            raise ValueError(
+                f"rotary_dim must be even and at most d_head={self.d_head} (or None), got {self.rotary_dim}"
+            )
         if self.rotary_dim is None and self.d_head % 2:
             raise ValueError(f"rotating whole heads needs an even d_head, got {self.d_head}")
 
@@ -63,7 +65,9 @@ def build(cfg: GPTJConfig) -> DecoderParts:
 
     def block():
         rotary = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=GPTJ_ROTARY_BASE, interleaved=True)
-        return SharedNormParallelBlock(LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg, rotary=rotary), MLP(cfg))
+        return SharedNormParallelBlock(
+            LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg, rotary=rotary), MLP(cfg)
+        )
 
     return DecoderParts(
         embed=Embed(cfg),
@@ -74,13 +78,19 @@ def build(cfg: GPTJConfig) -> DecoderParts:
     )
 
 
-CAPABILITIES = Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True)
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
 
 # GPT-NeoX's table with one norm per block: ("scale", L, "ln1") exists, ("scale", L, "ln2") is refused by name
-HOOK_NAMES = dataclasses.replace(NEOX_HOOK_NAMES, sublayers=("ln1",), unavailable={
-    "pos_embed": "a GPT-J model has no positional embedding: its positions rotate q and k inside attention "
-    "(cache['rot_q', L], cache['rot_k', L])",
-})
+HOOK_NAMES = dataclasses.replace(
+    NEOX_HOOK_NAMES,
+    sublayers=("ln1",),
+    unavailable={
+        "pos_embed": "a GPT-J model has no positional embedding: its positions rotate q and k inside attention "
+        "(cache['rot_q', L], cache['rot_k', L])",
+    },
+)
 
 ARCHITECTURE = Architecture(
     name="gptj", config_class=GPTJConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES

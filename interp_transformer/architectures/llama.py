@@ -28,7 +28,6 @@ from ..components.rotary import RopeScaling, Rotary
 from ..hook_names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
 from .rotary_decoder import (
-    ATTENTION_PROJECTIONS,
     RotaryDecoderConfig,
     attention_params,
     embedding_params,
@@ -62,7 +61,9 @@ class LlamaConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"))
+        validate_rotary_decoder(
+            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+        )
         if self.sliding_window is not None:
             check_positive_int("sliding_window", self.sliding_window)
         check_bools(self, ("qk_norm", "tied_embeddings"))
@@ -96,13 +97,18 @@ def rotary_attention(cfg) -> Attention:
     ``cfg`` is any config with Llama's attention fields (``LlamaConfig``, ``MoEConfig``).
     """
     window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
-    head_norms = {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)} if cfg.qk_norm else {}
+    head_norms = (
+        {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
+        if cfg.qk_norm
+        else {}
+    )
     rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
     return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
 
 
 def build(cfg: LlamaConfig) -> DecoderParts:
-    """Llama's parts: RMSNorm pre-norm blocks of rotary grouped-query attention and a gated MLP; no positional embedding."""
+    """Llama's parts: RMSNorm pre-norm blocks of rotary grouped-query attention and a gated MLP; no positional
+    embedding."""
 
     def norm(width: int) -> RMSNorm:
         return RMSNorm(width, cfg.rms_norm_eps)
@@ -110,14 +116,18 @@ def build(cfg: LlamaConfig) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[TransformerBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
-                for _ in range(cfg.n_layers)],
+        blocks=[
+            TransformerBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
+            for _ in range(cfg.n_layers)
+        ],
         ln_final=norm(cfg.d_model),
         unembed=Unembed(cfg),
     )
 
 
-CAPABILITIES = Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True)
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
 
 HOOK_NAMES = HookNames(
     layer_keys={
@@ -138,4 +148,13 @@ ARCHITECTURE = Architecture(
     name="llama", config_class=LlamaConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
 )
 
-__all__ = ["ARCHITECTURE", "CAPABILITIES", "HOOK_NAMES", "LlamaConfig", "PRESETS", "build", "preset", "rotary_attention"]
+__all__ = [
+    "ARCHITECTURE",
+    "CAPABILITIES",
+    "HOOK_NAMES",
+    "LlamaConfig",
+    "PRESETS",
+    "build",
+    "preset",
+    "rotary_attention",
+]

@@ -55,7 +55,9 @@ class MarianConfig:
 
 def build(cfg: MarianConfig) -> EncoderDecoderParts:
     """Marian's parts: scaled embeddings, sinusoidal positions (sines first), post-norm blocks."""
-    return build_post_norm(cfg, token_embedding(cfg, cfg.scale_embedding), lambda: SinusoidalPosEmbed(cfg), embed_ln=False)
+    return build_post_norm(
+        cfg, token_embedding(cfg, cfg.scale_embedding), lambda: SinusoidalPosEmbed(cfg), embed_ln=False
+    )
 
 
 CAPABILITIES = encoder_decoder_capabilities("post", final_norm=False, embedding_norm=False)

@@ -33,7 +33,13 @@ from ..hook_names import HookNames
 from .llama import HOOK_NAMES as LLAMA_HOOK_NAMES
 from .llama import rotary_attention
 from .registry import Architecture, DecoderParts
-from .rotary_decoder import RotaryDecoderConfig, attention_params, embedding_params, find_preset, validate_rotary_decoder
+from .rotary_decoder import (
+    RotaryDecoderConfig,
+    attention_params,
+    embedding_params,
+    find_preset,
+    validate_rotary_decoder,
+)
 from .validation import check_bools, check_positive_int
 
 
@@ -49,7 +55,7 @@ class MoEConfig(RotaryDecoderConfig):
     d_mlp: int = 14336  # hidden width of one expert (neurons per expert)
     n_experts: int = 8  # experts per mixture
     experts_per_token: int = 2  # experts the router picks for each token (top_k)
-    normalize_routing: bool = True  # divide the chosen experts' softmax weights by their sum (Mixtral; Qwen's norm_topk_prob)
+    normalize_routing: bool = True  # renormalise the chosen experts' weights (Mixtral; Qwen's norm_topk_prob)
     d_mlp_shared: Optional[int] = None  # Qwen2-MoE: hidden width of the shared expert every token uses; None: none
     dense_layers: tuple[int, ...] = ()  # blocks with an ordinary gated MLP instead of experts (Qwen's mlp_only_layers)
     d_mlp_dense: Optional[int] = None  # hidden width of those ordinary MLPs
@@ -67,20 +73,42 @@ class MoEConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "n_experts",
-                                       "experts_per_token", "d_vocab", "n_ctx"))
+        validate_rotary_decoder(
+            self,
+            (
+                "d_model",
+                "n_layers",
+                "n_heads",
+                "n_key_value_heads",
+                "d_head",
+                "d_mlp",
+                "n_experts",
+                "experts_per_token",
+                "d_vocab",
+                "n_ctx",
+            ),
+        )
         if self.experts_per_token > self.n_experts:
             raise ValueError(f"experts_per_token={self.experts_per_token} must be at most n_experts={self.n_experts}")
         for field in ("d_mlp_shared", "d_mlp_dense", "sliding_window"):
             if getattr(self, field) is not None:
                 check_positive_int(field, getattr(self, field))
         dense = self.dense_layers
-        if not isinstance(dense, tuple) or list(dense) != sorted(set(dense)) or not all(
-                isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < self.n_layers for layer in dense):
-            raise ValueError(f"dense_layers must be a sorted tuple of distinct layers in [0, {self.n_layers}), got {dense!r}")
+        if (
+            not isinstance(dense, tuple)
+            or list(dense) != sorted(set(dense))
+            or not all(
+                isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < self.n_layers for layer in dense
+            )
+        ):
+            raise ValueError(
+                f"dense_layers must be a sorted tuple of distinct layers in [0, {self.n_layers}), got {dense!r}"
+            )
         if bool(dense) != (self.d_mlp_dense is not None):
-            raise ValueError(f"dense_layers={dense!r} and d_mlp_dense={self.d_mlp_dense!r}: the dense MLPs' width is "
-                             "given exactly when there are dense layers")
+            raise ValueError(
+                f"dense_layers={dense!r} and d_mlp_dense={self.d_mlp_dense!r}: the dense MLPs' width is "
+                "given exactly when there are dense layers"
+            )
         check_bools(self, ("normalize_routing", "qk_norm", "tied_embeddings"))
 
     @property
@@ -103,7 +131,9 @@ class MoEConfig(RotaryDecoderConfig):
         moe = d * self.n_experts + self.n_experts * gated(self.d_mlp)
         if self.d_mlp_shared is not None:
             moe += gated(self.d_mlp_shared) + d
-        mlps = len(self.moe_layers) * moe + len(self.dense_layers) * (gated(self.d_mlp_dense) if self.dense_layers else 0)
+        mlps = len(self.moe_layers) * moe + len(self.dense_layers) * (
+            gated(self.d_mlp_dense) if self.dense_layers else 0
+        )
         attention = attention_params(self, hugging_face, self.qk_norm)
         return self.n_layers * (2 * d + attention) + mlps + embedding_params(self, hugging_face)
 
@@ -112,13 +142,38 @@ class MoEConfig(RotaryDecoderConfig):
 PRESETS: dict[str, MoEConfig] = {
     "Mixtral-8x7B": MoEConfig(name="Mixtral-8x7B"),  # 46,702,792,704
     "Qwen1.5-MoE-A2.7B": MoEConfig(  # 14,315,784,192
-        name="Qwen1.5-MoE-A2.7B", d_model=2048, n_layers=24, n_heads=16, n_key_value_heads=16, d_head=128, d_mlp=1408,
-        n_experts=60, experts_per_token=4, normalize_routing=False, d_mlp_shared=5632, d_vocab=151936, n_ctx=8192,
-        rms_norm_eps=1e-6, attn_biases=("q", "k", "v")),
+        name="Qwen1.5-MoE-A2.7B",
+        d_model=2048,
+        n_layers=24,
+        n_heads=16,
+        n_key_value_heads=16,
+        d_head=128,
+        d_mlp=1408,
+        n_experts=60,
+        experts_per_token=4,
+        normalize_routing=False,
+        d_mlp_shared=5632,
+        d_vocab=151936,
+        n_ctx=8192,
+        rms_norm_eps=1e-6,
+        attn_biases=("q", "k", "v"),
+    ),
     "Qwen3-30B-A3B": MoEConfig(  # 30,532,122,624
-        name="Qwen3-30B-A3B", d_model=2048, n_layers=48, n_heads=32, n_key_value_heads=4, d_head=128, d_mlp=768,
-        n_experts=128, experts_per_token=8, normalize_routing=True, d_vocab=151936, n_ctx=40960, rms_norm_eps=1e-6,
-        qk_norm=True),
+        name="Qwen3-30B-A3B",
+        d_model=2048,
+        n_layers=48,
+        n_heads=32,
+        n_key_value_heads=4,
+        d_head=128,
+        d_mlp=768,
+        n_experts=128,
+        experts_per_token=8,
+        normalize_routing=True,
+        d_vocab=151936,
+        n_ctx=40960,
+        rms_norm_eps=1e-6,
+        qk_norm=True,
+    ),
 }
 
 
@@ -136,8 +191,15 @@ def build(cfg: MoEConfig) -> DecoderParts:
     def mlp(layer: int):
         if layer in cfg.dense_layers:
             return GatedMLP(SimpleNamespace(d_model=cfg.d_model, d_mlp=cfg.d_mlp_dense, act_fn=cfg.act_fn))
-        return MixtureOfExperts(cfg.d_model, cfg.d_mlp, cfg.n_experts, cfg.experts_per_token, cfg.act_fn,
-                                cfg.normalize_routing, cfg.d_mlp_shared)
+        return MixtureOfExperts(
+            cfg.d_model,
+            cfg.d_mlp,
+            cfg.n_experts,
+            cfg.experts_per_token,
+            cfg.act_fn,
+            cfg.normalize_routing,
+            cfg.d_mlp_shared,
+        )
 
     return DecoderParts(
         embed=Embed(cfg),
@@ -150,8 +212,14 @@ def build(cfg: MoEConfig) -> DecoderParts:
 
 def capabilities(cfg: MoEConfig) -> Capabilities:
     """A pre-norm causal decoder whose MLPs (all but ``dense_layers``) are mixtures of experts."""
-    return Capabilities(causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True,
-                        has_experts=bool(cfg.moe_layers))
+    return Capabilities(
+        causal=True,
+        norm_placement="pre",
+        final_norm="ln_final",
+        read_out="unembed",
+        next_token_logits=True,
+        has_experts=bool(cfg.moe_layers),
+    )
 
 
 HOOK_NAMES = HookNames(
@@ -168,6 +236,8 @@ HOOK_NAMES = HookNames(
     unavailable=dict(LLAMA_HOOK_NAMES.unavailable),
 )
 
-ARCHITECTURE = Architecture(name="moe", config_class=MoEConfig, build=build, capabilities=capabilities, hook_names=HOOK_NAMES)
+ARCHITECTURE = Architecture(
+    name="moe", config_class=MoEConfig, build=build, capabilities=capabilities, hook_names=HOOK_NAMES
+)
 
 __all__ = ["ARCHITECTURE", "HOOK_NAMES", "MoEConfig", "PRESETS", "build", "capabilities", "preset"]

@@ -45,7 +45,7 @@ class _OPTFields:
     n_ctx: int = 2048  # longest sequence: rows of W_pos
     act_fn: str = "relu"  # OPT's MLP activation
     layer_norm_eps: float = 1e-5  # added to the variance inside every LayerNorm (fixed in OPT's code)
-    d_embed: Optional[int] = None  # the checkpoint's embedding width where it differs from d_model (folded into W_E, W_U)
+    d_embed: Optional[int] = None  # the checkpoint's embedding width if not d_model (folded into W_E, W_U)
     biases: bool = True  # the checkpoint has attention and MLP biases (enable_bias; without them ours are zeros)
     norm_weights: bool = True  # the checkpoint's norms have w and b (layer_norm_elementwise_affine; else 1 and 0)
     tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding (no lm_head.weight)
@@ -109,29 +109,51 @@ def build_post_norm(cfg: OPTPostNormConfig) -> DecoderParts:
 
 
 def capabilities(cfg: OPTConfig) -> Capabilities:
-    return Capabilities(causal=True, norm_placement="pre", final_norm="ln_final" if cfg.final_norm else None,
-                        read_out="unembed", next_token_logits=True)
+    return Capabilities(
+        causal=True,
+        norm_placement="pre",
+        final_norm="ln_final" if cfg.final_norm else None,
+        read_out="unembed",
+        next_token_logits=True,
+    )
 
 
-POST_NORM_CAPABILITIES = Capabilities(causal=True, norm_placement="post", final_norm=None, read_out="unembed",
-                                      next_token_logits=True)
+POST_NORM_CAPABILITIES = Capabilities(
+    causal=True, norm_placement="post", final_norm=None, read_out="unembed", next_token_logits=True
+)
 
 POST_NORM_HOOK_NAMES = HookNames(
     layer_keys={**BLOCK_HOOKS, "normalized_resid_post": "blocks.{layer}.hook_normalized_resid_post"},
     global_keys={"embed": "hook_embed", "pos_embed": "hook_pos_embed"},
     final_residual="blocks.{last}.hook_normalized_resid_post",
     unavailable={
-        "scale": "a post-norm OPT has no final norm: the last block's ln2 output, cache['normalized_resid_post', {last}], "
+        "scale": "a post-norm OPT has no final norm: the last block's ln2 output, cache['normalized_resid_post', "
+        "{last}], "
         "is what the read-out reads",
         "normalized": "a post-norm OPT has no final norm: the last block's ln2 output, "
         "cache['normalized_resid_post', {last}], is what the read-out reads",
     },
 )
 
-ARCHITECTURE = Architecture(name="opt", config_class=OPTConfig, build=build, capabilities=capabilities,
-                            hook_names=DECODER_HOOK_NAMES)
-POST_NORM_ARCHITECTURE = Architecture(name="opt-post-norm", config_class=OPTPostNormConfig, build=build_post_norm,
-                                      capabilities=lambda cfg: POST_NORM_CAPABILITIES, hook_names=POST_NORM_HOOK_NAMES)
+ARCHITECTURE = Architecture(
+    name="opt", config_class=OPTConfig, build=build, capabilities=capabilities, hook_names=DECODER_HOOK_NAMES
+)
+POST_NORM_ARCHITECTURE = Architecture(
+    name="opt-post-norm",
+    config_class=OPTPostNormConfig,
+    build=build_post_norm,
+    capabilities=lambda cfg: POST_NORM_CAPABILITIES,
+    hook_names=POST_NORM_HOOK_NAMES,
+)
 
-__all__ = ["ARCHITECTURE", "OPTConfig", "OPTPostNormConfig", "POST_NORM_ARCHITECTURE", "POST_NORM_CAPABILITIES",
-           "POST_NORM_HOOK_NAMES", "build", "build_post_norm", "capabilities"]
+__all__ = [
+    "ARCHITECTURE",
+    "OPTConfig",
+    "OPTPostNormConfig",
+    "POST_NORM_ARCHITECTURE",
+    "POST_NORM_CAPABILITIES",
+    "POST_NORM_HOOK_NAMES",
+    "build",
+    "build_post_norm",
+    "capabilities",
+]

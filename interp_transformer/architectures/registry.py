@@ -69,8 +69,10 @@ def register(architecture: Architecture, *, converter: Optional[str] = None, hf_
     claimed = {t: a.name for a in _REGISTRY.values() if a.name != architecture.name for t in a.hf_model_types}
     taken = sorted(set(hf_model_types) & set(claimed))
     if taken:
-        raise ValueError(f"architecture {architecture.name!r}: model_type {taken[0]!r} is already read by architecture "
-                         f"{claimed[taken[0]]!r}")
+        raise ValueError(
+            f"architecture {architecture.name!r}: model_type {taken[0]!r} is already read by architecture "
+            f"{claimed[taken[0]]!r}"
+        )
     existing = _REGISTRY.get(architecture.config_class)
     if existing is not None and existing.name != architecture.name:
         raise ValueError(
@@ -93,8 +95,11 @@ def unregister(architecture: Architecture) -> None:
 
 def hf_converters() -> dict[str, str]:
     """Hugging Face ``model_type`` -> the module path of its converter, from the registered architectures."""
-    return {model_type: f"interp_transformer.loading.{architecture.converter}"
-            for architecture in _REGISTRY.values() for model_type in architecture.hf_model_types}
+    return {
+        model_type: f"interp_transformer.loading.{architecture.converter}"
+        for architecture in _REGISTRY.values()
+        for model_type in architecture.hf_model_types
+    }
 
 
 def registered() -> list[Architecture]:

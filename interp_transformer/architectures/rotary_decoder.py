@@ -30,7 +30,8 @@ class RotaryDecoderConfig:
 
 
 def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...]) -> None:
-    """The shared checks: ``positive_ints``, grouped heads, an even ``d_head``, act_fn, eps, init, rotary, biases, name."""
+    """The shared checks: ``positive_ints``, grouped heads, an even ``d_head``, act_fn, eps, init, rotary, biases,
+    name."""
     for field in positive_ints:
         check_positive_int(field, getattr(cfg, field))
     if cfg.n_heads % cfg.n_key_value_heads:
@@ -48,14 +49,19 @@ def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...]) -> None:
     if cfg.rope_scaling is not None and not isinstance(cfg.rope_scaling, RopeScaling):
         raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(cfg.rope_scaling).__name__}")
     biases = cfg.attn_biases
-    if not isinstance(biases, tuple) or len(set(biases)) != len(biases) or not set(biases) <= set(ATTENTION_PROJECTIONS):
+    if (
+        not isinstance(biases, tuple)
+        or len(set(biases)) != len(biases)
+        or not set(biases) <= set(ATTENTION_PROJECTIONS)
+    ):
         raise ValueError(f"attn_biases must be a tuple of distinct names from {ATTENTION_PROJECTIONS}, got {biases!r}")
     if not isinstance(cfg.name, str):
         raise TypeError(f"name must be a str, got {type(cfg.name).__name__}")
 
 
 def attention_params(cfg, hugging_face: bool, qk_norm: bool) -> int:
-    """Parameters of one grouped-query attention: projections, biases (Hugging Face: only ``attn_biases``), q/k norms."""
+    """Parameters of one grouped-query attention: projections, biases (Hugging Face: only ``attn_biases``), q/k
+    norms."""
     d, d_head = cfg.d_model, cfg.d_head
     q_width, kv_width = cfg.n_heads * d_head, cfg.n_key_value_heads * d_head
     widths = {"q": q_width, "k": kv_width, "v": kv_width, "o": d}
@@ -65,7 +71,9 @@ def attention_params(cfg, hugging_face: bool, qk_norm: bool) -> int:
 
 def embedding_params(cfg, hugging_face: bool) -> int:
     """``W_E``, the final norm's ``w`` and the read-out (Hugging Face: none of its own when tied, no ``b_U``)."""
-    read_out = 0 if hugging_face and cfg.tied_embeddings else cfg.d_model * cfg.d_vocab + (0 if hugging_face else cfg.d_vocab)
+    read_out = (
+        0 if hugging_face and cfg.tied_embeddings else cfg.d_model * cfg.d_vocab + (0 if hugging_face else cfg.d_vocab)
+    )
     return cfg.d_vocab * cfg.d_model + cfg.d_model + read_out
 
 
@@ -77,5 +85,11 @@ def find_preset(presets: dict, name: str):
     return presets[name]
 
 
-__all__ = ["ATTENTION_PROJECTIONS", "RotaryDecoderConfig", "attention_params", "embedding_params", "find_preset",
-           "validate_rotary_decoder"]
+__all__ = [
+    "ATTENTION_PROJECTIONS",
+    "RotaryDecoderConfig",
+    "attention_params",
+    "embedding_params",
+    "find_preset",
+    "validate_rotary_decoder",
+]

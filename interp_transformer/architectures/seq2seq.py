@@ -88,7 +88,11 @@ CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_no
 HOOK_NAMES = encoder_decoder_hook_names(post_norm=False, pos_embed=True, final_norm=True)
 
 ARCHITECTURE = Architecture(
-    name="seq2seq-pre-ln", config_class=Seq2SeqConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+    name="seq2seq-pre-ln",
+    config_class=Seq2SeqConfig,
+    build=build,
+    capabilities=lambda cfg: CAPABILITIES,
+    hook_names=HOOK_NAMES,
 )
 
 __all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build"]

@@ -5,8 +5,10 @@ Parts of each stack (``EncoderDecoderTransformer`` composes them)::
     x = W_E[tokens]                                   no position embedding
     bias = RelativePositionBias(stack)                one table per stack, bidirectional in the encoder, causal in the
                                                       decoder, added to every self-attention layer's scores
-    encoder blocks: TransformerBlock(T5LayerNorm, Attention(PaddingMask, scale=1, score_bias=SharedScoreBias), T5LayerNorm, MLP)
-    decoder blocks: CrossAttentionBlock(T5LayerNorm, Attention(causal, scale=1, score_bias=SharedScoreBias), T5LayerNorm,
+    encoder blocks: TransformerBlock(T5LayerNorm, Attention(PaddingMask, scale=1, score_bias=SharedScoreBias),
+    T5LayerNorm, MLP)
+    decoder blocks: CrossAttentionBlock(T5LayerNorm, Attention(causal, scale=1, score_bias=SharedScoreBias),
+    T5LayerNorm,
                                         CrossAttention(scale=1), T5LayerNorm, MLP)
     each stack ends in its T5LayerNorm (ln_final); logits = decoder.ln_final(x) W_U
 

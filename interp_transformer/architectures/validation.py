@@ -1,4 +1,5 @@
-"""Checks every model config shares: positive sizes, ``d_model = n_heads * d_head``, a known activation, eps and init."""
+"""Checks every model config shares: positive sizes, ``d_model = n_heads * d_head``, a known activation, eps and
+init."""
 
 import math
 
@@ -51,5 +52,11 @@ def check_bools(cfg, fields: tuple[str, ...]) -> None:
             raise TypeError(f"{field} must be a bool, got {getattr(cfg, field)!r}")
 
 
-__all__ = ["ACTIVATION_FUNCTIONS", "check_bools", "check_optional_positive_int", "check_positive_int", "check_positive_number",
-           "validate_common_fields"]
+__all__ = [
+    "ACTIVATION_FUNCTIONS",
+    "check_bools",
+    "check_optional_positive_int",
+    "check_positive_int",
+    "check_positive_number",
+    "validate_common_fields",
+]

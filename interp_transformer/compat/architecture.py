@@ -70,12 +70,21 @@ NORMS = {"LN": LayerNorm, "LNPre": LayerNormPre, "RMS": RMSNorm, "RMSPre": RMSNo
 
 def check_supported(cfg: HookedTransformerConfig) -> None:
     """``ValueError`` naming every field of ``cfg`` that asks for math this library does not compute (yet)."""
-    problems = [f"{field}={getattr(cfg, field)!r} ({needs})" for field, keep, needs in UNSUPPORTED if getattr(cfg, field) != keep]
+    problems = [
+        f"{field}={getattr(cfg, field)!r} ({needs})"
+        for field, keep, needs in UNSUPPORTED
+        if getattr(cfg, field) != keep
+    ]
     if cfg.parallel_attn_mlp and (cfg.attn_only or any(block_flags(cfg).values())):
-        problems.append("parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel block "
-                        "has the plain block's hooks only)")
+        problems.append(
+            "parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel "
+            "block "
+            "has the plain block's hooks only)"
+        )
     if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
-        problems.append(f"final_rms=True with normalization_type={cfg.normalization_type!r} (final_rms replaces a LayerNorm)")
+        problems.append(
+            f"final_rms=True with normalization_type={cfg.normalization_type!r} (final_rms replaces a LayerNorm)"
+        )
     if cfg.n_key_value_heads is not None and (cfg.n_key_value_heads <= 0 or cfg.n_heads % cfg.n_key_value_heads):
         problems.append(f"n_key_value_heads={cfg.n_key_value_heads} (must divide n_heads={cfg.n_heads})")
     if cfg.positional_embedding_type == "rotary" and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
@@ -83,12 +92,17 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
     if cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0:
         problems.append("attn_scores_soft_cap / output_logits_soft_cap > 0 (soft-capped scores or logits)")
     if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
-        problems.append(f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's own "
-                        f"LayerNorm; supported: {sorted(ACTIVATIONS)})")
+        problems.append(
+            f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's "
+            "own "
+            f"LayerNorm; supported: {sorted(ACTIVATIONS)})"
+        )
     if cfg.d_vocab <= 0:
         problems.append(f"d_vocab={cfg.d_vocab} (give d_vocab, or a tokenizer to take it from)")
     if problems:
-        raise ValueError("this HookedTransformerConfig asks for what interp_transformer does not compute: " + "; ".join(problems))
+        raise ValueError(
+            "this HookedTransformerConfig asks for what interp_transformer does not compute: " + "; ".join(problems)
+        )
 
 
 def _norm(cfg: HookedTransformerConfig, final: bool = False):
@@ -105,7 +119,9 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
         scale = scale / (layer + 1)
     parts = {}
     if cfg.positional_embedding_type == "rotary":
-        parts["rotary"] = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, interleaved=cfg.rotary_adjacent_pairs)
+        parts["rotary"] = Rotary(
+            cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, interleaved=cfg.rotary_adjacent_pairs
+        )
     if cfg.positional_embedding_type == "alibi":
         parts["score_bias"] = ALiBi(cfg.n_heads)
     if cfg.use_qk_norm:
@@ -116,12 +132,17 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
 
 def block_flags(cfg: HookedTransformerConfig) -> dict:
     """The ``HookedBlock`` flags ``cfg`` asks for."""
-    return dict(attn_in=cfg.use_attn_in, split_qkv_input=cfg.use_split_qkv_input, mlp_in=cfg.use_hook_mlp_in and not cfg.attn_only,
-                shortformer=cfg.positional_embedding_type == "shortformer")
+    return dict(
+        attn_in=cfg.use_attn_in,
+        split_qkv_input=cfg.use_split_qkv_input,
+        mlp_in=cfg.use_hook_mlp_in and not cfg.attn_only,
+        shortformer=cfg.positional_embedding_type == "shortformer",
+    )
 
 
 def build_block(cfg: HookedTransformerConfig, layer: int):
-    """One block: ``TransformerBlock``/``AttnOnlyBlock`` unless ``cfg`` asks for hooks or positions only ``HookedBlock`` has."""
+    """One block: ``TransformerBlock``/``AttnOnlyBlock`` unless ``cfg`` asks for hooks or positions only ``HookedBlock``
+    has."""
     ln1, attn = _norm(cfg), _attention(cfg, layer)
     ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg))
     flags = block_flags(cfg)
@@ -146,12 +167,18 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
 
 def capabilities(cfg: HookedTransformerConfig) -> Capabilities:
     # without a norm (normalization_type=None) the final "norm" is the identity: logits stay linear in the residual
-    return Capabilities(causal=cfg.attention_dir == "causal", norm_placement="pre", final_norm="ln_final", read_out="unembed",
-                        next_token_logits=cfg.attention_dir == "causal")
+    return Capabilities(
+        causal=cfg.attention_dir == "causal",
+        norm_placement="pre",
+        final_norm="ln_final",
+        read_out="unembed",
+        next_token_logits=cfg.attention_dir == "causal",
+    )
 
 
 def hook_names(cfg: HookedTransformerConfig) -> HookNames:
-    """The hook-name table of a model built from ``cfg``: the blocks', the toggles', and what ``cfg`` puts at the top."""
+    """The hook-name table of a model built from ``cfg``: the blocks', the toggles', and what ``cfg`` puts at the
+    top."""
     global_keys = {"embed": "hook_embed"}
     if cfg.positional_embedding_type in ("standard", "shortformer"):
         global_keys["pos_embed"] = "hook_pos_embed"
@@ -168,8 +195,14 @@ def hook_names(cfg: HookedTransformerConfig) -> HookNames:
     return HookNames(layer_keys=layer_keys, global_keys=global_keys, input_writers=writers)
 
 
-ARCHITECTURE = register(Architecture(
-    name="transformerlens", config_class=HookedTransformerConfig, build=build, capabilities=capabilities, hook_names=hook_names
-))
+ARCHITECTURE = register(
+    Architecture(
+        name="transformerlens",
+        config_class=HookedTransformerConfig,
+        build=build,
+        capabilities=capabilities,
+        hook_names=hook_names,
+    )
+)
 
 __all__ = ["ARCHITECTURE", "TOGGLE_HOOKS", "block_flags", "build", "build_block", "check_supported", "share_state"]

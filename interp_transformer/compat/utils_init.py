@@ -50,13 +50,17 @@ def _kaiming_std(param: Tensor, a: float, nonlinearity: str, gain: float, mode: 
     return gain * nn.init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
 
 
-def init_kaiming_uniform_(param: Tensor, a: float = 0, nonlinearity: str = "relu", gain: float = 1.0, mode: str = "fan_in") -> Tensor:
+def init_kaiming_uniform_(
+    param: Tensor, a: float = 0, nonlinearity: str = "relu", gain: float = 1.0, mode: str = "fan_in"
+) -> Tensor:
     """Uniform with standard deviation ``gain * calculate_gain(nonlinearity) / sqrt(fan)``, in place."""
     bound = math.sqrt(3.0) * _kaiming_std(param, a, nonlinearity, gain, mode)
     return nn.init.uniform_(param, -bound, bound)
 
 
-def init_kaiming_normal_(param: Tensor, a: float = 0, nonlinearity: str = "relu", gain: float = 1.0, mode: str = "fan_in") -> Tensor:
+def init_kaiming_normal_(
+    param: Tensor, a: float = 0, nonlinearity: str = "relu", gain: float = 1.0, mode: str = "fan_in"
+) -> Tensor:
     """``N(0, std^2)`` with ``std = gain * calculate_gain(nonlinearity) / sqrt(fan)``, in place."""
     return nn.init.normal_(param, mean=0.0, std=_kaiming_std(param, a, nonlinearity, gain, mode))
 
@@ -82,5 +86,11 @@ def init_model_weights(model: nn.Module, init_mode: str, gain: float) -> None:
             param.zero_()
 
 
-__all__ = ["calc_fan_in_and_fan_out", "init_kaiming_normal_", "init_kaiming_uniform_", "init_model_weights",
-           "init_xavier_normal_", "init_xavier_uniform_"]
+__all__ = [
+    "calc_fan_in_and_fan_out",
+    "init_kaiming_normal_",
+    "init_kaiming_uniform_",
+    "init_model_weights",
+    "init_xavier_normal_",
+    "init_xavier_uniform_",
+]

@@ -76,19 +76,27 @@ def composition_scores(left: FactoredMatrix, right: FactoredMatrix, broadcast_di
         for i in range(right_batch):
             left = left.unsqueeze(i + left_batch)
     if left.rdim != right.ldim:
-        raise ValueError(f"Composition scores require left.rdim==right.ldim, shapes were left: {tuple(left.shape)}, "
-                         f"right: {tuple(right.shape)}")
+        raise ValueError(
+            f"Composition scores require left.rdim==right.ldim, shapes were left: {tuple(left.shape)}, "
+            f"right: {tuple(right.shape)}"
+        )
     return (left @ right).norm() / left.norm() / right.norm()
 
 
-def get_offset_position_ids(past_kv_pos_offset: int, attention_mask: Int[Tensor, "batch offset_pos"]) -> Int[Tensor, "batch pos"]:
-    """Position ids counted from each row's first real token (0 on the padding before it), after the cached positions."""
+def get_offset_position_ids(
+    past_kv_pos_offset: int, attention_mask: Int[Tensor, "batch offset_pos"]
+) -> Int[Tensor, "batch pos"]:
+    """Position ids counted from each row's first real token (0 on the padding before it), after the cached
+    positions."""
     shifted = attention_mask.cumsum(dim=1) - 1
     return shifted.masked_fill(shifted < 0, 0)[:, past_kv_pos_offset:]
 
 
-def repeat_along_head_dimension(tensor: Float[Tensor, "batch pos d_model"], n_heads: int, clone_tensor: bool = True) -> Tensor:
-    """``[batch, pos, d_model] -> [batch, pos, head_index, d_model]``, one copy per head (its own memory with ``clone_tensor``)."""
+def repeat_along_head_dimension(
+    tensor: Float[Tensor, "batch pos d_model"], n_heads: int, clone_tensor: bool = True
+) -> Tensor:
+    """``[batch, pos, d_model] -> [batch, pos, head_index, d_model]``, one copy per head (its own memory with
+    ``clone_tensor``)."""
     repeated = einops.repeat(tensor, "batch pos d_model -> batch pos head_index d_model", head_index=n_heads)
     return repeated.clone() if clone_tensor else repeated
 
@@ -96,7 +104,7 @@ def repeat_along_head_dimension(tensor: Float[Tensor, "batch pos d_model"], n_he
 def filter_dict_by_prefix(dictionary: dict, prefix: str) -> dict:
     """The entries whose keys start with ``prefix.``, with that prefix removed."""
     search = prefix if prefix.endswith(".") else prefix + "."
-    return {key[len(search):]: value for key, value in dictionary.items() if key.startswith(search)}
+    return {key[len(search) :]: value for key, value in dictionary.items() if key.startswith(search)}
 
 
 def get_nested_attr(obj, attr_str: str):

@@ -1,4 +1,5 @@
-"""TransformerLens' text helpers: corpus chunking, BOS handling, ``test_prompt`` (exported by ``interp_transformer.utils``).
+"""TransformerLens' text helpers: corpus chunking, BOS handling, ``test_prompt`` (exported by
+``interp_transformer.utils``).
 
 ``tokenize_and_concatenate`` needs the ``datasets`` package (the ``harvest`` extra).
 """
@@ -22,13 +23,16 @@ def override_or_use_default_value(default_flag, override=None):
 
 
 class LocallyOverridenDefaults:
-    """``with LocallyOverridenDefaults(model, prepend_bos=..., padding_side=...):`` sets ``model.cfg.default_prepend_bos``
+    """``with LocallyOverridenDefaults(model, prepend_bos=..., padding_side=...):`` sets
+    ``model.cfg.default_prepend_bos``
     and ``model.tokenizer.padding_side`` for the block (None keeps them) and restores them on exit, also on an error."""
 
     def __init__(self, model, **overrides):
         unknown = set(overrides) - {"prepend_bos", "padding_side"}
         if unknown:
-            raise ValueError(f"{sorted(unknown)} cannot be overridden; valid parameters are ['prepend_bos', 'padding_side']")
+            raise ValueError(
+                f"{sorted(unknown)} cannot be overridden; valid parameters are ['prepend_bos', 'padding_side']"
+            )
         self.model, self.overrides, self._saved = model, overrides, []
 
     def _targets(self):
@@ -125,7 +129,8 @@ def get_input_with_manually_prepended_bos(bos_token: str, input: Union[str, list
 
 
 def get_tokens_with_bos_removed(tokenizer: PreTrainedTokenizerBase, tokens: Tensor) -> Tensor:
-    """``tokens`` without each row's BOS: the first token when padded on the right, the BOS after the padding on the left."""
+    """``tokens`` without each row's BOS: the first token when padded on the right, the BOS after the padding on the
+    left."""
     if tokenizer.padding_side == "right":
         return tokens[..., 1:]
     shape = list(tokens.shape)
@@ -149,7 +154,8 @@ def test_prompt(
     prepend_bos: Optional[bool] = None,
     top_k: int = 10,
 ) -> None:
-    """Print how the model ranks ``answer`` (or each of several one-token answers) after ``prompt``, as TransformerLens does.
+    """Print how the model ranks ``answer`` (or each of several one-token answers) after ``prompt``, as TransformerLens
+    does.
 
     Prints the tokenized prompt and answer, then for each answer position its rank, logit
     and probability and the model's ``top_k`` tokens, then the ranks. Returns None.
@@ -168,7 +174,10 @@ def test_prompt(
     prompt_length, answer_length = len(prompt_str_tokens), 1 if several else len(answer_str_tokens[0])
     if print_details:
         print("Tokenized prompt:", prompt_str_tokens)
-        print("Tokenized answers:" if several else "Tokenized answer:", answer_str_tokens if several else answer_str_tokens[0])
+        print(
+            "Tokenized answers:" if several else "Tokenized answer:",
+            answer_str_tokens if several else answer_str_tokens[0],
+        )
     logits = model(tokens)
     probs = logits.softmax(dim=-1)
     ranks = []
@@ -181,16 +190,29 @@ def test_prompt(
         ranks.append(list(zip(strings, target_ranks)))
         if print_details:
             for i, (string, rank) in enumerate(zip(strings, target_ranks)):
-                print(f"Performance on answer token: Rank: {rank: <8} Logit: {logits[i, index - 1, targets[i]].item():5.2f} "
-                      f"Prob: {position_probs[i, targets[i]].item():6.2%} Token: |{string}|")
+                print(
+                    f"Performance on answer token: Rank: {rank: <8} Logit: "
+                    f"{logits[i, index - 1, targets[i]].item():5.2f} "
+                    f"Prob: {position_probs[i, targets[i]].item():6.2%} Token: |{string}|"
+                )
             for i in range(min(top_k, sorted_probs.shape[-1])):
-                print(f"Top {i}th token. Logit: {logits[0, index - 1, order[0, i]].item():5.2f} Prob: "
-                      f"{sorted_probs[0, i].item():6.2%} Token: |{model.to_string(order[0, i])}|")
+                print(
+                    f"Top {i}th token. Logit: {logits[0, index - 1, order[0, i]].item():5.2f} Prob: "
+                    f"{sorted_probs[0, i].item():6.2%} Token: |{model.to_string(order[0, i])}|"
+                )
     print("Ranks of the answer tokens:", [r[0] for r in ranks] if not several else ranks)
 
 
 test_prompt.__test__ = False  # not a pytest test, despite the name
 
-__all__ = ["LocallyOverridenDefaults", "USE_DEFAULT_VALUE", "get_input_with_manually_prepended_bos", "get_tokenizer_with_bos",
-           "get_tokens_with_bos_removed", "keep_single_column", "override_or_use_default_value", "test_prompt",
-           "tokenize_and_concatenate"]
+__all__ = [
+    "LocallyOverridenDefaults",
+    "USE_DEFAULT_VALUE",
+    "get_input_with_manually_prepended_bos",
+    "get_tokenizer_with_bos",
+    "get_tokens_with_bos_removed",
+    "keep_single_column",
+    "override_or_use_default_value",
+    "test_prompt",
+    "tokenize_and_concatenate",
+]

@@ -58,7 +58,8 @@ def alibi_slopes(n_heads: int) -> Float[Tensor, "head_index"]:
 
 
 def key_positions(layout: TokenLayout) -> Int[Tensor, "batch key_pos"]:
-    """The position of every key, cached ones included: real keys counted from each row's first (``[1, key_pos]`` unpadded)."""
+    """The position of every key, cached ones included: real keys counted from each row's first (``[1, key_pos]``
+    unpadded)."""
     if layout.key_is_real is None:
         return layout.key_slots()[None, :]
     return (layout.key_is_real.long().cumsum(dim=-1) - 1).clamp(min=0)
@@ -82,7 +83,11 @@ class ALiBi(nn.Module):
         distance = (queries[:, :, None] - keys[:, None, :]).abs()  # [batch or 1, query_pos, key_pos]
         compute_dtype = torch.promote_types(dtype, torch.float32)
         slopes = self.slopes.to(device=queries.device, dtype=compute_dtype)
-        bias = einops.einsum(-slopes, distance.to(compute_dtype), "head_index, batch query_pos key_pos -> batch head_index query_pos key_pos")
+        bias = einops.einsum(
+            -slopes,
+            distance.to(compute_dtype),
+            "head_index, batch query_pos key_pos -> batch head_index query_pos key_pos",
+        )
         return self.hook_bias(bias.to(dtype).expand(batch, -1, -1, -1))
 
     def extra_repr(self) -> str:

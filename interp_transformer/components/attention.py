@@ -132,10 +132,16 @@ class Attention(nn.Module):
         group = self.n_heads // self.n_key_value_heads
         return einops.repeat(parameters["_" + name], "kv_head ... -> (kv_head group) ...", group=group)
 
-    W_K = property(lambda self: self._per_query_head("W_K"), doc="``[head_index, d_model, d_head]``: keys per query head.")
-    W_V = property(lambda self: self._per_query_head("W_V"), doc="``[head_index, d_model, d_head]``: values per query head.")
+    W_K = property(
+        lambda self: self._per_query_head("W_K"), doc="``[head_index, d_model, d_head]``: keys per query head."
+    )
+    W_V = property(
+        lambda self: self._per_query_head("W_V"), doc="``[head_index, d_model, d_head]``: values per query head."
+    )
     b_K = property(lambda self: self._per_query_head("b_K"), doc="``[head_index, d_head]``: key biases per query head.")
-    b_V = property(lambda self: self._per_query_head("b_V"), doc="``[head_index, d_head]``: value biases per query head.")
+    b_V = property(
+        lambda self: self._per_query_head("b_V"), doc="``[head_index, d_head]``: value biases per query head."
+    )
 
     def input_weights(self) -> list[tuple[Tensor, Tensor]]:
         """``(W, b)`` pairs that read this part's input, as stored: what folding a norm into it rewrites."""
@@ -170,13 +176,19 @@ class Attention(nn.Module):
         kv_input: Optional[Float[Tensor, "batch key_pos d_model"]] = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         if kv_input is not None and self.rotary is not None:
-            raise ValueError("rotary positions need the keys' positions, which cross-attention (kv_input) does not give")
+            raise ValueError(
+                "rotary positions need the keys' positions, which cross-attention (kv_input) does not give"
+            )
         source = kv_input if kv_input is not None or self.reads_kv_input else normalized
         return self.attend(normalized, source, source, layout, kv_cache)
 
     def attend(
-        self, query_input: Tensor, key_input: Optional[Tensor], value_input: Optional[Tensor],
-        layout: Optional[TokenLayout] = None, kv_cache: Optional[LayerKVCache] = None,
+        self,
+        query_input: Tensor,
+        key_input: Optional[Tensor],
+        value_input: Optional[Tensor],
+        layout: Optional[TokenLayout] = None,
+        kv_cache: Optional[LayerKVCache] = None,
     ) -> Tensor:
         """The formula of the class docstring, with queries, keys and values each read from their own input.
 
@@ -218,7 +230,8 @@ class Attention(nn.Module):
         return q, k
 
     def _per_query_head_keys(self, t: Tensor) -> Tensor:
-        """Keys or values ``[batch, key_pos, n_key_value_heads, d_head]`` repeated for each query head of their group."""
+        """Keys or values ``[batch, key_pos, n_key_value_heads, d_head]`` repeated for each query head of their
+        group."""
         group = self.n_heads // self.n_key_value_heads
         return einops.repeat(t, "batch key_pos kv_head d_head -> batch key_pos (kv_head group) d_head", group=group)
 
@@ -227,7 +240,9 @@ class Attention(nn.Module):
         attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
         pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
         return einops.einsum(
-            pattern, v, "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head"
+            pattern,
+            v,
+            "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head",
         )
 
     def _attn_scores(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
@@ -235,14 +250,22 @@ class Attention(nn.Module):
         allowed, score_bias = allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype)
         if self.uses_fast_kernels():  # the same formula as one product that starts from the mask
             return masked_scores(q, k, self.scale, allowed, score_bias)
-        attn_scores = einops.einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head -> "
-                                    "batch head_index query_pos key_pos") * self.scale
+        attn_scores = (
+            einops.einsum(
+                q,
+                k,
+                "batch query_pos head_index d_head, batch key_pos head_index d_head -> "
+                "batch head_index query_pos key_pos",
+            )
+            * self.scale
+        )
         if score_bias is not None:
             attn_scores = attn_scores + score_bias
         return attn_scores if allowed is None else attn_scores.masked_fill(allowed.logical_not(), float("-inf"))
 
     def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in place)."""
+        """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in
+        place)."""
         to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
         q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
         grouped = self.n_key_value_heads != self.n_heads
@@ -266,11 +289,19 @@ class Attention(nn.Module):
         if x.ndim == 3 and self.uses_fast_kernels():
             return project_heads(x, W, b)
         if x.ndim == 3:
-            return einops.einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b
-        return einops.einsum(x, W, "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+            return (
+                einops.einsum(x, W, "batch pos d_model, head_index d_model d_head -> batch pos head_index d_head") + b
+            )
+        return (
+            einops.einsum(
+                x, W, "batch pos head_index d_model, head_index d_model d_head -> batch pos head_index d_head"
+            )
+            + b
+        )
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        """Input weights loaded with ``assign=True`` are laid out as ``__init__`` lays them (copied only where they are not)."""
+        """Input weights loaded with ``assign=True`` are laid out as ``__init__`` lays them (copied only where they are
+        not)."""
         if local_metadata.get("assign_to_params_buffers", False):
             for name in ("W_Q", "W_K", "W_V", "_W_K", "_W_V"):
                 given = state_dict.get(prefix + name)
@@ -317,12 +348,18 @@ def masked_scores(
         scores = torch.baddbmm(q_heads.new_empty(1, 1, 1), q_heads, k_heads, beta=0, alpha=scale)
     else:
         if score_bias is None:
-            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(allowed.logical_not(), float("-inf"))
+            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                allowed.logical_not(), float("-inf")
+            )
         else:
             bias = additive_mask(allowed, score_bias.to(q.dtype))
         if bias.shape[0] == 1 and bias.shape[1] == 1:  # one mask for every row and head: broadcast it
             bias = bias[0]
         else:  # a mask per row (padding): one bias matrix per (row, head)
-            bias = einops.rearrange(bias.expand(batch, n_heads, -1, -1), "batch head_index q k -> (batch head_index) q k")
+            bias = einops.rearrange(
+                bias.expand(batch, n_heads, -1, -1), "batch head_index q k -> (batch head_index) q k"
+            )
         scores = torch.baddbmm(bias, q_heads, k_heads, alpha=scale)
-    return einops.rearrange(scores, "(batch head_index) query_pos key_pos -> batch head_index query_pos key_pos", batch=batch)
+    return einops.rearrange(
+        scores, "(batch head_index) query_pos key_pos -> batch head_index query_pos key_pos", batch=batch
+    )

@@ -33,7 +33,9 @@ class MLMHead(nn.Module):
     @shape_checked
     def forward(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         pre = self.hook_pre(
-            einops.einsum(resid, self.W_transform, "batch pos d_model_in, d_model_in d_model_out -> batch pos d_model_out")
+            einops.einsum(
+                resid, self.W_transform, "batch pos d_model_in, d_model_in d_model_out -> batch pos d_model_out"
+            )
             + self.b_transform
         )
         post = self.hook_post(self.act_fn(pre))
@@ -56,5 +58,6 @@ class Pooler(nn.Module):
     def forward(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch d_model"]:
         cls_resid = resid[:, 0]
         return torch.tanh(
-            einops.einsum(cls_resid, self.W_pool, "batch d_model_in, d_model_in d_model_out -> batch d_model_out") + self.b_pool
+            einops.einsum(cls_resid, self.W_pool, "batch d_model_in, d_model_in d_model_out -> batch d_model_out")
+            + self.b_pool
         )

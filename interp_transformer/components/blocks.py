@@ -24,7 +24,8 @@ from .layout import TokenLayout
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm block: ``resid_mid = resid_pre + attn(ln1(resid_pre))``, ``resid_post = resid_mid + mlp(ln2(resid_mid))``."""
+    """Pre-norm block: ``resid_mid = resid_pre + attn(ln1(resid_pre))``, ``resid_post = resid_mid +
+    mlp(ln2(resid_mid))``."""
 
     def __init__(self, ln1: nn.Module, attn: nn.Module, ln2: nn.Module, mlp: nn.Module):
         super().__init__()

@@ -37,14 +37,18 @@ def _caches(kv_cache: Optional[DecoderLayerKVCache]):
 
 def _check_source(source) -> CrossAttentionSource:
     if not isinstance(source, CrossAttentionSource):
-        raise TypeError(f"a decoder block reads the encoder through a CrossAttentionSource, got {type(source).__name__}")
+        raise TypeError(
+            f"a decoder block reads the encoder through a CrossAttentionSource, got {type(source).__name__}"
+        )
     return source
 
 
 class CrossAttentionBlock(nn.Module):
     """Pre-norm decoder block with cross-attention (see the module docstring)."""
 
-    def __init__(self, ln1: nn.Module, attn: nn.Module, ln2: nn.Module, cross_attn: nn.Module, ln3: nn.Module, mlp: nn.Module):
+    def __init__(
+        self, ln1: nn.Module, attn: nn.Module, ln2: nn.Module, cross_attn: nn.Module, ln3: nn.Module, mlp: nn.Module
+    ):
         super().__init__()
         self.hook_resid_pre = HookPoint()
         self.ln1 = ln1
@@ -61,7 +65,8 @@ class CrossAttentionBlock(nn.Module):
         self.hook_resid_post = HookPoint()
 
     def norm_readers(self) -> list[tuple[nn.Module, nn.Module]]:
-        """``(norm, part)``: each norm and the part that reads its output (cross-attention reads it only through ``W_Q``)."""
+        """``(norm, part)``: each norm and the part that reads its output (cross-attention reads it only through
+        ``W_Q``)."""
         return [(self.ln1, self.attn), (self.ln2, self.cross_attn), (self.ln3, self.mlp)]
 
     def writers(self) -> list[nn.Module]:
@@ -92,7 +97,9 @@ class CrossAttentionBlock(nn.Module):
 class PostNormCrossAttentionBlock(nn.Module):
     """Post-norm decoder block with cross-attention (see the module docstring); its output is ``ln3(resid_post)``."""
 
-    def __init__(self, attn: nn.Module, ln1: nn.Module, cross_attn: nn.Module, ln2: nn.Module, mlp: nn.Module, ln3: nn.Module):
+    def __init__(
+        self, attn: nn.Module, ln1: nn.Module, cross_attn: nn.Module, ln2: nn.Module, mlp: nn.Module, ln3: nn.Module
+    ):
         super().__init__()
         self.hook_resid_pre = HookPoint()
         self.attn = attn

@@ -1,6 +1,7 @@
 """Gemma's RMSNorm: the gain is ``1 + w_offset``, the offset stored as the checkpoint stores it (zero at init).
 
-``normalized = x / scale * w`` with ``w = 1 + w_offset`` and ``scale = sqrt(mean(x^2) + eps)`` over the last axis (Gemma 1, 2 and 3, including Gemma 3's per-head q/k norms). It is a norm part of its
+``normalized = x / scale * w`` with ``w = 1 + w_offset`` and ``scale = sqrt(mean(x^2) + eps)`` over the last axis (Gemma
+1, 2 and 3, including Gemma 3's per-head q/k norms). It is a norm part of its
 own, not an ``RMSNorm`` whose ``w`` was shifted at load time, so that its algebra is
 stated once, here, and every tool reading through it (weight processing, direct logit
 attribution, the cache's frozen-scale tools) gets the ``1 +`` right:
@@ -83,7 +84,9 @@ class GemmaRMSNorm(nn.Module):
         return self.hook_normalized((wide / scale * gain).to(x.dtype))
 
     # --- the algebra (see the module docstring) ---------------------------------------------
-    def apply_frozen(self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]) -> Float[Tensor, "... d_model"]:
+    def apply_frozen(
+        self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
+    ) -> Float[Tensor, "... d_model"]:
         """``x / scale * w``: the norm with ``scale`` frozen (there is no bias to leave out)."""
         return x / scale * self.w
 
@@ -93,7 +96,9 @@ class GemmaRMSNorm(nn.Module):
         gain = 1 + self.w_offset.to(wide.dtype)
         return F.rms_norm(wide, gain.shape, gain, self.eps).to(x.dtype)
 
-    def pull_back(self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+    def pull_back(
+        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
         """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out."""
         weighted = direction * self.w
         return weighted if scale is None else weighted / scale
@@ -104,14 +109,16 @@ class GemmaRMSNorm(nn.Module):
 
     @torch.no_grad()
     def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
-        """In place: ``W <- diag(w) W`` (``w = 1 + w_offset``) for ``W [..., d_model, d_out]``; ``b_next`` is left as it is.
+        """In place: ``W <- diag(w) W`` (``w = 1 + w_offset``) for ``W [..., d_model, d_out]``; ``b_next`` is left as it
+        is.
 
         ``center`` is refused (the mean of the input is not removed). Call ``reset()`` once
         every reader is folded.
         """
         if center:
             raise ValueError(
-                "GemmaRMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing the "
+                "GemmaRMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing "
+                "the "
                 "mean of the weights that read it would change the output; fold with center=False"
             )
         W.mul_(einops.rearrange(self.w, "d_model -> d_model 1"))

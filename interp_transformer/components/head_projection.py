@@ -23,7 +23,8 @@ from torch import Tensor
 
 
 def heads_side_by_side(n_heads: int) -> bool:
-    """Whether a projection with ``n_heads`` heads is stored side by side: they do not divide evenly among the threads."""
+    """Whether a projection with ``n_heads`` heads is stored side by side: they do not divide evenly among the
+    threads."""
     return n_heads % torch.get_num_threads() != 0
 
 
@@ -38,7 +39,9 @@ def side_by_side_matrix(W: Tensor):
 def new_head_weight(n_heads: int, d_model: int, d_head: int) -> Tensor:
     """Uninitialised ``[n_heads, d_model, d_head]`` memory in the layout ``heads_side_by_side`` picks."""
     if heads_side_by_side(n_heads):
-        return einops.rearrange(torch.empty(d_model, n_heads, d_head), "d_model head_index d_head -> head_index d_model d_head")
+        return einops.rearrange(
+            torch.empty(d_model, n_heads, d_head), "d_model head_index d_head -> head_index d_model d_head"
+        )
     return torch.empty(n_heads, d_model, d_head)
 
 
@@ -47,7 +50,8 @@ def placed_copy(W: Tensor) -> Tensor:
     if not heads_side_by_side(W.shape[0]):
         return W.clone(memory_format=torch.contiguous_format)
     side_by_side = einops.rearrange(W, "head_index d_model d_head -> d_model head_index d_head").clone(
-        memory_format=torch.contiguous_format)
+        memory_format=torch.contiguous_format
+    )
     return einops.rearrange(side_by_side, "d_model head_index d_head -> head_index d_model d_head")
 
 

@@ -65,7 +65,9 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(x / scale * self.w + self.b)
 
     # --- the algebra (see the module docstring) ---------------------------------------------
-    def apply_frozen(self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]) -> Float[Tensor, "... d_model"]:
+    def apply_frozen(
+        self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
+    ) -> Float[Tensor, "... d_model"]:
         """``(x - mean(x)) / scale * w``: the norm with ``scale`` frozen, bias left out."""
         return (x - x.mean(dim=-1, keepdim=True)) / scale * self.w
 
@@ -73,7 +75,9 @@ class LayerNorm(nn.Module):
         """The whole LayerNorm of ``x``, its scale computed from ``x`` itself; no hook fires."""
         return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
 
-    def pull_back(self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+    def pull_back(
+        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
         """``g = (w * d - mean(w * d)) / scale``, so that ``apply_frozen(x, scale) . d = x . g``.
 
         The centring moves from ``x`` onto the direction; ``scale`` (broadcast against the

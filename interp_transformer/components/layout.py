@@ -40,7 +40,8 @@ class TokenLayout:
         device: Union[str, torch.device, None] = None,
         key_is_real: Optional[Bool[Tensor, "batch key_pos"]] = None,
     ) -> "TokenLayout":
-        """``pos`` new tokens per row after ``offset`` cached ones: positions ``offset .. offset + pos - 1`` in every row."""
+        """``pos`` new tokens per row after ``offset`` cached ones: positions ``offset .. offset + pos - 1`` in every
+        row."""
         positions = torch.arange(offset, offset + pos, device=device).expand(batch, pos)
         return cls(positions, offset, key_is_real)
 

@@ -92,12 +92,21 @@ class MixtureOfExperts(nn.Module):
         d_mlp_shared: Optional[int] = None,
     ):
         super().__init__()
-        for name, value in (("d_model", d_model), ("d_mlp", d_mlp), ("n_experts", n_experts), ("experts_per_token", experts_per_token)):
+        for name, value in (
+            ("d_model", d_model),
+            ("d_mlp", d_mlp),
+            ("n_experts", n_experts),
+            ("experts_per_token", experts_per_token),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if experts_per_token > n_experts:
             raise ValueError(f"experts_per_token={experts_per_token} must be at most n_experts={n_experts}")
-        self.n_experts, self.experts_per_token, self.normalize_routing = n_experts, experts_per_token, bool(normalize_routing)
+        self.n_experts, self.experts_per_token, self.normalize_routing = (
+            n_experts,
+            experts_per_token,
+            bool(normalize_routing),
+        )
         self.use_sparse_experts = True  # set False to always run the explicit path
         self.W_router = nn.Parameter(torch.empty(d_model, n_experts))
         self.hook_router_logits = HookPoint()
@@ -123,7 +132,8 @@ class MixtureOfExperts(nn.Module):
     def why_no_weight(self, name: str) -> str:
         """Why a model-level stacked weight (``model.W_in``) is refused here: what to read instead."""
         return (
-            f"this layer's MLP is a mixture of {self.n_experts} experts, so there is no single {name}; read one expert's "
+            f"this layer's MLP is a mixture of {self.n_experts} experts, so there is no single {name}; read one "
+            "expert's "
             f"(model.blocks[L].mlp.experts[E].{name}) or every expert's (model.blocks[L].mlp.stacked({name!r}), "
             "[expert, ...]), and the router's model.blocks[L].mlp.W_router [d_model, expert]"
         )
@@ -165,7 +175,9 @@ class MixtureOfExperts(nn.Module):
         """The router: which ``top_k`` experts each token uses, and their weights (hooks fire in order)."""
         # x @ W_router is einsum(x, W_router, "batch pos d_model, d_model expert -> batch pos expert")
         router_logits = self.hook_router_logits(normalized @ self.W_router)
-        expert_weights = self.hook_expert_weights(router_logits.softmax(dim=-1, dtype=routing_dtype(router_logits.dtype)))
+        expert_weights = self.hook_expert_weights(
+            router_logits.softmax(dim=-1, dtype=routing_dtype(router_logits.dtype))
+        )
         indices = self.hook_expert_indices(expert_weights.topk(self.experts_per_token, dim=-1).indices)
         chosen = expert_weights.gather(-1, indices)
         if self.normalize_routing:
@@ -194,7 +206,8 @@ class MixtureOfExperts(nn.Module):
 
     def extra_repr(self) -> str:
         shared = ", shared expert" if self.shared_expert is not None else ""
-        return f"n_experts={self.n_experts}, experts_per_token={self.experts_per_token}, normalize_routing={self.normalize_routing}{shared}"
+        routing = f"experts_per_token={self.experts_per_token}, normalize_routing={self.normalize_routing}"
+        return f"n_experts={self.n_experts}, {routing}{shared}"
 
 
 __all__ = ["EXPERT_WEIGHTS", "MixtureOfExperts", "Routing", "routing_dtype"]

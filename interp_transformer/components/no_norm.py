@@ -21,13 +21,17 @@ class NoNorm(nn.Module):
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         return x
 
-    def apply_frozen(self, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+    def apply_frozen(
+        self, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
         return x
 
     def normalize(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         return x
 
-    def pull_back(self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+    def pull_back(
+        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
         return direction
 
     def bias_term(self, direction: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:

@@ -56,11 +56,15 @@ class _WeightlessNorm(nn.Module):
         return self.hook_normalized(x / scale)
 
     # --- the norm algebra (see layer_norm.py) --------------------------------------------------
-    def apply_frozen(self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]) -> Float[Tensor, "... d_model"]:
+    def apply_frozen(
+        self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
+    ) -> Float[Tensor, "... d_model"]:
         """``centre(x) / scale``."""
         return self._centre(x) / scale
 
-    def pull_back(self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+    def pull_back(
+        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
         """``g = centre(d) / scale``, so that ``apply_frozen(x, scale) . d = x . g``."""
         pulled = self._centre(direction)
         return pulled if scale is None else pulled / scale
@@ -71,9 +75,12 @@ class _WeightlessNorm(nn.Module):
 
     @torch.no_grad()
     def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
-        """Nothing to fold; with ``center`` (only where the norm removes the mean) the reading weights lose their mean."""
+        """Nothing to fold; with ``center`` (only where the norm removes the mean) the reading weights lose their
+        mean."""
         if center and not self.removes_mean:
-            raise ValueError(f"{type(self).__name__} cannot fold with center=True: it does not subtract the mean of its input")
+            raise ValueError(
+                f"{type(self).__name__} cannot fold with center=True: it does not subtract the mean of its input"
+            )
         if center:
             W.sub_(W.mean(dim=-2, keepdim=True))
 

@@ -30,9 +30,12 @@ from .layout import TokenLayout
 
 
 class PrePostNormBlock(nn.Module):
-    """``resid_mid = resid_pre + ln1_post(attn(ln1(resid_pre)))``, ``resid_post = resid_mid + ln2_post(mlp(ln2(resid_mid)))``."""
+    """``resid_mid = resid_pre + ln1_post(attn(ln1(resid_pre)))``, ``resid_post = resid_mid +
+    ln2_post(mlp(ln2(resid_mid)))``."""
 
-    def __init__(self, ln1: nn.Module, attn: nn.Module, ln1_post: nn.Module, ln2: nn.Module, mlp: nn.Module, ln2_post: nn.Module):
+    def __init__(
+        self, ln1: nn.Module, attn: nn.Module, ln1_post: nn.Module, ln2: nn.Module, mlp: nn.Module, ln2_post: nn.Module
+    ):
         super().__init__()
         self.hook_resid_pre = HookPoint()
         self.ln1 = ln1

@@ -55,7 +55,8 @@ def relative_position_bucket(
 
 
 class RelativePositionBias(nn.Module):
-    """``bias[0, h, q, k] = W_rel_pos[bucket(key_slot[k] - query_slot[q]), h]`` for one stack (see the module docstring)."""
+    """``bias[0, h, q, k] = W_rel_pos[bucket(key_slot[k] - query_slot[q]), h]`` for one stack (see the module
+    docstring)."""
 
     def __init__(self, n_heads: int, n_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
         super().__init__()
@@ -65,7 +66,8 @@ class RelativePositionBias(nn.Module):
         smallest_exact = n_buckets // 4 if bidirectional else n_buckets // 2
         if smallest_exact < 1 or max_distance <= smallest_exact:
             raise ValueError(
-                f"n_buckets={n_buckets} and max_distance={max_distance} leave no room for exact and logarithmic buckets: "
+                f"n_buckets={n_buckets} and max_distance={max_distance} leave no room for exact and logarithmic "
+                "buckets: "
                 f"need n_buckets >= {4 if bidirectional else 2} and max_distance > {max(smallest_exact, 1)}"
             )
         self.n_buckets, self.max_distance, self.bidirectional = n_buckets, max_distance, bool(bidirectional)
@@ -87,7 +89,8 @@ class RelativePositionBias(nn.Module):
 
 @dataclass(frozen=True)
 class BiasedLayout(TokenLayout):
-    """A ``TokenLayout`` that also carries the bias every layer adds to its scores, ``[1 or batch, head_index, query_pos, key_pos]``."""
+    """A ``TokenLayout`` that also carries the bias every layer adds to its scores, ``[1 or batch, head_index,
+    query_pos, key_pos]``."""
 
     score_bias: Optional[Tensor] = None
 
@@ -111,7 +114,8 @@ class SharedScoreBias(nn.Module):
         bias = getattr(layout, "score_bias", None)
         if bias is None:
             raise ValueError(
-                "this attention adds the stack's position bias to its scores and needs it in the layout: a BiasedLayout "
+                "this attention adds the stack's position bias to its scores and needs it in the layout: a "
+                "BiasedLayout "
                 f"with score_bias (the stack's RelativePositionBias builds it), got {type(layout).__name__}"
             )
         return bias.to(dtype)

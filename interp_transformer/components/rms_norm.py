@@ -64,7 +64,9 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(x / scale * self.w)
 
     # --- the algebra (see the module docstring) ---------------------------------------------
-    def apply_frozen(self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]) -> Float[Tensor, "... d_model"]:
+    def apply_frozen(
+        self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
+    ) -> Float[Tensor, "... d_model"]:
         """``x / scale * w``: the norm with ``scale`` frozen (there is no bias to leave out)."""
         return x / scale * self.w
 
@@ -72,8 +74,11 @@ class RMSNorm(nn.Module):
         """The whole RMSNorm of ``x``, its scale computed from ``x`` itself; no hook fires."""
         return F.rms_norm(x, self.w.shape, self.w, self.eps)
 
-    def pull_back(self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
-        """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out to divide later."""
+    def pull_back(
+        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+    ) -> Float[Tensor, "... d_model"]:
+        """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out to divide
+        later."""
         weighted = direction * self.w
         return weighted if scale is None else weighted / scale
 
@@ -91,7 +96,8 @@ class RMSNorm(nn.Module):
         """
         if center:
             raise ValueError(
-                "RMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing the mean "
+                "RMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing the "
+                "mean "
                 "of the weights that read it would change the output; fold with center=False"
             )
         W.mul_(einops.rearrange(self.w, "d_model -> d_model 1"))

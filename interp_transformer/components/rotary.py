@@ -66,7 +66,8 @@ class RopeScaling:
                 raise ValueError(f"rope scaling {field} must be a number > 0, got {value!r}")
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise ValueError(
-                f"llama3 rope scaling needs high_freq_factor > low_freq_factor, got high_freq_factor={self.high_freq_factor} "
+                "llama3 rope scaling needs high_freq_factor > low_freq_factor, got "
+                f"high_freq_factor={self.high_freq_factor} "
                 f"and low_freq_factor={self.low_freq_factor}"
             )
         value = self.original_max_position_embeddings
@@ -116,7 +117,12 @@ class Rotary(nn.Module):
     ):
         super().__init__()
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or not 0 < rotary_dim <= d_head or rotary_dim % 2:
+        if (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= d_head
+            or rotary_dim % 2
+        ):
             raise ValueError(f"rotary_dim must be an even int in [2, d_head={d_head}], got {rotary_dim!r}")
         if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
             raise ValueError(f"rotary base must be a number > 1, got {base!r}")
@@ -152,14 +158,18 @@ class Rotary(nn.Module):
     def forward(
         self, x: Float[Tensor, "batch pos head_index d_head"], positions: Int[Tensor, "batch pos"]
     ) -> Float[Tensor, "batch pos head_index d_head"]:
-        cos, sin = (einops.rearrange(t, "batch pos rotary_dim -> batch pos 1 rotary_dim") for t in self.cos_sin(positions, x.dtype))
+        cos, sin = (
+            einops.rearrange(t, "batch pos rotary_dim -> batch pos 1 rotary_dim")
+            for t in self.cos_sin(positions, x.dtype)
+        )
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         rotated = rotated * cos + self.rotate_pairs(rotated) * sin
         return torch.cat((rotated, passed), dim=-1) if passed.shape[-1] else rotated
 
     def extra_repr(self) -> str:
         scaling = f", scaling={self.scaling}" if self.scaling is not None else ""
-        return f"rotary_dim={self.rotary_dim}, d_head={self.d_head}, base={self.base}, interleaved={self.interleaved}{scaling}"
+        dims = f"rotary_dim={self.rotary_dim}, d_head={self.d_head}"
+        return f"{dims}, base={self.base}, interleaved={self.interleaved}{scaling}"
 
 
 __all__ = ["ROPE_SCALING_TYPES", "RopeScaling", "Rotary", "rotary_frequencies"]

@@ -34,7 +34,9 @@ class ScaledEmbed(Embed):
 
     def __init__(self, cfg, scale: Optional[float] = None, round_scale: bool = False):
         super().__init__(cfg)
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
+        if scale is not None and (
+            isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+        ):
             raise ValueError(f"scale must be a finite number or None (sqrt(d_model)), got {scale!r}")
         self.scale = math.sqrt(cfg.d_model) if scale is None else float(scale)
         self.round_scale = bool(round_scale)

@@ -22,7 +22,6 @@ stream, but nothing there can be centred (``output_weights()`` is empty).
 times a constant, ``embed = W_E[tokens] * scale``, ``scale = sqrt(d_model)`` by default.
 """
 
-import math
 from typing import Optional
 
 import einops
@@ -65,7 +64,8 @@ class SinusoidalPosEmbed(nn.Module):
         super().__init__()
         self.d_model, self.n_ctx = cfg.d_model, cfg.n_ctx
         self.base, self.interleaved = float(base), bool(interleaved)
-        sinusoidal_table(torch.zeros(1, dtype=torch.long, device="cpu"), self.d_model, self.base, self.interleaved)  # check
+        # check
+        sinusoidal_table(torch.zeros(1, dtype=torch.long, device="cpu"), self.d_model, self.base, self.interleaved)
         self.dtype = torch.float32  # the model's dtype, followed through .to(...): there is no parameter to carry it
 
     def output_weights(self) -> list[Tensor]:
@@ -75,7 +75,9 @@ class SinusoidalPosEmbed(nn.Module):
     @property
     def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
         """The table of positions ``0 .. n_ctx - 1`` in the model's dtype (computed, not stored)."""
-        return sinusoidal_table(torch.arange(self.n_ctx, device="cpu"), self.d_model, self.base, self.interleaved).to(self.dtype)
+        return sinusoidal_table(torch.arange(self.n_ctx, device="cpu"), self.d_model, self.base, self.interleaved).to(
+            self.dtype
+        )
 
     def _apply(self, fn, recurse=True):
         self.dtype = fn(torch.empty(0, dtype=self.dtype, device="cpu")).dtype  # the dtype .to()/.double() ask for

@@ -6,7 +6,8 @@ The architecture (config, parts, capabilities, hook names) is ``interp_transform
 
 >>> import torch
 >>> from interp_transformer.encoder import EncoderConfig, EncoderTransformer
->>> model = EncoderTransformer(EncoderConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16), seed=0)
+>>> cfg = EncoderConfig(d_model=32, n_layers=2, n_heads=4, d_head=8, d_mlp=64, d_vocab=50, n_ctx=16)
+>>> model = EncoderTransformer(cfg, seed=0)
 >>> model(torch.tensor([[1, 5, 7, 2, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1, 0]])).shape
 torch.Size([1, 5, 32])
 """

@@ -32,7 +32,9 @@ def check_token_type_ids(token_type_ids, tokens: Tensor, cfg: EncoderConfig) -> 
     if not token_type_ids.is_meta:
         low, high = int(token_type_ids.min()), int(token_type_ids.max())
         if low < 0 or high >= cfg.n_token_types:
-            raise ValueError(f"token_type_ids must lie in [0, n_token_types={cfg.n_token_types}), got {low if low < 0 else high}")
+            raise ValueError(
+                f"token_type_ids must lie in [0, n_token_types={cfg.n_token_types}), got {low if low < 0 else high}"
+            )
     return token_type_ids.long()
 
 
@@ -41,13 +43,24 @@ def encode(tokenizer, text: Union[str, list], text_pair: Union[str, list, None],
     for name, value in (("text", text), ("text_pair", text_pair)):
         if value is None and name == "text_pair":
             continue
-        if not (isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(t, str) for t in value))):
+        if not (
+            isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(t, str) for t in value))
+        ):
             raise TypeError(f"{name} must be a str or a non-empty list of str, got {value!r:.80}")
-    if text_pair is not None and (type(text) is not type(text_pair) or (isinstance(text, list) and len(text) != len(text_pair))):
+    if text_pair is not None and (
+        type(text) is not type(text_pair) or (isinstance(text, list) and len(text) != len(text_pair))
+    ):
         raise ValueError("text_pair must match text: both str, or lists of the same length")
     encoded = tokenizer(
-        text, text_pair, padding=True, truncation=False, add_special_tokens=True,
-        return_attention_mask=True, return_token_type_ids=True, return_tensors="pt", verbose=False,
+        text,
+        text_pair,
+        padding=True,
+        truncation=False,
+        add_special_tokens=True,
+        return_attention_mask=True,
+        return_token_type_ids=True,
+        return_tensors="pt",
+        verbose=False,
     )
     length = encoded["input_ids"].shape[1]
     if length > n_ctx:

@@ -87,7 +87,10 @@ class EncoderTransformer(HookedTransformerBase):
         super().__init__(cfg, tokenizer)
         parts = self.architecture.build(cfg)
         if not isinstance(parts, EncoderParts):
-            raise TypeError(f"an EncoderTransformer composes an encoder, but {self.architecture.name!r} builds {type(parts).__name__}")
+            raise TypeError(
+                f"an EncoderTransformer composes an encoder, but {self.architecture.name!r} builds "
+                f"{type(parts).__name__}"
+            )
         self.embed = parts.embed
         self.hook_embed = HookPoint()
         self.pos_embed = parts.pos_embed
@@ -117,10 +120,14 @@ class EncoderTransformer(HookedTransformerBase):
         if return_type == "mlm_logits" and self.mlm_head is None:
             raise ValueError("this model has no MLM head (cfg.has_mlm_head=False); load a BertForMaskedLM checkpoint")
         if return_type == "pooled" and self.pooler is None:
-            raise ValueError("this model has no pooler (cfg.has_pooler=False); load a BertModel checkpoint that has one")
+            raise ValueError(
+                "this model has no pooler (cfg.has_pooler=False); load a BertModel checkpoint that has one"
+            )
         n_blocks = self.check_stop_at_layer(stop_at_layer)
         if n_blocks < self.cfg.n_layers and return_type != "hidden":
-            raise ValueError(f"stop_at_layer returns the residual stream; it needs return_type='hidden', got {return_type!r}")
+            raise ValueError(
+                f"stop_at_layer returns the residual stream; it needs return_type='hidden', got {return_type!r}"
+            )
         tokens, key_is_real, token_type_ids = self.prepare_inputs(tokens, attention_mask, token_type_ids)
         return self._forward(tokens, key_is_real, token_type_ids, n_blocks, return_type)
 
@@ -147,11 +154,15 @@ class EncoderTransformer(HookedTransformerBase):
             return self.pooler(residual)
         return residual
 
-    def mlm_logits(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch pos d_vocab"]:
+    def mlm_logits(
+        self, tokens: TokensLike, attention_mask=None, token_type_ids=None
+    ) -> Float[Tensor, "batch pos d_vocab"]:
         """Masked-language-model logits ``[batch, pos, d_vocab]``: ``forward(..., return_type="mlm_logits")``."""
         return self(tokens, attention_mask, token_type_ids, return_type="mlm_logits")
 
-    def pooled_output(self, tokens: TokensLike, attention_mask=None, token_type_ids=None) -> Float[Tensor, "batch d_model"]:
+    def pooled_output(
+        self, tokens: TokensLike, attention_mask=None, token_type_ids=None
+    ) -> Float[Tensor, "batch d_model"]:
         """The pooler's ``tanh(hidden[:, 0] W_pool + b_pool)``, ``[batch, d_model]``."""
         return self(tokens, attention_mask, token_type_ids, return_type="pooled")
 
@@ -183,7 +194,9 @@ class EncoderTransformer(HookedTransformerBase):
         """
         if isinstance(tokens, EncoderTokens):
             if attention_mask is not None or token_type_ids is not None:
-                raise ValueError("tokens is an EncoderTokens (it carries its own mask and token types): pass no other mask")
+                raise ValueError(
+                    "tokens is an EncoderTokens (it carries its own mask and token types): pass no other mask"
+                )
             tokens, attention_mask, token_type_ids = tokens
         elif isinstance(tokens, (str, list)):
             if attention_mask is not None or token_type_ids is not None:
@@ -191,8 +204,14 @@ class EncoderTransformer(HookedTransformerBase):
             tokens, attention_mask, token_type_ids = self.to_tokens_and_mask(tokens)
         device = self.embed.W_E.device
         tokens = check_tokens(tokens, self.cfg, allow_meta=self.embed.W_E.is_meta)
-        key_is_real = None if attention_mask is None else check_attention_mask(attention_mask, tokens).to(device, torch.bool)
-        token_type_ids = torch.zeros_like(tokens) if token_type_ids is None else check_token_type_ids(token_type_ids, tokens, self.cfg)
+        key_is_real = (
+            None if attention_mask is None else check_attention_mask(attention_mask, tokens).to(device, torch.bool)
+        )
+        token_type_ids = (
+            torch.zeros_like(tokens)
+            if token_type_ids is None
+            else check_token_type_ids(token_type_ids, tokens, self.cfg)
+        )
         return tokens.to(device), key_is_real, token_type_ids.to(device)
 
     def prepare_tokens(self, tokens: Union[Tensor, str, list, EncoderTokens]) -> Int[Tensor, "batch pos"]:

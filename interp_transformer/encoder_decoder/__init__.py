@@ -20,4 +20,11 @@ from .inputs import SourceTokens
 from .kv_cache import EncoderDecoderKVCache
 from .model import EncoderDecoderTransformer
 
-__all__ = ["BartConfig", "EncoderDecoderKVCache", "EncoderDecoderTransformer", "MarianConfig", "Seq2SeqConfig", "SourceTokens"]
+__all__ = [
+    "BartConfig",
+    "EncoderDecoderKVCache",
+    "EncoderDecoderTransformer",
+    "MarianConfig",
+    "Seq2SeqConfig",
+    "SourceTokens",
+]

@@ -48,12 +48,17 @@ def _check_arguments(model, max_new_tokens, num_beams, length_penalty, early_sto
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     if 1 + max_new_tokens > model.cfg.n_ctx:
-        raise ValueError(f"the decoder start token + max_new_tokens={max_new_tokens} = {1 + max_new_tokens} target positions "
-                         f"exceed n_ctx={model.cfg.n_ctx}")
+        raise ValueError(
+            f"the decoder start token + max_new_tokens={max_new_tokens} = {1 + max_new_tokens} target "
+            "positions "
+            f"exceed n_ctx={model.cfg.n_ctx}"
+        )
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"num_beams must be an int >= 1, got {num_beams!r}")
     if num_beams > 1 and 2 * num_beams > model.cfg.d_vocab:
-        raise ValueError(f"num_beams={num_beams} needs a vocabulary of at least {2 * num_beams} tokens, got {model.cfg.d_vocab}")
+        raise ValueError(
+            f"num_beams={num_beams} needs a vocabulary of at least {2 * num_beams} tokens, got {model.cfg.d_vocab}"
+        )
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
         raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
     if early_stopping not in (True, False):
@@ -86,8 +91,15 @@ def _force_eos(scores: Tensor, forced_eos: Optional[int], length: int, max_lengt
     return forced
 
 
-def greedy_search(decoder: _Decoder, start: Tensor, max_new_tokens: int, eos: Tensor, pad: int,
-                  forced_eos: Optional[int], progress: bool) -> Int[Tensor, "batch pos"]:
+def greedy_search(
+    decoder: _Decoder,
+    start: Tensor,
+    max_new_tokens: int,
+    eos: Tensor,
+    pad: int,
+    forced_eos: Optional[int],
+    progress: bool,
+) -> Int[Tensor, "batch pos"]:
     """See the module docstring: argmax per step, finished rows padded."""
     target, max_length = start, 1 + max_new_tokens
     unfinished = torch.ones(start.shape[0], dtype=torch.bool, device=start.device)
@@ -108,8 +120,18 @@ def _gather(tensor: Tensor, index: Tensor) -> Tensor:
     return torch.take_along_dim(tensor, index, dim=1)
 
 
-def beam_search(decoder: _Decoder, start: Tensor, max_new_tokens: int, eos: Tensor, pad: int, num_beams: int,
-                length_penalty: float, early_stopping: bool, forced_eos: Optional[int], progress: bool) -> Int[Tensor, "batch pos"]:
+def beam_search(
+    decoder: _Decoder,
+    start: Tensor,
+    max_new_tokens: int,
+    eos: Tensor,
+    pad: int,
+    num_beams: int,
+    length_penalty: float,
+    early_stopping: bool,
+    forced_eos: Optional[int],
+    progress: bool,
+) -> Int[Tensor, "batch pos"]:
     """See the module docstring. ``start`` holds each source's start token once per beam, ``[batch * num_beams, 1]``."""
     device, max_length = start.device, 1 + max_new_tokens
     batch = start.shape[0] // num_beams
@@ -132,7 +154,9 @@ def beam_search(decoder: _Decoder, start: Tensor, max_new_tokens: int, eos: Tens
         logits = decoder.next_logits(running[:, :, :length].reshape(batch * num_beams, length))
         log_probs = _force_eos(logits.log_softmax(dim=-1), forced_eos, length, max_length)
         d_vocab = log_probs.shape[-1]
-        totals = (log_probs.view(batch, num_beams, d_vocab) + running_scores[:, :, None]).view(batch, num_beams * d_vocab)
+        totals = (log_probs.view(batch, num_beams, d_vocab) + running_scores[:, :, None]).view(
+            batch, num_beams * d_vocab
+        )
         # c. the best `keep` continuations over every beam of a source
         top_scores, top_index = totals.topk(keep, dim=-1)
         beam, token = top_index // d_vocab, top_index % d_vocab
@@ -144,11 +168,17 @@ def beam_search(decoder: _Decoder, start: Tensor, max_new_tokens: int, eos: Tens
         # e. the best num_beams that go on
         going_on = top_scores + ends.to(torch.float32) * NEGATIVE
         chosen = going_on.topk(num_beams, dim=-1).indices
-        running, running_scores, running_origin = _gather(candidates, chosen), _gather(going_on, chosen), _gather(origins, chosen)
+        running, running_scores, running_origin = (
+            _gather(candidates, chosen),
+            _gather(going_on, chosen),
+            _gather(origins, chosen),
+        )
         # f. finished hypotheses among the top num_beams, ranked with the length penalty
         just_finished = ends & top_beams[None, :]
-        final_scores = top_scores / (length ** length_penalty)
-        final_scores = final_scores + (is_finished.all(dim=-1, keepdim=True) & early_stopping).to(torch.float32) * NEGATIVE
+        final_scores = top_scores / (length**length_penalty)
+        final_scores = (
+            final_scores + (is_finished.all(dim=-1, keepdim=True) & early_stopping).to(torch.float32) * NEGATIVE
+        )
         final_scores = final_scores + (~can_improve).to(torch.float32) * NEGATIVE
         final_scores = final_scores + (~just_finished) * NEGATIVE
         merged_scores = torch.cat([finished_scores, final_scores], dim=1)
@@ -187,7 +217,8 @@ def generate(
     use_kv_cache: bool = True,
     verbose: bool = False,
 ) -> Union[Int[Tensor, "batch pos"], str, list[str]]:
-    """Translate ``tokens`` (the source: ids ``[batch, key_pos]`` with their ``attention_mask``, a ``SourceTokens``, or text).
+    """Translate ``tokens`` (the source: ids ``[batch, key_pos]`` with their ``attention_mask``, a ``SourceTokens``, or
+    text).
 
     Ids in, ids out ``[batch, 1 + generated]`` (starting with the decoder start token); text in,
     text out (special tokens left out). Special tokens default to the model's config
@@ -198,12 +229,21 @@ def generate(
         max_new_tokens = min(20, model.cfg.n_ctx - 1)
     _check_arguments(model, max_new_tokens, num_beams, length_penalty, early_stopping)
     cfg = model.cfg
-    eos = torch.tensor(_token_ids(cfg.eos_token_id if eos_token_id is None else eos_token_id, "eos_token_id", cfg.d_vocab))
-    start_id = _token_ids(cfg.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id,
-                          "decoder_start_token_id", cfg.d_vocab)[0]
+    eos = torch.tensor(
+        _token_ids(cfg.eos_token_id if eos_token_id is None else eos_token_id, "eos_token_id", cfg.d_vocab)
+    )
+    start_id = _token_ids(
+        cfg.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id,
+        "decoder_start_token_id",
+        cfg.d_vocab,
+    )[0]
     pad = _token_ids(cfg.pad_token_id if pad_token_id is None else pad_token_id, "pad_token_id", cfg.d_vocab)[0]
-    forced = None if forced_eos_token_id is None else _token_ids(forced_eos_token_id, "forced_eos_token_id", cfg.d_vocab)[0]
-    from_text = isinstance(tokens, str) or (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens))
+    forced = (
+        None if forced_eos_token_id is None else _token_ids(forced_eos_token_id, "forced_eos_token_id", cfg.d_vocab)[0]
+    )
+    from_text = isinstance(tokens, str) or (
+        isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)
+    )
     source = model.encode(tokens, attention_mask)
     batch = source.encoder_out.shape[0]
     device = source.encoder_out.device
@@ -214,8 +254,18 @@ def generate(
     else:
         rows = torch.arange(batch, device=device).repeat_interleave(num_beams)
         start = torch.full((batch * num_beams, 1), start_id, dtype=torch.long, device=device)
-        ids = beam_search(_Decoder(model, source.repeat_rows(rows), use_kv_cache), start, max_new_tokens, eos, pad, num_beams,
-                          float(length_penalty), early_stopping, forced, verbose)
+        ids = beam_search(
+            _Decoder(model, source.repeat_rows(rows), use_kv_cache),
+            start,
+            max_new_tokens,
+            eos,
+            pad,
+            num_beams,
+            float(length_penalty),
+            early_stopping,
+            forced,
+            verbose,
+        )
     if from_text:
         texts = model.to_string(ids)
         return texts[0] if isinstance(tokens, str) else texts

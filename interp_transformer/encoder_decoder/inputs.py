@@ -22,7 +22,9 @@ class SourceTokens(NamedTuple):
     attention_mask: Int[Tensor, "batch pos"]
 
 
-def check_source(tokens, attention_mask, cfg, allow_meta: bool = False) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
+def check_source(
+    tokens, attention_mask, cfg, allow_meta: bool = False
+) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
     """``(tokens [batch, pos] int64, key_is_real [batch, pos] or None)``; see the module docstring.
 
     ``allow_meta``: tokens on the ``meta`` device (``hook_shapes``) are checked for shape only.
@@ -33,7 +35,8 @@ def check_source(tokens, attention_mask, cfg, allow_meta: bool = False) -> tuple
             padded = (tokens == cfg.pad_token_id).nonzero().tolist()
             if padded:
                 raise ValueError(
-                    f"the source holds the padding id {cfg.pad_token_id} at (row, position) {padded[:5]} but came without "
+                    f"the source holds the padding id {cfg.pad_token_id} at (row, position) {padded[:5]} but came "
+                    "without "
                     "attention_mask: pass attention_mask [batch, pos] (1 real, 0 padding), e.g. from "
                     "model.to_tokens_and_mask(texts), so that padding is never read as text"
                 )
@@ -44,12 +47,17 @@ def check_source(tokens, attention_mask, cfg, allow_meta: bool = False) -> tuple
     return tokens, mask.bool()
 
 
-def check_decoder_input(decoder_input, batch: int, cfg, offset: int = 0, allow_meta: bool = False) -> Int[Tensor, "batch pos"]:
-    """The decoder's input ids ``[batch, pos]``, ``offset + pos <= n_ctx`` (``offset``: target positions already cached)."""
+def check_decoder_input(
+    decoder_input, batch: int, cfg, offset: int = 0, allow_meta: bool = False
+) -> Int[Tensor, "batch pos"]:
+    """The decoder's input ids ``[batch, pos]``, ``offset + pos <= n_ctx`` (``offset``: target positions already
+    cached)."""
     if decoder_input is None:
         return torch.full((batch, 1), cfg.decoder_start_token_id, dtype=torch.long)
     try:
-        decoder_input = check_token_ids(as_id_tensor(decoder_input), cfg.d_vocab, cfg.n_ctx, offset, allow_meta=allow_meta)
+        decoder_input = check_token_ids(
+            as_id_tensor(decoder_input), cfg.d_vocab, cfg.n_ctx, offset, allow_meta=allow_meta
+        )
     except ValueError as error:
         raise ValueError(f"decoder_input (the target): {error}") from None
     if decoder_input.shape[0] != batch:

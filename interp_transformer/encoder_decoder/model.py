@@ -1,4 +1,5 @@
-"""EncoderDecoderTransformer: an encoder-decoder (T5, BART, Marian, the Transformer) whose every weight and activation you can read.
+"""EncoderDecoderTransformer: an encoder-decoder (T5, BART, Marian, the Transformer) whose every weight and activation
+you can read.
 
 Forward pass (``source [batch, key_pos]`` ids, ``target [batch, pos]`` the decoder's input)::
 
@@ -47,11 +48,13 @@ class PerStack(WeightView):
     def missing(self, model) -> str:
         per_head = self.name[:2] in ("W_", "b_") and self.name[2] in "QKVO"
         cross = f", model.decoder.{self.name}_cross (cross-attention)" if per_head else ""
-        return f"{self.name}: an encoder-decoder keeps it per stack: model.encoder.{self.name}, model.decoder.{self.name}{cross}"
+        stacks = f"model.encoder.{self.name}, model.decoder.{self.name}"
+        return f"{self.name}: an encoder-decoder keeps it per stack: {stacks}{cross}"
 
 
 class EncoderDecoderTransformer(HookedTransformerBase):
-    """An encoder-decoder with explicit per-head weights and a hook point on every activation (see the module docstring).
+    """An encoder-decoder with explicit per-head weights and a hook point on every activation (see the module
+    docstring).
 
     ``model(tokens, decoder_input, attention_mask=None)`` returns the decoder's logits
     ``[batch, pos, d_vocab]``. ``tokens`` is the source: ids ``[batch, key_pos]`` (``[key_pos]``
@@ -76,8 +79,10 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         super().__init__(cfg, tokenizer)
         parts = self.architecture.build(cfg)
         if not isinstance(parts, EncoderDecoderParts):
-            raise TypeError(f"an EncoderDecoderTransformer composes an encoder and a decoder, but architecture "
-                            f"{self.architecture.name!r} builds {type(parts).__name__}")
+            raise TypeError(
+                f"an EncoderDecoderTransformer composes an encoder and a decoder, but architecture "
+                f"{self.architecture.name!r} builds {type(parts).__name__}"
+            )
         self.embed = parts.embed
         self.encoder = EncoderStack(parts.encoder)
         self.decoder = DecoderStack(parts.decoder)
@@ -95,7 +100,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         return self.decode(decoder_input, self.encode(tokens, attention_mask))
 
     def encode(self, tokens: TokensLike, attention_mask: Optional[Tensor] = None) -> CrossAttentionSource:
-        """Run the encoder: its output ``[batch, key_pos, d_model]`` with the source's padding, as cross-attention reads them."""
+        """Run the encoder: its output ``[batch, key_pos, d_model]`` with the source's padding, as cross-attention reads
+        them."""
         tokens, key_is_real = self.prepare_source(tokens, attention_mask)
         layout = TokenLayout.contiguous(tokens.shape[0], tokens.shape[1], device=tokens.device, key_is_real=key_is_real)
         return CrossAttentionSource(self.encoder(self.embed(tokens), tokens, layout), key_is_real)
@@ -113,13 +119,17 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         another number of layers than the decoder's, ``ValueError``.
         """
         if not isinstance(source, CrossAttentionSource):
-            raise TypeError(f"source must be the CrossAttentionSource that encode() returns, got {type(source).__name__}")
+            raise TypeError(
+                f"source must be the CrossAttentionSource that encode() returns, got {type(source).__name__}"
+            )
         if kv_cache is not None:
             n_layers = self.cfg.n_decoder_layers
             require_kv_cache(kv_cache, EncoderDecoderKVCache, f"EncoderDecoderKVCache({n_layers})")
             if len(kv_cache) != n_layers:
-                raise ValueError(f"this key/value cache has {len(kv_cache)} layers, the decoder {n_layers}: "
-                                 f"make it with EncoderDecoderKVCache({n_layers})")
+                raise ValueError(
+                    f"this key/value cache has {len(kv_cache)} layers, the decoder {n_layers}: "
+                    f"make it with EncoderDecoderKVCache({n_layers})"
+                )
         batch = source.encoder_out.shape[0] if source.encoder_out is not None else len(source.key_is_real)
         offset = kv_cache.n_positions if kv_cache is not None else 0
         decoder_input = check_decoder_input(decoder_input, batch, self.cfg, offset, allow_meta=self.W_E.is_meta)
@@ -145,7 +155,9 @@ class EncoderDecoderTransformer(HookedTransformerBase):
             if attention_mask is not None:
                 raise ValueError("tokens is a SourceTokens (it carries its own mask): pass no other attention_mask")
             tokens, attention_mask = tokens
-        elif isinstance(tokens, str) or (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
+        elif isinstance(tokens, str) or (
+            isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)
+        ):
             if attention_mask is not None:
                 raise ValueError("text is tokenized with its own attention mask: pass token ids to give a mask")
             tokens, attention_mask = self.to_tokens_and_mask(tokens)
@@ -154,28 +166,35 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         return tokens.to(device), None if key_is_real is None else key_is_real.to(device)
 
     def prepare_tokens(self, tokens: TokensLike) -> Int[Tensor, "batch pos"]:
-        """The source as checked ``[batch, key_pos]`` ids (text is tokenized; a padded source needs ``prepare_source``)."""
+        """The source as checked ``[batch, key_pos]`` ids (text is tokenized; a padded source needs
+        ``prepare_source``)."""
         return self.prepare_source(tokens)[0]
 
     def act_name(self, name: str, layer=None, sub: Optional[str] = None) -> str:
-        """The full hook name of a short key: ``act_name("pattern", 0, "cross") == "decoder.blocks.0.cross_attn.hook_pattern"``."""
+        """The full hook name of a short key: ``act_name("pattern", 0, "cross") ==
+        "decoder.blocks.0.cross_attn.hook_pattern"``."""
         counts = {"encoder": self.cfg.n_layers, "decoder": self.cfg.n_decoder_layers}
         return self.hook_names.full_name(name, layer, sub, n_layers=counts)
 
     def default_backward_metric(self, output: Tensor, model_args: tuple) -> Tensor:
-        raise ValueError("run_with_cache(incl_bwd=True) on an encoder-decoder needs backward_metric=fn(logits) -> scalar "
-                         "(e.g. the loss of the target it was given)")
+        raise ValueError(
+            "run_with_cache(incl_bwd=True) on an encoder-decoder needs backward_metric=fn(logits) -> "
+            "scalar "
+            "(e.g. the loss of the target it was given)"
+        )
 
     # --- generation ----------------------------------------------------------------------------
     def generate(self, tokens: TokensLike, *args, **kwargs):
-        """Translate: greedy or beam search with a key/value cache; see ``interp_transformer.encoder_decoder.generate``."""
+        """Translate: greedy or beam search with a key/value cache; see
+        ``interp_transformer.encoder_decoder.generate``."""
         from .generate import generate
 
         return generate(self, tokens, *args, **kwargs)
 
     # --- tokenizer conveniences ------------------------------------------------------------------
     def to_tokens_and_mask(self, text: Union[str, list]) -> SourceTokens:
-        """Text (or texts, right-padded) to ``SourceTokens(tokens, attention_mask)`` with the tokenizer's special tokens."""
+        """Text (or texts, right-padded) to ``SourceTokens(tokens, attention_mask)`` with the tokenizer's special
+        tokens."""
         tokenizer = self._require_tokenizer()
         texts = [text] if isinstance(text, str) else text
         if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
@@ -183,19 +202,24 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         encoded = tokenizer(texts, padding=True, return_tensors="pt")
         tokens, mask = encoded["input_ids"], encoded["attention_mask"]
         if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"text is {tokens.shape[1]} tokens long (special tokens included), more than n_ctx={self.cfg.n_ctx}")
+            raise ValueError(
+                f"text is {tokens.shape[1]} tokens long (special tokens included), more than n_ctx={self.cfg.n_ctx}"
+            )
         return SourceTokens(tokens.to(self.W_E.device), mask.to(self.W_E.device))
 
     def to_tokens(self, text: Union[str, list]) -> Int[Tensor, "batch pos"]:
         """Text to ids ``[batch, pos]``; texts of different lengths need ``to_tokens_and_mask``."""
         tokens, mask = self.to_tokens_and_mask(text)
         if not bool(mask.bool().all()):
-            raise ValueError("the texts have different token lengths, so they need padding and a mask: use "
-                             "to_tokens_and_mask(texts) and pass its result to the model")
+            raise ValueError(
+                "the texts have different token lengths, so they need padding and a mask: use "
+                "to_tokens_and_mask(texts) and pass its result to the model"
+            )
         return tokens
 
     def to_str_tokens(self, tokens) -> Union[list[str], list[list[str]]]:
-        """The string of every token: ``[pos]`` or ``[1, pos]`` ids (or text) give a list, ``[batch, pos]`` a list of lists."""
+        """The string of every token: ``[pos]`` or ``[1, pos]`` ids (or text) give a list, ``[batch, pos]`` a list of
+        lists."""
         tokenizer = self._require_tokenizer()
         if isinstance(tokens, str):
             tokens = self.to_tokens(tokens)
@@ -206,7 +230,9 @@ class EncoderDecoderTransformer(HookedTransformerBase):
     def to_string(self, tokens: Tensor) -> Union[str, list[str]]:
         """Decode ids to text, special tokens left out: ``[pos]`` gives a str, ``[batch, pos]`` a list."""
         tokenizer = self._require_tokenizer()
-        texts = tokenizer.batch_decode((tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True)
+        texts = tokenizer.batch_decode(
+            (tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True
+        )
         return texts[0] if tokens.ndim == 1 else texts
 
     # --- weights and blocks: per stack ------------------------------------------------------------

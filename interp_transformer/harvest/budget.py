@@ -88,16 +88,35 @@ def plan_batches(
     if batch_size is None:
         if memory_budget_bytes is None:
             raise ValueError("give batch_size, or memory_budget_bytes to choose it")
-        batch_size = _largest_fitting_batch(lambda b: held(b, shard_contexts or b), memory_budget_bytes, min(n_contexts, MAX_AUTO_BATCH))
+        batch_size = _largest_fitting_batch(
+            lambda b: held(b, shard_contexts or b), memory_budget_bytes, min(n_contexts, MAX_AUTO_BATCH)
+        )
         if batch_size == 0:
             raise ValueError(_too_small(memory_budget_bytes, held(1, 1), "even batch_size=1"))
     batch_cache = cache(batch_size)
     if shard_contexts is None:
-        target = SHARD_TARGET_BYTES if memory_budget_bytes is None else min(SHARD_TARGET_BYTES, memory_budget_bytes - batch_cache)
+        target = (
+            SHARD_TARGET_BYTES
+            if memory_budget_bytes is None
+            else min(SHARD_TARGET_BYTES, memory_budget_bytes - batch_cache)
+        )
         shard_contexts = batch_size * max(1, int(target // (batch_size * per_context)))
-    plan = BatchPlan(batch_size, shard_contexts, batch_cache, per_context, batch_cache + min(shard_contexts, n_contexts) * per_context)
+    plan = BatchPlan(
+        batch_size,
+        shard_contexts,
+        batch_cache,
+        per_context,
+        batch_cache + min(shard_contexts, n_contexts) * per_context,
+    )
     if memory_budget_bytes is not None and plan.held_bytes > memory_budget_bytes:
-        raise ValueError(_too_small(memory_budget_bytes, plan.held_bytes, f"batch_size={batch_size} with {shard_contexts} contexts per shard", held(1, 1)))
+        raise ValueError(
+            _too_small(
+                memory_budget_bytes,
+                plan.held_bytes,
+                f"batch_size={batch_size} with {shard_contexts} contexts per shard",
+                held(1, 1),
+            )
+        )
     return plan
 
 
@@ -114,7 +133,12 @@ def _largest_fitting_batch(held, budget: int, upper: int) -> int:
 
 
 def _too_small(budget: int, needed: int, what: str, minimum: Optional[int] = None) -> str:
-    floor = "" if minimum is None else f"; the smallest harvest (batch_size=1, one context per shard) needs {minimum} bytes ({format_bytes(minimum)})"
+    floor = (
+        ""
+        if minimum is None
+        else f"; the smallest harvest (batch_size=1, one context per shard) needs {minimum} bytes "
+        f"({format_bytes(minimum)})"
+    )
     return (
         f"memory_budget_bytes={budget} ({format_bytes(budget)}) is too small: {what} holds {needed} bytes "
         f"({format_bytes(needed)}) of activations{floor}. Raise the budget, or keep fewer hooks or a shorter context"

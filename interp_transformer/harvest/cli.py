@@ -14,9 +14,25 @@ from typing import Optional, Sequence
 import torch
 
 EXIT_OK, EXIT_USAGE = 0, 2
-STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+STORAGE_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
 PROCESSING_STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 DESCRIPTION = """\
 Run a model over a corpus and store the activations of chosen hooks as sharded safetensors files,
@@ -72,29 +88,82 @@ _token_id = _int_at_least(0, "a token id (an integer >= 0)")
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the harvest options to ``parser``."""
     model = parser.add_argument_group("model")
-    model.add_argument("--model", required=True, metavar="SOURCE",
-                       help="induction-2l (shipped), a Hugging Face model directory, or a hub name in the local cache")
-    model.add_argument("--model-dtype", choices=sorted(STORAGE_DTYPES), default="float32", help="dtype of the weights (default: float32)")
-    model.add_argument("--process", action="append", choices=PROCESSING_STEPS, default=[], metavar="STEP",
-                       help=f"apply a weight-processing step before harvesting (repeatable, in order): {', '.join(PROCESSING_STEPS)}")
+    model.add_argument(
+        "--model",
+        required=True,
+        metavar="SOURCE",
+        help="induction-2l (shipped), a Hugging Face model directory, or a hub name in the local cache",
+    )
+    model.add_argument(
+        "--model-dtype",
+        choices=sorted(STORAGE_DTYPES),
+        default="float32",
+        help="dtype of the weights (default: float32)",
+    )
+    model.add_argument(
+        "--process",
+        action="append",
+        choices=PROCESSING_STEPS,
+        default=[],
+        metavar="STEP",
+        help=f"apply a weight-processing step before harvesting (repeatable, in order): {', '.join(PROCESSING_STEPS)}",
+    )
     data = parser.add_argument_group("corpus and contexts")
     data.add_argument("--corpus", required=True, nargs="+", type=Path, metavar="PATH", help="the documents (see below)")
-    data.add_argument("--hf-loader", choices=("json", "text"), help="read --corpus with datasets.load_dataset(LOADER, data_files=...)")
-    data.add_argument("--text-field", default="text", help="the JSONL field or dataset column holding each document (default: text)")
-    data.add_argument("--context-length", required=True, type=_positive_int, metavar="N", help="tokens per context, the BOS included")
+    data.add_argument(
+        "--hf-loader", choices=("json", "text"), help="read --corpus with datasets.load_dataset(LOADER, data_files=...)"
+    )
+    data.add_argument(
+        "--text-field", default="text", help="the JSONL field or dataset column holding each document (default: text)"
+    )
+    data.add_argument(
+        "--context-length", required=True, type=_positive_int, metavar="N", help="tokens per context, the BOS included"
+    )
     data.add_argument("--no-bos", action="store_true", help="do not put a BOS token at the start of each context")
-    data.add_argument("--bos-token-id", type=_token_id, metavar="ID", help="the BOS id (needed when the model has no tokenizer)")
-    data.add_argument("--separator-token-id", type=_token_id, metavar="ID",
-                      help="the id placed between documents (default: the tokenizer's EOS, else the BOS)")
+    data.add_argument(
+        "--bos-token-id", type=_token_id, metavar="ID", help="the BOS id (needed when the model has no tokenizer)"
+    )
+    data.add_argument(
+        "--separator-token-id",
+        type=_token_id,
+        metavar="ID",
+        help="the id placed between documents (default: the tokenizer's EOS, else the BOS)",
+    )
     run = parser.add_argument_group("what to keep and how")
     run.add_argument("--hooks", required=True, nargs="+", metavar="NAME", help="hook names or glob patterns")
-    run.add_argument("--dtype", choices=sorted(STORAGE_DTYPES), default="float32", help="storage dtype of the activations (default: float32)")
-    run.add_argument("--batch-size", type=_positive_int, metavar="N", help="contexts per forward pass (default: the largest --memory-budget allows)")
-    run.add_argument("--memory-budget", type=parse_bytes, metavar="BYTES",
-                     help="bound on the activations held at once (one batch's cache plus one shard), e.g. 2GiB")
-    run.add_argument("--shard-contexts", type=_positive_int, metavar="N", help="contexts per shard file (default: about 128 MiB per shard)")
-    run.add_argument("--out", required=True, type=Path, metavar="DIR", help="the harvest folder (created; rerun to resume)")
-    run.add_argument("--export-saelens", type=Path, metavar="DIR", help="afterwards, also write SAELens' cached-activations layout to DIR")
+    run.add_argument(
+        "--dtype",
+        choices=sorted(STORAGE_DTYPES),
+        default="float32",
+        help="storage dtype of the activations (default: float32)",
+    )
+    run.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="contexts per forward pass (default: the largest --memory-budget allows)",
+    )
+    run.add_argument(
+        "--memory-budget",
+        type=parse_bytes,
+        metavar="BYTES",
+        help="bound on the activations held at once (one batch's cache plus one shard), e.g. 2GiB",
+    )
+    run.add_argument(
+        "--shard-contexts",
+        type=_positive_int,
+        metavar="N",
+        help="contexts per shard file (default: about 128 MiB per shard)",
+    )
+    run.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="the harvest folder (created; rerun to resume)"
+    )
+    run.add_argument(
+        "--export-saelens",
+        type=Path,
+        metavar="DIR",
+        help="afterwards, also write SAELens' cached-activations layout to DIR",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -102,9 +171,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 def add_harvest_parser(subparsers) -> argparse.ArgumentParser:
     """Mount ``harvest`` on another command line's subparsers; sets ``run=run_harvest``."""
     parser = subparsers.add_parser(
-        "harvest", help="store activations over a corpus, sharded and resumable (torchrun-ready)",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        "harvest",
+        help="store activations over a corpus, sharded and resumable (torchrun-ready)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     configure_parser(parser)
     parser.set_defaults(run=run_harvest)
     return parser
@@ -112,9 +184,11 @@ def add_harvest_parser(subparsers) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m interp_transformer.harvest", description=DESCRIPTION, epilog=EPILOG,
+        prog="python -m interp_transformer.harvest",
+        description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     return configure_parser(parser)
 
 
@@ -141,19 +215,35 @@ def run_harvest(args: argparse.Namespace) -> int:
             getattr(processing, step)(model)
         source = model
     manifest = harvest(
-        source, _corpus(args), args.out, hooks=args.hooks, context_length=args.context_length, batch_size=args.batch_size,
-        dtype=STORAGE_DTYPES[args.dtype], prepend_bos=not args.no_bos, memory_budget_bytes=args.memory_budget,
-        progress=not args.no_progress, shard_contexts=args.shard_contexts, text_field=args.text_field,
-        bos_token_id=args.bos_token_id, separator_token_id=args.separator_token_id,
+        source,
+        _corpus(args),
+        args.out,
+        hooks=args.hooks,
+        context_length=args.context_length,
+        batch_size=args.batch_size,
+        dtype=STORAGE_DTYPES[args.dtype],
+        prepend_bos=not args.no_bos,
+        memory_budget_bytes=args.memory_budget,
+        progress=not args.no_progress,
+        shard_contexts=args.shard_contexts,
+        text_field=args.text_field,
+        bos_token_id=args.bos_token_id,
+        separator_token_id=args.separator_token_id,
         model_dtype=STORAGE_DTYPES[args.model_dtype],
-    )  # fmt: skip
+    )
     if _is_rank0():
-        print(f"harvested {manifest.n_contexts} contexts x {manifest.context_length} tokens, {len(manifest.hooks)} hooks, "
-              f"{len(manifest.shards)} shards -> {manifest.out_dir}")  # fmt: skip
+        print(
+            f"harvested {manifest.n_contexts} contexts x {manifest.context_length} tokens, {len(manifest.hooks)} "
+            "hooks, "
+            f"{len(manifest.shards)} shards -> {manifest.out_dir}"
+        )
         if args.export_saelens is not None:
             from .saelens import export_saelens
 
-            print(f"SAELens layout -> {export_saelens(manifest.out_dir, args.export_saelens, progress=not args.no_progress)}")
+            print(
+                "SAELens layout -> "
+                f"{export_saelens(manifest.out_dir, args.export_saelens, progress=not args.no_progress)}"
+            )
     return EXIT_OK
 
 

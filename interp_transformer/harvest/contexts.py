@@ -59,7 +59,9 @@ class Contexts:
     dropped_tokens: int  # stream tokens after the last full context
 
 
-def special_tokens(tokenizer, prepend_bos: bool, bos_token_id: Optional[int], separator_token_id: Optional[int]) -> SpecialTokens:
+def special_tokens(
+    tokenizer, prepend_bos: bool, bos_token_id: Optional[int], separator_token_id: Optional[int]
+) -> SpecialTokens:
     """Resolve the BOS and separator ids: given ids first, then the tokenizer's, else a ``ValueError``."""
     if tokenizer is not None:
         eos, bos = getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "bos_token_id", None)
@@ -82,7 +84,9 @@ def special_tokens(tokenizer, prepend_bos: bool, bos_token_id: Optional[int], se
     return SpecialTokens(bos_token_id if prepend_bos else None, separator_token_id)
 
 
-def tokenize_documents(documents: Iterable[Document], tokenizer, d_vocab: int, progress: bool = False) -> Iterator[np.ndarray]:
+def tokenize_documents(
+    documents: Iterable[Document], tokenizer, d_vocab: int, progress: bool = False
+) -> Iterator[np.ndarray]:
     """Token ids of each document (int64 arrays), checked to lie in ``[0, d_vocab)``."""
     pending: list[tuple[int, str]] = []
     bar = tqdm(desc="tokenizing", unit="doc", disable=not progress, leave=False)
@@ -93,7 +97,7 @@ def tokenize_documents(documents: Iterable[Document], tokenizer, d_vocab: int, p
                 if tokenizer is None:
                     raise ValueError(
                         f"document {index} is text, but the model has no tokenizer: give token ids "
-                        "(a list of ints per document, e.g. JSONL {\"text\": [0, 5, 9]}) or a model with a tokenizer"
+                        '(a list of ints per document, e.g. JSONL {"text": [0, 5, 9]}) or a model with a tokenizer'
                     )
                 pending.append((index, document))
                 if len(pending) == TOKENIZE_BATCH:
@@ -150,7 +154,9 @@ def make_contexts(
     if bos_token_id is not None:
         bos = torch.full((n_contexts, 1), bos_token_id, dtype=token_ids.dtype)
         token_ids = torch.cat([bos, token_ids], dim=1)
-    return Contexts(token_ids.to(torch.int32).contiguous(), n_documents, int(len(stream)), int(len(stream) - n_contexts * body))
+    return Contexts(
+        token_ids.to(torch.int32).contiguous(), n_documents, int(len(stream)), int(len(stream) - n_contexts * body)
+    )
 
 
 def iter_contexts(

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence, Union
 
 Document = Union[str, list[int]]
-CorpusLike = Union["Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[Union[str, Path]], "datasets.Dataset"]  # noqa: F821
+CorpusLike = Union[
+    "Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[Union[str, Path]], "datasets.Dataset"
+]  # noqa: F821
 HF_LOADERS = ("json", "text")
 
 
@@ -117,7 +119,9 @@ def _read_jsonl(paths: list[Path], text_field: str) -> Iterator[Document]:
                     raise ValueError(f"{path}, line {line_number}: not valid JSON ({error})") from error
                 if not isinstance(row, dict) or text_field not in row:
                     found = sorted(row) if isinstance(row, dict) else type(row).__name__
-                    raise KeyError(f"{path}, line {line_number}: expected an object with the field {text_field!r}, found {found}")
+                    raise KeyError(
+                        f"{path}, line {line_number}: expected an object with the field {text_field!r}, found {found}"
+                    )
                 yield row[text_field]
 
 

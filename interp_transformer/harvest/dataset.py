@@ -60,7 +60,9 @@ class ActivationShards(Dataset):
         if self._pid != os.getpid():  # a forked DataLoader worker: never share the parent's mappings
             self._handles, self._pid = {}, os.getpid()
         if shard.index not in self._handles:
-            self._handles[shard.index] = safe_open(str(self.manifest.out_dir / shard.file), framework="pt", device="cpu")
+            self._handles[shard.index] = safe_open(
+                str(self.manifest.out_dir / shard.file), framework="pt", device="cpu"
+            )
         return self._handles[shard.index]
 
     def __getitem__(self, index: int) -> dict:
@@ -143,7 +145,9 @@ class ActivationStream(IterableDataset):
         if unit == "token":
             spread = [name for name in self.hooks if tuple(self.manifest.hook_pos_axes(name)) != (0,)]
             if spread:
-                raise ValueError(f"unit='token' needs hooks shaped [pos, ...]; {spread} are not (e.g. attention patterns)")
+                raise ValueError(
+                    f"unit='token' needs hooks shaped [pos, ...]; {spread} are not (e.g. attention patterns)"
+                )
         self.unit, self.shuffle, self.seed, self.buffer_size = unit, shuffle, seed, buffer_size
         self.skip = 1 if exclude_bos and self.manifest.fingerprint["prepend_bos"] else 0
         self.rank, self.world_size, self.epoch = rank, world_size, 0
@@ -154,7 +158,9 @@ class ActivationStream(IterableDataset):
     def _my_shards(self) -> list[ShardRecord]:
         shards = sorted(self.manifest.shards, key=lambda s: s.first_context)
         if self.shuffle:
-            order = torch.randperm(len(shards), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+            order = torch.randperm(
+                len(shards), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            )
             shards = [shards[i] for i in order.tolist()]
         worker = get_worker_info()
         n_workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
@@ -172,12 +178,19 @@ class ActivationStream(IterableDataset):
                 continue
             for position in range(self.skip, token_ids.shape[1]):
                 item = {name: tensors[name][row, position].clone() for name in self.hooks}
-                yield {**item, "token_id": int(token_ids[row, position]), "context_index": int(context_index[row]), "position": position}
+                yield {
+                    **item,
+                    "token_id": int(token_ids[row, position]),
+                    "context_index": int(context_index[row]),
+                    "position": position,
+                }
 
     def __iter__(self) -> Iterator[dict]:
         worker = get_worker_info()
         worker_id = worker.id if worker is not None else 0
-        generator = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 7919 + self.rank) * 101 + worker_id)
+        generator = torch.Generator().manual_seed(
+            ((self.seed * 1_000_003 + self.epoch) * 7919 + self.rank) * 101 + worker_id
+        )
         buffer: list[dict] = []
         for shard in self._my_shards():
             for item in self._items(shard):

@@ -119,12 +119,16 @@ def init_distributed(device: Optional[torch.device] = None) -> DistContext:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if dist.is_available() and dist.is_initialized():
-        return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, dist.get_backend(), owns_group=False)
+        return DistContext(
+            dist.get_rank(), dist.get_world_size(), local_rank, device, dist.get_backend(), owns_group=False
+        )
     world_size = _env_int("WORLD_SIZE", 1)
     if world_size <= 1:
         return DistContext(0, 1, local_rank, device)
     if not dist.is_available():
-        raise RuntimeError(f"WORLD_SIZE={world_size} asks for several processes, but this torch build has no torch.distributed")
+        raise RuntimeError(
+            f"WORLD_SIZE={world_size} asks for several processes, but this torch build has no torch.distributed"
+        )
     backend = "nccl" if device.type == "cuda" else "gloo"
     minutes = _env_int(TIMEOUT_ENV, DEFAULT_TIMEOUT_MINUTES)
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=minutes))

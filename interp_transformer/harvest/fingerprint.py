@@ -128,5 +128,12 @@ def _short(value) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-__all__ = ["content_hash", "differences", "dtype_name", "make_fingerprint", "tensor_sha256", "tokenizer_sha256", "weights_sha256"]
-
+__all__ = [
+    "content_hash",
+    "differences",
+    "dtype_name",
+    "make_fingerprint",
+    "tensor_sha256",
+    "tokenizer_sha256",
+    "weights_sha256",
+]

@@ -58,7 +58,9 @@ class Manifest:
         out_dir = Path(out_dir)
         path = out_dir / MANIFEST_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"no {MANIFEST_FILE} in {out_dir}: not a harvest folder, or the harvest never started")
+            raise FileNotFoundError(
+                f"no {MANIFEST_FILE} in {out_dir}: not a harvest folder, or the harvest never started"
+            )
         data = read_json(path)
         if data.get("format") != FORMAT:
             raise ValueError(f"{path} has format {data.get('format')!r}, expected {FORMAT!r}")

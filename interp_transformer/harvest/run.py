@@ -39,9 +39,19 @@ from .manifest import FORMAT, Manifest, ShardRecord
 from .selection import HookLayout, HookSelection, forward_output_bytes, hook_layouts, select_hooks, stop_at_layer_for
 from .source import ModelSource, load_model
 from .storage import (
-    RUNS_FILE, TOKENS_FILE, atomic_write_json, atomic_write_text, check_writable, load_tensor, read_json, record_name,
-    remove_stale_temporaries, save_tensors, sha256_of_file, shard_name,
-)  # fmt: skip
+    RUNS_FILE,
+    TOKENS_FILE,
+    atomic_write_json,
+    atomic_write_text,
+    check_writable,
+    load_tensor,
+    read_json,
+    record_name,
+    remove_stale_temporaries,
+    save_tensors,
+    sha256_of_file,
+    shard_name,
+)
 
 # Testing only: "RANK:N[:record]" makes rank RANK kill itself (SIGKILL) while writing the N-th shard it
 # computes in this run: once the temporary file is complete, or (":record") after the rename, before the record.
@@ -88,9 +98,24 @@ def harvest(
     """
     context = init_distributed(torch.device(device) if device is not None else None)
     try:
-        return _harvest(context, model_or_source, corpus, Path(out_dir), hooks, context_length, batch_size, dtype,
-                        prepend_bos, memory_budget_bytes, progress, shard_contexts, text_field, bos_token_id,
-                        separator_token_id, model_dtype)  # fmt: skip
+        return _harvest(
+            context,
+            model_or_source,
+            corpus,
+            Path(out_dir),
+            hooks,
+            context_length,
+            batch_size,
+            dtype,
+            prepend_bos,
+            memory_budget_bytes,
+            progress,
+            shard_contexts,
+            text_field,
+            bos_token_id,
+            separator_token_id,
+            model_dtype,
+        )
     finally:
         context.close()
 
@@ -100,14 +125,32 @@ def _check_settings(model, context_length, dtype: torch.dtype, prepend_bos: bool
         raise TypeError(f"dtype (the storage dtype) must be a floating torch dtype, received {dtype!r}")
     smallest = 2 if prepend_bos else 1
     if not isinstance(context_length, int) or isinstance(context_length, bool) or context_length < smallest:
-        raise ValueError(f"context_length must be an int >= {smallest} (the BOS counts when prepend_bos), received {context_length!r}")
+        raise ValueError(
+            f"context_length must be an int >= {smallest} (the BOS counts when prepend_bos), received "
+            f"{context_length!r}"
+        )
     if context_length > model.cfg.n_ctx:
         raise ValueError(f"context_length={context_length} is longer than the model's n_ctx={model.cfg.n_ctx}")
 
 
-def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, context_length, batch_size, dtype,
-             prepend_bos, memory_budget_bytes, progress, shard_contexts, text_field, bos_token_id,
-             separator_token_id, model_dtype) -> Manifest:  # fmt: skip
+def _harvest(
+    ctx: DistContext,
+    source,
+    corpus,
+    out_dir: Path,
+    hook_selection,
+    context_length,
+    batch_size,
+    dtype,
+    prepend_bos,
+    memory_budget_bytes,
+    progress,
+    shard_contexts,
+    text_field,
+    bos_token_id,
+    separator_token_id,
+    model_dtype,
+) -> Manifest:
     model, model_description = load_model(source, dtype=model_dtype, device=ctx.device)
     _check_settings(model, context_length, dtype, prepend_bos)
     hooks = select_hooks(list(model.hook_dict), hook_selection)
@@ -134,22 +177,46 @@ def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, co
         remove_stale_temporaries(out_dir)
         ids = tokenize_documents(corpus, getattr(model, "tokenizer", None), model.cfg.d_vocab, progress)
         contexts = make_contexts(ids, context_length, specials.bos_token_id, specials.separator_token_id)
-        fingerprint = make_fingerprint(model, hooks, context_length, prepend_bos, specials.bos_token_id, specials.separator_token_id, dtype)
+        fingerprint = make_fingerprint(
+            model, hooks, context_length, prepend_bos, specials.bos_token_id, specials.separator_token_id, dtype
+        )
         n_contexts = contexts.token_ids.shape[0]
-        plan = plan_batches(model, hooks, layouts, context_length, dtype, n_contexts, batch_size, memory_budget_bytes,
-                            shard_contexts, output_bytes)  # fmt: skip
+        plan = plan_batches(
+            model,
+            hooks,
+            layouts,
+            context_length,
+            dtype,
+            n_contexts,
+            batch_size,
+            memory_budget_bytes,
+            shard_contexts,
+            output_bytes,
+        )
         tokens = {
-            "file": TOKENS_FILE, "tokens_sha256": tensor_sha256(contexts.token_ids), "n_contexts": n_contexts,
-            "n_documents": contexts.n_documents, "n_stream_tokens": contexts.n_stream_tokens,
+            "file": TOKENS_FILE,
+            "tokens_sha256": tensor_sha256(contexts.token_ids),
+            "n_contexts": n_contexts,
+            "n_documents": contexts.n_documents,
+            "n_stream_tokens": contexts.n_stream_tokens,
             "dropped_tokens": contexts.dropped_tokens,
-        }  # fmt: skip
+        }
         manifest = Manifest(
-            out_dir, complete=False, content_hash=content_hash(fingerprint), fingerprint=fingerprint, tokens=tokens,
-            layout={"batch_size": plan.batch_size, "shard_contexts": plan.shard_contexts,
-                    "n_shards": -(-n_contexts // plan.shard_contexts)},
-            hooks=[layout.to_json() for layout in layouts], model=model_description, corpus=corpus.description,
+            out_dir,
+            complete=False,
+            content_hash=content_hash(fingerprint),
+            fingerprint=fingerprint,
+            tokens=tokens,
+            layout={
+                "batch_size": plan.batch_size,
+                "shard_contexts": plan.shard_contexts,
+                "n_shards": -(-n_contexts // plan.shard_contexts),
+            },
+            hooks=[layout.to_json() for layout in layouts],
+            model=model_description,
+            corpus=corpus.description,
             world_size=ctx.world_size,
-        )  # fmt: skip
+        )
         existing = Manifest.read(out_dir) if Manifest.exists(out_dir) else None
         if existing is not None:
             existing.refuse_if_different(manifest.comparable())
@@ -167,7 +234,11 @@ def _harvest(ctx: DistContext, source, corpus, out_dir: Path, hook_selection, co
     prepared = ctx.on_rank0(prepare)
     plan: BatchPlan = prepared["plan"]
     manifest_json = prepared["manifest"]
-    token_ids = kept_on_rank0["token_ids"] if ctx.is_rank0 else _load_tokens(out_dir, manifest_json["tokens"]["tokens_sha256"], ctx.rank)
+    token_ids = (
+        kept_on_rank0["token_ids"]
+        if ctx.is_rank0
+        else _load_tokens(out_dir, manifest_json["tokens"]["tokens_sha256"], ctx.rank)
+    )
     chash = manifest_json["content_hash"]
     stats = _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan, dtype, chash, stop_at_layer, progress)
     all_stats = ctx.gather_to_all(stats)
@@ -188,7 +259,8 @@ def _refuse_foreign_folder(out_dir: Path) -> None:
     ours = [p.name for p in out_dir.iterdir() if p.name == TOKENS_FILE or p.name.startswith("shard-")]
     if ours:
         raise ValueError(
-            f"{out_dir} holds harvest files ({sorted(ours)[:3]}...) but no manifest.json, so nothing says how they were "
+            f"{out_dir} holds harvest files ({sorted(ours)[:3]}...) but no manifest.json, so nothing says how they "
+            "were "
             "made; harvest into a new folder (nothing here was changed)"
         )
 
@@ -217,7 +289,9 @@ def _shard_is_done(out_dir: Path, index: int, first: int, stop: int, chash: str)
     return sha256_of_file(shard_path) == record.get("sha256")
 
 
-def _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan, dtype, chash, stop_at_layer, progress) -> dict:
+def _run_shards(
+    ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan, dtype, chash, stop_at_layer, progress
+) -> dict:
     n_contexts, context_length = token_ids.shape
     n_shards = -(-n_contexts // plan.shard_contexts)
     mine = list(range(ctx.rank, n_shards, ctx.world_size))
@@ -225,19 +299,28 @@ def _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan,
     had_file = {s for s in mine if (out_dir / shard_name(s)).exists()}
     todo = [s for s in mine if not _shard_is_done(out_dir, s, *ranges[s], chash)]
     kill_at, kill_stage = _kill_point(ctx.rank)
-    bar = tqdm(total=sum(ranges[s][1] - ranges[s][0] for s in todo) * context_length, unit="tok", unit_scale=True,
-               desc=f"harvest (rank {ctx.rank} of {ctx.world_size})", disable=not (progress and ctx.is_rank0))  # fmt: skip
+    bar = tqdm(
+        total=sum(ranges[s][1] - ranges[s][0] for s in todo) * context_length,
+        unit="tok",
+        unit_scale=True,
+        desc=f"harvest (rank {ctx.rank} of {ctx.world_size})",
+        disable=not (progress and ctx.is_rank0),
+    )
     reset_peak_rss()
     rss_before = current_rss_bytes()
     start = time.perf_counter()
     try:
         for count, index in enumerate(todo):
             first, stop = ranges[index]
-            tensors = _compute_shard(model, token_ids, first, stop, hooks, layouts, plan.batch_size, dtype, stop_at_layer, ctx.device, bar)
+            tensors = _compute_shard(
+                model, token_ids, first, stop, hooks, layouts, plan.batch_size, dtype, stop_at_layer, ctx.device, bar
+            )
             metadata = {"format": FORMAT, "content_hash": chash, "first_context": first, "stop_context": stop}
             dies_here = count == kill_at
             path = out_dir / shard_name(index)
-            sha = save_tensors(path, tensors, metadata, on_temp_file=_die if dies_here and kill_stage == "temp" else None)
+            sha = save_tensors(
+                path, tensors, metadata, on_temp_file=_die if dies_here and kill_stage == "temp" else None
+            )
             if dies_here and kill_stage == "record":
                 _die(path)
             record = ShardRecord(index, path.name, first, stop, sha, path.stat().st_size, chash)
@@ -247,13 +330,20 @@ def _run_shards(ctx, model, token_ids, out_dir, hooks, layouts, plan: BatchPlan,
     seconds = time.perf_counter() - start
     computed_tokens = sum(ranges[s][1] - ranges[s][0] for s in todo) * context_length
     return {
-        "rank": ctx.rank, "seconds": seconds, "tokens_computed": computed_tokens, "shards_computed": len(todo),
-        "shards_kept": len(mine) - len(todo), "shards_redone": len(had_file & set(todo)),
-        "rss_before_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
-    }  # fmt: skip
+        "rank": ctx.rank,
+        "seconds": seconds,
+        "tokens_computed": computed_tokens,
+        "shards_computed": len(todo),
+        "shards_kept": len(mine) - len(todo),
+        "shards_redone": len(had_file & set(todo)),
+        "rss_before_bytes": rss_before,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
 
 
-def _compute_shard(model, token_ids, first, stop, hooks, layouts: list[HookLayout], batch_size, dtype, stop_at_layer, device, bar) -> dict:
+def _compute_shard(
+    model, token_ids, first, stop, hooks, layouts: list[HookLayout], batch_size, dtype, stop_at_layer, device, bar
+) -> dict:
     """Activations of contexts ``[first, stop)``: per hook ``[stop - first, *shape]``, batch by batch."""
     n = stop - first
     tensors = {layout.name: torch.empty((n, *layout.shape), dtype=dtype) for layout in layouts}
@@ -298,15 +388,20 @@ def _append_run_log(out_dir: Path, all_stats: list[dict], plan: BatchPlan, ctx: 
     seconds = max(s["seconds"] for s in all_stats)
     tokens = sum(s["tokens_computed"] for s in all_stats)
     entry = {
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "world_size": ctx.world_size,
-        "device": ctx.device.type, "batch_size": plan.batch_size, "seconds": round(seconds, 4), "tokens_computed": tokens,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "world_size": ctx.world_size,
+        "device": ctx.device.type,
+        "batch_size": plan.batch_size,
+        "seconds": round(seconds, 4),
+        "tokens_computed": tokens,
         "tokens_per_second": round(tokens / seconds, 1) if tokens and seconds > 0 else None,
         "shards_computed": sum(s["shards_computed"] for s in all_stats),
         "shards_kept": sum(s["shards_kept"] for s in all_stats),
         "shards_redone": sum(s["shards_redone"] for s in all_stats),
-        "estimated_held_bytes": plan.held_bytes, "rss_before_bytes": [s["rss_before_bytes"] for s in all_stats],
+        "estimated_held_bytes": plan.held_bytes,
+        "rss_before_bytes": [s["rss_before_bytes"] for s in all_stats],
         "peak_rss_bytes": [s["peak_rss_bytes"] for s in all_stats],
-    }  # fmt: skip
+    }
     path = out_dir / RUNS_FILE
     previous = path.read_text(encoding="utf-8") if path.is_file() else ""
     atomic_write_text(path, previous + json.dumps(entry) + "\n")
@@ -318,7 +413,12 @@ def _kill_point(rank: int) -> tuple[Optional[int], str]:
     if not spec:
         return None, ""
     parts = spec.split(":")
-    if len(parts) not in (2, 3) or not parts[0].isdigit() or not parts[1].isdigit() or parts[2:] not in ([], ["record"]):
+    if (
+        len(parts) not in (2, 3)
+        or not parts[0].isdigit()
+        or not parts[1].isdigit()
+        or parts[2:] not in ([], ["record"])
+    ):
         raise ValueError(f"{KILL_ENV} must be RANK:N or RANK:N:record, received {spec!r}")
     if int(parts[0]) != rank:
         return None, ""

@@ -88,7 +88,8 @@ def export_saelens(
     for name in hooks:
         if tuple(manifest.hook_pos_axes(name)) != (0,):
             raise ValueError(
-                f"{name} has shape {list(manifest.hook_shape(name))} per context, not [pos, ...]: SAELens' layout stores "
+                f"{name} has shape {list(manifest.hook_shape(name))} per context, not [pos, ...]: SAELens' layout "
+                "stores "
                 "[context_size, d_in] per row, so it cannot hold it; export the other hooks"
             )
     dtype = _export_dtype(manifest, dtype)

@@ -26,7 +26,10 @@ def select_hooks(hook_names: Sequence[str], selection: HookSelection) -> list[st
     if callable(selection) and not isinstance(selection, str):
         picked = {name for name in names if selection(name)}
         if not picked:
-            raise KeyError(f"the hook predicate {getattr(selection, '__name__', selection)!r} matched no hook; hooks look like {names[:3]}")
+            raise KeyError(
+                f"the hook predicate {getattr(selection, '__name__', selection)!r} matched no hook; hooks "
+                f"look like {names[:3]}"
+            )
         return [name for name in names if name in picked]
     patterns = [selection] if isinstance(selection, str) else list(selection)
     if not patterns:

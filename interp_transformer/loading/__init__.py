@@ -48,7 +48,8 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'marian', 'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
+['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'marian',
+'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
 """
 
 import importlib
@@ -115,8 +116,14 @@ def from_pretrained(
     """
     device = checked_device(device)
     model, _ = load_with_source(
-        source, dtype=dtype, device=device, tokenizer=tokenizer, hf_config=hf_config,
-        revision=revision, cache_dir=cache_dir, local_files_only=local_files_only,
+        source,
+        dtype=dtype,
+        device=device,
+        tokenizer=tokenizer,
+        hf_config=hf_config,
+        revision=revision,
+        cache_dir=cache_dir,
+        local_files_only=local_files_only,
     )
     return model
 

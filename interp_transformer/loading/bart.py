@@ -41,8 +41,14 @@ from .strict import CheckpointError, build_on_meta, check_checkpoint, load_stric
 
 SUPPORTED_MODEL_TYPES = ("bart",)
 VERIFY_PADDED = True  # verify on a padded batch by default: the source mask must match too
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu", "silu": "silu",
-                  "swish": "silu"}
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_new",
+    "gelu_pytorch_tanh": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 PROJECTIONS = {"Q": "q_proj", "K": "k_proj", "V": "v_proj", "O": "out_proj"}
 PREFIXES = ("model.",)
 TIED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # tied to shared.weight: checked equal to it
@@ -55,11 +61,17 @@ def check_model_type(hf_config, supported: tuple[str, ...]) -> None:
 
 
 def common_config_fields(hf_config) -> dict:
-    """The fields BART and Marian configs share, checked: one head count, one MLP width, known activation, special ids."""
-    for encoder_key, decoder_key in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+    """The fields BART and Marian configs share, checked: one head count, one MLP width, known activation, special
+    ids."""
+    for encoder_key, decoder_key in (
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
         if getattr(hf_config, encoder_key) != getattr(hf_config, decoder_key):
-            raise ValueError(f"{encoder_key}={getattr(hf_config, encoder_key)} differs from {decoder_key}="
-                             f"{getattr(hf_config, decoder_key)}: stacks of different widths are not supported")
+            raise ValueError(
+                f"{encoder_key}={getattr(hf_config, encoder_key)} differs from {decoder_key}="
+                f"{getattr(hf_config, decoder_key)}: stacks of different widths are not supported"
+            )
     act = hf_config.activation_function
     if act not in HF_ACTIVATIONS:
         raise ValueError(f"activation_function must be one of {sorted(HF_ACTIVATIONS)}, got {act!r}")
@@ -68,10 +80,18 @@ def common_config_fields(hf_config) -> dict:
         raise ValueError(f"d_model={d_model} is not divisible by encoder_attention_heads={n_heads}")
     special = special_token_ids(hf_config)
     return dict(
-        d_model=d_model, n_layers=hf_config.encoder_layers, n_decoder_layers=hf_config.decoder_layers, n_heads=n_heads,
-        d_head=d_model // n_heads, d_mlp=hf_config.encoder_ffn_dim, d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings, act_fn=HF_ACTIVATIONS[act], init_range=float(hf_config.init_std),
-        scale_embedding=bool(hf_config.scale_embedding), name=str(getattr(hf_config, "name_or_path", "") or hf_config.model_type),
+        d_model=d_model,
+        n_layers=hf_config.encoder_layers,
+        n_decoder_layers=hf_config.decoder_layers,
+        n_heads=n_heads,
+        d_head=d_model // n_heads,
+        d_mlp=hf_config.encoder_ffn_dim,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.max_position_embeddings,
+        act_fn=HF_ACTIVATIONS[act],
+        init_range=float(hf_config.init_std),
+        scale_embedding=bool(hf_config.scale_embedding),
+        name=str(getattr(hf_config, "name_or_path", "") or hf_config.model_type),
         **special,
     )
 
@@ -96,7 +116,14 @@ def body_shapes(cfg, positions: int, embed_ln: bool) -> dict[str, tuple[int, ...
             if stack == "decoder":
                 shapes.update(attention_shapes(p + "encoder_attn.", PROJECTIONS, d, bias=True))
                 norms.append(p + "encoder_attn_layer_norm")
-            shapes.update({p + "fc1.weight": (d_mlp, d), p + "fc1.bias": (d_mlp,), p + "fc2.weight": (d, d_mlp), p + "fc2.bias": (d,)})
+            shapes.update(
+                {
+                    p + "fc1.weight": (d_mlp, d),
+                    p + "fc1.bias": (d_mlp,),
+                    p + "fc2.weight": (d, d_mlp),
+                    p + "fc2.bias": (d,),
+                }
+            )
             norms += [p + "self_attn_layer_norm", p + "final_layer_norm"]
         for norm in norms:
             shapes.update({norm + ".weight": (d,), norm + ".bias": (d,)})
@@ -104,18 +131,31 @@ def body_shapes(cfg, positions: int, embed_ln: bool) -> dict[str, tuple[int, ...
     return shapes
 
 
-def convert_body(hf_state_dict: Mapping[str, Tensor], cfg, *, what: str, positions: int, embed_ln: bool,
-                 optional: tuple[str, ...] = ()) -> tuple[dict[str, Tensor], dict[str, str]]:
+def convert_body(
+    hf_state_dict: Mapping[str, Tensor],
+    cfg,
+    *,
+    what: str,
+    positions: int,
+    embed_ln: bool,
+    optional: tuple[str, ...] = (),
+) -> tuple[dict[str, Tensor], dict[str, str]]:
     """Check every name and shape, then convert; ``(ours, names)`` with ``names`` the stripped -> original key map."""
     names: dict[str, str] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     for hf_name, shape in state_dict_shapes(hf_state_dict).items():
         name = strip_prefix(hf_name, PREFIXES)
         if name in names:
-            raise ValueError(f"{names[name]!r} and {hf_name!r} both name {name!r} (with and without the 'model.' prefix?)")
+            raise ValueError(
+                f"{names[name]!r} and {hf_name!r} both name {name!r} (with and without the 'model.' prefix?)"
+            )
         names[name], shapes[name] = hf_name, shape
-    check_checkpoint(shapes, body_shapes(cfg, positions, embed_ln), what=what,
-                     optional=TIED + ("lm_head.weight", "final_logits_bias") + optional)
+    check_checkpoint(
+        shapes,
+        body_shapes(cfg, positions, embed_ln),
+        what=what,
+        optional=TIED + ("lm_head.weight", "final_logits_bias") + optional,
+    )
 
     def read(name: str) -> Tensor:
         return hf_state_dict[names[name]]
@@ -126,18 +166,28 @@ def convert_body(hf_state_dict: Mapping[str, Tensor], cfg, *, what: str, positio
         if embed_ln:
             ours[f"{stack}.embed_ln.w"] = fresh(read(f"{stack}.layernorm_embedding.weight"))
             ours[f"{stack}.embed_ln.b"] = fresh(read(f"{stack}.layernorm_embedding.bias"))
-        norms = {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln2"} if stack == "encoder" else \
-            {"self_attn_layer_norm": "ln1", "encoder_attn_layer_norm": "ln2", "final_layer_norm": "ln3"}
+        norms = (
+            {"self_attn_layer_norm": "ln1", "final_layer_norm": "ln2"}
+            if stack == "encoder"
+            else {"self_attn_layer_norm": "ln1", "encoder_attn_layer_norm": "ln2", "final_layer_norm": "ln3"}
+        )
         for layer in range(n_layers):
             hf, q = f"{stack}.layers.{layer}.", f"{stack}.blocks.{layer}."
             ours.update(attention_weights(read, hf + "self_attn.", q + "attn.", cfg.n_heads, PROJECTIONS, bias=True))
             if stack == "decoder":
-                ours.update(attention_weights(read, hf + "encoder_attn.", q + "cross_attn.", cfg.n_heads, PROJECTIONS, bias=True))
+                ours.update(
+                    attention_weights(
+                        read, hf + "encoder_attn.", q + "cross_attn.", cfg.n_heads, PROJECTIONS, bias=True
+                    )
+                )
             for hf_norm, our_norm in norms.items():
                 ours[q + our_norm + ".w"] = fresh(read(hf + hf_norm + ".weight"))
                 ours[q + our_norm + ".b"] = fresh(read(hf + hf_norm + ".bias"))
             ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = mlp_in(read(hf + "fc1.weight")), fresh(read(hf + "fc1.bias"))
-            ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = mlp_out(read(hf + "fc2.weight")), fresh(read(hf + "fc2.bias"))
+            ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = (
+                mlp_out(read(hf + "fc2.weight")),
+                fresh(read(hf + "fc2.bias")),
+            )
     lm_head = read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"]
     ours["unembed.W_U"] = fresh(einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab"))
     W_E = ours["embed.W_E"]
@@ -158,16 +208,20 @@ def check_tied(read: Callable[[str], Tensor], names: list[str], source: str, wha
         tensor = read(name)
         if not torch.equal(tensor, shared):
             gap = (tensor.double() - shared.double()).abs().max().item()
-            raise CheckpointError(f"{what}: {name} differs from {source} (max |difference| {gap:.3g}); separate "
-                                  "encoder, decoder and shared token embeddings (tie_word_embeddings=False) are not "
-                                  "supported: one token embedding serves both stacks")
+            raise CheckpointError(
+                f"{what}: {name} differs from {source} (max |difference| {gap:.3g}); separate "
+                "encoder, decoder and shared token embeddings (tie_word_embeddings=False) are not "
+                "supported: one token embedding serves both stacks"
+            )
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BartConfig) -> dict[str, Tensor]:
     """Hugging Face BART state dict -> ours (see the module docstring). Pure: the input is not changed."""
     if not isinstance(cfg, BartConfig):
         raise TypeError(f"cfg must be a BartConfig, got {type(cfg).__name__}")
-    ours, names = convert_body(hf_state_dict, cfg, what="BART checkpoint", positions=cfg.n_ctx + POSITION_OFFSET, embed_ln=True)
+    ours, names = convert_body(
+        hf_state_dict, cfg, what="BART checkpoint", positions=cfg.n_ctx + POSITION_OFFSET, embed_ln=True
+    )
     for stack in ("encoder", "decoder"):
         ours[f"{stack}.pos_embed.W_pos"] = fresh(hf_state_dict[names[f"{stack}.embed_positions.weight"]])
     return ours
@@ -188,7 +242,9 @@ def load_hf_model(directory, *, dtype=torch.float32):
     return BartForConditionalGeneration.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
-def record_bart_family(recorder: ActivationRecorder, body, n_heads: int, batch: int, embed_scale: Optional[float]) -> None:
+def record_bart_family(
+    recorder: ActivationRecorder, body, n_heads: int, batch: int, embed_scale: Optional[float]
+) -> None:
     """Hooks on a BART-family body (BART, Marian) recording each of our hooks' values.
 
     ``embed_scale``: the factor the stacks multiply ``embed_tokens``'s output by (Marian),
@@ -198,7 +254,11 @@ def record_bart_family(recorder: ActivationRecorder, body, n_heads: int, batch: 
     per_row = lambda t: t.expand(batch, -1, -1)  # noqa: E731  positions are computed once for every row
 
     def layer_norm(module, prefix: str, *names: str) -> None:
-        recorder.input(module, prefix + ".hook_scale", lambda x, eps=module.eps: (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt())
+        recorder.input(
+            module,
+            prefix + ".hook_scale",
+            lambda x, eps=module.eps: (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt(),
+        )
         for name in (prefix + ".hook_normalized",) + names:
             recorder.output(module, name)
 
@@ -229,25 +289,38 @@ def record_bart_family(recorder: ActivationRecorder, body, n_heads: int, batch: 
             recorder.input(hf_layer.fc2, b + "mlp.hook_post")
             recorder.output(hf_layer.fc2, b + "hook_mlp_out")
             recorder.input(hf_layer.final_layer_norm, b + "hook_resid_post")
-            layer_norm(hf_layer.final_layer_norm, b + ("ln2" if stack == "encoder" else "ln3"), b + "hook_normalized_resid_post")
+            layer_norm(
+                hf_layer.final_layer_norm,
+                b + ("ln2" if stack == "encoder" else "ln3"),
+                b + "hook_normalized_resid_post",
+            )
 
 
-def run_seq2seq(hf_model, recorder: ActivationRecorder, tokens: Tensor, attention_mask, decoder_input) -> dict[str, Tensor]:
+def run_seq2seq(
+    hf_model, recorder: ActivationRecorder, tokens: Tensor, attention_mask, decoder_input
+) -> dict[str, Tensor]:
     """Run ``hf_model`` with ``recorder``'s hooks; our decoder default (the start token alone) when no decoder input."""
     device = next(hf_model.parameters()).device
     if decoder_input is None:
         decoder_input = torch.full((tokens.shape[0], 1), hf_model.config.decoder_start_token_id, dtype=torch.long)
     on_device = lambda t: None if t is None else t.to(device)  # noqa: E731
-    acts, output = recorder.run(hf_model, lambda: hf_model(
-        input_ids=on_device(tokens), attention_mask=on_device(attention_mask), decoder_input_ids=on_device(decoder_input),
-        use_cache=False))
+    acts, output = recorder.run(
+        hf_model,
+        lambda: hf_model(
+            input_ids=on_device(tokens),
+            attention_mask=on_device(attention_mask),
+            decoder_input_ids=on_device(decoder_input),
+            use_cache=False,
+        ),
+    )
     if getattr(output, "logits", None) is not None:
         acts["logits"] = output.logits.detach()
     return acts
 
 
-def hf_reference_activations(hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None,
-                             decoder_input: Optional[Tensor] = None) -> dict[str, Tensor]:
+def hf_reference_activations(
+    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+) -> dict[str, Tensor]:
     """Hugging Face BART's value for each of our hooks, read with torch hooks on its modules, and ``"logits"``.
 
     Every hook but the attention scores (Hugging Face masks with the dtype's minimum, not
@@ -259,5 +332,11 @@ def hf_reference_activations(hf_model, tokens: Tensor, attention_mask: Optional[
     return run_seq2seq(hf_model, recorder, tokens, attention_mask, decoder_input)
 
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "build_model", "config_from_hf", "convert_state_dict", "hf_reference_activations",
-           "load_hf_model"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "hf_reference_activations",
+    "load_hf_model",
+]

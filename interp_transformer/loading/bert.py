@@ -48,12 +48,26 @@ from torch import Tensor
 from ..architectures.bert import EncoderConfig
 from ..encoder import EncoderTransformer
 from .hf_hooks import current_attention
-from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
+from .strict import (
+    build_on_meta,
+    check_checkpoint,
+    check_layer_count,
+    load_strict,
+    require_config_fields,
+    state_dict_shapes,
+)
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 VERIFY_PADDED = True  # verify_pretrained compares on a padded batch by default: the mask must match too
 # Hugging Face hidden_act -> our act_fn ("gelu" is the exact erf GELU in both)
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_new",
+    "gelu_pytorch_tanh": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 # Buffers that old checkpoints store beside the weights.
 IGNORED_KEYS = re.compile(r"embeddings\.(position_ids|token_type_ids)")
 # BertForPreTraining's next-sentence head: shape-checked when present, not converted.
@@ -76,11 +90,24 @@ def config_from_hf(hf_config) -> EncoderConfig:
     position embeddings, an activation we do not implement.
     """
     _check_model_type(getattr(hf_config, "model_type", None))
-    require_config_fields(hf_config, "BERT", positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-        "max_position_embeddings", "type_vocab_size"), positive_floats=("layer_norm_eps",))
+    require_config_fields(
+        hf_config,
+        "BERT",
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ),
+        positive_floats=("layer_norm_eps",),
+    )
     if getattr(hf_config, "is_decoder", False) or getattr(hf_config, "add_cross_attention", False):
-        raise ValueError("BERT configured as a decoder (is_decoder/add_cross_attention) is not an encoder; not supported")
+        raise ValueError(
+            "BERT configured as a decoder (is_decoder/add_cross_attention) is not an encoder; not supported"
+        )
     position_type = getattr(hf_config, "position_embedding_type", None) or "absolute"
     if position_type != "absolute":
         raise ValueError(f"position_embedding_type must be 'absolute', got {position_type!r}")
@@ -113,8 +140,14 @@ def _body_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
         "embeddings.position_embeddings.weight": (cfg.n_ctx, d),
         "embeddings.token_type_embeddings.weight": (cfg.n_token_types, d),
     }
-    linears = {"attention.self.query": (d, d), "attention.self.key": (d, d), "attention.self.value": (d, d),
-               "attention.output.dense": (d, d), "intermediate.dense": (d_mlp, d), "output.dense": (d, d_mlp)}
+    linears = {
+        "attention.self.query": (d, d),
+        "attention.self.key": (d, d),
+        "attention.self.value": (d, d),
+        "attention.output.dense": (d, d),
+        "intermediate.dense": (d_mlp, d),
+        "output.dense": (d, d_mlp),
+    }
     layer_norms = ["embeddings.LayerNorm"]
     for layer in range(cfg.n_layers):
         prefix = f"encoder.layer.{layer}."
@@ -128,7 +161,9 @@ def _body_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def expected_hf_shapes(cfg: EncoderConfig, has_pooler: bool, has_mlm_head: bool) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+def expected_hf_shapes(
+    cfg: EncoderConfig, has_pooler: bool, has_mlm_head: bool
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
     """``(name -> shape, optional names)`` of a BERT checkpoint with these heads (``bert.`` prefix removed)."""
     d, d_vocab = cfg.d_model, cfg.d_vocab
     shapes = _body_shapes(cfg)
@@ -137,12 +172,17 @@ def expected_hf_shapes(cfg: EncoderConfig, has_pooler: bool, has_mlm_head: bool)
     if has_pooler:
         shapes.update({"pooler.dense.weight": (d, d), "pooler.dense.bias": (d,)})
     if has_mlm_head:
-        shapes.update({
-            "cls.predictions.transform.dense.weight": (d, d), "cls.predictions.transform.dense.bias": (d,),
-            "cls.predictions.transform.LayerNorm.weight": (d,), "cls.predictions.transform.LayerNorm.bias": (d,),
-            "cls.predictions.decoder.weight": (d_vocab, d), "cls.predictions.decoder.bias": (d_vocab,),
-            "cls.predictions.bias": (d_vocab,),
-        })
+        shapes.update(
+            {
+                "cls.predictions.transform.dense.weight": (d, d),
+                "cls.predictions.transform.dense.bias": (d,),
+                "cls.predictions.transform.LayerNorm.weight": (d,),
+                "cls.predictions.transform.LayerNorm.bias": (d,),
+                "cls.predictions.decoder.weight": (d_vocab, d),
+                "cls.predictions.decoder.bias": (d_vocab,),
+                "cls.predictions.bias": (d_vocab,),
+            }
+        )
         # HF saves tied tensors once: no decoder.weight means "tied to the word embeddings",
         # and the decoder's bias is stored as decoder.bias, cls.predictions.bias or both
         optional += ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"]
@@ -151,7 +191,7 @@ def expected_hf_shapes(cfg: EncoderConfig, has_pooler: bool, has_mlm_head: bool)
 
 def _our_name(hf_name: str) -> str:
     """HF key -> the unprefixed BERT name: strip ``bert.``, rename legacy ``gamma``/``beta``."""
-    name = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
+    name = hf_name[len("bert.") :] if hf_name.startswith("bert.") else hf_name
     return re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name))
 
 
@@ -176,7 +216,9 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
     for hf_name, shape in state_dict_shapes(hf_state_dict).items():
         name = _our_name(hf_name)
         if name in names:
-            raise ValueError(f"{names[name]!r} and {hf_name!r} both name {name!r} (with and without the 'bert.' prefix?)")
+            raise ValueError(
+                f"{names[name]!r} and {hf_name!r} both name {name!r} (with and without the 'bert.' prefix?)"
+            )
         names[name], shapes[name] = hf_name, shape
     check_layer_count(shapes, r"^encoder\.layer\.(\d+)\.", cfg.n_layers, "BERT checkpoint", "num_hidden_layers")
     has_pooler = any(name.startswith("pooler.") for name in names)
@@ -201,21 +243,35 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
     for layer in range(cfg.n_layers):
         hf, our = f"encoder.layer.{layer}.", f"blocks.{layer}."
         for hf_name, letter in (("query", "Q"), ("key", "K"), ("value", "V")):
-            ours[our + f"attn.W_{letter}"] = _fresh(einops.rearrange(
-                read(hf + f"attention.self.{hf_name}.weight"), "(head_index d_head) d_model -> head_index d_model d_head", **per_head
-            ))
-            ours[our + f"attn.b_{letter}"] = _fresh(einops.rearrange(
-                read(hf + f"attention.self.{hf_name}.bias"), "(head_index d_head) -> head_index d_head", **per_head
-            ))
-        ours[our + "attn.W_O"] = _fresh(einops.rearrange(
-            read(hf + "attention.output.dense.weight"), "d_model (head_index d_head) -> head_index d_head d_model", **per_head
-        ))
+            ours[our + f"attn.W_{letter}"] = _fresh(
+                einops.rearrange(
+                    read(hf + f"attention.self.{hf_name}.weight"),
+                    "(head_index d_head) d_model -> head_index d_model d_head",
+                    **per_head,
+                )
+            )
+            ours[our + f"attn.b_{letter}"] = _fresh(
+                einops.rearrange(
+                    read(hf + f"attention.self.{hf_name}.bias"), "(head_index d_head) -> head_index d_head", **per_head
+                )
+            )
+        ours[our + "attn.W_O"] = _fresh(
+            einops.rearrange(
+                read(hf + "attention.output.dense.weight"),
+                "d_model (head_index d_head) -> head_index d_head d_model",
+                **per_head,
+            )
+        )
         ours[our + "attn.b_O"] = _fresh(read(hf + "attention.output.dense.bias"))
         ours[our + "ln1.w"] = _fresh(read(hf + "attention.output.LayerNorm.weight"))
         ours[our + "ln1.b"] = _fresh(read(hf + "attention.output.LayerNorm.bias"))
-        ours[our + "mlp.W_in"] = _fresh(einops.rearrange(read(hf + "intermediate.dense.weight"), "d_mlp d_model -> d_model d_mlp"))
+        ours[our + "mlp.W_in"] = _fresh(
+            einops.rearrange(read(hf + "intermediate.dense.weight"), "d_mlp d_model -> d_model d_mlp")
+        )
         ours[our + "mlp.b_in"] = _fresh(read(hf + "intermediate.dense.bias"))
-        ours[our + "mlp.W_out"] = _fresh(einops.rearrange(read(hf + "output.dense.weight"), "d_model d_mlp -> d_mlp d_model"))
+        ours[our + "mlp.W_out"] = _fresh(
+            einops.rearrange(read(hf + "output.dense.weight"), "d_model d_mlp -> d_mlp d_model")
+        )
         ours[our + "mlp.b_out"] = _fresh(read(hf + "output.dense.bias"))
         ours[our + "ln2.w"] = _fresh(read(hf + "output.LayerNorm.weight"))
         ours[our + "ln2.b"] = _fresh(read(hf + "output.LayerNorm.bias"))
@@ -224,14 +280,20 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
         ours["pooler.W_pool"] = _fresh(einops.rearrange(read("pooler.dense.weight"), transpose))
         ours["pooler.b_pool"] = _fresh(read("pooler.dense.bias"))
     if has_mlm_head:
-        ours["mlm_head.W_transform"] = _fresh(einops.rearrange(read("cls.predictions.transform.dense.weight"), transpose))
+        ours["mlm_head.W_transform"] = _fresh(
+            einops.rearrange(read("cls.predictions.transform.dense.weight"), transpose)
+        )
         ours["mlm_head.b_transform"] = _fresh(read("cls.predictions.transform.dense.bias"))
         ours["mlm_head.ln.w"] = _fresh(read("cls.predictions.transform.LayerNorm.weight"))
         ours["mlm_head.ln.b"] = _fresh(read("cls.predictions.transform.LayerNorm.bias"))
-        decoder = read("cls.predictions.decoder.weight") if "cls.predictions.decoder.weight" in names else word_embeddings
+        decoder = (
+            read("cls.predictions.decoder.weight") if "cls.predictions.decoder.weight" in names else word_embeddings
+        )
         ours["mlm_head.unembed.W_U"] = _fresh(einops.rearrange(decoder, "d_vocab d_model -> d_model d_vocab"))
         # HF's forward adds decoder.bias; older checkpoints store the same tensor as cls.predictions.bias
-        bias_name = "cls.predictions.decoder.bias" if "cls.predictions.decoder.bias" in names else "cls.predictions.bias"
+        bias_name = (
+            "cls.predictions.decoder.bias" if "cls.predictions.decoder.bias" in names else "cls.predictions.bias"
+        )
         ours["mlm_head.unembed.b_U"] = _fresh(read(bias_name))
     return ours
 
@@ -263,7 +325,9 @@ def load_hf_model(directory, *, dtype: torch.dtype = torch.float32):
     import transformers
 
     config = transformers.BertConfig.from_pretrained(str(directory))
-    model_class = transformers.BertForMaskedLM if "BertForMaskedLM" in (config.architectures or []) else transformers.BertModel
+    model_class = (
+        transformers.BertForMaskedLM if "BertForMaskedLM" in (config.architectures or []) else transformers.BertModel
+    )
     return model_class.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
@@ -285,7 +349,9 @@ def hf_reference_activations(
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
         raise TypeError(f"tokens must be an integer tensor [batch, pos], got {tokens!r:.80}")
     n_heads = hf_model.config.num_attention_heads
-    split = lambda t: einops.rearrange(t, "batch pos (head_index d_head) -> batch pos head_index d_head", head_index=n_heads)
+    split = lambda t: einops.rearrange(
+        t, "batch pos (head_index d_head) -> batch pos head_index d_head", head_index=n_heads
+    )
     acts: dict[str, Tensor] = {}
     handles = []
 
@@ -294,6 +360,7 @@ def hf_reference_activations(
             value = pick(output)
             for name in names:
                 acts[name] = (transform(value) if transform else value).detach().clone()
+
         handles.append(module.register_forward_hook(hook))
 
     def on_layer_norm(module, input_name: str, prefix: str, *output_names):
@@ -302,6 +369,7 @@ def hf_reference_activations(
             if input_name:
                 acts[input_name] = x.detach().clone()
             acts[prefix + ".hook_scale"] = (x.var(dim=-1, unbiased=False, keepdim=True) + mod.eps).sqrt().detach()
+
         handles.append(module.register_forward_pre_hook(pre_hook))
         on_output(module, prefix + ".hook_normalized", *output_names)
 
@@ -325,7 +393,9 @@ def hf_reference_activations(
         on_output(hf_layer.intermediate, b + "mlp.hook_post")
         on_output(hf_layer.output.dense, b + "hook_mlp_out")
         following = [f"blocks.{layer + 1}.hook_resid_pre"] if layer + 1 < len(base.encoder.layer) else []
-        on_layer_norm(hf_layer.output.LayerNorm, b + "hook_resid_post", b + "ln2", b + "hook_normalized_resid_post", *following)
+        on_layer_norm(
+            hf_layer.output.LayerNorm, b + "hook_resid_post", b + "ln2", b + "hook_normalized_resid_post", *following
+        )
     has_mlm_head = hasattr(hf_model, "cls") and hasattr(hf_model.cls, "predictions")
     if has_mlm_head:
         transform = hf_model.cls.predictions.transform
@@ -340,7 +410,11 @@ def hf_reference_activations(
         if previous_attention != "eager":
             hf_model.set_attn_implementation("eager")
         with torch.no_grad():
-            output = hf_model(input_ids=on_device(tokens), attention_mask=on_device(attention_mask), token_type_ids=on_device(token_type_ids))
+            output = hf_model(
+                input_ids=on_device(tokens),
+                attention_mask=on_device(attention_mask),
+                token_type_ids=on_device(token_type_ids),
+            )
     finally:
         for handle in handles:
             handle.remove()

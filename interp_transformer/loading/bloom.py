@@ -27,7 +27,13 @@ from torch import Tensor
 
 from ..architectures.bloom import BloomConfig
 from .common import (
-    build_model, fresh, fused_qkv_activation, heads_out, hf_model_loader, linear_to_ours, split_fused_qkv,
+    build_model,
+    fresh,
+    fused_qkv_activation,
+    heads_out,
+    hf_model_loader,
+    linear_to_ours,
+    split_fused_qkv,
     without_prefix,
 )
 from .hf_hooks import Recorder, collect, split_heads, unsupported_transformers
@@ -38,24 +44,41 @@ DEFAULT_N_CTX = 2048  # BLOOM's training context
 
 def config_from_hf(hf_config) -> BloomConfig:
     """Our config from a ``transformers.BloomConfig``; ``ValueError`` naming what is not computed here."""
-    require_config_fields(hf_config, "bloom", positive_ints=("hidden_size", "n_layer", "n_head", "vocab_size"),
-                          positive_floats=("layer_norm_epsilon",))
+    require_config_fields(
+        hf_config,
+        "bloom",
+        positive_ints=("hidden_size", "n_layer", "n_head", "vocab_size"),
+        positive_floats=("layer_norm_epsilon",),
+    )
     if hf_config.apply_residual_connection_post_layernorm:
-        raise ValueError("bloom config has apply_residual_connection_post_layernorm=True (the residual stream is each norm's "
-                         "output); only apply_residual_connection_post_layernorm=False is supported")
+        raise ValueError(
+            "bloom config has apply_residual_connection_post_layernorm=True (the residual stream is each "
+            "norm's "
+            "output); only apply_residual_connection_post_layernorm=False is supported"
+        )
     tp, exact = getattr(hf_config, "pretraining_tp", 1), getattr(hf_config, "slow_but_exact", False)
     if exact and isinstance(tp, int) and tp > 1:
-        raise ValueError(f"bloom config has slow_but_exact=True with pretraining_tp={tp}: Hugging Face's slow "
-                         "path then leaves out the checkpoint's biases of self_attention.dense and "
-                         "mlp.dense_4h_to_h (its logits are not the fast path's); only slow_but_exact=False (or pretraining_tp=1) is supported")
+        raise ValueError(
+            f"bloom config has slow_but_exact=True with pretraining_tp={tp}: Hugging Face's slow "
+            "path then leaves out the checkpoint's biases of self_attention.dense and "
+            "mlp.dense_4h_to_h (its logits are not the fast path's); only slow_but_exact=False (or "
+            "pretraining_tp=1) is supported"
+        )
     d_model, n_heads = hf_config.hidden_size, hf_config.n_head
     if d_model % n_heads:
         raise ValueError(f"bloom hidden_size={d_model} must be divisible by n_head={n_heads}")
     n_ctx = getattr(hf_config, "seq_length", None) or DEFAULT_N_CTX
     return BloomConfig(
-        d_model=d_model, n_layers=hf_config.n_layer, n_heads=n_heads, d_head=d_model // n_heads, d_mlp=4 * d_model,
-        d_vocab=hf_config.vocab_size, n_ctx=n_ctx, tied_embeddings=bool(hf_config.tie_word_embeddings),
-        layer_norm_eps=float(hf_config.layer_norm_epsilon), init_range=float(hf_config.initializer_range),
+        d_model=d_model,
+        n_layers=hf_config.n_layer,
+        n_heads=n_heads,
+        d_head=d_model // n_heads,
+        d_mlp=4 * d_model,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=n_ctx,
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        layer_norm_eps=float(hf_config.layer_norm_epsilon),
+        init_range=float(hf_config.initializer_range),
         name=getattr(hf_config, "name_or_path", "") or "bloom",
     )
 
@@ -63,18 +86,29 @@ def config_from_hf(hf_config) -> BloomConfig:
 def expected_hf_shapes(cfg: BloomConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``transformer.`` prefix removed)."""
     d, d_mlp = cfg.d_model, cfg.d_mlp
-    shapes = {"word_embeddings.weight": (cfg.d_vocab, d), "word_embeddings_layernorm.weight": (d,),
-              "word_embeddings_layernorm.bias": (d,)}
+    shapes = {
+        "word_embeddings.weight": (cfg.d_vocab, d),
+        "word_embeddings_layernorm.weight": (d,),
+        "word_embeddings_layernorm.bias": (d,),
+    }
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
-        shapes.update({
-            p + "input_layernorm.weight": (d,), p + "input_layernorm.bias": (d,),
-            p + "self_attention.query_key_value.weight": (3 * d, d), p + "self_attention.query_key_value.bias": (3 * d,),
-            p + "self_attention.dense.weight": (d, d), p + "self_attention.dense.bias": (d,),
-            p + "post_attention_layernorm.weight": (d,), p + "post_attention_layernorm.bias": (d,),
-            p + "mlp.dense_h_to_4h.weight": (d_mlp, d), p + "mlp.dense_h_to_4h.bias": (d_mlp,),
-            p + "mlp.dense_4h_to_h.weight": (d, d_mlp), p + "mlp.dense_4h_to_h.bias": (d,),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (d,),
+                p + "input_layernorm.bias": (d,),
+                p + "self_attention.query_key_value.weight": (3 * d, d),
+                p + "self_attention.query_key_value.bias": (3 * d,),
+                p + "self_attention.dense.weight": (d, d),
+                p + "self_attention.dense.bias": (d,),
+                p + "post_attention_layernorm.weight": (d,),
+                p + "post_attention_layernorm.bias": (d,),
+                p + "mlp.dense_h_to_4h.weight": (d_mlp, d),
+                p + "mlp.dense_h_to_4h.bias": (d_mlp,),
+                p + "mlp.dense_4h_to_h.weight": (d, d_mlp),
+                p + "mlp.dense_4h_to_h.bias": (d,),
+            }
+        )
     shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,), "lm_head.weight": (cfg.d_vocab, d)})
     return shapes
 
@@ -88,14 +122,21 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
     """
     names, shapes = without_prefix(hf_state_dict, "transformer.")
     check_layer_count(shapes, r"^h\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "n_layer")
-    check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint",
-                     optional=["lm_head.weight"] if cfg.tied_embeddings else [])
+    check_checkpoint(
+        shapes,
+        expected_hf_shapes(cfg),
+        what=f"{cfg.name} checkpoint",
+        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+    )
 
     def read(name: str) -> Tensor:
         return hf_state_dict[names[name]]
 
     def norm(hf_name: str, ours_name: str) -> None:
-        ours[ours_name + ".w"], ours[ours_name + ".b"] = fresh(read(hf_name + ".weight")), fresh(read(hf_name + ".bias"))
+        ours[ours_name + ".w"], ours[ours_name + ".b"] = (
+            fresh(read(hf_name + ".weight")),
+            fresh(read(hf_name + ".bias")),
+        )
 
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("word_embeddings.weight"))}
     norm("word_embeddings_layernorm", "embed.ln")
@@ -103,9 +144,15 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
         p, q = f"h.{layer}.", f"blocks.{layer}."
         norm(p + "input_layernorm", q + "ln1")
         attn = p + "self_attention."
-        ours.update(split_fused_qkv(read(attn + "query_key_value.weight"), read(attn + "query_key_value.bias"), cfg.d_head,
-                                    q + "attn."))
-        ours[q + "attn.W_O"], ours[q + "attn.b_O"] = heads_out(read(attn + "dense.weight"), cfg.d_head), fresh(read(attn + "dense.bias"))
+        ours.update(
+            split_fused_qkv(
+                read(attn + "query_key_value.weight"), read(attn + "query_key_value.bias"), cfg.d_head, q + "attn."
+            )
+        )
+        ours[q + "attn.W_O"], ours[q + "attn.b_O"] = (
+            heads_out(read(attn + "dense.weight"), cfg.d_head),
+            fresh(read(attn + "dense.bias")),
+        )
         norm(p + "post_attention_layernorm", q + "ln2")
         ours[q + "mlp.W_in"] = linear_to_ours(read(p + "mlp.dense_h_to_4h.weight"))
         ours[q + "mlp.b_in"] = fresh(read(p + "mlp.dense_h_to_4h.bias"))
@@ -116,7 +163,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
     W_E = ours["embed.W_E"]
     ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)  # BLOOM's read-out has no bias
     return ours
-
 
 
 load_hf_model = hf_model_loader("BloomForCausalLM")
@@ -190,5 +236,12 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     return collect(hf_model, recorder, tokens, forward_kwargs, interface=False, patches=_float64_bloom)
 
 
-__all__ = ["DEFAULT_N_CTX", "build_model", "config_from_hf", "convert_state_dict", "expected_hf_shapes",
-           "hf_reference_activations", "load_hf_model"]
+__all__ = [
+    "DEFAULT_N_CTX",
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "load_hf_model",
+]

@@ -26,9 +26,11 @@ def fresh(tensor: Tensor) -> Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
-def without_prefix(hf_state_dict: Mapping[str, Tensor], prefix: str) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
+def without_prefix(
+    hf_state_dict: Mapping[str, Tensor], prefix: str
+) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
     """``(names, shapes)`` keyed by name with ``prefix`` removed (a ``*ForCausalLM`` body's); ``names`` maps back."""
-    strip = lambda name: name[len(prefix):] if name.startswith(prefix) else name  # noqa: E731
+    strip = lambda name: name[len(prefix) :] if name.startswith(prefix) else name  # noqa: E731
     names = {strip(name): name for name in hf_state_dict}
     shapes = {strip(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
     return names, shapes
@@ -40,8 +42,11 @@ def linear_to_ours(weight: Tensor) -> Tensor:
 
 
 def heads_in(weight: Tensor, d_head: int) -> Tensor:
-    """An ``nn.Linear`` weight ``[(head_index d_head), d_model]`` as ``W_Q``/``W_K``/``W_V`` ``[head_index, d_model, d_head]``."""
-    return placed_copy(einops.rearrange(weight, "(head_index d_head) d_model -> head_index d_model d_head", d_head=d_head))
+    """An ``nn.Linear`` weight ``[(head_index d_head), d_model]`` as ``W_Q``/``W_K``/``W_V`` ``[head_index, d_model,
+    d_head]``."""
+    return placed_copy(
+        einops.rearrange(weight, "(head_index d_head) d_model -> head_index d_model d_head", d_head=d_head)
+    )
 
 
 def heads_out(weight: Tensor, d_head: int) -> Tensor:
@@ -60,7 +65,9 @@ def split_fused_qkv(weight: Tensor, bias: Tensor, d_head: int, prefix: str) -> d
     Its ``nn.Linear`` weight is ``[(head_index qkv d_head), d_model]`` and its bias
     ``[(head_index qkv d_head)]``; returns ``prefix + W_Q`` ... ``prefix + b_V``.
     """
-    W = einops.rearrange(weight, "(head_index qkv d_head) d_model -> qkv head_index d_model d_head", qkv=3, d_head=d_head)
+    W = einops.rearrange(
+        weight, "(head_index qkv d_head) d_model -> qkv head_index d_model d_head", qkv=3, d_head=d_head
+    )
     b = einops.rearrange(bias, "(head_index qkv d_head) -> qkv head_index d_head", qkv=3, d_head=d_head)
     out = {}
     for index, letter in enumerate("QKV"):
@@ -70,9 +77,11 @@ def split_fused_qkv(weight: Tensor, bias: Tensor, d_head: int, prefix: str) -> d
 
 
 def fused_qkv_activation(which: int, d_head: int):
-    """The ``which``-th of q, k, v (0, 1, 2) from a fused ``query_key_value`` output ``[batch, pos, (head_index qkv d_head)]``."""
-    return lambda out: einops.rearrange(out, "batch pos (head_index qkv d_head) -> qkv batch pos head_index d_head",
-                                        qkv=3, d_head=d_head)[which]
+    """The ``which``-th of q, k, v (0, 1, 2) from a fused ``query_key_value`` output ``[batch, pos, (head_index qkv
+    d_head)]``."""
+    return lambda out: einops.rearrange(
+        out, "batch pos (head_index qkv d_head) -> qkv batch pos head_index d_head", qkv=3, d_head=d_head
+    )[which]
 
 
 def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
@@ -85,7 +94,8 @@ def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, d
 
 
 def hf_model_loader(class_name: str, **from_pretrained_kwargs):
-    """``load_hf_model(directory, *, dtype)`` for a ``transformers`` class: the reference ``verify_pretrained`` compares with."""
+    """``load_hf_model(directory, *, dtype)`` for a ``transformers`` class: the reference ``verify_pretrained`` compares
+    with."""
 
     def load_hf_model(directory, *, dtype=torch.float32):
         import transformers
@@ -93,9 +103,23 @@ def hf_model_loader(class_name: str, **from_pretrained_kwargs):
         model_class = getattr(transformers, class_name)
         return model_class.from_pretrained(str(directory), dtype=dtype, **from_pretrained_kwargs).eval()
 
-    load_hf_model.__doc__ = f"The Hugging Face reference model of a directory: ``transformers.{class_name}`` in eval mode."
+    load_hf_model.__doc__ = (
+        f"The Hugging Face reference model of a directory: ``transformers.{class_name}`` in eval mode."
+    )
     return load_hf_model
 
 
-__all__ = ["HF_ACTIVATIONS", "activation", "build_model", "hf_model_loader", "fresh", "fused_qkv_activation", "heads_in", "heads_out", "linear_to_ours",
-           "per_head_bias", "split_fused_qkv", "without_prefix"]
+__all__ = [
+    "HF_ACTIVATIONS",
+    "activation",
+    "build_model",
+    "hf_model_loader",
+    "fresh",
+    "fused_qkv_activation",
+    "heads_in",
+    "heads_out",
+    "linear_to_ours",
+    "per_head_bias",
+    "split_fused_qkv",
+    "without_prefix",
+]

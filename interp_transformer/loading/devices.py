@@ -21,22 +21,24 @@ def checked_device(device: DeviceLike, name: str = "device") -> Optional[torch.d
     if device is None:
         return None
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise TypeError(f"{name} must be a torch device or its name ({EXAMPLES}), received {type(device).__name__} "
-                        f"{device!r:.80}")
+        raise TypeError(
+            f"{name} must be a torch device or its name ({EXAMPLES}), received {type(device).__name__} {device!r:.80}"
+        )
     try:
         resolved = device if isinstance(device, torch.device) else torch.device(device)
     except (RuntimeError, ValueError, TypeError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{name}={device!r:.80} is not a valid torch device ({EXAMPLES}); torch says: "
-                         f"{reason}") from None
+        raise ValueError(
+            f"{name}={device!r:.80} is not a valid torch device ({EXAMPLES}); torch says: {reason}"
+        ) from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{name}={device!r} names a CUDA device, but CUDA is not available here: "
-                             f"use {name}='cpu'")
+            raise ValueError(f"{name}={device!r} names a CUDA device, but CUDA is not available here: use {name}='cpu'")
         count = torch.cuda.device_count()
         if resolved.index is not None and resolved.index >= count:
-            raise ValueError(f"{name}={device!r} names GPU {resolved.index}, but there are {count} "
-                             f"(cuda:0 .. cuda:{count - 1})")
+            raise ValueError(
+                f"{name}={device!r} names GPU {resolved.index}, but there are {count} (cuda:0 .. cuda:{count - 1})"
+            )
     return resolved
 
 

@@ -1,4 +1,5 @@
-"""What the encoder-decoder converters share: per-head weight layouts, key names, and reading Hugging Face's activations.
+"""What the encoder-decoder converters share: per-head weight layouts, key names, and reading Hugging Face's
+activations.
 
 ``nn.Linear`` weights are stored ``[out, in]``; ours are ``[in, out]``, split per head::
 
@@ -31,34 +32,51 @@ def fresh(tensor: Tensor) -> Tensor:
 def strip_prefix(name: str, prefixes: tuple[str, ...]) -> str:
     for prefix in prefixes:
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 
 def special_token_ids(hf_config) -> dict[str, int]:
     """``pad_token_id``, ``eos_token_id`` and ``decoder_start_token_id`` of a Hugging Face config, one id each."""
-    special = {name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")}
+    special = {
+        name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+    }
     if isinstance(special["eos_token_id"], (list, tuple)) and len(special["eos_token_id"]) == 1:
         special["eos_token_id"] = special["eos_token_id"][0]
     missing = [name for name, value in special.items() if isinstance(value, bool) or not isinstance(value, int)]
     if missing:
-        raise ValueError(f"the config must give {missing} as one token id each, got {[special[name] for name in missing]}")
+        raise ValueError(
+            f"the config must give {missing} as one token id each, got {[special[name] for name in missing]}"
+        )
     return special
 
 
-def attention_weights(read: Callable[[str], Tensor], hf: str, ours: str, n_heads: int, names: Mapping[str, str],
-                      bias: bool) -> dict[str, Tensor]:
-    """Our ``W_Q ... b_O`` from the projections ``hf + names[letter]`` (``names``: ``{"Q": "q_proj", ..., "O": "out_proj"}``)."""
+def attention_weights(
+    read: Callable[[str], Tensor], hf: str, ours: str, n_heads: int, names: Mapping[str, str], bias: bool
+) -> dict[str, Tensor]:
+    """Our ``W_Q ... b_O`` from the projections ``hf + names[letter]`` (``names``: ``{"Q": "q_proj", ..., "O":
+    "out_proj"}``)."""
     per_head = {"head_index": n_heads}
     converted = {}
     for letter in "QKV":
-        converted[ours + f"W_{letter}"] = fresh(einops.rearrange(
-            read(hf + names[letter] + ".weight"), "(head_index d_head) d_model -> head_index d_model d_head", **per_head))
+        converted[ours + f"W_{letter}"] = fresh(
+            einops.rearrange(
+                read(hf + names[letter] + ".weight"),
+                "(head_index d_head) d_model -> head_index d_model d_head",
+                **per_head,
+            )
+        )
         if bias:
-            converted[ours + f"b_{letter}"] = fresh(einops.rearrange(
-                read(hf + names[letter] + ".bias"), "(head_index d_head) -> head_index d_head", **per_head))
-    converted[ours + "W_O"] = fresh(einops.rearrange(
-        read(hf + names["O"] + ".weight"), "d_model (head_index d_head) -> head_index d_head d_model", **per_head))
+            converted[ours + f"b_{letter}"] = fresh(
+                einops.rearrange(
+                    read(hf + names[letter] + ".bias"), "(head_index d_head) -> head_index d_head", **per_head
+                )
+            )
+    converted[ours + "W_O"] = fresh(
+        einops.rearrange(
+            read(hf + names["O"] + ".weight"), "d_model (head_index d_head) -> head_index d_head d_model", **per_head
+        )
+    )
     if bias:
         converted[ours + "b_O"] = fresh(read(hf + names["O"] + ".bias"))
     return converted
@@ -102,18 +120,27 @@ class ActivationRecorder:
         self.handles: list = []
         self.stack: Optional[str] = None
 
-    def output(self, module: nn.Module, name: str, transform: Callable[[Tensor], Tensor] = lambda t: t,
-               pick: Callable = lambda out: out[0] if isinstance(out, tuple) else out) -> None:
+    def output(
+        self,
+        module: nn.Module,
+        name: str,
+        transform: Callable[[Tensor], Tensor] = lambda t: t,
+        pick: Callable = lambda out: out[0] if isinstance(out, tuple) else out,
+    ) -> None:
         """Record ``transform(pick(output))`` of ``module`` as ``name`` (``{stack}`` in it is filled in)."""
+
         def hook(mod, args, out):
             self.acts[name.format(stack=self.stack)] = transform(pick(out)).detach().clone()
+
         self.handles.append(module.register_forward_hook(hook))
 
     def input(self, module: nn.Module, name: str, transform: Callable[[Tensor], Tensor] = lambda t: t) -> None:
         """Record ``transform(first input)`` of ``module`` as ``name``."""
+
         def hook(mod, args, kwargs):
             x = args[0] if args else kwargs["hidden_states"]
             self.acts[name.format(stack=self.stack)] = transform(x).detach().clone()
+
         self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
 
     def mark_stack(self, module: nn.Module, stack: str) -> None:
@@ -136,5 +163,15 @@ class ActivationRecorder:
         return self.acts, result
 
 
-__all__ = ["ActivationRecorder", "SPLIT_HEADS", "attention_shapes", "attention_weights", "fresh", "mlp_in", "mlp_out",
-           "special_token_ids", "strip_prefix", "zero_attention_biases"]
+__all__ = [
+    "ActivationRecorder",
+    "SPLIT_HEADS",
+    "attention_shapes",
+    "attention_weights",
+    "fresh",
+    "mlp_in",
+    "mlp_out",
+    "special_token_ids",
+    "strip_prefix",
+    "zero_attention_biases",
+]

@@ -46,13 +46,15 @@ from .strict import require_config_fields
 
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 REFUSED_MODEL_TYPES = {
-    "gemma3": "Gemma3ForConditionalGeneration: a vision tower (vision_config) and a multimodal projector beside the text "
-              "model, which are not implemented; load a text-only Gemma 3 (Gemma3ForCausalLM, model_type 'gemma3_text')",
+    "gemma3": "Gemma3ForConditionalGeneration: a vision tower (vision_config) and a multimodal projector beside the "
+    "text "
+    "model, which are not implemented; load a text-only Gemma 3 (Gemma3ForCausalLM, model_type 'gemma3_text')",
 }
 
 
 def _window(hf_config, problems: list[str]) -> tuple[Optional[int], Optional[int]]:
-    """``(sliding_window, global_every)`` from ``layer_types``; a pattern other than every n-th layer global is a problem."""
+    """``(sliding_window, global_every)`` from ``layer_types``; a pattern other than every n-th layer global is a
+    problem."""
     layer_types = list(getattr(hf_config, "layer_types", None) or [])
     if not layer_types or "sliding_attention" not in layer_types:
         return None, None
@@ -65,7 +67,9 @@ def _window(hf_config, problems: list[str]) -> tuple[Optional[int], Optional[int
     if unknown or "full_attention" not in layer_types:
         return window, None
     every = layer_types.index("full_attention") + 1
-    expected = ["full_attention" if (layer + 1) % every == 0 else "sliding_attention" for layer in range(len(layer_types))]
+    expected = [
+        "full_attention" if (layer + 1) % every == 0 else "sliding_attention" for layer in range(len(layer_types))
+    ]
     if layer_types != expected:
         problems.append(f"layer_types {layer_types} (supported: every n-th layer global, the others sliding)")
     return window, every
@@ -80,9 +84,13 @@ def _rotary(hf_config, d_head: int, problems: list[str]) -> dict:
     for name, values in sets.items():
         factor = values.get("partial_rotary_factor")
         if factor is not None and float(factor) != 1.0:
-            problems.append(f"partial_rotary_factor={factor} for {name} layers (Gemma rotates whole heads, d_head={d_head})")
+            problems.append(
+                f"partial_rotary_factor={factor} for {name} layers (Gemma rotates whole heads, d_head={d_head})"
+            )
     try:
-        base, scaling = rope_from_parameters(sets.get("full_attention", {}), what, getattr(hf_config, "rope_theta", 10000.0))
+        base, scaling = rope_from_parameters(
+            sets.get("full_attention", {}), what, getattr(hf_config, "rope_theta", 10000.0)
+        )
         local = None
         if per_layer_type and "sliding_attention" in sets:
             local, local_scaling = rope_from_parameters(sets["sliding_attention"], what)
@@ -105,8 +113,11 @@ def unsupported_features(hf_config) -> list[str]:
     if getattr(hf_config, "use_bidirectional_attention", False):
         problems.append("use_bidirectional_attention=True (an embedding model's bidirectional attention)")
     if model_type == "gemma3_text" and getattr(hf_config, "attn_logit_softcapping", None) is not None:
-        problems.append(f"attn_logit_softcapping={hf_config.attn_logit_softcapping} (Hugging Face's Gemma 3 attention does "
-                        "not apply it, so what it would compute is not defined)")
+        problems.append(
+            f"attn_logit_softcapping={hf_config.attn_logit_softcapping} (Hugging Face's Gemma 3 attention "
+            "does "
+            "not apply it, so what it would compute is not defined)"
+        )
     activation = _activation(hf_config, problems)
     if activation is not None and activation not in ACTIVATIONS:
         problems.append(f"hidden activation {activation!r} (supported: {sorted(ACTIVATIONS)})")
@@ -125,8 +136,10 @@ def _activation(hf_config, problems: list[str]) -> Optional[str]:
     given = {name: value for name, value in given.items() if value is not None}
     if len(set(given.values())) > 1:
         act, activation = given["hidden_act"], given["hidden_activation"]
-        problems.append(f"hidden_act={act!r} and hidden_activation={activation!r} differ "
-                        "(transformers releases differ on which one Gemma's MLP reads; give both the same value)")
+        problems.append(
+            f"hidden_act={act!r} and hidden_activation={activation!r} differ "
+            "(transformers releases differ on which one Gemma's MLP reads; give both the same value)"
+        )
         return None
     if not given:
         problems.append("no hidden activation (neither hidden_act nor hidden_activation is set)")
@@ -148,10 +161,21 @@ def config_from_hf(hf_config) -> GemmaConfig:
     problems = unsupported_features(hf_config)
     if model_type in REFUSED_MODEL_TYPES:
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
-    require_config_fields(hf_config, model_type, positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-        "vocab_size", "max_position_embeddings",
-    ), positive_floats=("rms_norm_eps",))
+    require_config_fields(
+        hf_config,
+        model_type,
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ),
+        positive_floats=("rms_norm_eps",),
+    )
     window, global_every = _window(hf_config, problems)
     rotary = _rotary(hf_config, hf_config.head_dim, problems)
     if problems:
@@ -172,7 +196,9 @@ def config_from_hf(hf_config) -> GemmaConfig:
         query_pre_attn_scalar=float(hf_config.query_pre_attn_scalar) if later else None,
         post_norms=later,
         qk_norm=model_type == "gemma3_text",
-        attn_softcap=_optional_float(getattr(hf_config, "attn_logit_softcapping", None)) if model_type == "gemma2" else None,
+        attn_softcap=_optional_float(getattr(hf_config, "attn_logit_softcapping", None))
+        if model_type == "gemma2"
+        else None,
         final_softcap=_optional_float(getattr(hf_config, "final_logit_softcapping", None)) if later else None,
         sliding_window=window,
         global_every=global_every,
@@ -201,8 +227,12 @@ def expected_hf_shapes(cfg: GemmaConfig) -> dict[str, tuple[int, ...]]:
 # Hugging Face norm -> ours, per block: Gemma 1 has two norms (Llama's), Gemma 2/3 four.
 BLOCK_NORMS = {
     False: {"input_layernorm": "ln1", "post_attention_layernorm": "ln2"},
-    True: {"input_layernorm": "ln1", "post_attention_layernorm": "ln1_post", "pre_feedforward_layernorm": "ln2",
-           "post_feedforward_layernorm": "ln2_post"},
+    True: {
+        "input_layernorm": "ln1",
+        "post_attention_layernorm": "ln1_post",
+        "pre_feedforward_layernorm": "ln2",
+        "post_feedforward_layernorm": "ln2_post",
+    },
 }
 
 

@@ -1,4 +1,5 @@
-"""Hugging Face's value of each of our hooks in a Gemma model (``GemmaForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``).
+"""Hugging Face's value of each of our hooks in a Gemma model (``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
+``Gemma3ForCausalLM``).
 
 Read with torch hooks on Hugging Face's modules (``reference_hooks``): the scaled token
 embedding (``embed_tokens``' output), each block's residual stream, every norm (Gemma 2/3:
@@ -32,7 +33,9 @@ def _gemma_norm_in_input_dtype(norm, x: Tensor) -> Tensor:
 
 def gemma_float64_patches(hf_model: nn.Module) -> list[Patch]:
     """Every Gemma norm in its input's dtype, and the embedding factor exact in float64."""
-    norms = [module for module in hf_model.modules() if type(module).__name__.endswith("RMSNorm") and hasattr(module, "eps")]
+    norms = [
+        module for module in hf_model.modules() if type(module).__name__.endswith("RMSNorm") and hasattr(module, "eps")
+    ]
     embed = (hf_model.model if hasattr(hf_model, "model") else hf_model).embed_tokens
     scale = torch.tensor(embed.scalar_embed_scale, dtype=torch.float64, device=embed.weight.device)
     return [forward_patch(norm, _gemma_norm_in_input_dtype) for norm in norms] + [Patch(embed, "embed_scale", scale)]
@@ -64,7 +67,9 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         if getattr(hf_model.config, "final_logit_softcapping", None) is not None and hasattr(hf_model, "lm_head"):
             rec.output(hf_model.lm_head, "unembed.hook_logits_uncapped")
 
-    return reference_activations(hf_model, tokens, forward_kwargs, _record_block, gemma_float64_patches, uncapped_logits)
+    return reference_activations(
+        hf_model, tokens, forward_kwargs, _record_block, gemma_float64_patches, uncapped_logits
+    )
 
 
 __all__ = ["gemma_float64_patches", "hf_reference_activations"]

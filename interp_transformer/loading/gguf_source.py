@@ -44,8 +44,9 @@ def resolve_gguf(source: Source) -> Optional[ResolvedSource]:
         """Hugging Face's own reading of the same file (``gguf_file=``), eager attention."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype,
-                                                     attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=dtype, attn_implementation="eager"
+        )
         return model.eval()
 
     return ResolvedSource(

@@ -55,7 +55,9 @@ CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
 def _byte_alphabet() -> dict[int, str]:
     """GPT-2's byte -> printable character table (bytes that print as themselves keep their character)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     extra = (byte for byte in range(256) if byte not in printable)
     table = {byte: chr(byte) for byte in printable}
     table.update({byte: chr(256 + index) for index, byte in enumerate(extra)})
@@ -126,7 +128,9 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
 
     tokens = _metadata_list(metadata, "tokenizer.ggml.tokens")
     token_types = metadata.get("tokenizer.ggml.token_type")
-    token_types = [1] * len(tokens) if token_types is None else _metadata_list(metadata, "tokenizer.ggml.token_type", len(tokens))
+    token_types = (
+        [1] * len(tokens) if token_types is None else _metadata_list(metadata, "tokenizer.ggml.token_type", len(tokens))
+    )
     merges = [tuple(merge.split(" ")) for merge in _metadata_list(metadata, "tokenizer.ggml.merges")]
     malformed = [" ".join(merge) for merge in merges if len(merge) != 2]
     if malformed:
@@ -141,30 +145,49 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
             token = "".join(alphabet[byte] for byte in token.encode("utf-8"))
         vocab.setdefault(token, token_id)
     if len(vocab) != len(tokens):
-        raise ValueError(f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id")
+        raise ValueError(
+            f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id"
+        )
 
     unknown = [" ".join(merge) for merge in merges if not all(part in vocab for part in (*merge, "".join(merge)))]
     if unknown:
-        raise ValueError(f"tokenizer.ggml.merges holds {len(unknown)} merge(s) of or into tokens not in the vocabulary, e.g. {unknown[:5]}")
+        raise ValueError(
+            f"tokenizer.ggml.merges holds {len(unknown)} merge(s) of or into tokens not in the "
+            f"vocabulary, e.g. {unknown[:5]}"
+        )
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     backend.pre_tokenizer = _pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([
-        AddedToken(token, special=True, normalized=False) for token, kind in zip(tokens, token_types) if kind == CONTROL
-    ])
-    backend.add_tokens([
-        AddedToken(token, special=False, normalized=False) for token, kind in zip(tokens, token_types) if kind == USER_DEFINED
-    ])
+    backend.add_special_tokens(
+        [
+            AddedToken(token, special=True, normalized=False)
+            for token, kind in zip(tokens, token_types)
+            if kind == CONTROL
+        ]
+    )
+    backend.add_tokens(
+        [
+            AddedToken(token, special=False, normalized=False)
+            for token, kind in zip(tokens, token_types)
+            if kind == USER_DEFINED
+        ]
+    )
 
     special = {
         name: tokens[token_id]
-        for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
-                          ("pad_token", "padding_token_id"), ("unk_token", "unknown_token_id"))
+        for name, key in (
+            ("bos_token", "bos_token_id"),
+            ("eos_token", "eos_token_id"),
+            ("pad_token", "padding_token_id"),
+            ("unk_token", "unknown_token_id"),
+        )
         if (token_id := _token_id(metadata, key, tokens)) is not None
     }
     backend.post_processor = _post_processor(
-        special.get("bos_token"), special.get("eos_token"),
-        bool(metadata.get("tokenizer.ggml.add_bos_token", False)), bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        special.get("bos_token"),
+        special.get("eos_token"),
+        bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+        bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
         vocab,
     )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **special)

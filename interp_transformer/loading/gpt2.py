@@ -20,10 +20,24 @@ from torch import Tensor
 
 from ..config import TransformerConfig
 from .hf_hooks import current_attention
-from .strict import build_on_meta, check_checkpoint, check_layer_count, load_strict, require_config_fields, state_dict_shapes
+from .strict import (
+    build_on_meta,
+    check_checkpoint,
+    check_layer_count,
+    load_strict,
+    require_config_fields,
+    state_dict_shapes,
+)
 
 # Hugging Face activation names -> ours. gelu_pytorch_tanh is the same formula as gelu_new.
-ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+ACTIVATIONS = {
+    "gelu_new": "gelu_new",
+    "gelu_pytorch_tanh": "gelu_new",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 # Causal-mask buffers that old checkpoints (e.g. the hub's "gpt2") store beside the weights.
 IGNORED_KEYS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 GPT2_VOCAB_SIZE = 50257  # the vocabulary of OpenAI's GPT-2 tokenizer
@@ -38,8 +52,12 @@ def config_from_hf(hf_config) -> TransformerConfig:
     in float32; in float32 and float64 the two compute the same numbers, and a bfloat16 model
     of ours (scores in bfloat16) differs from it by half-precision rounding.
     """
-    require_config_fields(hf_config, "GPT-2", positive_ints=("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"),
-                          positive_floats=("layer_norm_epsilon",))
+    require_config_fields(
+        hf_config,
+        "GPT-2",
+        positive_ints=("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"),
+        positive_floats=("layer_norm_epsilon",),
+    )
     if hf_config.n_inner is not None:
         require_config_fields(hf_config, "GPT-2", positive_ints=("n_inner",))
     unsupported = {
@@ -77,21 +95,29 @@ def expected_hf_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     shapes = {"wte.weight": (d_vocab, d_model), "wpe.weight": (cfg.n_ctx, d_model)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
-        shapes.update({
-            p + "ln_1.weight": (d_model,), p + "ln_1.bias": (d_model,),
-            p + "attn.c_attn.weight": (d_model, 3 * d_model), p + "attn.c_attn.bias": (3 * d_model,),
-            p + "attn.c_proj.weight": (d_model, d_model), p + "attn.c_proj.bias": (d_model,),
-            p + "ln_2.weight": (d_model,), p + "ln_2.bias": (d_model,),
-            p + "mlp.c_fc.weight": (d_model, d_mlp), p + "mlp.c_fc.bias": (d_mlp,),
-            p + "mlp.c_proj.weight": (d_mlp, d_model), p + "mlp.c_proj.bias": (d_model,),
-        })
+        shapes.update(
+            {
+                p + "ln_1.weight": (d_model,),
+                p + "ln_1.bias": (d_model,),
+                p + "attn.c_attn.weight": (d_model, 3 * d_model),
+                p + "attn.c_attn.bias": (3 * d_model,),
+                p + "attn.c_proj.weight": (d_model, d_model),
+                p + "attn.c_proj.bias": (d_model,),
+                p + "ln_2.weight": (d_model,),
+                p + "ln_2.bias": (d_model,),
+                p + "mlp.c_fc.weight": (d_model, d_mlp),
+                p + "mlp.c_fc.bias": (d_mlp,),
+                p + "mlp.c_proj.weight": (d_mlp, d_model),
+                p + "mlp.c_proj.bias": (d_model,),
+            }
+        )
     shapes.update({"ln_f.weight": (d_model,), "ln_f.bias": (d_model,), "lm_head.weight": (d_vocab, d_model)})
     return shapes
 
 
 def _strip_prefix(name: str) -> str:
     # GPT2LMHeadModel checkpoints prefix the body with "transformer."; GPT2Model ones do not.
-    return name[len("transformer."):] if name.startswith("transformer.") else name
+    return name[len("transformer.") :] if name.startswith("transformer.") else name
 
 
 def _fresh(tensor: Tensor) -> Tensor:
@@ -129,7 +155,8 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: TransformerConf
         W_QKV = einops.rearrange(
             read(p + "attn.c_attn.weight"),
             "d_model (qkv head_index d_head) -> qkv head_index d_model d_head",
-            qkv=3, head_index=n_heads,
+            qkv=3,
+            head_index=n_heads,
         )
         b_QKV = einops.rearrange(
             read(p + "attn.c_attn.bias"), "(qkv head_index d_head) -> qkv head_index d_head", qkv=3, head_index=n_heads
@@ -138,9 +165,13 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: TransformerConf
             ours[q + f"attn.W_{letter}"] = _fresh(W_QKV[index])
             ours[q + f"attn.b_{letter}"] = _fresh(b_QKV[index])
         del W_QKV, b_QKV
-        ours[q + "attn.W_O"] = _fresh(einops.rearrange(
-            read(p + "attn.c_proj.weight"), "(head_index d_head) d_model -> head_index d_head d_model", head_index=n_heads
-        ))
+        ours[q + "attn.W_O"] = _fresh(
+            einops.rearrange(
+                read(p + "attn.c_proj.weight"),
+                "(head_index d_head) d_model -> head_index d_head d_model",
+                head_index=n_heads,
+            )
+        )
         ours[q + "attn.b_O"] = _fresh(read(p + "attn.c_proj.bias"))
         ours[q + "ln2.w"] = _fresh(read(p + "ln_2.weight"))
         ours[q + "ln2.b"] = _fresh(read(p + "ln_2.bias"))
@@ -157,7 +188,9 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: TransformerConf
     return ours
 
 
-def build_model(cfg: TransformerConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
+def build_model(
+    cfg: TransformerConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None
+):
     """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
     from ..model import DemoTransformer
 
@@ -199,7 +232,9 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     handles = []
 
     def on_output(module, name: str, transform=lambda out: out):
-        handles.append(module.register_forward_hook(lambda m, args, out: acts.__setitem__(name, transform(out).detach())))
+        handles.append(
+            module.register_forward_hook(lambda m, args, out: acts.__setitem__(name, transform(out).detach()))
+        )
 
     def on_input(module, name: str, transform=lambda x: x):
         def hook(m, args, kwargs):
@@ -216,8 +251,11 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         on_input(block, q + "hook_resid_pre")
         on_output(block.ln_1, q + "ln1.hook_normalized")
         for index, letter in enumerate("qkv"):
-            on_output(block.attn.c_attn, q + f"attn.hook_{letter}",
-                      lambda out, i=index: einops.rearrange(out.chunk(3, dim=-1)[i], split_heads, head_index=n_heads))
+            on_output(
+                block.attn.c_attn,
+                q + f"attn.hook_{letter}",
+                lambda out, i=index: einops.rearrange(out.chunk(3, dim=-1)[i], split_heads, head_index=n_heads),
+            )
         on_output(block.attn, q + "attn.hook_pattern", lambda out: out[1])
         on_input(block.attn.c_proj, q + "attn.hook_z", lambda x: einops.rearrange(x, split_heads, head_index=n_heads))
         on_output(block.attn, q + "hook_attn_out", lambda out: out[0])

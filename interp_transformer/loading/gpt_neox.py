@@ -27,8 +27,15 @@ from torch import Tensor
 from ..architectures.gpt_neox import GPTNeoXConfig
 from ..components.rotary import RopeScaling
 from .common import (
-    activation, build_model, fresh, fused_qkv_activation, heads_out, hf_model_loader, linear_to_ours,
-    split_fused_qkv, without_prefix,
+    activation,
+    build_model,
+    fresh,
+    fused_qkv_activation,
+    heads_out,
+    hf_model_loader,
+    linear_to_ours,
+    split_fused_qkv,
+    without_prefix,
 )
 from .hf_hooks import Recorder, collect, split_heads, with_positions
 from .strict import check_checkpoint, check_layer_count, require_config_fields
@@ -46,8 +53,11 @@ def _rotary(hf_config, d_head: int) -> tuple[int, float, object]:
     factor = float(parameters.get("partial_rotary_factor", getattr(hf_config, "rotary_pct", 1.0)))
     rotary_dim = int(d_head * factor)  # Hugging Face's rounding
     if not 0 < rotary_dim <= d_head or rotary_dim % 2:
-        raise ValueError(f"gpt_neox config rotates {rotary_dim} of d_head={d_head} dimensions (partial_rotary_factor={factor}): "
-                         "rotary positions rotate pairs, so an even number in [2, d_head] is supported")
+        raise ValueError(
+            f"gpt_neox config rotates {rotary_dim} of d_head={d_head} dimensions "
+            f"(partial_rotary_factor={factor}): "
+            "rotary positions rotate pairs, so an even number in [2, d_head] is supported"
+        )
     base = float(parameters.get("rope_theta", getattr(hf_config, "rotary_emb_base", 10000.0)))
     scaling = RopeScaling("linear", float(parameters["factor"])) if rope_type == "linear" else None
     return rotary_dim, base, scaling
@@ -55,21 +65,41 @@ def _rotary(hf_config, d_head: int) -> tuple[int, float, object]:
 
 def config_from_hf(hf_config) -> GPTNeoXConfig:
     """Our config from a ``transformers.GPTNeoXConfig``; ``ValueError`` naming what is not computed here."""
-    require_config_fields(hf_config, "gpt_neox", positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
-    ), positive_floats=("layer_norm_eps",))
+    require_config_fields(
+        hf_config,
+        "gpt_neox",
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ),
+        positive_floats=("layer_norm_eps",),
+    )
     d_model, n_heads = hf_config.hidden_size, hf_config.num_attention_heads
     if d_model % n_heads:
         raise ValueError(f"gpt_neox hidden_size={d_model} must be divisible by num_attention_heads={n_heads}")
     d_head = d_model // n_heads
     rotary_dim, base, scaling = _rotary(hf_config, d_head)
     return GPTNeoXConfig(
-        d_model=d_model, n_layers=hf_config.num_hidden_layers, n_heads=n_heads, d_head=d_head,
-        d_mlp=hf_config.intermediate_size, d_vocab=hf_config.vocab_size, n_ctx=hf_config.max_position_embeddings,
-        rotary_dim=rotary_dim, rotary_base=base, rope_scaling=scaling,
-        parallel_residual=bool(hf_config.use_parallel_residual), attn_bias=bool(getattr(hf_config, "attention_bias", True)),
-        tied_embeddings=bool(hf_config.tie_word_embeddings), act_fn=activation(hf_config.hidden_act, "gpt_neox"),
-        layer_norm_eps=float(hf_config.layer_norm_eps), init_range=float(hf_config.initializer_range),
+        d_model=d_model,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=hf_config.intermediate_size,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.max_position_embeddings,
+        rotary_dim=rotary_dim,
+        rotary_base=base,
+        rope_scaling=scaling,
+        parallel_residual=bool(hf_config.use_parallel_residual),
+        attn_bias=bool(getattr(hf_config, "attention_bias", True)),
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        act_fn=activation(hf_config.hidden_act, "gpt_neox"),
+        layer_norm_eps=float(hf_config.layer_norm_eps),
+        init_range=float(hf_config.initializer_range),
         name=getattr(hf_config, "name_or_path", "") or "gpt_neox",
     )
 
@@ -87,8 +117,14 @@ def expected_hf_shapes(cfg: GPTNeoXConfig) -> dict[str, tuple[int, ...]]:
         if cfg.attn_bias:
             shapes[p + "attention.query_key_value.bias"] = (3 * d,)
             shapes[p + "attention.dense.bias"] = (d,)
-        shapes.update({p + "mlp.dense_h_to_4h.weight": (d_mlp, d), p + "mlp.dense_h_to_4h.bias": (d_mlp,),
-                       p + "mlp.dense_4h_to_h.weight": (d, d_mlp), p + "mlp.dense_4h_to_h.bias": (d,)})
+        shapes.update(
+            {
+                p + "mlp.dense_h_to_4h.weight": (d_mlp, d),
+                p + "mlp.dense_h_to_4h.bias": (d_mlp,),
+                p + "mlp.dense_4h_to_h.weight": (d, d_mlp),
+                p + "mlp.dense_4h_to_h.bias": (d,),
+            }
+        )
     shapes.update({"final_layer_norm.weight": (d,), "final_layer_norm.bias": (d,), "lm_head.weight": (cfg.d_vocab, d)})
     return shapes
 
@@ -105,8 +141,13 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
         names["lm_head.weight"] = names.pop("embed_out.weight")
         shapes["lm_head.weight"] = shapes.pop("embed_out.weight")
     check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-    check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint", ignored=IGNORED_KEYS,
-                     optional=["lm_head.weight"] if cfg.tied_embeddings else [])
+    check_checkpoint(
+        shapes,
+        expected_hf_shapes(cfg),
+        what=f"{cfg.name} checkpoint",
+        ignored=IGNORED_KEYS,
+        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+    )
 
     def read(name: str) -> Tensor:
         return hf_state_dict[names[name]]
@@ -116,7 +157,10 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
     zeros = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
     for layer in range(cfg.n_layers):
         p, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"], ours[q + "ln1.b"] = fresh(read(p + "input_layernorm.weight")), fresh(read(p + "input_layernorm.bias"))
+        ours[q + "ln1.w"], ours[q + "ln1.b"] = (
+            fresh(read(p + "input_layernorm.weight")),
+            fresh(read(p + "input_layernorm.bias")),
+        )
         qkv_bias = read(p + "attention.query_key_value.bias") if cfg.attn_bias else zeros(3 * cfg.d_model)
         ours.update(split_fused_qkv(read(p + "attention.query_key_value.weight"), qkv_bias, cfg.d_head, q + "attn."))
         ours[q + "attn.W_O"] = heads_out(read(p + "attention.dense.weight"), cfg.d_head)
@@ -127,18 +171,21 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
         ours[q + "mlp.b_in"] = fresh(read(p + "mlp.dense_h_to_4h.bias"))
         ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.dense_4h_to_h.weight"))
         ours[q + "mlp.b_out"] = fresh(read(p + "mlp.dense_4h_to_h.bias"))
-    ours["ln_final.w"], ours["ln_final.b"] = fresh(read("final_layer_norm.weight")), fresh(read("final_layer_norm.bias"))
+    ours["ln_final.w"], ours["ln_final.b"] = (
+        fresh(read("final_layer_norm.weight")),
+        fresh(read("final_layer_norm.bias")),
+    )
     ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"])
     ours["unembed.b_U"] = zeros(cfg.d_vocab)  # GPT-NeoX's read-out has no bias
     return ours
-
 
 
 load_hf_model = hf_model_loader("GPTNeoXForCausalLM", attn_implementation="eager")
 
 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
-    """Run a Hugging Face GPT-NeoX (``GPTNeoXForCausalLM`` or ``GPTNeoXModel``) and return its value for each of our hooks.
+    """Run a Hugging Face GPT-NeoX (``GPTNeoXForCausalLM`` or ``GPTNeoXModel``) and return its value for each of our
+    hooks.
 
     Read with torch hooks on its modules: the token embedding, each block's residual stream
     (``hook_resid_mid`` only for sequential blocks, ``use_parallel_residual=False``), the
@@ -160,7 +207,9 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         recorder.layer_norm(block.input_layernorm, q + "ln1.")
         for index, letter in enumerate("qkv"):
             recorder.output(attn.query_key_value, q + f"attn.hook_{letter}", fused_qkv_activation(index, d_head))
-        recorder.kwargs(attn, lambda kwargs, layer=layer: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"]))
+        recorder.kwargs(
+            attn, lambda kwargs, layer=layer: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"])
+        )
         recorder.pattern(attn, q + "attn.hook_pattern")
         recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head))
         recorder.output(attn, q + "hook_attn_out")
@@ -181,12 +230,22 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 
 def rotate_like_hf(apply_rotary, query: Tensor, key: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin)`` (heads first) on our ``[batch, pos, head_index, d_head]`` q and k."""
+    """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin)`` (heads first) on our ``[batch, pos, head_index, d_head]``
+    q and k."""
     to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
     back = "batch head_index pos d_head -> batch pos head_index d_head"
-    rot_q, rot_k = apply_rotary(einops.rearrange(query, to_heads_first), einops.rearrange(key, to_heads_first), cos, sin)
+    rot_q, rot_k = apply_rotary(
+        einops.rearrange(query, to_heads_first), einops.rearrange(key, to_heads_first), cos, sin
+    )
     return einops.rearrange(rot_q, back), einops.rearrange(rot_k, back)
 
 
-__all__ = ["build_model", "config_from_hf", "convert_state_dict", "expected_hf_shapes", "hf_reference_activations",
-           "load_hf_model", "rotate_like_hf"]
+__all__ = [
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "load_hf_model",
+    "rotate_like_hf",
+]

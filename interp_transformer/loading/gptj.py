@@ -28,19 +28,31 @@ IGNORED_KEYS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 
 def config_from_hf(hf_config) -> GPTJConfig:
     """Our config from a ``transformers.GPTJConfig``; ``ValueError`` naming what is not computed here."""
-    require_config_fields(hf_config, "gptj", positive_ints=("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
-                          positive_floats=("layer_norm_epsilon",))
+    require_config_fields(
+        hf_config,
+        "gptj",
+        positive_ints=("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
+        positive_floats=("layer_norm_epsilon",),
+    )
     if hf_config.n_inner is not None:
         require_config_fields(hf_config, "gptj", positive_ints=("n_inner",))
     d_model, n_heads = hf_config.n_embd, hf_config.n_head
     if d_model % n_heads:
         raise ValueError(f"gptj n_embd={d_model} must be divisible by n_head={n_heads}")
     return GPTJConfig(
-        d_model=d_model, n_layers=hf_config.n_layer, n_heads=n_heads, d_head=d_model // n_heads,
-        d_mlp=hf_config.n_inner if hf_config.n_inner is not None else 4 * d_model, d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.n_positions, rotary_dim=hf_config.rotary_dim, tied_embeddings=bool(hf_config.tie_word_embeddings),
-        act_fn=activation(hf_config.activation_function, "gptj"), layer_norm_eps=float(hf_config.layer_norm_epsilon),
-        init_range=float(hf_config.initializer_range), name=getattr(hf_config, "name_or_path", "") or "gptj",
+        d_model=d_model,
+        n_layers=hf_config.n_layer,
+        n_heads=n_heads,
+        d_head=d_model // n_heads,
+        d_mlp=hf_config.n_inner if hf_config.n_inner is not None else 4 * d_model,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.n_positions,
+        rotary_dim=hf_config.rotary_dim,
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        act_fn=activation(hf_config.activation_function, "gptj"),
+        layer_norm_eps=float(hf_config.layer_norm_epsilon),
+        init_range=float(hf_config.initializer_range),
+        name=getattr(hf_config, "name_or_path", "") or "gptj",
     )
 
 
@@ -53,9 +65,17 @@ def expected_hf_shapes(cfg: GPTJConfig) -> dict[str, tuple[int, ...]]:
         shapes.update({p + "ln_1.weight": (d,), p + "ln_1.bias": (d,)})
         for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
             shapes[p + f"attn.{projection}.weight"] = (d, d)
-        shapes.update({p + "mlp.fc_in.weight": (d_mlp, d), p + "mlp.fc_in.bias": (d_mlp,),
-                       p + "mlp.fc_out.weight": (d, d_mlp), p + "mlp.fc_out.bias": (d,)})
-    shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,), "lm_head.weight": (cfg.d_vocab, d), "lm_head.bias": (cfg.d_vocab,)})
+        shapes.update(
+            {
+                p + "mlp.fc_in.weight": (d_mlp, d),
+                p + "mlp.fc_in.bias": (d_mlp,),
+                p + "mlp.fc_out.weight": (d, d_mlp),
+                p + "mlp.fc_out.bias": (d,),
+            }
+        )
+    shapes.update(
+        {"ln_f.weight": (d,), "ln_f.bias": (d,), "lm_head.weight": (cfg.d_vocab, d), "lm_head.bias": (cfg.d_vocab,)}
+    )
     return shapes
 
 
@@ -68,8 +88,13 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
     """
     names, shapes = without_prefix(hf_state_dict, "transformer.")
     check_layer_count(shapes, r"^h\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "n_layer")
-    check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint", ignored=IGNORED_KEYS,
-                     optional=["lm_head.weight"] if cfg.tied_embeddings else [])
+    check_checkpoint(
+        shapes,
+        expected_hf_shapes(cfg),
+        what=f"{cfg.name} checkpoint",
+        ignored=IGNORED_KEYS,
+        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+    )
 
     def read(name: str) -> Tensor:
         return hf_state_dict[names[name]]
@@ -84,14 +109,16 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
             ours[q + f"attn.b_{letter}"] = torch.zeros(cfg.n_heads, cfg.d_head, dtype=dtype, device=device)
         ours[q + "attn.W_O"] = heads_out(read(p + "attn.out_proj.weight"), cfg.d_head)
         ours[q + "attn.b_O"] = torch.zeros(cfg.d_model, dtype=dtype, device=device)
-        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = linear_to_ours(read(p + "mlp.fc_in.weight")), fresh(read(p + "mlp.fc_in.bias"))
+        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = (
+            linear_to_ours(read(p + "mlp.fc_in.weight")),
+            fresh(read(p + "mlp.fc_in.bias")),
+        )
         ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.fc_out.weight"))
         ours[q + "mlp.b_out"] = fresh(read(p + "mlp.fc_out.bias"))
     ours["ln_final.w"], ours["ln_final.b"] = fresh(read("ln_f.weight")), fresh(read("ln_f.bias"))
     ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"])
     ours["unembed.b_U"] = fresh(read("lm_head.bias"))
     return ours
-
 
 
 load_hf_model = hf_model_loader("GPTJForCausalLM", attn_implementation="eager")
@@ -157,5 +184,12 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     return acts
 
 
-__all__ = ["build_model", "config_from_hf", "convert_state_dict", "expected_hf_shapes", "hf_reference_activations",
-           "load_hf_model", "rotate_like_gptj"]
+__all__ = [
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "load_hf_model",
+    "rotate_like_gptj",
+]

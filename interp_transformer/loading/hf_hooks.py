@@ -57,15 +57,21 @@ class Recorder:
 
         def hook(m, args, out):
             if not isinstance(out, tuple) or len(out) != len(names):
-                raise ValueError(unsupported_transformers(f"{type(m).__name__} returning {type(out).__name__}, not the "
-                                                          f"{len(names)} tensors {names} the reference reads"))
+                raise ValueError(
+                    unsupported_transformers(
+                        f"{type(m).__name__} returning {type(out).__name__}, not the "
+                        f"{len(names)} tensors {names} the reference reads"
+                    )
+                )
             self.acts.update({name: value.detach() for name, value in zip(names, out)})
 
         self.handles.append(module.register_forward_hook(hook))
 
     def pattern(self, attention: nn.Module, name: str) -> None:
         """Keep the attention weights, the second element of ``attention``'s output, as ``name``."""
-        self.handles.append(attention.register_forward_hook(lambda m, args, out: self.acts.__setitem__(name, out[1].detach())))
+        self.handles.append(
+            attention.register_forward_hook(lambda m, args, out: self.acts.__setitem__(name, out[1].detach()))
+        )
 
     def kwargs(self, module: nn.Module, store: Callable[[dict], None]) -> None:
         """Hand ``module``'s keyword arguments to ``store`` on every call (e.g. the rotary cos/sin it was given)."""
@@ -87,8 +93,10 @@ def unsupported_transformers(what: str) -> str:
     """A message for a Hugging Face model whose structure the references cannot read, naming the supported versions."""
     from .versions import SUPPORTED_TRANSFORMERS, installed_transformers
 
-    return (f"the Hugging Face reference cannot read {what} (transformers {installed_transformers()}); the "
-            f"references are tested with transformers {SUPPORTED_TRANSFORMERS}: install a version in that range")
+    return (
+        f"the Hugging Face reference cannot read {what} (transformers {installed_transformers()}); the "
+        f"references are tested with transformers {SUPPORTED_TRANSFORMERS}: install a version in that range"
+    )
 
 
 def current_attention(hf_model) -> str:
@@ -128,7 +136,9 @@ def eager_attention_in_input_dtype(module, query, key, value, attention_mask, sc
 
 
 @contextlib.contextmanager
-def reference_run(hf_model, float64: bool, interface: bool = True, patches: Optional[contextlib.AbstractContextManager] = None):
+def reference_run(
+    hf_model, float64: bool, interface: bool = True, patches: Optional[contextlib.AbstractContextManager] = None
+):
     """Eval mode and eager attention for the call (see the module docstring); restored afterwards.
 
     ``interface``: the model picks its attention through ``AttentionInterface`` (switched to
@@ -154,9 +164,17 @@ def reference_run(hf_model, float64: bool, interface: bool = True, patches: Opti
         hf_model.train(was_training)
 
 
-def collect(hf_model, recorder: Recorder, tokens: Tensor, forward_kwargs: dict, *, interface: bool = True,
-            patches: Optional[Callable[[], contextlib.AbstractContextManager]] = None) -> dict[str, Tensor]:
-    """Run ``hf_model`` on ``tokens`` as a reference (``reference_run``) and return what ``recorder`` kept, plus ``"logits"``.
+def collect(
+    hf_model,
+    recorder: Recorder,
+    tokens: Tensor,
+    forward_kwargs: dict,
+    *,
+    interface: bool = True,
+    patches: Optional[Callable[[], contextlib.AbstractContextManager]] = None,
+) -> dict[str, Tensor]:
+    """Run ``hf_model`` on ``tokens`` as a reference (``reference_run``) and return what ``recorder`` kept, plus
+    ``"logits"``.
 
     The recorder's hooks are removed afterwards, also on error. ``patches`` makes the
     context manager a float64 run enters (a model whose float64 run needs patching).
@@ -186,5 +204,15 @@ def with_positions(forward_kwargs: dict) -> dict:
     return {**forward_kwargs, "position_ids": (mask.long().cumsum(dim=-1) - 1).clamp(min=0)}
 
 
-__all__ = ["FLOAT64_MHA_ATTENTION", "Recorder", "collect", "current_attention", "eager_attention_in_input_dtype",
-           "layer_norm_scale", "reference_run", "split_heads", "unsupported_transformers", "with_positions"]
+__all__ = [
+    "FLOAT64_MHA_ATTENTION",
+    "Recorder",
+    "collect",
+    "current_attention",
+    "eager_attention_in_input_dtype",
+    "layer_norm_scale",
+    "reference_run",
+    "split_heads",
+    "unsupported_transformers",
+    "with_positions",
+]

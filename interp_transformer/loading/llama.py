@@ -51,11 +51,14 @@ def _attn_biases(hf_config) -> tuple[str, ...]:
 
 
 def _rope_scaling(hf_config, d_head: int) -> tuple[float, Optional[RopeScaling]]:
-    """``(rotary_base, rope_scaling)`` from Hugging Face's ``rope_parameters``; ``ValueError`` for what we do not compute."""
+    """``(rotary_base, rope_scaling)`` from Hugging Face's ``rope_parameters``; ``ValueError`` for what we do not
+    compute."""
     what = f"{hf_config.model_type} config"
     parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
     if parameters and all(isinstance(value, dict) for value in parameters.values()):
-        raise ValueError(f"{what} has rope_parameters per layer type ({sorted(parameters)}); one set for every layer is supported")
+        raise ValueError(
+            f"{what} has rope_parameters per layer type ({sorted(parameters)}); one set for every layer is supported"
+        )
     factor = parameters.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
     if factor is not None and float(factor) != 1.0:
         raise ValueError(
@@ -65,8 +68,11 @@ def _rope_scaling(hf_config, d_head: int) -> tuple[float, Optional[RopeScaling]]
     return rope_from_parameters(parameters, what, default_base=getattr(hf_config, "rope_theta", 10000.0))
 
 
-def rope_from_parameters(parameters: dict, what: str, default_base: float = 10000.0) -> tuple[float, Optional[RopeScaling]]:
-    """``(rotary_base, rope_scaling)`` from one set of Hugging Face ``rope_parameters``; ``ValueError`` naming an unknown rope type."""
+def rope_from_parameters(
+    parameters: dict, what: str, default_base: float = 10000.0
+) -> tuple[float, Optional[RopeScaling]]:
+    """``(rotary_base, rope_scaling)`` from one set of Hugging Face ``rope_parameters``; ``ValueError`` naming an
+    unknown rope type."""
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"{what} has rope_type={rope_type!r}; supported: {list(SUPPORTED_ROPE_TYPES)}")
@@ -93,7 +99,9 @@ def _sliding_window(hf_config):
     kinds = sorted(set(layer_types))
     unknown = [kind for kind in kinds if kind not in ("full_attention", "sliding_attention")]
     if unknown:
-        raise ValueError(f"{hf_config.model_type} config has layer_types {unknown}; supported: full_attention, sliding_attention")
+        raise ValueError(
+            f"{hf_config.model_type} config has layer_types {unknown}; supported: full_attention, sliding_attention"
+        )
     if len(kinds) > 1:
         raise ValueError(
             f"{hf_config.model_type} config mixes full_attention and sliding_attention layers ({list(layer_types)}); "
@@ -112,11 +120,24 @@ def config_from_hf(hf_config) -> LlamaConfig:
     model_type = hf_config.model_type
     if model_type not in MODEL_TYPES:
         raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
-    require_config_fields(hf_config, model_type, positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
-    ), positive_floats=("rms_norm_eps",))
+    require_config_fields(
+        hf_config,
+        model_type,
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ),
+        positive_floats=("rms_norm_eps",),
+    )
     if getattr(hf_config, "mlp_bias", False):
-        raise ValueError(f"{model_type} config has mlp_bias=True (biases on gate/up/down projections); only mlp_bias=False is supported")
+        raise ValueError(
+            f"{model_type} config has mlp_bias=True (biases on gate/up/down projections); only "
+            "mlp_bias=False is supported"
+        )
     activation = hf_config.hidden_act
     if activation not in ACTIVATIONS:
         raise ValueError(f"{model_type} hidden_act={activation!r} is not supported; supported: {sorted(ACTIVATIONS)}")
@@ -169,11 +190,12 @@ def expected_hf_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
 
 def _strip_prefix(name: str) -> str:
     # *ForCausalLM checkpoints prefix the body with "model."; the bare *Model ones do not.
-    return name[len("model."):] if name.startswith("model.") else name
+    return name[len("model.") :] if name.startswith("model.") else name
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
-    """Hugging Face Llama-family state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
+    """Hugging Face Llama-family state dict -> ours. Pure: the input is not changed, the output shares no memory with
+    it.
 
     Every name and shape is checked first (``CheckpointError`` listing every missing,
     unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
@@ -217,7 +239,8 @@ class CheckedCheckpoint:
 
 
 def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:
-    """One Llama-style attention (``layers.L.self_attn.{q,k,v,o}_proj``, q/k norms) under our names; zeros for absent biases.
+    """One Llama-style attention (``layers.L.self_attn.{q,k,v,o}_proj``, q/k norms) under our names; zeros for absent
+    biases.
 
     ``cfg`` is any config with Llama's attention fields; the q/k norms' weights go to
     ``attn.q_norm.w``/``k_norm.w``.
@@ -230,19 +253,28 @@ def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: tor
     ours[q + "W_O"] = heads_out(read(p + "o_proj.weight"), cfg.d_head)
     heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
     for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
-        bias = (read(p + f"{letter}_proj.bias") if letter in cfg.attn_biases
-                else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device))
+        bias = (
+            read(p + f"{letter}_proj.bias")
+            if letter in cfg.attn_biases
+            else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device)
+        )
         ours[q + ours_name] = per_head_bias(bias, cfg.d_head)
-    ours[q + "b_O"] = (fresh(read(p + "o_proj.bias")) if "o" in cfg.attn_biases
-                       else torch.zeros(cfg.d_model, dtype=dtype, device=device))
+    ours[q + "b_O"] = (
+        fresh(read(p + "o_proj.bias"))
+        if "o" in cfg.attn_biases
+        else torch.zeros(cfg.d_model, dtype=dtype, device=device)
+    )
     if cfg.qk_norm:
         ours[q + "q_norm.w"] = fresh(read(p + "q_norm.weight"))
         ours[q + "k_norm.w"] = fresh(read(p + "k_norm.weight"))
     return ours
 
 
-def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device) -> dict[str, Tensor]:
-    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``, ``W_out`` (zero biases)."""
+def convert_gated_mlp(
+    read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device
+) -> dict[str, Tensor]:
+    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``,
+    ``W_out`` (zero biases)."""
     W_out = linear_to_ours(read(hf_prefix + "down_proj.weight"))
     d_mlp, d_model = W_out.shape
     return {
@@ -255,14 +287,18 @@ def convert_gated_mlp(read: Callable[[str], Tensor], hf_prefix: str, prefix: str
 
 
 def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
-    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding; ``b_U = 0``."""
+    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding;
+    ``b_U = 0``."""
     lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
-    return {"unembed.W_U": linear_to_ours(lm_head),
-            "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)}
+    return {
+        "unembed.W_U": linear_to_ours(lm_head),
+        "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    }
 
 
 def load_hf_model(directory, *, dtype=torch.float32):
-    """The Hugging Face reference model of a decoder directory (Llama family, Gemma, mixtures of experts), eager attention."""
+    """The Hugging Face reference model of a decoder directory (Llama family, Gemma, mixtures of experts), eager
+    attention."""
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()

@@ -39,7 +39,8 @@ from .reference_hooks import (
 
 
 def record_gated_mlp(rec: Recorder, mlp: nn.Module, prefix: str, transform: Callable = lambda t: t) -> None:
-    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``) as our ``hook_pre``, ``hook_pre_linear``, ``hook_post``.
+    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``) as our ``hook_pre``, ``hook_pre_linear``,
+    ``hook_post``.
 
     ``transform`` reshapes each value (a mixture's shared expert reads ``[(batch pos), d_model]``).
     """
@@ -50,7 +51,11 @@ def record_gated_mlp(rec: Recorder, mlp: nn.Module, prefix: str, transform: Call
 
 def llama_float64_patches(hf_model: nn.Module) -> list[Patch]:
     """Every RMSNorm of the model computed in its input's dtype (Hugging Face's casts it to float32)."""
-    return [forward_patch(module, rms_norm_in_input_dtype) for module in hf_model.modules() if hasattr(module, "variance_epsilon")]
+    return [
+        forward_patch(module, rms_norm_in_input_dtype)
+        for module in hf_model.modules()
+        if hasattr(module, "variance_epsilon")
+    ]
 
 
 def record_llama_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
@@ -75,5 +80,11 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     return reference_activations(hf_model, tokens, forward_kwargs, _record_block, llama_float64_patches)
 
 
-__all__ = ["FLOAT64_ATTENTION", "hf_reference_activations", "llama_float64_patches", "positions_from_mask", "record_gated_mlp",
-           "record_llama_block"]
+__all__ = [
+    "FLOAT64_ATTENTION",
+    "hf_reference_activations",
+    "llama_float64_patches",
+    "positions_from_mask",
+    "record_gated_mlp",
+    "record_llama_block",
+]

@@ -36,10 +36,14 @@ def config_from_hf(hf_config) -> MarianConfig:
     """Our ``MarianConfig`` from a Hugging Face ``MarianConfig``; ``ValueError`` for variants we do not compute."""
     check_model_type(hf_config, SUPPORTED_MODEL_TYPES)
     if not getattr(hf_config, "share_encoder_decoder_embeddings", True):
-        raise ValueError("share_encoder_decoder_embeddings=False (separate source and target embeddings) is not supported")
+        raise ValueError(
+            "share_encoder_decoder_embeddings=False (separate source and target embeddings) is not supported"
+        )
     decoder_vocab = getattr(hf_config, "decoder_vocab_size", None) or hf_config.vocab_size
     if decoder_vocab != hf_config.vocab_size:
-        raise ValueError(f"decoder_vocab_size={decoder_vocab} differs from vocab_size={hf_config.vocab_size}: not supported")
+        raise ValueError(
+            f"decoder_vocab_size={decoder_vocab} differs from vocab_size={hf_config.vocab_size}: not supported"
+        )
     return MarianConfig(**common_config_fields(hf_config))
 
 
@@ -47,8 +51,9 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: MarianConfig) -
     """Hugging Face Marian state dict -> ours. Pure: the input is not changed."""
     if not isinstance(cfg, MarianConfig):
         raise TypeError(f"cfg must be a MarianConfig, got {type(cfg).__name__}")
-    ours, names = convert_body(hf_state_dict, cfg, what="Marian checkpoint", positions=cfg.n_ctx, embed_ln=False,
-                               optional=POSITIONS)
+    ours, names = convert_body(
+        hf_state_dict, cfg, what="Marian checkpoint", positions=cfg.n_ctx, embed_ln=False, optional=POSITIONS
+    )
     table = sinusoidal_table(torch.arange(cfg.n_ctx), cfg.d_model).double()
     for name in POSITIONS:
         if name in names:
@@ -65,9 +70,11 @@ def check_table(saved: Tensor, table: Tensor, name: str) -> None:
     tolerance = torch.finfo(saved.dtype).eps if saved.is_floating_point() else 0.0
     gap = (saved.double() - table).abs().max().item()
     if not gap <= tolerance:
-        raise CheckpointError(f"Marian checkpoint: {name} differs from the sinusoidal table Marian computes by up to "
-                              f"{gap:.3g} (tolerance {tolerance:.3g}, the rounding of {saved.dtype}); Hugging Face "
-                              "would use the saved table, a learned or altered positional table is not supported")
+        raise CheckpointError(
+            f"Marian checkpoint: {name} differs from the sinusoidal table Marian computes by up to "
+            f"{gap:.3g} (tolerance {tolerance:.3g}, the rounding of {saved.dtype}); Hugging Face "
+            "would use the saved table, a learned or altered positional table is not supported"
+        )
 
 
 def load_hf_model(directory, *, dtype=torch.float32):
@@ -77,15 +84,23 @@ def load_hf_model(directory, *, dtype=torch.float32):
     return MarianMTModel.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
-def hf_reference_activations(hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None,
-                             decoder_input: Optional[Tensor] = None) -> dict[str, Tensor]:
+def hf_reference_activations(
+    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+) -> dict[str, Tensor]:
     """Hugging Face Marian's value for each of our hooks (every one but the attention scores), and ``"logits"``."""
     body = getattr(hf_model, "model", hf_model)
     recorder = ActivationRecorder()
-    record_bart_family(recorder, body, hf_model.config.encoder_attention_heads, tokens.shape[0],
-                       embed_scale=body.encoder.embed_scale)
+    record_bart_family(
+        recorder, body, hf_model.config.encoder_attention_heads, tokens.shape[0], embed_scale=body.encoder.embed_scale
+    )
     return run_seq2seq(hf_model, recorder, tokens, attention_mask, decoder_input)
 
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "build_model", "config_from_hf", "convert_state_dict", "hf_reference_activations",
-           "load_hf_model"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "hf_reference_activations",
+    "load_hf_model",
+]

@@ -48,9 +48,11 @@ from .strict import require_config_fields
 
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
 # Hugging Face's per-expert file names: (module of the mixture, gate, up, down)
-PER_EXPERT_NAMES = {"mixtral": ("block_sparse_moe", "w1", "w3", "w2"),
-                    "qwen2_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
-                    "qwen3_moe": ("mlp", "gate_proj", "up_proj", "down_proj")}
+PER_EXPERT_NAMES = {
+    "mixtral": ("block_sparse_moe", "w1", "w3", "w2"),
+    "qwen2_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+    "qwen3_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+}
 
 
 def _dense_layers(hf_config) -> tuple[int, ...]:
@@ -62,24 +64,39 @@ def _dense_layers(hf_config) -> tuple[int, ...]:
 
 
 def config_from_hf(hf_config) -> MoEConfig:
-    """Our config from a ``MixtralConfig``/``Qwen2MoeConfig``/``Qwen3MoeConfig``; ``ValueError`` naming what is not computed."""
+    """Our config from a ``MixtralConfig``/``Qwen2MoeConfig``/``Qwen3MoeConfig``; ``ValueError`` naming what is not
+    computed."""
     model_type = hf_config.model_type
     if model_type not in MODEL_TYPES:
         raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
     experts_field = "num_local_experts" if model_type == "mixtral" else "num_experts"
     width_field = "intermediate_size" if model_type == "mixtral" else "moe_intermediate_size"
-    require_config_fields(hf_config, model_type, positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "max_position_embeddings", experts_field,
-        width_field, "num_experts_per_tok",
-    ), positive_floats=("rms_norm_eps",))
+    require_config_fields(
+        hf_config,
+        model_type,
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "vocab_size",
+            "max_position_embeddings",
+            experts_field,
+            width_field,
+            "num_experts_per_tok",
+        ),
+        positive_floats=("rms_norm_eps",),
+    )
     activation = hf_config.hidden_act
     if activation not in ACTIVATIONS:
         raise ValueError(f"{model_type} hidden_act={activation!r} is not supported; supported: {sorted(ACTIVATIONS)}")
     d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     rotary_base, rope_scaling = _rope_scaling(hf_config, d_head)
     dense = _dense_layers(hf_config)
-    biases = {"mixtral": (), "qwen2_moe": ("q", "k", "v") if getattr(hf_config, "qkv_bias", True) else (),
-              "qwen3_moe": ("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else ()}
+    biases = {
+        "mixtral": (),
+        "qwen2_moe": ("q", "k", "v") if getattr(hf_config, "qkv_bias", True) else (),
+        "qwen3_moe": ("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else (),
+    }
     return MoEConfig(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,
@@ -109,12 +126,14 @@ def config_from_hf(hf_config) -> MoEConfig:
 
 
 def is_stacked(names) -> bool:
-    """Whether a checkpoint stacks its experts (``experts.gate_up_proj``, a model in memory) or keeps one tensor each."""
+    """Whether a checkpoint stacks its experts (``experts.gate_up_proj``, a model in memory) or keeps one tensor
+    each."""
     return any(name.endswith("experts.gate_up_proj") for name in names)
 
 
 def expected_hf_shapes(cfg: MoEConfig, model_type: str, stacked: bool) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` in one of the two layouts (no ``model.``)."""
+    """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` in one of the two layouts (no
+    ``model.``)."""
     d_model, d_mlp, n_experts = cfg.d_model, cfg.d_mlp, cfg.n_experts
     shapes = {name: shape for name, shape in llama_shapes(cfg).items() if ".mlp." not in name}
     for layer in range(cfg.n_layers):
@@ -135,7 +154,10 @@ def expected_hf_shapes(cfg: MoEConfig, model_type: str, stacked: bool) -> dict[s
                 shapes[e + f"{down}.weight"] = (d_model, d_mlp)
         shapes[p + f"{module}.gate.weight"] = (n_experts, d_model)
         if cfg.d_mlp_shared is not None:
-            shapes[p + "mlp.shared_expert.gate_proj.weight"] = shapes[p + "mlp.shared_expert.up_proj.weight"] = (cfg.d_mlp_shared, d_model)
+            shapes[p + "mlp.shared_expert.gate_proj.weight"] = shapes[p + "mlp.shared_expert.up_proj.weight"] = (
+                cfg.d_mlp_shared,
+                d_model,
+            )
             shapes[p + "mlp.shared_expert.down_proj.weight"] = (d_model, cfg.d_mlp_shared)
             shapes[p + "mlp.shared_expert_gate.weight"] = (1, d_model)
     return shapes
@@ -146,14 +168,17 @@ def _file_family(names) -> str:
     return "mixtral" if any(".block_sparse_moe." in name for name in names) else "qwen2_moe"
 
 
-def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, model_type: Optional[str] = None) -> dict[str, Tensor]:
+def convert_state_dict(
+    hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, model_type: Optional[str] = None
+) -> dict[str, Tensor]:
     """Hugging Face mixture-of-experts state dict (either layout) -> ours. Pure; each input tensor is read once.
 
     Every name and shape is checked first (``CheckpointError`` listing every problem).
     ``model_type`` picks the per-expert file names (default: read from the names).
     """
-    read = CheckedCheckpoint(hf_state_dict, cfg,
-                             lambda names: expected_hf_shapes(cfg, model_type or _file_family(names), is_stacked(names)))
+    read = CheckedCheckpoint(
+        hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg, model_type or _file_family(names), is_stacked(names))
+    )
     model_type, stacked = model_type or _file_family(read.names), is_stacked(read.names)
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
@@ -171,18 +196,24 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, mode
     return ours
 
 
-def _convert_mixture(read, cfg: MoEConfig, layer: int, model_type: str, stacked: bool, dtype, device) -> dict[str, Tensor]:
+def _convert_mixture(
+    read, cfg: MoEConfig, layer: int, model_type: str, stacked: bool, dtype, device
+) -> dict[str, Tensor]:
     """One block's router, experts and (Qwen2-MoE) shared expert under our names."""
     module, gate, up, down = PER_EXPERT_NAMES[model_type]
     m, q = f"layers.{layer}.{'mlp' if stacked else module}.", f"blocks.{layer}.mlp."
     ours = {q + "W_router": linear_to_ours(read(m + "gate.weight"))}
     if stacked:
-        gate_up = einops.rearrange(read(m + "experts.gate_up_proj"), "expert (two d_mlp) d_model -> two expert d_model d_mlp", two=2)
+        gate_up = einops.rearrange(
+            read(m + "experts.gate_up_proj"), "expert (two d_mlp) d_model -> two expert d_model d_mlp", two=2
+        )
         gates, ups = gate_up[0], gate_up[1]  # Hugging Face's gate rows come first
         downs = einops.rearrange(read(m + "experts.down_proj"), "expert d_model d_mlp -> expert d_mlp d_model")
         for expert in range(cfg.n_experts):
             e = q + f"experts.{expert}."
-            ours.update({e + "W_gate": fresh(gates[expert]), e + "W_in": fresh(ups[expert]), e + "W_out": fresh(downs[expert])})
+            ours.update(
+                {e + "W_gate": fresh(gates[expert]), e + "W_in": fresh(ups[expert]), e + "W_out": fresh(downs[expert])}
+            )
     else:
         for expert in range(cfg.n_experts):
             e, files = q + f"experts.{expert}.", m + f"experts.{expert}."

@@ -40,8 +40,11 @@ def _router_in_input_dtype(router, hidden_states: Tensor):
 def moe_float64_patches(hf_model: nn.Module) -> list[Patch]:
     """The Llama family's float64 norms, every router in float64, and eager experts."""
     routers = [module for module in hf_model.modules() if type(module).__name__.endswith("TopKRouter")]
-    return (llama_float64_patches(hf_model) + [forward_patch(router, _router_in_input_dtype) for router in routers]
-            + [Patch(hf_model.config, "_experts_implementation", "eager")])
+    return (
+        llama_float64_patches(hf_model)
+        + [forward_patch(router, _router_in_input_dtype) for router in routers]
+        + [Patch(hf_model.config, "_experts_implementation", "eager")]
+    )
 
 
 def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) -> None:
@@ -63,11 +66,14 @@ def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) 
     rec.handles.append(experts.register_forward_pre_hook(every_expert, with_kwargs=True))
     if hasattr(mixture, "shared_expert"):
         record_gated_mlp(rec, mixture.shared_expert, prefix + "shared_expert.", per_token)
-        rec.output(mixture.shared_expert_gate, prefix + "hook_shared_expert_gate", lambda t: per_token(torch.sigmoid(t)))
+        rec.output(
+            mixture.shared_expert_gate, prefix + "hook_shared_expert_gate", lambda t: per_token(torch.sigmoid(t))
+        )
 
 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
-    """Run a Hugging Face mixture-of-experts model and return its value for each of our hooks (see the module docstring)."""
+    """Run a Hugging Face mixture-of-experts model and return its value for each of our hooks (see the module
+    docstring)."""
 
     def record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
         record_llama_block(rec, block, prefix, rotary_inputs, layer)
@@ -79,7 +85,9 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     acts = reference_activations(hf_model, tokens, forward_kwargs, record_block, moe_float64_patches)
     for name in [name for name in acts if name.endswith("hook_router_logits")]:
         logits = acts[name]
-        acts[name.replace("hook_router_logits", "hook_expert_weights")] = logits.softmax(dim=-1, dtype=routing_dtype(logits.dtype))
+        acts[name.replace("hook_router_logits", "hook_expert_weights")] = logits.softmax(
+            dim=-1, dtype=routing_dtype(logits.dtype)
+        )
     return acts
 
 

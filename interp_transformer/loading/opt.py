@@ -33,7 +33,14 @@ from torch import Tensor
 
 from ..architectures.opt import OPTConfig, OPTPostNormConfig
 from .common import (
-    activation, build_model, fresh, heads_in, heads_out, hf_model_loader, linear_to_ours, per_head_bias,
+    activation,
+    build_model,
+    fresh,
+    heads_in,
+    heads_out,
+    hf_model_loader,
+    linear_to_ours,
+    per_head_bias,
     without_prefix,
 )
 from .hf_hooks import Recorder, collect, split_heads
@@ -43,10 +50,20 @@ POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
 
 
 def config_from_hf(hf_config):
-    """``OPTConfig`` (pre-norm) or ``OPTPostNormConfig`` (``do_layer_norm_before=False``) from a ``transformers.OPTConfig``."""
-    require_config_fields(hf_config, "opt", positive_ints=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "vocab_size", "max_position_embeddings",
-    ))
+    """``OPTConfig`` (pre-norm) or ``OPTPostNormConfig`` (``do_layer_norm_before=False``) from a
+    ``transformers.OPTConfig``."""
+    require_config_fields(
+        hf_config,
+        "opt",
+        positive_ints=(
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "ffn_dim",
+            "vocab_size",
+            "max_position_embeddings",
+        ),
+    )
     d_model, n_heads = hf_config.hidden_size, hf_config.num_attention_heads
     if d_model % n_heads:
         raise ValueError(f"opt hidden_size={d_model} must be divisible by num_attention_heads={n_heads}")
@@ -54,11 +71,19 @@ def config_from_hf(hf_config):
     if d_embed is not None:
         require_config_fields(hf_config, "opt", positive_ints=("word_embed_proj_dim",))
     fields = dict(
-        d_model=d_model, n_layers=hf_config.num_hidden_layers, n_heads=n_heads, d_head=d_model // n_heads,
-        d_mlp=hf_config.ffn_dim, d_vocab=hf_config.vocab_size, n_ctx=hf_config.max_position_embeddings,
-        act_fn=activation(hf_config.activation_function, "opt"), d_embed=None if d_embed in (None, d_model) else d_embed,
-        biases=bool(hf_config.enable_bias), norm_weights=bool(hf_config.layer_norm_elementwise_affine),
-        tied_embeddings=bool(hf_config.tie_word_embeddings), init_range=float(hf_config.init_std),
+        d_model=d_model,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=n_heads,
+        d_head=d_model // n_heads,
+        d_mlp=hf_config.ffn_dim,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.max_position_embeddings,
+        act_fn=activation(hf_config.activation_function, "opt"),
+        d_embed=None if d_embed in (None, d_model) else d_embed,
+        biases=bool(hf_config.enable_bias),
+        norm_weights=bool(hf_config.layer_norm_elementwise_affine),
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        init_range=float(hf_config.init_std),
         name=getattr(hf_config, "name_or_path", "") or "opt",
     )
     if not hf_config.do_layer_norm_before:
@@ -79,8 +104,14 @@ def expected_hf_shapes(cfg) -> dict[str, tuple[int, ...]]:
         shapes.update({"project_in.weight": (d, d_embed), "project_out.weight": (d_embed, d)})
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
-        linears = {"self_attn.q_proj": (d, d), "self_attn.k_proj": (d, d), "self_attn.v_proj": (d, d),
-                   "self_attn.out_proj": (d, d), "fc1": (d_mlp, d), "fc2": (d, d_mlp)}
+        linears = {
+            "self_attn.q_proj": (d, d),
+            "self_attn.k_proj": (d, d),
+            "self_attn.v_proj": (d, d),
+            "self_attn.out_proj": (d, d),
+            "fc1": (d_mlp, d),
+            "fc2": (d, d_mlp),
+        }
         for name, shape in linears.items():
             shapes[p + name + ".weight"] = shape
             if cfg.biases:
@@ -94,7 +125,7 @@ def expected_hf_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 def _strip(name: str) -> str:
     for prefix in ("model.", "decoder."):  # OPTForCausalLM: model.decoder.*; OPTModel: decoder.*
-        name = name[len(prefix):] if name.startswith(prefix) else name
+        name = name[len(prefix) :] if name.startswith(prefix) else name
     return name
 
 
@@ -108,8 +139,12 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Te
     names, shapes = without_prefix(hf_state_dict, "")
     names, shapes = {_strip(k): v for k, v in names.items()}, {_strip(k): v for k, v in shapes.items()}
     check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-    check_checkpoint(shapes, expected_hf_shapes(cfg), what=f"{cfg.name} checkpoint",
-                     optional=["lm_head.weight"] if cfg.tied_embeddings else [])
+    check_checkpoint(
+        shapes,
+        expected_hf_shapes(cfg),
+        what=f"{cfg.name} checkpoint",
+        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+    )
 
     def read(name: str) -> Tensor:
         return hf_state_dict[names[name]]
@@ -124,10 +159,24 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Te
         ours["embed.W_E"], ours["unembed.W_U"] = fresh(embed_tokens), linear_to_ours(lm_head)
     else:  # fold the projections (module docstring), in float32 or wider
         wide = torch.promote_types(dtype, torch.float32)
-        ours["embed.W_E"] = einops.einsum(embed_tokens.to(wide), read("project_in.weight").to(wide),
-                                          "d_vocab d_embed, d_model d_embed -> d_vocab d_model").to(dtype).contiguous()
-        ours["unembed.W_U"] = einops.einsum(read("project_out.weight").to(wide), lm_head.to(wide),
-                                            "d_embed d_model, d_vocab d_embed -> d_model d_vocab").to(dtype).contiguous()
+        ours["embed.W_E"] = (
+            einops.einsum(
+                embed_tokens.to(wide),
+                read("project_in.weight").to(wide),
+                "d_vocab d_embed, d_model d_embed -> d_vocab d_model",
+            )
+            .to(dtype)
+            .contiguous()
+        )
+        ours["unembed.W_U"] = (
+            einops.einsum(
+                read("project_out.weight").to(wide),
+                lm_head.to(wide),
+                "d_embed d_model, d_vocab d_embed -> d_model d_vocab",
+            )
+            .to(dtype)
+            .contiguous()
+        )
 
     def norm(hf_name: str, ours_name: str) -> None:
         ours[ours_name + ".w"] = fresh(read(hf_name + ".weight")) if cfg.norm_weights else ones(cfg.d_model)
@@ -145,14 +194,16 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Te
         ours[q + "attn.W_O"] = heads_out(read(p + "self_attn.out_proj.weight"), cfg.d_head)
         ours[q + "attn.b_O"] = bias(p + "self_attn.out_proj", cfg.d_model)
         ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = linear_to_ours(read(p + "fc1.weight")), bias(p + "fc1", cfg.d_mlp)
-        ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = linear_to_ours(read(p + "fc2.weight")), bias(p + "fc2", cfg.d_model)
+        ours[q + "mlp.W_out"], ours[q + "mlp.b_out"] = (
+            linear_to_ours(read(p + "fc2.weight")),
+            bias(p + "fc2", cfg.d_model),
+        )
         norm(p + "self_attn_layer_norm", q + "ln1")
         norm(p + "final_layer_norm", q + "ln2")
     if _pre_norm(cfg) and cfg.final_norm:
         norm("final_layer_norm", "ln_final")
     ours["unembed.b_U"] = zeros(cfg.d_vocab)  # OPT's read-out has no bias
     return ours
-
 
 
 load_hf_model = hf_model_loader("OPTForCausalLM", attn_implementation="eager")
@@ -203,5 +254,12 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     return collect(hf_model, recorder, tokens, forward_kwargs)
 
 
-__all__ = ["POSITION_OFFSET", "build_model", "config_from_hf", "convert_state_dict", "expected_hf_shapes",
-           "hf_reference_activations", "load_hf_model"]
+__all__ = [
+    "POSITION_OFFSET",
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "load_hf_model",
+]

@@ -99,12 +99,18 @@ def record_attention(
     for letter in "qkv":
         rec.output(getattr(attn, f"{letter}_proj"), prefix + f"attn.hook_{letter}", split)
     if hasattr(attn, "q_norm"):
-        to_ours = (lambda x: einops.rearrange(x, "batch head_index pos d -> batch pos head_index d")) if heads_first_norms \
+        to_ours = (
+            (lambda x: einops.rearrange(x, "batch head_index pos d -> batch pos head_index d"))
+            if heads_first_norms
             else (lambda x: x)
+        )
         rec.norm(attn.q_norm, prefix + "attn.q_norm.", to_ours)
         rec.norm(attn.k_norm, prefix + "attn.k_norm.", to_ours)
-    rec.handles.append(attn.register_forward_pre_hook(
-        lambda m, args, kwargs: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"]), with_kwargs=True))
+    rec.handles.append(
+        attn.register_forward_pre_hook(
+            lambda m, args, kwargs: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"]), with_kwargs=True
+        )
+    )
     rec.output(attn, prefix + "attn.hook_pattern", index=1)
     rec.input(attn.o_proj, prefix + "attn.hook_z", split)
 
@@ -118,7 +124,9 @@ def add_rotated(acts: dict, layers: nn.ModuleList, rotary_inputs: dict) -> None:
         query = acts.get(q + "q_norm.hook_normalized", acts[q + "hook_q"])
         key = acts.get(q + "k_norm.hook_normalized", acts[q + "hook_k"])
         to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
-        rot_q, rot_k = apply_rotary(einops.rearrange(query, to_heads_first), einops.rearrange(key, to_heads_first), cos, sin)
+        rot_q, rot_k = apply_rotary(
+            einops.rearrange(query, to_heads_first), einops.rearrange(key, to_heads_first), cos, sin
+        )
         acts[q + "hook_rot_q"] = einops.rearrange(rot_q, "batch head_index pos d_head -> batch pos head_index d_head")
         acts[q + "hook_rot_k"] = einops.rearrange(rot_k, "batch head_index pos d_head -> batch pos head_index d_head")
 
@@ -143,7 +151,8 @@ def run_reference(
     forward_kwargs: dict,
     float64_patches: Callable[[nn.Module], list[Patch]] = lambda hf_model: [],
 ):
-    """Run ``hf_model`` on ``tokens`` with eager attention (float64: patched, see the module docstring); hooks removed after.
+    """Run ``hf_model`` on ``tokens`` with eager attention (float64: patched, see the module docstring); hooks removed
+    after.
 
     Returns Hugging Face's output; positions are counted from each row's first real token
     when ``forward_kwargs`` holds an attention mask.
@@ -192,7 +201,8 @@ def reference_activations(
 
 @contextlib.contextmanager
 def reference_run(hf_model, patches: Optional[list[Patch]]):
-    """Eager attention (patterns visible) and eval mode for the call; with ``patches`` (float64), those and float64 attention."""
+    """Eager attention (patterns visible) and eval mode for the call; with ``patches`` (float64), those and float64
+    attention."""
     previous_attention, was_training = current_attention(hf_model), hf_model.training
     saved = []
     try:
@@ -224,8 +234,11 @@ def rms_norm_in_input_dtype(norm, hidden_states: Tensor) -> Tensor:
     return norm.weight * (hidden_states * torch.rsqrt(variance + norm.variance_epsilon))
 
 
-def _eager_attention_in_input_dtype(module, query, key, value, attention_mask, scaling, dropout=0.0, softcap=None, **kwargs):
-    """Hugging Face's eager attention (``[batch, head_index, pos, d_head]`` in, ``(z, pattern)`` out), softmax in the input's dtype.
+def _eager_attention_in_input_dtype(
+    module, query, key, value, attention_mask, scaling, dropout=0.0, softcap=None, **kwargs
+):
+    """Hugging Face's eager attention (``[batch, head_index, pos, d_head]`` in, ``(z, pattern)`` out), softmax in the
+    input's dtype.
 
     Gemma 2's soft-cap of the scores, ``softcap * tanh(scores / softcap)``, applies when given.
     """
@@ -240,5 +253,18 @@ def _eager_attention_in_input_dtype(module, query, key, value, attention_mask, s
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
-__all__ = ["FLOAT64_ATTENTION", "Patch", "Recorder", "SPLIT_HEADS", "add_rotated", "forward_patch", "norm_eps",
-           "positions_from_mask", "record_attention", "reference_activations", "reference_run", "rms_norm_in_input_dtype", "run_reference"]
+__all__ = [
+    "FLOAT64_ATTENTION",
+    "Patch",
+    "Recorder",
+    "SPLIT_HEADS",
+    "add_rotated",
+    "forward_patch",
+    "norm_eps",
+    "positions_from_mask",
+    "record_attention",
+    "reference_activations",
+    "reference_run",
+    "rms_norm_in_input_dtype",
+    "run_reference",
+]

@@ -40,8 +40,13 @@ BIN_FILE = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_INDEX, BIN_FILE, BIN_INDEX)  # in order of preference
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
-    "special_tokens_map.json", "added_tokens.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
 )
 # Names users most often mean; used for "did you mean" suggestions.
 KNOWN_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
@@ -103,7 +108,9 @@ def open_safetensors_file(path: Path) -> tuple[dict, dict]:
             names = list(handle.keys())
             shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in names}
     except (SafetensorError, OSError, ValueError) as error:
-        raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is corrupt or truncated") from error
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({error}); the file is corrupt or truncated"
+        ) from error
 
     def loader(name: str) -> Callable[[], Tensor]:
         def load() -> Tensor:
@@ -134,8 +141,10 @@ def read_bin_file(path: Union[str, Path]) -> dict[str, Tensor]:
     with open(path, "rb") as handle:
         head = handle.read(4)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
-        raise ValueError(f"cannot read {path}: it is not a PyTorch checkpoint (a .bin checkpoint is a zip archive or a "
-                         f"pickle; this file starts with {head!r}); the file is corrupt or of another kind")
+        raise ValueError(
+            f"cannot read {path}: it is not a PyTorch checkpoint (a .bin checkpoint is a zip archive or a "
+            f"pickle; this file starts with {head!r}); the file is corrupt or of another kind"
+        )
     try:
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -155,7 +164,8 @@ def read_bin_file(path: Union[str, Path]) -> dict[str, Tensor]:
             ) from error
         first_line = message.strip().splitlines()[0] if message.strip() else ""
         raise ValueError(
-            f"cannot read {path}: the file is corrupt or not a PyTorch checkpoint ({type(error).__name__}: {first_line})"
+            f"cannot read {path}: the file is corrupt or not a PyTorch checkpoint ({type(error).__name__}: "
+            f"{first_line})"
         ) from error
     if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in loaded.items()):
         raise ValueError(f"{path} must hold a dict of name -> tensor (a state dict), received {type(loaded).__name__}")
@@ -200,8 +210,10 @@ def open_weights(directory: Union[str, Path], dtype: Optional[torch.dtype] = Non
         for shard in sorted(set(weight_map.values())):
             shard_path = (directory / str(shard)).resolve()
             if directory.resolve() not in shard_path.parents:
-                raise ValueError(f"{path} names the shard {shard!r}, which lies outside {directory}: a shard index may "
-                                 "only name files inside the checkpoint directory")
+                raise ValueError(
+                    f"{path} names the shard {shard!r}, which lies outside {directory}: a shard index may "
+                    "only name files inside the checkpoint directory"
+                )
             shard_loaders, shard_shapes = opener(shard_path)
             loaders.update(shard_loaders)
             shapes.update(shard_shapes)
@@ -276,9 +288,13 @@ def download_from_hub(
     common = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
     base = [CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"]
     try:
-        directory = Path(snapshot_download(repo_id, allow_patterns=base + ["*.safetensors", SAFETENSORS_INDEX], **common))
+        directory = Path(
+            snapshot_download(repo_id, allow_patterns=base + ["*.safetensors", SAFETENSORS_INDEX], **common)
+        )
         if not any((directory / name).is_file() for name in WEIGHT_FILES):
-            directory = Path(snapshot_download(repo_id, allow_patterns=base + ["pytorch_model*.bin", BIN_INDEX], **common))
+            directory = Path(
+                snapshot_download(repo_id, allow_patterns=base + ["pytorch_model*.bin", BIN_INDEX], **common)
+            )
     except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as error:
         import difflib
 
@@ -361,7 +377,9 @@ def resolve_source(
 
     if isinstance(source, PreTrainedModel):
         config = hf_config if hf_config is not None else source.config
-        return ResolvedSource(f"in-memory {type(source).__name__}", config.model_type, hf_model=source, _hf_config=config)
+        return ResolvedSource(
+            f"in-memory {type(source).__name__}", config.model_type, hf_model=source, _hf_config=config
+        )
     if isinstance(source, torch.nn.Module):
         raise TypeError(
             f"source must be a transformers PreTrainedModel, a directory or a hub name, received a plain "
@@ -380,7 +398,9 @@ def resolve_source(
     elif isinstance(source, Path) or _is_pathlike(str(source)):
         raise ValueError(f"no directory at {path} (a local source must be a Hugging Face model directory)")
     else:
-        directory = download_from_hub(str(source), revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
+        directory = download_from_hub(
+            str(source), revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+        )
         description = f"hub model {source!r} ({directory})"
     model_type = hf_config.model_type if hf_config is not None else read_config_dict(directory)["model_type"]
     return ResolvedSource(description, model_type, directory=directory, _hf_config=hf_config)

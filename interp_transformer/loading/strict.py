@@ -84,8 +84,7 @@ def check_checkpoint(
     optional = set(optional)
     missing = [name for name in expected if name not in received and name not in optional]
     unexpected = [
-        name for name in received
-        if name not in expected and not (ignored is not None and ignored.fullmatch(name))
+        name for name in received if name not in expected and not (ignored is not None and ignored.fullmatch(name))
     ]
     mis_shaped = {
         name: (tuple(expected[name]), tuple(shape))
@@ -96,7 +95,9 @@ def check_checkpoint(
         raise CheckpointError(what, missing, unexpected, mis_shaped)
 
 
-def require_config_fields(hf_config, what: str, positive_ints: Iterable[str] = (), positive_floats: Iterable[str] = ()) -> None:
+def require_config_fields(
+    hf_config, what: str, positive_ints: Iterable[str] = (), positive_floats: Iterable[str] = ()
+) -> None:
     """``ValueError`` naming the field unless each is a positive int (or a positive finite number), before any
     arithmetic on them: a ``config.json`` is user input."""
     for name in positive_ints:
@@ -134,9 +135,13 @@ def check_finite(name: str, tensor: Tensor, what: str) -> None:
         return
     count = finite.numel() - int(finite.sum())
     low_precision = tensor.dtype in (torch.float16, torch.bfloat16)
-    overflow = f" (in {tensor.dtype} a value beyond {torch.finfo(tensor.dtype).max:.4g} is inf)" if low_precision else ""
-    raise CheckpointError(f"{what}: {name} holds {count} non-finite value{'s' if count != 1 else ''} (NaN or inf) of "
-                          f"{tensor.numel()}{overflow}; the weights are damaged")
+    overflow = (
+        f" (in {tensor.dtype} a value beyond {torch.finfo(tensor.dtype).max:.4g} is inf)" if low_precision else ""
+    )
+    raise CheckpointError(
+        f"{what}: {name} holds {count} non-finite value{'s' if count != 1 else ''} (NaN or inf) of "
+        f"{tensor.numel()}{overflow}; the weights are damaged"
+    )
 
 
 def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
@@ -171,8 +176,11 @@ def load_strict(
     for name in expected:
         tensor = state_dict[name]
         if wanted[name].is_floating_point() and not tensor.is_floating_point():
-            raise CheckpointError(f"converted state dict: {name} holds {tensor.dtype} values, a weight must be floating "
-                                  "point; the checkpoint is damaged or not a model's weights")
+            raise CheckpointError(
+                f"converted state dict: {name} holds {tensor.dtype} values, a weight must be "
+                "floating "
+                "point; the checkpoint is damaged or not a model's weights"
+            )
         tensors[name] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
         check_finite(name, tensors[name], "converted state dict")
     model.load_state_dict(tensors, strict=True, assign=True)

@@ -3,9 +3,12 @@
 Weight map (``encoder`` shown; the decoder's block has three sub-layers, ``layer.0`` self-attention,
 ``layer.1`` cross-attention, ``layer.2`` the MLP)::
 
-    shared.weight [d_vocab d_model]                               -> embed.W_E (encoder/decoder.embed_tokens are tied to it)
-    encoder.block.0.layer.0.SelfAttention.relative_attention_bias -> encoder.rel_pos_bias.W_rel_pos [n_buckets, head_index]
-    encoder.block.L.layer.0.SelfAttention.{q,k,v,o}               -> encoder.blocks.L.attn.W_Q/W_K/W_V/W_O (biases: zeros)
+    shared.weight [d_vocab d_model]                               -> embed.W_E (encoder/decoder.embed_tokens are tied to
+    it)
+    encoder.block.0.layer.0.SelfAttention.relative_attention_bias -> encoder.rel_pos_bias.W_rel_pos [n_buckets,
+    head_index]
+    encoder.block.L.layer.0.SelfAttention.{q,k,v,o}               -> encoder.blocks.L.attn.W_Q/W_K/W_V/W_O (biases:
+    zeros)
     encoder.block.L.layer.0.layer_norm                            -> encoder.blocks.L.ln1
     encoder.block.L.layer.1.DenseReluDense.wi / wo                -> encoder.blocks.L.mlp.W_in / W_out     (v1.0)
     encoder.block.L.layer.1.DenseReluDense.wi_0 / wi_1 / wo       -> mlp.W_gate / W_in / W_out             (v1.1)
@@ -13,7 +16,8 @@ Weight map (``encoder`` shown; the decoder's block has three sub-layers, ``layer
     decoder.block.L.layer.1.EncDecAttention.{q,k,v,o}             -> decoder.blocks.L.cross_attn.W_Q ...
     decoder.block.L.layer.1.layer_norm                            -> decoder.blocks.L.ln2
     encoder/decoder.final_layer_norm                              -> encoder/decoder.ln_final
-    lm_head.weight (else the tied shared.weight)                  -> unembed.W_U = lm_head^T * d_model^-0.5 when the config
+    lm_head.weight (else the tied shared.weight)                  -> unembed.W_U = lm_head^T * d_model^-0.5 when the
+    config
                                                                      rescales the decoder output (v1.0), else lm_head^T
 
 The read-out rescaling of v1.0 (``scale_decoder_outputs``, or ``tie_word_embeddings`` in
@@ -62,19 +66,34 @@ def config_from_hf(hf_config) -> T5Config:
     gated = proj.startswith("gated-")
     activation = getattr(hf_config, "dense_act_fn", proj.removeprefix("gated-"))
     if activation not in HF_ACTIVATIONS:
-        raise ValueError(f"feed_forward_proj={proj!r} uses an activation we do not compute; supported: {sorted(HF_ACTIVATIONS)}")
+        raise ValueError(
+            f"feed_forward_proj={proj!r} uses an activation we do not compute; supported: {sorted(HF_ACTIVATIONS)}"
+        )
     if hf_config.num_heads * hf_config.d_kv != hf_config.d_model:
-        raise ValueError(f"num_heads * d_kv = {hf_config.num_heads} * {hf_config.d_kv} must equal d_model={hf_config.d_model} "
-                         "(T5-3B and T5-11B widen their attention; not supported)")
+        raise ValueError(
+            f"num_heads * d_kv = {hf_config.num_heads} * {hf_config.d_kv} must equal "
+            f"d_model={hf_config.d_model} "
+            "(T5-3B and T5-11B widen their attention; not supported)"
+        )
     special = special_token_ids(hf_config)
     return T5Config(
-        d_model=hf_config.d_model, n_layers=hf_config.num_layers, n_decoder_layers=hf_config.num_decoder_layers,
-        n_heads=hf_config.num_heads, d_head=hf_config.d_kv, d_mlp=hf_config.d_ff, d_vocab=hf_config.vocab_size,
-        n_ctx=int(getattr(hf_config, "n_positions", None) or 512), act_fn=HF_ACTIVATIONS[activation], gated_mlp=gated,
-        layer_norm_eps=float(hf_config.layer_norm_epsilon), init_range=float(hf_config.initializer_factor) * 0.02,
-        n_buckets=hf_config.relative_attention_num_buckets, max_distance=hf_config.relative_attention_max_distance,
+        d_model=hf_config.d_model,
+        n_layers=hf_config.num_layers,
+        n_decoder_layers=hf_config.num_decoder_layers,
+        n_heads=hf_config.num_heads,
+        d_head=hf_config.d_kv,
+        d_mlp=hf_config.d_ff,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=int(getattr(hf_config, "n_positions", None) or 512),
+        act_fn=HF_ACTIVATIONS[activation],
+        gated_mlp=gated,
+        layer_norm_eps=float(hf_config.layer_norm_epsilon),
+        init_range=float(hf_config.initializer_factor) * 0.02,
+        n_buckets=hf_config.relative_attention_num_buckets,
+        max_distance=hf_config.relative_attention_max_distance,
         scaled_read_out=scales_read_out(hf_config),
-        name=str(getattr(hf_config, "name_or_path", "") or "t5"), **special,
+        name=str(getattr(hf_config, "name_or_path", "") or "t5"),
+        **special,
     )
 
 
@@ -118,11 +137,15 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: T5Config) -> di
 
     ours = {"embed.W_E": fresh(read("shared.weight"))}
     for stack, n_layers in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
-        ours[f"{stack}.rel_pos_bias.W_rel_pos"] = fresh(read(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"))
+        ours[f"{stack}.rel_pos_bias.W_rel_pos"] = fresh(
+            read(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
+        )
         ours[f"{stack}.ln_final.w"] = fresh(read(f"{stack}.final_layer_norm.weight"))
         for layer in range(n_layers):
             hf, q = f"{stack}.block.{layer}.layer.", f"{stack}.blocks.{layer}."
-            parts = [("0.SelfAttention.", "attn.")] + ([("1.EncDecAttention.", "cross_attn.")] if stack == "decoder" else [])
+            parts = [("0.SelfAttention.", "attn.")] + (
+                [("1.EncDecAttention.", "cross_attn.")] if stack == "decoder" else []
+            )
             for theirs, mine in parts:
                 weights = attention_weights(read, hf + theirs, q + mine, cfg.n_heads, PROJECTIONS, bias=False)
                 ours.update(weights)
@@ -133,7 +156,10 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: T5Config) -> di
             dense = hf + f"{len(norms) - 1}.DenseReluDense."
             W_out = mlp_out(read(dense + "wo.weight"))
             if cfg.gated_mlp:
-                ours[q + "mlp.W_gate"], ours[q + "mlp.W_in"] = mlp_in(read(dense + "wi_0.weight")), mlp_in(read(dense + "wi_1.weight"))
+                ours[q + "mlp.W_gate"], ours[q + "mlp.W_in"] = (
+                    mlp_in(read(dense + "wi_0.weight")),
+                    mlp_in(read(dense + "wi_1.weight")),
+                )
             else:
                 ours[q + "mlp.W_in"] = mlp_in(read(dense + "wi.weight"))
             ours[q + "mlp.W_out"] = W_out
@@ -141,7 +167,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: T5Config) -> di
             ours[q + "mlp.b_out"] = torch.zeros(cfg.d_model, dtype=W_out.dtype, device=W_out.device)
     lm_head = read("lm_head.weight") if "lm_head.weight" in shapes else ours["embed.W_E"]
     W_U = einops.rearrange(lm_head, "d_vocab d_model -> d_model d_vocab")
-    ours["unembed.W_U"] = fresh(W_U * cfg.d_model ** -0.5 if cfg.scaled_read_out else W_U)
+    ours["unembed.W_U"] = fresh(W_U * cfg.d_model**-0.5 if cfg.scaled_read_out else W_U)
     ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=W_U.dtype, device=W_U.device)
     return ours
 
@@ -166,7 +192,9 @@ def _record_t5(recorder: ActivationRecorder, hf_model, gated: bool) -> None:
     split = lambda t: einops.rearrange(t, SPLIT_HEADS, head_index=n_heads)  # noqa: E731
 
     def norm(module, prefix: str) -> None:
-        inverse = lambda x, eps=module.variance_epsilon: 1.0 / torch.rsqrt(x.to(torch.float32).pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)  # noqa: E501,E731
+        inverse = lambda x, eps=module.variance_epsilon: (
+            1.0 / torch.rsqrt(x.to(torch.float32).pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)
+        )  # noqa: E501,E731
         recorder.input(module, prefix + ".hook_scale", inverse)
         recorder.output(module, prefix + ".hook_normalized")
 
@@ -179,7 +207,9 @@ def _record_t5(recorder: ActivationRecorder, hf_model, gated: bool) -> None:
 
     for stack, hf_stack in (("encoder", hf_model.encoder), ("decoder", hf_model.decoder)):
         recorder.output(hf_stack.embed_tokens, f"{stack}.hook_embed")
-        recorder.output(hf_stack.block[0].layer[0].SelfAttention, f"{stack}.rel_pos_bias.hook_bias", pick=lambda out: out[1])
+        recorder.output(
+            hf_stack.block[0].layer[0].SelfAttention, f"{stack}.rel_pos_bias.hook_bias", pick=lambda out: out[1]
+        )
         norm(hf_stack.final_layer_norm, f"{stack}.ln_final")
         for layer, block in enumerate(hf_stack.block):
             b = f"{stack}.blocks.{layer}."
@@ -204,8 +234,9 @@ def _record_t5(recorder: ActivationRecorder, hf_model, gated: bool) -> None:
             recorder.output(block, b + "hook_resid_post")
 
 
-def hf_reference_activations(hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None,
-                             decoder_input: Optional[Tensor] = None) -> dict[str, Tensor]:
+def hf_reference_activations(
+    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+) -> dict[str, Tensor]:
     """Hugging Face T5's value for each of our hooks (every one but the attention scores), and ``"logits"``.
 
     RMSNorm scales are computed from each norm's input as T5 computes them (float32 mean square).
@@ -215,5 +246,13 @@ def hf_reference_activations(hf_model, tokens: Tensor, attention_mask: Optional[
     return run_seq2seq(hf_model, recorder, tokens, attention_mask, decoder_input)
 
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "build_model", "config_from_hf", "convert_state_dict", "expected_hf_shapes",
-           "hf_reference_activations", "load_hf_model", "scales_read_out"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "build_model",
+    "config_from_hf",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "load_hf_model",
+    "scales_read_out",
+]

@@ -144,4 +144,11 @@ def architecture_named(name) -> Architecture:
     raise ValueError(f"unknown SAE architecture {name!r}{why}; known architectures: {list(ARCHITECTURES)}")
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "PARAMETER_AXES", "UNSUPPORTED_ARCHITECTURES", "architecture_named", "linear"]
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "PARAMETER_AXES",
+    "UNSUPPORTED_ARCHITECTURES",
+    "architecture_named",
+    "linear",
+]

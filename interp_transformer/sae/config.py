@@ -46,13 +46,31 @@ DTYPES = {
 }
 # The metadata keys SAELens keeps when it converts a pre-6.0 flat config.
 LEGACY_METADATA_KEYS = (
-    "model_name", "hook_name", "model_class_name", "hook_head_index", "model_from_pretrained_kwargs",
-    "prepend_bos", "exclude_special_tokens", "neuronpedia_id", "context_size", "seqpos_slice",
-    "dataset_path", "sae_lens_version", "sae_lens_training_version", "hook_name_out",
-    "hook_head_index_out", "hf_hook_name", "hf_hook_name_out",
+    "model_name",
+    "hook_name",
+    "model_class_name",
+    "hook_head_index",
+    "model_from_pretrained_kwargs",
+    "prepend_bos",
+    "exclude_special_tokens",
+    "neuronpedia_id",
+    "context_size",
+    "seqpos_slice",
+    "dataset_path",
+    "sae_lens_version",
+    "sae_lens_training_version",
+    "hook_name_out",
+    "hook_head_index_out",
+    "hf_hook_name",
+    "hf_hook_name_out",
 )
-LEGACY_RENAMES = {"hook_point": "hook_name", "hook_point_head_index": "hook_head_index", "activation_fn_str": "activation_fn"}
-FORMAT_VERSION = "6.0.0"  # written as metadata.sae_lens_version when a config carries none: SAELens reads it as format 6
+LEGACY_RENAMES = {
+    "hook_point": "hook_name",
+    "hook_point_head_index": "hook_head_index",
+    "activation_fn_str": "activation_fn",
+}
+# written as metadata.sae_lens_version when a config carries none: SAELens reads it as format 6
+FORMAT_VERSION = "6.0.0"
 
 
 def parse_dtype(value: Any) -> torch.dtype:
@@ -61,7 +79,7 @@ def parse_dtype(value: Any) -> torch.dtype:
         if value not in DTYPES.values():
             raise ValueError(f"SAE dtype must be one of {list(DTYPES)}, got {value}")
         return value
-    name = value[len("torch."):] if isinstance(value, str) and value.startswith("torch.") else value
+    name = value[len("torch.") :] if isinstance(value, str) and value.startswith("torch.") else value
     if name not in DTYPES:
         raise ValueError(f"SAE dtype must be one of {list(DTYPES)} (optionally 'torch.'-prefixed), got {value!r}")
     return DTYPES[name]
@@ -74,7 +92,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 def _format_major(raw: Mapping[str, Any]) -> Optional[int]:
     """The major SAELens version that wrote ``raw``, or None when it does not say."""
     metadata = raw.get("metadata")
-    version = raw.get("sae_lens_version") or (metadata.get("sae_lens_version") if isinstance(metadata, Mapping) else None)
+    version = raw.get("sae_lens_version") or (
+        metadata.get("sae_lens_version") if isinstance(metadata, Mapping) else None
+    )
     if not version:
         return None
     try:
@@ -165,12 +185,17 @@ class SAEConfig:
         for name in ("d_in", "d_sae", "d_out"):
             _positive_int(name, getattr(self, name))
         if not arch.transcoder and self.d_out != self.d_in:
-            raise ValueError(f"a {self.architecture} SAE writes what it reads: d_out={self.d_out} must equal d_in={self.d_in}")
+            raise ValueError(
+                f"a {self.architecture} SAE writes what it reads: d_out={self.d_out} must equal d_in={self.d_in}"
+            )
         if self.normalize_activations not in NORMALIZATIONS:
             raise ValueError(
                 f"normalize_activations must be one of {list(NORMALIZATIONS)}, got {self.normalize_activations!r}"
-                + (" (a whitening SAELens folds into the weights at the end of training: fold it first)"
-                   if self.normalize_activations == "covariance_whitening" else "")
+                + (
+                    " (a whitening SAELens folds into the weights at the end of training: fold it first)"
+                    if self.normalize_activations == "covariance_whitening"
+                    else ""
+                )
             )
         if self.reshape_activations not in RESHAPES:
             raise ValueError(f"reshape_activations must be one of {list(RESHAPES)}, got {self.reshape_activations!r}")
@@ -283,7 +308,9 @@ class SAEConfig:
 
     def __repr__(self) -> str:
         extras = f", k={self.k}" if self.k is not None else ""
-        hooks = f", hook_name={self.hook_name!r}" + (f", hook_name_out={self.hook_name_out!r}" if self.hook_name_out else "")
+        hooks = f", hook_name={self.hook_name!r}" + (
+            f", hook_name_out={self.hook_name_out!r}" if self.hook_name_out else ""
+        )
         return (
             f"SAEConfig({self.architecture!r}, d_in={self.d_in}, d_sae={self.d_sae}"
             + (f", d_out={self.d_out}" if self.d_out != self.d_in else "")

@@ -53,7 +53,10 @@ class TokenBatches:
 
 def _checked_batch(batch, index: int) -> Tensor:
     if not isinstance(batch, Tensor) or batch.is_floating_point() or batch.dtype == torch.bool:
-        raise TypeError(f"token batch {index} must be an integer tensor [batch, pos], got {getattr(batch, 'dtype', type(batch).__name__)}")
+        raise TypeError(
+            f"token batch {index} must be an integer tensor [batch, pos], got "
+            f"{getattr(batch, 'dtype', type(batch).__name__)}"
+        )
     if batch.ndim != 2:
         raise ValueError(f"token batch {index} must have shape [batch, pos], got {tuple(batch.shape)}")
     return batch.long()
@@ -70,7 +73,9 @@ def _tensor_ids(model) -> tuple[int, ...]:
 
 
 def _is_token_tensors(source) -> bool:
-    return isinstance(source, Tensor) or (isinstance(source, (list, tuple)) and bool(source) and isinstance(source[0], Tensor))
+    return isinstance(source, Tensor) or (
+        isinstance(source, (list, tuple)) and bool(source) and isinstance(source[0], Tensor)
+    )
 
 
 def token_batches(
@@ -95,7 +100,9 @@ def token_batches(
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if isinstance(source, Tensor):
         tokens = _checked_batch(source, 0)
-        return TokenBatches(lambda: iter(tokens.split(batch_size)), _tensor_ids(model), f"{tuple(tokens.shape)} token ids")
+        return TokenBatches(
+            lambda: iter(tokens.split(batch_size)), _tensor_ids(model), f"{tuple(tokens.shape)} token ids"
+        )
     if _is_token_tensors(source):
         batches = [_checked_batch(batch, i) for i, batch in enumerate(source)]
         return TokenBatches(lambda: iter(batches), _tensor_ids(model), f"{len(batches)} token batches")
@@ -105,13 +112,27 @@ def token_batches(
             raise ValueError("the token batches are empty: the iterator gave no batch")
         once = (_checked_batch(b, i) for i, b in enumerate(itertools.chain([first], source)))
         return TokenBatches(lambda: once, _tensor_ids(model), "an iterator of token batches")
-    return _corpus_batches(model, as_corpus(source, text_field), batch_size, context_length, prepend_bos,
-                           bos_token_id, separator_token_id, progress)
+    return _corpus_batches(
+        model,
+        as_corpus(source, text_field),
+        batch_size,
+        context_length,
+        prepend_bos,
+        bos_token_id,
+        separator_token_id,
+        progress,
+    )
 
 
-def _corpus_batches(model, corpus: Corpus, batch_size, context_length, prepend_bos, bos_token_id, separator_token_id, progress):
+def _corpus_batches(
+    model, corpus: Corpus, batch_size, context_length, prepend_bos, bos_token_id, separator_token_id, progress
+):
     context_length = min(model.cfg.n_ctx, 128) if context_length is None else context_length
-    if isinstance(context_length, bool) or not isinstance(context_length, int) or not 2 <= context_length <= model.cfg.n_ctx:
+    if (
+        isinstance(context_length, bool)
+        or not isinstance(context_length, int)
+        or not 2 <= context_length <= model.cfg.n_ctx
+    ):
         raise ValueError(f"context_length must be an int in [2, n_ctx={model.cfg.n_ctx}], got {context_length!r}")
     tokenizer = getattr(model, "tokenizer", None)
     specials = special_tokens(tokenizer, prepend_bos, bos_token_id, separator_token_id)

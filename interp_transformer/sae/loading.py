@@ -58,7 +58,9 @@ def read_safetensors(path: Path, dtype: Optional[torch.dtype] = None) -> dict[st
                 tensor = handle.get_tensor(name)
                 tensors[name] = tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is corrupt or truncated") from error
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({error}); the file is corrupt or truncated"
+        ) from error
     return tensors
 
 
@@ -72,7 +74,9 @@ def read_weights(folder: Union[str, Path], dtype: Optional[torch.dtype] = None) 
             tensors = read_bin_file(folder / name)
             return {k: v.to(dtype) if dtype is not None and v.is_floating_point() else v for k, v in tensors.items()}
     present = sorted(p.name for p in folder.iterdir())
-    raise ValueError(f"no SAE weights in {folder}: expected {WEIGHTS_FILE} (or one of {list(PICKLE_WEIGHTS_FILES)}), found {present}")
+    raise ValueError(
+        f"no SAE weights in {folder}: expected {WEIGHTS_FILE} (or one of {list(PICKLE_WEIGHTS_FILES)}), found {present}"
+    )
 
 
 def prepare_tensors(cfg: SAEConfig, tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -85,7 +89,11 @@ def prepare_tensors(cfg: SAEConfig, tensors: Mapping[str, Tensor]) -> dict[str, 
                 "the SAE weights hold a scaling_factor that is not all ones (a finetuning scaling of the "
                 "decoder, which the format no longer has); fold it into W_dec first"
             )
-    if "log_threshold" in tensors and "threshold" not in tensors and "threshold" in architecture_named(cfg.architecture).parameters:
+    if (
+        "log_threshold" in tensors
+        and "threshold" not in tensors
+        and "threshold" in architecture_named(cfg.architecture).parameters
+    ):
         tensors["threshold"] = tensors.pop("log_threshold").exp()
     return tensors
 
@@ -98,7 +106,9 @@ def read_sae_folder(folder: Union[str, Path], *, dtype=None) -> tuple[SAEConfig,
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder: an SAE in SAELens' format is a folder with {CFG_FILE} and {WEIGHTS_FILE}")
+        raise ValueError(
+            f"{folder} is not a folder: an SAE in SAELens' format is a folder with {CFG_FILE} and {WEIGHTS_FILE}"
+        )
     cfg = SAEConfig.from_dict(read_config(folder))
     if dtype is not None:
         cfg = cfg.replace(dtype=parse_dtype(dtype))
@@ -134,4 +144,13 @@ def save_sae(sae, folder: Union[str, Path]) -> Path:
     return folder
 
 
-__all__ = ["CFG_FILE", "SPARSITY_FILE", "WEIGHTS_FILE", "prepare_tensors", "read_sae_folder", "read_config", "read_weights", "save_sae"]
+__all__ = [
+    "CFG_FILE",
+    "SPARSITY_FILE",
+    "WEIGHTS_FILE",
+    "prepare_tensors",
+    "read_sae_folder",
+    "read_config",
+    "read_weights",
+    "save_sae",
+]

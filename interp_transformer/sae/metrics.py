@@ -37,7 +37,9 @@ def fraction_of_variance_explained(x: Float[Tensor, "n d_in"], x_hat: Float[Tens
     residual = (x - x_hat).pow(2).sum()
     total = (x - x.mean(dim=0)).pow(2).sum()
     if total == 0:
-        raise ValueError("the activations do not vary (every row is the same): the fraction of variance explained is undefined")
+        raise ValueError(
+            "the activations do not vary (every row is the same): the fraction of variance explained is undefined"
+        )
     return float(1 - residual / total)
 
 
@@ -48,7 +50,8 @@ def dead_features(acts: Float[Tensor, "n d_sae"]) -> Tensor:
 
 @dataclass(frozen=True)
 class CELossRecovered:
-    """The next-token losses (nats) with the activation clean, zero-ablated and replaced by the SAE; the recovered fraction."""
+    """The next-token losses (nats) with the activation clean, zero-ablated and replaced by the SAE; the recovered
+    fraction."""
 
     clean: float
     zero_ablated: float
@@ -61,7 +64,8 @@ class CELossRecovered:
 
 
 def _zero_where(mask: Tensor, head: Optional[int]):
-    """A hook setting the activation (one head's, for ``head``) to zero at the ``[batch, pos]`` positions in ``mask``."""
+    """A hook setting the activation (one head's, for ``head``) to zero at the ``[batch, pos]`` positions in
+    ``mask``."""
 
     def zero_ablate(activation: Tensor, hook) -> Tensor:
         ablated = activation.clone()
@@ -76,7 +80,8 @@ def _zero_where(mask: Tensor, head: Optional[int]):
 def ce_loss_recovered(
     model, sae, tokens: Int[Tensor, "batch pos"], excluded_ids: Sequence[int] = (), batch_size: int = 8
 ) -> CELossRecovered:
-    """``L_clean``, ``L_zero``, ``L_spliced`` over ``tokens`` (see the module docstring), each a mean over every predicted token."""
+    """``L_clean``, ``L_zero``, ``L_spliced`` over ``tokens`` (see the module docstring), each a mean over every
+    predicted token."""
     if not model.capabilities.next_token_logits:
         raise ValueError("the CE loss recovered needs a model whose output is next-token logits")
     write_name = sae.hook_name_out or sae.hook_name
@@ -118,12 +123,16 @@ class SAEMetrics:
         return out
 
     def summary(self) -> str:
-        line = (f"L0 {self.l0:.1f}, variance explained {self.fraction_of_variance_explained:.3f}, "
-                f"dead features {self.dead_features}/{self.d_sae} ({self.n_tokens} tokens)")
+        line = (
+            f"L0 {self.l0:.1f}, variance explained {self.fraction_of_variance_explained:.3f}, "
+            f"dead features {self.dead_features}/{self.d_sae} ({self.n_tokens} tokens)"
+        )
         if self.ce_loss is not None:
             ce = self.ce_loss
-            line += (f"; CE loss clean {ce.clean:.3f}, spliced {ce.spliced:.3f}, zero-ablated {ce.zero_ablated:.3f}: "
-                     f"recovered {ce.recovered:.3f}")
+            line += (
+                f"; CE loss clean {ce.clean:.3f}, spliced {ce.spliced:.3f}, zero-ablated {ce.zero_ablated:.3f}: "
+                f"recovered {ce.recovered:.3f}"
+            )
         return line
 
 
@@ -148,4 +157,12 @@ def measure(sae, x: Float[Tensor, "n d_in"], chunk: int = 4096) -> SAEMetrics:
     )
 
 
-__all__ = ["CELossRecovered", "SAEMetrics", "ce_loss_recovered", "dead_features", "fraction_of_variance_explained", "l0", "measure"]
+__all__ = [
+    "CELossRecovered",
+    "SAEMetrics",
+    "ce_loss_recovered",
+    "dead_features",
+    "fraction_of_variance_explained",
+    "l0",
+    "measure",
+]

@@ -86,7 +86,8 @@ def denormalize(mode: str, y: Tensor, stats: Optional[InputStats]) -> Tensor:
 
 
 def denormalize_affine(mode: str, stats: Optional[InputStats]) -> tuple[Optional[Tensor], Optional[Tensor]]:
-    """``(multiplier, shift)`` with ``denormalize(mode, y, stats) == y * multiplier + shift``; ``None`` stands for 1 and 0.
+    """``(multiplier, shift)`` with ``denormalize(mode, y, stats) == y * multiplier + shift``; ``None`` stands for 1 and
+    0.
 
     Denormalizing is affine in ``y``: what lets a reconstruction be split into one
     term per feature plus a bias (``SAE.decode_affine``). Each is ``[..., 1]``.
@@ -94,7 +95,9 @@ def denormalize_affine(mode: str, stats: Optional[InputStats]) -> tuple[Optional
     if not needs_stats(mode):
         return None, None
     if stats is None:
-        raise ValueError(f"normalize_activations={mode!r} needs the statistics of the encoded input (encode_with_state)")
+        raise ValueError(
+            f"normalize_activations={mode!r} needs the statistics of the encoded input (encode_with_state)"
+        )
     if mode == "constant_norm_rescale":
         return 1 / stats.scale, None
     return stats.scale, stats.shift

@@ -44,13 +44,23 @@ from .. import processing as steps
 CHANGES: dict[str, frozenset[str]] = {
     "fold_ln": frozenset({"hook_normalized"}),
     "center_writing_weights": frozenset(
-        {"hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post",
-         "hook_attn_out", "hook_mlp_out", "hook_result"}
+        {
+            "hook_embed",
+            "hook_pos_embed",
+            "hook_resid_pre",
+            "hook_resid_mid",
+            "hook_resid_post",
+            "hook_attn_out",
+            "hook_mlp_out",
+            "hook_result",
+        }
     ),
     "center_unembed": frozenset(),
     "fold_value_biases": frozenset({"hook_v", "hook_z", "hook_result"}),
     # TransformerLens can refactor W_Q W_K^T and W_V W_O; interp_transformer has no such step.
-    "refactor_factored_attn_matrices": frozenset({"hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k"}),
+    "refactor_factored_attn_matrices": frozenset(
+        {"hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k"}
+    ),
 }
 # The steps we can apply, in the order that keeps each exact.
 APPLY: dict[str, Callable] = {
@@ -94,7 +104,9 @@ def check_processing(model, sae, apply: bool = False) -> list[str]:
     if applied is None:
         needed = [step for step in expected if _relevant(step, hook_names)]
         if needed:
-            raise ProcessingMismatch(f"{where} expects {needed}, but {type(model).__name__} records no weight processing")
+            raise ProcessingMismatch(
+                f"{where} expects {needed}, but {type(model).__name__} records no weight processing"
+            )
         return []
     extra = [step for step in applied if step in CHANGES and step not in expected and _relevant(step, hook_names)]
     if extra:

@@ -42,7 +42,12 @@ from .normalization import InputStats, denormalize, denormalize_affine, normaliz
 
 # Hook points of an SAE, in the order they fire.
 HOOK_NAMES = (
-    "hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_error", "hook_sae_output",
+    "hook_sae_input",
+    "hook_sae_acts_pre",
+    "hook_sae_acts_post",
+    "hook_sae_recons",
+    "hook_sae_error",
+    "hook_sae_output",
 )
 DTypeLike = Union[str, torch.dtype, None]
 # What an SAE reads and writes: one vector per position, or one per head for hook_z SAEs.
@@ -84,7 +89,9 @@ class SAE(HookedRootModule):
     ):
         super().__init__()
         if not isinstance(cfg, SAEConfig):
-            raise TypeError(f"cfg must be an SAEConfig (use SAE.from_dict for a cfg.json dict), got {type(cfg).__name__}")
+            raise TypeError(
+                f"cfg must be an SAEConfig (use SAE.from_dict for a cfg.json dict), got {type(cfg).__name__}"
+            )
         if dtype is not None and parse_dtype(dtype) != cfg.dtype:
             cfg = cfg.replace(dtype=parse_dtype(dtype))
         self.cfg = cfg
@@ -95,7 +102,9 @@ class SAE(HookedRootModule):
         for name in self.arch.parameters:
             tensor = tensors[name]
             if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
-                raise TypeError(f"SAE tensor {name} must be a floating-point Tensor, got {getattr(tensor, 'dtype', type(tensor))}")
+                raise TypeError(
+                    f"SAE tensor {name} must be a floating-point Tensor, got {getattr(tensor, 'dtype', type(tensor))}"
+                )
             tensor = tensor.detach().to(device=device, dtype=cfg.dtype)
             check_finite(name, tensor, f"the tensors of a {cfg.architecture} SAE")
             self.register_parameter(name, nn.Parameter(tensor))
@@ -231,7 +240,9 @@ class SAE(HookedRootModule):
         ``rescale_acts_by_decoder_norm``); ``multiplier`` and ``offset`` undo the input
         normalization (1 and ``b_dec`` without one, and for transcoders).
         """
-        directions = self.W_dec / self.W_dec.norm(dim=-1, keepdim=True) if self.cfg.rescale_acts_by_decoder_norm else self.W_dec
+        directions = (
+            self.W_dec / self.W_dec.norm(dim=-1, keepdim=True) if self.cfg.rescale_acts_by_decoder_norm else self.W_dec
+        )
         one = torch.ones(1, dtype=self.dtype, device=self.W_dec.device)
         if self.is_transcoder:
             return directions, one, self.b_dec

@@ -71,12 +71,22 @@ def special_token_ids(model, exclude: SpecialTokens) -> Optional[list[int]]:
                 "exclude_special_tokens=True reads the special tokens from the model's tokenizer, and this model "
                 "has none; pass the token ids instead, e.g. exclude_special_tokens=[0]"
             )
-        ids = sorted({getattr(tokenizer, attr) for attr in SPECIAL_TOKEN_ATTRIBUTES if getattr(tokenizer, attr, None) is not None})
+        ids = sorted(
+            {
+                getattr(tokenizer, attr)
+                for attr in SPECIAL_TOKEN_ATTRIBUTES
+                if getattr(tokenizer, attr, None) is not None
+            }
+        )
         if not ids:
-            raise ValueError(f"exclude_special_tokens=True, but the tokenizer defines none of {list(SPECIAL_TOKEN_ATTRIBUTES)}")
+            raise ValueError(
+                f"exclude_special_tokens=True, but the tokenizer defines none of {list(SPECIAL_TOKEN_ATTRIBUTES)}"
+            )
         return ids
-    if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Sequence) or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in exclude
+    if (
+        isinstance(exclude, (str, bytes))
+        or not isinstance(exclude, Sequence)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in exclude)
     ):
         raise TypeError(f"exclude_special_tokens must be a bool or a list of token ids, got {exclude!r}")
     return list(exclude)
@@ -107,7 +117,9 @@ class _BypassMask:
         if self.mask is None:
             raise ValueError(f"{hook_name} ran outside a forward of the model: the special-token mask is unknown")
         if tuple(activation.shape[:2]) != tuple(self.mask.shape):
-            raise ValueError(f"{hook_name} has batch and pos {tuple(activation.shape[:2])}, the tokens {tuple(self.mask.shape)}")
+            raise ValueError(
+                f"{hook_name} has batch and pos {tuple(activation.shape[:2])}, the tokens {tuple(self.mask.shape)}"
+            )
         return self.mask.to(activation.device).reshape(*self.mask.shape, *([1] * (activation.ndim - 2)))
 
 
@@ -193,7 +205,9 @@ class _Splice:
         else:
             x, self.captured = self.captured, None
             if x is None:
-                raise ValueError(f"the transcoder writes at {self.write_name} before it has read {self.read_name} in this forward")
+                raise ValueError(
+                    f"the transcoder writes at {self.write_name} before it has read {self.read_name} in this forward"
+                )
         with weights_on_meta(self.sae) if activation.is_meta else contextlib.nullcontext():
             head = self.sae.cfg.hook_head_index
             if head is None:
@@ -272,7 +286,10 @@ def run_with_saes(
 ):
     """``model(*model_args, **forward_kwargs)`` with ``saes`` spliced in for this one call."""
     with splice_saes(
-        model, saes, use_error_term=use_error_term, exclude_special_tokens=exclude_special_tokens,
+        model,
+        saes,
+        use_error_term=use_error_term,
+        exclude_special_tokens=exclude_special_tokens,
         apply_processing=apply_processing,
     ):
         return model(*model_args, **forward_kwargs)
@@ -289,7 +306,10 @@ def run_with_cache_with_saes(
 ):
     """``model.run_with_cache(...)`` with ``saes`` spliced in: ``(output, cache)``, SAE activations included."""
     with splice_saes(
-        model, saes, use_error_term=use_error_term, exclude_special_tokens=exclude_special_tokens,
+        model,
+        saes,
+        use_error_term=use_error_term,
+        exclude_special_tokens=exclude_special_tokens,
         apply_processing=apply_processing,
     ):
         return model.run_with_cache(*model_args, **run_with_cache_kwargs)

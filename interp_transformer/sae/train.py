@@ -92,14 +92,17 @@ class SAETrainingConfig:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 2:
-            raise ValueError(f"eval_every must be an int >= 2 (every eval_every-th context is held out), got {self.eval_every!r}")
+            raise ValueError(
+                f"eval_every must be an int >= 2 (every eval_every-th context is held out), got {self.eval_every!r}"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
 
 
 @dataclass
 class TrainedSAE:
-    """The trained SAE, its metrics on held-out (``metrics``) and training (``train_metrics``) vectors, the loss curve."""
+    """The trained SAE, its metrics on held-out (``metrics``) and training (``train_metrics``) vectors, the loss
+    curve."""
 
     sae: SAE
     config: SAETrainingConfig
@@ -111,8 +114,12 @@ class TrainedSAE:
     def save(self, folder: Union[str, Path]) -> Path:
         """The SAE in SAELens' format (``SAE.save``) plus ``training.json`` (config and metrics)."""
         folder = self.sae.save(folder)
-        record = {"config": asdict(self.config), "scaling_factor": self.scaling_factor,
-                  "metrics": self.metrics.to_dict(), "train_metrics": self.train_metrics.to_dict()}
+        record = {
+            "config": asdict(self.config),
+            "scaling_factor": self.scaling_factor,
+            "metrics": self.metrics.to_dict(),
+            "train_metrics": self.train_metrics.to_dict(),
+        }
         (folder / TRAINING_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
         return folder
 
@@ -145,7 +152,8 @@ def fit(sae: SAE, x, config: SAETrainingConfig, generator: torch.Generator, prog
     optimizer = torch.optim.Adam(sae.parameters(), lr=config.lr)
     decay_start = int(0.8 * config.steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (config.steps - step) / max(1, config.steps - decay_start)))
+        optimizer, lambda step: min(1.0, (config.steps - step) / max(1, config.steps - decay_start))
+    )
     aux_k = config.aux_k or max(1, x.shape[1] // 2)
     last_fired = torch.zeros(sae.d_sae, dtype=torch.long)
     order, cursor, losses = torch.randperm(len(x), generator=generator), 0, []
@@ -199,7 +207,8 @@ def _metadata(model, config: SAETrainingConfig, data: TrainingActivations) -> di
 def train_on_activations(
     data: TrainingActivations, config: SAETrainingConfig, model=None, progress: bool = False
 ) -> TrainedSAE:
-    """Train on activations already collected (``training_data``); ``model``, when given, is measured with the SAE spliced in."""
+    """Train on activations already collected (``training_data``); ``model``, when given, is measured with the SAE
+    spliced in."""
     if data.hook_name != config.hook_name:
         raise ValueError(f"the activations are from {data.hook_name!r}, the config trains at {config.hook_name!r}")
     generator = torch.Generator().manual_seed(config.seed)
@@ -239,15 +248,26 @@ def train_sae(model, data, config: SAETrainingConfig, progress: bool = True) -> 
     if model is not None and config.hook_name not in model.hook_dict:
         close = difflib.get_close_matches(config.hook_name, list(model.hook_dict), n=3, cutoff=0.5)
         raise KeyError(f"{config.hook_name!r} is not a hook point of this model; closest: {close}")
-    options = dict(eval_every=config.eval_every, max_tokens=config.max_tokens,
-                   exclude_special_tokens=config.exclude_special_tokens, progress=progress)
+    options = dict(
+        eval_every=config.eval_every,
+        max_tokens=config.max_tokens,
+        exclude_special_tokens=config.exclude_special_tokens,
+        progress=progress,
+    )
     if isinstance(data, (str, Path)) and (Path(data) / "manifest.json").is_file():
         activations = from_harvest(data, config.hook_name, **options)
     else:
         if model is None:
-            raise ValueError("training from tokens or text needs the model to run; only a harvest folder can do without")
-        batches = data if isinstance(data, TokenBatches) else token_batches(
-            model, data, batch_size=config.model_batch_size, context_length=config.context_length, progress=progress)
+            raise ValueError(
+                "training from tokens or text needs the model to run; only a harvest folder can do without"
+            )
+        batches = (
+            data
+            if isinstance(data, TokenBatches)
+            else token_batches(
+                model, data, batch_size=config.model_batch_size, context_length=config.context_length, progress=progress
+            )
+        )
         activations = from_model(model, batches, config.hook_name, **options)
     return train_on_activations(activations, config, model, progress)
 

@@ -42,7 +42,9 @@ class TrainingActivations:
 
 def _check_split(eval_every: int, max_tokens: Optional[int]) -> None:
     if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 2:
-        raise ValueError(f"eval_every must be an int >= 2 (every eval_every-th context is held out), got {eval_every!r}")
+        raise ValueError(
+            f"eval_every must be an int >= 2 (every eval_every-th context is held out), got {eval_every!r}"
+        )
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
 
@@ -56,8 +58,12 @@ def _vectors(activation: Tensor, hook_name: str) -> None:
 
 
 def _split(
-    contexts: Iterator[tuple[Tensor, Tensor]], hook_name: str, excluded: Sequence[int], eval_every: int,
-    max_tokens: Optional[int], description: str,
+    contexts: Iterator[tuple[Tensor, Tensor]],
+    hook_name: str,
+    excluded: Sequence[int],
+    eval_every: int,
+    max_tokens: Optional[int],
+    description: str,
 ) -> TrainingActivations:
     """Fill the train and eval sets from ``(activation [pos, d], token_ids [pos])`` per context, in context order."""
     train, held_out, eval_tokens, n_train = [], [], [], 0
@@ -88,8 +94,14 @@ def _split(
 
 
 def from_model(
-    model, batches: TokenBatches, hook_name: str, *, eval_every: int = 8, max_tokens: Optional[int] = None,
-    exclude_special_tokens: bool = True, progress: bool = False,
+    model,
+    batches: TokenBatches,
+    hook_name: str,
+    *,
+    eval_every: int = 8,
+    max_tokens: Optional[int] = None,
+    exclude_special_tokens: bool = True,
+    progress: bool = False,
 ) -> TrainingActivations:
     """Run ``model`` over ``batches`` (only the blocks the hook needs) and split its activations at ``hook_name``."""
     _check_split(eval_every, max_tokens)
@@ -105,24 +117,36 @@ def from_model(
 
 
 def from_harvest(
-    folder: Union[str, Path], hook_name: str, *, eval_every: int = 8, max_tokens: Optional[int] = None,
-    exclude_special_tokens: bool = True, progress: bool = False,
+    folder: Union[str, Path],
+    hook_name: str,
+    *,
+    eval_every: int = 8,
+    max_tokens: Optional[int] = None,
+    exclude_special_tokens: bool = True,
+    progress: bool = False,
 ) -> TrainingActivations:
-    """The activations at ``hook_name`` stored in a harvest folder (``interp_transformer.harvest``), split by context."""
+    """The activations at ``hook_name`` stored in a harvest folder (``interp_transformer.harvest``), split by
+    context."""
     from ..harvest.dataset import ActivationShards
 
     _check_split(eval_every, max_tokens)
     shards = ActivationShards(folder, hooks=[hook_name])
     fingerprint = shards.manifest.fingerprint
-    ids = [fingerprint.get("separator_token_id")] + ([fingerprint.get("bos_token_id")] if fingerprint.get("prepend_bos") else [])
+    ids = [fingerprint.get("separator_token_id")] + (
+        [fingerprint.get("bos_token_id")] if fingerprint.get("prepend_bos") else []
+    )
     excluded = tuple(sorted({i for i in ids if i is not None})) if exclude_special_tokens else ()
     if len(shards.manifest.hook_shape(hook_name)) != 2 or shards.manifest.hook_pos_axes(hook_name) != (0,):
-        raise ValueError(f"the SAE trainer reads one vector per position; {hook_name} is stored with shape "
-                         f"{shards.manifest.hook_shape(hook_name)} per context")
+        raise ValueError(
+            f"the SAE trainer reads one vector per position; {hook_name} is stored with shape "
+            f"{shards.manifest.hook_shape(hook_name)} per context"
+        )
 
     def contexts() -> Iterator[tuple[Tensor, Tensor]]:
         try:
-            for index in tqdm(range(len(shards)), desc=f"reading {hook_name}", unit="context", disable=not progress, leave=False):
+            for index in tqdm(
+                range(len(shards)), desc=f"reading {hook_name}", unit="context", disable=not progress, leave=False
+            ):
                 item = shards[index]
                 yield item[hook_name], item["token_ids"].long()
         finally:

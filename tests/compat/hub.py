@@ -38,9 +38,19 @@ SHAPES = {
     "tiny-stories-1M": dict(n_layer=8, n_embd=64, n_head=16, n_inner=256, n_positions=2048),
 }
 ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2", "EleutherAI/pythia-14m": "pythia-14m"}
-# GPT-NeoX shapes: a random Pythia with GPT-2's tokenizer (Pythia's own needs the hub; its vocabulary covers GPT-2's ids)
-NEOX_SHAPES = {"pythia-14m": dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=4, intermediate_size=512,
-                                  vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048)}
+# GPT-NeoX shapes: a random Pythia with GPT-2's tokenizer (Pythia's own needs the hub; its vocabulary covers GPT-2's
+# ids)
+NEOX_SHAPES = {
+    "pythia-14m": dict(
+        hidden_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        intermediate_size=512,
+        vocab_size=50304,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+    )
+}
 
 
 def _shape_name(name: str) -> str:
@@ -56,12 +66,15 @@ def hf_stand_in(name: str) -> GPT2LMHeadModel:
     name = _shape_name(name)
     torch.manual_seed(sum(map(ord, name)))
     if name in NEOX_SHAPES:
-        return randomize_(GPTNeoXForCausalLM(GPTNeoXConfig(attn_implementation="eager", **NEOX_SHAPES[name])), seed=1).eval()
+        return randomize_(
+            GPTNeoXForCausalLM(GPTNeoXConfig(attn_implementation="eager", **NEOX_SHAPES[name])), seed=1
+        ).eval()
     config = GPT2Config(activation_function="gelu_new", attn_implementation="eager", **SHAPES[name])
     return randomize_(GPT2LMHeadModel(config), seed=1).eval()
 
 
-# TransformerLens' own attention-only checkpoints: built from a HookedTransformerConfig (no Hugging Face model has their shape)
+# TransformerLens' own attention-only checkpoints: built from a HookedTransformerConfig (no Hugging Face model has their
+# shape)
 ATTN_ONLY = {f"attn-only-{n}l": n for n in (1, 2, 3, 4)}
 
 
@@ -74,15 +87,39 @@ def stand_in(name: str, **kwargs) -> HookedTransformer:
     return HookedTransformer.from_pretrained(hf_stand_in(name), **kwargs)
 
 
-def attn_only_stand_in(name: str, fold_ln: bool = True, center_writing_weights: bool = True, center_unembed: bool = True,
-                       refactor_factored_attn_matrices: bool = False, fold_value_biases: bool = True, **kwargs) -> HookedTransformer:
-    """A random attention-only model of ``name``'s shape (d_model 512, 8 heads, LayerNorm), processed as from_pretrained does."""
-    cfg = HookedTransformerConfig(n_layers=ATTN_ONLY[name], d_model=512, d_head=64, n_heads=8, n_ctx=1024, d_vocab=50257,
-                                  attn_only=True, normalization_type="LN", act_fn=None, model_name=name, seed=ATTN_ONLY[name])
+def attn_only_stand_in(
+    name: str,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
+    refactor_factored_attn_matrices: bool = False,
+    fold_value_biases: bool = True,
+    **kwargs,
+) -> HookedTransformer:
+    """A random attention-only model of ``name``'s shape (d_model 512, 8 heads, LayerNorm), processed as from_pretrained
+    does."""
+    cfg = HookedTransformerConfig(
+        n_layers=ATTN_ONLY[name],
+        d_model=512,
+        d_head=64,
+        n_heads=8,
+        n_ctx=1024,
+        d_vocab=50257,
+        attn_only=True,
+        normalization_type="LN",
+        act_fn=None,
+        model_name=name,
+        seed=ATTN_ONLY[name],
+    )
     model = HookedTransformer(cfg, tokenizer=offline_gpt2_tokenizer(), **kwargs)
     randomize_(model, seed=2)
-    model.process_weights_(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed,
-                           refactor_factored_attn_matrices=refactor_factored_attn_matrices, fold_value_biases=fold_value_biases)
+    model.process_weights_(
+        fold_ln=fold_ln,
+        center_writing_weights=center_writing_weights,
+        center_unembed=center_unembed,
+        refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        fold_value_biases=fold_value_biases,
+    )
     return model.eval()
 
 
@@ -122,5 +159,6 @@ def einsum(pattern: str, *tensors):
 
 # the SoLU checkpoints' tokenizer, whose ids and pieces some tests assert
 NEEDS_SOLU_TOKENIZER = pytest.mark.skip(
-    reason="needs the hub: the SoLU models' tokenizer (NeelNanda/gpt-neox-tokenizer-digits), whose ids and pieces it asserts"
+    reason="needs the hub: the SoLU models' tokenizer (NeelNanda/gpt-neox-tokenizer-digits), whose ids and pieces it "
+    "asserts"
 )

@@ -1,4 +1,5 @@
-"""Classic interpretability-course exercises (transformers from scratch; induction heads), written as for TransformerLens.
+"""Classic interpretability-course exercises (transformers from scratch; induction heads), written as for
+TransformerLens.
 
 The exercise code below is what such notebooks write against ``transformer_lens``; the one
 import that changed is ``from interp_transformer import ...``. The models stand in for the
@@ -32,8 +33,17 @@ def model() -> HookedTransformer:
     from interp_transformer.shipped import load_shipped
 
     cfg = HookedTransformerConfig(
-        d_model=64, d_head=16, n_heads=4, n_layers=2, n_ctx=64, d_vocab=64, attention_dir="causal",
-        attn_only=True, normalization_type="LN", seed=398, use_attn_result=True,
+        d_model=64,
+        d_head=16,
+        n_heads=4,
+        n_layers=2,
+        n_ctx=64,
+        d_vocab=64,
+        attention_dir="causal",
+        attn_only=True,
+        normalization_type="LN",
+        seed=398,
+        use_attn_result=True,
     )
     model = HookedTransformer(cfg)
     pretrained_weights = load_shipped("induction-2l").state_dict()  # the course: hf_hub_download + t.load
@@ -45,8 +55,18 @@ def model() -> HookedTransformer:
 def course_config_model() -> HookedTransformer:
     """The course's attention-only configuration: shortformer positions, no norms, per-head results hooked."""
     cfg = HookedTransformerConfig(
-        d_model=96, d_head=16, n_heads=6, n_layers=2, n_ctx=128, d_vocab=50257, attention_dir="causal",
-        attn_only=True, tokenizer_name="gpt2", seed=398, use_attn_result=True, normalization_type=None,
+        d_model=96,
+        d_head=16,
+        n_heads=6,
+        n_layers=2,
+        n_ctx=128,
+        d_vocab=50257,
+        attention_dir="causal",
+        attn_only=True,
+        tokenizer_name="gpt2",
+        seed=398,
+        use_attn_result=True,
+        normalization_type=None,
         positional_embedding_type="shortformer",
     )
     model = HookedTransformer(cfg)
@@ -60,9 +80,13 @@ def course_config_model() -> HookedTransformer:
 # --------------------------------------------------------------------------------------------------
 # exercise code (as written for TransformerLens)
 # --------------------------------------------------------------------------------------------------
-def generate_repeated_tokens(model: HookedTransformer, seq_len: int, batch: int = 1, bos: int = 0) -> Int[Tensor, "batch full_seq_len"]:
+def generate_repeated_tokens(
+    model: HookedTransformer, seq_len: int, batch: int = 1, bos: int = 0
+) -> Int[Tensor, "batch full_seq_len"]:
     prefix = (t.ones(batch, 1) * bos).long()
-    rep_tokens_half = t.randint(1, model.cfg.d_vocab, (batch, seq_len), dtype=t.int64, generator=t.Generator().manual_seed(0))
+    rep_tokens_half = t.randint(
+        1, model.cfg.d_vocab, (batch, seq_len), dtype=t.int64, generator=t.Generator().manual_seed(0)
+    )
     return t.cat([prefix, rep_tokens_half, rep_tokens_half], dim=-1).to(model.cfg.device)
 
 
@@ -72,7 +96,9 @@ def run_and_cache_model_repeated_tokens(model: HookedTransformer, seq_len: int, 
     return rep_tokens, rep_logits, rep_cache
 
 
-def get_log_probs(logits: Float[Tensor, "batch posn d_vocab"], tokens: Int[Tensor, "batch posn"]) -> Float[Tensor, "batch posn-1"]:
+def get_log_probs(
+    logits: Float[Tensor, "batch posn d_vocab"], tokens: Int[Tensor, "batch posn"]
+) -> Float[Tensor, "batch posn-1"]:
     logprobs = logits.log_softmax(dim=-1)
     return logprobs[:, :-1].gather(dim=-1, index=tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
 
@@ -110,19 +136,25 @@ def logit_attribution(
     return t.concat([direct_attributions.unsqueeze(-1), l1_attributions, l2_attributions], dim=-1)
 
 
-def head_ablation_hook(v: Float[Tensor, "batch seq n_heads d_head"], hook, head_index_to_ablate: int) -> Float[Tensor, "batch seq n_heads d_head"]:
+def head_ablation_hook(
+    v: Float[Tensor, "batch seq n_heads d_head"], hook, head_index_to_ablate: int
+) -> Float[Tensor, "batch seq n_heads d_head"]:
     v[:, :, head_index_to_ablate, :] = 0.0
     return v
 
 
-def get_ablation_scores(model: HookedTransformer, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "n_layers n_heads"]:
+def get_ablation_scores(
+    model: HookedTransformer, tokens: Int[Tensor, "batch seq"]
+) -> Float[Tensor, "n_layers n_heads"]:
     ablation_scores = t.zeros((model.cfg.n_layers, model.cfg.n_heads), device=model.cfg.device)
     model.reset_hooks()
     loss_no_ablation = model(tokens, return_type="loss")
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
             temp_hook_fn = lambda v, hook, head=head: head_ablation_hook(v, hook, head)  # noqa: E731
-            ablated_loss = model.run_with_hooks(tokens, return_type="loss", fwd_hooks=[(utils.get_act_name("v", layer), temp_hook_fn)])
+            ablated_loss = model.run_with_hooks(
+                tokens, return_type="loss", fwd_hooks=[(utils.get_act_name("v", layer), temp_hook_fn)]
+            )
             ablation_scores[layer, head] = (ablated_loss - loss_no_ablation).detach()
     return ablation_scores
 
@@ -142,7 +174,9 @@ def decompose_qk_input(cache: ActivationCache) -> Float[Tensor, "n_heads+2 posn 
     return t.concat([y0, y1, y_rest], dim=0)
 
 
-def decompose_q(decomposed_qk_input: Float[Tensor, "n_heads+2 posn d_model"], ind_head_index: int, model: HookedTransformer):
+def decompose_q(
+    decomposed_qk_input: Float[Tensor, "n_heads+2 posn d_model"], ind_head_index: int, model: HookedTransformer
+):
     W_Q = model.W_Q[1, ind_head_index]
     return einops.einsum(decomposed_qk_input, W_Q, "n seq d_model, d_model d_head -> n seq d_head")
 
@@ -194,8 +228,12 @@ def test_attention_detectors_find_the_circuit(model):
     pattern_hook_names_filter = lambda name: name.endswith("pattern")  # noqa: E731
     model.run_with_hooks(rep_tokens, return_type=None, fwd_hooks=[(pattern_hook_names_filter, induction_score_hook)])
     assert t.allclose(induction_score_store, induction, atol=1e-6)
-    assert current_attn_detector(cache, model) == [f"{layer}.{head}" for layer in range(2) for head in range(4)
-                                                   if cache["pattern", layer][head].diagonal().mean() > 0.4]
+    assert current_attn_detector(cache, model) == [
+        f"{layer}.{head}"
+        for layer in range(2)
+        for head in range(4)
+        if cache["pattern", layer][head].diagonal().mean() > 0.4
+    ]
 
 
 def test_pattern_from_q_and_k_is_the_cached_pattern(model, repeated):
@@ -219,9 +257,15 @@ def test_ablating_the_induction_heads_hurts_most(model, repeated):
     assert induction[1, int(ablation_scores[1].argmax())] > 0.5
     # the loss with the hook is the loss of the hooked forward's logits
     head = int(previous[0].argmax())
-    hooked = model.run_with_hooks(rep_tokens, fwd_hooks=[(utils.get_act_name("v", 0), lambda v, hook: head_ablation_hook(v, hook, head))])
-    t.testing.assert_close(utils.lm_cross_entropy_loss(hooked, rep_tokens) - model(rep_tokens, return_type="loss"),
-                           ablation_scores[0, head], rtol=0, atol=1e-5)
+    hooked = model.run_with_hooks(
+        rep_tokens, fwd_hooks=[(utils.get_act_name("v", 0), lambda v, hook: head_ablation_hook(v, hook, head))]
+    )
+    t.testing.assert_close(
+        utils.lm_cross_entropy_loss(hooked, rep_tokens) - model(rep_tokens, return_type="loss"),
+        ablation_scores[0, head],
+        rtol=0,
+        atol=1e-5,
+    )
 
 
 def test_logit_attribution_with_per_head_results_sums_to_the_logits(course_config_model):
@@ -240,8 +284,12 @@ def test_logit_attribution_with_per_head_results_sums_to_the_logits(course_confi
         t.testing.assert_close(logit_attr.sum(1) + biases, correct_token_logits, atol=1e-3, rtol=0)
     assert logit_attr.shape == (len(str_tokens) - 1, 1 + 2 * model.cfg.n_heads)
     # the per-head results a hook records are the ones the cache computes from z
-    t.testing.assert_close(cache["blocks.0.attn.hook_result"], einops.einsum(cache["z", 0], model.W_O[0], "s h d, h d m -> s h m"),
-                           rtol=0, atol=1e-6)
+    t.testing.assert_close(
+        cache["blocks.0.attn.hook_result"],
+        einops.einsum(cache["z", 0], model.W_O[0], "s h d, h d m -> s h m"),
+        rtol=0,
+        atol=1e-6,
+    )
 
 
 def test_decomposing_the_query_input_of_a_shortformer_model(course_config_model):
@@ -250,10 +298,14 @@ def test_decomposing_the_query_input_of_a_shortformer_model(course_config_model)
     cache.remove_batch_dim()
     decomposed_qk_input = decompose_qk_input(cache)
     # shortformer: the query and key inputs are the residual stream plus the positional embedding
-    t.testing.assert_close(decomposed_qk_input.sum(0), cache["resid_pre", 1] + cache["pos_embed"] - model.b_O[0], rtol=0, atol=1e-5)
+    t.testing.assert_close(
+        decomposed_qk_input.sum(0), cache["resid_pre", 1] + cache["pos_embed"] - model.b_O[0], rtol=0, atol=1e-5
+    )
     for head in range(model.cfg.n_heads):
         decomposed_q = decompose_q(decomposed_qk_input, head, model)
-        q_from_bias = einops.einsum(model.b_O[0], model.W_Q[1, head], "d_model, d_model d_head -> d_head") + model.b_Q[1, head]
+        q_from_bias = (
+            einops.einsum(model.b_O[0], model.W_Q[1, head], "d_model, d_model d_head -> d_head") + model.b_Q[1, head]
+        )
         t.testing.assert_close(decomposed_q.sum(0) + q_from_bias, cache["q", 1][:, head], rtol=0, atol=1e-4)
     # and the residual stream itself never holds the positions
     t.testing.assert_close(cache["resid_pre", 0], cache["embed"], rtol=0, atol=0)
@@ -301,7 +353,9 @@ def test_k_composition_links_the_previous_token_head_to_the_induction_heads(mode
     W_OV = model.W_V[0] @ model.W_O[0]
     k_comp_scores = t.tensor([[get_comp_score(W_OV[i], W_QK[j].T) for j in range(4)] for i in range(4)])
     t.testing.assert_close(k_comp_scores, model.all_composition_scores("K")[0, :, 1, :].detach(), rtol=1e-4, atol=1e-5)
-    t.testing.assert_close(k_comp_scores, utils.composition_scores(model.OV[0], model.QK.T[1]).detach(), rtol=1e-4, atol=1e-5)
+    t.testing.assert_close(
+        k_comp_scores, utils.composition_scores(model.OV[0], model.QK.T[1]).detach(), rtol=1e-4, atol=1e-5
+    )
     for ind_head in (induction > 0.5).nonzero().flatten().tolist():
         assert int(k_comp_scores[:, ind_head].argmax()) == prev_head
     assert (model.all_composition_scores("Q")[1] == 0).all()  # no later layer for layer 1 to compose into
@@ -314,7 +368,14 @@ class Config:
     def __init__(self, reference):
         c = reference.cfg
         self.d_model, self.debug, self.layer_norm_eps, self.d_vocab = c.d_model, True, c.eps, c.d_vocab
-        self.init_range, self.n_ctx, self.d_head, self.d_mlp, self.n_heads, self.n_layers = 0.02, c.n_ctx, c.d_head, c.d_mlp, c.n_heads, c.n_layers
+        self.init_range, self.n_ctx, self.d_head, self.d_mlp, self.n_heads, self.n_layers = (
+            0.02,
+            c.n_ctx,
+            c.d_head,
+            c.d_mlp,
+            c.n_heads,
+            c.n_layers,
+        )
 
 
 class LayerNorm(nn.Module):
@@ -406,7 +467,9 @@ def reference_gpt2() -> HookedTransformer:
 
 
 def test_from_scratch_parts_match_the_reference_on_its_cached_activations(reference_gpt2):
-    reference_text = "I am an amazing autoregressive, decoder-only, GPT-2 style transformer. One day I will exceed human level"
+    reference_text = (
+        "I am an amazing autoregressive, decoder-only, GPT-2 style transformer. One day I will exceed human level"
+    )
     tokens = reference_gpt2.to_tokens(reference_text)
     logits, cache = reference_gpt2.run_with_cache(tokens)
     cfg = Config(reference_gpt2)
@@ -420,11 +483,14 @@ def test_from_scratch_parts_match_the_reference_on_its_cached_activations(refere
         layer = cls(cfg)
         layer.load_state_dict(reference_part.state_dict(), strict=False)
         t.testing.assert_close(layer(given), reference_part(given), rtol=0, atol=1e-4)
-    t.testing.assert_close(reference_gpt2.blocks[0].attn(cache["normalized", 0, "ln1"]), cache["attn_out", 0], rtol=0, atol=1e-5)
+    t.testing.assert_close(
+        reference_gpt2.blocks[0].attn(cache["normalized", 0, "ln1"]), cache["attn_out", 0], rtol=0, atol=1e-5
+    )
     # the whole model, from the reference's state dict
     demo_gpt2 = DemoTransformer(cfg)
     missing, unexpected = demo_gpt2.load_state_dict(reference_gpt2.state_dict(), strict=False)
-    assert unexpected == [] and missing == [f"blocks.{layer}.attn.IGNORE" for layer in range(cfg.n_layers)]  # our own buffer
+    # our own buffer
+    assert unexpected == [] and missing == [f"blocks.{layer}.attn.IGNORE" for layer in range(cfg.n_layers)]
     t.testing.assert_close(demo_gpt2(tokens), logits, rtol=0, atol=1e-4)
     # the reference's processing flags were honoured: its norms still hold their weights
     assert reference_gpt2.cfg.normalization_type == "LN" and reference_gpt2.processing == ["fold_value_biases"]

@@ -35,7 +35,9 @@ def test_from_pretrained_processes_as_transformer_lens_does_and_keeps_the_log_pr
     with torch.no_grad():
         reference = hf(tokens).logits
     assert model.processing == ["fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"]
-    assert model.cfg.normalization_type == "LNPre" and not any(name.endswith(("ln1.w", "ln_final.b")) for name, _ in model.named_parameters())
+    assert model.cfg.normalization_type == "LNPre" and not any(
+        name.endswith(("ln1.w", "ln_final.b")) for name, _ in model.named_parameters()
+    )
     assert raw.processing == [] and raw.cfg.normalization_type == "LN"
     torch.testing.assert_close(raw(tokens), reference, rtol=0, atol=1e-5)
     torch.testing.assert_close(model(tokens).log_softmax(-1), reference.log_softmax(-1), rtol=0, atol=1e-5)
@@ -107,14 +109,15 @@ def test_both_key_value_caches_continue_a_padded_batch_exactly(model):
     following = model.to_tokens([" and then", " so", " again"], prepend_bos=False)  # right-padded: no mask inferred
     full_tokens = torch.cat([prompts, following], dim=1)
     full_mask = torch.cat([mask, torch.ones_like(following)], dim=1)
-    reference = model(full_tokens, attention_mask=full_mask)[:, -following.shape[1]:]
+    reference = model(full_tokens, attention_mask=full_mask)[:, -following.shape[1] :]
     ours = KeyValueCache(model.cfg.n_layers)
     model(prompts, attention_mask=mask, kv_cache=ours)
     torch.testing.assert_close(model(following, kv_cache=ours), reference, rtol=0, atol=1e-5)
     theirs = HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, len(TEXTS))
     model(prompts, attention_mask=mask, past_kv_cache=theirs)
-    torch.testing.assert_close(model(following, past_kv_cache=theirs, attention_mask=torch.ones_like(following)), reference,
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        model(following, past_kv_cache=theirs, attention_mask=torch.ones_like(following)), reference, rtol=0, atol=1e-5
+    )
     assert theirs.previous_attention_mask.shape == full_mask.shape and theirs.n_positions == full_mask.shape[1]
 
 
@@ -136,14 +139,21 @@ def test_generate_greedily_matches_a_loop_of_forward_passes(model):
     for _ in range(4):
         expected = torch.cat([expected, model(expected)[:, -1:].argmax(-1)], dim=1)
     for use_cache in (True, False):
-        out = model.generate(tokens, max_new_tokens=4, do_sample=False, use_past_kv_cache=use_cache, verbose=False,
-                             stop_at_eos=False)
+        out = model.generate(
+            tokens, max_new_tokens=4, do_sample=False, use_past_kv_cache=use_cache, verbose=False, stop_at_eos=False
+        )
         assert torch.equal(out, expected)
     text = model.generate(prompt, max_new_tokens=4, do_sample=False, verbose=False, stop_at_eos=False)
     assert text == model.tokenizer.decode(expected[0, 1:].tolist())
-    assert model.generate(prompt, max_new_tokens=4, do_sample=False, return_type="tokens", verbose=False,
-                          stop_at_eos=False).tolist() == expected.tolist()
-    embeds = model.generate(prompt, max_new_tokens=2, do_sample=False, return_type="embeds", verbose=False, stop_at_eos=False)
+    assert (
+        model.generate(
+            prompt, max_new_tokens=4, do_sample=False, return_type="tokens", verbose=False, stop_at_eos=False
+        ).tolist()
+        == expected.tolist()
+    )
+    embeds = model.generate(
+        prompt, max_new_tokens=2, do_sample=False, return_type="embeds", verbose=False, stop_at_eos=False
+    )
     torch.testing.assert_close(embeds, model.W_E[expected[:, :6]], rtol=0, atol=0)
     # sampling with top_k=1 is greedy; the same seeds give the same samples
     torch.manual_seed(0)
@@ -151,7 +161,9 @@ def test_generate_greedily_matches_a_loop_of_forward_passes(model):
 
 
 def test_batched_generation_continues_each_text_as_alone(model):
-    alone = [model.generate(text, max_new_tokens=3, do_sample=False, verbose=False, stop_at_eos=False) for text in TEXTS]
+    alone = [
+        model.generate(text, max_new_tokens=3, do_sample=False, verbose=False, stop_at_eos=False) for text in TEXTS
+    ]
     batched = model.generate(TEXTS, max_new_tokens=3, do_sample=False, verbose=False, stop_at_eos=False)
     assert batched == alone
 
@@ -211,7 +223,9 @@ def test_saelens_model_protocol(model):
     def sae_replacement(activations, hook):
         return torch.relu(activations @ W_enc) @ W_dec
 
-    logits, loss = model.run_with_hooks(tokens, return_type="both", loss_per_token=True, fwd_hooks=[(hook, sae_replacement)])
+    logits, loss = model.run_with_hooks(
+        tokens, return_type="both", loss_per_token=True, fwd_hooks=[(hook, sae_replacement)]
+    )
     assert loss.shape == (1, tokens.shape[1] - 1)
     spliced = torch.relu(full[hook] @ W_enc) @ W_dec
     expected = model(spliced, start_at_layer=layer + 1)
@@ -254,8 +268,17 @@ def test_from_pretrained_loads_the_llama_family_with_rms_processing():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         vocab_size=100, max_position_embeddings=32, rope_theta=10000.0, tie_word_embeddings=False)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=32,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    )
     hf_llama = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # norm weights away from 1, so that folding them matters
         for name, param in hf_llama.named_parameters():
@@ -265,9 +288,14 @@ def test_from_pretrained_loads_the_llama_family_with_rms_processing():
     with torch.no_grad():
         reference = hf_llama(tokens).logits
     raw = HookedTransformer.from_pretrained_no_processing(hf_llama)
-    assert (raw.cfg.normalization_type, raw.cfg.positional_embedding_type, raw.cfg.n_key_value_heads) == ("RMS", "rotary", 2)
+    assert (raw.cfg.normalization_type, raw.cfg.positional_embedding_type, raw.cfg.n_key_value_heads) == (
+        "RMS",
+        "rotary",
+        2,
+    )
     torch.testing.assert_close(raw(tokens), reference, rtol=0, atol=1e-5)
     processed = HookedTransformer.from_pretrained(hf_llama)
     assert processed.cfg.normalization_type == "RMSPre"
-    assert processed.processing == ["fold_ln", "center_unembed", "fold_value_biases"]  # RMSNorm keeps the mean: no centring
+    # RMSNorm keeps the mean: no centring
+    assert processed.processing == ["fold_ln", "center_unembed", "fold_value_biases"]
     torch.testing.assert_close(processed(tokens).log_softmax(-1), reference.log_softmax(-1), rtol=0, atol=1e-5)

@@ -1,4 +1,5 @@
-"""TransformerLens' toggles add hook points and change no value: bit for bit while nothing edits them, and edits flow on."""
+"""TransformerLens' toggles add hook points and change no value: bit for bit while nothing edits them, and edits flow
+on."""
 
 import einops
 import pytest
@@ -7,8 +8,12 @@ import torch
 from interp_transformer import HookedTransformer, HookedTransformerConfig
 
 TOGGLES = ("set_use_attn_result", "set_use_split_qkv_input", "set_use_attn_in", "set_use_hook_mlp_in")
-ADDED = {"set_use_attn_result": ["attn.hook_result"], "set_use_split_qkv_input": ["hook_q_input", "hook_k_input", "hook_v_input"],
-         "set_use_attn_in": ["hook_attn_in"], "set_use_hook_mlp_in": ["hook_mlp_in"]}
+ADDED = {
+    "set_use_attn_result": ["attn.hook_result"],
+    "set_use_split_qkv_input": ["hook_q_input", "hook_k_input", "hook_v_input"],
+    "set_use_attn_in": ["hook_attn_in"],
+    "set_use_hook_mlp_in": ["hook_mlp_in"],
+}
 
 
 def make_model(seed: int = 0, **overrides) -> HookedTransformer:
@@ -97,7 +102,8 @@ def test_editing_one_heads_query_input_changes_only_that_heads_query(tokens):
     ln1 = model.blocks[1].ln1
     expected = ln1.normalize(clean["resid_pre", 1] + noise) @ model.W_Q[1, 2] + model.b_Q[1, 2]
     torch.testing.assert_close(q_edited[:, :, 2], expected, rtol=0, atol=1e-5)
-    torch.testing.assert_close(edited["k", 1], clean["k", 1], rtol=0, atol=1e-5)  # keys and values read their own inputs
+    # keys and values read their own inputs
+    torch.testing.assert_close(edited["k", 1], clean["k", 1], rtol=0, atol=1e-5)
     torch.testing.assert_close(edited["v", 1], clean["v", 1], rtol=0, atol=1e-5)
     assert not torch.allclose(edited["attn_out", 1], clean["attn_out", 1], atol=1e-4)
 
@@ -135,7 +141,9 @@ def test_the_mlp_input_hook_edits_the_mlp_input_only(tokens):
     with model.hooks([("blocks.0.hook_mlp_in", shift)]):
         _, shifted = model.run_with_cache(tokens)
     assert torch.equal(shifted["resid_mid", 0], clean["resid_mid", 0])
-    expected_post = clean["resid_mid", 0] + model.blocks[0].mlp(model.blocks[0].ln2.normalize(clean["resid_mid", 0] + 1.0))
+    expected_post = clean["resid_mid", 0] + model.blocks[0].mlp(
+        model.blocks[0].ln2.normalize(clean["resid_mid", 0] + 1.0)
+    )
     torch.testing.assert_close(shifted["resid_post", 0], expected_post, rtol=0, atol=1e-5)
 
 
@@ -144,6 +152,7 @@ def test_toggles_in_the_config_build_the_same_model(tokens):
     plain = make_model()
     assert torch.equal(toggled(tokens), plain(tokens))
     assert {name for name in toggled.hook_dict} - set(plain.hook_dict) == {
-        f"blocks.{layer}.{hook}" for layer in range(2) for hooks in ADDED.values() for hook in hooks}
+        f"blocks.{layer}.{hook}" for layer in range(2) for hooks in ADDED.values() for hook in hooks
+    }
     with pytest.raises(ValueError, match="attention-only"):
         make_model(attn_only=True).set_use_hook_mlp_in(True)

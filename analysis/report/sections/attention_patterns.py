@@ -45,13 +45,20 @@ def attention_selector(patterns: Tensor, str_tokens: list[str], initial: tuple[i
     traces = []
     for index, name in enumerate(names):
         trace = go.Heatmap(template.data[0])
-        values = plots_base.to_numpy(patterns[index // n_heads, index % n_heads]).round(4)  # 4 decimals keep the page small
+        # 4 decimals keep the page small
+        values = plots_base.to_numpy(patterns[index // n_heads, index % n_heads]).round(4)
         trace.update(z=values.tolist(), visible=index == first, name=name)
         traces.append(trace)
     fig = go.Figure(traces, layout=template.layout)
     buttons = [
-        dict(label=name, method="update",
-             args=[{"visible": [other == index for other in range(len(names))]}, {"title.text": f"attention pattern of {name}"}])
+        dict(
+            label=name,
+            method="update",
+            args=[
+                {"visible": [other == index for other in range(len(names))]},
+                {"title.text": f"attention pattern of {name}"},
+            ],
+        )
         for index, name in enumerate(names)
     ]
     menu = dict(buttons=buttons, active=first, direction="down", x=1.0, xanchor="right", y=1.12, yanchor="bottom")
@@ -68,21 +75,34 @@ def attention_section(ctx: ReportContext) -> ReportSection:
     top_layer, top_head, _ = ranked_heads(detectors.random[detectors.lead])[0]
     entropy = attention.attention_entropy(ctx.cache)
     heads = named_heads(ctx)
-    section = ReportSection("attention", "Attention patterns of every head", data=AttentionData(patterns, entropy, heads))
-    view = attention_view(ctx.str_tokens[:n_shown], torch.stack([patterns[layer, head, :n_shown, :n_shown] for layer, head in heads]),
-                          [head_name(layer, head) for layer, head in heads])
+    section = ReportSection(
+        "attention", "Attention patterns of every head", data=AttentionData(patterns, entropy, heads)
+    )
+    view = attention_view(
+        ctx.str_tokens[:n_shown],
+        torch.stack([patterns[layer, head, :n_shown, :n_shown] for layer, head in heads]),
+        [head_name(layer, head) for layer, head in heads],
+    )
     section.html = view.to_html(include_script=False)
     section.paragraphs.append(
         "On the text: the heads the detectors name. Move over a token (or tab to the text and use the arrow keys) to "
         "colour every other token by how much the chosen head attends from it; switch to 'to' for the attention it "
-        "receives, or to all heads at once.")
+        "receives, or to all heads at once."
+    )
     section.paragraphs.append(
         "Pick a head from the menu (top right). Rows are query positions, columns key positions; each row sums to 1. "
-        f"The view opens on {head_name(top_layer, top_head)}, the head with the highest {DETECTOR_TITLES[detectors.lead]} score."
+        f"The view opens on {head_name(top_layer, top_head)}, the head with the highest "
+        f"{DETECTOR_TITLES[detectors.lead]} score."
     )
     if n_shown < ctx.n_pos:
-        section.paragraphs.append(f"The prompt has {ctx.n_pos} tokens; the view shows the first {n_shown} to keep the page small.")
-    section.figures.append(attention_selector(patterns[..., :n_shown, :n_shown], ctx.str_tokens[:n_shown], (top_layer, top_head)))
-    entropy_fig = plots.plot_head_scores(entropy, title="attention entropy<br><sup>on the prompt</sup>", colorbar_title="nats")
+        section.paragraphs.append(
+            f"The prompt has {ctx.n_pos} tokens; the view shows the first {n_shown} to keep the page small."
+        )
+    section.figures.append(
+        attention_selector(patterns[..., :n_shown, :n_shown], ctx.str_tokens[:n_shown], (top_layer, top_head))
+    )
+    entropy_fig = plots.plot_head_scores(
+        entropy, title="attention entropy<br><sup>on the prompt</sup>", colorbar_title="nats"
+    )
     section.figures.append(head_figure(entropy_fig, model.cfg.n_layers, model.cfg.n_heads))
     return section

@@ -18,7 +18,8 @@ from .detectors import DETECTOR_TITLES
 
 @dataclass
 class CircuitsData(SectionData):
-    heads: list[dict]  # per top head: layer, head, reason, qk, ov, positional_qk (None without learned positions), ov_diagonal_top
+    # per top head: layer, head, reason, qk, ov, positional_qk (None without learned positions), ov_diagonal_top
+    heads: list[dict]
     token_ids: list[int]
     copying: Tensor  # [layer, head_index]
     read_out: str
@@ -65,7 +66,8 @@ def positional_qk(model: _checks.AnyModel, layer: int, head: int, n_pos: int) ->
 
 
 def ov_read_out(model: _checks.AnyModel) -> str:
-    """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``: e.g. an encoder without MLM head)."""
+    """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``: e.g. an encoder without MLM
+    head)."""
     try:
         model.W_U
     except AttributeError:
@@ -80,17 +82,28 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
     read_out = ov_read_out(model)
     section = ReportSection("circuits", "QK and OV circuits of the top heads")
     if read_out == "embed":
-        ov_text = ("full OV circuit W_E W_V W_O W_E^T: how much attending to a source token writes each token's embedding "
-                   "(this checkpoint has no MLM head, hence no W_U; BERT ties its MLM decoder to W_E, so W_E^T is the tied "
-                   "read-out; a diagonal means the head copies)")
+        ov_text = (
+            "full OV circuit W_E W_V W_O W_E^T: how much attending to a source token writes each token's "
+            "embedding "
+            "(this checkpoint has no MLM head, hence no W_U; BERT ties its MLM decoder to W_E, so W_E^T is the "
+            "tied "
+            "read-out; a diagonal means the head copies)"
+        )
     else:
-        ov_text = ("full OV circuit W_E W_V W_O W_U: the direct effect on each output logit of attending to a source token "
-                   "(a diagonal means the head copies)")
+        ov_text = (
+            "full OV circuit W_E W_V W_O W_U: the direct effect on each output logit of attending to a source "
+            "token "
+            "(a diagonal means the head copies)"
+        )
     section.paragraphs.append(
         "Full QK circuit W_E W_Q W_K^T W_E^T: how much a query token attends to a key token from the tokens alone; "
         f"positional QK circuit W_pos W_Q W_K^T W_pos^T: the same from positions alone; {ov_text}. "
         f"Shown on the prompt's {len(token_ids)} distinct tokens; LayerNorm and biases are left out"
-        + (" (and so is any non-linear head before W_U)" if model.capabilities.read_out is None and read_out == "unembed" else "")
+        + (
+            " (and so is any non-linear head before W_U)"
+            if model.capabilities.read_out is None and read_out == "unembed"
+            else ""
+        )
         + ". "
         "The copying score of a head is sum(Re eigenvalues) / sum(|eigenvalues|) of its full OV circuit, in [-1, 1]."
     )
@@ -100,7 +113,8 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
         section.paragraphs.append(
             "This model has no learned positional embedding (its positions act inside attention, as a rotation of "
             "queries and keys), so there is no positional QK circuit to show, and the token QK circuit leaves out how "
-            "the rotation changes scores with the distance between query and key.")
+            "the rotation changes scores with the distance between query and key."
+        )
     pos_labels = ctx.str_tokens[:n_shown]
     heads = []
     for layer, head, reason in top_heads(ctx):
@@ -109,15 +123,36 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
         ov = circuits.circuit_on_tokens(circuits.full_ov_circuit(model, layer, head, read_out), token_ids, token_ids)
         pos_qk = positional_qk(model, layer, head, n_shown) if has_learned_positions else None
         qk_title = f"{name} full QK circuit<br><sup>{reason}</sup>"
-        section.figures.append(square_figure(plots.plot_circuit(qk, labels, labels, kind="qk", title=qk_title), n_tokens))
+        section.figures.append(
+            square_figure(plots.plot_circuit(qk, labels, labels, kind="qk", title=qk_title), n_tokens)
+        )
         if pos_qk is not None:
-            section.figures.append(square_figure(plots_base.heatmap(
-                pos_qk, x_title="key_pos", y_title="query_pos", x_labels=pos_labels, y_labels=pos_labels, signed=True,
-                title=f"{name} positional QK circuit", colorbar_title="attention score", what="positional QK circuit"), n_shown))
-        section.figures.append(square_figure(plots.plot_circuit(ov, labels, labels, kind="ov", title=f"{name} full OV circuit"), n_tokens))
+            section.figures.append(
+                square_figure(
+                    plots_base.heatmap(
+                        pos_qk,
+                        x_title="key_pos",
+                        y_title="query_pos",
+                        x_labels=pos_labels,
+                        y_labels=pos_labels,
+                        signed=True,
+                        title=f"{name} positional QK circuit",
+                        colorbar_title="attention score",
+                        what="positional QK circuit",
+                    ),
+                    n_shown,
+                )
+            )
+        section.figures.append(
+            square_figure(plots.plot_circuit(ov, labels, labels, kind="ov", title=f"{name} full OV circuit"), n_tokens)
+        )
         # on the token subset: how often a source token's own logit is its row's largest
         diagonal_top = float((ov.argmax(dim=-1) == torch.arange(n_tokens, device=ov.device)).float().mean())
-        heads.append(dict(layer=layer, head=head, reason=reason, qk=qk, ov=ov, positional_qk=pos_qk, ov_diagonal_top=diagonal_top))
+        heads.append(
+            dict(
+                layer=layer, head=head, reason=reason, qk=qk, ov=ov, positional_qk=pos_qk, ov_diagonal_top=diagonal_top
+            )
+        )
     copying = circuits.copying_scores(model, read_out=read_out)
     title = "copying score<br><sup>full OV circuit eigenvalues</sup>"
     fig = plots.plot_head_scores(copying, title=title, signed=True, colorbar_title="copying")

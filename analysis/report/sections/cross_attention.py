@@ -20,16 +20,23 @@ def cross_attention_section(ctx: ReportContext) -> ReportSection:
     entropy = -torch.special.xlogy(patterns, patterns).sum(dim=-1).mean(dim=-1)
     alignment = ctx.sections["alignment"].data
     layer, head, _ = alignment.best
-    section = ReportSection("cross_attention", "Cross-attention of every head", data=CrossAttentionData(patterns, entropy))
+    section = ReportSection(
+        "cross_attention", "Cross-attention of every head", data=CrossAttentionData(patterns, entropy)
+    )
     section.paragraphs.append(
-        "Pick a head from the menu (top right; L1C2 is layer 1's cross-attention head 2). Rows are target positions (the "
+        "Pick a head from the menu (top right; L1C2 is layer 1's cross-attention head 2). Rows are target positions "
+        "(the "
         "decoder's input), columns source positions; each row sums to 1 over the real source tokens. "
-        f"The view opens on L{layer}C{head}, the best-aligned head.")
+        f"The view opens on L{layer}C{head}, the best-aligned head."
+    )
     known = None if alignment.alignment is None else torch.tensor(alignment.alignment)
-    fig = plots_cross_attention.plot_cross_attention_heads(patterns, ctx.str_tokens, ctx.target_str_tokens, known, (layer, head))
+    fig = plots_cross_attention.plot_cross_attention_heads(
+        patterns, ctx.str_tokens, ctx.target_str_tokens, known, (layer, head)
+    )
     side = min(640, 200 + 22 * max(len(ctx.str_tokens), len(ctx.target_str_tokens)))
     section.figures.append(sized(fig, side + 80, side + 160))
-    entropy_fig = plots.plot_head_scores(entropy, title="cross-attention entropy<br><sup>on the prompt</sup>",
-                                         colorbar_title="nats")
+    entropy_fig = plots.plot_head_scores(
+        entropy, title="cross-attention entropy<br><sup>on the prompt</sup>", colorbar_title="nats"
+    )
     section.figures.append(head_figure(entropy_fig, *entropy.shape))
     return section

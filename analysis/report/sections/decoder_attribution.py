@@ -51,13 +51,24 @@ def decoder_attribution_section(ctx: ReportContext) -> ReportSection:
     total = attr.total()
     check = float((total - ctx.logits[0, torch.arange(len(predicted)), torch.tensor(predicted)]).abs().max())
     section.paragraphs.append(
-        "Each column is one target position; each row a component's direct contribution to the logit of the token predicted "
-        "there (final norm's scale frozen), with self-attention heads LxHy, cross-attention heads LxCy (what each reads from "
+        "Each column is one target position; each row a component's direct contribution to the logit of the token "
+        "predicted "
+        "there (final norm's scale frozen), with self-attention heads LxHy, cross-attention heads LxCy (what each "
+        "reads from "
         f"the source). The rows of a column sum to its logit (largest difference {check:.1e}). Cross-attention head "
-        f"L{layer}C{head} contributes most (mean |contribution| {data.top_cross_head[2]:.2f}).")
+        f"L{layer}C{head} contributes most (mean |contribution| {data.top_cross_head[2]:.2f})."
+    )
     columns = [f"{ctx.target_str_tokens[t]} -> {ctx.token_label(token)}" for t, token in enumerate(predicted)]
-    fig = plots_base.heatmap(values, x_title="pos (target: read -> predicted)", y_title="component", x_labels=columns,
-                             y_labels=labels, signed=True, title="direct contribution to the predicted token's logit",
-                             colorbar_title="logit", what="decoder attribution")
+    fig = plots_base.heatmap(
+        values,
+        x_title="pos (target: read -> predicted)",
+        y_title="component",
+        x_labels=columns,
+        y_labels=labels,
+        signed=True,
+        title="direct contribution to the predicted token's logit",
+        colorbar_title="logit",
+        what="decoder attribution",
+    )
     section.figures.append(sized(fig, min(1100, 180 + 16 * len(labels)), min(1100, 320 + 50 * len(columns))))
     return section

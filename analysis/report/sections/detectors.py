@@ -25,8 +25,12 @@ RANDOM_BATCH = 4
 CAUSAL_DETECTORS = ("previous_token", "duplicate_token", "induction")
 BIDIRECTIONAL_DETECTORS = ("previous_token", "next_token", "duplicate_token")
 DETECTORS = CAUSAL_DETECTORS
-DETECTOR_TITLES = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction",
-                   "next_token": "next-token"}
+DETECTOR_TITLES = {
+    "previous_token": "previous-token",
+    "duplicate_token": "duplicate-token",
+    "induction": "induction",
+    "next_token": "next-token",
+}
 
 
 @dataclass
@@ -65,14 +69,25 @@ def detector_scores(cache: ActivationCache, tokens: Tensor, names) -> dict[str, 
 
 
 def _explanation(causal: bool, seq_len: int, frame: str) -> str:
-    kinds = ("previous-token heads attend to the token just before the query, duplicate-token heads to earlier copies of "
-             "the query's token, induction heads to the token after an earlier copy") if causal else (
-             "previous-token heads attend to the token just before the query, next-token heads to the token just after "
-             "it (only bidirectional attention reaches it), duplicate-token heads to other copies of the query's token, "
-             "earlier or later")
-    return (f"A head's score is the mean attention it puts where the detector's target says (1 = all of it): {kinds}. "
-            f"The scores that classify heads come from {RANDOM_BATCH} sequences of {seq_len} random tokens repeated "
-            f"twice{frame}, so they do not depend on the prompt; the prompt's own scores follow.")
+    kinds = (
+        (
+            "previous-token heads attend to the token just before the query, duplicate-token heads to earlier copies "
+            "of "
+            "the query's token, induction heads to the token after an earlier copy"
+        )
+        if causal
+        else (
+            "previous-token heads attend to the token just before the query, next-token heads to the token just after "
+            "it (only bidirectional attention reaches it), duplicate-token heads to other copies of the query's "
+            "token, "
+            "earlier or later"
+        )
+    )
+    return (
+        f"A head's score is the mean attention it puts where the detector's target says (1 = all of it): {kinds}. "
+        f"The scores that classify heads come from {RANDOM_BATCH} sequences of {seq_len} random tokens repeated "
+        f"twice{frame}, so they do not depend on the prompt; the prompt's own scores follow."
+    )
 
 
 def detectors_section(ctx: ReportContext) -> ReportSection:
@@ -87,28 +102,40 @@ def detectors_section(ctx: ReportContext) -> ReportSection:
         frame = " between " + " and ".join(repr(ctx.token_label(token)) for token in framing) if framing else ""
     section = ReportSection("detectors", "Head detectors")
     section.paragraphs.append(_explanation(causal, seq_len, frame))
-    random_tokens = attention.repeated_random_tokens(model, seq_len, RANDOM_BATCH, seed=0, bos=ctx.bos,
-                                                     eos=None if causal else ctx.eos)
+    random_tokens = attention.repeated_random_tokens(
+        model, seq_len, RANDOM_BATCH, seed=0, bos=ctx.bos, eos=None if causal else ctx.eos
+    )
     with torch.no_grad():
         output, cache = model.run_with_cache(random_tokens, names_filter=attention.pattern_hook_names(model))
-    data = DetectorsData(random=detector_scores(cache, random_tokens, names), prompt=detector_scores(ctx.cache, ctx.tokens, names),
-                         random_tokens=random_tokens, seq_len=seq_len, lead="induction" if causal else "previous_token")
+    data = DetectorsData(
+        random=detector_scores(cache, random_tokens, names),
+        prompt=detector_scores(ctx.cache, ctx.tokens, names),
+        random_tokens=random_tokens,
+        seq_len=seq_len,
+        lead="induction" if causal else "previous_token",
+    )
     if model.capabilities.next_token_logits:
         # columns of per_token predict the next position; the first half's first token is unpredictable
         per_token = lm_loss(output, random_tokens, per_token=True)
         offset = int(ctx.bos is not None)
-        data.first_half_loss = float(per_token[:, offset:offset + seq_len - 1].mean())
-        data.repeated_half_loss = float(per_token[:, offset + seq_len - 1:].mean())
+        data.first_half_loss = float(per_token[:, offset : offset + seq_len - 1].mean())
+        data.repeated_half_loss = float(per_token[:, offset + seq_len - 1 :].mean())
     no_target = "no repeated token" if causal else "too short or no repeated token"
     for name in names:
-        fig = plots.plot_head_scores(data.random[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>repeated random tokens</sup>")
+        fig = plots.plot_head_scores(
+            data.random[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>repeated random tokens</sup>"
+        )
         section.figures.append(head_figure(fig, model.cfg.n_layers, model.cfg.n_heads, unit_range=True))
     for name in names:
         if data.prompt[name] is None:
             section.paragraphs.append(
-                f"The prompt gives the {DETECTOR_TITLES[name]} detector no target ({no_target}): not scored on the prompt.")
+                f"The prompt gives the {DETECTOR_TITLES[name]} detector no target ({no_target}): not scored on the "
+                "prompt."
+            )
         else:
-            fig = plots.plot_head_scores(data.prompt[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>on the prompt</sup>")
+            fig = plots.plot_head_scores(
+                data.prompt[name], title=f"{DETECTOR_TITLES[name]} score<br><sup>on the prompt</sup>"
+            )
             section.figures.append(head_figure(fig, model.cfg.n_layers, model.cfg.n_heads, unit_range=True))
     section.data = data
     return section

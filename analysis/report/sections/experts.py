@@ -47,24 +47,47 @@ def experts_section(ctx: ReportContext) -> ReportSection:
     busiest = int(fraction.sum(0).argmax())
     section.paragraphs.append(
         f"Each token's router picks {per_token} of {n_experts} experts in every mixture (blocks {usage.layers}). "
-        f"Colour: the share of the prompt's tokens routed to each expert; expert {busiest} is used most over all layers.")
+        f"Colour: the share of the prompt's tokens routed to each expert; expert {busiest} is used most over all "
+        "layers."
+    )
     labels = _layer_labels(usage.layers)
-    section.figures.append(sized(plots.plot_expert_usage(fraction, labels, title="expert usage per layer"),
-                                 min(700, 170 + 30 * len(labels)), min(1100, 260 + 30 * n_experts)))
-    section.figures.append(sized(plots.plot_token_routing(token_weights, ctx.str_tokens, title=f"routing weights per token in L{last}"),
-                                 min(900, 170 + 22 * ctx.n_pos), min(1100, 300 + 30 * n_experts)))
+    section.figures.append(
+        sized(
+            plots.plot_expert_usage(fraction, labels, title="expert usage per layer"),
+            min(700, 170 + 30 * len(labels)),
+            min(1100, 260 + 30 * n_experts),
+        )
+    )
+    section.figures.append(
+        sized(
+            plots.plot_token_routing(token_weights, ctx.str_tokens, title=f"routing weights per token in L{last}"),
+            min(900, 170 + 22 * ctx.n_pos),
+            min(1100, 300 + 30 * n_experts),
+        )
+    )
     data = ExpertsData(usage.layers, fraction, token_weights)
     if model.capabilities.linear_logits:
         predicted = int(ctx.logits[0, -1].argmax())
         attr = experts.expert_logit_attribution(ctx.cache, predicted, pos=-1)
         cap = " before the soft-cap" if attr.logit_softcap is not None else ""
-        section.figures.append(sized(plots.plot_expert_attribution(
-            attr.experts[..., 0], labels, title=f"direct logit attribution of experts to {ctx.token_label(predicted)!r}"),
-            min(700, 170 + 30 * len(labels)), min(1100, 260 + 30 * n_experts)))
+        section.figures.append(
+            sized(
+                plots.plot_expert_attribution(
+                    attr.experts[..., 0],
+                    labels,
+                    title=f"direct logit attribution of experts to {ctx.token_label(predicted)!r}",
+                ),
+                min(700, 170 + 30 * len(labels)),
+                min(1100, 260 + 30 * n_experts),
+            )
+        )
         section.paragraphs.append(
-            f"Direct logit attribution through the routing weights: each expert's output at the last position, times its "
-            f"routing weight (0 where it was not chosen), read out through the final norm with its scale frozen; per layer "
-            f"the experts (and the shared expert) sum to the MLP's contribution to the logit{cap}.")
+            "Direct logit attribution through the routing weights: each expert's output at the last position, times "
+            "its "
+            "routing weight (0 where it was not chosen), read out through the final norm with its scale frozen; per "
+            "layer "
+            f"the experts (and the shared expert) sum to the MLP's contribution to the logit{cap}."
+        )
         data.attribution = attr
     section.data = data
     return section
@@ -82,24 +105,50 @@ def expert_neurons_section(ctx: ReportContext) -> ReportSection:
     activations = experts.expert_neuron_activations(ctx.cache, layer, expert, neuron)[0]
     section = ReportSection("neurons", "Expert neurons")
     section.paragraphs.append(
-        f"This model's MLPs are mixtures of experts: each neuron belongs to one expert, and only the tokens routed to that "
-        f"expert count. Largest activation on the prompt among routed tokens: neuron {neuron} of expert {expert} in layer "
-        f"{layer} ({float(summary[slot, expert, neuron]):.3g}).")
-    section.figures.append(sized(plots.plot_neuron_summary(summary[slot], title=f"L{layer}: max activation of every expert "
-                                                            "neuron over the tokens routed to its expert"),
-                                 min(700, 170 + 30 * summary.shape[1]), 1100))
-    section.figures.append(sized(plots.plot_token_activations(activations, ctx.str_tokens,
-                                                              title=f"L{layer} expert {expert} neuron {neuron} over the prompt"),
-                                 200, min(1100, 200 + 50 * ctx.n_pos)))
+        "This model's MLPs are mixtures of experts: each neuron belongs to one expert, and only the tokens routed to "
+        "that "
+        f"expert count. Largest activation on the prompt among routed tokens: neuron {neuron} of expert {expert} in "
+        "layer "
+        f"{layer} ({float(summary[slot, expert, neuron]):.3g})."
+    )
+    section.figures.append(
+        sized(
+            plots.plot_neuron_summary(
+                summary[slot],
+                title=f"L{layer}: max activation of every expert neuron over the tokens routed to its expert",
+            ),
+            min(700, 170 + 30 * summary.shape[1]),
+            1100,
+        )
+    )
+    section.figures.append(
+        sized(
+            plots.plot_token_activations(
+                activations, ctx.str_tokens, title=f"L{layer} expert {expert} neuron {neuron} over the prompt"
+            ),
+            200,
+            min(1100, 200 + 50 * ctx.n_pos),
+        )
+    )
     section.data = ExpertNeuronsData(summary, (layer, expert, neuron), activations)
     if model.capabilities.linear_logits:
         effect = experts.expert_neuron_logit_effect(model, layer, expert, neuron, k=min(8, model.cfg.d_vocab))
         values = torch.cat([effect.top_values, effect.bottom_values])
         labels = [ctx.token_label(int(t)) for t in torch.cat([effect.top_tokens, effect.bottom_tokens])]
-        section.figures.append(sized(plots.plot_token_values(values, labels, title=f"L{layer} expert {expert} neuron {neuron}: "
-                                                             "most promoted and suppressed tokens"), 120 + 22 * len(values), 600))
-        section.paragraphs.append("Its direct logit effect W_out[E][n] W_U ignores the final norm, later layers and the "
-                                  "routing weight.")
+        section.figures.append(
+            sized(
+                plots.plot_token_values(
+                    values,
+                    labels,
+                    title=f"L{layer} expert {expert} neuron {neuron}: most promoted and suppressed tokens",
+                ),
+                120 + 22 * len(values),
+                600,
+            )
+        )
+        section.paragraphs.append(
+            "Its direct logit effect W_out[E][n] W_U ignores the final norm, later layers and the routing weight."
+        )
         section.data.logit_effect = effect
     return section
 

@@ -33,8 +33,11 @@ def classify_heads(scores: dict, threshold: float = HEAD_SCORE_THRESHOLD) -> dic
 
     Entries are ``(layer, head, score)``.
     """
-    return {name: [entry for entry in ranked_heads(values) if entry[2] >= threshold]
-            for name, values in scores.items() if values is not None}
+    return {
+        name: [entry for entry in ranked_heads(values) if entry[2] >= threshold]
+        for name, values in scores.items()
+        if values is not None
+    }
 
 
 def detector_lines(scores: dict, heads: dict) -> list[str]:
@@ -43,7 +46,9 @@ def detector_lines(scores: dict, heads: dict) -> list[str]:
     for name, found in heads.items():
         kind = DETECTOR_TITLES[name]
         for layer, head, score in found[:MAX_NAMED_HEADS]:
-            lines.append(f"{head_name(layer, head)} is a{'n' if kind[0] in 'aeiou' else ''} {kind} head: score {score:.2f}")
+            lines.append(
+                f"{head_name(layer, head)} is a{'n' if kind[0] in 'aeiou' else ''} {kind} head: score {score:.2f}"
+            )
         if len(found) > MAX_NAMED_HEADS:
             lines.append(f"... and {len(found) - MAX_NAMED_HEADS} more {kind} heads above {HEAD_SCORE_THRESHOLD}")
         if not found:
@@ -66,16 +71,23 @@ def interpretation_section(ctx: ReportContext) -> ReportSection:
     lines = detector_lines(detectors.random, heads)
     lines += _circuit_lines(ctx, heads)
     thresholds = dict(head_score=HEAD_SCORE_THRESHOLD)
-    notes = [f"detector score >= {HEAD_SCORE_THRESHOLD} (fraction of attention on the target, on repeated random tokens)"]
+    notes = [
+        f"detector score >= {HEAD_SCORE_THRESHOLD} (fraction of attention on the target, on repeated random tokens)"
+    ]
     if "induction" in heads:
         thresholds["copying"] = COPYING_THRESHOLD
         notes.append(f"copying score >= {COPYING_THRESHOLD}")
     if detectors.repeated_half_loss is not None:
         first, repeated = detectors.first_half_loss, detectors.repeated_half_loss
-        verdict = (": the model predicts tokens from their earlier copies (in-context learning)"
-                   if repeated < IN_CONTEXT_RATIO * first else ": no sign of copying from earlier in the sequence")
-        lines.append(f"On repeated random tokens, loss is {repeated:.2f} nats on the repeated half vs {first:.2f} on the first half"
-                     + verdict)
+        verdict = (
+            ": the model predicts tokens from their earlier copies (in-context learning)"
+            if repeated < IN_CONTEXT_RATIO * first
+            else ": no sign of copying from earlier in the sequence"
+        )
+        lines.append(
+            f"On repeated random tokens, loss is {repeated:.2f} nats on the repeated half vs {first:.2f} on "
+            "the first half" + verdict
+        )
         thresholds["in_context_ratio"] = IN_CONTEXT_RATIO
         notes.append(f"repeated-half loss < {IN_CONTEXT_RATIO} x first-half loss")
     attribution = ctx.sections.get("attribution")
@@ -87,8 +99,12 @@ def interpretation_section(ctx: ReportContext) -> ReportSection:
         omitted = "; ".join(part["what"] for part in ctx.sections["omitted"].data.parts)
         kind = "an encoder" if not ctx.model.capabilities.causal else "this model"
         lines.append(f"Not shown for {kind} (see 'Not in this report'): {omitted}")
-    section = ReportSection("interpretation", "What the numbers say", paragraphs=list(lines),
-                            data=InterpretationData(lines=lines, heads=heads, thresholds=thresholds))
+    section = ReportSection(
+        "interpretation",
+        "What the numbers say",
+        paragraphs=list(lines),
+        data=InterpretationData(lines=lines, heads=heads, thresholds=thresholds),
+    )
     section.paragraphs.append("Thresholds: " + ", ".join(notes) + ".")
     return section
 
@@ -124,8 +140,11 @@ def _circuit_lines(ctx: ReportContext, heads: dict) -> list[str]:
 def _prediction_line(ctx: ReportContext) -> str:
     data = ctx.sections["attribution"].data
     attr = data.attribution
-    contributions = [(head_name(layer, head), float(attr.heads[layer, head, 0]))
-                     for layer in range(attr.heads.shape[0]) for head in range(attr.heads.shape[1])]
+    contributions = [
+        (head_name(layer, head), float(attr.heads[layer, head, 0]))
+        for layer in range(attr.heads.shape[0])
+        for head in range(attr.heads.shape[1])
+    ]
     contributions += [("embed", float(attr.embed[0])), ("pos_embed", float(attr.pos_embed[0]))]
     if attr.mlp is not None:
         contributions += [(f"MLP{layer}", float(attr.mlp[layer, 0])) for layer in range(attr.mlp.shape[0])]
@@ -133,15 +152,21 @@ def _prediction_line(ctx: ReportContext) -> str:
     parts = ", ".join(f"{name} {value:+.2f}" for name, value in top)
     predicted = ctx.token_label(data.predicted)
     before_cap = " (before the soft-cap)" if attr.logit_softcap is not None else ""
-    return (f"At the last position the model predicts {predicted!r} with p = {data.predicted_prob:.2f}; "
-            f"largest direct contributions to its logit{before_cap}: {parts}")
+    return (
+        f"At the last position the model predicts {predicted!r} with p = {data.predicted_prob:.2f}; "
+        f"largest direct contributions to its logit{before_cap}: {parts}"
+    )
 
 
 def _attribution_line(ctx: ReportContext) -> str:
     data = ctx.sections["attribution"].data
     attr = data.attribution
     n_layers, n_heads = attr.heads.shape[:2]
-    parts = [(head_name(layer, head), float(attr.heads[layer, head, 0])) for layer in range(n_layers) for head in range(n_heads)]
+    parts = [
+        (head_name(layer, head), float(attr.heads[layer, head, 0]))
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
     parts += [(f"MLP{layer}", float(attr.mlp[layer, 0])) for layer in range(n_layers)]
     parts += [(f"L{layer} LayerNorm biases", float(attr.layer_norm_biases[layer, 0])) for layer in range(n_layers)]
     embeddings = attr.embed + attr.token_type_embed + attr.pos_embed + attr.embed_ln_bias

@@ -34,7 +34,9 @@ def logits_section(ctx: ReportContext) -> ReportSection:
     predicted = int(probs.argmax())
     lens, layer_labels = attribution.logit_lens(ctx.cache, return_labels=True)  # [layer+1, 1, pos, d_vocab]
     lens_probs = lens[:, 0].float().softmax(-1)
-    data = LogitsData(predicted=predicted, predicted_prob=float(probs[predicted]), logit=float(ctx.logits[0, -1, predicted]))
+    data = LogitsData(
+        predicted=predicted, predicted_prob=float(probs[predicted]), logit=float(ctx.logits[0, -1, predicted])
+    )
     if ctx.n_pos >= 2:
         next_tokens = ctx.tokens[0, 1:]
         # probability each layer's read-out gives the token that actually comes next
@@ -44,13 +46,21 @@ def logits_section(ctx: ReportContext) -> ReportSection:
             top = lens_probs[:, :-1].argmax(-1)
             cell_text = [[ctx.token_label(int(t)) for t in row] for row in top]
         pos_labels = [f"{a}→{b}" for a, b in zip(ctx.str_tokens[:-1], ctx.str_tokens[1:])]
-        fig = plots.plot_logit_lens(next_prob, layer_labels, pos_labels, cell_text=cell_text, colorbar_title="p(next token)",
-                                    title="logit lens: p(actual next token) per layer")
+        fig = plots.plot_logit_lens(
+            next_prob,
+            layer_labels,
+            pos_labels,
+            cell_text=cell_text,
+            colorbar_title="p(next token)",
+            title="logit lens: p(actual next token) per layer",
+        )
         fig.update_traces(zmin=0.0, zmax=1.0)
         section.figures.append(sized(fig, min(700, 200 + 36 * len(layer_labels)), min(1100, 300 + 60 * ctx.n_pos)))
         section.paragraphs.append(
             "Logit lens: the residual stream entering each block (and the final one) read out through the final norm "
-            "and W_U. Colour: probability given to the token that actually comes next; text: the top token of each read-out.")
+            "and W_U. Colour: probability given to the token that actually comes next; text: the top token of each "
+            "read-out."
+        )
         data.lens_next_token_prob = next_prob
     else:
         section.paragraphs.append("The prompt has one token: there is no next token for the logit lens to score.")
@@ -58,17 +68,23 @@ def logits_section(ctx: ReportContext) -> ReportSection:
     data.attribution = attr
     data.attribution_total = float(attr.total()[0])
     label = ctx.token_label(predicted)
-    capped = (f" The model soft-caps its logits (cap * tanh(logit / cap), cap = {attr.logit_softcap:g}), which is not "
-              f"linear: what is split is the logit before the cap, {data.attribution_total:.3g}, of which the cap makes "
-              f"{data.logit:.3g}." if attr.logit_softcap is not None else "")
+    capped = (
+        f" The model soft-caps its logits (cap * tanh(logit / cap), cap = {attr.logit_softcap:g}), which is not "
+        f"linear: what is split is the logit before the cap, {data.attribution_total:.3g}, of which the cap "
+        "makes "
+        f"{data.logit:.3g}."
+        if attr.logit_softcap is not None
+        else ""
+    )
     section.paragraphs.append(
         f"At the last position the model predicts {label!r} (p = {data.predicted_prob:.2f}, logit {data.logit:.3g}). "
         f"Direct logit attribution splits that logit over the components that write to the residual stream, with the "
         f"final norm's scale frozen; the parts sum to {data.attribution_total:.3g}.{capped}"
     )
     target = f"<sup>to {html.escape(repr(label))}</sup>"
-    heads_fig = plots.plot_head_scores(attr.heads[..., 0], title=f"direct logit attribution of heads<br>{target}", signed=True,
-                                       colorbar_title="logit")
+    heads_fig = plots.plot_head_scores(
+        attr.heads[..., 0], title=f"direct logit attribution of heads<br>{target}", signed=True, colorbar_title="logit"
+    )
     section.figures.append(head_figure(heads_fig, model.cfg.n_layers, model.cfg.n_heads))
     lines = {"attention": attr.attn[:, 0]}
     if attr.mlp is not None:

@@ -17,7 +17,9 @@ class ModelCardData(SectionData):
 
 
 def _table(rows) -> str:
-    cells = "".join(f"<tr><th>{html.escape(str(name))}</th><td>{html.escape(str(value))}</td></tr>" for name, value in rows)
+    cells = "".join(
+        f"<tr><th>{html.escape(str(name))}</th><td>{html.escape(str(value))}</td></tr>" for name, value in rows
+    )
     return f'<table class="kv">{cells}</table>'
 
 
@@ -26,26 +28,38 @@ def _structure(ctx: ReportContext) -> str:
     model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
     has_mlp = model.act_name("post", 0) in model.hook_dict
     if capabilities.has_experts:
-        parts = [f"Blocks with attention and a mixture of {cfg.n_experts} experts of {cfg.d_mlp} neurons each, "
-                 f"{cfg.experts_per_token} chosen per token by a router."]
+        parts = [
+            f"Blocks with attention and a mixture of {cfg.n_experts} experts of {cfg.d_mlp} neurons each, "
+            f"{cfg.experts_per_token} chosen per token by a router."
+        ]
     else:
-        parts = ["Attention-only model: its blocks have no MLP." if not has_mlp
-                 else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."]
+        parts = [
+            "Attention-only model: its blocks have no MLP."
+            if not has_mlp
+            else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."
+        ]
     if capabilities.sublayer_output_norms:
-        parts.append("A norm before and after attention and the MLP ({}): their outputs are normalized before they are "
-                     "added to the residual stream.".format(", ".join(capabilities.sublayer_output_norms)))
+        parts.append(
+            "A norm before and after attention and the MLP ({}): their outputs are normalized before they are "
+            "added to the residual stream.".format(", ".join(capabilities.sublayer_output_norms))
+        )
     if capabilities.logit_softcap is not None:
         parts.append(f"Logits soft-capped at {capabilities.logit_softcap:g} (cap * tanh(logit / cap)).")
     if not capabilities.causal:
         parts.append("Bidirectional attention: every real token sees every other.")
     if capabilities.norm_placement == "post":
-        parts.append("Post-norm blocks (ln1 after attention, ln2 after the MLP): the residual stream is renormalized "
-                     "twice per block, so it is not a sum of component outputs.")
+        parts.append(
+            "Post-norm blocks (ln1 after attention, ln2 after the MLP): the residual stream is renormalized "
+            "twice per block, so it is not a sum of component outputs."
+        )
     heads = {"has_mlm_head": "an MLM head", "has_pooler": "a pooler"}  # output heads a config may say it has
     if any(hasattr(cfg, flag) for flag in heads):
         present = [label for flag, label in heads.items() if getattr(cfg, flag)]
-        parts.append(f"The checkpoint has {' and '.join(present)}." if present else "The checkpoint has neither an MLM "
-                     "head nor a pooler.")
+        parts.append(
+            f"The checkpoint has {' and '.join(present)}."
+            if present
+            else "The checkpoint has neither an MLM head nor a pooler."
+        )
     return " ".join(parts)
 
 
@@ -60,15 +74,23 @@ def model_section(ctx: ReportContext) -> ReportSection:
     tokenizer = model.tokenizer
     rows.append(("tokenizer", type(tokenizer).__name__ if tokenizer is not None else "none: tokens are labelled by id"))
     rows += [(name, value) for name, value in ctx.metadata.items() if name != "curve"]
-    section = ReportSection("model", "Model card", html=_table(rows),
-                            data=ModelCardData(config=dataclasses.asdict(cfg), processing=processing))
+    section = ReportSection(
+        "model",
+        "Model card",
+        html=_table(rows),
+        data=ModelCardData(config=dataclasses.asdict(cfg), processing=processing),
+    )
     section.paragraphs.append(_structure(ctx))
     curve = ctx.metadata.get("curve")
     if isinstance(curve, dict) and {"steps", "first_half_loss", "repeated_half_loss"} <= set(curve):
-        fig = go.Figure([
-            go.Scatter(x=curve["steps"], y=curve["first_half_loss"], mode="lines", name="first half (unpredictable)"),
-            go.Scatter(x=curve["steps"], y=curve["repeated_half_loss"], mode="lines", name="repeated half"),
-        ])
+        fig = go.Figure(
+            [
+                go.Scatter(
+                    x=curve["steps"], y=curve["first_half_loss"], mode="lines", name="first half (unpredictable)"
+                ),
+                go.Scatter(x=curve["steps"], y=curve["repeated_half_loss"], mode="lines", name="repeated half"),
+            ]
+        )
         fig.update_layout(title=dict(text="training curve: loss per half of repeated random sequences"))
         fig.update_xaxes(title_text="training step")
         fig.update_yaxes(title_text="next-token loss (nats)")

@@ -10,8 +10,9 @@ from ... import neurons, plots
 from ...neurons import NeuronLogitEffect
 from ...views import activation_view
 
-MAX_VIEW_NEURONS = 8  # the most active neurons shown on the text
 from ..context import ReportContext, ReportSection, SectionData, sized
+
+MAX_VIEW_NEURONS = 8  # the most active neurons shown on the text
 
 
 @dataclass
@@ -40,25 +41,43 @@ def neurons_section(ctx: ReportContext) -> ReportSection:
     summary_fig.update_yaxes(dtick=1)
     section.figures += [
         sized(summary_fig, min(700, 170 + 30 * model.cfg.n_layers), 1100),
-        sized(plots.plot_token_activations(activations, ctx.str_tokens, title=f"L{layer} neuron {neuron} over the prompt"), 200,
-              min(1100, 200 + 50 * ctx.n_pos)),
+        sized(
+            plots.plot_token_activations(
+                activations, ctx.str_tokens, title=f"L{layer} neuron {neuron} over the prompt"
+            ),
+            200,
+            min(1100, 200 + 50 * ctx.n_pos),
+        ),
     ]
-    section.paragraphs.append(f"On the text: the {len(top)} most active neurons on the prompt; pick one from the menu, "
-                              "hover over a token for its value.")
+    section.paragraphs.append(
+        f"On the text: the {len(top)} most active neurons on the prompt; pick one from the menu, "
+        "hover over a token for its value."
+    )
     section.data = NeuronsData(skipped=False, summary=summary, top_neuron=(layer, neuron), activations=activations)
-    largest = f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g})."
+    largest = (
+        f"Largest activation on the prompt: neuron {neuron} of layer {layer} ({float(summary[layer, neuron]):.3g})."
+    )
     if not model.capabilities.linear_logits:
         section.paragraphs.append(
             f"{largest} Its direct logit effect is not shown: in this model a neuron's write passes through later "
-            "post-norm LayerNorms or a non-linear head before any logit, so W_out[n] W_U is no direct effect.")
+            "post-norm LayerNorms or a non-linear head before any logit, so W_out[n] W_U is no direct effect."
+        )
         return section
     k = min(8, model.cfg.d_vocab)
     effect = neurons.neuron_logit_effect(model, layer, neuron, k=k)
     values = torch.cat([effect.top_values, effect.bottom_values])
     labels = [ctx.token_label(int(t)) for t in torch.cat([effect.top_tokens, effect.bottom_tokens])]
-    section.paragraphs.append(f"{largest} Its direct logit effect W_out[n] W_U ignores the final LayerNorm and later layers.")
+    section.paragraphs.append(
+        f"{largest} Its direct logit effect W_out[n] W_U ignores the final LayerNorm and later layers."
+    )
     section.figures.append(
-        sized(plots.plot_token_values(values, labels, title=f"L{layer} neuron {neuron}: most promoted and suppressed tokens"),
-              120 + 22 * len(values), 600))
+        sized(
+            plots.plot_token_values(
+                values, labels, title=f"L{layer} neuron {neuron}: most promoted and suppressed tokens"
+            ),
+            120 + 22 * len(values),
+            600,
+        )
+    )
     section.data.logit_effect = effect
     return section

@@ -49,41 +49,69 @@ def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
         if not capabilities.next_token_logits:
             reasons.append("this model predicts no next token")
         if not capabilities.additive_residual:
-            reasons.append("no final norm and W_U read its residual stream: post-LayerNorm blocks renormalize the stream "
-                           "twice per block")
+            reasons.append(
+                "no final norm and W_U read its residual stream: post-LayerNorm blocks renormalize the "
+                "stream "
+                "twice per block"
+            )
         missing = _missing_unembedding(model)
         if missing:
             reasons.append(f"it has no W_U ({missing})")
         elif capabilities.read_out is None:
             reasons.append("the head before W_U is non-linear (dense, activation, LayerNorm)")
-        instead = ("output attribution: the sentence embedding's norm split exactly over every component"
-                   if has_output_attribution(model) else "none in this report")
-        parts.append(dict(what="next-token prediction, logit lens and direct logit attribution", why=", and ".join(reasons),
-                          instead=instead))
+        instead = (
+            "output attribution: the sentence embedding's norm split exactly over every component"
+            if has_output_attribution(model)
+            else "none in this report"
+        )
+        parts.append(
+            dict(
+                what="next-token prediction, logit lens and direct logit attribution",
+                why=", and ".join(reasons),
+                instead=instead,
+            )
+        )
     if not capabilities.causal:
-        parts.append(dict(
-            what="induction heads and the loss on repeated random tokens",
-            why="both measure in-context prediction of the next token under causal attention; this model sees the whole "
+        parts.append(
+            dict(
+                what="induction heads and the loss on repeated random tokens",
+                why="both measure in-context prediction of the next token under causal attention; this model sees the "
+                "whole "
                 "sequence at once and has no next-token loss",
-            instead="next-token heads (which only bidirectional attention can form) and duplicate-token heads counting "
-                    "copies on both sides"))
+                instead="next-token heads (which only bidirectional attention can form) and duplicate-token heads "
+                "counting "
+                "copies on both sides",
+            )
+        )
     if not capabilities.linear_logits and model.act_name("post", 0) in model.hook_dict:
-        parts.append(dict(
-            what="direct logit effect of the most active neuron (W_out W_U)",
-            why="a neuron's write passes through later norms or a non-linear head before any output, so W_out W_U is no "
+        parts.append(
+            dict(
+                what="direct logit effect of the most active neuron (W_out W_U)",
+                why="a neuron's write passes through later norms or a non-linear head before any output, so W_out W_U "
+                "is "
+                "no "
                 "direct effect",
-            instead="MLP layers' exact direct contributions in the output attribution" if has_output_attribution(model)
-                    else "none in this report"))
+                instead="MLP layers' exact direct contributions in the output attribution"
+                if has_output_attribution(model)
+                else "none in this report",
+            )
+        )
     if ov_read_out(model) == "embed":
-        parts.append(dict(what="OV circuits read out with W_U", why=f"this model has no W_U ({_missing_unembedding(model)})",
-                          instead="OV circuits read out against the token embeddings W_E^T (BERT's tied read-out)"))
+        parts.append(
+            dict(
+                what="OV circuits read out with W_U",
+                why=f"this model has no W_U ({_missing_unembedding(model)})",
+                instead="OV circuits read out against the token embeddings W_E^T (BERT's tied read-out)",
+            )
+        )
     return parts
 
 
 def omitted_section(ctx: ReportContext) -> ReportSection:
     parts = omitted_parts(ctx)
     items = "".join(
-        f"<li><b>{html.escape(part['what'])}</b>: {html.escape(part['why'])}. Instead: {html.escape(part['instead'])}.</li>"
+        f"<li><b>{html.escape(part['what'])}</b>: {html.escape(part['why'])}. Instead: "
+        f"{html.escape(part['instead'])}.</li>"
         for part in parts
     )
     section = ReportSection("omitted", "Not in this report, and why", html=f"<ul>{items}</ul>", data=OmittedData(parts))

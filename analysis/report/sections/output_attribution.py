@@ -38,17 +38,31 @@ def output_attribution_section(ctx: ReportContext) -> ReportSection:
         f"prompt. The split is exact: the parts sum to {total:.4g}, the norm is {value:.4g}. Each part is a direct "
         "effect only: what a component changes in later heads, MLPs or LayerNorm scales is not in it."
     )
-    heads_fig = plots.plot_head_scores(pooled.heads[..., 0], title="direct contribution of heads<br><sup>to |e|</sup>",
-                                       signed=True, colorbar_title="contribution")
+    heads_fig = plots.plot_head_scores(
+        pooled.heads[..., 0],
+        title="direct contribution of heads<br><sup>to |e|</sup>",
+        signed=True,
+        colorbar_title="contribution",
+    )
     section.figures.append(head_figure(heads_fig, model.cfg.n_layers, model.cfg.n_heads))
-    lines = {"attention": pooled.attn[:, 0], "mlp": pooled.mlp[:, 0], "LayerNorm biases": pooled.layer_norm_biases[:, 0]}
-    layer_fig = plots.plot_layer_attribution(lines, title="direct contribution of layers<br><sup>to |e|</sup>",
-                                             y_title="contribution to |e|")
+    lines = {
+        "attention": pooled.attn[:, 0],
+        "mlp": pooled.mlp[:, 0],
+        "LayerNorm biases": pooled.layer_norm_biases[:, 0],
+    }
+    layer_fig = plots.plot_layer_attribution(
+        lines, title="direct contribution of layers<br><sup>to |e|</sup>", y_title="contribution to |e|"
+    )
     layer_fig.update_xaxes(dtick=1)
     section.figures.append(sized(layer_fig, 360, 520))
-    position_fig = plots.plot_token_activations(per_position.value[0], ctx.str_tokens, colorbar_title="h . e/|e|",
-                                                title="each position's final hidden state along e/|e| (their mean is |e|)")
+    position_fig = plots.plot_token_activations(
+        per_position.value[0],
+        ctx.str_tokens,
+        colorbar_title="h . e/|e|",
+        title="each position's final hidden state along e/|e| (their mean is |e|)",
+    )
     section.figures.append(sized(position_fig, 200, min(1100, 200 + 50 * ctx.n_pos)))
-    section.data = OutputAttributionData(attribution=pooled, per_position=per_position, value=value, total=total,
-                                         direction=direction[0])
+    section.data = OutputAttributionData(
+        attribution=pooled, per_position=per_position, value=value, total=total, direction=direction[0]
+    )
     return section

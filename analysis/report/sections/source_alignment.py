@@ -34,23 +34,31 @@ def alignment_section(ctx: ReportContext) -> ReportSection:
         scores, kind = cross_attention.diagonality_scores(ctx.cache), "diagonal"
     layer, head, score = ranked_heads(scores)[0]
     pattern = cross_attention.cross_attention_patterns(ctx.cache)[layer, 0, head]
-    data = AlignmentData(scores, kind, (layer, head, score), cross_attention.best_heads(scores), pattern,
-                         alignment if usable else None)
+    data = AlignmentData(
+        scores, kind, (layer, head, score), cross_attention.best_heads(scores), pattern, alignment if usable else None
+    )
     section = ReportSection("alignment", "Alignment: which heads read the word being translated", data=data)
     if usable:
         section.paragraphs.append(
             "Score: mean attention a head puts on the source word the next target token comes from (circled), over the "
-            f"aligned target positions. The best head, L{layer}C{head}, scores {score:.2f}.")
+            f"aligned target positions. The best head, L{layer}C{head}, scores {score:.2f}."
+        )
     else:
         section.paragraphs.append(
             "No known alignment for this source: score is each head's attention within one source position of the "
-            f"proportional diagonal (reading the source in step with the target). Best: L{layer}C{head}, {score:.2f}.")
-    scores_fig = plots.plot_head_scores(scores, title=f"alignment score per cross-attention head<br><sup>{kind}</sup>",
-                                        colorbar_title="score")
+            f"proportional diagonal (reading the source in step with the target). Best: L{layer}C{head}, {score:.2f}."
+        )
+    scores_fig = plots.plot_head_scores(
+        scores, title=f"alignment score per cross-attention head<br><sup>{kind}</sup>", colorbar_title="score"
+    )
     section.figures.append(head_figure(scores_fig, *scores.shape, unit_range=True))
     heatmap = plots_cross_attention.plot_cross_attention(
-        pattern, ctx.str_tokens, ctx.target_str_tokens, torch.tensor(alignment) if usable else None,
-        title=f"alignment heatmap: cross-attention of L{layer}C{head} (source x target)")
+        pattern,
+        ctx.str_tokens,
+        ctx.target_str_tokens,
+        torch.tensor(alignment) if usable else None,
+        title=f"alignment heatmap: cross-attention of L{layer}C{head} (source x target)",
+    )
     side = min(640, 200 + 22 * max(len(ctx.str_tokens), len(ctx.target_str_tokens)))
     section.figures.append(sized(heatmap, side + 60, side + 160))
     return section

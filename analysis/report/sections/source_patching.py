@@ -24,12 +24,18 @@ def source_patching_section(ctx: ReportContext) -> ReportSection:
     data = SourcePatchingData(effects, replacement, most)
     section = ReportSection("patching", "Corrupting each source word", data=data)
     section.paragraphs.append(
-        f"Each source word is replaced in turn by {ctx.token_label(replacement)!r} (read as a real token) and the model rerun; "
+        f"Each source word is replaced in turn by {ctx.token_label(replacement)!r} (read as a real token) and the "
+        "model rerun; "
         "a cell is how much the logit of the token predicted at that target position falls. A translation model's "
-        "effects follow the alignment: each target token depends on the word it translates.")
-    fig = plots_cross_attention.plot_source_effects(effects, ctx.str_tokens, ctx.target_str_tokens,
-                                                    title="logit fall of each prediction when a source word is corrupted",
-                                                    colorbar_title="logit fall")
+        "effects follow the alignment: each target token depends on the word it translates."
+    )
+    fig = plots_cross_attention.plot_source_effects(
+        effects,
+        ctx.str_tokens,
+        ctx.target_str_tokens,
+        title="logit fall of each prediction when a source word is corrupted",
+        colorbar_title="logit fall",
+    )
     side = min(640, 200 + 22 * max(len(ctx.str_tokens), len(ctx.target_str_tokens)))
     section.figures.append(sized(fig, side + 60, side + 160))
     return section

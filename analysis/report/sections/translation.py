@@ -17,8 +17,10 @@ class TranslationData(SectionData):
 
 
 def _tokens_html(ids: list[int], labels: list[str]) -> str:
-    spans = "".join(f'<span class="tok" title="pos {pos}, id {token_id}"><sub>{pos}</sub>{html.escape(label)}</span>'
-                    for pos, (token_id, label) in enumerate(zip(ids, labels)))
+    spans = "".join(
+        f'<span class="tok" title="pos {pos}, id {token_id}"><sub>{pos}</sub>{html.escape(label)}</span>'
+        for pos, (token_id, label) in enumerate(zip(ids, labels))
+    )
     return f'<div class="tokens">{spans}</div>'
 
 
@@ -34,16 +36,23 @@ def translation_section(ctx: ReportContext) -> ReportSection:
     source, target = ctx.tokens[0].tolist(), ctx.decoder_input[0].tolist()
     alignment = known_alignment(ctx)
     data = TranslationData(source, list(ctx.str_tokens), target, list(ctx.target_str_tokens), alignment)
-    section = ReportSection("translation", "Source and target",
-                            html="<p><b>source</b></p>" + _tokens_html(source, data.source_tokens)
-                            + "<p><b>target (the decoder's input)</b></p>" + _tokens_html(target, data.target_tokens),
-                            data=data)
+    section = ReportSection(
+        "translation",
+        "Source and target",
+        html="<p><b>source</b></p>"
+        + _tokens_html(source, data.source_tokens)
+        + "<p><b>target (the decoder's input)</b></p>"
+        + _tokens_html(target, data.target_tokens),
+        data=data,
+    )
     predicted = ctx.logits[0].argmax(dim=-1).tolist()
     section.paragraphs.append(
         f"The decoder reads {len(target)} target tokens; at position t it predicts the token after t. Its predictions: "
-        + " ".join(ctx.token_label(token_id) for token_id in predicted))
+        + " ".join(ctx.token_label(token_id) for token_id in predicted)
+    )
     if alignment is not None:
-        pairs = ", ".join(f"{data.target_tokens[t]}@{t} <- {data.source_tokens[s]}@{s}"
-                          for t, s in enumerate(alignment) if s >= 0)
+        pairs = ", ".join(
+            f"{data.target_tokens[t]}@{t} <- {data.source_tokens[s]}@{s}" for t, s in enumerate(alignment) if s >= 0
+        )
         section.paragraphs.append(f"Known alignment (the source word each next target token comes from): {pairs}")
     return section

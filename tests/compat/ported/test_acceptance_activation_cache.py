@@ -1,6 +1,8 @@
-"""Ported from TransformerLens v3.5.1, tests/acceptance/test_activation_cache.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/acceptance/test_activation_cache.py (MIT License, see
+LICENSE-TransformerLens).
 
-Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints; fancy_einsum's einsum from the hub
+Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints; fancy_einsum's einsum from the
+hub
 module): SoLU-2L and attn-only-2L are random models of their sizes.
 Xfail (deliberate): the two incl_remainder tests, whose layer=0 case expects the last block's output as the remainder.
 Adapted (our error contract): remove_batch_dim on a batch > 1 raises ValueError (TransformerLens: AssertionError).
@@ -116,9 +118,7 @@ def test_logit_accumulated_resid_on_last_layer_variants():
         cache.accumulated_resid(layer=model.cfg.n_layers, incl_mid=True, pos_slice=-1),
     )
 
-    assert torch.equal(
-        accumulated_resid, cache.accumulated_resid(layer=None, incl_mid=True, pos_slice=-1)
-    )
+    assert torch.equal(accumulated_resid, cache.accumulated_resid(layer=None, incl_mid=True, pos_slice=-1))
 
 
 @torch.no_grad
@@ -127,9 +127,7 @@ def test_logit_accumulated_resid_without_mid():
     tokens, answer_tokens = get_ioi_tokens_and_answer_tokens(model)
     _, cache = model.run_with_cache(tokens)
 
-    accumulated_resid, labels = cache.accumulated_resid(
-        layer=-1, incl_mid=False, pos_slice=-1, return_labels=True
-    )
+    accumulated_resid, labels = cache.accumulated_resid(layer=-1, incl_mid=False, pos_slice=-1, return_labels=True)
     assert len(labels) == accumulated_resid.size(0)
     assert all("mid" not in label for label in labels)
 
@@ -145,17 +143,13 @@ def test_logit_attrs_works_for_all_input_shapes():
     _, cache = model.run_with_cache(tokens)
 
     # Get accumulated resid
-    accumulated_residual = cache.accumulated_resid(
-        layer=-1, incl_mid=True, pos_slice=-1, return_labels=False
-    )
+    accumulated_residual = cache.accumulated_resid(layer=-1, incl_mid=True, pos_slice=-1, return_labels=False)
 
     # Get ref logit diffs (cribbed notebook code)
     answer_residual_directions = model.tokens_to_residual_directions(answer_tokens)
     logit_diff_directions = answer_residual_directions[:, 0] - answer_residual_directions[:, 1]
     scaled_residual_stack = cache.apply_ln_to_stack(accumulated_residual, layer=-1, pos_slice=-1)
-    ref_logit_diffs = einsum(
-        "... d_model, ... d_model -> ...", scaled_residual_stack, logit_diff_directions
-    )
+    ref_logit_diffs = einsum("... d_model, ... d_model -> ...", scaled_residual_stack, logit_diff_directions)
 
     # All tokens
     logit_diffs = cache.logit_attrs(
@@ -234,9 +228,7 @@ def test_logit_attrs_works_for_all_input_shapes():
         )
 
     # No incorrect tokens
-    ref_logit_diffs = einsum(
-        "... d_model, ... d_model -> ...", scaled_residual_stack, answer_residual_directions[:, 0]
-    )
+    ref_logit_diffs = einsum("... d_model, ... d_model -> ...", scaled_residual_stack, answer_residual_directions[:, 0])
     logit_diffs = cache.logit_attrs(
         accumulated_residual,
         pos_slice=-1,
@@ -258,14 +250,10 @@ def test_accumulated_resid_with_apply_ln():
 
     # Get accumulated resid and apply final ln seperately
     accumulated_residual = cache.accumulated_resid(layer=-1, incl_mid=True, pos_slice=-1)
-    ref_scaled_residual_stack = cache.apply_ln_to_stack(
-        accumulated_residual, layer=-1, pos_slice=-1, recompute_ln=True
-    )
+    ref_scaled_residual_stack = cache.apply_ln_to_stack(accumulated_residual, layer=-1, pos_slice=-1, recompute_ln=True)
 
     # Get scaled_residual_stack using apply_ln parameter
-    scaled_residual_stack = cache.accumulated_resid(
-        layer=-1, incl_mid=True, pos_slice=-1, apply_ln=True
-    )
+    scaled_residual_stack = cache.accumulated_resid(layer=-1, incl_mid=True, pos_slice=-1, apply_ln=True)
     assert torch.isclose(ref_scaled_residual_stack, scaled_residual_stack, atol=1e-7).all()
 
     # Now do the same but using None as the layer and Slice(-1) as the pos_slice
@@ -296,9 +284,9 @@ def test_apply_ln_recompute_ln_differs_from_cached():
     with_cached = cache.apply_ln_to_stack(accumulated, layer=-1, pos_slice=-1, recompute_ln=False)
 
     assert with_recompute.shape == with_cached.shape
-    assert not torch.isclose(
-        with_recompute, with_cached, atol=1e-7
-    ).all(), "recompute_ln=True and recompute_ln=False should differ for accumulated residual stack"
+    assert not torch.isclose(with_recompute, with_cached, atol=1e-7).all(), (
+        "recompute_ln=True and recompute_ln=False should differ for accumulated residual stack"
+    )
 
 
 @torch.no_grad
@@ -327,9 +315,7 @@ def test_decompose_resid_including_attention():
     tokens, _ = get_ioi_tokens_and_answer_tokens(model)
     _, cache = model.run_with_cache(tokens)
 
-    ref_attention_resids = torch.stack(
-        [cache["attn_out", l][:, -1] for l in range(model.cfg.n_layers)]
-    )
+    ref_attention_resids = torch.stack([cache["attn_out", l][:, -1] for l in range(model.cfg.n_layers)])
     residual_stack = cache.decompose_resid(
         layer=1, pos_slice=Slice(-1), mlp_input=True, apply_ln=False, incl_embeds=False, mode="attn"
     )
@@ -349,9 +335,7 @@ def test_stack_head_results_with_apply_ln():
 
     # Get per head resid stack and apply ln seperately (cribbed notebook code)
     per_head_residual = cache.stack_head_results(layer=-1, pos_slice=-1)
-    ref_scaled_residual_stack = cache.apply_ln_to_stack(
-        per_head_residual, layer=None, pos_slice=Slice(-1)
-    )
+    ref_scaled_residual_stack = cache.apply_ln_to_stack(per_head_residual, layer=None, pos_slice=Slice(-1))
 
     # Get scaled_residual_stack using apply_ln parameter
     scaled_residual_stack = cache.stack_head_results(layer=-1, pos_slice=-1, apply_ln=True)
@@ -359,7 +343,11 @@ def test_stack_head_results_with_apply_ln():
     assert torch.isclose(ref_scaled_residual_stack, scaled_residual_stack, atol=1e-7).all()
 
 
-@pytest.mark.xfail(strict=True, reason="deliberate: with layer=0 the remainder is the input of block 0 (the embeddings); TransformerLens takes resid_post of layer -1, the last block's output")
+@pytest.mark.xfail(
+    strict=True,
+    reason="deliberate: with layer=0 the remainder is the input of block 0 (the "
+    "embeddings); TransformerLens takes resid_post of layer -1, the last block's output",
+)
 @torch.no_grad
 def test_stack_head_results_including_remainder():
     model = load_model("solu-2l")
@@ -367,18 +355,14 @@ def test_stack_head_results_including_remainder():
     _, cache = model.run_with_cache(tokens)
 
     ref_resid_post = cache["resid_post", 0][None, :, -1]
-    per_head_residual, labels = cache.stack_head_results(
-        layer=1, pos_slice=-1, incl_remainder=True, return_labels=True
-    )
+    per_head_residual, labels = cache.stack_head_results(layer=1, pos_slice=-1, incl_remainder=True, return_labels=True)
     remainder = ref_resid_post - per_head_residual[:-1].sum(dim=0)
     assert torch.isclose(remainder, per_head_residual[-1]).all()
     assert labels[:-1] == [f"L0H{i}" for i in range(model.cfg.n_heads)]
     assert labels[-1] == "remainder"
 
     ref_resid_post = cache["resid_post", -1][None, :, -1]
-    per_head_residual, labels = cache.stack_head_results(
-        layer=0, pos_slice=-1, incl_remainder=True, return_labels=True
-    )
+    per_head_residual, labels = cache.stack_head_results(layer=0, pos_slice=-1, incl_remainder=True, return_labels=True)
     assert torch.isclose(ref_resid_post, per_head_residual, atol=1e-7).all()
     assert len(labels) == 1
     assert labels[-1] == "remainder"
@@ -410,7 +394,11 @@ def test_stack_neuron_results_with_apply_ln():
     assert torch.isclose(ref_scaled_residual_stack, scaled_residual_stack, atol=1e-7).all()
 
 
-@pytest.mark.xfail(strict=True, reason="deliberate: with layer=0 the remainder is the input of block 0 (the embeddings); TransformerLens takes resid_post of layer -1, the last block's output")
+@pytest.mark.xfail(
+    strict=True,
+    reason="deliberate: with layer=0 the remainder is the input of block 0 (the "
+    "embeddings); TransformerLens takes resid_post of layer -1, the last block's output",
+)
 @torch.no_grad
 def test_stack_neuron_results_including_remainder():
     model = load_model("solu-2l")
@@ -465,18 +453,12 @@ def test_remove_batch_dim():
     # Removing batch dim changes the shape of the cached tensors
     cache.remove_batch_dim()
     assert not cache.has_batch_dim
-    assert all(
-        shapes_before_removal[key][1:] == cache.cache_dict[key].shape
-        for key in shapes_before_removal
-    )
+    assert all(shapes_before_removal[key][1:] == cache.cache_dict[key].shape for key in shapes_before_removal)
 
     # Removing batch dim again does not change anything
     cache.remove_batch_dim()
     assert not cache.has_batch_dim
-    assert all(
-        shapes_before_removal[key][1:] == cache.cache_dict[key].shape
-        for key in shapes_before_removal
-    )
+    assert all(shapes_before_removal[key][1:] == cache.cache_dict[key].shape for key in shapes_before_removal)
 
 
 @torch.no_grad
@@ -525,9 +507,7 @@ def test_get_items():
 
     assert all(
         cache_key == cache_dict_key and torch.equal(cache_val, cache_dict_val)
-        for (cache_key, cache_val), (cache_dict_key, cache_dict_val) in zip(
-            cache.items(), cache.cache_dict.items()
-        )
+        for (cache_key, cache_val), (cache_dict_key, cache_dict_val) in zip(cache.items(), cache.cache_dict.items())
     )
 
 
@@ -549,10 +529,7 @@ def test_get_keys():
     tokens, _ = get_ioi_tokens_and_answer_tokens(model)
     _, cache = model.run_with_cache(tokens)
 
-    assert all(
-        cache_key == cache_dict_key
-        for cache_key, cache_dict_key in zip(cache.keys(), cache.cache_dict.keys())
-    )
+    assert all(cache_key == cache_dict_key for cache_key, cache_dict_key in zip(cache.keys(), cache.cache_dict.keys()))
 
 
 @torch.no_grad
@@ -593,10 +570,7 @@ def test_stack_activation():
     _, cache = model.run_with_cache(tokens)
 
     stack = cache.stack_activation("scale", -1, "ln1")
-    assert all(
-        torch.equal(cache[("scale", layer, "ln1")], stack[layer])
-        for layer in range(model.cfg.n_layers)
-    )
+    assert all(torch.equal(cache[("scale", layer, "ln1")], stack[layer]) for layer in range(model.cfg.n_layers))
 
     stack = cache.stack_activation("scale", 1, "ln1")
     assert all(torch.equal(cache[("scale", layer, "ln1")], stack[layer]) for layer in range(1))
@@ -620,12 +594,8 @@ def test_get_full_resid_decomposition():
         apply_ln=True,
         return_labels=True,
     )
-    ref_embed = cache.apply_ln_to_stack(
-        cache["embed"][None, :, -1], pos_slice=Slice(-1), mlp_input=False
-    )
-    ref_pos_embed = cache.apply_ln_to_stack(
-        cache["pos_embed"][None, :, -1], pos_slice=Slice(-1), mlp_input=False
-    )
+    ref_embed = cache.apply_ln_to_stack(cache["embed"][None, :, -1], pos_slice=Slice(-1), mlp_input=False)
+    ref_pos_embed = cache.apply_ln_to_stack(cache["pos_embed"][None, :, -1], pos_slice=Slice(-1), mlp_input=False)
 
     ref_bias = model.accumulated_bias(model.cfg.n_layers, mlp_input=False, include_mlp_biases=False)
     ref_bias = ref_bias.expand((1,) + ref_head_stack.shape[1:])
@@ -643,10 +613,7 @@ def test_get_full_resid_decomposition():
     assert torch.isclose(
         ref_mlp_stack, residual_stack[head_stack_len : head_stack_len + mlp_stack_len], atol=1e-7
     ).all()
-    assert (
-        ref_mlp_stack_labels
-        == residual_stack_labels[head_stack_len : head_stack_len + mlp_stack_len]
-    )
+    assert ref_mlp_stack_labels == residual_stack_labels[head_stack_len : head_stack_len + mlp_stack_len]
 
     assert torch.isclose(
         ref_embed,
@@ -679,9 +646,7 @@ def test_get_full_resid_decomposition_with_neurons_expanded():
     ref_head_stack, ref_head_stack_labels = cache.stack_head_results(
         layer=1, pos_slice=Slice(-1), apply_ln=True, return_labels=True
     )
-    ref_neuron_stack, ref_neuron_labels = cache.stack_neuron_results(
-        1, pos_slice=Slice(-1), return_labels=True
-    )
+    ref_neuron_stack, ref_neuron_labels = cache.stack_neuron_results(1, pos_slice=Slice(-1), return_labels=True)
     ref_neuron_stack = cache.apply_ln_to_stack(ref_neuron_stack, layer=1, pos_slice=Slice(-1))
 
     head_stack_len = ref_head_stack.size(0)
@@ -696,10 +661,7 @@ def test_get_full_resid_decomposition_with_neurons_expanded():
         residual_stack[head_stack_len : head_stack_len + neuron_stack_len],
         atol=1e-7,
     ).all()
-    assert (
-        ref_neuron_labels
-        == residual_stack_labels[head_stack_len : head_stack_len + neuron_stack_len]
-    )
+    assert ref_neuron_labels == residual_stack_labels[head_stack_len : head_stack_len + neuron_stack_len]
 
 
 @torch.no_grad
@@ -708,9 +670,7 @@ def test_get_full_resid_decomposition_without_applying_ln():
     tokens, _ = get_ioi_tokens_and_answer_tokens(model)
     _, cache = model.run_with_cache(tokens)
 
-    ref_head_stack = cache.stack_head_results(
-        layer=1, pos_slice=Slice(-1), apply_ln=True, return_labels=False
-    )
+    ref_head_stack = cache.stack_head_results(layer=1, pos_slice=Slice(-1), apply_ln=True, return_labels=False)
     ref_neuron_stack = cache.stack_neuron_results(1, pos_slice=Slice(-1), return_labels=False)
 
     head_stack_len = ref_head_stack.size(0)
@@ -733,9 +693,7 @@ def test_get_full_resid_decomposition_attn_only_model():
     tokens, _ = get_ioi_tokens_and_answer_tokens(model)
     _, cache = model.run_with_cache(tokens)
 
-    ref_head_stack = cache.stack_head_results(
-        layer=1, pos_slice=Slice(-1), apply_ln=False, return_labels=False
-    )
+    ref_head_stack = cache.stack_head_results(layer=1, pos_slice=Slice(-1), apply_ln=False, return_labels=False)
 
     head_stack_len = ref_head_stack.size(0)
 
@@ -772,9 +730,7 @@ def test_get_neuron_results():
     _, cache = model.run_with_cache(tokens)
 
     layer = 1
-    ref_neuron_acts = (
-        cache[f"blocks.{layer}.mlp.hook_post"][:, -1, :2, None] * model.blocks[layer].mlp.W_out[:2]
-    )
+    ref_neuron_acts = cache[f"blocks.{layer}.mlp.hook_post"][:, -1, :2, None] * model.blocks[layer].mlp.W_out[:2]
 
     neuron_acts = cache.get_neuron_results(
         layer,
@@ -792,9 +748,7 @@ def test_get_neuron_results_without_slice():
     _, cache = model.run_with_cache(tokens)
 
     layer = 1
-    ref_neuron_acts = (
-        cache[f"blocks.{layer}.mlp.hook_post"][..., None] * model.blocks[layer].mlp.W_out
-    )
+    ref_neuron_acts = cache[f"blocks.{layer}.mlp.hook_post"][..., None] * model.blocks[layer].mlp.W_out
 
     neuron_acts = cache.get_neuron_results(
         layer,
@@ -876,9 +830,7 @@ def test_stack_neuron_results_project_incl_remainder():
     layer = model.cfg.n_layers
     full = cache.stack_neuron_results(layer, pos_slice=-1, incl_remainder=True)
     expected = full @ direction
-    projected = cache.stack_neuron_results(
-        layer, pos_slice=-1, incl_remainder=True, project_output_onto=direction
-    )
+    projected = cache.stack_neuron_results(layer, pos_slice=-1, incl_remainder=True, project_output_onto=direction)
     assert projected.shape == expected.shape
     assert torch.allclose(projected, expected, atol=1e-5)
 
@@ -931,9 +883,7 @@ def test_stack_neuron_results_apply_ln_and_project_1d():
 
     layer = model.cfg.n_layers
     ref = cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True) @ direction
-    fused = cache.stack_neuron_results(
-        layer, pos_slice=-1, apply_ln=True, project_output_onto=direction
-    )
+    fused = cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True, project_output_onto=direction)
     assert fused.shape == ref.shape
     assert torch.allclose(fused, ref, atol=1e-5)
 
@@ -949,9 +899,7 @@ def test_stack_neuron_results_apply_ln_and_project_2d():
 
     layer = model.cfg.n_layers
     ref = cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True) @ directions
-    fused = cache.stack_neuron_results(
-        layer, pos_slice=-1, apply_ln=True, project_output_onto=directions
-    )
+    fused = cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True, project_output_onto=directions)
     assert fused.shape == ref.shape
     assert torch.allclose(fused, ref, atol=1e-5)
 
@@ -966,10 +914,7 @@ def test_stack_neuron_results_apply_ln_and_project_incl_remainder():
     direction = torch.randn(model.cfg.d_model, device=model.cfg.device)
 
     layer = model.cfg.n_layers
-    ref = (
-        cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True, incl_remainder=True)
-        @ direction
-    )
+    ref = cache.stack_neuron_results(layer, pos_slice=-1, apply_ln=True, incl_remainder=True) @ direction
     fused = cache.stack_neuron_results(
         layer,
         pos_slice=-1,
@@ -989,12 +934,7 @@ def test_get_full_resid_decomposition_apply_ln_and_project_1d():
     _, cache = model.run_with_cache(tokens)
 
     direction = torch.randn(model.cfg.d_model, device=model.cfg.device)
-    ref = (
-        cache.get_full_resid_decomposition(
-            layer=-1, pos_slice=-1, apply_ln=True, expand_neurons=True
-        )
-        @ direction
-    )
+    ref = cache.get_full_resid_decomposition(layer=-1, pos_slice=-1, apply_ln=True, expand_neurons=True) @ direction
     fused = cache.get_full_resid_decomposition(
         layer=-1,
         pos_slice=-1,
@@ -1014,12 +954,7 @@ def test_get_full_resid_decomposition_apply_ln_and_project_2d():
     _, cache = model.run_with_cache(tokens)
 
     directions = torch.randn(model.cfg.d_model, 2, device=model.cfg.device)
-    ref = (
-        cache.get_full_resid_decomposition(
-            layer=-1, pos_slice=-1, apply_ln=True, expand_neurons=True
-        )
-        @ directions
-    )
+    ref = cache.get_full_resid_decomposition(layer=-1, pos_slice=-1, apply_ln=True, expand_neurons=True) @ directions
     fused = cache.get_full_resid_decomposition(
         layer=-1,
         pos_slice=-1,
@@ -1055,16 +990,12 @@ def test_stack_neuron_results_apply_ln_projection_skips_dmodel_materialization()
     direction = torch.randn(model.cfg.d_model, device=model.cfg.device)
 
     _ = cache.stack_neuron_results(layer=-1, pos_slice=-1, apply_ln=True)
-    _ = cache.stack_neuron_results(
-        layer=-1, pos_slice=-1, apply_ln=True, project_output_onto=direction
-    )
+    _ = cache.stack_neuron_results(layer=-1, pos_slice=-1, apply_ln=True, project_output_onto=direction)
 
     with MaxTensorWatcher() as watcher_unproj:
         _ = cache.stack_neuron_results(layer=-1, pos_slice=-1, apply_ln=True)
     with MaxTensorWatcher() as watcher_proj:
-        _ = cache.stack_neuron_results(
-            layer=-1, pos_slice=-1, apply_ln=True, project_output_onto=direction
-        )
+        _ = cache.stack_neuron_results(layer=-1, pos_slice=-1, apply_ln=True, project_output_onto=direction)
 
     ratio = watcher_unproj.max_numel / max(watcher_proj.max_numel, 1)
     assert ratio > 10, (

@@ -36,9 +36,7 @@ def test_patch_tokens():
 
     # Define hook function to alter the first token
     def hook_fn(tokens: Int[t.Tensor, "batch seq"], hook: HookPoint, new_first_token: int):
-        assert (
-            tokens[0, 0].item() != new_first_token
-        )  # Need new_first_token to be different from original
+        assert tokens[0, 0].item() != new_first_token  # Need new_first_token to be different from original
         tokens[0, 0] = new_first_token
         return tokens
 

@@ -1,8 +1,10 @@
-"""Ported from TransformerLens v3.5.1, tests/acceptance/test_hooked_transformer.py: the tests of the classic features that
+"""Ported from TransformerLens v3.5.1, tests/acceptance/test_hooked_transformer.py: the tests of the classic features
+that
 need no trained checkpoint (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Not ported: the tests comparing trained checkpoints' losses or other model families with Hugging Face (they need the hub).
+Not ported: the tests comparing trained checkpoints' losses or other model families with Hugging Face (they need the
+hub).
 """
 
 import pytest
@@ -63,9 +65,7 @@ def test_pos_embed_hook():
         ("embeds", "embeds"),
     ],
 )
-def test_different_inputs_for_generation(
-    input_type, return_type, print_output=False, max_new_tokens=3
-):
+def test_different_inputs_for_generation(input_type, return_type, print_output=False, max_new_tokens=3):
     from typing import List
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -97,20 +97,14 @@ def test_different_inputs_for_generation(
         if return_type == "str" or (return_type == "input" and input_type == "str"):
             if is_batched:
                 assert isinstance(output, List), f"Expected list output but got {type(output)}"
-                assert isinstance(
-                    output[0], str
-                ), f"Expected list of strings but got list of {type(output[0])}"
+                assert isinstance(output[0], str), f"Expected list of strings but got list of {type(output[0])}"
             else:
                 assert isinstance(output, str), f"Expected string output but got {type(output)}"
         elif return_type == "tokens" or (return_type == "input" and input_type == "tokens"):
-            assert isinstance(
-                output, torch.Tensor
-            ), f"Expected tensor output but got {type(output)}"
+            assert isinstance(output, torch.Tensor), f"Expected tensor output but got {type(output)}"
             assert output.ndim == 2, f"Expected 2D tensor but got {output.ndim}D"
         elif return_type == "embeds" or (return_type == "input" and input_type == "embeds"):
-            assert isinstance(
-                output, torch.Tensor
-            ), f"Expected tensor output but got {type(output)}"
+            assert isinstance(output, torch.Tensor), f"Expected tensor output but got {type(output)}"
             assert output.ndim == 3, f"Expected 3D tensor but got {output.ndim}D"
 
         if print_output:

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_attention_mask.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_attention_mask.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -31,9 +32,9 @@ def test_attention_mask():
     masked = torch.triu(ones_input_matrix, diagonal=1).bool()
 
     def attn_scores_hook(attn_scores, hook):
-        assert torch.all(
-            attn_scores[:, :, masked] == float("-inf")
-        ), "Attention scores excluded by the mask are not being set to -inf"
+        assert torch.all(attn_scores[:, :, masked] == float("-inf")), (
+            "Attention scores excluded by the mask are not being set to -inf"
+        )
 
         # Set low attention scores that are attended to by the mask
         attn_scores[:, :, ~masked] = low_attn_score
@@ -77,9 +78,5 @@ def test_masked_tokens():
     edited_mask[:, remove_tok_idx] = 0
     edited_no_mask_out = model(edited_tokens)
     edited_mask_out = model(tokens, attention_mask=edited_mask)
-    edited_mask_out = torch.cat(
-        [edited_mask_out[:, :remove_tok_idx], edited_mask_out[:, remove_tok_idx + 1 :]], dim=1
-    )
-    assert torch.allclose(
-        edited_no_mask_out, edited_mask_out, atol=1e-4
-    ), "Edited mask should be equivalent to no mask"
+    edited_mask_out = torch.cat([edited_mask_out[:, :remove_tok_idx], edited_mask_out[:, remove_tok_idx + 1 :]], dim=1)
+    assert torch.allclose(edited_no_mask_out, edited_mask_out, atol=1e-4), "Edited mask should be equivalent to no mask"

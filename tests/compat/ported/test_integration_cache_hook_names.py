@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_cache_hook_names.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_cache_hook_names.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Skipped: the SoLU checkpoint's hook list (a model family not in this version).
@@ -44,7 +45,10 @@ act_names_in_cache = [
 ]
 
 
-@pytest.mark.skip(reason="needs the SoLU family's hooks (mlp.hook_mid, the MLP's own LayerNorm) and TransformerLens 3's unembed.hook_in/hook_out: not in this version")
+@pytest.mark.skip(
+    reason="needs the SoLU family's hooks (mlp.hook_mid, the MLP's own LayerNorm) and TransformerLens "
+    "3's unembed.hook_in/hook_out: not in this version"
+)
 def test_cache_hook_names():
     _, cache = model.run_with_cache(prompt)
     assert list(cache.keys()) == act_names_in_cache

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_cache_pos_slice.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_cache_pos_slice.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -53,9 +54,7 @@ def test_run_with_cache_pos_slice_keep_batch(model, model_config):
         assert cache_with_slice["q", 0].shape == torch.Size([1, 1, n_heads, d_head])
 
         assert torch.equal(cache_no_slice["embed"][0, i, :], cache_with_slice["embed"][0, 0, :])
-        assert torch.equal(
-            cache_no_slice["pos_embed"][0, i, :], cache_with_slice["pos_embed"][0, 0, :]
-        )
+        assert torch.equal(cache_no_slice["pos_embed"][0, i, :], cache_with_slice["pos_embed"][0, 0, :])
 
         for layer in range(n_layers):
             assert torch.equal(
@@ -278,9 +277,7 @@ def test_run_with_cache_pos_slice_remove_batch(model, model_config):
                 cache_no_slice["attn_out", layer][i, :],
                 cache_with_slice["attn_out", layer][0, :],
             )
-            assert torch.equal(
-                cache_no_slice["pre", layer][i, :], cache_with_slice["pre", layer][0, :]
-            )
+            assert torch.equal(cache_no_slice["pre", layer][i, :], cache_with_slice["pre", layer][0, :])
             assert torch.equal(
                 cache_no_slice["post", layer][i, :],
                 cache_with_slice["post", layer][0, :],

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_cross_entropy_loss.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_cross_entropy_loss.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -19,9 +20,7 @@ def test_cross_entropy_attention_mask():
     default_tokens = model.to_tokens(prompt)
     default_attention_mask = torch.ones_like(default_tokens)
     default_loss = model(default_tokens, return_type="loss")
-    ones_mask_loss = model(
-        default_tokens, attention_mask=default_attention_mask, return_type="loss"
-    )
+    ones_mask_loss = model(default_tokens, attention_mask=default_attention_mask, return_type="loss")
     assert torch.allclose(default_loss, ones_mask_loss, atol=1e-6)
 
     # Step 2: Get the loss when we add some extra tokens to the input and set their attention mask
@@ -32,7 +31,5 @@ def test_cross_entropy_attention_mask():
 
     combined_tokens = torch.cat([default_tokens, extra_tokens], dim=1)
     combined_attention_mask = torch.cat([default_attention_mask, extra_zeros_attention_mask], dim=1)
-    combined_masked_loss = model(
-        combined_tokens, attention_mask=combined_attention_mask, return_type="loss"
-    )
+    combined_masked_loss = model(combined_tokens, attention_mask=combined_attention_mask, return_type="loss")
     assert torch.allclose(default_loss, combined_masked_loss)

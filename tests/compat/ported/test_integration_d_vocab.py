@@ -9,9 +9,7 @@ from interp_transformer import HookedTransformer, HookedTransformerConfig
 
 
 def test_d_vocab_from_tokenizer():
-    cfg = HookedTransformerConfig(
-        n_layers=1, d_mlp=10, d_model=10, d_head=5, n_heads=2, n_ctx=20, act_fn="relu"
-    )
+    cfg = HookedTransformerConfig(n_layers=1, d_mlp=10, d_model=10, d_head=5, n_heads=2, n_ctx=20, act_fn="relu")
     model = HookedTransformer(cfg=cfg, tokenizer=AutoTokenizer.from_pretrained("gpt2"))
     assert model.cfg.d_vocab == 50257
     assert model.cfg.d_vocab_out == 50257

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_generation_compatibility.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_generation_compatibility.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Not ported: the TransformerBridge tests (TransformerLens 3's other model class).
@@ -45,20 +46,14 @@ class TestHookedTransformerGenerationModelOutput:
 
         # Check logits structure and shape
         assert isinstance(result.logits, tuple), "logits should be a tuple"
-        assert (
-            len(result.logits) == max_new_tokens
-        ), f"logits tuple should have {max_new_tokens} elements"
+        assert len(result.logits) == max_new_tokens, f"logits tuple should have {max_new_tokens} elements"
 
         # Each logit tensor should be [batch, vocab]
         for i, logit in enumerate(result.logits):
             assert isinstance(logit, torch.Tensor), f"logits[{i}] should be a tensor"
             assert logit.ndim == 2, f"logits[{i}] should be 2D [batch, vocab]"
-            assert (
-                logit.shape[0] == result.sequences.shape[0]
-            ), f"logits[{i}] batch size should match sequences"
-            assert (
-                logit.shape[1] == gpt2_ht.cfg.d_vocab
-            ), f"logits[{i}] vocab size should match model config"
+            assert logit.shape[0] == result.sequences.shape[0], f"logits[{i}] batch size should match sequences"
+            assert logit.shape[1] == gpt2_ht.cfg.d_vocab, f"logits[{i}] vocab size should match model config"
 
     def test_generate_without_output_logits_returns_normal(self, gpt2_ht):
         """Test that without output_logits flag, generation returns normal format."""
@@ -176,9 +171,7 @@ class TestHookedTransformerGenerationModelOutput:
         )
 
         # Check batch dimension
-        assert result.sequences.shape[0] == len(
-            prompts
-        ), "Batch dimension should match number of prompts"
+        assert result.sequences.shape[0] == len(prompts), "Batch dimension should match number of prompts"
 
         # Check logits batch dimension
         for logit in result.logits:
@@ -207,21 +200,15 @@ class TestGenerationBackwardCompatibility:
         prompt = "Test"
 
         # Test return_type='str'
-        result_str = gpt2_ht.generate(
-            prompt, max_new_tokens=2, return_type="str", verbose=False, do_sample=False
-        )
+        result_str = gpt2_ht.generate(prompt, max_new_tokens=2, return_type="str", verbose=False, do_sample=False)
         assert isinstance(result_str, str), "return_type='str' should return string"
 
         # Test return_type='tokens'
-        result_tokens = gpt2_ht.generate(
-            prompt, max_new_tokens=2, return_type="tokens", verbose=False, do_sample=False
-        )
+        result_tokens = gpt2_ht.generate(prompt, max_new_tokens=2, return_type="tokens", verbose=False, do_sample=False)
         assert isinstance(result_tokens, torch.Tensor), "return_type='tokens' should return tensor"
 
         # Test return_type='embeds'
-        result_embeds = gpt2_ht.generate(
-            prompt, max_new_tokens=2, return_type="embeds", verbose=False, do_sample=False
-        )
+        result_embeds = gpt2_ht.generate(prompt, max_new_tokens=2, return_type="embeds", verbose=False, do_sample=False)
         assert isinstance(result_embeds, torch.Tensor), "return_type='embeds' should return tensor"
         assert result_embeds.ndim == 3, "Embeddings should be 3D"
 

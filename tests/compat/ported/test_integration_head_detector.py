@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_head_detector.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_head_detector.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 The SoLU-2L checkpoint is stood in for by a random GPT-2-style model of its size with GPT-2's tokenizer (the test
@@ -319,9 +320,7 @@ def test_detect_head_exclude_current_token(error_measure: ErrorMeasure, expected
         ("abs", expected_previous_exclude_bos_and_current_token_match_abs),
     ),
 )
-def test_detect_head_exclude_bos_and_current_token(
-    error_measure: ErrorMeasure, expected: torch.Tensor
-):
+def test_detect_head_exclude_bos_and_current_token(error_measure: ErrorMeasure, expected: torch.Tensor):
     assert torch.allclose(
         detect_head(
             model,
@@ -618,9 +617,7 @@ class Test_specific_heads:
 
 
 class Test_previous_token_head:
-    regular_detection_pattern = get_previous_token_head_detection_pattern(
-        model.to_tokens(test_regular_sequence).cpu()
-    )
+    regular_detection_pattern = get_previous_token_head_detection_pattern(model.to_tokens(test_regular_sequence).cpu())
 
     def test_regular_detection_pattern1(self):
         assert self.regular_detection_pattern.shape == (4, 4)
@@ -646,9 +643,7 @@ class Test_previous_token_head:
 
 
 class Test_duplicate_token_head:
-    detection_pattern = get_duplicate_token_head_detection_pattern(
-        model.to_tokens(test_duplicated_sequence).cpu()
-    )
+    detection_pattern = get_duplicate_token_head_detection_pattern(model.to_tokens(test_duplicated_sequence).cpu())
 
     def test1(self):
         assert (
@@ -667,9 +662,7 @@ class Test_duplicate_token_head:
 
 
 class Test_induction_head_detection:
-    detection_pattern = get_induction_head_detection_pattern(
-        model.to_tokens(test_duplicated_sequence).cpu()
-    )
+    detection_pattern = get_induction_head_detection_pattern(model.to_tokens(test_duplicated_sequence).cpu())
 
     def test1(self):
         assert (

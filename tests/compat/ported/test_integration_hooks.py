@@ -204,7 +204,8 @@ def test_conditional_hooks():
         model.reset_hooks()
         set_use_hook_function(False)
         # Ensure that we get an error when we inappropriately add a hook
-        with pytest.raises(KeyError):  # ours: KeyError, the hook point does not exist yet (TransformerLens: AssertionError)
+        # ours: KeyError, the hook point does not exist yet (TransformerLens: AssertionError)
+        with pytest.raises(KeyError):
             model.add_hook(hook_name, identity_hook)
 
         # Ensure we DON'T get an error when we add a hook properly

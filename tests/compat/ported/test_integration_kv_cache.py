@@ -36,9 +36,7 @@ def test_single_new_token(pretrained):
     no_cache_logits = model(full_prompt_tokens)
     assert full_prompt_tokens.shape[-1] == pre_prompt_tokens_len + 1
 
-    past_kv_cache = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, pre_prompt_tokens.shape[0]
-    )
+    past_kv_cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, pre_prompt_tokens.shape[0])
     model(
         pre_prompt_tokens,
         past_kv_cache=past_kv_cache,
@@ -63,9 +61,7 @@ def test_multiple_new_tokens(pretrained):
     assert full_prompt_tokens.shape[-1] == pre_prompt_tokens_len + new_tokens_len
     no_cache_logits = model(full_prompt_tokens)
 
-    past_kv_cache = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, pre_prompt_tokens.shape[0]
-    )
+    past_kv_cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, pre_prompt_tokens.shape[0])
     model(
         pre_prompt_tokens,
         past_kv_cache=past_kv_cache,
@@ -100,9 +96,7 @@ def test_multi_token_batch(pretrained, pre_padding, post_padding):
     ]
 
     first_post_prompt_tokens = model.to_tokens(padded_batch_post_prompts[0], prepend_bos=False)
-    first_full_prompt_tokens = t.cat(
-        [model.to_tokens(padded_batch_pre_prompts[0]), first_post_prompt_tokens], dim=-1
-    )
+    first_full_prompt_tokens = t.cat([model.to_tokens(padded_batch_pre_prompts[0]), first_post_prompt_tokens], dim=-1)
     first_post_prompt_len = first_post_prompt_tokens.shape[-1]
     first_prompt_no_cache_logits = model(first_full_prompt_tokens)
     first_post_prompt_no_cache_logits = first_prompt_no_cache_logits[0, -first_post_prompt_len:]
@@ -111,9 +105,7 @@ def test_multi_token_batch(pretrained, pre_padding, post_padding):
         batch_pre_prompt_tokens = model.to_tokens(unpadded_batch_pre_prompts)
     else:
         assert pre_padding == "left" or pre_padding == "right"
-        batch_pre_prompt_tokens = model.to_tokens(
-            padded_batch_pre_prompts, padding_side=pre_padding
-        )
+        batch_pre_prompt_tokens = model.to_tokens(padded_batch_pre_prompts, padding_side=pre_padding)
 
     if post_padding is None:
         batch_post_prompt_tokens = model.to_tokens(unpadded_batch_post_prompts, prepend_bos=False)
@@ -153,15 +145,11 @@ def test_freeze_cache(pretrained):
     pre_prompt_tokens = model.to_tokens(pre_prompt)
     post_prompt_1 = " I'm headed to the church to play bingo."
     new_tokens_1 = model.to_tokens(post_prompt_1, prepend_bos=False)
-    past_kv_cache_1 = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, pre_prompt_tokens.shape[0]
-    )
+    past_kv_cache_1 = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, pre_prompt_tokens.shape[0])
 
     post_prompt_2 = " shine your light on me, Miss Liberty"
     new_tokens_2 = model.to_tokens(post_prompt_2, prepend_bos=False)
-    past_kv_cache_2 = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, pre_prompt_tokens.shape[0]
-    )
+    past_kv_cache_2 = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, pre_prompt_tokens.shape[0])
 
     model(
         pre_prompt_tokens,
@@ -229,9 +217,7 @@ def test_kv_cache_with_custom_attention_mask(pretrained):
     tokens_whole = model.to_tokens(prompt_whole)
     correct_logits = model(tokens_whole)
 
-    past_kv_cache = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, tokens_pre.shape[0]
-    )
+    past_kv_cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, tokens_pre.shape[0])
     model(tokens_pre, past_kv_cache=past_kv_cache)
     exp_logits = model(
         tokens_post,
@@ -252,17 +238,13 @@ def test_kv_cache_and_start_at_layer(pretrained):
     no_cache_logits = model(full_prompt_tokens)
     assert full_prompt_tokens.shape[-1] == pre_prompt_tokens_len + 1
 
-    past_kv_cache = TransformerLensKeyValueCache.init_cache(
-        model.cfg, model.cfg.device, pre_prompt_tokens.shape[0]
-    )
+    past_kv_cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, pre_prompt_tokens.shape[0])
     model(
         pre_prompt_tokens,
         past_kv_cache=past_kv_cache,
     )
     past_kv_cache.freeze()
-    _, toks, shortformer_pos_embed, attn_mask = model.input_to_embed(
-        single_new_token, past_kv_cache=past_kv_cache
-    )
+    _, toks, shortformer_pos_embed, attn_mask = model.input_to_embed(single_new_token, past_kv_cache=past_kv_cache)
     _, cache = model.run_with_cache(single_new_token, stop_at_layer=4, past_kv_cache=past_kv_cache)
     resid_3 = cache["blocks.3.hook_resid_pre"]
     with_cache_logits = model(

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_left_padding.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_left_padding.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -72,13 +73,9 @@ class TestLeftPadding:
         tokens = model.to_tokens(prompts, prepend_bos=prepend_bos)
         str_tokens = model.to_str_tokens(prompts, prepend_bos=prepend_bos)
 
-        attention_mask = utils.get_attention_mask(
-            model.tokenizer, tokens, prepend_bos
-        )  # [batch pos]
+        attention_mask = utils.get_attention_mask(model.tokenizer, tokens, prepend_bos)  # [batch pos]
 
-        output_pos_embed = model.pos_embed(
-            tokens, 0, attention_mask=attention_mask
-        )  # [batch pos d_model]
+        output_pos_embed = model.pos_embed(tokens, 0, attention_mask=attention_mask)  # [batch pos d_model]
 
         # check if the output pos_embeds have the correct shape
         assert output_pos_embed.shape == (
@@ -88,9 +85,7 @@ class TestLeftPadding:
         )
 
         # check if the target pos_embeds are the same as the output pos_embeds
-        target_position_ids = torch.tensor(
-            sum([list(range(len(t))) for t in str_tokens], []), device=tokens.device
-        )
+        target_position_ids = torch.tensor(sum([list(range(len(t))) for t in str_tokens], []), device=tokens.device)
         target_output_pos_embed = model.pos_embed.W_pos[target_position_ids, :]
 
         attended_output_pos_embed = output_pos_embed[attention_mask.bool()]
@@ -110,16 +105,12 @@ class TestLeftPadding:
         tokens = model.to_tokens(prompts, prepend_bos=prepend_bos)
         tokens_2 = model.to_tokens(prompts, prepend_bos=False)
 
-        past_kv_cache = TransformerLensKeyValueCache.init_cache(
-            model.cfg, model.cfg.device, tokens.shape[0]
-        )
+        past_kv_cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, tokens.shape[0])
 
         str_tokens = model.to_str_tokens(prompts, prepend_bos=prepend_bos)
         str_tokens_2 = model.to_str_tokens(prompts, prepend_bos=False)
 
-        attention_mask = utils.get_attention_mask(
-            model.tokenizer, tokens, prepend_bos
-        )  # [batch pos]
+        attention_mask = utils.get_attention_mask(model.tokenizer, tokens, prepend_bos)  # [batch pos]
         past_kv_cache.append_attention_mask(attention_mask)
         attention_mask_2 = utils.get_attention_mask(model.tokenizer, tokens_2, False)  # [batch pos]
         cached_attention_mask = past_kv_cache.append_attention_mask(attention_mask_2)
@@ -131,10 +122,7 @@ class TestLeftPadding:
         # check if the target pos_embeds are the same as the output pos_embeds
         target_position_ids = torch.tensor(
             sum(
-                [
-                    list(range(len(t1), len(t1) + len(t2)))
-                    for t1, t2 in zip(str_tokens, str_tokens_2)
-                ],
+                [list(range(len(t1), len(t1) + len(t2))) for t1, t2 in zip(str_tokens, str_tokens_2)],
                 [],
             ),
             device=tokens.device,
@@ -157,22 +145,14 @@ class TestLeftPadding:
         model.tokenizer.padding_side = "left"
         left_logits, left_cache = model.run_with_cache(prompts)
         left_last_logits = left_logits[:, -1, :]
-        left_first_token_positions = left_logits.shape[1] - torch.tensor(
-            num_str_tokens_list, device=left_logits.device
-        )
-        left_first_logits = left_logits[
-            torch.arange(len(prompts)), left_first_token_positions, :
-        ].squeeze(1)
+        left_first_token_positions = left_logits.shape[1] - torch.tensor(num_str_tokens_list, device=left_logits.device)
+        left_first_logits = left_logits[torch.arange(len(prompts)), left_first_token_positions, :].squeeze(1)
 
         # right padding output
         model.tokenizer.padding_side = "right"
         right_logits, right_cache = model.run_with_cache(prompts)
-        right_last_token_positions = (
-            torch.tensor(num_str_tokens_list, device=right_logits.device) - 1
-        )
-        right_last_logits = right_logits[
-            torch.arange(len(prompts)), right_last_token_positions, :
-        ].squeeze(1)
+        right_last_token_positions = torch.tensor(num_str_tokens_list, device=right_logits.device) - 1
+        right_last_logits = right_logits[torch.arange(len(prompts)), right_last_token_positions, :].squeeze(1)
         right_first_logits = right_logits[:, 0, :]
 
         # check if the left and right padding outputs are the same for the first and last tokens
@@ -192,11 +172,7 @@ class TestLeftPadding:
         ):
             single_logits, single_cache = model.run_with_cache(prompt)
 
-            assert (
-                right_token_end - right_token_start
-                == left_token_end - left_token_start
-                == single_logits.shape[1]
-            )
+            assert right_token_end - right_token_start == left_token_end - left_token_start == single_logits.shape[1]
 
             self.check_outputs_identity(
                 i,

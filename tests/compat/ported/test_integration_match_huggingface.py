@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_match_huggingface.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_match_huggingface.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -40,9 +41,7 @@ class TestMatchHuggingFace:
         return AutoModelForCausalLM.from_pretrained(model_name, device_map="cpu")
 
     # tests
-    def test_compare_huggingface_mlp_match_local_implementation(
-        self, model_name, tl_model, hf_model
-    ):
+    def test_compare_huggingface_mlp_match_local_implementation(self, model_name, tl_model, hf_model):
         # Set seed for reproducible results
         torch.manual_seed(42)
         tensor_shape = (3, 5, tl_model.cfg.d_model)
@@ -54,9 +53,7 @@ class TestMatchHuggingFace:
 
             assert torch.allclose(tl_out, hf_out, atol=1e-4)
 
-    def test_compare_huggingface_attention_match_local_implementation(
-        self, model_name, tl_model, hf_model
-    ):
+    def test_compare_huggingface_attention_match_local_implementation(self, model_name, tl_model, hf_model):
         # Set seed for reproducible results
         torch.manual_seed(43)
         batch, pos, d_model = 3, 5, tl_model.cfg.d_model
@@ -84,9 +81,7 @@ class TestMatchHuggingFace:
 
             # Manually compute HF attention without layer norm
             # This mimics what happens inside the HF attention module
-            qkv = torch.nn.functional.linear(
-                normalized_input, hf_attn.c_attn.weight.T, hf_attn.c_attn.bias
-            )
+            qkv = torch.nn.functional.linear(normalized_input, hf_attn.c_attn.weight.T, hf_attn.c_attn.bias)
             q, k, v = qkv.split(d_model, dim=2)
 
             # Reshape for multi-head attention
@@ -109,9 +104,7 @@ class TestMatchHuggingFace:
 
             # Reshape and apply output projection
             attn_output = attn_output.transpose(1, 2).contiguous().view(batch, pos, d_model)
-            hf_out = torch.nn.functional.linear(
-                attn_output, hf_attn.c_proj.weight.T, hf_attn.c_proj.bias
-            )
+            hf_out = torch.nn.functional.linear(attn_output, hf_attn.c_proj.weight.T, hf_attn.c_proj.bias)
 
             # Tolerance accounts for float32 accumulation differences between
             # TransformerLens and HuggingFace attention implementations across

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_only_tokenizer.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_only_tokenizer.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports (TransformerLens' loading module is interp_transformer.compat.pretrained), and the model source.
 Skipped: the OPT, Pythia and GPT-J parameters (model families not in this version; their tokenizers need the hub).
@@ -48,9 +49,7 @@ class TokenizerOnlyHookedTransformer(HookedTransformer):
             assert self.cfg.d_vocab != -1, "Must provide a tokenizer if d_vocab is not provided"
             self.tokenizer = None
             if default_padding_side != "right":
-                logging.warning(
-                    "default_padding_side is explictly given but ignored because tokenizer is not set."
-                )
+                logging.warning("default_padding_side is explictly given but ignored because tokenizer is not set.")
 
     @classmethod
     def from_pretrained(
@@ -122,9 +121,7 @@ class TestTokenizer:
             assert tokens[0][0] != model.tokenizer.bos_token_id
 
     def check_tokens_length(self, model, str_tokens, tokens, intended_prepend_bos):
-        expected_num_tokens = self.get_num_tokens_in_prompt(
-            model, self.prompt, intended_prepend_bos
-        )
+        expected_num_tokens = self.get_num_tokens_in_prompt(model, self.prompt, intended_prepend_bos)
 
         assert len(str_tokens) == tokens.shape[1] == expected_num_tokens
 
@@ -151,9 +148,9 @@ class TestTokenizer:
         if intended_padding_side == "left":
             if model.tokenizer.pad_token_id != model.tokenizer.bos_token_id:
                 assert (tokens[:, 0] == model.tokenizer.pad_token_id).sum() == 1, tokens
-                assert (tokens[:, 0] == model.tokenizer.bos_token_id).sum() == (
-                    1 if intended_prepend_bos else 0
-                ), tokens
+                assert (tokens[:, 0] == model.tokenizer.bos_token_id).sum() == (1 if intended_prepend_bos else 0), (
+                    tokens
+                )
             else:
                 assert (tokens[:, 0] == model.tokenizer.pad_token_id).sum() == (
                     tokens.shape[0] if intended_prepend_bos else 1
@@ -192,21 +189,15 @@ class TestTokenizer:
         intended_prepend_bos, intended_padding_side = True, "right"
         model = TokenizerOnlyHookedTransformer.from_pretrained(model_name)
 
-        assert (
-            model.cfg.default_prepend_bos == intended_prepend_bos
-        ), "Default prepend_bos should be True"
-        assert (
-            model.tokenizer.padding_side == intended_padding_side
-        ), "Default padding_side should be right"
+        assert model.cfg.default_prepend_bos == intended_prepend_bos, "Default prepend_bos should be True"
+        assert model.tokenizer.padding_side == intended_padding_side, "Default padding_side should be right"
 
         self.check_prompt(model, intended_prepend_bos)
         self.check_prompts(model, intended_prepend_bos, intended_padding_side)
 
     def test_given_defaults(self, model_name):
         intended_prepend_bos, intended_padding_side = False, "left"
-        model = TokenizerOnlyHookedTransformer.from_pretrained(
-            model_name, default_prepend_bos=intended_prepend_bos
-        )
+        model = TokenizerOnlyHookedTransformer.from_pretrained(model_name, default_prepend_bos=intended_prepend_bos)
         if model.tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(model_name)
             tokenizer.padding_side = intended_padding_side

@@ -33,9 +33,7 @@ class TestPrependBos:
             assert tokens[0][0] != model.tokenizer.bos_token_id
 
     def check_tokens_length(self, model, logits, str_tokens, tokens, intended_prepend_bos):
-        expected_num_tokens = self.get_num_tokens_in_prompt(
-            model, self.prompt, intended_prepend_bos
-        )
+        expected_num_tokens = self.get_num_tokens_in_prompt(model, self.prompt, intended_prepend_bos)
         assert logits.shape[1] == len(str_tokens) == tokens.shape[1] == expected_num_tokens
 
     # fixtures
@@ -52,9 +50,7 @@ class TestPrependBos:
         intended_prepend_bos = True
 
         model = stand_in(model_name)
-        assert (
-            model.cfg.default_prepend_bos == intended_prepend_bos
-        ), "Default prepend_bos should be True"
+        assert model.cfg.default_prepend_bos == intended_prepend_bos, "Default prepend_bos should be True"
 
         logits = model(self.prompt)  # [batch pos d_vocab]
         str_tokens = model.to_str_tokens(self.prompt)
@@ -69,9 +65,7 @@ class TestPrependBos:
     def test_default_prepend_bos_to_false(self, model_name):
         intended_prepend_bos = False
 
-        model = stand_in(
-            model_name, default_prepend_bos=intended_prepend_bos
-        )
+        model = stand_in(model_name, default_prepend_bos=intended_prepend_bos)
 
         logits = model(self.prompt)  # [batch pos d_vocab]
         str_tokens = model.to_str_tokens(self.prompt)
@@ -99,17 +93,13 @@ class TestPrependBos:
         assert bos_position == 0
 
         with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
-            bos_position = model.get_token_position(
-                model.tokenizer.bos_token_id, self.prompt, prepend_bos=False
-            )
+            bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt, prepend_bos=False)
 
         model.cfg.default_prepend_bos = False
         with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
             bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt)
 
-        bos_position = model.get_token_position(
-            model.tokenizer.bos_token_id, self.prompt, prepend_bos=True
-        )
+        bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt, prepend_bos=True)
         assert bos_position == 0
 
     def test_same_tokenization(self, model):

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_start_at_layer.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_start_at_layer.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -60,7 +61,7 @@ def test_run_with_hooks(setup_data: Dict[str, Any]):
             ("blocks.0.attn.hook_k", count_hook),
             ("blocks.1.mlp.hook_pre", count_hook),
             ("blocks.2.attn.hook_k", count_hook),
-            ("blocks.2.mlp.hook_pre", count_hook)
+            ("blocks.2.mlp.hook_pre", count_hook),
             # ("blocks.2.mlp.hook_mid", count_hook),
         ],
     )

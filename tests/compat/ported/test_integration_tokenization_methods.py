@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_tokenization_methods.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_tokenization_methods.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Skipped: nine tests asserting the SoLU tokenizer's ids and pieces (needs the hub). The SoLU-1L checkpoint is stood in
@@ -18,47 +19,36 @@ model = stand_in("solu-1l")
 
 @NEEDS_SOLU_TOKENIZER
 def test_set_tokenizer_during_initialization():
-    assert (
-        model.tokenizer is not None
-        and model.tokenizer.name_or_path == "NeelNanda/gpt-neox-tokenizer-digits"
-    ), "initialized with expected tokenizer"
+    assert model.tokenizer is not None and model.tokenizer.name_or_path == "NeelNanda/gpt-neox-tokenizer-digits", (
+        "initialized with expected tokenizer"
+    )
     assert model.cfg.d_vocab == 48262, "expected d_vocab"
 
 
 def test_set_tokenizer_lazy():
-    cfg = HookedTransformerConfig(
-        n_layers=1, d_model=10, n_ctx=1024, d_head=1, act_fn="relu", d_vocab=50256
-    )
+    cfg = HookedTransformerConfig(n_layers=1, d_model=10, n_ctx=1024, d_head=1, act_fn="relu", d_vocab=50256)
     model2 = HookedTransformer(cfg)
     original_tokenizer = model2.tokenizer
     assert original_tokenizer is None, "initialize without tokenizer"
     model2.set_tokenizer(AutoTokenizer.from_pretrained("gpt2"))
     tokenizer = model2.tokenizer
     assert tokenizer is not None and tokenizer.name_or_path == "gpt2", "set tokenizer"
-    assert (
-        model2.to_single_token(" SolidGoldMagikarp") == 43453
-    ), "Glitch token didn't tokenize properly"
-    assert (
-        model2.to_string([43453]) == " SolidGoldMagikarp"
-    ), "Glitch token didn't detokenize properly"
+    assert model2.to_single_token(" SolidGoldMagikarp") == 43453, "Glitch token didn't tokenize properly"
+    assert model2.to_string([43453]) == " SolidGoldMagikarp", "Glitch token didn't detokenize properly"
 
 
 @NEEDS_SOLU_TOKENIZER
 def test_to_tokens_default():
     s = "Hello, world!"
     tokens = model.to_tokens(s)
-    assert equal(
-        tokens, tensor([[1, 11765, 14, 1499, 3]]).to(model.cfg.device)
-    ), "creates a tensor of tokens with BOS"
+    assert equal(tokens, tensor([[1, 11765, 14, 1499, 3]]).to(model.cfg.device)), "creates a tensor of tokens with BOS"
 
 
 @NEEDS_SOLU_TOKENIZER
 def test_to_tokens_without_bos():
     s = "Hello, world!"
     tokens = model.to_tokens(s, prepend_bos=False)
-    assert equal(
-        tokens, tensor([[11765, 14, 1499, 3]]).to(model.cfg.device)
-    ), "creates a tensor without BOS"
+    assert equal(tokens, tensor([[11765, 14, 1499, 3]]).to(model.cfg.device)), "creates a tensor without BOS"
 
 
 @pytest.mark.skipif(

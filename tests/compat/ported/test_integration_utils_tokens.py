@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/integration/test_utils_tokens.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/integration/test_utils_tokens.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Skipped: test_test_prompt asserts the SoLU tokenizer's pieces (needs the hub).
@@ -117,8 +118,10 @@ def test_test_prompt(
     tokenized_answer,
 ):
     """
-    Tests that utils.test_prompt produces the correct tokenization. In particular, when prepend_space_to_answer = False, the last token of the prompt
-    and the first answer token should not be turned into one token (e.g. 'circ' and 'le' don't become 'circle'). See https://github.com/TransformerLensOrg/TransformerLens/issues/271
+    Tests that utils.test_prompt produces the correct tokenization. In particular, when prepend_space_to_answer = False,
+    the last token of the prompt
+    and the first answer token should not be turned into one token (e.g. 'circ' and 'le' don't become 'circle').
+    See https://github.com/TransformerLensOrg/TransformerLens/issues/271
     for a more detailed explanation.
     """
     utils.test_prompt(

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_factored_matrix.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_factored_matrix.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Adapted (our error contract): an inner-dimension mismatch raises ValueError (TransformerLens: AssertionError).
@@ -88,9 +89,7 @@ class TestMultiplyByFactoredMatrix:
         assert_close(product.AB, expected_product)
 
         assert product.ldim == factored_a.ldim
-        assert product.mdim == min(
-            factored_a.mdim, factored_a.rdim, factored_b.ldim, factored_b.mdim
-        )
+        assert product.mdim == min(factored_a.mdim, factored_a.rdim, factored_b.ldim, factored_b.mdim)
         assert product.rdim == factored_b.rdim
 
         return product

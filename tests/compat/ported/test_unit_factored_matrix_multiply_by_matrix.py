@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_matrix.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_matrix.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Adapted (our error contract): inner-dimension mismatches raise ValueError (TransformerLens: AssertionError), and so

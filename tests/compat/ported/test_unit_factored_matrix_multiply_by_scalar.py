@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_scalar.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_scalar.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Adapted (our error contract): a non-scalar tensor factor raises ValueError (TransformerLens: AssertionError).
@@ -13,7 +14,8 @@ from torch.testing import assert_close
 from interp_transformer import FactoredMatrix
 
 
-# This test function is parametrized with different types of scalars, including non-scalar tensors and arrays, to check that the correct errors are raised.
+# This test function is parametrized with different types of scalars, including non-scalar tensors and arrays, to check
+# that the correct errors are raised.
 # Considers cases with and without leading dimensions as well as left and right multiplication.
 @pytest.mark.parametrize(
     "scalar, error_expected",
@@ -53,7 +55,8 @@ def test_multiply(scalar, leading_dim, multiply_from_left, error_expected):
                 _ = scalar * fm
     else:
         # If no error is expected, check that the multiplication results in the correct value.
-        # Use FactoredMatrix.AB to calculate the product of the two factor matrices before comparing with the expected value.
+        # Use FactoredMatrix.AB to calculate the product of the two factor matrices before comparing with the expected
+        # value.
         if multiply_from_left:
             assert_close((fm * scalar).AB, (a @ b) * scalar)
         else:

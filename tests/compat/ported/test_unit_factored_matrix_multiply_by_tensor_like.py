@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_tensor_like.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_multiply_by_tensor_like.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Xfail (deliberate): the two tests whose factors are tensor-like duck types: our factors are torch tensors.
@@ -55,7 +56,11 @@ class TensorLike:
         return TensorLike(other @ self._tensor)
 
 
-@pytest.mark.xfail(strict=True, reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError naming what came), not tensor-like duck types")
+@pytest.mark.xfail(
+    strict=True,
+    reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError "
+    "naming what came), not tensor-like duck types",
+)
 def test_left_multiply_factored_matrix_by_tensor_like_matrix():
     """factored_matrix @ tensor_like_matrix should not return None."""
     a = randn(2, 3)
@@ -72,7 +77,11 @@ def test_left_multiply_factored_matrix_by_tensor_like_matrix():
     assert_close(result.AB._tensor, expected)
 
 
-@pytest.mark.xfail(strict=True, reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError naming what came), not tensor-like duck types")
+@pytest.mark.xfail(
+    strict=True,
+    reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError "
+    "naming what came), not tensor-like duck types",
+)
 def test_right_multiply_factored_matrix_by_tensor_like_matrix():
     """tensor_like_matrix @ factored_matrix should not return None."""
     a = randn(3, 4)

@@ -1,7 +1,9 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_properties.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/factored_matrix/test_properties.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): BA and eigenvalues of a non-square product raise ValueError (TransformerLens: AssertionError).
+Adapted (our error contract): BA and eigenvalues of a non-square product raise ValueError (TransformerLens:
+AssertionError).
 """
 
 import pytest
@@ -127,20 +129,14 @@ class TestFactoredMatrixProperties:
         ref = weakref.ref(m)
         del m
         gc.collect()
-        assert (
-            ref() is None
-        ), "FactoredMatrix instance survived deletion — svd cache is leaking references."
+        assert ref() is None, "FactoredMatrix instance survived deletion — svd cache is leaking references."
 
     def test_eigenvalues_property(self, factored_matrices):
         for factored_matrix in factored_matrices:
             if factored_matrix.ldim == factored_matrix.rdim:
                 eigenvalues = factored_matrix.eigenvalues
-                expected_eigenvalues = torch.linalg.eig(
-                    factored_matrix.B @ factored_matrix.A
-                ).eigenvalues
-                assert torch.allclose(
-                    torch.abs(eigenvalues), torch.abs(expected_eigenvalues), atol=1e-5
-                )
+                expected_eigenvalues = torch.linalg.eig(factored_matrix.B @ factored_matrix.A).eigenvalues
+                assert torch.allclose(torch.abs(eigenvalues), torch.abs(expected_eigenvalues), atol=1e-5)
             else:
                 with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
                     _ = factored_matrix.eigenvalues
@@ -198,10 +194,6 @@ class TestFactoredMatrixProperties:
 
                 assert eigenvalues.dtype == torch.complex64
 
-                expected_eigenvalues = torch.linalg.eig(
-                    factored_matrix.BA.to(torch.float32)
-                ).eigenvalues
+                expected_eigenvalues = torch.linalg.eig(factored_matrix.BA.to(torch.float32)).eigenvalues
 
-                assert torch.allclose(
-                    torch.abs(eigenvalues), torch.abs(expected_eigenvalues), atol=1e-2, rtol=1e-2
-                )
+                assert torch.allclose(torch.abs(eigenvalues), torch.abs(expected_eigenvalues), atol=1e-2, rtol=1e-2)

@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/test_generate_no_tokenizer.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/test_generate_no_tokenizer.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 Adapted (our error contract): the two refusals raise ValueError (TransformerLens: AssertionError).
@@ -101,9 +102,7 @@ def test_generate_without_tokenizer_stop_at_eos_requires_eos_id():
 
     tokens = torch.zeros((1, 5), dtype=torch.long)
     try:
-        model.generate(
-            tokens, max_new_tokens=3, stop_at_eos=True, return_type="tokens", verbose=False
-        )
+        model.generate(tokens, max_new_tokens=3, stop_at_eos=True, return_type="tokens", verbose=False)
         raise AssertionError("Should have raised AssertionError")
     except ValueError as e:  # ours: ValueError (TransformerLens: AssertionError)
         assert "eos_token_id" in str(e), f"Unexpected error message: {e}"

@@ -53,7 +53,10 @@ def test_add_hook_with_level(mock_handle):
     assert hook_point.fwd_hooks[0].context_level == 5
 
 
-@pytest.mark.skip(reason="TransformerLens internals: mocks its LensHandle and torch hook handles (our hook points keep hooks in their own list; prepend is tested by the ported integration test_prepending_hooks)")
+@pytest.mark.skip(
+    reason="TransformerLens internals: mocks its LensHandle and torch hook handles (our hook points keep "
+    "hooks in their own list; prepend is tested by the ported integration test_prepending_hooks)"
+)
 @mock.patch("transformer_lens.hook_points.LensHandle")
 @mock.patch("torch.utils.hooks.RemovableHandle")
 def test_add_hook_prepend(mock_handle, mock_lens_handle):
@@ -97,7 +100,9 @@ def test_add_hook_prepend(mock_handle, mock_lens_handle):
     assert hook_point.fwd_hooks[1].hook.id == 1
 
 
-@pytest.mark.skip(reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer")
+@pytest.mark.skip(
+    reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer"
+)
 def test_enable_reshape():
     """Test that enable_reshape sets the hook conversion correctly."""
     from transformer_lens.conversion_utils.conversion_steps.base_tensor_conversion import (
@@ -119,7 +124,9 @@ def test_enable_reshape():
     assert hook_point.hook_conversion is conversion
 
 
-@pytest.mark.skip(reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer")
+@pytest.mark.skip(
+    reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer"
+)
 def test_enable_reshape_with_none():
     """Test that enable_reshape works with None values."""
     hook_point = HookPoint()
@@ -129,7 +136,9 @@ def test_enable_reshape_with_none():
     assert hook_point.hook_conversion is None
 
 
-@pytest.mark.skip(reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer")
+@pytest.mark.skip(
+    reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer"
+)
 def test_reshape_functionality_integration():
     """Test that hook conversion works in an integration context."""
     import torch
@@ -179,7 +188,9 @@ def test_reshape_functionality_integration():
     assert torch.equal(result, expected)
 
 
-@pytest.mark.skip(reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer")
+@pytest.mark.skip(
+    reason="TransformerLens' bridge internals (hook conversions), not part of the classic HookedTransformer"
+)
 def test_reshape_functionality_hook_returns_none_integration():
     """Test that output revert is not applied when hook returns None."""
     import torch
@@ -396,7 +407,8 @@ class TestHookPointHasHooks:
         # Note: beartype catches this at the parameter level before reaching the ValueError
         import pytest
 
-        with pytest.raises(ValueError):  # ours: ValueError naming the directions (TransformerLens: a beartype violation)
+        # ours: ValueError naming the directions (TransformerLens: a beartype violation)
+        with pytest.raises(ValueError):
             self.hook_point.has_hooks(dir="invalid")  # type: ignore
 
     def test_multiple_hooks_same_criteria(self):

@@ -10,7 +10,8 @@ from interp_transformer import HookedTransformerConfig
 
 
 def test_split_qkv_normal_attn_correct():
-    """Enabling split_qkv_input activates the per-head q/k/v_input hooks (sized at n_heads) without changing the output for normal attention."""
+    """Enabling split_qkv_input activates the per-head q/k/v_input hooks (sized at n_heads) without changing the output
+    for normal attention."""
     d_model = 128
     d_head = 8
     n_heads = 16
@@ -52,7 +53,8 @@ def test_split_qkv_normal_attn_correct():
 
 
 def test_split_qkv_grouped_query_attn_correct():
-    """Enabling split_qkv_input forks the q_input hook at n_heads but the k/v_input hooks at n_key_value_heads for grouped query attention, without changing the output."""
+    """Enabling split_qkv_input forks the q_input hook at n_heads but the k/v_input hooks at n_key_value_heads for
+    grouped query attention, without changing the output."""
 
     d_model = 128
     d_head = 8

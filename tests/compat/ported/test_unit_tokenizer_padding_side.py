@@ -1,4 +1,5 @@
-"""Ported from TransformerLens v3.5.1, tests/unit/test_tokenizer_padding_side.py (MIT License, see LICENSE-TransformerLens).
+"""Ported from TransformerLens v3.5.1, tests/unit/test_tokenizer_padding_side.py (MIT License, see
+LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
 """
@@ -19,9 +20,7 @@ def test_padding_side_left_is_preserved(gpt2_tokenizer):
     """User-set padding_side='left' must be preserved through get_tokenizer_with_bos()."""
     gpt2_tokenizer.padding_side = "left"
     result = get_tokenizer_with_bos(gpt2_tokenizer)
-    assert (
-        result.padding_side == "left"
-    ), f"padding_side='left' was reset to '{result.padding_side}' after reload"
+    assert result.padding_side == "left", f"padding_side='left' was reset to '{result.padding_side}' after reload"
 
 
 def test_padding_side_preserved_when_already_has_bos():

@@ -4,7 +4,8 @@ see LICENSE-TransformerLens).
 Changed: imports.
 Adapted (our error contract): the refusals raise ValueError (TransformerLens: AssertionError).
 Skipped: the repetition-penalty test (repetition_penalty is an addition of TransformerLens 3, not the classic API).
-Not ported: TestLogitsToDf and TestApplyRepetitionPenalty (TransformerLens 3 additions: logits_to_df and a private helper).
+Not ported: TestLogitsToDf and TestApplyRepetitionPenalty (TransformerLens 3 additions: logits_to_df and a private
+helper).
 """
 
 import pytest

@@ -221,9 +221,7 @@ class TestAttentionMask:
         prompts = self.prompts_with_sep if prompts_with_sep else self.prompts
         tokens = model.to_tokens(prompts, prepend_bos=prepend_bos)
 
-        attention_mask = utils.get_attention_mask(
-            model.tokenizer, tokens, prepend_bos=prepend_bos
-        )  # [batch pos]
+        attention_mask = utils.get_attention_mask(model.tokenizer, tokens, prepend_bos=prepend_bos)  # [batch pos]
 
         # dimension should be the same
         assert attention_mask.shape == tokens.shape
@@ -231,9 +229,7 @@ class TestAttentionMask:
         # number of attended tokens for each sequence
         # should be the same as the number of 1s in the attention mask for that sequence
         str_tokens = model.to_str_tokens(prompts, prepend_bos=prepend_bos)
-        intended_num_attended_tokens = torch.tensor(
-            [len(t) for t in str_tokens], device=attention_mask.device
-        )
+        intended_num_attended_tokens = torch.tensor([len(t) for t in str_tokens], device=attention_mask.device)
         assert (intended_num_attended_tokens == attention_mask.sum(dim=1)).all()
 
         # all the masked tokens should be the padding token
@@ -603,9 +599,9 @@ def test_tokenize_and_concatenate_no_spurious_sequence_length_warning():
     # No warning about sequence length exceeding model maximum
     for w in recorded:
         msg = str(w.message)
-        assert (
-            "longer than the specified maximum" not in msg
-        ), f"tokenize_and_concatenate should not emit sequence-length warning; got: {msg}"
+        assert "longer than the specified maximum" not in msg, (
+            f"tokenize_and_concatenate should not emit sequence-length warning; got: {msg}"
+        )
 
     # Sanity: output has expected shape (batch, max_length); result is a Dataset
     assert len(result) >= 1

@@ -104,8 +104,7 @@ def require_neurons(model: AnyModel, layer: int, what: str) -> None:
         return
     if model.capabilities.has_experts:
         raise ValueError(
-            f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert "
-            "each; "
+            f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert each; "
             f"use the per-expert tools in {EXPERT_TOOLS}"
         )
     raise ValueError(f"{what}: this model is attention-only (d_mlp=None) and has no MLP neurons")

@@ -160,8 +160,7 @@ class LogitAttribution:
         if self.logit_softcap is None:
             return "the terms sum to the logit (difference)"
         return (
-            f"the model soft-caps its logits, cap * tanh(logit / cap) with cap = {self.logit_softcap:g}, which is "
-            "not "
+            f"the model soft-caps its logits, cap * tanh(logit / cap) with cap = {self.logit_softcap:g}, which is not "
             "linear: the terms sum to the logit (difference) before the cap, cache['logits_uncapped']"
         )
 

@@ -158,8 +158,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     longest = (model.cfg.n_ctx - 1) // 2
     if not 2 <= seq_len <= longest:
         raise UserError(
-            f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} "
-            "tokens), "
+            f"--seq-len must be between 2 and {longest} (the model reads at most n_ctx={model.cfg.n_ctx} tokens), "
             f"got {seq_len}"
         )
     tokens = repeated_tokens(1, seq_len, model.cfg.d_vocab, torch.Generator().manual_seed(args.seed))
@@ -279,8 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         "verify",
         help="compare the model with Hugging Face's, hook by hook",
         description="Load SOURCE as our model and as the Hugging Face model, run both on the same tokens and print the "
-        "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; "
-        "padding "
+        "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; padding "
         "positions are left out of the comparison. Exit code 1 on a mismatch.",
     )
     verify.add_argument("source", nargs="?", metavar="SOURCE", help="a Hugging Face model directory or hub name")
@@ -291,8 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt",
         metavar="TEXT",
         action="append",
-        help="text to compare on; repeat it for a batch (default: a fixed sentence, for an encoder a "
-        "padded "
+        help="text to compare on; repeat it for a batch (default: a fixed sentence, for an encoder a padded "
         "batch of four sentences; random ids for a model without a tokenizer)",
     )
     verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")

@@ -155,8 +155,7 @@ def add_train_translation_parser(commands) -> None:
         "train-translation",
         help="retrain the shipped translation model (translate-tiny)",
         description="Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a "
-        "seed; "
-        "a few minutes on a CPU) and save it as translate-tiny with its model card. Options left out take "
+        "seed; a few minutes on a CPU) and save it as translate-tiny with its model card. Options left out take "
         "the shipped model's recorded settings.",
     )
     translation.add_argument("--steps", type=positive_int, help="training steps")
@@ -182,9 +181,7 @@ def add_train_sae_parser(commands) -> None:
         "train-sae",
         help="train a small SAE on a model's activations at one hook",
         description="Train a standard or top-k sparse autoencoder on the activations at one hook, from text (run "
-        "through "
-        "the model) or from a harvest folder; hold out every --eval-every-th context and report L0, "
-        "variance "
+        "through the model) or from a harvest folder; hold out every --eval-every-th context and report L0, variance "
         "explained, dead features and the CE loss recovered with the SAE spliced in; save it in SAELens' "
         "format. A small trainer for a CPU budget, not a replacement for SAELens' training.",
     )

@@ -35,8 +35,7 @@ def require_cross_attention(model, analysis: str) -> None:
     """``TypeError`` unless ``model`` is an encoder-decoder (``capabilities.cross_attention``)."""
     if not model.capabilities.cross_attention:
         raise TypeError(
-            f"{analysis} reads cross-attention, which only an encoder-decoder has; this model's "
-            "capabilities "
+            f"{analysis} reads cross-attention, which only an encoder-decoder has; this model's capabilities "
             f"say it has none (cross_attention=False)"
         )
 
@@ -66,8 +65,7 @@ def _check_alignment(alignment, patterns: Tensor) -> Tensor:
         alignment = alignment.unsqueeze(0)
     if tuple(alignment.shape) != (batch, n_target):
         raise ValueError(
-            f"alignment must be [batch, query_pos] = [{batch}, {n_target}] (one source position per "
-            "target "
+            f"alignment must be [batch, query_pos] = [{batch}, {n_target}] (one source position per target "
             f"position), got shape {tuple(alignment.shape)}"
         )
     if int(alignment.max()) >= n_source or int(alignment.min()) < -1:

@@ -155,8 +155,7 @@ def _directions(direction, batch: int, n_pos: int, like: Tensor) -> Tensor:
     if tuple(direction.shape) not in accepted:
         raise ValueError(
             f"direction has shape {tuple(direction.shape)}; expected [d_model]=[{d_model}], [batch, d_model]=[{batch}, "
-            f"{d_model}] "
-            f"or [batch, pos, d_model]=[{batch}, {n_pos}, {d_model}]"
+            f"{d_model}] or [batch, pos, d_model]=[{batch}, {n_pos}, {d_model}]"
         )
     direction = einops.rearrange(direction, accepted[tuple(direction.shape)])
     return direction.to(like.device, like.dtype).expand(batch, n_pos, d_model)

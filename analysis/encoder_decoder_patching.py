@@ -106,8 +106,7 @@ def patch_source_positions(
     corrupted, _, _ = _single(model, corrupted_source, decoder_input, attention_mask)
     if clean.shape != corrupted.shape:
         raise ValueError(
-            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} sources must have the "
-            "same "
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} sources must have the same "
             "shape, so that positions line up"
         )
     clean_out, corrupted_out = model.encode(clean, mask), model.encode(corrupted, mask)

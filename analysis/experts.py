@@ -52,8 +52,7 @@ def moe_layers(model: _checks.AnyModel) -> list[int]:
     layers = [layer for layer in range(model.cfg.n_layers) if routing_hook_names(model, layer)]
     if not layers:
         raise ValueError(
-            "this model has no mixture of experts (capabilities.has_experts is False): its MLP neurons "
-            "are "
+            "this model has no mixture of experts (capabilities.has_experts is False): its MLP neurons are "
             "read with analysis.neurons"
         )
     return layers

@@ -92,8 +92,7 @@ def _residual_hook_name(model: _checks.AnyModel, kind: str, layer: int) -> str:
     if name not in model.hook_dict:
         there = [other for other in RESIDUAL_KINDS if model.act_name(other, layer) in model.hook_dict]
         raise ValueError(
-            f"kind={kind!r}: this model has no {name} (an attention-only block has no MLP, a parallel "
-            "block no "
+            f"kind={kind!r}: this model has no {name} (an attention-only block has no MLP, a parallel block no "
             f"residual mid-point); its blocks have {there}"
         )
     return name

@@ -22,8 +22,7 @@ def plot_feature_histogram(
     counts = base.check_ndim(counts, 1, "bin", "plot_feature_histogram")
     if len(edges) != len(counts) + 1 or not bool(np.all(np.diff(edges) > 0)):
         raise ValueError(
-            f"plot_feature_histogram needs increasing edges, one more than counts: got {len(edges)} "
-            "edges, "
+            f"plot_feature_histogram needs increasing edges, one more than counts: got {len(edges)} edges, "
             f"{len(counts)} counts"
         )
     fig = go.Figure(

@@ -25,12 +25,9 @@ from .cross_attention import alignment_scores, cross_pattern_hook_names
 
 TASK = (
     "Translate a number from 0 to 999999, spelled out in English words (the source, e.g. 'three hundred forty two "
-    "thousand six hundred five'), into its digits (the target, '3 4 2 6 0 5'). Each digit comes from one source "
-    "word "
-    "(a 0 from none; a teen gives two digits; 'hundred' and 'thousand' give none), so source and target positions "
-    "do "
-    "not line up and the decoder finds the word to translate through cross-attention. About 1 in 31 numbers of 3 "
-    "to "
+    "thousand six hundred five'), into its digits (the target, '3 4 2 6 0 5'). Each digit comes from one source word "
+    "(a 0 from none; a teen gives two digits; 'hundred' and 'thousand' give none), so source and target positions do "
+    "not line up and the decoder finds the word to translate through cross-attention. About 1 in 31 numbers of 3 to "
     "6 digits is held out of training."
 )
 HELD_OUT_SEED = 12345  # the held-out numbers the card reports on

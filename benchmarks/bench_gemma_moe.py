@@ -118,8 +118,7 @@ def main() -> None:
         )
     torch.set_num_threads(args.threads)
     header = (
-        f"Forward, float32, {args.threads} threads, config {args.config!r}, median of {args.rounds} interleaved "
-        "rounds "
+        f"Forward, float32, {args.threads} threads, config {args.config!r}, median of {args.rounds} interleaved rounds "
         f"(torch {torch.__version__})"
     )
     report = markdown(measure(args.config, args.rounds, args.warmup, args.seed), header)

@@ -42,8 +42,7 @@ def logit_differences(model: str, ours, hf: dict, tokens: torch.Tensor) -> dict[
             shape = "x".join(str(n) for n in tokens.shape)
             raise RuntimeError(
                 f"{model}: our logits differ from {name}'s by {difference:.3e} at {shape} "
-                f"(expected at most {LOGITS_TOLERANCE}): from_pretrained did not reproduce the Hugging "
-                "Face model"
+                f"(expected at most {LOGITS_TOLERANCE}): from_pretrained did not reproduce the Hugging Face model"
             )
     return differences
 

@@ -116,8 +116,7 @@ class CachingMixin:
                     )
                     if not isinstance(metric, torch.Tensor) or not metric.requires_grad:
                         raise TypeError(
-                            "backward_metric must return a scalar tensor computed from the output (so "
-                            "that it "
+                            "backward_metric must return a scalar tensor computed from the output (so that it "
                             f"can be differentiated), got {type(metric).__name__} {metric!r:.60}"
                         )
                     if metric.numel() != 1:

@@ -94,8 +94,7 @@ class Capabilities:
         """One sentence saying why residual-stream sums do not apply (for error messages)."""
         return (
             "this model is post-norm (post-LayerNorm): its norms renormalize the residual stream inside every block, "
-            "so "
-            "the stream is not a sum of component outputs and no final norm reads such a sum"
+            "so the stream is not a sum of component outputs and no final norm reads such a sum"
         )
 
 

@@ -83,8 +83,7 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
             require_kv_cache(kv_cache, KeyValueCache, f"KeyValueCache({self.cfg.n_layers})")
             if stop_at_layer is not None:
                 raise ValueError(
-                    "kv_cache cannot be filled by a run that stops early (stop_at_layer): its later "
-                    "layers "
+                    "kv_cache cannot be filled by a run that stops early (stop_at_layer): its later layers "
                     "would miss these positions; run the whole model, or leave out the cache"
                 )
             kv_cache.check_fits(self.cfg.n_layers, self.kv_cache_key_shapes())

@@ -97,8 +97,7 @@ def fold_ln(model, center_weights=None):
     keeping_mean = _norms_keeping_the_mean(readers)
     if center_weights and keeping_mean:
         raise ValueError(
-            f"fold_ln(center_weights=True): this model's norms ({keeping_mean}) do not subtract the mean, "
-            "so centring "
+            f"fold_ln(center_weights=True): this model's norms ({keeping_mean}) do not subtract the mean, so centring "
             "the weights that read them would change the output; pass center_weights=False"
         )
     _check_biases_have_somewhere_to_go(readers)
@@ -139,8 +138,7 @@ def center_writing_weights(model):
     keeping_mean = _norms_keeping_the_mean(_norm_readers(model))
     if keeping_mean:
         raise ValueError(
-            f"center_writing_weights: this model's norms ({keeping_mean}) do not subtract the mean, so "
-            "the mean of "
+            f"center_writing_weights: this model's norms ({keeping_mean}) do not subtract the mean, so the mean of "
             "the residual stream reaches their readers and removing it would change the output"
         )
     writers = [model.embed] + ([model.pos_embed] if model.pos_embed is not None else [])

@@ -38,8 +38,7 @@ class ResidualNorms:
             return n_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
             raise ValueError(
-                f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the "
-                "final "
+                f"layer must be an int in [0, {n_layers}], or None or -1 for every layer through the final "
                 f"residual stream (as in TransformerLens), got {layer!r}"
             )
         return layer

@@ -62,8 +62,7 @@ def check_token_ids(tokens, d_vocab: int, n_ctx: int, offset: int = 0, allow_met
     """
     if not isinstance(tokens, Tensor):
         raise TypeError(
-            "tokens must be token ids (an integer Tensor [batch, pos], a list of ints or a numpy array) "
-            "or "
+            "tokens must be token ids (an integer Tensor [batch, pos], a list of ints or a numpy array) or "
             f"text, got {type(tokens).__name__}: {tokens!r:.60}"
         )
     if tokens.is_meta and not allow_meta:

@@ -68,8 +68,7 @@ def check_vocabularies(model, hf_model, tokens: Tensor) -> None:
     if isinstance(ours, int) and theirs is not None and ours != theirs:
         raise ValueError(
             f"the Hugging Face model's vocabulary has {theirs} tokens, the model's has {ours} "
-            "(cfg.d_vocab): they are not the same model; verify a model against the checkpoint it was "
-            "converted from"
+            "(cfg.d_vocab): they are not the same model; verify a model against the checkpoint it was converted from"
         )
     if tokens.is_meta or not tokens.numel():
         return

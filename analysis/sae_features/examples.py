@@ -80,8 +80,7 @@ class StreamingTopExamples:
         batch, n_pos, n_features = acts.shape
         if n_features != len(self.features) or tuple(tokens.shape) != (batch, n_pos):
             raise ValueError(
-                f"acts {tuple(acts.shape)} must be [batch, pos, {len(self.features)}] with tokens [batch, "
-                "pos], "
+                f"acts {tuple(acts.shape)} must be [batch, pos, {len(self.features)}] with tokens [batch, pos], "
                 f"got tokens {tuple(tokens.shape)}"
             )
         acts, tokens = acts.detach().cpu().float(), tokens.cpu().long()

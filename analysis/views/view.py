@@ -115,8 +115,7 @@ class View:
             "(This view is interactive when its script runs: trust the notebook, or open the saved page in a browser.)"
             "</div>"
             f'<script type="application/json" class="itv-data">{_script_safe_json(data)}</script>'
-            "</div>"
-            f"<script>(window.{PENDING_NAME} = window.{PENDING_NAME} || []).push("
+            f"</div><script>(window.{PENDING_NAME} = window.{PENDING_NAME} || []).push("
             f'{{id: "{element_id}", script: document.currentScript}});\n{library}</script>'
         )
 

@@ -146,8 +146,7 @@ CAPABILITIES = Capabilities(
 
 _NO_FINAL_NORM = (
     "{key!r} without a layer means ln_final.hook_{key}, and an encoder has no ln_final (post-LayerNorm: each block "
-    "ends in "
-    "its own ln2, and the last block's is the final normalization): use cache[{key!r}, {last}, 'ln2'], i.e. "
+    "ends in its own ln2, and the last block's is the final normalization): use cache[{key!r}, {last}, 'ln2'], i.e. "
     "'blocks.{last}.ln2.hook_{key}'"
 )
 HOOK_NAMES = HookNames(

@@ -199,8 +199,7 @@ class EncoderDecoderHookNames:
             if stack not in STACKS or norm not in norms:
                 raise KeyError(
                     f"{name!r} needs the stack and the norm: ({name!r}, {layer}, one of "
-                    f"{list(self.sublayers)}); "
-                    f"got {sub!r}"
+                    f"{list(self.sublayers)}); got {sub!r}"
                 )
             return stack, norm
         if sub not in STACKS + (CROSS,):

@@ -128,8 +128,7 @@ POST_NORM_HOOK_NAMES = HookNames(
     final_residual="blocks.{last}.hook_normalized_resid_post",
     unavailable={
         "scale": "a post-norm OPT has no final norm: the last block's ln2 output, cache['normalized_resid_post', "
-        "{last}], "
-        "is what the read-out reads",
+        "{last}], is what the read-out reads",
         "normalized": "a post-norm OPT has no final norm: the last block's ln2 output, "
         "cache['normalized_resid_post', {last}], is what the read-out reads",
     },

@@ -77,8 +77,7 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
     ]
     if cfg.parallel_attn_mlp and (cfg.attn_only or any(block_flags(cfg).values())):
         problems.append(
-            "parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel "
-            "block "
+            "parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel block "
             "has the plain block's hooks only)"
         )
     if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
@@ -93,8 +92,7 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
         problems.append("attn_scores_soft_cap / output_logits_soft_cap > 0 (soft-capped scores or logits)")
     if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
         problems.append(
-            f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's "
-            "own "
+            f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's own "
             f"LayerNorm; supported: {sorted(ACTIVATIONS)})"
         )
     if cfg.d_vocab <= 0:

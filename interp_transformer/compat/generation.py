@@ -132,8 +132,7 @@ class GenerationMethods:
             return tokens, None, mask, "text"
         if not isinstance(input, Tensor):
             raise TypeError(
-                "input must be a str, a list of str, token ids [batch, pos] or embeddings [batch, pos, "
-                "d_model], "
+                "input must be a str, a list of str, token ids [batch, pos] or embeddings [batch, pos, d_model], "
                 f"got {type(input).__name__}"
             )
         if input.is_floating_point():

@@ -142,15 +142,13 @@ class HookedTransformerKeyValueCache:
         """
         if len(self.entries) != n_layers:
             raise ValueError(
-                f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make "
-                "it with "
+                f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make it with "
                 "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
             )
         held = {entry.n_positions for entry in self.entries}
         if len(held) > 1:
             raise ValueError(
-                f"the entries of this key/value cache hold different numbers of positions {sorted(held)}: "
-                "it was "
+                f"the entries of this key/value cache hold different numbers of positions {sorted(held)}: it was "
                 "filled by an interrupted or partial run; start a new cache"
             )
         if d_head is not None and self.entries[0].past_keys.shape[-1] != d_head:

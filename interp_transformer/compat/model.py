@@ -77,8 +77,7 @@ class HookedTransformer(
     ):
         if isinstance(cfg, str):
             raise ValueError(
-                "Please pass in a config dictionary or HookedTransformerConfig object. If you want to "
-                "load a "
+                "Please pass in a config dictionary or HookedTransformerConfig object. If you want to load a "
                 "pretrained model, use HookedTransformer.from_pretrained() instead."
             )
         cfg = HookedTransformerConfig.unwrap(cfg)

@@ -142,8 +142,7 @@ class SplitInputAttention(Attention):
         ):
             if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != heads):
                 raise ValueError(
-                    f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, "
-                    "d_model], "
+                    f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, d_model], "
                     f"got shape {tuple(x.shape)}"
                 )
         if layout is None:  # a standalone call: one fresh, unpadded sequence per row
@@ -296,10 +295,8 @@ class HookedBlock(nn.Module):
         pos_embed = getattr(layout, "pos_embed", None)
         if pos_embed is None:
             raise ValueError(
-                "a shortformer block adds the positional embedding to its query and key inputs, and reads "
-                "it "
-                "from the forward pass's layout: run the model with HookedTransformer, whose forward "
-                "provides it "
+                "a shortformer block adds the positional embedding to its query and key inputs, and reads it "
+                "from the forward pass's layout: run the model with HookedTransformer, whose forward provides it "
                 "(a DemoTransformer adds positions to the residual stream instead)"
             )
         return pos_embed
@@ -342,8 +339,7 @@ class HookedBlock(nn.Module):
             return hooked[self.hook_q_input], hooked[self.hook_k_input], hooked[self.hook_v_input]
         if self.attn.n_key_value_heads != self.attn.n_heads:
             raise ValueError(
-                "an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: "
-                "edit "
+                "an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: edit "
                 "hook_k_input/hook_v_input instead (set_use_split_qkv_input)"
             )
         return (hooked[self.hook_attn_in],) * 3

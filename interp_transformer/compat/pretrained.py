@@ -64,8 +64,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
     if isinstance(core_cfg, LlamaConfig):
         if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
             raise ValueError(
-                "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' "
-                "config "
+                "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "
                 "cannot say them): load this checkpoint with interp_transformer.from_pretrained"
             )
         return HookedTransformerConfig(
@@ -108,8 +107,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
             original_architecture="OPTForCausalLM",
         )
     raise ValueError(
-        "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, "
-        "GPT-NeoX and "
+        "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX and "
         f"pre-norm OPT families); "
         f"this checkpoint is a {type(core_cfg).__name__} model: load it with "
         "interp_transformer.from_pretrained"
@@ -125,8 +123,7 @@ def get_official_model_name(model_name: str) -> str:
         import difflib
 
         raise ValueError(
-            f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; "
-            "closest: "
+            f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; closest: "
             f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with "
             "from_pretrained)"
         )
@@ -196,8 +193,7 @@ class PretrainedMethods:
         device = checked_device(device)
         if checkpoint_index is not None or checkpoint_value is not None:
             raise ValueError(
-                "training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the "
-                "checkpoint's "
+                "training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the checkpoint's "
                 "own hub revision with revision=..."
             )
         if n_devices != 1:

@@ -67,8 +67,7 @@ class RelativePositionBias(nn.Module):
         if smallest_exact < 1 or max_distance <= smallest_exact:
             raise ValueError(
                 f"n_buckets={n_buckets} and max_distance={max_distance} leave no room for exact and logarithmic "
-                "buckets: "
-                f"need n_buckets >= {4 if bidirectional else 2} and max_distance > {max(smallest_exact, 1)}"
+                f"buckets: need n_buckets >= {4 if bidirectional else 2} and max_distance > {max(smallest_exact, 1)}"
             )
         self.n_buckets, self.max_distance, self.bidirectional = n_buckets, max_distance, bool(bidirectional)
         self.W_rel_pos = nn.Parameter(torch.empty(n_buckets, n_heads))

@@ -97,8 +97,7 @@ class RMSNorm(nn.Module):
         if center:
             raise ValueError(
                 "RMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing the "
-                "mean "
-                "of the weights that read it would change the output; fold with center=False"
+                "mean of the weights that read it would change the output; fold with center=False"
             )
         W.mul_(einops.rearrange(self.w, "d_model -> d_model 1"))
 

@@ -49,8 +49,7 @@ def _check_arguments(model, max_new_tokens, num_beams, length_penalty, early_sto
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     if 1 + max_new_tokens > model.cfg.n_ctx:
         raise ValueError(
-            f"the decoder start token + max_new_tokens={max_new_tokens} = {1 + max_new_tokens} target "
-            "positions "
+            f"the decoder start token + max_new_tokens={max_new_tokens} = {1 + max_new_tokens} target positions "
             f"exceed n_ctx={model.cfg.n_ctx}"
         )
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:

@@ -36,8 +36,7 @@ def check_source(
             if padded:
                 raise ValueError(
                     f"the source holds the padding id {cfg.pad_token_id} at (row, position) {padded[:5]} but came "
-                    "without "
-                    "attention_mask: pass attention_mask [batch, pos] (1 real, 0 padding), e.g. from "
+                    "without attention_mask: pass attention_mask [batch, pos] (1 real, 0 padding), e.g. from "
                     "model.to_tokens_and_mask(texts), so that padding is never read as text"
                 )
         return tokens, None

@@ -178,8 +178,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
 
     def default_backward_metric(self, output: Tensor, model_args: tuple) -> Tensor:
         raise ValueError(
-            "run_with_cache(incl_bwd=True) on an encoder-decoder needs backward_metric=fn(logits) -> "
-            "scalar "
+            "run_with_cache(incl_bwd=True) on an encoder-decoder needs backward_metric=fn(logits) -> scalar "
             "(e.g. the loss of the target it was given)"
         )
 

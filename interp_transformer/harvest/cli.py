@@ -234,8 +234,7 @@ def run_harvest(args: argparse.Namespace) -> int:
     if _is_rank0():
         print(
             f"harvested {manifest.n_contexts} contexts x {manifest.context_length} tokens, {len(manifest.hooks)} "
-            "hooks, "
-            f"{len(manifest.shards)} shards -> {manifest.out_dir}"
+            f"hooks, {len(manifest.shards)} shards -> {manifest.out_dir}"
         )
         if args.export_saelens is not None:
             from .saelens import export_saelens

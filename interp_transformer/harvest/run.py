@@ -260,8 +260,7 @@ def _refuse_foreign_folder(out_dir: Path) -> None:
     if ours:
         raise ValueError(
             f"{out_dir} holds harvest files ({sorted(ours)[:3]}...) but no manifest.json, so nothing says how they "
-            "were "
-            "made; harvest into a new folder (nothing here was changed)"
+            "were made; harvest into a new folder (nothing here was changed)"
         )
 
 

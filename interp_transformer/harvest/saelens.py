@@ -89,8 +89,7 @@ def export_saelens(
         if tuple(manifest.hook_pos_axes(name)) != (0,):
             raise ValueError(
                 f"{name} has shape {list(manifest.hook_shape(name))} per context, not [pos, ...]: SAELens' layout "
-                "stores "
-                "[context_size, d_in] per row, so it cannot hold it; export the other hooks"
+                "stores [context_size, d_in] per row, so it cannot hold it; export the other hooks"
             )
     dtype = _export_dtype(manifest, dtype)
     dest = Path(dest)

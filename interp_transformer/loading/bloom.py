@@ -52,8 +52,7 @@ def config_from_hf(hf_config) -> BloomConfig:
     )
     if hf_config.apply_residual_connection_post_layernorm:
         raise ValueError(
-            "bloom config has apply_residual_connection_post_layernorm=True (the residual stream is each "
-            "norm's "
+            "bloom config has apply_residual_connection_post_layernorm=True (the residual stream is each norm's "
             "output); only apply_residual_connection_post_layernorm=False is supported"
         )
     tp, exact = getattr(hf_config, "pretraining_tp", 1), getattr(hf_config, "slow_but_exact", False)

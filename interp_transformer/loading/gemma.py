@@ -47,8 +47,7 @@ from .strict import require_config_fields
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 REFUSED_MODEL_TYPES = {
     "gemma3": "Gemma3ForConditionalGeneration: a vision tower (vision_config) and a multimodal projector beside the "
-    "text "
-    "model, which are not implemented; load a text-only Gemma 3 (Gemma3ForCausalLM, model_type 'gemma3_text')",
+    "text model, which are not implemented; load a text-only Gemma 3 (Gemma3ForCausalLM, model_type 'gemma3_text')",
 }
 
 
@@ -114,8 +113,7 @@ def unsupported_features(hf_config) -> list[str]:
         problems.append("use_bidirectional_attention=True (an embedding model's bidirectional attention)")
     if model_type == "gemma3_text" and getattr(hf_config, "attn_logit_softcapping", None) is not None:
         problems.append(
-            f"attn_logit_softcapping={hf_config.attn_logit_softcapping} (Hugging Face's Gemma 3 attention "
-            "does "
+            f"attn_logit_softcapping={hf_config.attn_logit_softcapping} (Hugging Face's Gemma 3 attention does "
             "not apply it, so what it would compute is not defined)"
         )
     activation = _activation(hf_config, problems)

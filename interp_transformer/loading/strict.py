@@ -177,8 +177,7 @@ def load_strict(
         tensor = state_dict[name]
         if wanted[name].is_floating_point() and not tensor.is_floating_point():
             raise CheckpointError(
-                f"converted state dict: {name} holds {tensor.dtype} values, a weight must be "
-                "floating "
+                f"converted state dict: {name} holds {tensor.dtype} values, a weight must be floating "
                 "point; the checkpoint is damaged or not a model's weights"
             )
         tensors[name] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)

@@ -83,16 +83,13 @@ def circuits_section(ctx: ReportContext) -> ReportSection:
     section = ReportSection("circuits", "QK and OV circuits of the top heads")
     if read_out == "embed":
         ov_text = (
-            "full OV circuit W_E W_V W_O W_E^T: how much attending to a source token writes each token's "
-            "embedding "
-            "(this checkpoint has no MLM head, hence no W_U; BERT ties its MLM decoder to W_E, so W_E^T is the "
-            "tied "
+            "full OV circuit W_E W_V W_O W_E^T: how much attending to a source token writes each token's embedding "
+            "(this checkpoint has no MLM head, hence no W_U; BERT ties its MLM decoder to W_E, so W_E^T is the tied "
             "read-out; a diagonal means the head copies)"
         )
     else:
         ov_text = (
-            "full OV circuit W_E W_V W_O W_U: the direct effect on each output logit of attending to a source "
-            "token "
+            "full OV circuit W_E W_V W_O W_U: the direct effect on each output logit of attending to a source token "
             "(a diagonal means the head copies)"
         )
     section.paragraphs.append(

@@ -52,8 +52,7 @@ def composition_section(ctx: ReportContext) -> ReportSection:
     if readers is not None:
         section.paragraphs.append(
             f"This model has {n_heads} heads, so the scores are computed into the {len(readers)} heads the detectors "
-            "name "
-            f"({', '.join(head_name(*head) for head in readers)}), from every earlier head: all pairs would take "
+            f"name ({', '.join(head_name(*head) for head in readers)}), from every earlier head: all pairs would take "
             "minutes."
         )
     for kind in circuits.COMPOSITION_KINDS:

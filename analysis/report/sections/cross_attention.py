@@ -25,8 +25,7 @@ def cross_attention_section(ctx: ReportContext) -> ReportSection:
     )
     section.paragraphs.append(
         "Pick a head from the menu (top right; L1C2 is layer 1's cross-attention head 2). Rows are target positions "
-        "(the "
-        "decoder's input), columns source positions; each row sums to 1 over the real source tokens. "
+        "(the decoder's input), columns source positions; each row sums to 1 over the real source tokens. "
         f"The view opens on L{layer}C{head}, the best-aligned head."
     )
     known = None if alignment.alignment is None else torch.tensor(alignment.alignment)

@@ -72,14 +72,12 @@ def _explanation(causal: bool, seq_len: int, frame: str) -> str:
     kinds = (
         (
             "previous-token heads attend to the token just before the query, duplicate-token heads to earlier copies "
-            "of "
-            "the query's token, induction heads to the token after an earlier copy"
+            "of the query's token, induction heads to the token after an earlier copy"
         )
         if causal
         else (
             "previous-token heads attend to the token just before the query, next-token heads to the token just after "
-            "it (only bidirectional attention reaches it), duplicate-token heads to other copies of the query's "
-            "token, "
+            "it (only bidirectional attention reaches it), duplicate-token heads to other copies of the query's token, "
             "earlier or later"
         )
     )

@@ -41,8 +41,7 @@ def encoder_decoder_interpretation_section(ctx: ReportContext) -> ReportSection:
         aligned_positions = [t for t, s in enumerate(translation.alignment) if s >= 0]
         agree = sum(patching.most_affected_source[t] == translation.alignment[t] for t in aligned_positions)
         lines.append(
-            f"Corrupting source words: at {agree} of {len(aligned_positions)} aligned target positions the "
-            "word "
+            f"Corrupting source words: at {agree} of {len(aligned_positions)} aligned target positions the word "
             "whose corruption moves the prediction most is the aligned one"
         )
     omitted = "; ".join(part["what"] for part in ctx.sections["omitted"].data.parts)

@@ -15,8 +15,7 @@ def encoder_decoder_omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
     parts = [
         dict(
             what="head detectors (previous-token, duplicate, induction) and the loss on repeated random tokens",
-            why="they measure in-context prediction by one causal stack; here the target is predicted from a "
-            "source "
+            why="they measure in-context prediction by one causal stack; here the target is predicted from a source "
             "through cross-attention",
             instead="the alignment detector on cross-attention",
         ),

@@ -85,8 +85,7 @@ def experts_section(ctx: ReportContext) -> ReportSection:
             "Direct logit attribution through the routing weights: each expert's output at the last position, times "
             "its "
             "routing weight (0 where it was not chosen), read out through the final norm with its scale frozen; per "
-            "layer "
-            f"the experts (and the shared expert) sum to the MLP's contribution to the logit{cap}."
+            f"layer the experts (and the shared expert) sum to the MLP's contribution to the logit{cap}."
         )
         data.attribution = attr
     section.data = data
@@ -108,8 +107,7 @@ def expert_neurons_section(ctx: ReportContext) -> ReportSection:
         "This model's MLPs are mixtures of experts: each neuron belongs to one expert, and only the tokens routed to "
         "that "
         f"expert count. Largest activation on the prompt among routed tokens: neuron {neuron} of expert {expert} in "
-        "layer "
-        f"{layer} ({float(summary[slot, expert, neuron]):.3g})."
+        f"layer {layer} ({float(summary[slot, expert, neuron]):.3g})."
     )
     section.figures.append(
         sized(

@@ -70,8 +70,7 @@ def logits_section(ctx: ReportContext) -> ReportSection:
     label = ctx.token_label(predicted)
     capped = (
         f" The model soft-caps its logits (cap * tanh(logit / cap), cap = {attr.logit_softcap:g}), which is not "
-        f"linear: what is split is the logit before the cap, {data.attribution_total:.3g}, of which the cap "
-        "makes "
+        f"linear: what is split is the logit before the cap, {data.attribution_total:.3g}, of which the cap makes "
         f"{data.logit:.3g}."
         if attr.logit_softcap is not None
         else ""

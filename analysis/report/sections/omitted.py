@@ -50,8 +50,7 @@ def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
             reasons.append("this model predicts no next token")
         if not capabilities.additive_residual:
             reasons.append(
-                "no final norm and W_U read its residual stream: post-LayerNorm blocks renormalize the "
-                "stream "
+                "no final norm and W_U read its residual stream: post-LayerNorm blocks renormalize the stream "
                 "twice per block"
             )
         missing = _missing_unembedding(model)
@@ -76,11 +75,9 @@ def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
             dict(
                 what="induction heads and the loss on repeated random tokens",
                 why="both measure in-context prediction of the next token under causal attention; this model sees the "
-                "whole "
-                "sequence at once and has no next-token loss",
+                "whole sequence at once and has no next-token loss",
                 instead="next-token heads (which only bidirectional attention can form) and duplicate-token heads "
-                "counting "
-                "copies on both sides",
+                "counting copies on both sides",
             )
         )
     if not capabilities.linear_logits and model.act_name("post", 0) in model.hook_dict:
@@ -88,9 +85,7 @@ def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
             dict(
                 what="direct logit effect of the most active neuron (W_out W_U)",
                 why="a neuron's write passes through later norms or a non-linear head before any output, so W_out W_U "
-                "is "
-                "no "
-                "direct effect",
+                "is no direct effect",
                 instead="MLP layers' exact direct contributions in the output attribution"
                 if has_output_attribution(model)
                 else "none in this report",

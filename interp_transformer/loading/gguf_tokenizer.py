@@ -55,9 +55,9 @@ CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
 def _byte_alphabet() -> dict[int, str]:
     """GPT-2's byte -> printable character table (bytes that print as themselves keep their character)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    )
+    ascii_printable = list(range(ord("!"), ord("~") + 1))
+    latin1_printable = list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = ascii_printable + latin1_printable
     extra = (byte for byte in range(256) if byte not in printable)
     table = {byte: chr(byte) for byte in printable}
     table.update({byte: chr(256 + index) for index, byte in enumerate(extra)})

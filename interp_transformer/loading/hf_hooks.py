@@ -25,6 +25,8 @@ import einops
 import torch
 from torch import Tensor, nn
 
+from .versions import SUPPORTED_TRANSFORMERS, installed_transformers
+
 FLOAT64_MHA_ATTENTION = "interp_transformer_eager_mha_in_input_dtype"
 SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"
 
@@ -91,8 +93,6 @@ class Recorder:
 
 def unsupported_transformers(what: str) -> str:
     """A message for a Hugging Face model whose structure the references cannot read, naming the supported versions."""
-    from .versions import SUPPORTED_TRANSFORMERS, installed_transformers
-
     return (
         f"the Hugging Face reference cannot read {what} (transformers {installed_transformers()}); the "
         f"references are tested with transformers {SUPPORTED_TRANSFORMERS}: install a version in that range"

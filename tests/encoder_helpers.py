@@ -15,6 +15,15 @@ import torch
 
 from interp_transformer.encoder import EncoderTransformer
 
+# the tiny BERT of the random-weight tests (2 layers, d_model 32, vocab 61)
+TINY_BERT = dict(
+    vocab_size=61,
+    max_position_embeddings=40,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+)
 # different token lengths, so the batch is padded
 SENTENCES = [
     "Hello world",
@@ -46,15 +55,7 @@ def random_mlm(seed: int = 0, dtype: torch.dtype = torch.float64):
     """``(ours, hf)``: a tiny random ``BertForMaskedLM`` (2 layers, d_model 32, vocab 61) with perturbed weights."""
     import transformers
 
-    config = transformers.BertConfig(
-        vocab_size=61,
-        max_position_embeddings=40,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        layer_norm_eps=1e-12,
-    )
+    config = transformers.BertConfig(**TINY_BERT, layer_norm_eps=1e-12)
     torch.manual_seed(seed)
     hf = transformers.BertForMaskedLM(config).eval().to(dtype)
     generator = torch.Generator().manual_seed(seed)

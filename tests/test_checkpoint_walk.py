@@ -14,6 +14,7 @@ import transformers
 from . import classic_helpers, gemma_helpers, llama_helpers, moe_helpers
 from .checkpoint_walk import Family, config_findings, perturb_all_, tensor_findings
 from .encoder_decoder_helpers import hf_class, hf_config
+from .encoder_helpers import TINY_BERT
 
 pytestmark = [pytest.mark.hf_parity, pytest.mark.slow]
 
@@ -74,15 +75,7 @@ def families() -> dict[str, Family]:
     ):
         for label, (model_class, config_class, settings) in helpers.FAMILIES.items():
             found[label] = decoder(label, model_class, config_class(**{**common, **settings}))
-    bert = transformers.BertConfig(
-        vocab_size=61,
-        max_position_embeddings=40,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        attn_implementation="eager",
-    )
+    bert = transformers.BertConfig(**TINY_BERT, attn_implementation="eager")
     found["bert-mlm"] = Family(
         "bert-mlm",
         builder(transformers.BertForMaskedLM),

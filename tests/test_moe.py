@@ -17,7 +17,7 @@ from interp_transformer.kv_cache import KeyValueCache
 from interp_transformer.loading import from_pretrained
 from interp_transformer.loading.moe import config_from_hf, hf_reference_activations
 from interp_transformer.loading.moe_reference import moe_float64_patches
-from interp_transformer.loading.reference_hooks import reference_run
+from interp_transformer.loading.reference import reference_run
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
@@ -50,7 +50,7 @@ def moe_layers(model) -> list[int]:
 def test_config_follows_the_hugging_face_config(family):
     label, hf_model, model = family
     cfg = model.cfg
-    assert model.capabilities.has_experts and cfg.dense_layers == ((1,) if label.startswith("qwen2") else ())
+    assert model.has_experts and cfg.dense_layers == ((1,) if label.startswith("qwen2") else ())
     assert (cfg.d_mlp_shared is not None) == label.startswith("qwen2") and cfg.qk_norm == label.startswith("qwen3")
     assert cfg.normalize_routing == (not label.startswith("qwen2"))
     assert cfg.n_params(hugging_face=True) == sum(p.numel() for p in hf_model.parameters())
@@ -73,9 +73,8 @@ def test_routing_hooks_equal_hugging_face_router_logits(family, family64, dtype)
     """``hook_router_logits`` is Hugging Face's ``router_logits`` output; the chosen experts are its top-k of their
     softmax."""
     _, hf_model, model = family if dtype == torch.float32 else family64
-    # float64: Hugging Face's own code, with the steps it casts to float32 kept in float64 (reference_hooks)
-    patches = moe_float64_patches(hf_model) if dtype == torch.float64 else None
-    with reference_run(hf_model, patches), torch.no_grad():
+    # float64: Hugging Face's own code, with the steps it casts to float32 kept in float64 (loading.reference)
+    with reference_run(hf_model, moe_float64_patches):
         output = hf_model(TOKENS, output_router_logits=True)
     router_logits = [logits for logits in output.router_logits]
     assert len(router_logits) == len(moe_layers(model))

@@ -27,8 +27,6 @@ from torch import Tensor
 
 from ..architectures.bart import POSITION_OFFSET, BartConfig
 from .encoder_decoder_common import (
-    SPLIT_HEADS,
-    ActivationRecorder,
     attention_shapes,
     attention_weights,
     fresh,
@@ -37,6 +35,7 @@ from .encoder_decoder_common import (
     special_token_ids,
     strip_prefix,
 )
+from .reference import Recorder, run_reference, split_heads
 from .strict import CheckpointError, build_on_meta, check_checkpoint, load_strict, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("bart",)
@@ -242,30 +241,24 @@ def load_hf_model(directory, *, dtype=torch.float32):
     return BartForConditionalGeneration.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
-def record_bart_family(
-    recorder: ActivationRecorder, body, n_heads: int, batch: int, embed_scale: Optional[float]
-) -> None:
+def record_bart_family(recorder: Recorder, body, n_heads: int, batch: int, embed_scale: Optional[float]) -> None:
     """Hooks on a BART-family body (BART, Marian) recording each of our hooks' values.
 
     ``embed_scale``: the factor the stacks multiply ``embed_tokens``'s output by (Marian),
     or None when the embedding module applies it itself (BART).
     """
-    split = lambda t: einops.rearrange(t, SPLIT_HEADS, head_index=n_heads)  # noqa: E731
+    split = split_heads(head_index=n_heads)
     per_row = lambda t: t.expand(batch, -1, -1)  # noqa: E731  positions are computed once for every row
 
     def layer_norm(module, prefix: str, *names: str) -> None:
-        recorder.input(
-            module,
-            prefix + ".hook_scale",
-            lambda x, eps=module.eps: (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt(),
-        )
-        for name in (prefix + ".hook_normalized",) + names:
+        recorder.norm(module, prefix + ".", centred=True)
+        for name in names:
             recorder.output(module, name)
 
     def attention(module, prefix: str, out_name: str) -> None:
         for letter in "qkv":
             recorder.output(getattr(module, f"{letter}_proj"), prefix + f".hook_{letter}", split)
-        recorder.output(module, prefix + ".hook_pattern", pick=lambda out: out[1])
+        recorder.output(module, prefix + ".hook_pattern", index=1)
         recorder.input(module.out_proj, prefix + ".hook_z", split)
         recorder.output(module, out_name)
 
@@ -296,26 +289,15 @@ def record_bart_family(
             )
 
 
-def run_seq2seq(
-    hf_model, recorder: ActivationRecorder, tokens: Tensor, attention_mask, decoder_input
-) -> dict[str, Tensor]:
-    """Run ``hf_model`` with ``recorder``'s hooks; our decoder default (the start token alone) when no decoder input."""
-    device = next(hf_model.parameters()).device
+def run_seq2seq(hf_model, recorder: Recorder, tokens: Tensor, attention_mask, decoder_input) -> dict[str, Tensor]:
+    """Run ``hf_model`` with ``recorder``'s hooks; our decoder default (the start token alone) when no decoder input.
+
+    Hugging Face's eager attention of these models computes in the input's dtype: a float64 run keeps it.
+    """
     if decoder_input is None:
         decoder_input = torch.full((tokens.shape[0], 1), hf_model.config.decoder_start_token_id, dtype=torch.long)
-    on_device = lambda t: None if t is None else t.to(device)  # noqa: E731
-    acts, output = recorder.run(
-        hf_model,
-        lambda: hf_model(
-            input_ids=on_device(tokens),
-            attention_mask=on_device(attention_mask),
-            decoder_input_ids=on_device(decoder_input),
-            use_cache=False,
-        ),
-    )
-    if getattr(output, "logits", None) is not None:
-        acts["logits"] = output.logits.detach()
-    return acts
+    inputs = dict(input_ids=tokens, attention_mask=attention_mask, decoder_input_ids=decoder_input, use_cache=False)
+    return run_reference(hf_model, recorder, inputs, attention="eager")
 
 
 def hf_reference_activations(
@@ -327,7 +309,7 @@ def hf_reference_activations(
     ``-inf``); LayerNorm scales are computed from each LayerNorm's input.
     """
     body = getattr(hf_model, "model", hf_model)
-    recorder = ActivationRecorder()
+    recorder = Recorder()
     record_bart_family(recorder, body, hf_model.config.encoder_attention_heads, tokens.shape[0], embed_scale=None)
     return run_seq2seq(hf_model, recorder, tokens, attention_mask, decoder_input)
 

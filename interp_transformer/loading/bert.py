@@ -47,7 +47,7 @@ from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
 from ..encoder import EncoderTransformer
-from .hf_hooks import current_attention
+from .reference import Recorder, run_reference, split_heads
 from .strict import (
     build_on_meta,
     check_checkpoint,
@@ -348,82 +348,45 @@ def hf_reference_activations(
         raise TypeError(f"hf_model must be a Hugging Face BertModel or BertFor* model, got {type(hf_model).__name__}")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
         raise TypeError(f"tokens must be an integer tensor [batch, pos], got {tokens!r:.80}")
-    n_heads = hf_model.config.num_attention_heads
-    split = lambda t: einops.rearrange(
-        t, "batch pos (head_index d_head) -> batch pos head_index d_head", head_index=n_heads
-    )
-    acts: dict[str, Tensor] = {}
-    handles = []
+    split = split_heads(head_index=hf_model.config.num_attention_heads)
+    rec = Recorder()
 
-    def on_output(module, *names, transform=None, pick=lambda out: out):
-        def hook(mod, inputs, output):
-            value = pick(output)
-            for name in names:
-                acts[name] = (transform(value) if transform else value).detach().clone()
-
-        handles.append(module.register_forward_hook(hook))
-
-    def on_layer_norm(module, input_name: str, prefix: str, *output_names):
-        def pre_hook(mod, inputs):
-            x = inputs[0]
-            if input_name:
-                acts[input_name] = x.detach().clone()
-            acts[prefix + ".hook_scale"] = (x.var(dim=-1, unbiased=False, keepdim=True) + mod.eps).sqrt().detach()
-
-        handles.append(module.register_forward_pre_hook(pre_hook))
-        on_output(module, prefix + ".hook_normalized", *output_names)
+    def layer_norm(module, prefix: str, *output_names: str) -> None:
+        rec.norm(module, prefix + ".", centred=True)
+        for name in output_names:
+            rec.output(module, name)
 
     embeddings = base.embeddings
-    on_output(embeddings.word_embeddings, "hook_embed")
+    rec.output(embeddings.word_embeddings, "hook_embed")
     # HF embeds positions once, [1, pos, d_model]; our hook holds them per batch row
-    on_output(embeddings.position_embeddings, "hook_pos_embed", transform=lambda t: t.expand(tokens.shape[0], -1, -1))
-    on_output(embeddings.token_type_embeddings, "hook_token_type_embed")
-    on_layer_norm(embeddings.LayerNorm, "", "embed_ln", "blocks.0.hook_resid_pre")
+    rec.output(embeddings.position_embeddings, "hook_pos_embed", lambda t: t.expand(tokens.shape[0], -1, -1))
+    rec.output(embeddings.token_type_embeddings, "hook_token_type_embed")
+    layer_norm(embeddings.LayerNorm, "embed_ln", "blocks.0.hook_resid_pre")
     for layer, hf_layer in enumerate(base.encoder.layer):
         b = f"blocks.{layer}."
         self_attn = hf_layer.attention.self
-        on_output(self_attn.query, b + "attn.hook_q", transform=split)
-        on_output(self_attn.key, b + "attn.hook_k", transform=split)
-        on_output(self_attn.value, b + "attn.hook_v", transform=split)
-        on_output(self_attn, b + "attn.hook_z", transform=split, pick=lambda out: out[0])
-        on_output(self_attn, b + "attn.hook_pattern", pick=lambda out: out[1])
-        on_output(hf_layer.attention.output.dense, b + "hook_attn_out")
-        on_layer_norm(hf_layer.attention.output.LayerNorm, b + "hook_resid_mid", b + "ln1")
-        on_output(hf_layer.intermediate.dense, b + "mlp.hook_pre")
-        on_output(hf_layer.intermediate, b + "mlp.hook_post")
-        on_output(hf_layer.output.dense, b + "hook_mlp_out")
+        rec.output(self_attn.query, b + "attn.hook_q", split)
+        rec.output(self_attn.key, b + "attn.hook_k", split)
+        rec.output(self_attn.value, b + "attn.hook_v", split)
+        rec.output(self_attn, b + "attn.hook_z", split)
+        rec.output(self_attn, b + "attn.hook_pattern", index=1)
+        rec.output(hf_layer.attention.output.dense, b + "hook_attn_out")
+        rec.input(hf_layer.attention.output.LayerNorm, b + "hook_resid_mid")
+        layer_norm(hf_layer.attention.output.LayerNorm, b + "ln1")
+        rec.output(hf_layer.intermediate.dense, b + "mlp.hook_pre")
+        rec.output(hf_layer.intermediate, b + "mlp.hook_post")
+        rec.output(hf_layer.output.dense, b + "hook_mlp_out")
         following = [f"blocks.{layer + 1}.hook_resid_pre"] if layer + 1 < len(base.encoder.layer) else []
-        on_layer_norm(
-            hf_layer.output.LayerNorm, b + "hook_resid_post", b + "ln2", b + "hook_normalized_resid_post", *following
-        )
+        rec.input(hf_layer.output.LayerNorm, b + "hook_resid_post")
+        layer_norm(hf_layer.output.LayerNorm, b + "ln2", b + "hook_normalized_resid_post", *following)
     has_mlm_head = hasattr(hf_model, "cls") and hasattr(hf_model.cls, "predictions")
     if has_mlm_head:
         transform = hf_model.cls.predictions.transform
-        on_output(transform.dense, "mlm_head.hook_pre")
-        on_layer_norm(transform.LayerNorm, "mlm_head.hook_post", "mlm_head.ln")
-
-    was_training, previous_attention = hf_model.training, current_attention(hf_model)
-    device = embeddings.word_embeddings.weight.device
-    on_device = lambda t: None if t is None else t.to(device)
-    try:
-        hf_model.eval()
-        if previous_attention != "eager":
-            hf_model.set_attn_implementation("eager")
-        with torch.no_grad():
-            output = hf_model(
-                input_ids=on_device(tokens),
-                attention_mask=on_device(attention_mask),
-                token_type_ids=on_device(token_type_ids),
-            )
-    finally:
-        for handle in handles:
-            handle.remove()
-        if previous_attention != "eager":
-            hf_model.set_attn_implementation(previous_attention)
-        hf_model.train(was_training)
-    if has_mlm_head:
-        acts["logits"] = output.logits.detach()
-    return acts
+        rec.output(transform.dense, "mlm_head.hook_pre")
+        rec.input(transform.LayerNorm, "mlm_head.hook_post")
+        layer_norm(transform.LayerNorm, "mlm_head.ln")
+    inputs = {"input_ids": tokens, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    return run_reference(hf_model, rec, inputs, attention="eager", logits=has_mlm_head)
 
 
 __all__ = [

@@ -18,8 +18,7 @@ states no context length (ALiBi has none); ``n_ctx`` is 2048, BLOOM's training l
 the config's ``seq_length`` where it has one.
 """
 
-import contextlib
-from typing import Mapping
+from typing import ContextManager, Mapping
 
 import torch
 from jaxtyping import Int
@@ -36,7 +35,7 @@ from .common import (
     split_fused_qkv,
     without_prefix,
 )
-from .hf_hooks import Recorder, collect, split_heads, unsupported_transformers
+from .reference import Recorder, patched, run_reference, split_heads, unsupported_transformers
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 DEFAULT_N_CTX = 2048  # BLOOM's training context
@@ -178,8 +177,7 @@ class _SoftmaxInInputDtype:
         return torch.nn.functional.softmax(x, dim=dim)
 
 
-@contextlib.contextmanager
-def _float64_bloom():
+def _float64_bloom(hf_model) -> list[ContextManager]:
     """BLOOM's module computes the ALiBi products and the softmax in float32; for a float64 run, in float64.
 
     The slopes stay the float32 numbers BLOOM defines (as ours are); only the products and
@@ -191,12 +189,10 @@ def _float64_bloom():
     slopes, functional = getattr(bloom, "_get_alibi_slopes", None), getattr(bloom, "F", None)
     if slopes is None or functional is None:
         raise ValueError(unsupported_transformers("BLOOM's ALiBi slopes and softmax for a float64 run"))
-    bloom._get_alibi_slopes = lambda num_heads, device: slopes(num_heads, device).to(torch.float64)
-    bloom.F = _SoftmaxInInputDtype()
-    try:
-        yield
-    finally:
-        bloom._get_alibi_slopes, bloom.F = slopes, functional
+    return [
+        patched(bloom, "_get_alibi_slopes", lambda num_heads, device: slopes(num_heads, device).to(torch.float64)),
+        patched(bloom, "F", _SoftmaxInInputDtype()),
+    ]
 
 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
@@ -214,25 +210,26 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     body = hf_model.transformer if hasattr(hf_model, "transformer") else hf_model
     d_head = body.config.hidden_size // body.config.n_head
     recorder = Recorder()
-    recorder.layer_norm(body.word_embeddings_layernorm, "embed.ln.")
+    recorder.norm(body.word_embeddings_layernorm, "embed.ln.", centred=True)
     recorder.output(body.word_embeddings_layernorm, "hook_embed")
     for layer, block in enumerate(body.h):
         q, attn = f"blocks.{layer}.", block.self_attention
         recorder.input(block, q + "hook_resid_pre")
-        recorder.layer_norm(block.input_layernorm, q + "ln1.")
+        recorder.norm(block.input_layernorm, q + "ln1.", centred=True)
         for index, letter in enumerate("qkv"):
             recorder.output(attn.query_key_value, q + f"attn.hook_{letter}", fused_qkv_activation(index, d_head))
-        recorder.pattern(attn, q + "attn.hook_pattern")
-        recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head))
+        recorder.output(attn, q + "attn.hook_pattern", index=1)
+        recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head=d_head))
         recorder.output(attn.dense, q + "hook_attn_out")
         recorder.output(attn, q + "hook_resid_mid")
-        recorder.layer_norm(block.post_attention_layernorm, q + "ln2.")
+        recorder.norm(block.post_attention_layernorm, q + "ln2.", centred=True)
         recorder.output(block.mlp.dense_h_to_4h, q + "mlp.hook_pre")
         recorder.input(block.mlp.dense_4h_to_h, q + "mlp.hook_post")
         recorder.output(block.mlp.dense_4h_to_h, q + "hook_mlp_out")
         recorder.output(block, q + "hook_resid_post")
-    recorder.layer_norm(body.ln_f, "ln_final.")
-    return collect(hf_model, recorder, tokens, forward_kwargs, interface=False, patches=_float64_bloom)
+    recorder.norm(body.ln_f, "ln_final.", centred=True)
+    inputs = {"input_ids": tokens, "use_cache": False, **forward_kwargs}
+    return run_reference(hf_model, recorder, inputs, _float64_bloom, attention=None)
 
 
 __all__ = [

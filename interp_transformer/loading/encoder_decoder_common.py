@@ -1,5 +1,4 @@
-"""What the encoder-decoder converters share: per-head weight layouts, key names, and reading Hugging Face's
-activations.
+"""What the encoder-decoder converters share: per-head weight layouts and key names.
 
 ``nn.Linear`` weights are stored ``[out, in]``; ours are ``[in, out]``, split per head::
 
@@ -8,20 +7,14 @@ activations.
     output proj.     [d_model, (head_index d_head)]  -> W_O [head_index, d_head, d_model]
     MLP in / out     [d_mlp, d_model] / [d_model, d_mlp] -> W_in [d_model, d_mlp] / W_out [d_mlp, d_model]
 
-``ActivationRecorder`` reads a Hugging Face model's activations with torch hooks on its
-modules (its own tensors, not recomputed), under our hook names, and removes every hook
-afterwards, also when the run raises.
+Their references read Hugging Face's activations with ``reference.Recorder``, as every family's.
 """
 
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping
 
 import einops
 import torch
-from torch import Tensor, nn
-
-from .hf_hooks import current_attention
-
-SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"
+from torch import Tensor
 
 
 def fresh(tensor: Tensor) -> Tensor:
@@ -108,64 +101,7 @@ def attention_shapes(prefix: str, names: Mapping[str, str], d_model: int, bias: 
     return shapes
 
 
-class ActivationRecorder:
-    """Torch hooks on a Hugging Face model's modules that record activations under our names (see the module docstring).
-
-    ``stack`` tells which stack is running (set by pre-hooks on the two stacks), for modules
-    both stacks share.
-    """
-
-    def __init__(self) -> None:
-        self.acts: dict[str, Tensor] = {}
-        self.handles: list = []
-        self.stack: Optional[str] = None
-
-    def output(
-        self,
-        module: nn.Module,
-        name: str,
-        transform: Callable[[Tensor], Tensor] = lambda t: t,
-        pick: Callable = lambda out: out[0] if isinstance(out, tuple) else out,
-    ) -> None:
-        """Record ``transform(pick(output))`` of ``module`` as ``name`` (``{stack}`` in it is filled in)."""
-
-        def hook(mod, args, out):
-            self.acts[name.format(stack=self.stack)] = transform(pick(out)).detach().clone()
-
-        self.handles.append(module.register_forward_hook(hook))
-
-    def input(self, module: nn.Module, name: str, transform: Callable[[Tensor], Tensor] = lambda t: t) -> None:
-        """Record ``transform(first input)`` of ``module`` as ``name``."""
-
-        def hook(mod, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
-            self.acts[name.format(stack=self.stack)] = transform(x).detach().clone()
-
-        self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-
-    def mark_stack(self, module: nn.Module, stack: str) -> None:
-        """While ``module`` runs, ``{stack}`` in names means ``stack``."""
-        self.handles.append(module.register_forward_pre_hook(lambda mod, args: setattr(self, "stack", stack)))
-
-    def run(self, hf_model: nn.Module, call: Callable[[], object]) -> tuple[dict[str, Tensor], object]:
-        """Call ``call()`` in eval mode with eager attention (patterns visible); every hook is removed afterwards."""
-        previous_attention, was_training = current_attention(hf_model), hf_model.training
-        try:
-            hf_model.set_attn_implementation("eager")
-            hf_model.eval()
-            with torch.no_grad():
-                result = call()
-        finally:
-            for handle in self.handles:
-                handle.remove()
-            hf_model.set_attn_implementation(previous_attention)
-            hf_model.train(was_training)
-        return self.acts, result
-
-
 __all__ = [
-    "ActivationRecorder",
-    "SPLIT_HEADS",
     "attention_shapes",
     "attention_weights",
     "fresh",

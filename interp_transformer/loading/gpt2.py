@@ -19,7 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..config import TransformerConfig
-from .hf_hooks import current_attention
+from .reference import Recorder, patched, run_reference, split_heads
 from .strict import (
     build_on_meta,
     check_checkpoint,
@@ -227,68 +227,35 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     number, not ``-inf``) and the LayerNorm ``hook_scale`` (HF never forms it).
     """
     body = hf_model.transformer if hasattr(hf_model, "transformer") else hf_model
-    n_heads = body.config.n_head
-    acts: dict[str, Tensor] = {}
-    handles = []
-
-    def on_output(module, name: str, transform=lambda out: out):
-        handles.append(
-            module.register_forward_hook(lambda m, args, out: acts.__setitem__(name, transform(out).detach()))
-        )
-
-    def on_input(module, name: str, transform=lambda x: x):
-        def hook(m, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
-            acts[name] = transform(x).detach()
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-
-    split_heads = "batch pos (head_index d_head) -> batch pos head_index d_head"
-    on_output(body.wte, "hook_embed")
-    on_output(body.wpe, "hook_pos_embed", lambda out: out.expand(tokens.shape[0], -1, -1))
+    split = split_heads(head_index=body.config.n_head)
+    rec = Recorder()
+    rec.output(body.wte, "hook_embed")
+    rec.output(body.wpe, "hook_pos_embed", lambda out: out.expand(tokens.shape[0], -1, -1))
     for layer, block in enumerate(body.h):
         q = f"blocks.{layer}."
-        on_input(block, q + "hook_resid_pre")
-        on_output(block.ln_1, q + "ln1.hook_normalized")
+        rec.input(block, q + "hook_resid_pre")
+        rec.output(block.ln_1, q + "ln1.hook_normalized")
         for index, letter in enumerate("qkv"):
-            on_output(
-                block.attn.c_attn,
-                q + f"attn.hook_{letter}",
-                lambda out, i=index: einops.rearrange(out.chunk(3, dim=-1)[i], split_heads, head_index=n_heads),
+            rec.output(
+                block.attn.c_attn, q + f"attn.hook_{letter}", lambda out, i=index: split(out.chunk(3, dim=-1)[i])
             )
-        on_output(block.attn, q + "attn.hook_pattern", lambda out: out[1])
-        on_input(block.attn.c_proj, q + "attn.hook_z", lambda x: einops.rearrange(x, split_heads, head_index=n_heads))
-        on_output(block.attn, q + "hook_attn_out", lambda out: out[0])
-        on_input(block.ln_2, q + "hook_resid_mid")
-        on_output(block.ln_2, q + "ln2.hook_normalized")
-        on_output(block.mlp.c_fc, q + "mlp.hook_pre")
-        on_input(block.mlp.c_proj, q + "mlp.hook_post")
-        on_output(block.mlp, q + "hook_mlp_out")
-        on_output(block, q + "hook_resid_post")
-    on_output(body.ln_f, "ln_final.hook_normalized")
-
-    previous_attention, was_training = current_attention(hf_model), hf_model.training
+        rec.output(block.attn, q + "attn.hook_pattern", index=1)
+        rec.input(block.attn.c_proj, q + "attn.hook_z", split)
+        rec.output(block.attn, q + "hook_attn_out")
+        rec.input(block.ln_2, q + "hook_resid_mid")
+        rec.output(block.ln_2, q + "ln2.hook_normalized")
+        rec.output(block.mlp.c_fc, q + "mlp.hook_pre")
+        rec.input(block.mlp.c_proj, q + "mlp.hook_post")
+        rec.output(block.mlp, q + "hook_mlp_out")
+        rec.output(block, q + "hook_resid_post")
+    rec.output(body.ln_f, "ln_final.hook_normalized")
     # reorder_and_upcast_attn only chooses float32 arithmetic for half-precision weights (the math is the same),
     # and Hugging Face refuses it in float64: switch it off where it changes nothing but would fail
-    upcast = [attn for attn in (block.attn for block in body.h) if getattr(attn, "reorder_and_upcast_attn", False)]
     full_precision = body.wte.weight.dtype in (torch.float32, torch.float64)
-    try:
-        hf_model.set_attn_implementation("eager")
-        hf_model.eval()
-        for attn in upcast if full_precision else []:
-            attn.reorder_and_upcast_attn = False
-        with torch.no_grad():
-            output = hf_model(tokens.to(body.wte.weight.device), use_cache=False, **forward_kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        for attn in upcast:
-            attn.reorder_and_upcast_attn = True
-        hf_model.set_attn_implementation(previous_attention)
-        hf_model.train(was_training)
-    if getattr(output, "logits", None) is not None:
-        acts["logits"] = output.logits.detach()
-    return acts
+    upcast = [block.attn for block in body.h if getattr(block.attn, "reorder_and_upcast_attn", False)]
+    patches = [patched(attn, "reorder_and_upcast_attn", False) for attn in upcast] if full_precision else []
+    inputs = {"input_ids": tokens, "use_cache": False, **forward_kwargs}
+    return run_reference(hf_model, rec, inputs, attention="eager", patches=patches)
 
 
 __all__ = [

@@ -19,7 +19,6 @@ odd number of rotated dimensions, an activation we do not have.
 import re
 from typing import Mapping
 
-import einops
 import torch
 from jaxtyping import Int
 from torch import Tensor
@@ -37,7 +36,7 @@ from .common import (
     split_fused_qkv,
     without_prefix,
 )
-from .hf_hooks import Recorder, collect, split_heads, with_positions
+from .reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 IGNORED_KEYS = re.compile(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)")
@@ -204,40 +203,31 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     for layer, block in enumerate(body.layers):
         q, attn = f"blocks.{layer}.", block.attention
         recorder.input(block, q + "hook_resid_pre")
-        recorder.layer_norm(block.input_layernorm, q + "ln1.")
+        recorder.norm(block.input_layernorm, q + "ln1.", centred=True)
         for index, letter in enumerate("qkv"):
             recorder.output(attn.query_key_value, q + f"attn.hook_{letter}", fused_qkv_activation(index, d_head))
         recorder.kwargs(
             attn, lambda kwargs, layer=layer: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"])
         )
-        recorder.pattern(attn, q + "attn.hook_pattern")
-        recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head))
+        recorder.output(attn, q + "attn.hook_pattern", index=1)
+        recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head=d_head))
         recorder.output(attn, q + "hook_attn_out")
         if not block.use_parallel_residual:
             recorder.input(block.post_attention_layernorm, q + "hook_resid_mid")
-        recorder.layer_norm(block.post_attention_layernorm, q + "ln2.")
+        recorder.norm(block.post_attention_layernorm, q + "ln2.", centred=True)
         recorder.output(block.mlp.dense_h_to_4h, q + "mlp.hook_pre")
         recorder.input(block.mlp.dense_4h_to_h, q + "mlp.hook_post")
         recorder.output(block.mlp, q + "hook_mlp_out")
         recorder.output(block, q + "hook_resid_post")
-    recorder.layer_norm(body.final_layer_norm, "ln_final.")
-    acts = collect(hf_model, recorder, tokens, with_positions(forward_kwargs))
+    recorder.norm(body.final_layer_norm, "ln_final.", centred=True)
+    acts = run_reference(
+        hf_model, recorder, {"input_ids": tokens, "use_cache": False, **with_positions(forward_kwargs)}
+    )
     for layer, (cos, sin) in rotary_inputs.items():
         q = f"blocks.{layer}.attn."
         rotated = rotate_like_hf(neox.apply_rotary_pos_emb, acts[q + "hook_q"], acts[q + "hook_k"], cos, sin)
         acts[q + "hook_rot_q"], acts[q + "hook_rot_k"] = rotated
     return acts
-
-
-def rotate_like_hf(apply_rotary, query: Tensor, key: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin)`` (heads first) on our ``[batch, pos, head_index, d_head]``
-    q and k."""
-    to_heads_first = "batch pos head_index d_head -> batch head_index pos d_head"
-    back = "batch head_index pos d_head -> batch pos head_index d_head"
-    rot_q, rot_k = apply_rotary(
-        einops.rearrange(query, to_heads_first), einops.rearrange(key, to_heads_first), cos, sin
-    )
-    return einops.rearrange(rot_q, back), einops.rearrange(rot_k, back)
 
 
 __all__ = [

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..architectures.gptj import GPTJConfig
 from .common import activation, build_model, fresh, heads_in, heads_out, hf_model_loader, linear_to_ours, without_prefix
-from .hf_hooks import Recorder, collect, split_heads, unsupported_transformers, with_positions
+from .reference import Recorder, run_reference, split_heads, unsupported_transformers, with_positions
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 IGNORED_KEYS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
@@ -153,7 +153,7 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     attention layers, the patterns, z (``out_proj``'s input), the attention and MLP outputs, the MLP's
     pre- and post-activation, the final norm and the logits. GPT-J computes its scores in
     float32 whatever the model's dtype; a float64 model's reference run keeps them in float64
-    through ``AttentionInterface`` (see ``hf_hooks``). Not mapped: ``hook_attn_scores`` (masked with the dtype's
+    through ``AttentionInterface`` (see ``reference``). Not mapped: ``hook_attn_scores`` (masked with the dtype's
     minimum).
     """
     body = hf_model.transformer if hasattr(hf_model, "transformer") else hf_model
@@ -164,18 +164,20 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     for layer, block in enumerate(body.h):
         q, attn = f"blocks.{layer}.", block.attn
         recorder.input(block, q + "hook_resid_pre")
-        recorder.layer_norm(block.ln_1, q + "ln1.")
+        recorder.norm(block.ln_1, q + "ln1.", centred=True)
         for letter in "qkv":
-            recorder.output(getattr(attn, f"{letter}_proj"), q + f"attn.hook_{letter}", split_heads(d_head))
-        recorder.pattern(attn, q + "attn.hook_pattern")
-        recorder.input(attn.out_proj, q + "attn.hook_z", split_heads(d_head))
+            recorder.output(getattr(attn, f"{letter}_proj"), q + f"attn.hook_{letter}", split_heads(d_head=d_head))
+        recorder.output(attn, q + "attn.hook_pattern", index=1)
+        recorder.input(attn.out_proj, q + "attn.hook_z", split_heads(d_head=d_head))
         recorder.output(attn, q + "hook_attn_out")
         recorder.output(block.mlp.fc_in, q + "mlp.hook_pre")
         recorder.input(block.mlp.fc_out, q + "mlp.hook_post")
         recorder.output(block.mlp, q + "hook_mlp_out")
         recorder.output(block, q + "hook_resid_post")
-    recorder.layer_norm(body.ln_f, "ln_final.")
-    acts = collect(hf_model, recorder, tokens, with_positions(forward_kwargs))
+    recorder.norm(body.ln_f, "ln_final.", centred=True)
+    acts = run_reference(
+        hf_model, recorder, {"input_ids": tokens, "use_cache": False, **with_positions(forward_kwargs)}
+    )
     sin, cos = acts.pop("sin"), acts.pop("cos")
     for layer in range(len(body.h)):
         q = f"blocks.{layer}.attn."

@@ -17,7 +17,6 @@ from torch import Tensor
 from ..architectures.marian import MarianConfig
 from ..components.sinusoidal import sinusoidal_table
 from .bart import (
-    ActivationRecorder,
     build_model,
     check_model_type,
     common_config_fields,
@@ -25,6 +24,7 @@ from .bart import (
     record_bart_family,
     run_seq2seq,
 )
+from .reference import Recorder
 from .strict import CheckpointError
 
 SUPPORTED_MODEL_TYPES = ("marian",)
@@ -89,7 +89,7 @@ def hf_reference_activations(
 ) -> dict[str, Tensor]:
     """Hugging Face Marian's value for each of our hooks (every one but the attention scores), and ``"logits"``."""
     body = getattr(hf_model, "model", hf_model)
-    recorder = ActivationRecorder()
+    recorder = Recorder()
     record_bart_family(
         recorder, body, hf_model.config.encoder_attention_heads, tokens.shape[0], embed_scale=body.encoder.embed_scale
     )

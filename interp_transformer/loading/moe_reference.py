@@ -12,11 +12,14 @@ Hugging Face's expert formula (``linear(x, gate_up_proj[E])`` split into gate an
 ``act(gate) * up``) applied to the input its experts received. Dense blocks are read as the
 Llama family's MLP.
 
-Float64 (see ``reference_hooks``): besides the RMSNorms, Hugging Face's routers take the
+Float64 (see ``reference``): besides the RMSNorms, Hugging Face's routers take the
 softmax in float32, and its default grouped matrix product has no float64 kernel; a float64
 reference run computes each router in float64 (the same formula) and runs the experts
 eagerly.
 """
+
+import contextlib
+from typing import ContextManager
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +28,7 @@ from torch import Tensor, nn
 
 from ..components.moe import routing_dtype
 from .llama_reference import llama_float64_patches, record_gated_mlp, record_llama_block
-from .reference_hooks import Patch, Recorder, forward_patch, reference_activations
+from .reference import Recorder, current_experts, forward_patch, reference_activations
 
 
 def _router_in_input_dtype(router, hidden_states: Tensor):
@@ -37,13 +40,24 @@ def _router_in_input_dtype(router, hidden_states: Tensor):
     return router_logits, top_weights, indices
 
 
-def moe_float64_patches(hf_model: nn.Module) -> list[Patch]:
+@contextlib.contextmanager
+def _eager_experts(hf_model):
+    """Hugging Face's experts run eagerly for the call (``set_experts_implementation``); restored afterwards."""
+    previous = current_experts(hf_model)
+    hf_model.set_experts_implementation("eager")
+    try:
+        yield
+    finally:
+        hf_model.set_experts_implementation(previous)
+
+
+def moe_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     """The Llama family's float64 norms, every router in float64, and eager experts."""
     routers = [module for module in hf_model.modules() if type(module).__name__.endswith("TopKRouter")]
     return (
         llama_float64_patches(hf_model)
         + [forward_patch(router, _router_in_input_dtype) for router in routers]
-        + [Patch(hf_model.config, "_experts_implementation", "eager")]
+        + [_eager_experts(hf_model)]
     )
 
 
@@ -60,8 +74,9 @@ def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) 
         for expert in range(experts.num_experts):
             gate, up = F.linear(x, experts.gate_up_proj[expert]).chunk(2, dim=-1)
             e = prefix + f"experts.{expert}."
-            rec.acts[e + "hook_pre"], rec.acts[e + "hook_pre_linear"] = per_token(gate).detach(), per_token(up).detach()
-            rec.acts[e + "hook_post"] = per_token(experts.act_fn(gate) * up).detach()
+            rec.keep(e + "hook_pre", per_token(gate))
+            rec.keep(e + "hook_pre_linear", per_token(up))
+            rec.keep(e + "hook_post", per_token(experts.act_fn(gate) * up))
 
     rec.handles.append(experts.register_forward_pre_hook(every_expert, with_kwargs=True))
     if hasattr(mixture, "shared_expert"):

@@ -43,7 +43,7 @@ from .common import (
     per_head_bias,
     without_prefix,
 )
-from .hf_hooks import Recorder, collect, split_heads
+from .reference import Recorder, run_reference, split_heads
 from .strict import check_checkpoint, check_layer_count, require_config_fields
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
@@ -231,27 +231,27 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         q, attn = f"blocks.{layer}.", block.self_attn
         recorder.input(block, q + "hook_resid_pre")
         for letter in "qkv":
-            recorder.output(getattr(attn, f"{letter}_proj"), q + f"attn.hook_{letter}", split_heads(d_head))
-        recorder.pattern(attn, q + "attn.hook_pattern")
-        recorder.input(attn.out_proj, q + "attn.hook_z", split_heads(d_head))
+            recorder.output(getattr(attn, f"{letter}_proj"), q + f"attn.hook_{letter}", split_heads(d_head=d_head))
+        recorder.output(attn, q + "attn.hook_pattern", index=1)
+        recorder.input(attn.out_proj, q + "attn.hook_z", split_heads(d_head=d_head))
         recorder.output(attn, q + "hook_attn_out")
         recorder.output(block.fc1, q + "mlp.hook_pre", unflatten)
         recorder.input(block.fc2, q + "mlp.hook_post", unflatten)
         recorder.output(block.fc2, q + "hook_mlp_out", unflatten)
         if config.do_layer_norm_before:  # x + attn(ln1(x)), then + mlp(ln2(.))
-            recorder.layer_norm(block.self_attn_layer_norm, q + "ln1.")
+            recorder.norm(block.self_attn_layer_norm, q + "ln1.", centred=True)
             recorder.input(block.final_layer_norm, q + "hook_resid_mid", unflatten)
-            recorder.layer_norm(block.final_layer_norm, q + "ln2.", unflatten)
+            recorder.norm(block.final_layer_norm, q + "ln2.", centred=True, transform=unflatten)
             recorder.output(block, q + "hook_resid_post")
         else:  # ln1(x + attn(x)), then ln2(. + mlp(.))
             recorder.input(block.self_attn_layer_norm, q + "hook_resid_mid")
-            recorder.layer_norm(block.self_attn_layer_norm, q + "ln1.")
+            recorder.norm(block.self_attn_layer_norm, q + "ln1.", centred=True)
             recorder.input(block.final_layer_norm, q + "hook_resid_post", unflatten)
-            recorder.layer_norm(block.final_layer_norm, q + "ln2.", unflatten)
+            recorder.norm(block.final_layer_norm, q + "ln2.", centred=True, transform=unflatten)
             recorder.output(block, q + "hook_normalized_resid_post")
     if decoder.final_layer_norm is not None:
-        recorder.layer_norm(decoder.final_layer_norm, "ln_final.")
-    return collect(hf_model, recorder, tokens, forward_kwargs)
+        recorder.norm(decoder.final_layer_norm, "ln_final.", centred=True)
+    return run_reference(hf_model, recorder, {"input_ids": tokens, "use_cache": False, **forward_kwargs})
 
 
 __all__ = [

@@ -35,8 +35,6 @@ from torch import Tensor
 from ..architectures.t5 import T5Config
 from .bart import HF_ACTIVATIONS, check_model_type, run_seq2seq
 from .encoder_decoder_common import (
-    SPLIT_HEADS,
-    ActivationRecorder,
     attention_shapes,
     attention_weights,
     fresh,
@@ -45,6 +43,7 @@ from .encoder_decoder_common import (
     special_token_ids,
     zero_attention_biases,
 )
+from .reference import Recorder, split_heads
 from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
 
 SUPPORTED_MODEL_TYPES = ("t5",)
@@ -187,29 +186,22 @@ def load_hf_model(directory, *, dtype=torch.float32):
     return T5ForConditionalGeneration.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
-def _record_t5(recorder: ActivationRecorder, hf_model, gated: bool) -> None:
-    n_heads = hf_model.config.num_heads
-    split = lambda t: einops.rearrange(t, SPLIT_HEADS, head_index=n_heads)  # noqa: E731
+def _record_t5(recorder: Recorder, hf_model, gated: bool) -> None:
+    split = split_heads(head_index=hf_model.config.num_heads)
 
-    def norm(module, prefix: str) -> None:
-        inverse = lambda x, eps=module.variance_epsilon: (
-            1.0 / torch.rsqrt(x.to(torch.float32).pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)
-        )  # noqa: E501,E731
-        recorder.input(module, prefix + ".hook_scale", inverse)
-        recorder.output(module, prefix + ".hook_normalized")
+    def norm(module, prefix: str) -> None:  # T5 takes the mean square in float32, as our T5LayerNorm
+        recorder.norm(module, prefix + ".", centred=False, mean_square_dtype=torch.float32)
 
     def attention(module, prefix: str, out_name: str) -> None:
         for letter in "qkv":
             recorder.output(getattr(module, letter), prefix + f".hook_{letter}", split)
-        recorder.output(module, prefix + ".hook_pattern", pick=lambda out: out[2])
+        recorder.output(module, prefix + ".hook_pattern", index=2)
         recorder.input(module.o, prefix + ".hook_z", split)
         recorder.output(module, out_name)
 
     for stack, hf_stack in (("encoder", hf_model.encoder), ("decoder", hf_model.decoder)):
         recorder.output(hf_stack.embed_tokens, f"{stack}.hook_embed")
-        recorder.output(
-            hf_stack.block[0].layer[0].SelfAttention, f"{stack}.rel_pos_bias.hook_bias", pick=lambda out: out[1]
-        )
+        recorder.output(hf_stack.block[0].layer[0].SelfAttention, f"{stack}.rel_pos_bias.hook_bias", index=1)
         norm(hf_stack.final_layer_norm, f"{stack}.ln_final")
         for layer, block in enumerate(hf_stack.block):
             b = f"{stack}.blocks.{layer}."
@@ -241,7 +233,7 @@ def hf_reference_activations(
 
     RMSNorm scales are computed from each norm's input as T5 computes them (float32 mean square).
     """
-    recorder = ActivationRecorder()
+    recorder = Recorder()
     _record_t5(recorder, hf_model, hf_model.config.is_gated_act)
     return run_seq2seq(hf_model, recorder, tokens, attention_mask, decoder_input)
 

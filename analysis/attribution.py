@@ -24,13 +24,13 @@ embeddings, each head's ``z_h W_O[h]``, each layer's ``b_O``, each MLP layer's
 The norm's algebra is the norm's own (``pull_back``, ``bias_term``), so an RMSNorm
 decoder (and Gemma's ``1 + w`` norm) is read the same way. Where attention and MLP outputs
 pass through norms of their own before the residual stream (Gemma 2's ``ln1_post`` and
-``ln2_post``, ``capabilities.sublayer_output_norms``), those norms' scales are frozen too and
+``ln2_post``: each writer's ``output_norm``, ``components.writers``), those norms' scales are frozen too and
 each head's and neuron's write is pulled back through them: the split stays exact. In a
 mixture of experts, ``b_out`` is each chosen expert's bias times its routing weight (plus the
 shared expert's, times its gate): the routing weights are constant given the cache, so the
 split stays exact (``analysis.experts.expert_logit_attribution`` splits the MLP over experts).
 
-Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, ``capabilities.logit_softcap``)
+Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, ``model.logit_softcap``)
 are not linear in anything. Direct logit attribution then attributes the *uncapped* logit
 (``unembed.hook_logits_uncapped``), which the terms sum to exactly, and says so
 (``LogitAttribution.logit_softcap``, ``LogitAttribution.note``); the model's logit is
@@ -41,16 +41,23 @@ has neither: ``analysis.encoder_attribution`` is its exact counterpart (direct
 contributions to a chosen direction of the hidden states, every norm's scale frozen).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
-import einops
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache
 from interp_transformer.components.softcap import soft_cap
+from interp_transformer.components.writers import (
+    LayerTerms,
+    Writer,
+    direct_path,
+    direct_path_hooks,
+    read_along,
+    stack_terms,
+)
 
 from . import _checks
 
@@ -71,36 +78,10 @@ def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:
     ]
 
 
-def routing_hook_names(model: _checks.AnyModel, layer: int) -> list[str]:
-    """The routing hooks of block ``layer`` (chosen experts, their weights, the shared expert's gate), or [] without
-    experts."""
-    if not model.capabilities.has_experts:
-        return []
-    names = [model.act_name("expert_indices", layer), model.act_name("routing_weights", layer)]
-    if names[0] not in model.hook_dict:  # a dense block of a mixture-of-experts model
-        return []
-    shared = model.act_name("shared_expert_gate", layer)
-    return names + ([shared] if shared in model.hook_dict else [])
-
-
-def output_norm_scale_names(model: _checks.AnyModel, layer: int) -> list[str]:
-    """The scales of the norms block ``layer``'s attention and MLP outputs pass through (Gemma 2), or []."""
-    norms = model.capabilities.sublayer_output_norms
-    return [model.act_name("scale", layer, norm) for norm in norms] if norms else []
-
-
 def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> list[str]:
     """The hooks ``direct_logit_attribution`` reads (with ``neurons``: ``neuron_logit_attribution`` too)."""
     names = [model.act_name(name) for name in model.hook_names.input_writers]
-    for layer in range(model.cfg.n_layers):
-        names.append(model.act_name("z", layer))
-        names += output_norm_scale_names(model, layer)
-        if model.act_name("mlp_out", layer) in model.hook_dict:
-            names.append(model.act_name("mlp_out", layer))
-            names += routing_hook_names(model, layer)
-            if neurons and model.act_name("post", layer) in model.hook_dict:
-                names.append(model.act_name("post", layer))
-    return names + [model.act_name("scale")]
+    return names + direct_path_hooks(model.blocks, neurons) + [model.act_name("scale")]
 
 
 @torch.no_grad()
@@ -122,7 +103,7 @@ def logit_lens(cache: ActivationCache, pos_slice: Union[None, int, slice] = None
     if pos_slice is not None:
         resid = resid[:, :, pos_slice]
     logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
-    cap = model.capabilities.logit_softcap
+    cap = model.logit_softcap
     if cap is not None:  # soft-capped as the model caps its logits
         logits = soft_cap(logits, cap)
     labels = [f"{layer}_pre" for layer in range(model.cfg.n_layers)] + ["final_post"]
@@ -141,6 +122,8 @@ class LogitAttribution:
     positions act inside attention, e.g. rotary), ``ln_final_bias`` (``b_lnf . d``; zero for a
     norm without bias), ``unembed_bias`` (``b_U[t] - b_U[t']``), each ``[batch]``. ``total()``
     sums every term except ``mlp_bias`` (already in ``mlp``) and equals the logit (difference);
+    ``other_writers`` holds, per label, ``[layer, batch]`` the whole write of any other kind of writer
+    a block has (0 in blocks without it), and ``total()`` includes it;
     with ``logit_softcap`` set, the logit *before* the cap (see ``note``).
     """
 
@@ -153,6 +136,7 @@ class LogitAttribution:
     ln_final_bias: Float[Tensor, "batch"]
     unembed_bias: Float[Tensor, "batch"]
     logit_softcap: Optional[float] = None  # the model's logits are cap * tanh(uncapped / cap): total() is uncapped
+    other_writers: dict[str, Float[Tensor, "layer batch"]] = field(default_factory=dict)
 
     @property
     def note(self) -> str:
@@ -171,6 +155,7 @@ class LogitAttribution:
 
     def total(self) -> Float[Tensor, "batch"]:
         total = self.embed + self.pos_embed + self.attn.sum(dim=0) + self.ln_final_bias + self.unembed_bias
+        total = total + sum(terms.sum(dim=0) for terms in self.other_writers.values())
         return total + self.mlp.sum(dim=0) if self.mlp is not None else total
 
 
@@ -207,33 +192,9 @@ class _Readout:
         """``vectors . c / scale`` (``direction`` instead of ``c``: one pulled back through an output norm)."""
         return (vectors * (self.centred if direction is None else direction)).sum(dim=-1) / self.scale
 
-    def through_output_norm(self, layer: int, which: int) -> tuple[Tensor, Tensor]:
-        """``(direction, bias)`` for what block ``layer``'s attention (``which=0``) or MLP (1) writes.
-
-        Without output norms: ``c`` and 0. With them (Gemma 2), the norm's scale is frozen to
-        the cached one and ``c`` pulled back through it; ``bias`` is the norm's bias term along
-        ``c``, already divided by the final scale (``[batch]``).
-        """
-        norms = self.model.capabilities.sublayer_output_norms
-        if not norms:
-            return self.centred, self.centred.new_zeros(self.centred.shape[0])
-        norm = getattr(self.model.blocks[layer], norms[which])
-        scale = self.at_pos(self.model.act_name("scale", layer, norms[which]))  # [batch, 1]
-        return norm.pull_back(self.centred, scale), norm.bias_term(self.centred) / self.scale
-
-    def mlp_bias_write(self, layer: int) -> Float[Tensor, "batch d_model"]:
-        """What block ``layer``'s MLP biases write: ``b_out``, or the routing-weighted biases of a mixture's experts."""
-        mlp = self.model.blocks[layer].mlp
-        routing = routing_hook_names(self.model, layer)
-        if not routing:
-            return mlp.b_out.expand(self.scale.shape[0], -1)
-        indices, weights = self.at_pos(routing[0]), self.at_pos(routing[1])  # [batch, top_k]
-        written = einops.einsum(
-            weights, mlp.stacked("b_out")[indices], "batch top_k, batch top_k d_model -> batch d_model"
-        )
-        if len(routing) == 3:  # the shared expert, scaled by its gate
-            written = written + self.at_pos(routing[2]) * mlp.shared_expert.b_out
-        return written
+    def through(self, writer: Writer) -> Tensor:
+        """The direction ``writer``'s part output is read along: ``c``, pulled back through its output norm if any."""
+        return writer.pull_back(self.centred, self.at_pos)[0]
 
 
 @torch.no_grad()
@@ -250,38 +211,33 @@ def direct_logit_attribution(
     model = cache.model
     _checks.require(model, "linear_logits", "direct_logit_attribution", POST_NORM_INSTEAD)
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "direct_logit_attribution", attribution_hook_names(model))
-    heads, attn_bias, mlp, mlp_bias = [], [], [], []
-    for layer, block in enumerate(model.blocks):
-        z = readout.at_pos(model.act_name("z", layer))  # [batch, head_index, d_head]
-        c_attn, norm_bias = readout.through_output_norm(layer, 0)
-        # z_h W_O[h] . c = z_h . (W_O[h] c): no [head_index, batch, d_model] stack needed
-        W_O_c = einops.einsum(
-            block.attn.W_O, c_attn, "head_index d_head d_model, batch d_model -> head_index batch d_head"
-        )
-        heads.append(
-            einops.einsum(z, W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch")
-            / readout.scale
-        )
-        attn_bias.append(readout.read(block.attn.b_O, c_attn) + norm_bias)
-        if model.act_name("mlp_out", layer) in model.hook_dict:
-            mlp.append(readout.read(readout.at_pos(model.act_name("mlp_out", layer))))
-            c_mlp, _ = readout.through_output_norm(layer, 1)
-            mlp_bias.append(readout.read(readout.mlp_bias_write(layer), c_mlp))
+    layers, direction = direct_path(model.blocks, readout.centred / readout.scale[:, None], readout.at_pos)
     unembed_bias = model.b_U[readout.tokens]
     if readout.incorrect_tokens is not None:
         unembed_bias = unembed_bias - model.b_U[readout.incorrect_tokens]
-    inputs = {name: readout.read(readout.at_pos(model.act_name(name))) for name in model.hook_names.input_writers}
+    inputs = {
+        name: read_along(readout.at_pos(model.act_name(name)), direction) for name in model.hook_names.input_writers
+    }
+    mlp_bias = stack_terms(layers, "mlp", "bias")
     return LogitAttribution(
         embed=inputs["embed"],
         pos_embed=inputs.get("pos_embed", torch.zeros_like(inputs["embed"])),
-        heads=torch.stack(heads),
-        attn_bias=torch.stack(attn_bias),
-        mlp=torch.stack(mlp) if mlp else None,
-        mlp_bias=torch.stack(mlp_bias) if mlp_bias else None,
+        heads=stack_terms(layers, "attn", "units"),
+        attn_bias=stack_terms(layers, "attn", "bias") + stack_terms(layers, "attn", "norm_bias"),
+        mlp=stack_terms(layers, "mlp", "whole"),
+        mlp_bias=mlp_bias,
         ln_final_bias=readout.norm.bias_term(readout.direction),
         unembed_bias=unembed_bias,
-        logit_softcap=model.capabilities.logit_softcap,
+        logit_softcap=model.logit_softcap,
+        other_writers=_other_writers(layers),
     )
+
+
+def _other_writers(layers: list[LayerTerms]) -> dict[str, Tensor]:
+    """The whole terms of writers other than attention and the MLP, ``[layer, batch]`` per label (0 where absent)."""
+    labels = sorted({terms.writer.sublayer for layer in layers for terms in layer.writers} - {"attn", "mlp"})
+    zero = layers[0].writers[0].whole.new_zeros(layers[0].writers[0].whole.shape)
+    return {label: torch.stack([t.whole if (t := layer.of(label)) else zero for layer in layers]) for label in labels}
 
 
 @torch.no_grad()
@@ -305,13 +261,10 @@ def neuron_logit_attribution(
     layers = _checks.layer_list(model, layer)
     for l in layers:
         _checks.require_neurons(model, l, "neuron_logit_attribution")
-    names = [model.act_name("post", l) for l in layers] + [model.act_name("scale")]
-    names += [name for l in layers for name in output_norm_scale_names(model, l)]
+    writers = [model.blocks[l].writer("mlp") for l in layers]
+    names = [writer.units.hook for writer in writers] + [model.act_name("scale")]
+    names += [writer.scale_hook for writer in writers if writer.output_norm is not None]
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "neuron_logit_attribution", names)
-    result = []
-    for l in layers:
-        post = readout.at_pos(model.act_name("post", l))  # [batch, d_mlp]
-        c_mlp, _ = readout.through_output_norm(l, 1)
-        W_out_c = einops.einsum(model.blocks[l].mlp.W_out, c_mlp, "d_mlp d_model, batch d_model -> d_mlp batch")
-        result.append(post.T * W_out_c / readout.scale)
+    result = [writer.units.read(readout.at_pos(writer.units.hook), readout.through(writer)) for writer in writers]
+    result = [terms / readout.scale for terms in result]
     return result[0] if layer is not None else torch.stack(result)

@@ -32,11 +32,11 @@ from . import _checks
 
 
 def require_cross_attention(model, analysis: str) -> None:
-    """``TypeError`` unless ``model`` is an encoder-decoder (``capabilities.cross_attention``)."""
-    if not model.capabilities.cross_attention:
+    """``TypeError`` unless ``model`` is an encoder-decoder (``model.has_cross_attention``)."""
+    if not model.has_cross_attention:
         raise TypeError(
-            f"{analysis} reads cross-attention, which only an encoder-decoder has; this model's capabilities "
-            f"say it has none (cross_attention=False)"
+            f"{analysis} reads cross-attention, which only an encoder-decoder has; no block of this "
+            f"{type(model).__name__} attends to another stack (model.has_cross_attention is False)"
         )
 
 

@@ -50,7 +50,6 @@ positions, and head outputs are terms here), so each position's split stands alo
 (mean pooling: with ``d`` the unit sentence embedding, ``f`` is the embedding's norm).
 """
 
-import functools
 import operator
 from dataclasses import dataclass, fields
 from typing import Callable, Optional, Union
@@ -61,6 +60,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp_transformer import ActivationCache
+from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
 from . import _checks
 
@@ -79,15 +79,7 @@ def encoder_attribution_hook_names(model, neurons: bool = False) -> list[str]:
     embedding_norm = _embedding_norm(model)
     if embedding_norm is not None:
         names.append(embedding_norm.hook_scale.name)
-    for layer in range(model.cfg.n_layers):
-        names += [
-            model.act_name("z", layer),
-            model.act_name("scale", layer, "ln1"),
-            model.act_name("mlp_out", layer),
-            model.act_name("scale", layer, "ln2"),
-        ]
-        if neurons:
-            names.append(model.act_name("post", layer))
+    names += direct_path_hooks(model.blocks, neurons)
     return names + [model.hook_names.final_residual_name(model.cfg.n_layers)]
 
 
@@ -201,11 +193,6 @@ def _require_post_norm(model, what: str) -> None:
         )
 
 
-def _read(vector: Tensor, direction: Tensor) -> Tensor:
-    """``vector . g`` per (batch, pos): ``vector`` is ``[d_model]`` or ``[batch, pos, d_model]``."""
-    return (vector * direction).sum(dim=-1)
-
-
 @torch.no_grad()
 def encoder_direct_attribution(
     cache: ActivationCache,
@@ -230,37 +217,24 @@ def encoder_direct_attribution(
     hidden = act(model.hook_names.final_residual_name(model.cfg.n_layers))
     batch, n_pos = hidden.shape[:2]
     g = _directions(direction, batch, n_pos, hidden)
-    value = _read(hidden, g)
+    value = read_along(hidden, g)
     reduce = _reducer(pos, attention_mask, batch, n_pos, hidden.device)
-    terms: dict[str, list[Tensor]] = {
-        name: [] for name in ("heads", "attn_bias", "ln1_bias", "mlp", "mlp_bias", "ln2_bias", "neurons")
+    layers, g = direct_path(model.blocks, g, act, neurons)  # each block: ln2, the MLP, ln1, the heads, backwards
+    terms = {
+        "heads": stack_terms(layers, "attn", "units"),
+        "attn_bias": stack_terms(layers, "attn", "bias"),
+        "mlp": stack_terms(layers, "mlp", "whole"),
+        "mlp_bias": stack_terms(layers, "mlp", "bias"),
+        "neurons": stack_terms(layers, "mlp", "units") if neurons else None,
+        "ln1_bias": torch.stack([layer.norm_biases["ln1"] for layer in layers]),
+        "ln2_bias": torch.stack([layer.norm_biases["ln2"] for layer in layers]),
     }
-    for layer in reversed(range(model.cfg.n_layers)):
-        block, name = model.blocks[layer], functools.partial(model.act_name, layer=layer)
-        terms["ln2_bias"].append(block.ln2.bias_term(g))
-        g = block.ln2.pull_back(g, act(name("scale", sub="ln2")))  # reads resid_post = ln1_out + mlp_out
-        terms["mlp"].append(_read(act(name("mlp_out")), g))
-        terms["mlp_bias"].append(_read(block.mlp.b_out, g))
-        if neurons:
-            W_out_g = einops.einsum(block.mlp.W_out, g, "d_mlp d_model, batch pos d_model -> batch pos d_mlp")
-            terms["neurons"].append(einops.rearrange(act(name("post")) * W_out_g, "batch pos d_mlp -> d_mlp batch pos"))
-        terms["ln1_bias"].append(block.ln1.bias_term(g))
-        g = block.ln1.pull_back(g, act(name("scale", sub="ln1")))  # reads resid_mid = resid_pre + attn_out
-        W_O_g = einops.einsum(
-            block.attn.W_O, g, "head_index d_head d_model, batch pos d_model -> batch pos head_index d_head"
-        )
-        heads = einops.einsum(
-            act(name("z")), W_O_g, "batch pos head_index d_head, batch pos head_index d_head -> head_index batch pos"
-        )
-        terms["heads"].append(heads)
-        terms["attn_bias"].append(_read(block.attn.b_O, g))
     embedding_norm = _embedding_norm(model)
     embed_ln_bias = torch.zeros_like(value)
     if embedding_norm is not None:
         embed_ln_bias = embedding_norm.bias_term(g)
         g = embedding_norm.pull_back(g, act(embedding_norm.hook_scale.name))
-    stacked = {name: reduce(torch.stack(values[::-1])) for name, values in terms.items() if values}  # layer order
-    inputs = {name: _read(act(model.act_name(name)), g) for name in model.hook_names.input_writers}
+    inputs = {name: read_along(act(model.act_name(name)), g) for name in model.hook_names.input_writers}
     zero = torch.zeros_like(value)
     return EncoderAttribution(
         embed=reduce(inputs["embed"]),
@@ -268,7 +242,7 @@ def encoder_direct_attribution(
         pos_embed=reduce(inputs.get("pos_embed", zero)),
         embed_ln_bias=reduce(embed_ln_bias),
         value=reduce(value),
-        **stacked,
+        **{name: reduce(term) for name, term in terms.items() if term is not None},
     )
 
 

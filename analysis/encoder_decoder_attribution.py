@@ -27,6 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache
+from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
 from . import _checks
 from .cross_attention import require_cross_attention
@@ -44,12 +45,8 @@ def _require_additive(model, analysis: str) -> None:
 def decoder_writer_names(model) -> list[tuple[str, str]]:
     """``(label, hook)`` of every component that writes the decoder's residual stream, in order."""
     names = [(name, model.act_name(name, DECODER)) for name in model.hook_names.input_writers]
-    for layer in range(model.cfg.n_decoder_layers):
-        names += [
-            (f"{layer}_attn_out", model.act_name("attn_out", layer, DECODER)),
-            (f"{layer}_cross_attn_out", model.act_name("attn_out", layer, CROSS)),
-            (f"{layer}_mlp_out", model.act_name("mlp_out", layer, DECODER)),
-        ]
+    for layer, block in enumerate(model.decoder.blocks):
+        names += [(f"{layer}_{writer.sublayer}_out", writer.output) for writer in block.writers()]
     return names
 
 
@@ -88,20 +85,11 @@ def head_results(
     require_cross_attention(model, "head_results")
     if attention not in (CROSS, DECODER):
         raise ValueError(f"attention must be {CROSS!r} or {DECODER!r}, got {attention!r}")
-    names = [model.act_name("z", layer, attention) for layer in range(model.cfg.n_decoder_layers)]
-    _checks.require_hooks(cache, names, "head_results")
-    W_O = model.decoder.W_O_cross if attention == CROSS else model.decoder.W_O
-    z = torch.stack([_checks.cached(cache, name) for name in names])
-    results = einops.einsum(
-        z,
-        W_O,
-        "layer batch pos head_index d_head, layer head_index d_head d_model -> layer head_index batch pos d_model",
-    )
-    letter = "C" if attention == CROSS else "H"
-    labels = [
-        f"L{layer}{letter}{head}" for layer in range(model.cfg.n_decoder_layers) for head in range(model.cfg.n_heads)
-    ]
-    return results, labels
+    units = [block.writer("cross_attn" if attention == CROSS else "attn").units for block in model.decoder.blocks]
+    _checks.require_hooks(cache, [u.hook for u in units], "head_results")
+    results = torch.stack([u.writes(_checks.cached(cache, u.hook)) for u in units])  # [layer, batch, pos, head, d]
+    labels = [f"L{layer}{u.letter}{head}" for layer, u in enumerate(units) for head in range(u.weight.shape[0])]
+    return einops.rearrange(results, "layer batch pos head d_model -> layer head batch pos d_model"), labels
 
 
 @dataclass
@@ -132,13 +120,7 @@ class DecoderLogitAttribution:
 def attribution_hook_names(model) -> list[str]:
     """The hooks ``decoder_logit_attribution`` reads."""
     names = [model.act_name(name, DECODER) for name in model.hook_names.input_writers]
-    for layer in range(model.cfg.n_decoder_layers):
-        names += [
-            model.act_name("z", layer, DECODER),
-            model.act_name("z", layer, CROSS),
-            model.act_name("mlp_out", layer, DECODER),
-        ]
-    return names + [model.act_name("scale", DECODER)]
+    return names + direct_path_hooks(model.decoder.blocks) + [model.act_name("scale", DECODER)]
 
 
 @torch.no_grad()
@@ -171,36 +153,19 @@ def decoder_logit_attribution(
         incorrect = _checks.token_ids(model, incorrect_tokens, batch, "incorrect_tokens")
         direction, unembed_bias = direction - model.W_U[:, incorrect].T, unembed_bias - model.b_U[incorrect]
     centred = norm.pull_back(direction)  # [batch, d_model]
-
-    def read(vectors: Tensor) -> Tensor:
-        return (vectors * centred).sum(dim=-1) / scale
-
-    def at_pos(name: str) -> Tensor:
-        return _checks.cached(cache, name)[rows, pos]
-
-    def per_head(z_name: str, W_O: Tensor) -> Tensor:
-        W_O_c = einops.einsum(W_O, centred, "head_index d_head d_model, batch d_model -> head_index batch d_head")
-        return (
-            einops.einsum(at_pos(z_name), W_O_c, "batch head_index d_head, head_index batch d_head -> head_index batch")
-            / scale
-        )
-
-    heads, attn_bias, cross_heads, cross_bias, mlp = [], [], [], [], []
-    for layer, block in enumerate(model.decoder.blocks):
-        heads.append(per_head(model.act_name("z", layer, DECODER), block.attn.W_O))
-        attn_bias.append(read(block.attn.b_O))
-        cross_heads.append(per_head(model.act_name("z", layer, CROSS), block.cross_attn.W_O))
-        cross_bias.append(read(block.cross_attn.b_O))
-        mlp.append(read(at_pos(model.act_name("mlp_out", layer, DECODER))))
-    inputs = {name: read(at_pos(model.act_name(name, DECODER))) for name in model.hook_names.input_writers}
+    at_pos = lambda name: _checks.cached(cache, name)[rows, pos]  # noqa: E731
+    layers, direction_in = direct_path(model.decoder.blocks, centred / scale[:, None], at_pos)
+    inputs = {
+        name: read_along(at_pos(model.act_name(name, DECODER)), direction_in) for name in model.hook_names.input_writers
+    }
     return DecoderLogitAttribution(
         embed=inputs["embed"],
         pos_embed=inputs.get("pos_embed", torch.zeros_like(inputs["embed"])),
-        heads=torch.stack(heads),
-        attn_bias=torch.stack(attn_bias),
-        cross_heads=torch.stack(cross_heads),
-        cross_attn_bias=torch.stack(cross_bias),
-        mlp=torch.stack(mlp),
+        heads=stack_terms(layers, "attn", "units"),
+        attn_bias=stack_terms(layers, "attn", "bias"),
+        cross_heads=stack_terms(layers, "cross_attn", "units"),
+        cross_attn_bias=stack_terms(layers, "cross_attn", "bias"),
+        mlp=stack_terms(layers, "mlp", "whole"),
         ln_final_bias=norm.bias_term(direction),
         unembed_bias=unembed_bias,
     )

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from interp_transformer import ActivationCache
 
 from . import _checks
-from .attribution import POST_NORM_INSTEAD, PosArg, TokenArg, _Readout, output_norm_scale_names, routing_hook_names
+from .attribution import POST_NORM_INSTEAD, PosArg, TokenArg, _Readout
 from .neurons import NeuronLogitEffect, StreamingTopK, TopActivations, _batches
 
 STATISTICS = ("max", "mean", "abs_mean")
@@ -49,13 +49,26 @@ STATISTICS = ("max", "mean", "abs_mean")
 
 def moe_layers(model: _checks.AnyModel) -> list[int]:
     """The blocks whose MLP is a mixture of experts (``ValueError`` for a model without experts)."""
-    layers = [layer for layer in range(model.cfg.n_layers) if routing_hook_names(model, layer)]
+    layers = [layer for layer, block in enumerate(model.blocks) if _mlp_writer(block).routes_tokens]
     if not layers:
         raise ValueError(
-            "this model has no mixture of experts (capabilities.has_experts is False): its MLP neurons are "
+            "this model has no mixture of experts (model.has_experts is False): its MLP neurons are "
             "read with analysis.neurons"
         )
     return layers
+
+
+def _mlp_writer(block):
+    """Block's MLP writer; an attention-only block has none, and routes no tokens."""
+    writer = block.writer("mlp")
+    if writer is None:
+        raise ValueError("this model is attention-only (d_mlp=None): it has no MLP, so no mixture of experts")
+    return writer
+
+
+def routing_hook_names(model: _checks.AnyModel, layer: int) -> list[str]:
+    """The routing hooks of mixture ``layer``: chosen experts, their weights (and the shared expert's gate)."""
+    return _mlp_writer(model.blocks[layer]).bias_hooks()
 
 
 def _mixture(model: _checks.AnyModel, layer, what: str):
@@ -285,7 +298,8 @@ def expert_attribution_hook_names(model: _checks.AnyModel) -> list[str]:
         mixture = model.blocks[layer].mlp
         names += routing_hook_names(model, layer) + [expert.hook_post.name for expert in mixture.experts]
         names += [mixture.shared_expert.hook_post.name] if mixture.shared_expert is not None else []
-        names += output_norm_scale_names(model, layer)
+        writer = model.blocks[layer].writer("mlp")
+        names += [writer.scale_hook] if writer.output_norm is not None else []
     return names + [model.act_name("scale")]
 
 
@@ -313,7 +327,7 @@ def expert_logit_attribution(
     experts, shared = [], []
     for layer in layers:
         mixture, routing = model.blocks[layer].mlp, _routing_at_pos(readout, layer)
-        c_mlp, _ = readout.through_output_norm(layer, 1)
+        c_mlp = readout.through(model.blocks[layer].writer("mlp"))
         # [expert, batch, d_mlp]
         posts = torch.stack([readout.at_pos(expert.hook_post.name) for expert in mixture.experts])
         outputs = einops.einsum(
@@ -325,9 +339,7 @@ def expert_logit_attribution(
             post = readout.at_pos(mixture.shared_expert.hook_post.name)
             gate = readout.at_pos(routing_hook_names(model, layer)[2])[:, 0]  # [batch]
             shared.append(gate * readout.read(post @ mixture.shared_expert.W_out + mixture.shared_expert.b_out, c_mlp))
-    return ExpertAttribution(
-        layers, torch.stack(experts), torch.stack(shared) if shared else None, model.capabilities.logit_softcap
-    )
+    return ExpertAttribution(layers, torch.stack(experts), torch.stack(shared) if shared else None, model.logit_softcap)
 
 
 @torch.no_grad()
@@ -341,7 +353,7 @@ def expert_neuron_logit_attribution(
     readout = _readout(cache, tokens, incorrect_tokens, pos, "expert_neuron_logit_attribution")
     layer, mixture = _mixture(readout.model, layer, "expert_neuron_logit_attribution")
     routing = _routing_at_pos(readout, layer)
-    c_mlp, _ = readout.through_output_norm(layer, 1)
+    c_mlp = readout.through(readout.model.blocks[layer].writer("mlp"))
     posts = torch.stack([readout.at_pos(expert.hook_post.name) for expert in mixture.experts])  # [expert, batch, d_mlp]
     W_out_c = einops.einsum(
         mixture.stacked("W_out"), c_mlp, "expert d_mlp d_model, batch d_model -> expert d_mlp batch"

@@ -150,6 +150,26 @@ class HookedTransformerBase(CachingMixin, HookedRootModule):
         path = self.capabilities.read_out
         return operator.attrgetter(path)(self) if path is not None else None
 
+    @property
+    def logit_softcap(self) -> Optional[float]:
+        """The read-out's soft-cap: logits are ``cap * tanh(read_out(x) / cap)`` (Gemma 2), or None."""
+        read_out = self.read_out
+        return None if read_out is None else read_out.softcap
+
+    def writer_blocks(self) -> list[nn.Module]:
+        """The blocks of the stack the logits come from (an encoder-decoder's decoder), whose writers tools read."""
+        return list(self.blocks)
+
+    @property
+    def has_experts(self) -> bool:
+        """Some block's MLP is a mixture of experts (a writer that routes tokens)."""
+        return any(writer.routes_tokens for block in self.writer_blocks() for writer in block.writers())
+
+    @property
+    def has_cross_attention(self) -> bool:
+        """Some block attends to another stack's output (an encoder-decoder's decoder)."""
+        return any(writer.reads_source for block in self.writer_blocks() for writer in block.writers())
+
     def check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
         """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""
         return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)

@@ -21,21 +21,16 @@ on the post-norm path because it says it is post-norm, not because a tool knows 
                             loss applies (patching metrics, detector losses, gradients)
 ``embedding_norm``          attribute path of a norm applied to the summed embeddings before
                             block 0 (BERT's ``embed_ln``), or None
-``cross_attention``         an encoder-decoder: a bidirectional encoder reads the source, and
-                            the decoder's blocks attend to its output (cross-attention).
-                            The fields above then describe the decoder, the stack the logits
-                            come from (``final_norm`` is ``"decoder.ln_final"``); hook names
-                            and short keys carry their stack (``cache["pattern", 0, "cross"]``)
-``sublayer_output_norms``   attribute names, in every block, of the norms the attention and
-                            the MLP outputs pass through before they are added to the stream
-                            (Gemma 2's ``("ln1_post", "ln2_post")``), or None: the outputs
-                            are added as they are
-``logit_softcap``           the logits are ``cap * tanh(read_out(...) / cap)`` with this cap
-                            (Gemma 2), or None. The read-out before the cap is linear; the
-                            cap is not, so attributions are of the logits before it
-``has_experts``             some MLP is a mixture of experts: a router picks experts per
-                            token (per-expert neurons, routing hooks, expert usage)
 ==========================  ==============================================================
+
+In an encoder-decoder the fields describe the decoder, the stack the logits come from
+(``final_norm`` is ``"decoder.ln_final"``).
+
+What a single family brings is not a field here: the parts say it, and tools ask them.
+A block's writers (``components.writers``) carry an output norm (Gemma 2's ``ln1_post``),
+a mixture of experts' routing, or cross-attention's reading of the source; the read-out
+carries its soft-cap. The model sums them up as ``model.has_experts``,
+``model.has_cross_attention`` and ``model.logit_softcap``.
 """
 
 from dataclasses import dataclass
@@ -54,24 +49,10 @@ class Capabilities:
     read_out: Optional[str]
     next_token_logits: bool
     embedding_norm: Optional[str] = None
-    cross_attention: bool = False
-    sublayer_output_norms: Optional[tuple[str, str]] = None
-    logit_softcap: Optional[float] = None
-    has_experts: bool = False
 
     def __post_init__(self) -> None:
         if self.norm_placement not in NORM_PLACEMENTS:
             raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}")
-        norms = self.sublayer_output_norms
-        if norms is not None and (
-            not isinstance(norms, tuple) or len(norms) != 2 or not all(isinstance(n, str) for n in norms)
-        ):
-            raise ValueError(
-                f"sublayer_output_norms must be None or (attention's norm, MLP's norm) names, got {norms!r}"
-            )
-        cap = self.logit_softcap
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
-            raise ValueError(f"logit_softcap must be None or a number > 0, got {cap!r}")
 
     @property
     def additive_residual(self) -> bool:
@@ -81,8 +62,8 @@ class Capabilities:
     @property
     def linear_logits(self) -> bool:
         """Logits are ``read_out(final_norm(residual))`` with both linear once the norm's scale is frozen:
-        what the logit lens and direct logit attribution need. With ``logit_softcap`` this is
-        true of the logits before the cap, which is what they then read."""
+        what the logit lens and direct logit attribution need. With a soft-capped read-out
+        (``model.logit_softcap``) this is true of the logits before the cap, which is what they then read."""
         return (
             self.additive_residual
             and self.final_norm is not None

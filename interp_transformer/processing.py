@@ -39,7 +39,7 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
     Removes the mean over ``d_vocab`` from ``W_U`` and ``b_U``. Logits shift by the
     same amount for every token at a position, so log-probs (and softmax) are
     unchanged; logits themselves are not. Refused where the logits are soft-capped
-    (``capabilities.logit_softcap``, Gemma 2): ``cap * tanh(x / cap)`` does not pass a
+    (``model.logit_softcap``, Gemma 2): ``cap * tanh(x / cap)`` does not pass a
     shift through, so the log-probs would change; ``process_weights`` skips it there.
 ``fold_value_biases``
     Moves ``b_V`` into ``b_O``: ``b_O' = b_O + sum_h b_V[h] W_O[h]``, ``b_V' = 0``.
@@ -142,7 +142,7 @@ def center_writing_weights(model):
             "the residual stream reaches their readers and removing it would change the output"
         )
     writers = [model.embed] + ([model.pos_embed] if model.pos_embed is not None else [])
-    writers += [part for block in model.blocks for part in block.writers()]
+    writers += [writer.part for block in model.blocks for writer in block.writers()]
     with torch.no_grad():
         for weight in (w for part in writers for w in part.output_weights()):  # d_model is the last axis of each
             weight.sub_(weight.mean(dim=-1, keepdim=True))
@@ -154,9 +154,9 @@ def center_unembed(model):
     """Remove the mean over ``d_vocab`` from ``W_U`` and ``b_U`` (log-probs unchanged)."""
     if not _pending(model, "center_unembed"):
         return model
-    if model.capabilities.logit_softcap is not None:
+    if model.logit_softcap is not None:
         raise ValueError(
-            f"center_unembed: the logits are soft-capped (cap={model.capabilities.logit_softcap}), and "
+            f"center_unembed: the logits are soft-capped (cap={model.logit_softcap}), and "
             "the cap does not "
             "pass a shift of every logit through, so centring W_U would change the log-probs"
         )
@@ -213,7 +213,7 @@ def process_weights(
             _norm_readers(model)
         )
     if center_unembed is None:
-        center_unembed = model.capabilities.logit_softcap is None
+        center_unembed = model.logit_softcap is None
     wanted = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,

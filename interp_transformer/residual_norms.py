@@ -69,17 +69,10 @@ class ResidualNorms:
                 return next(name for name in ("ln2", "ln1") if getattr(block, name, None) is norm)
         raise ValueError(f"mlp_input=True: block {layer} has no norm read by an MLP (an attention-only block)")
 
-    def _output_norm(self, layer: int, which: int, pos_slice: Slice):
-        """The norm block ``layer``'s attention (``which=0``) or MLP (1) output passes through before the stream, with
-        its
-        cached scale at ``pos_slice`` (Gemma 2's ``ln1_post``, ``ln2_post``); ``(None, None)`` when the output is added
-        as it is."""
-        norms = self.model.capabilities.sublayer_output_norms
-        if not norms:
-            return None, None
-        return getattr(self.model.blocks[layer], norms[which]), pos_slice.apply(
-            self["scale", layer, norms[which]], dim=-2
-        )
+    def _output_scale(self, writer, pos_slice: Slice) -> Optional[Tensor]:
+        """The cached scale of the norm ``writer``'s output passes through before the stream (Gemma 2's
+        ``ln1_post``), at ``pos_slice``; None when the output is added as it is."""
+        return None if writer.output_norm is None else pos_slice.apply(self[writer.scale_hook], dim=-2)
 
     def apply_ln_to_stack(
         self,

@@ -114,8 +114,8 @@ class ResidualStacks(ResidualNorms):
     ):
         """The outputs of every component that wrote to the residual stream before block ``layer``.
 
-        The embeddings summed into the stream (``hook_names.input_writers``), then
-        ``L_attn_out`` and ``L_mlp_out`` per block (``mode``: ``"all"``, ``"attn"``, ``"mlp"``),
+        The embeddings summed into the stream (``hook_names.input_writers``), then each block's
+        writers' outputs, ``L_attn_out`` and ``L_mlp_out`` (``mode``: ``"all"``, ``"attn"``, ``"mlp"``),
         with ``mlp_input`` also block ``layer``'s ``attn_out``; with ``mode="all"`` and
         ``incl_embeds`` they sum to the residual stream there. Raises on a post-norm model.
         """
@@ -128,19 +128,14 @@ class ResidualStacks(ResidualNorms):
             for name in self.model.hook_names.input_writers:
                 components.append(self[name])
                 labels.append(name)
-        for l in range(layer):
-            if mode in ("all", "attn"):
-                components.append(self["attn_out", l])
-                labels.append(f"{l}_attn_out")
-            if mode in ("all", "mlp") and self._has_hook("mlp_out", l):
-                components.append(self["mlp_out", l])
-                labels.append(f"{l}_mlp_out")
-        if self._adds_attn_before_mlp(layer, mlp_input) and mode in (
-            "all",
-            "attn",
-        ):  # a parallel block's MLP reads resid_pre
-            components.append(self["attn_out", layer])
-            labels.append(f"{layer}_attn_out")
+        writers = [(l, writer) for l in range(layer) for writer in self.model.blocks[l].writers()]
+        if self._adds_attn_before_mlp(layer, mlp_input):  # a parallel block's MLP reads resid_pre
+            own = self.model.blocks[layer].writers()
+            writers += [(layer, writer) for writer in own[: [w.sublayer for w in own].index("mlp")]]
+        for l, writer in writers:
+            if mode in ("all", writer.sublayer):
+                components.append(self[writer.output])
+                labels.append(f"{l}_{writer.sublayer}_out")
         if not components:
             raise ValueError(
                 f"decompose_resid(layer={layer}, mode={mode!r}, incl_embeds={incl_embeds}) selects no component"
@@ -162,7 +157,7 @@ class ResidualStacks(ResidualNorms):
 
         Shape ``[layer * head_index, ...]``, labels ``"L0H3"``; computed from the cached ``z``
         (``cache["result", L]``). Where the attention's output passes through a norm before the
-        stream (``capabilities.sublayer_output_norms``, Gemma 2), each head's write is its result
+        stream (the writer's ``output_norm``, Gemma 2), each head's write is its result
         through that norm with the scale frozen to the cached one. ``incl_remainder`` adds ``"remainder"``: the residual
         stream entering block ``layer`` minus the heads (for ``layer=0``, the whole input of
         block 0; TransformerLens uses the last block's output there).
@@ -173,8 +168,9 @@ class ResidualStacks(ResidualNorms):
         parts, labels = [], []
         for l in range(layer):
             result = pos_slice.apply(self._head_results(l), dim=-3)
-            norm, scale = self._output_norm(l, 0, pos_slice)
-            parts.append(result if norm is None else norm.apply_frozen(result, scale[..., None, :]))
+            writer = self.model.blocks[l].writer("attn")
+            scale = self._output_scale(writer, pos_slice)
+            parts.append(writer.to_stream(result, None if scale is None else scale[..., None, :]))
             labels.extend(f"L{l}H{h}" for h in range(parts[-1].shape[-2]))
         if parts:
             stack = einops.rearrange(torch.cat(parts, dim=-2), "... component d_model -> component ... d_model")
@@ -213,10 +209,11 @@ class ResidualStacks(ResidualNorms):
         neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice(pos_slice)
         acts = neuron_slice.apply(pos_slice.apply(self["post", layer], dim=-2), dim=-1)
         W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0).to(acts.dtype)
-        norm, scale = self._output_norm(layer, 1, pos_slice)
+        writer = self.model.blocks[layer].writer("mlp")
+        norm, scale = writer.output_norm, self._output_scale(writer, pos_slice)
         if project_output_onto is None:
             writes = acts[..., None] * W_out
-            return writes if norm is None else norm.apply_frozen(writes, scale[..., None, :])
+            return writer.to_stream(writes, None if scale is None else scale[..., None, :])
         direction = project_output_onto.to(W_out)
         if norm is not None:  # apply_frozen(x, s) . p = x . pull_back(p) / s
             direction = norm.pull_back(direction.mT).mT if direction.ndim == 2 else norm.pull_back(direction)
@@ -225,7 +222,8 @@ class ResidualStacks(ResidualNorms):
         return acts * projected if projected.ndim == 1 else acts[..., None] * projected
 
     def _no_neurons_reason(self, layer: int) -> str:
-        if self.model.capabilities.has_experts:
+        writer = self.model.blocks[layer].writer("mlp")
+        if writer is not None and writer.routes_tokens:
             return (
                 f"block {layer}'s MLP is a mixture of experts: its neurons are per expert; read them with "
                 "analysis.experts (expert_neuron_activations, expert_neuron_logit_attribution)"
@@ -304,10 +302,11 @@ class ResidualStacks(ResidualNorms):
         """
         self._require_additive("get_full_resid_decomposition")
         layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
-        if expand_neurons and self.model.capabilities.has_experts and layer > 0:
+        routed = [l for l, block in enumerate(self.model.blocks) if (w := block.writer("mlp")) and w.routes_tokens]
+        if expand_neurons and routed and layer > 0:
             raise ValueError(
                 "get_full_resid_decomposition(expand_neurons=True): "
-                + self._no_neurons_reason(0)
+                + self._no_neurons_reason(routed[0])
                 + "; pass expand_neurons=False for each MLP layer's output"
             )
         own_attn = self._adds_attn_before_mlp(layer, mlp_input)
@@ -345,18 +344,11 @@ class ResidualStacks(ResidualNorms):
         """
         total = torch.zeros(self.model.cfg.d_model, device=self.model.W_E.device, dtype=self.model.W_E.dtype)
         for l in range(layer + int(own_attn)):
-            block = self.model.blocks[l]
-            biases = [(0, block.attn.b_O)]
-            if (
-                include_mlp_biases
-                and l < layer
-                and self._has_hook("mlp_out", l)
-                and getattr(block.mlp, "b_out", None) is not None
-            ):
-                biases.append((1, block.mlp.b_out))
-            for which, bias in biases:
-                norm, scale = self._output_norm(l, which, pos_slice)
-                total = total + (bias if norm is None else norm.apply_frozen(bias, scale))
+            for writer in self.model.blocks[l].writers():
+                heads = writer.units is not None and writer.units.kind == "head"
+                if heads or (include_mlp_biases and l < layer and writer.units is not None):
+                    bias = writer.bias_write(self.__getitem__)
+                    total = total + writer.to_stream(bias, self._output_scale(writer, pos_slice))
         return total.detach()
 
 

@@ -87,3 +87,50 @@ def test_no_line_is_over_120_characters():
         if len(line) > 120
     ]
     assert long == []
+
+
+GENERIC_CAPABILITIES = {"causal", "norm_placement", "final_norm", "read_out", "next_token_logits", "embedding_norm"}
+
+
+def test_capabilities_hold_no_family_field():
+    """What one family brings (output norms, a soft-cap, experts, cross-attention) is said by its parts."""
+    from dataclasses import fields
+
+    from interp_transformer.capabilities import Capabilities
+
+    assert {field.name for field in fields(Capabilities)} == GENERIC_CAPABILITIES
+
+
+ATTRIBUTION_MODULES = (
+    "analysis/attribution.py",
+    "analysis/encoder_attribution.py",
+    "analysis/encoder_decoder_attribution.py",
+)
+
+
+def own_attribution_walks(source: str) -> list[str]:
+    """Functions that read heads' or neurons' output weights themselves (``.W_O``, ``.W_out``): a walk of their own."""
+    found = []
+    for node in functions(ast.parse(source)):
+        reads = [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in ("W_O", "W_out")]
+        if reads:
+            found.append(node.name)
+    return found
+
+
+def walk_callers(source: str) -> list[str]:
+    calls = lambda node: [n for n in ast.walk(node) if isinstance(n, ast.Call) and ast.unparse(n.func) == "direct_path"]
+    return [node.name for node in functions(ast.parse(source)) if calls(node)]
+
+
+def test_one_attribution_walk():
+    """Decoder, encoder and encoder-decoder attribution all package the one walk, ``writers.direct_path``."""
+    sources = {name: (ROOT / name).read_text() for name in ATTRIBUTION_MODULES}
+    assert {name: own_attribution_walks(source) for name, source in sources.items()} == dict.fromkeys(sources, [])
+    assert sorted(f for source in sources.values() for f in walk_callers(source)) == [
+        "decoder_logit_attribution",
+        "direct_logit_attribution",
+        "encoder_direct_attribution",
+    ]
+    copied = "def dla(model, g):\n    for block in model.blocks:\n        t = block.attn.W_O @ g\n"
+    assert own_attribution_walks(copied) == ["dla"] and walk_callers("def f():\n    direct_path(b, d, at)\n") == ["f"]

@@ -52,7 +52,7 @@ def pre_norm(request):
 def test_capabilities_say_what_it_is(pre_norm):
     model, _, _ = pre_norm
     capabilities = model.capabilities
-    assert capabilities.cross_attention and capabilities.causal and capabilities.linear_logits
+    assert capabilities.causal and capabilities.linear_logits and model.has_cross_attention
     assert model.final_norm is model.decoder.ln_final and model.read_out is model.unembed
 
 

@@ -72,11 +72,11 @@ def test_the_soft_caps_bite(family):
     """Scores and logits reach several times their caps, so a missing or misplaced cap could not pass."""
     label, _, model = family
     if label.startswith("gemma1"):
-        assert model.capabilities.logit_softcap is None and "unembed.hook_logits_uncapped" not in model.hook_dict
+        assert model.logit_softcap is None and "unembed.hook_logits_uncapped" not in model.hook_dict
         return
     _, cache = model.run_with_cache(TOKENS)
     cap = model.cfg.final_softcap
-    assert model.capabilities.logit_softcap == cap
+    assert model.logit_softcap == cap
     assert cache["logits_uncapped"].abs().max() > 2 * cap
     if model.cfg.attn_softcap is not None:
         uncapped = cache["attn_scores_uncapped", 0]

@@ -90,7 +90,6 @@ def encoder_decoder_capabilities(norm_placement: str, final_norm: bool, embeddin
         read_out="unembed",
         next_token_logits=True,
         embedding_norm="decoder.embed_ln" if embedding_norm else None,
-        cross_attention=True,
     )
 
 
@@ -138,7 +137,6 @@ class EncoderDecoderHookNames:
     global_keys_of: Mapping[str, Mapping[str, str]]
     input_writers: tuple[str, ...] = ("embed", "pos_embed")
     final_residual: str = "decoder.blocks.{last}.hook_resid_post"
-    encoder_final_residual: str = "encoder.blocks.{last}.hook_resid_post"
     global_keys: Mapping[str, str] = field(default_factory=dict)
     sublayers: tuple[str, ...] = tuple(
         f"{stack}.{norm}" for stack, norms in (("encoder", ENCODER_NORMS), ("decoder", DECODER_NORMS)) for norm in norms
@@ -225,10 +223,6 @@ class EncoderDecoderHookNames:
         """The hook holding the decoder's final residual stream (``n_layers``: the decoder's)."""
         return self.final_residual.format(last=n_layers - 1)
 
-    def encoder_final_residual_name(self, n_layers: int) -> str:
-        """The hook holding the encoder's final residual stream (``n_layers``: the encoder's)."""
-        return self.encoder_final_residual.format(last=n_layers - 1)
-
 
 def encoder_decoder_hook_names(
     *, post_norm: bool, pos_embed: bool, rel_pos_bias: bool = False, embed_ln: bool = False, final_norm: bool
@@ -247,7 +241,6 @@ def encoder_decoder_hook_names(
         },
         input_writers=("embed", "pos_embed") if pos_embed else ("embed",),
         final_residual="decoder." + final,
-        encoder_final_residual="encoder." + final,
     )
 
 

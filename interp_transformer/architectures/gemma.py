@@ -238,8 +238,6 @@ def capabilities(cfg: GemmaConfig) -> Capabilities:
         final_norm="ln_final",
         read_out="unembed",
         next_token_logits=True,
-        sublayer_output_norms=("ln1_post", "ln2_post") if cfg.post_norms else None,
-        logit_softcap=cfg.final_softcap,
     )
 
 

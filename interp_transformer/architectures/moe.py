@@ -218,7 +218,6 @@ def capabilities(cfg: MoEConfig) -> Capabilities:
         final_norm="ln_final",
         read_out="unembed",
         next_token_logits=True,
-        has_experts=bool(cfg.moe_layers),
     )
 
 

@@ -33,6 +33,7 @@ import einops
 from torch import Tensor, nn
 
 from ..components import Attention, PosEmbed, TokenLayout
+from ..components.writers import Step, StreamBlock, Writer
 from ..hooks import HookPoint
 from .utils_tensors import get_offset_position_ids
 
@@ -195,7 +196,7 @@ def share_state(cls: type, part: nn.Module) -> nn.Module:
     return adopted
 
 
-class HookedBlock(nn.Module):
+class HookedBlock(StreamBlock):
     """A pre-norm block with TransformerLens' optional hooks on its inputs, and optional shortformer positions.
 
     ``resid_mid = resid_pre + attn(ln1(.))``, ``resid_post = resid_mid + mlp(ln2(resid_mid))``
@@ -275,9 +276,10 @@ class HookedBlock(nn.Module):
         """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
         return [(self.ln1, self.attn)] + ([(self.ln2, self.mlp)] if hasattr(self, "mlp") else [])
 
-    def writers(self) -> list:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn] + ([self.mlp] if hasattr(self, "mlp") else [])
+    def stream(self) -> list[Step]:
+        """The residual stream's steps: what is added to it, in forward order."""
+        mlp = [Writer("mlp", self.mlp, self.hook_mlp_out.name)] if hasattr(self, "mlp") else []
+        return [Writer("attn", self.attn, self.hook_attn_out.name)] + mlp
 
     def forward(self, resid_pre: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None) -> Tensor:
         resid_pre = self.hook_resid_pre(resid_pre)

@@ -14,11 +14,12 @@ from .affine import affine
 from .head_projection import new_head_weight, placed, project_heads
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
+from .writers import HeadWrites
 
 GROUPED_WEIGHTS = ("W_K", "W_V", "b_K", "b_V")  # stored once per key/value head
 
 
-class Attention(nn.Module):
+class Attention(HeadWrites, nn.Module):
     """Multi-head attention with explicit per-head weights; which keys a query sees is up to its mask parts.
 
     For each head ``h``, with ``x`` the normalized residual stream of the queries and

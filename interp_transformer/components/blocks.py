@@ -21,9 +21,10 @@ from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .layout import TokenLayout
+from .writers import Step, StreamBlock, StreamNorm, Writer
 
 
-class TransformerBlock(nn.Module):
+class TransformerBlock(StreamBlock):
     """Pre-norm block: ``resid_mid = resid_pre + attn(ln1(resid_pre))``, ``resid_post = resid_mid +
     mlp(ln2(resid_mid))``."""
 
@@ -43,9 +44,9 @@ class TransformerBlock(nn.Module):
         """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
         return [(self.ln1, self.attn), (self.ln2, self.mlp)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn, self.mlp]
+    def stream(self) -> list[Step]:
+        """The residual stream's steps: what is added to it, in forward order."""
+        return [Writer("attn", self.attn, self.hook_attn_out.name), Writer("mlp", self.mlp, self.hook_mlp_out.name)]
 
     @shape_checked
     def forward(
@@ -61,7 +62,7 @@ class TransformerBlock(nn.Module):
         return self.hook_resid_post(resid_mid + mlp_out)
 
 
-class AttnOnlyBlock(nn.Module):
+class AttnOnlyBlock(StreamBlock):
     """Attention-only block (no MLP): ``resid_post = resid_pre + attn(ln1(resid_pre))``.
 
     There is no ``hook_resid_mid``: with no MLP it would equal ``hook_resid_post``.
@@ -79,9 +80,9 @@ class AttnOnlyBlock(nn.Module):
         """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
         return [(self.ln1, self.attn)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn]
+    def stream(self) -> list[Step]:
+        """The residual stream's steps: what is added to it, in forward order."""
+        return [Writer("attn", self.attn, self.hook_attn_out.name)]
 
     @shape_checked
     def forward(
@@ -95,7 +96,7 @@ class AttnOnlyBlock(nn.Module):
         return self.hook_resid_post(resid_pre + attn_out)
 
 
-class PostNormBlock(nn.Module):
+class PostNormBlock(StreamBlock):
     """Post-norm block (BERT): the norms renormalize the residual stream itself.
 
     ``resid_mid = resid_pre + attn(resid_pre)``; ``ln1`` normalizes it, and that
@@ -118,6 +119,15 @@ class PostNormBlock(nn.Module):
         self.hook_resid_post = HookPoint()
         self.ln2 = ln2
         self.hook_normalized_resid_post = HookPoint()
+
+    def stream(self) -> list[Step]:
+        """Attention's write, ``ln1`` renormalizing the stream, the MLP's write, ``ln2`` renormalizing it."""
+        return [
+            Writer("attn", self.attn, self.hook_attn_out.name),
+            StreamNorm("ln1", self.ln1),
+            Writer("mlp", self.mlp, self.hook_mlp_out.name),
+            StreamNorm("ln2", self.ln2),
+        ]
 
     @shape_checked
     def forward(

@@ -29,6 +29,7 @@ from ..hooks import HookPoint
 from ..shape_checks import shape_checked
 from .cross_attention import CrossAttentionSource, DecoderLayerKVCache
 from .layout import TokenLayout
+from .writers import Step, StreamBlock, StreamNorm, Writer
 
 
 def _caches(kv_cache: Optional[DecoderLayerKVCache]):
@@ -43,7 +44,7 @@ def _check_source(source) -> CrossAttentionSource:
     return source
 
 
-class CrossAttentionBlock(nn.Module):
+class CrossAttentionBlock(StreamBlock):
     """Pre-norm decoder block with cross-attention (see the module docstring)."""
 
     def __init__(
@@ -69,9 +70,13 @@ class CrossAttentionBlock(nn.Module):
         ``W_Q``)."""
         return [(self.ln1, self.attn), (self.ln2, self.cross_attn), (self.ln3, self.mlp)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn, self.cross_attn, self.mlp]
+    def stream(self) -> list[Step]:
+        """The residual stream's steps: what is added to it, in forward order."""
+        return [
+            Writer("attn", self.attn, self.hook_attn_out.name),
+            Writer("cross_attn", self.cross_attn, self.hook_cross_attn_out.name, reads_source=True),
+            Writer("mlp", self.mlp, self.hook_mlp_out.name),
+        ]
 
     @shape_checked
     def forward(
@@ -94,7 +99,7 @@ class CrossAttentionBlock(nn.Module):
         return self.hook_resid_post(resid_mid_cross + mlp_out)
 
 
-class PostNormCrossAttentionBlock(nn.Module):
+class PostNormCrossAttentionBlock(StreamBlock):
     """Post-norm decoder block with cross-attention (see the module docstring); its output is ``ln3(resid_post)``."""
 
     def __init__(
@@ -115,6 +120,17 @@ class PostNormCrossAttentionBlock(nn.Module):
         self.hook_resid_post = HookPoint()
         self.ln3 = ln3
         self.hook_normalized_resid_post = HookPoint()
+
+    def stream(self) -> list[Step]:
+        """Each write followed by the norm that renormalizes the stream after it (``ln1``, ``ln2``, ``ln3``)."""
+        return [
+            Writer("attn", self.attn, self.hook_attn_out.name),
+            StreamNorm("ln1", self.ln1),
+            Writer("cross_attn", self.cross_attn, self.hook_cross_attn_out.name, reads_source=True),
+            StreamNorm("ln2", self.ln2),
+            Writer("mlp", self.mlp, self.hook_mlp_out.name),
+            StreamNorm("ln3", self.ln3),
+        ]
 
     @shape_checked
     def forward(

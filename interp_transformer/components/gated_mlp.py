@@ -21,11 +21,12 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
+from .writers import NeuronWrites
 from .affine import affine
 from .activations import ACTIVATIONS
 
 
-class GatedMLP(nn.Module):
+class GatedMLP(NeuronWrites, nn.Module):
     """``out = (act(x W_gate) * (x W_in + b_in)) W_out + b_out`` (see the module docstring)."""
 
     def __init__(self, cfg):

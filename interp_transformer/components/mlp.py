@@ -4,11 +4,12 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
+from .writers import NeuronWrites
 from .activations import ACTIVATIONS, gelu_new, gelu_new_reference  # noqa: F401 (importable from here, as before)
 from .affine import affine
 
 
-class MLP(nn.Module):
+class MLP(NeuronWrites, nn.Module):
     """Two-layer MLP: ``pre = x W_in + b_in``, ``post = act(pre)``, ``out = post W_out + b_out``."""
 
     def __init__(self, cfg):

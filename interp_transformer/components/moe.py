@@ -152,6 +152,26 @@ class MixtureOfExperts(nn.Module):
         experts = list(self.experts) + ([self.shared_expert] if self.shared_expert is not None else [])
         return [weight for expert in experts for weight in expert.output_weights()]
 
+    # --- as a writer of the residual stream (components.writers) ---------------------------
+    routes_tokens = True
+
+    def write_units(self) -> None:
+        """None: the neurons belong to one expert each (``analysis.experts`` reads them)."""
+        return None
+
+    def bias_hooks(self) -> list[str]:
+        """The routing hooks the biases' write depends on: chosen experts, their weights, the shared gate."""
+        names = [self.hook_expert_indices.name, self.hook_routing_weights.name]
+        return names + ([self.hook_shared_expert_gate.name] if self.shared_expert is not None else [])
+
+    def bias_write(self, at) -> Float[Tensor, "... d_model"]:
+        """The chosen experts' ``b_out`` times their routing weights (plus the shared expert's, times its gate)."""
+        indices, weights = at(self.hook_expert_indices.name), at(self.hook_routing_weights.name)
+        written = einops.einsum(weights, self.stacked("b_out")[indices], "... top_k, ... top_k d_model -> ... d_model")
+        if self.shared_expert is not None:
+            written = written + at(self.hook_shared_expert_gate.name) * self.shared_expert.b_out
+        return written
+
     # --- forward --------------------------------------------------------------------------
     def uses_sparse_path(self, x: Tensor) -> bool:
         """True when each expert may run on its own tokens only: nobody observes the experts' hooks."""

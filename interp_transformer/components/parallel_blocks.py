@@ -28,9 +28,10 @@ from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .layout import TokenLayout
+from .writers import Step, StreamBlock, Writer
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(StreamBlock):
     """``resid_post = resid_pre + attn(ln1(resid_pre)) + mlp(ln2(resid_pre))`` (GPT-NeoX; see the module docstring)."""
 
     def __init__(self, ln1: nn.Module, attn: nn.Module, ln2: nn.Module, mlp: nn.Module):
@@ -48,9 +49,9 @@ class ParallelBlock(nn.Module):
         """``(norm, part)``: each norm and the part that reads its output (what ``fold_ln`` folds into)."""
         return [(self.ln1, self.attn), (self.ln2, self.mlp)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn, self.mlp]
+    def stream(self) -> list[Step]:
+        """Attention's and the MLP's writes (both read the same block input)."""
+        return [Writer("attn", self.attn, self.hook_attn_out.name), Writer("mlp", self.mlp, self.hook_mlp_out.name)]
 
     @shape_checked
     def forward(
@@ -65,7 +66,7 @@ class ParallelBlock(nn.Module):
         return self.hook_resid_post(resid_pre + attn_out + mlp_out)
 
 
-class SharedNormParallelBlock(nn.Module):
+class SharedNormParallelBlock(StreamBlock):
     """``resid_post = resid_pre + attn(ln1(resid_pre)) + mlp(ln1(resid_pre))``, ``ln1`` computed once (GPT-J)."""
 
     def __init__(self, ln1: nn.Module, attn: nn.Module, mlp: nn.Module):
@@ -82,9 +83,9 @@ class SharedNormParallelBlock(nn.Module):
         """``(ln1, attn)`` and ``(ln1, mlp)``: the one norm has two readers, and folding it must reach both."""
         return [(self.ln1, self.attn), (self.ln1, self.mlp)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs are added to the residual stream."""
-        return [self.attn, self.mlp]
+    def stream(self) -> list[Step]:
+        """Attention's and the MLP's writes (both read the same block input)."""
+        return [Writer("attn", self.attn, self.hook_attn_out.name), Writer("mlp", self.mlp, self.hook_mlp_out.name)]
 
     @shape_checked
     def forward(

@@ -15,7 +15,7 @@ to the residual stream, after the post norm, so ``resid_mid = resid_pre + attn_o
 is ``attn_out = sum_h z_h W_O[h] + b_O``: the heads' sum passes through ``ln1_post`` first.
 With ``ln1_post``'s scale frozen (``blocks.L.ln1_post.hook_scale``) it is linear again,
 ``attn_out = ln1_post.apply_frozen(sum_h z_h W_O[h] + b_O, scale)``, which is how direct
-logit attribution splits it exactly (``capabilities.sublayer_output_norms``).
+logit attribution splits it exactly (the writers' ``output_norm``, ``components.writers``).
 """
 
 from typing import Optional
@@ -27,9 +27,10 @@ from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .layout import TokenLayout
+from .writers import Step, StreamBlock, Writer
 
 
-class PrePostNormBlock(nn.Module):
+class PrePostNormBlock(StreamBlock):
     """``resid_mid = resid_pre + ln1_post(attn(ln1(resid_pre)))``, ``resid_post = resid_mid +
     ln2_post(mlp(ln2(resid_mid)))``."""
 
@@ -57,9 +58,12 @@ class PrePostNormBlock(nn.Module):
         """
         return [(self.ln1, self.attn), (self.ln2, self.mlp)]
 
-    def writers(self) -> list[nn.Module]:
-        """The parts whose outputs reach the residual stream (through ``ln1_post`` and ``ln2_post``)."""
-        return [self.attn, self.mlp]
+    def stream(self) -> list[Step]:
+        """Attention's and the MLP's writes, each through its post norm (``ln1_post``, ``ln2_post``)."""
+        return [
+            Writer("attn", self.attn, self.hook_attn_out.name, output_norm=self.ln1_post),
+            Writer("mlp", self.mlp, self.hook_mlp_out.name, output_norm=self.ln2_post),
+        ]
 
     @shape_checked
     def forward(

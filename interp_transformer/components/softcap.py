@@ -12,7 +12,7 @@ Two parts apply it, each hooking the values before and after the cap:
 
 The cap is non-linear: a sum of contributions to an uncapped logit is not a sum of
 contributions to the capped one. Direct logit attribution therefore attributes the
-uncapped logit (``hook_logits_uncapped``) and says so; ``capabilities.logit_softcap``
+uncapped logit (``hook_logits_uncapped``) and says so; ``model.logit_softcap``
 tells tools the cap is there.
 
 PyTorch's fused attention kernel has no soft-capping, so ``SoftCappedAttention`` always

@@ -9,6 +9,8 @@ from .affine import affine
 class Unembed(nn.Module):
     """Logits from the final normalized residual: ``logits = x W_U + b_U``."""
 
+    softcap = None  # logits are not soft-capped (components.softcap.SoftCappedUnembed sets a cap)
+
     def __init__(self, cfg):
         super().__init__()
         self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))

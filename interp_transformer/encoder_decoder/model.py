@@ -234,6 +234,10 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         )
         return texts[0] if tokens.ndim == 1 else texts
 
+    def writer_blocks(self) -> list:
+        """The decoder's blocks: the stack whose residual stream the logits read."""
+        return list(self.decoder.blocks)
+
     # --- weights and blocks: per stack ------------------------------------------------------------
     blocks = PerStack()  # tools written for one stack of blocks read it: they learn where the two are
     W_pos = PerStack()

@@ -145,8 +145,7 @@ class Recorder:
         move a head axis where ours is).
         """
         eps = norm_eps(norm)
-        scale = lambda x: transform(norm_scale(x, eps, centred=centred, mean_square_dtype=mean_square_dtype))  # noqa: E731
-        self.input(norm, prefix + "hook_scale", scale)
+        self.input(norm, prefix + "hook_scale", lambda x: transform(norm_scale(x, eps, centred, mean_square_dtype)))
         self.output(norm, prefix + "hook_normalized", transform)
 
     def remove(self) -> None:

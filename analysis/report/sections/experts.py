@@ -1,4 +1,4 @@
-"""Mixtures of experts (``capabilities.has_experts``): which experts the prompt's tokens use, and the experts' neurons.
+"""Mixtures of experts (``model.has_experts``): which experts the prompt's tokens use, and the experts' neurons.
 
 Two sections: ``experts_section`` (expert usage per layer and per token, and each expert's
 direct logit attribution through its routing weight) and ``expert_neurons_section``, which

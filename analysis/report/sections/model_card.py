@@ -23,11 +23,17 @@ def _table(rows) -> str:
     return f'<table class="kv">{cells}</table>'
 
 
+def _output_norm_names(block) -> list[str]:
+    """The attribute names of the norms a block's writers pass their outputs through (Gemma 2's ``ln1_post``)."""
+    norms = [writer.output_norm for writer in block.writers() if writer.output_norm is not None]
+    return [name for norm in norms for name, child in block.named_children() if child is norm]
+
+
 def _structure(ctx: ReportContext) -> str:
     """One paragraph on what the model is: its blocks, its attention, where its norms sit, its heads."""
     model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
     has_mlp = model.act_name("post", 0) in model.hook_dict
-    if capabilities.has_experts:
+    if model.has_experts:
         parts = [
             f"Blocks with attention and a mixture of {cfg.n_experts} experts of {cfg.d_mlp} neurons each, "
             f"{cfg.experts_per_token} chosen per token by a router."
@@ -38,13 +44,14 @@ def _structure(ctx: ReportContext) -> str:
             if not has_mlp
             else f"Blocks with attention and an MLP of {cfg.d_mlp} neurons."
         ]
-    if capabilities.sublayer_output_norms:
+    output_norms = _output_norm_names(model.writer_blocks()[0])
+    if output_norms:
         parts.append(
             "A norm before and after attention and the MLP ({}): their outputs are normalized before they are "
-            "added to the residual stream.".format(", ".join(capabilities.sublayer_output_norms))
+            "added to the residual stream.".format(", ".join(output_norms))
         )
-    if capabilities.logit_softcap is not None:
-        parts.append(f"Logits soft-capped at {capabilities.logit_softcap:g} (cap * tanh(logit / cap)).")
+    if model.logit_softcap is not None:
+        parts.append(f"Logits soft-capped at {model.logit_softcap:g} (cap * tanh(logit / cap)).")
     if not capabilities.causal:
         parts.append("Bidirectional attention: every real token sees every other.")
     if capabilities.norm_placement == "post":

@@ -145,7 +145,8 @@ class Recorder:
         move a head axis where ours is).
         """
         eps = norm_eps(norm)
-        self.input(norm, prefix + "hook_scale", lambda x: transform(norm_scale(x, eps, centred, mean_square_dtype)))
+        options = dict(centred=centred, mean_square_dtype=mean_square_dtype)
+        self.input(norm, prefix + "hook_scale", lambda x: transform(norm_scale(x, eps, **options)))
         self.output(norm, prefix + "hook_normalized", transform)
 
     def remove(self) -> None:

@@ -79,19 +79,19 @@ def test_heads_lie_side_by_side_when_they_do_not_divide_among_the_threads(thread
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        assert heads_side_by_side(n_heads) == side_by_side
-        W = new_head_weight(n_heads, D_MODEL, D_HEAD)
+        assert heads_side_by_side(n_heads, "auto") == side_by_side  # the thread count, read only for "auto"
+        W = new_head_weight(n_heads, D_MODEL, D_HEAD, "auto")
         assert W.shape == (n_heads, D_MODEL, D_HEAD)
         assert (side_by_side_matrix(W) is not None) == side_by_side
         assert W.is_contiguous() != side_by_side
         for layout in LAYOUTS:  # placed: the same values in that layout, the weight itself when already there
             given = laid_out(layout, n_heads)
-            put = placed(given)
+            put = placed(given, "auto")
             torch.testing.assert_close(put, given, atol=0, rtol=0)
             assert (side_by_side_matrix(put) is not None) == side_by_side and put.is_contiguous() != side_by_side
             already = (side_by_side_matrix(given) is not None) if side_by_side else given.is_contiguous()
             assert (put.data_ptr() == given.data_ptr()) == already
-            copy = placed_copy(given)
+            copy = placed_copy(given, "auto")
             torch.testing.assert_close(copy, given, atol=0, rtol=0)
             assert copy.untyped_storage().data_ptr() != given.untyped_storage().data_ptr()
     finally:
@@ -101,7 +101,7 @@ def test_heads_lie_side_by_side_when_they_do_not_divide_among_the_threads(thread
 @pytest.fixture(params=[True, False], ids=["side by side", "head by head"])
 def forced_layout(request, monkeypatch):
     """Every weight made or loaded in this test lies as the parameter says, whatever the thread count."""
-    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads: request.param)
+    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads, layout=None: request.param)
     return request.param
 
 
@@ -127,9 +127,9 @@ def test_a_state_dict_loads_into_either_layout_with_the_same_logits(monkeypatch)
     """Loading copies values, not layouts: a side-by-side model's weights in a head-by-head model, and back."""
     hf_model = tiny_hf_model("llama-gqa3-tied-llama3")
     tokens = random_tokens(2, 7, seed=2)
-    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads: True)
+    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads, layout=None: True)
     side = from_pretrained(hf_model)
-    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads: False)
+    monkeypatch.setattr(head_projection, "heads_side_by_side", lambda n_heads, layout=None: False)
     head = from_pretrained(hf_model)
     head.load_state_dict(side.state_dict())  # copy_ into head-by-head parameters: they keep their layout
     assert lies_as(head.blocks[0].attn.W_Q, False) and lies_as(side.blocks[0].attn.W_Q, True)

@@ -11,7 +11,14 @@ from ..hooks import HookPoint
 from ..kv_cache import LayerKVCache
 from ..shape_checks import shape_checked
 from .affine import affine
-from .head_projection import new_head_weight, placed, project_heads
+from .head_projection import (
+    DEFAULT_HEAD_LAYOUT,
+    HEAD_WEIGHTS,
+    checked_head_layout,
+    new_head_weight,
+    placed,
+    project_heads,
+)
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 from .writers import HeadWrites
@@ -54,8 +61,10 @@ class Attention(HeadWrites, nn.Module):
       head (repeated, read-only copies), so ``model.W_K`` and the QK/OV circuits read the same
       as without grouping. ``hook_k`` and ``hook_v`` are ``[batch, pos, n_key_value_heads, d_head]``.
 
-    ``W_Q``, ``W_K`` and ``W_V`` lie in memory head by head or side by side, whichever their
-    product runs faster on (``head_projection``); the shapes and values are the same either way.
+    ``W_Q``, ``W_K`` and ``W_V`` lie in memory head by head or side by side as ``head_layout`` says
+    (``"side_by_side"``, the default on every machine, ``"per_head"``, or ``"auto"``: by the thread
+    count; ``head_projection.set_head_layout`` re-lays a built model); the shapes and values are
+    the same either way.
 
     Two paths compute it (``uses_fast_kernels()`` is the one switch): the explicit path, every
     step the einsum above (``use_fused_attention = False``; the reference), and the fast
@@ -78,6 +87,7 @@ class Attention(HeadWrites, nn.Module):
         q_norm: Optional[nn.Module] = None,
         k_norm: Optional[nn.Module] = None,
         score_bias: Optional[nn.Module] = None,
+        head_layout: str = DEFAULT_HEAD_LAYOUT,
     ):
         super().__init__()
         n_heads, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
@@ -89,9 +99,10 @@ class Attention(HeadWrites, nn.Module):
         self.n_heads, self.n_key_value_heads, self.d_head = n_heads, n_kv, d_head
         self.scale = 1 / math.sqrt(d_head) if scale is None else float(scale)
         kv = "" if n_kv == n_heads else "_"  # grouped keys/values are stored as _W_K ... (see the class docstring)
-        self.W_Q = nn.Parameter(new_head_weight(n_heads, d_model, d_head))  # laid out for its product: head_projection
-        self.register_parameter(kv + "W_K", nn.Parameter(new_head_weight(n_kv, d_model, d_head)))
-        self.register_parameter(kv + "W_V", nn.Parameter(new_head_weight(n_kv, d_model, d_head)))
+        self.head_layout = checked_head_layout(head_layout)  # where W_Q/W_K/W_V lie in memory: head_projection
+        self.W_Q = nn.Parameter(new_head_weight(n_heads, d_model, d_head, head_layout))
+        self.register_parameter(kv + "W_K", nn.Parameter(new_head_weight(n_kv, d_model, d_head, head_layout)))
+        self.register_parameter(kv + "W_V", nn.Parameter(new_head_weight(n_kv, d_model, d_head, head_layout)))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
         self.register_parameter(kv + "b_K", nn.Parameter(torch.zeros(n_kv, d_head)))
@@ -301,13 +312,13 @@ class Attention(HeadWrites, nn.Module):
         )
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        """Input weights loaded with ``assign=True`` are laid out as ``__init__`` lays them (copied only where they are
+        """Input weights loaded with ``assign=True`` are laid out as ``head_layout`` says (copied only where they are
         not)."""
         if local_metadata.get("assign_to_params_buffers", False):
-            for name in ("W_Q", "W_K", "W_V", "_W_K", "_W_V"):
+            for name in HEAD_WEIGHTS:
                 given = state_dict.get(prefix + name)
                 if name in self._parameters and given is not None and given.shape == self._parameters[name].shape:
-                    state_dict[prefix + name] = placed(given)
+                    state_dict[prefix + name] = placed(given, self.head_layout)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def _combine_heads(self, z: Tensor) -> Tensor:

@@ -4,28 +4,47 @@
 without copying ``W`` (``[head_index, d_model, d_head]``):
 
 - **batched over heads** (``baddbmm``): reads each head's ``[d_model, d_head]`` block where it
-  lies, so ``W`` is stored head by head (contiguous). PyTorch splits the batch of heads among
-  its threads.
+  lies, so ``W`` is stored head by head (contiguous): layout ``"per_head"``. PyTorch splits the
+  batch of heads among its threads.
 - **one product** (``addmm``) with the heads side by side, ``[d_model, head_index * d_head]``:
-  needs ``W`` stored as that matrix, ``W`` being its ``[head_index, d_model, d_head]`` view.
+  needs ``W`` stored as that matrix, ``W`` being its ``[head_index, d_model, d_head]`` view:
+  layout ``"side_by_side"``.
 
-Measured on 2 threads (``d_head`` 64, 128 positions): with 9 heads the batched product splits
-5/4 and takes 1.12x the single product, with 3 heads (2/1) 1.35x; with 12 heads (6/6) both
-take the same time, and for one position the batched product is 1.6x faster. So a weight is
-stored side by side exactly when its heads do not divide evenly among the threads
-(``heads_side_by_side``), decided when the weight is made or loaded; ``project_heads`` then
-follows the layout it is given, and either layout gives the same values.
+The layout is an explicit option, ``head_layout``, with the same default on every machine:
+``DEFAULT_HEAD_LAYOUT``, ``"side_by_side"``, so that the parameters and their strides never
+depend on the thread count. Measured on 2 threads (``d_head`` 64, 1 and 128 positions): with 9 or
+3 heads, which do not divide among the threads, the batched product takes 1.1x to 1.4x the single
+product; with 12 heads (6/6) the two are within 3%, and GPT-2 small's forward at 1x128 is the same
+within the noise. ``"auto"``, only when asked for, picks per weight by the thread count at the
+time the weight is made, loaded or re-laid (``heads_side_by_side``): side by side exactly when the
+heads do not divide evenly among ``torch.get_num_threads()`` threads. ``Attention(...,
+head_layout=...)`` sets it for one part, ``set_head_layout(model, layout)`` re-lays a built or
+loaded model. ``project_heads`` follows the layout it is given: a layout changes strides, never
+values.
 """
 
 import einops
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+HEAD_LAYOUTS = ("side_by_side", "per_head", "auto")
+DEFAULT_HEAD_LAYOUT = "side_by_side"  # the same parameters and strides on every machine
+HEAD_WEIGHTS = ("W_Q", "W_K", "W_V", "_W_K", "_W_V")  # the parameters laid out by head_layout (_W_K: grouped keys)
 
 
-def heads_side_by_side(n_heads: int) -> bool:
-    """Whether a projection with ``n_heads`` heads is stored side by side: they do not divide evenly among the
-    threads."""
-    return n_heads % torch.get_num_threads() != 0
+def checked_head_layout(layout: str) -> str:
+    """``layout`` itself when it is one of ``HEAD_LAYOUTS``; ``ValueError`` naming them otherwise."""
+    if not isinstance(layout, str) or layout not in HEAD_LAYOUTS:
+        raise ValueError(f"head_layout must be one of {', '.join(map(repr, HEAD_LAYOUTS))}; got {layout!r}")
+    return layout
+
+
+def heads_side_by_side(n_heads: int, layout: str = DEFAULT_HEAD_LAYOUT) -> bool:
+    """Whether a projection with ``n_heads`` heads is stored side by side in ``layout``; ``"auto"``: when they do
+    not divide evenly among the threads (``torch.get_num_threads()``, read now)."""
+    if checked_head_layout(layout) == "auto":
+        return n_heads % torch.get_num_threads() != 0
+    return layout == "side_by_side"
 
 
 def side_by_side_matrix(W: Tensor):
@@ -36,18 +55,18 @@ def side_by_side_matrix(W: Tensor):
     return einops.rearrange(W, "head_index d_model d_head -> d_model (head_index d_head)")  # a view, by the strides
 
 
-def new_head_weight(n_heads: int, d_model: int, d_head: int) -> Tensor:
-    """Uninitialised ``[n_heads, d_model, d_head]`` memory in the layout ``heads_side_by_side`` picks."""
-    if heads_side_by_side(n_heads):
+def new_head_weight(n_heads: int, d_model: int, d_head: int, layout: str = DEFAULT_HEAD_LAYOUT) -> Tensor:
+    """Uninitialised ``[n_heads, d_model, d_head]`` memory laid out as ``layout`` says (``heads_side_by_side``)."""
+    if heads_side_by_side(n_heads, layout):
         return einops.rearrange(
             torch.empty(d_model, n_heads, d_head), "d_model head_index d_head -> head_index d_model d_head"
         )
     return torch.empty(n_heads, d_model, d_head)
 
 
-def placed_copy(W: Tensor) -> Tensor:
+def placed_copy(W: Tensor, layout: str = DEFAULT_HEAD_LAYOUT) -> Tensor:
     """A copy of ``W [head_index, d_model, d_head]`` in its own memory, laid out as ``new_head_weight`` lays it."""
-    if not heads_side_by_side(W.shape[0]):
+    if not heads_side_by_side(W.shape[0], layout):
         return W.clone(memory_format=torch.contiguous_format)
     side_by_side = einops.rearrange(W, "head_index d_model d_head -> d_model head_index d_head").clone(
         memory_format=torch.contiguous_format
@@ -55,10 +74,31 @@ def placed_copy(W: Tensor) -> Tensor:
     return einops.rearrange(side_by_side, "d_model head_index d_head -> head_index d_model d_head")
 
 
-def placed(W: Tensor) -> Tensor:
-    """``W`` itself when it already lies as ``new_head_weight`` lays it, else ``placed_copy(W)``."""
-    lies_placed = side_by_side_matrix(W) is not None if heads_side_by_side(W.shape[0]) else W.is_contiguous()
-    return W if lies_placed else placed_copy(W)
+def placed(W: Tensor, layout: str = DEFAULT_HEAD_LAYOUT) -> Tensor:
+    """``W`` itself when it already lies as ``new_head_weight`` lays it, else ``placed_copy(W, layout)``."""
+    side_by_side = heads_side_by_side(W.shape[0], layout)
+    lies_placed = side_by_side_matrix(W) is not None if side_by_side else W.is_contiguous()
+    return W if lies_placed else placed_copy(W, layout)
+
+
+@torch.no_grad()
+def set_head_layout(module: nn.Module, layout: str) -> nn.Module:
+    """Lay out ``W_Q``/``W_K``/``W_V`` of every attention part in ``module`` (a model, a block or one part) as
+    ``layout`` says, and make it the layout those parts give weights loaded later with ``assign=True``.
+
+    The parameters stay the same objects with the same values (only their memory is re-laid, copied
+    where it lies otherwise); ``"auto"`` reads the thread count now. Returns ``module``.
+    """
+    checked_head_layout(layout)
+    for part in module.modules():
+        if not hasattr(part, "head_layout"):  # Attention and its subclasses declare it
+            continue
+        part.head_layout = layout
+        for name in HEAD_WEIGHTS:
+            parameter = part._parameters.get(name)
+            if parameter is not None:
+                parameter.data = placed(parameter.data, layout)
+    return module
 
 
 def project_heads(x: Tensor, W: Tensor, b: Tensor) -> Tensor:

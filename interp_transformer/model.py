@@ -12,17 +12,19 @@ from .components import TokenLayout
 from .hooks import HookPoint
 from .kv_cache import KeyShape, KeyValueCache, require_kv_cache
 from .shape_checks import shape_checked
-from .text_methods import TextMethods
+from .stack import ResidualStack, hold_no_parts
+from .text_methods import DecoderText, PromptMethods
 from .token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
 
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
 
 
-class DemoTransformer(TextMethods, HookedTransformerBase):
+class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
     """A causal decoder with explicit per-head weights and a hook point on every activation.
 
     ``DemoTransformer(cfg)`` builds the parts ``cfg``'s architecture picks (GPT-2 for a
-    ``TransformerConfig``; see ``interp_transformer.architectures``) and composes them::
+    ``TransformerConfig``; see ``interp_transformer.architectures``) and runs them as the one
+    residual stack (``interp_transformer.stack``), then reads the logits out::
 
         residual = hook_embed(embed(tokens)) + hook_pos_embed(pos_embed(positions))
         residual = block(residual)            for every block
@@ -39,10 +41,12 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
     ``stop_at_layer=L`` returns the residual stream entering block ``L`` instead (for
     ``L = n_layers``, the final residual stream, before the final norm).
 
-    Text in and out (``to_tokens``, ``to_str_tokens``, ``generate``, ...) comes from ``TextMethods``.
+    Text in and out (``to_tokens``, ``to_str_tokens``, ...) comes from ``text_methods`` through its
+    input kind, ``DecoderText``; ``generate`` and ``test_prompt`` from ``PromptMethods``.
     """
 
     kind = "decoder"
+    text_inputs = DecoderText()
     TOKENIZER_HINT = "e.g. model.tokenizer = interp_transformer.tokens.offline_gpt2_tokenizer()"
 
     def __init__(
@@ -65,6 +69,7 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
         self.pos_embed = parts.pos_embed
         if parts.pos_embed is not None:
             self.hook_pos_embed = HookPoint()
+        hold_no_parts(self, "token_type_embed", "embed_ln", "rel_pos_bias")
         self.blocks = nn.ModuleList(parts.blocks)
         self.ln_final = parts.ln_final
         self.unembed = parts.unembed
@@ -114,11 +119,9 @@ class DemoTransformer(TextMethods, HookedTransformerBase):
         kv_cache: Optional[KeyValueCache],
         return_residual: bool = False,
     ) -> Float[Tensor, "batch pos d_out"]:
-        residual = self.hook_embed(self.embed(tokens))
-        if self.pos_embed is not None:  # learned positions; rotary ones act inside attention
-            residual = residual + self.hook_pos_embed(self.pos_embed(tokens, layout.offset, layout.positions))
-        for layer, block in enumerate(self.blocks[:n_blocks]):
-            residual = block(residual, layout, kv_cache[layer] if kv_cache is not None else None)
+        residual, layout = self.enter_stream(self.embed(tokens), tokens, layout)
+        cache_of = (lambda layer: (kv_cache[layer],)) if kv_cache is not None else (lambda layer: (None,))
+        residual = self.run_blocks(residual, layout, slice(n_blocks), cache_of)
         if return_residual:
             return residual
         return self.unembed(self.ln_final(residual))

@@ -156,9 +156,8 @@ class HookedTransformer(
             residual, tokens, layout, loss_mask = self._embed(input, prepend_bos, padding_side, attention_mask, cache)
         else:
             residual, layout, loss_mask = self._resume(input, attention_mask, cache, shortformer_pos_embed)
-        blocks = list(enumerate(self.blocks))[self._block_slice(start_at_layer, stop_at_layer)]
-        for layer, block in blocks:
-            residual = block(residual, layout, cache[layer] if cache is not None else None)
+        cache_of = (lambda layer: (cache[layer],)) if cache is not None else (lambda layer: (None,))
+        residual = self.run_blocks(residual, layout, self._block_slice(start_at_layer, stop_at_layer), cache_of)
         if stop_at_layer is not None:
             return residual
         residual = self.ln_final(residual)

@@ -49,7 +49,8 @@ from ..base import HookedTransformerBase, WeightView, unembedding_directions
 from ..components import TokenLayout
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
-from .inputs import EncoderTokens, check_attention_mask, check_token_type_ids, check_tokens, encode
+from ..stack import ResidualStack, hold_no_parts
+from .inputs import EncoderText, EncoderTokens, check_attention_mask, check_token_type_ids, check_tokens
 
 RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
 
@@ -57,7 +58,7 @@ RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, EncoderTokens]
 
 
-class EncoderTransformer(HookedTransformerBase):
+class EncoderTransformer(ResidualStack, HookedTransformerBase):
     """BERT architecture with explicit per-head weights and a hook point on every activation.
 
     ``forward(tokens, attention_mask=None, token_type_ids=None, return_type=None)``
@@ -98,6 +99,7 @@ class EncoderTransformer(HookedTransformerBase):
         self.token_type_embed = parts.token_type_embed
         self.hook_token_type_embed = HookPoint()
         self.embed_ln = parts.embed_ln
+        hold_no_parts(self, "rel_pos_bias")
         self.blocks = nn.ModuleList(parts.blocks)
         self.mlm_head = parts.mlm_head
         self.pooler = parts.pooler
@@ -140,14 +142,9 @@ class EncoderTransformer(HookedTransformerBase):
         n_blocks: int,
         return_type: str,
     ) -> Float[Tensor, "batch ..."]:
-        embed = self.hook_embed(self.embed(tokens))
-        pos_embed = self.hook_pos_embed(self.pos_embed(tokens))
-        token_type_embed = self.hook_token_type_embed(self.token_type_embed(token_type_ids))
-        # Hugging Face's order of summation, so float rounding matches too
-        residual = self.embed_ln(embed + token_type_embed + pos_embed)
         layout = TokenLayout.contiguous(tokens.shape[0], tokens.shape[1], device=tokens.device, key_is_real=key_is_real)
-        for block in self.blocks[:n_blocks]:
-            residual = block(residual, layout)
+        residual, layout = self.enter_stream(self.embed(tokens), tokens, layout, token_type_ids)
+        residual = self.run_blocks(residual, layout, slice(n_blocks))
         if return_type == "mlm_logits":
             return self.mlm_head(residual)
         if return_type == "pooled":
@@ -251,62 +248,8 @@ class EncoderTransformer(HookedTransformerBase):
             )
         return unembedding_directions(self.W_U, tokens)
 
-    # --- loading and tokenizer -------------------------------------------------------------
-    def to_tokens_and_mask(self, text: Union[str, list], text_pair: Union[str, list, None] = None) -> EncoderTokens:
-        """Tokenize with the checkpoint's tokenizer: ``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for pairs).
-
-        Returns ``EncoderTokens(tokens, attention_mask, token_type_ids)``, each
-        ``[batch, pos]``: a list of texts is right-padded to the longest, the mask marks
-        real tokens with 1, ``token_type_ids`` is 1 on the second text of a pair. Pass
-        it to the model whole: ``model(encoded)``. Never truncates: a text longer than
-        ``n_ctx`` tokens raises ``ValueError``.
-        """
-        encoded = encode(self._require_tokenizer(), text, text_pair, self.cfg.n_ctx)
-        return EncoderTokens(*(t.to(self.embed.W_E.device) for t in encoded))
-
-    def to_tokens(self, text: Union[str, list]) -> Int[Tensor, "batch pos"]:
-        """Token ids ``[batch, pos]`` of one text or of texts of equal token length, ``[CLS] ... [SEP]``.
-
-        Ids alone, like ``DemoTransformer.to_tokens``. Texts that would need padding
-        raise ``ValueError``: ids without their mask would let real tokens attend to
-        padding. Use ``to_tokens_and_mask`` for those, and for sentence pairs.
-        """
-        encoded = self.to_tokens_and_mask(text)
-        if not bool(encoded.attention_mask.all()):
-            lengths = encoded.attention_mask.sum(dim=-1).tolist()
-            raise ValueError(
-                f"the texts have different token lengths {lengths}, so they need padding and an attention mask: "
-                "use to_tokens_and_mask(texts) and pass its result to the model"
-            )
-        return encoded.tokens
-
-    def to_str_tokens(self, tokens_or_text) -> Union[list[str], list[list[str]]]:
-        """WordPiece strings of each token, e.g. ``['[CLS]', 'hello', 'world', '[SEP]']``.
-
-        Text is tokenized with ``to_tokens_and_mask`` and shown without its padding; a list of
-        texts gives a list of lists. Token ids (``[pos]`` or ``[batch, pos]``) are shown
-        as given, padding included.
-        """
-        tokenizer = self._require_tokenizer()
-        if isinstance(tokens_or_text, EncoderTokens):
-            tokens_or_text = tokens_or_text.tokens
-        if isinstance(tokens_or_text, list) and tokens_or_text and not all(isinstance(t, str) for t in tokens_or_text):
-            tokens_or_text = torch.tensor(tokens_or_text)
-        if isinstance(tokens_or_text, (str, list)):
-            encoded = self.to_tokens_and_mask(tokens_or_text)
-            rows = [ids[mask.bool()].tolist() for ids, mask in zip(encoded.tokens, encoded.attention_mask)]
-            pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
-            return pieces[0] if isinstance(tokens_or_text, str) else pieces
-        ids = check_tokens(tokens_or_text, self.cfg)
-        pieces = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
-        return pieces[0] if len(pieces) == 1 else pieces
-
-    def to_string(self, tokens: Tensor) -> Union[str, list[str]]:
-        """Decode ids to text (special tokens kept): ``[pos]`` gives a str, ``[batch, pos]`` a list."""
-        tokenizer = self._require_tokenizer()
-        ids = check_tokens(tokens, self.cfg)
-        texts = tokenizer.batch_decode(ids.tolist(), skip_special_tokens=False)
-        return texts[0] if tokens.ndim == 1 else texts
+    # --- text: to_tokens_and_mask(text, text_pair=None), to_tokens, to_str_tokens, to_string ---------
+    text_inputs = EncoderText()
 
     # --- weights only an encoder has ------------------------------------------------------
     W_token_type = WeightView("token_type_embed", "W_token_type", "n_token_types d_model")

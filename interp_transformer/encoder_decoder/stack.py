@@ -24,9 +24,9 @@ from ..architectures.encoder_decoder import StackParts
 from ..base import WeightView
 from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
-from ..components.relative_position_bias import BiasedLayout
 from ..hooks import HookPoint
 from ..shape_checks import shape_checked
+from ..stack import ResidualStack, hold_no_parts
 from .kv_cache import EncoderDecoderKVCache
 
 
@@ -35,7 +35,7 @@ OUT_SHAPE = "layer head_index d_head d_model"
 BIAS_SHAPE = "layer head_index d_head"
 
 
-class EncoderStack(nn.Module):
+class EncoderStack(ResidualStack, nn.Module):
     """The encoder: bidirectional blocks over the source (see the module docstring)."""
 
     def __init__(self, parts: StackParts):
@@ -48,6 +48,7 @@ class EncoderStack(nn.Module):
             self.hook_pos_embed = HookPoint()
         self.embed_ln = parts.embed_ln
         self.rel_pos_bias = parts.rel_pos_bias
+        hold_no_parts(self, "token_type_embed")
         self.blocks = nn.ModuleList(parts.blocks)
         self.ln_final = parts.ln_final
 
@@ -55,25 +56,12 @@ class EncoderStack(nn.Module):
     def n_layers(self) -> int:
         return len(self.blocks)
 
-    def _inputs(self, embed: Tensor, tokens: Tensor, layout: TokenLayout) -> tuple[Tensor, TokenLayout]:
-        """The residual stream entering block 0, and the layout every block reads."""
-        residual = self.hook_embed(embed)
-        if self.pos_embed is not None:
-            residual = residual + self.hook_pos_embed(self.pos_embed(tokens, layout.offset, layout.positions))
-        if self.embed_ln is not None:
-            residual = self.embed_ln(residual)
-        if self.rel_pos_bias is not None:  # computed once, read by every layer
-            layout = BiasedLayout.of(layout, self.rel_pos_bias(layout))
-        return residual, layout
-
     @shape_checked
     def forward(
         self, embed: Float[Tensor, "batch pos d_model"], tokens: Int[Tensor, "batch pos"], layout: TokenLayout
     ) -> Float[Tensor, "batch pos d_model"]:
-        residual, layout = self._inputs(embed, tokens, layout)
-        for block in self.blocks:
-            residual = block(residual, layout)
-        return self.ln_final(residual)
+        residual, layout = self.enter_stream(embed, tokens, layout)
+        return self.ln_final(self.run_blocks(residual, layout))
 
     # stacked weights, as a model gives them
     W_Q = WeightView("attn", "W_Q", HEAD_SHAPE, stacked=True)
@@ -102,9 +90,10 @@ class DecoderStack(EncoderStack):
         source: CrossAttentionSource,
         kv_cache: Optional[EncoderDecoderKVCache] = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        residual, layout = self._inputs(embed, tokens, layout)
-        for layer, block in enumerate(self.blocks):
-            residual = block(residual, layout, source, kv_cache[layer] if kv_cache is not None else None)
+        residual, layout = self.enter_stream(embed, tokens, layout)
+        residual = self.run_blocks(
+            residual, layout, block_inputs=lambda layer: (source, kv_cache[layer] if kv_cache is not None else None)
+        )
         return self.ln_final(residual)
 
     W_Q_cross = WeightView("cross_attn", "W_Q", HEAD_SHAPE, stacked=True)

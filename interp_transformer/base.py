@@ -29,6 +29,7 @@ from .capabilities import Capabilities
 from .hook_names import HookNames
 from .hooks import HookedRootModule
 from .losses import lm_loss
+from .text_methods import TextMethods
 from .token_checks import check_stop_at_layer
 
 # why a model may lack the part a weight lives in
@@ -76,7 +77,7 @@ class WeightView:
         return f"{self.name}: {reason}"
 
 
-class HookedTransformerBase(CachingMixin, HookedRootModule):
+class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
     """The shared base of hooked models (see the module docstring)."""
 
     kind = "model"  # "decoder" or "encoder": what from_pretrained of a subclass accepts

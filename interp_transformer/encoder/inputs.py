@@ -4,12 +4,15 @@ Every check raises ``TypeError``/``ValueError`` naming what was expected and wha
 came. Tensors on the ``meta`` device (``hook_shapes``) are checked for shape only.
 """
 
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Union
+
+import torch
 
 from jaxtyping import Int
 from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
+from ..text_methods import padded_rows_problem
 from ..token_checks import as_id_tensor, check_attention_mask, check_like_tokens, check_token_ids
 
 
@@ -68,4 +71,38 @@ def encode(tokenizer, text: Union[str, list], text_pair: Union[str, list, None],
     return EncoderTokens(encoded["input_ids"], encoded["attention_mask"], encoded["token_type_ids"])
 
 
-__all__ = ["EncoderTokens", "check_attention_mask", "check_token_type_ids", "check_tokens", "encode"]
+class EncoderText:
+    """An encoder's text: texts or text pairs with the tokenizer's special tokens (``text_methods``)."""
+
+    def encode(self, tokenizer, text, n_ctx: int, text_pair=None) -> EncoderTokens:
+        """``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for pairs), right-padded; never truncated."""
+        return encode(tokenizer, text, text_pair, n_ctx)
+
+    def why_not_ids_alone(self, encoded: EncoderTokens, text_pair=None) -> Optional[str]:
+        if bool(encoded.token_type_ids.any()):
+            return "a text pair has segment ids, which ids alone would lose: use to_tokens_and_mask(text, text_pair)"
+        return padded_rows_problem(encoded.attention_mask)
+
+    def str_tokens(self, model, tokens_or_text) -> Union[list[str], list[list[str]]]:
+        """WordPiece strings, e.g. ``['[CLS]', 'hello', 'world', '[SEP]']``; text without its padding, ids as given."""
+        tokenizer = model._require_tokenizer()
+        if isinstance(tokens_or_text, EncoderTokens):
+            tokens_or_text = tokens_or_text.tokens
+        if isinstance(tokens_or_text, list) and tokens_or_text and not all(isinstance(t, str) for t in tokens_or_text):
+            tokens_or_text = torch.tensor(tokens_or_text)
+        if isinstance(tokens_or_text, (str, list)):
+            encoded = model.to_tokens_and_mask(tokens_or_text)
+            rows = [ids[mask.bool()].tolist() for ids, mask in zip(encoded.tokens, encoded.attention_mask)]
+            pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
+            return pieces[0] if isinstance(tokens_or_text, str) else pieces
+        ids = check_tokens(tokens_or_text, model.cfg)
+        pieces = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
+        return pieces[0] if len(pieces) == 1 else pieces
+
+    def decode(self, tokenizer, tokens: Tensor, cfg) -> Union[str, list[str]]:
+        """Special tokens kept."""
+        texts = tokenizer.batch_decode(check_tokens(tokens, cfg).tolist(), skip_special_tokens=False)
+        return texts[0] if tokens.ndim == 1 else texts
+
+
+__all__ = ["EncoderText", "EncoderTokens", "check_attention_mask", "check_token_type_ids", "check_tokens", "encode"]

@@ -6,12 +6,13 @@ shape or values, a source that holds the padding id but came without a mask (its
 would be read as text), a decoder input whose batch differs from the source's.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from ..text_methods import padded_rows_problem
 from ..token_checks import as_id_tensor, check_attention_mask, check_token_ids
 
 
@@ -64,4 +65,40 @@ def check_decoder_input(
     return decoder_input
 
 
-__all__ = ["SourceTokens", "check_decoder_input", "check_source"]
+class SourceText:
+    """An encoder-decoder's source text, with the tokenizer's special tokens (``text_methods``)."""
+
+    def encode(self, tokenizer, text, n_ctx: int) -> SourceTokens:
+        """Text (or texts, right-padded) to ``SourceTokens(tokens, attention_mask)``."""
+        texts = [text] if isinstance(text, str) else text
+        if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
+            raise TypeError(f"text must be a str or a non-empty list of str, got {text!r:.80}")
+        encoded = tokenizer(texts, padding=True, return_tensors="pt")
+        tokens, mask = encoded["input_ids"], encoded["attention_mask"]
+        if tokens.shape[1] > n_ctx:
+            raise ValueError(
+                f"text is {tokens.shape[1]} tokens long (special tokens included), more than n_ctx={n_ctx}"
+            )
+        return SourceTokens(tokens, mask)
+
+    def why_not_ids_alone(self, encoded: SourceTokens) -> Optional[str]:
+        return padded_rows_problem(encoded.attention_mask)
+
+    def str_tokens(self, model, tokens) -> Union[list[str], list[list[str]]]:
+        """``[pos]`` or ``[1, pos]`` ids (or text) give a list, ``[batch, pos]`` a list of lists."""
+        tokenizer = model._require_tokenizer()
+        if isinstance(tokens, str):
+            tokens = model.to_tokens(tokens)
+        rows = tokens[None] if tokens.ndim == 1 else tokens
+        pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows.tolist()]
+        return pieces[0] if len(pieces) == 1 else pieces
+
+    def decode(self, tokenizer, tokens: Tensor, cfg) -> Union[str, list[str]]:
+        """Special tokens left out."""
+        texts = tokenizer.batch_decode(
+            (tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True
+        )
+        return texts[0] if tokens.ndim == 1 else texts
+
+
+__all__ = ["SourceText", "SourceTokens", "check_decoder_input", "check_source"]

@@ -27,7 +27,7 @@ from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
 from ..kv_cache import require_kv_cache
 from ..shape_checks import shape_checked
-from .inputs import SourceTokens, check_decoder_input, check_source
+from .inputs import SourceText, SourceTokens, check_decoder_input, check_source
 from .kv_cache import EncoderDecoderKVCache
 from .stack import DecoderStack, EncoderStack
 
@@ -190,49 +190,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
 
         return generate(self, tokens, *args, **kwargs)
 
-    # --- tokenizer conveniences ------------------------------------------------------------------
-    def to_tokens_and_mask(self, text: Union[str, list]) -> SourceTokens:
-        """Text (or texts, right-padded) to ``SourceTokens(tokens, attention_mask)`` with the tokenizer's special
-        tokens."""
-        tokenizer = self._require_tokenizer()
-        texts = [text] if isinstance(text, str) else text
-        if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
-            raise TypeError(f"text must be a str or a non-empty list of str, got {text!r:.80}")
-        encoded = tokenizer(texts, padding=True, return_tensors="pt")
-        tokens, mask = encoded["input_ids"], encoded["attention_mask"]
-        if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(
-                f"text is {tokens.shape[1]} tokens long (special tokens included), more than n_ctx={self.cfg.n_ctx}"
-            )
-        return SourceTokens(tokens.to(self.W_E.device), mask.to(self.W_E.device))
-
-    def to_tokens(self, text: Union[str, list]) -> Int[Tensor, "batch pos"]:
-        """Text to ids ``[batch, pos]``; texts of different lengths need ``to_tokens_and_mask``."""
-        tokens, mask = self.to_tokens_and_mask(text)
-        if not bool(mask.bool().all()):
-            raise ValueError(
-                "the texts have different token lengths, so they need padding and a mask: use "
-                "to_tokens_and_mask(texts) and pass its result to the model"
-            )
-        return tokens
-
-    def to_str_tokens(self, tokens) -> Union[list[str], list[list[str]]]:
-        """The string of every token: ``[pos]`` or ``[1, pos]`` ids (or text) give a list, ``[batch, pos]`` a list of
-        lists."""
-        tokenizer = self._require_tokenizer()
-        if isinstance(tokens, str):
-            tokens = self.to_tokens(tokens)
-        rows = tokens[None] if tokens.ndim == 1 else tokens
-        pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows.tolist()]
-        return pieces[0] if len(pieces) == 1 else pieces
-
-    def to_string(self, tokens: Tensor) -> Union[str, list[str]]:
-        """Decode ids to text, special tokens left out: ``[pos]`` gives a str, ``[batch, pos]`` a list."""
-        tokenizer = self._require_tokenizer()
-        texts = tokenizer.batch_decode(
-            (tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True
-        )
-        return texts[0] if tokens.ndim == 1 else texts
+    # --- text: to_tokens_and_mask, to_tokens, to_str_tokens, to_string (of the source) ------------
+    text_inputs = SourceText()
 
     def writer_blocks(self) -> list:
         """The decoder's blocks: the stack whose residual stream the logits read."""

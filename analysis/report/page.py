@@ -50,9 +50,6 @@ class Report:
         """Every figure, in page order."""
         return [fig for section in self.sections for fig in section.figures]
 
-    def summary_text(self) -> str:
-        return "\n".join(self.summary)
-
     def to_html(self) -> str:
         """The whole page as one string: plotly.js inline in ``<head>``, one ``<div>`` per figure."""
         nav = " ".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in self.sections)

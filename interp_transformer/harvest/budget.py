@@ -39,13 +39,6 @@ class BatchPlan:
     bytes_per_context: int  # what one context adds to a shard
     held_bytes: int  # cache_bytes + one full shard
 
-    def describe(self) -> str:
-        return (
-            f"batch_size={self.batch_size}, {self.shard_contexts} contexts per shard, holding about "
-            f"{format_bytes(self.held_bytes)} of activations (batch cache {format_bytes(self.cache_bytes)}, "
-            f"shard {format_bytes(self.shard_contexts * self.bytes_per_context)})"
-        )
-
 
 def format_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

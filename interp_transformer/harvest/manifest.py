@@ -10,7 +10,7 @@ refused with the fields that differ.
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 from .fingerprint import differences
 from .storage import MANIFEST_FILE, TOKENS_FILE, atomic_write_json, read_json, sha256_of_file
@@ -108,9 +108,6 @@ class Manifest:
     def tokens_path(self) -> Path:
         return self.out_dir / self.tokens.get("file", TOKENS_FILE)
 
-    def shard_paths(self) -> list[Path]:
-        return [self.out_dir / shard.file for shard in self.shards]
-
     def total_tokens(self) -> int:
         return self.n_contexts * self.context_length
 
@@ -172,9 +169,3 @@ class Manifest:
         if found:
             raise ValueError(f"the harvest in {self.out_dir} is not sound:\n  " + "\n  ".join(found))
         return self
-
-    def shard_for_context(self, context_index: int) -> Optional[ShardRecord]:
-        for shard in self.shards:
-            if shard.first_context <= context_index < shard.stop_context:
-                return shard
-        return None

@@ -86,18 +86,6 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict, o
     return digest["sha256"]
 
 
-def read_metadata(path: Path) -> dict:
-    """The metadata ``save_tensors`` wrote (``ValueError`` if the file is unreadable or has none)."""
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            header = dict(handle.metadata() or {})
-    except (SafetensorError, OSError) as error:
-        raise ValueError(f"{path} is not a readable safetensors file ({error}); the file is damaged") from error
-    if METADATA_KEY not in header:
-        raise ValueError(f"{path} has no {METADATA_KEY!r} metadata: it was not written by a harvest")
-    return json.loads(header[METADATA_KEY])
-
-
 def load_tensor(path: Path, name: str) -> torch.Tensor:
     """One tensor of a safetensors file (``ValueError`` if the file or the name is missing)."""
     try:

@@ -15,6 +15,7 @@ rotary
 ``opt``       ``OPTConfig``          ``DemoTransformer``: GPT-2's parts with ReLU (OPT-125m, 1.3b, ...)
               ``OPTPostNormConfig``  ``DemoTransformer``: post-LayerNorm blocks, no final norm (OPT-350m)
 ``bloom``     ``BloomConfig``        ``DemoTransformer``: normalized embeddings, ALiBi attention
+``adapter_decoder`` ``AdapterDecoderConfig`` ``DemoTransformer``: GPT-2 with a gated adapter beside each MLP
 ============  =====================  ===================================================================================
 
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
@@ -29,7 +30,7 @@ also names its Hugging Face converter (a module of ``interp_transformer.loading`
 is the recipe for adding one.
 """
 
-from . import bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, llama, marian, moe, opt, seq2seq, t5
+from . import adapter_decoder, bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, llama, marian, moe, opt, seq2seq, t5
 from .registry import Architecture, DecoderParts, architecture_of, hf_converters, register, registered, unregister
 
 # one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
@@ -49,9 +50,11 @@ register(gptj.ARCHITECTURE, converter="gptj", hf_model_types=("gptj",))
 register(opt.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
 register(opt.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
 register(bloom.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
+register(adapter_decoder.ARCHITECTURE)  # docs/architecture.md's worked example of a new kind of writer
 
 __all__ = [
     "Architecture",
+    "adapter_decoder",
     "DecoderParts",
     "architecture_of",
     "hf_converters",

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.base import HookedTransformerBase
+from interp_transformer.models.base import HookedTransformerBase
 
 AnyModel = HookedTransformerBase  # a DemoTransformer of any architecture, or an EncoderTransformer
 

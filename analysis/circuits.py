@@ -40,7 +40,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer.factored_matrix import FactoredMatrix
+from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
 from . import _checks
 

@@ -151,7 +151,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"prompt: {prompt!r} ({tokens.shape[1]} tokens)")
         _write_report(model, tokens, f"{source}: {prompt[:60]}", metadata, args.out)
         return EXIT_OK
-    from interp_transformer.induction import BOS_TOKEN, repeated_tokens
+    from interp_transformer.pretrained.induction import BOS_TOKEN, repeated_tokens
 
     model, metadata = load_model("induction-2l", weights_dir=args.weights_dir)
     seq_len = args.seq_len if args.seq_len is not None else 15

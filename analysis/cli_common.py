@@ -21,7 +21,7 @@ def error_message(error: BaseException) -> str:
 
 
 def is_shipped(source: str) -> bool:
-    from interp_transformer.shipped import SHIPPED_MODELS
+    from interp_transformer.pretrained import SHIPPED_MODELS
 
     return source in SHIPPED_MODELS
 
@@ -35,7 +35,7 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
     from interp_transformer.loading import from_pretrained
 
     if is_shipped(source):
-        from interp_transformer.shipped import PRETRAINED_DIR, load_shipped, load_shipped_metadata
+        from interp_transformer.pretrained import PRETRAINED_DIR, load_shipped, load_shipped_metadata
 
         directory = Path(weights_dir) if weights_dir is not None else PRETRAINED_DIR
         model = load_shipped(source, dtype=dtype, directory=directory)

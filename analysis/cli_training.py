@@ -20,7 +20,7 @@ def add_training_parsers(commands) -> None:
 
 def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
     """The shipped model's recorded training settings (so a retrain reproduces it), overridden by the options given."""
-    from interp_transformer.shipped import load_shipped_metadata
+    from interp_transformer.pretrained import load_shipped_metadata
 
     settings = {}
     try:
@@ -40,8 +40,8 @@ def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
 
 
 def cmd_train_induction(args: argparse.Namespace) -> int:
-    from interp_transformer.induction import train_induction_model
-    from interp_transformer.shipped import save_shipped
+    from interp_transformer.pretrained.induction import train_induction_model
+    from interp_transformer.pretrained import save_shipped
 
     settings = _training_settings("induction-2l", train_induction_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"
@@ -59,8 +59,8 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
 
 
 def cmd_train_translation(args: argparse.Namespace) -> int:
-    from interp_transformer.shipped import save_shipped
-    from interp_transformer.translation import train_translation_model
+    from interp_transformer.pretrained import save_shipped
+    from interp_transformer.pretrained.translation import train_translation_model
 
     from .translation_card import translation_model_card
 

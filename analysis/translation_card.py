@@ -2,7 +2,7 @@
 learned.
 
 What it learned is measured with the analysis tools, on numbers never trained on
-(``interp_transformer.translation.is_held_out``): the exact-match accuracy of its greedy
+(``interp_transformer.pretrained.translation.is_held_out``): the exact-match accuracy of its greedy
 translations, and how closely each cross-attention head follows the task's known
 alignment (``analysis.cross_attention.alignment_scores``).
 """
@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp_transformer.translation import (
+from interp_transformer.pretrained.translation import (
     NumberTokenizer,
     TranslationTraining,
     encode_numbers,

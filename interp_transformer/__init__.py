@@ -17,22 +17,27 @@ Axis glossary (used in einsum strings, shape annotations, docstrings and plots):
 =============  ==========================================================
 """
 
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
 from .architectures.gpt2 import PRESETS, TransformerConfig, preset
 from .architectures.gemma import GemmaConfig
 from .architectures.llama import LlamaConfig
 from .architectures.moe import MoEConfig
-from .cache import ActivationCache
-from .capabilities import Capabilities
+from .hooks.cache import ActivationCache
+from .models.capabilities import Capabilities
 from .encoder import EncoderConfig, EncoderTransformer
 from .encoder_decoder import EncoderDecoderTransformer
-from .hook_names import get_act_name
+from .hooks.names import get_act_name
 from .hooks import HookedRootModule, HookPoint
-from .kv_cache import KeyValueCache
+from .models.kv_cache import KeyValueCache
 from .loading import from_pretrained
-from .losses import lm_loss
-from .model import DemoTransformer
-from .shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
-from .slices import Slice
+from .models.losses import lm_loss
+from .models.decoder import DemoTransformer
+from .models.shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
+from .hooks.slices import Slice
 
 # TransformerLens' classic API (a thin layer over the above; see interp_transformer.compat)
 from .compat import (  # noqa: E402
@@ -42,7 +47,7 @@ from .compat import (  # noqa: E402
     HookedTransformerKeyValueCache,
     TransformerLensKeyValueCache,
 )
-from . import head_detector, patching, utils  # noqa: E402
+from .compat import head_detector, patching, utils  # noqa: E402
 
 __all__ = [
     "ActivationCache",
@@ -76,3 +81,60 @@ __all__ = [
     "shape_checking_enabled",
     "utils",
 ]
+
+# Modules that moved into the packages by concern keep their old import paths (docs/architecture.md, "Moves").
+MOVED_MODULES = {
+    "base": "models.base",
+    "cache": "hooks.cache",
+    "caching": "hooks.caching",
+    "capabilities": "models.capabilities",
+    "config": "models.config",
+    "factored_matrix": "circuits.factored_matrix",
+    "factored_spectra": "circuits.factored_spectra",
+    "generate": "text.generate",
+    "gpt2_tokenizer": "text.gpt2_tokenizer",
+    "head_detector": "compat.head_detector",
+    "hook_names": "hooks.names",
+    "induction": "pretrained.induction",
+    "kv_cache": "models.kv_cache",
+    "losses": "models.losses",
+    "model": "models.decoder",
+    "patching": "compat.patching",
+    "processing": "models.processing",
+    "prompts": "text.prompts",
+    "residual_norms": "hooks.residual_norms",
+    "residual_stacks": "hooks.residual_stacks",
+    "shape_checks": "models.shape_checks",
+    "shipped": "pretrained",
+    "slices": "hooks.slices",
+    "stack": "models.stack",
+    "text_methods": "text.methods",
+    "token_checks": "models.token_checks",
+    "tokens": "text.tokens",
+    "translation": "pretrained.translation",
+    "utils": "compat.utils",
+    "verify_checks": "verify.checks",
+    "verify_report": "verify.report",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import interp_transformer.tokens`` gives the module now at ``interp_transformer.text.tokens``, itself."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.rpartition(".")
+        if package == __name__ and name in MOVED_MODULES:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"{__name__}.{MOVED_MODULES[spec.name.rpartition('.')[2]]}")
+        self._spec = module.__spec__  # the import system sets __spec__ to the old name's: put the real one back
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self._spec
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())

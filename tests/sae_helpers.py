@@ -80,7 +80,7 @@ def gpt2_with_tokenizer(n_embd: int = 32, seed: int = 0, dtype: torch.dtype = to
     """A random-weight 2-layer GPT-2 with GPT-2's real vocabulary and tokenizer (offline), loaded by
     ``from_pretrained``."""
     from interp_transformer.loading import from_pretrained
-    from interp_transformer.tokens import offline_gpt2_tokenizer
+    from interp_transformer.text.tokens import offline_gpt2_tokenizer
 
     from .gpt2_helpers import tiny_gpt2
 

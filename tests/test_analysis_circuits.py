@@ -5,7 +5,7 @@ import torch
 
 from analysis import circuits
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer import factored_matrix
+from interp_transformer.circuits import factored_matrix
 
 
 @pytest.fixture(scope="module")

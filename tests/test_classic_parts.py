@@ -36,7 +36,7 @@ from interp_transformer.components.activations import ACTIVATIONS
 from interp_transformer.components.alibi import alibi_slopes
 from interp_transformer.components.rotary import Rotary
 from interp_transformer.components.sinusoidal import sinusoidal_table
-from interp_transformer.kv_cache import LayerKVCache
+from interp_transformer.models.kv_cache import LayerKVCache
 from interp_transformer.loading import CheckpointError, architecture_module, from_pretrained
 from interp_transformer.verify import verify_against_hf
 

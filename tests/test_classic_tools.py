@@ -11,7 +11,7 @@ import torch
 
 from analysis import attribution, patching
 from analysis.report import DISPLAY_ORDER, build_report
-from interp_transformer import processing
+from interp_transformer.models import processing
 from interp_transformer.loading import architecture_module, from_pretrained
 
 from .classic_helpers import FAMILIES, POST_NORM, float64_copy, random_tokens, tiny_hf_model

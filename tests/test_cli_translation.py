@@ -3,7 +3,7 @@
 import json
 
 from analysis.cli import EXIT_OK, EXIT_USAGE, main
-from interp_transformer.shipped import load_shipped
+from interp_transformer.pretrained import load_shipped
 
 
 def test_report_on_translate_tiny(tmp_path, capsys):

@@ -96,7 +96,7 @@ def test_capabilities_hold_no_family_field():
     """What one family brings (output norms, a soft-cap, experts, cross-attention) is said by its parts."""
     from dataclasses import fields
 
-    from interp_transformer.capabilities import Capabilities
+    from interp_transformer.models.capabilities import Capabilities
 
     assert {field.name for field in fields(Capabilities)} == GENERIC_CAPABILITIES
 
@@ -134,3 +134,65 @@ def test_one_attribution_walk():
     ]
     copied = "def dla(model, g):\n    for block in model.blocks:\n        t = block.attn.W_O @ g\n"
     assert own_attribution_walks(copied) == ["dla"] and walk_callers("def f():\n    direct_path(b, d, at)\n") == ["f"]
+
+
+def test_the_package_reads_as_a_table_of_contents():
+    """At most 10 loose modules at the top of the package; the rest sit in packages named by concern."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= 10, loose
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert {"hooks", "models", "text", "circuits", "verify", "pretrained", "compat", "components"} <= packages
+
+
+def test_moved_modules_keep_their_old_import_paths():
+    import importlib
+
+    for old, new in interp_transformer.MOVED_MODULES.items():
+        assert importlib.import_module(f"interp_transformer.{old}") is importlib.import_module(
+            f"interp_transformer.{new}"
+        )
+
+
+def test_no_inheritance_chain_packs_a_class():
+    """The cache and the factored matrix hold their helpers (composition), not inherit them for length."""
+    from interp_transformer.circuits.factored_matrix import FactoredMatrix
+    from interp_transformer.hooks.cache import ActivationCache
+
+    assert ActivationCache.__bases__ == (object,) and FactoredMatrix.__bases__ == (object,)
+
+
+def text_method_sets(source: str) -> list[str]:
+    """Classes that define ``to_tokens`` themselves: a set of text methods."""
+    tree = ast.parse(source)
+    return [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(item, ast.FunctionDef) and item.name == "to_tokens" for item in node.body)
+    ]
+
+
+def block_loops(source: str) -> list[str]:
+    """Functions that run blocks themselves: a loop over ``blocks`` whose body calls a block."""
+    found = []
+    for node in functions(ast.parse(source)):
+        for loop in (n for n in ast.walk(node) if isinstance(n, ast.For) and "blocks" in ast.unparse(n.iter)):
+            target = ast.unparse(loop.target).split(",")[-1].strip(" ()")
+            calls = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and ast.unparse(n.func) == target]
+            if calls:
+                found.append(node.name)
+    return found
+
+
+def test_one_stack_and_one_set_of_text_methods():
+    model_code = [p for p in python_files("interp_transformer") if "compat" not in p.parts]
+    sets = {str(p.relative_to(ROOT)): text_method_sets(p.read_text()) for p in model_code}
+    assert {path: names for path, names in sets.items() if names} == {
+        "interp_transformer/text/methods.py": ["TextMethods"]
+    }
+    loops = {str(p.relative_to(ROOT)): block_loops(p.read_text()) for p in python_files("interp_transformer")}
+    assert {path: names for path, names in loops.items() if names} == {
+        "interp_transformer/models/stack.py": ["run_blocks"]
+    }
+    assert text_method_sets("class A:\n    def to_tokens(self, text):\n        pass\n") == ["A"]
+    assert block_loops("def f(m, x):\n    for block in m.blocks:\n        x = block(x)\n") == ["f"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from analysis.report import build_report
-from interp_transformer.shipped import load_shipped_metadata, load_translation_model
+from interp_transformer.pretrained import load_shipped_metadata, load_translation_model
 
 from .browser import BrowserSession, require_browser
 from .encoder_decoder_helpers import DECODER_INPUT, SOURCE, converted

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from interp_transformer.factored_matrix import FactoredMatrix
+from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
 # (batch, ldim, mdim, rdim, rank of A or None for generic full rank)
 SHAPES = [

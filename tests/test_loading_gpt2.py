@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCau
 
 from interp_transformer import DemoTransformer
 from interp_transformer.loading import CheckpointError, from_pretrained, gpt2, supported_architectures
-from interp_transformer.tokens import offline_gpt2_tokenizer
+from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 
 from .gpt2_helpers import one_thread, random_tokens, tiny_gpt2  # noqa: F401 (autouse fixture)

@@ -11,7 +11,7 @@ from analysis import attribution
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer
 from interp_transformer.architectures.adapter_decoder import AdapterDecoderConfig
-from interp_transformer.processing import center_writing_weights, fold_ln
+from interp_transformer.models.processing import center_writing_weights, fold_ln
 
 CFG = AdapterDecoderConfig(d_model=16, n_layers=2, n_heads=4, d_head=4, d_mlp=24, d_vocab=31, n_ctx=12, d_adapter=6)
 TOKENS = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])

@@ -19,12 +19,12 @@ from interp_transformer import DemoTransformer, KeyValueCache, TransformerConfig
 from interp_transformer.architectures.seq2seq import Seq2SeqConfig
 from interp_transformer.compat import HookedTransformer, HookedTransformerConfig
 from interp_transformer.encoder_decoder import EncoderDecoderTransformer
-from interp_transformer.generate import generate
+from interp_transformer.text.generate import generate
 from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.loading.sources import open_weights, read_bin_file
 from interp_transformer.sae import SAE
-from interp_transformer.shipped import PRETRAINED_DIR, load_shipped, save_shipped
-from interp_transformer.tokens import offline_gpt2_tokenizer
+from interp_transformer.pretrained import PRETRAINED_DIR, load_shipped, save_shipped
+from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 
 from .gpt2_helpers import tiny_gpt2

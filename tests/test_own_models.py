@@ -30,7 +30,7 @@ from interp_transformer.components import (
     UnbiasedLayerNorm,
     Unembed,
 )
-from interp_transformer.hook_names import DECODER_HOOK_NAMES
+from interp_transformer.hooks.names import DECODER_HOOK_NAMES
 from interp_transformer.loading.strict import CheckpointError, load_strict
 from interp_transformer.verify import verify_against_module
 

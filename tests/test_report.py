@@ -16,7 +16,7 @@ from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from analysis.report.sections.circuits import MAX_CIRCUIT_TOKENS
 from analysis.report.sections.detectors import RANDOM_BATCH
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer.tokens import offline_gpt2_tokenizer
+from interp_transformer.text.tokens import offline_gpt2_tokenizer
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from interp_transformer import DemoTransformer, processing
+from interp_transformer import DemoTransformer
+from interp_transformer.models import processing
 from interp_transformer.sae import ProcessingMismatch, run_with_cache_with_saes, run_with_saes, splice_saes
 from interp_transformer.sae.sae import HOOK_NAMES
 

@@ -16,8 +16,8 @@ PACKAGES = ("interp_transformer", "analysis")
 MODEL_CLASSES = ("DemoTransformer", "EncoderTransformer", "EncoderDecoderTransformer")
 CLASS_QUESTIONS = ("is_encoder", "is_post_norm", "require_decoder")
 TOOLS = (
-    "interp_transformer.cache",
-    "interp_transformer.caching",
+    "interp_transformer.hooks.cache",
+    "interp_transformer.hooks.caching",
     "interp_transformer.verify",
     "interp_transformer.hooks",
 )

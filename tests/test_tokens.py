@@ -1,4 +1,4 @@
-"""Tests for interp_transformer.tokens.
+"""Tests for interp_transformer.text.tokens.
 
 References: GPT-2's published token ids, a pure-python copy of OpenAI's original
 byte-level BPE (``encoder.py``) run on the same files, Hugging Face's own
@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interp_transformer.tokens import (
+from interp_transformer.text.tokens import (
     END_OF_TEXT,
     GPT2_ENCODER_JSON_SHA256,
     GPT2_VOCAB_BPE_SHA256,

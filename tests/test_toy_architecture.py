@@ -19,7 +19,7 @@ from analysis.report import build_report
 from interp_transformer import Capabilities, DemoTransformer
 from interp_transformer.architectures import Architecture, DecoderParts, register, unregister
 from interp_transformer.components import MLP, Attention, Embed, LayerNorm, NoNorm, PosEmbed, PostNormBlock, Unembed
-from interp_transformer.hook_names import BLOCK_HOOKS, HookNames
+from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.verify import verify_against_module
 
 
@@ -199,7 +199,7 @@ def test_the_cache_tools_follow_its_capabilities(toy):
             call()
     heads = cache.stack_head_results(layer=1)  # each head's write still has its meaning
     torch.testing.assert_close(heads.sum(0) + toy.blocks[0].attn.b_O, cache["attn_out", 0], rtol=0, atol=1e-10)
-    from interp_transformer import processing
+    from interp_transformer.models import processing
 
     with pytest.raises(ValueError, match="post-norm"):
         processing.fold_ln(toy)

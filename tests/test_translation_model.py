@@ -6,8 +6,8 @@ import torch
 from analysis.encoder_decoder_patching import patch_source_positions, source_word_effects
 from analysis.translation_card import held_out_alignment_scores
 from interp_transformer.encoder_decoder import EncoderDecoderTransformer
-from interp_transformer.shipped import load_shipped_metadata, load_translation_model
-from interp_transformer.translation import (
+from interp_transformer.pretrained import load_shipped_metadata, load_translation_model
+from interp_transformer.pretrained.translation import (
     NumberTokenizer,
     alignment_of,
     encode_numbers,

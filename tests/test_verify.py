@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from interp_transformer import processing
+from interp_transformer.models import processing
 from interp_transformer.loading import from_pretrained
-from interp_transformer.tokens import offline_gpt2_tokenizer
+from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import VerifyReport, run_verify, verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread, random_tokens, tiny_gpt2  # noqa: F401 (autouse fixture)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..components import MLP, Attention, Embed, LayerNorm, PosEmbed, Unembed
 from ..components.adapter import AdapterBlock, GatedAdapter
-from ..hook_names import DECODER_HOOK_NAMES, HookNames
+from ..hooks.names import DECODER_HOOK_NAMES, HookNames
 from .gpt2 import CAPABILITIES, TransformerConfig
 from .registry import Architecture, DecoderParts
 

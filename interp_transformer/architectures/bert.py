@@ -17,7 +17,7 @@ from typing import Optional
 
 from torch import nn
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import (
     MLP,
     Attention,
@@ -30,7 +30,7 @@ from ..components import (
     PostNormBlock,
     TokenTypeEmbed,
 )
-from ..hook_names import BLOCK_HOOKS, HookNames
+from ..hooks.names import BLOCK_HOOKS, HookNames
 from .registry import Architecture
 from .validation import validate_common_fields
 

@@ -16,9 +16,9 @@ residual identities hold unchanged with ``embed`` the only input writer.
 import dataclasses
 from dataclasses import dataclass
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, TransformerBlock, Unembed
-from ..hook_names import BLOCK_HOOKS, HookNames
+from ..hooks.names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
 from .validation import check_bools, validate_common_fields
 

@@ -34,8 +34,8 @@ from typing import Mapping, Optional, Union
 
 from torch import nn
 
-from ..capabilities import Capabilities
-from ..hook_names import ALIASES, BLOCK_HOOKS
+from ..models.capabilities import Capabilities
+from ..hooks.names import ALIASES, BLOCK_HOOKS
 from .validation import validate_common_fields
 
 STACKS = ("encoder", "decoder")

@@ -29,7 +29,7 @@ and the variants, as fields (Gemma 1 sets none of them):
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import Attention, CausalMask, PaddingMask, SlidingWindowMask, TransformerBlock, Unembed
 from ..components.gated_mlp import GatedMLP
 from ..components.gemma_norm import GemmaRMSNorm
@@ -37,7 +37,7 @@ from ..components.pre_post_norm_block import PrePostNormBlock
 from ..components.rotary import RopeScaling, Rotary
 from ..components.scaled_embed import ScaledEmbed
 from ..components.softcap import SoftCappedAttention, SoftCappedUnembed
-from ..hook_names import HookNames
+from ..hooks.names import HookNames
 from .llama import HOOK_NAMES as LLAMA_HOOK_NAMES
 from .registry import Architecture, DecoderParts
 from .rotary_decoder import (

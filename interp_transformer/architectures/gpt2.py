@@ -13,9 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, Attention, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
-from ..hook_names import DECODER_HOOK_NAMES
+from ..hooks.names import DECODER_HOOK_NAMES
 from .registry import Architecture, DecoderParts
 from .validation import validate_common_fields
 

@@ -17,10 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, Attention, Embed, LayerNorm, ParallelBlock, TransformerBlock, Unembed
 from ..components.rotary import RopeScaling, Rotary
-from ..hook_names import BLOCK_HOOKS, HookNames
+from ..hooks.names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
 from .rotary_decoder import find_preset
 from .validation import check_bools, check_positive_number, validate_common_fields

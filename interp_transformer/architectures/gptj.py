@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, Attention, Embed, LayerNorm, SharedNormParallelBlock, Unembed
 from ..components.rotary import Rotary
 from .gpt_neox import HOOK_NAMES as NEOX_HOOK_NAMES

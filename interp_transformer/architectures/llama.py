@@ -20,12 +20,12 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import Attention, CausalMask, Embed, PaddingMask, SlidingWindowMask, TransformerBlock, Unembed
 from ..components.gated_mlp import GatedMLP
 from ..components.rms_norm import RMSNorm
 from ..components.rotary import RopeScaling, Rotary
-from ..hook_names import BLOCK_HOOKS, HookNames
+from ..hooks.names import BLOCK_HOOKS, HookNames
 from .registry import Architecture, DecoderParts
 from .rotary_decoder import (
     RotaryDecoderConfig,

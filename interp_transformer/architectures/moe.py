@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import Embed, TransformerBlock, Unembed
 from ..components.gated_mlp import GatedMLP
 from ..components.moe import MixtureOfExperts
 from ..components.rms_norm import RMSNorm
 from ..components.rotary import RopeScaling
-from ..hook_names import HookNames
+from ..hooks.names import HookNames
 from .llama import HOOK_NAMES as LLAMA_HOOK_NAMES
 from .llama import rotary_attention
 from .registry import Architecture, DecoderParts

@@ -23,9 +23,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, Attention, Embed, LayerNorm, NoNorm, PosEmbed, PostNormBlock, TransformerBlock, Unembed
-from ..hook_names import BLOCK_HOOKS, DECODER_HOOK_NAMES, HookNames
+from ..hooks.names import BLOCK_HOOKS, DECODER_HOOK_NAMES, HookNames
 from .registry import Architecture, DecoderParts
 from .validation import check_bools, check_optional_positive_int, validate_common_fields
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Optional, Union
 
 from torch import nn
 
-from ..capabilities import Capabilities
-from ..hook_names import HookNames
+from ..models.capabilities import Capabilities
+from ..hooks.names import HookNames
 
 
 @dataclass(frozen=True)

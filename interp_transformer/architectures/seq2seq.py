@@ -14,7 +14,7 @@ Pre-norm makes the decoder's residual stream a sum of every component's write (t
 and position embeddings, each self-attention, cross-attention and MLP output), and its
 logits linear in that sum once the final norm's scale is frozen: direct logit
 attribution through the decoder's and the cross-attention's heads is exact. The shipped
-``translate-tiny`` model (``interp_transformer.translation``) has this architecture.
+``translate-tiny`` model (``interp_transformer.pretrained.translation``) has this architecture.
 """
 
 import dataclasses

@@ -2,7 +2,7 @@
 
 ``from interp_transformer import HookedTransformer, HookedTransformerConfig, ActivationCache,
 FactoredMatrix, utils`` gives TransformerLens' names with its defaults and semantics;
-``interp_transformer.head_detector`` and ``interp_transformer.patching`` mirror its modules
+``interp_transformer.compat.head_detector`` and ``interp_transformer.compat.patching`` mirror its modules
 of those names. Everything here is a thin layer over the core: ``HookedTransformer`` is a
 ``DemoTransformer`` built from a registered architecture (``compat.architecture``), whose
 parts add hook points but never change a value the core computes. What differs from

@@ -37,12 +37,12 @@ config                         part
 from types import SimpleNamespace
 
 from ..architectures import Architecture, DecoderParts, register
-from ..capabilities import Capabilities
+from ..models.capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
 from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
 from ..components.alibi import ALiBi
 from ..components.activations import ACTIVATIONS
-from ..hook_names import BLOCK_HOOKS, HookNames
+from ..hooks.names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
 from .parts import HookedBlock, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state
 

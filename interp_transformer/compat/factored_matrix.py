@@ -27,8 +27,8 @@ from typing import Any, NamedTuple
 import torch
 from jaxtyping import Float
 
-from ..factored_matrix import FactoredMatrix as CoreFactoredMatrix
-from ..factored_matrix import _keep_axis
+from ..circuits.factored_matrix import FactoredMatrix as CoreFactoredMatrix
+from ..circuits.factored_matrix import _keep_axis
 
 
 class SVDV(NamedTuple):

@@ -16,7 +16,7 @@ prepend_bos=None, padding_side=None, return_type="input", verbose=True)``:
   any other Hugging Face keyword is ignored with a ``UserWarning``.
 
 With the cache, the prompt runs once and every later step feeds one token; the padding the
-prompt had stays masked (``interp_transformer.kv_cache``).
+prompt had stays masked (``interp_transformer.models.kv_cache``).
 """
 
 import warnings
@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..kv_cache import KeyValueCache
-from ..token_checks import is_text
+from ..models.kv_cache import KeyValueCache
+from ..models.token_checks import is_text
 from .losses import get_attention_mask, sample_logits
 
 RETURN_TYPES = ("input", "str", "tokens", "embeds")

@@ -1,4 +1,4 @@
-"""TransformerLens' loss, accuracy, attention-mask and sampling helpers (exported by ``interp_transformer.utils``).
+"""TransformerLens' loss, accuracy, attention-mask and sampling helpers (exported by ``compat.utils``).
 
 >>> import torch
 >>> logits = torch.zeros(1, 3, 5)

@@ -24,10 +24,10 @@ from torch import Tensor
 
 from ..components import TokenLayout
 from ..hooks import HookPoint
-from ..kv_cache import KeyValueCache, require_kv_cache
-from ..model import DemoTransformer
-from ..slices import Slice
-from ..token_checks import as_id_tensor, check_attention_mask, is_text
+from ..models.kv_cache import KeyValueCache, require_kv_cache
+from ..models.decoder import DemoTransformer
+from ..hooks.slices import Slice
+from ..models.token_checks import as_id_tensor, check_attention_mask, is_text
 from . import architecture  # noqa: F401  (registers the architecture HookedTransformerConfig builds)
 from .config import HookedTransformerConfig
 from .factored_matrix import FactoredMatrix

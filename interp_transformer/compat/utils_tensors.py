@@ -1,4 +1,4 @@
-"""TransformerLens' small tensor helpers (exported by ``interp_transformer.utils``).
+"""TransformerLens' small tensor helpers (exported by ``interp_transformer.compat.utils``).
 
 >>> import torch
 >>> get_corner(torch.arange(16).reshape(4, 4), 2).tolist()
@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..factored_matrix import FactoredMatrix
+from ..circuits.factored_matrix import FactoredMatrix
 
 
 def to_numpy(tensor) -> np.ndarray:

@@ -1,5 +1,5 @@
 """TransformerLens' text helpers: corpus chunking, BOS handling, ``test_prompt`` (exported by
-``interp_transformer.utils``).
+``interp_transformer.compat.utils``).
 
 ``tokenize_and_concatenate`` needs the ``datasets`` package (the ``harvest`` extra).
 """

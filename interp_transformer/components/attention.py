@@ -8,8 +8,8 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..kv_cache import LayerKVCache
-from ..shape_checks import shape_checked
+from ..models.kv_cache import LayerKVCache
+from ..models.shape_checks import shape_checked
 from .affine import affine
 from .head_projection import (
     DEFAULT_HEAD_LAYOUT,

@@ -6,7 +6,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .layer_norm import LayerNorm
 from .activations import ACTIVATIONS
 from .unembed import Unembed

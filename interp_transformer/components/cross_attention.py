@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..kv_cache import LayerKVCache
+from ..models.kv_cache import LayerKVCache
 from .attention import Attention
 from .layout import TokenLayout
 from .masks import PaddingMask

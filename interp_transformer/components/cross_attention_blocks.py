@@ -26,7 +26,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .cross_attention import CrossAttentionSource, DecoderLayerKVCache
 from .layout import TokenLayout
 from .writers import Step, StreamBlock, StreamNorm, Writer

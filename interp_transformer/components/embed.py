@@ -2,7 +2,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 
 
 class Embed(nn.Module):

@@ -25,7 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 
 
 class LayerNorm(nn.Module):

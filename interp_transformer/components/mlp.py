@@ -3,7 +3,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .writers import NeuronWrites
 from .activations import ACTIVATIONS, gelu_new, gelu_new_reference  # noqa: F401 (importable from here, as before)
 from .affine import affine

@@ -55,7 +55,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .gated_mlp import GatedMLP
 
 EXPERT_WEIGHTS = ("W_gate", "W_in", "b_in", "W_out", "b_out")

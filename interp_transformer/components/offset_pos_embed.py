@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 
 
 class OffsetPosEmbed(nn.Module):

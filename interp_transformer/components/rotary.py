@@ -36,7 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 
 ROPE_SCALING_TYPES = ("linear", "llama3")
 

@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .embed import Embed
 
 

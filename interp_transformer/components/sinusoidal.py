@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .scaled_embed import ScaledEmbed  # noqa: F401 (the original Transformer's pair, importable from here)
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .rms_norm import RMSNorm
 
 

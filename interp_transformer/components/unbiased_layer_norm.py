@@ -23,7 +23,7 @@ always fires ``hook_scale``.
 from jaxtyping import Float
 from torch import Tensor
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .layer_norm import LayerNorm
 
 

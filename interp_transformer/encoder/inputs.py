@@ -12,8 +12,8 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..architectures.bert import EncoderConfig
-from ..text_methods import padded_rows_problem
-from ..token_checks import as_id_tensor, check_attention_mask, check_like_tokens, check_token_ids
+from ..text.methods import padded_rows_problem
+from ..models.token_checks import as_id_tensor, check_attention_mask, check_like_tokens, check_token_ids
 
 
 class EncoderTokens(NamedTuple):

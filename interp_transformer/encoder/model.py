@@ -45,11 +45,11 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from ..architectures.bert import EncoderConfig, EncoderParts
-from ..base import HookedTransformerBase, WeightView, unembedding_directions
+from ..models.base import HookedTransformerBase, WeightView, unembedding_directions
 from ..components import TokenLayout
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
-from ..stack import ResidualStack, hold_no_parts
+from ..models.shape_checks import shape_checked
+from ..models.stack import ResidualStack, hold_no_parts
 from .inputs import EncoderText, EncoderTokens, check_attention_mask, check_token_type_ids, check_tokens
 
 RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
@@ -86,12 +86,7 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
         seed: Optional[int] = None,
     ):
         super().__init__(cfg, tokenizer)
-        parts = self.architecture.build(cfg)
-        if not isinstance(parts, EncoderParts):
-            raise TypeError(
-                f"an EncoderTransformer composes an encoder, but {self.architecture.name!r} builds "
-                f"{type(parts).__name__}"
-            )
+        parts = self.build_parts(EncoderParts)
         self.embed = parts.embed
         self.hook_embed = HookPoint()
         self.pos_embed = parts.pos_embed

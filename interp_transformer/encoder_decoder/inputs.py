@@ -12,8 +12,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from ..text_methods import padded_rows_problem
-from ..token_checks import as_id_tensor, check_attention_mask, check_token_ids
+from ..text.methods import padded_rows_problem
+from ..models.token_checks import as_id_tensor, check_attention_mask, check_token_ids
 
 
 class SourceTokens(NamedTuple):

@@ -11,7 +11,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..components.cross_attention import DecoderLayerKVCache
-from ..kv_cache import LayerKVCache
+from ..models.kv_cache import LayerKVCache
 
 
 class EncoderDecoderKVCache:

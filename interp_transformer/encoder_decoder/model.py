@@ -22,11 +22,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..architectures.encoder_decoder import EncoderDecoderParts
-from ..base import HookedTransformerBase, WeightView
+from ..models.base import HookedTransformerBase, WeightView
 from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
-from ..kv_cache import require_kv_cache
-from ..shape_checks import shape_checked
+from ..models.kv_cache import require_kv_cache
+from ..models.shape_checks import shape_checked
 from .inputs import SourceText, SourceTokens, check_decoder_input, check_source
 from .kv_cache import EncoderDecoderKVCache
 from .stack import DecoderStack, EncoderStack
@@ -77,12 +77,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         seed: Optional[int] = None,
     ):
         super().__init__(cfg, tokenizer)
-        parts = self.architecture.build(cfg)
-        if not isinstance(parts, EncoderDecoderParts):
-            raise TypeError(
-                f"an EncoderDecoderTransformer composes an encoder and a decoder, but architecture "
-                f"{self.architecture.name!r} builds {type(parts).__name__}"
-            )
+        parts = self.build_parts(EncoderDecoderParts)
         self.embed = parts.embed
         self.encoder = EncoderStack(parts.encoder)
         self.decoder = DecoderStack(parts.decoder)

@@ -21,12 +21,12 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from ..architectures.encoder_decoder import StackParts
-from ..base import WeightView
+from ..models.base import WeightView
 from ..components import TokenLayout
 from ..components.cross_attention import CrossAttentionSource
 from ..hooks import HookPoint
-from ..shape_checks import shape_checked
-from ..stack import ResidualStack, hold_no_parts
+from ..models.shape_checks import shape_checked
+from ..models.stack import ResidualStack, hold_no_parts
 from .kv_cache import EncoderDecoderKVCache
 
 
@@ -109,14 +109,14 @@ class DecoderStack(EncoderStack):
     def QK_cross(self):
         """``W_Q_cross W_K_cross^T`` per layer and head: ``FactoredMatrix [layer, head_index, d_model, d_model]``,
         rows reading the decoder's stream (queries), columns the encoder's output (keys)."""
-        from ..factored_matrix import FactoredMatrix
+        from ..circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_Q_cross, self.W_K_cross.transpose(-2, -1))
 
     @property
     def OV_cross(self):
         """``W_V_cross W_O_cross`` per layer and head: from the encoder's output to the decoder's stream."""
-        from ..factored_matrix import FactoredMatrix
+        from ..circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_V_cross, self.W_O_cross)
 

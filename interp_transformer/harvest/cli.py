@@ -202,7 +202,7 @@ def _corpus(args: argparse.Namespace):
 
 def run_harvest(args: argparse.Namespace) -> int:
     """Run a harvest from parsed arguments; returns the exit code (errors propagate)."""
-    from .. import processing
+    from ..models import processing
     from .run import harvest
     from .source import load_model
 

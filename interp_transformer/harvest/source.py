@@ -5,7 +5,7 @@ from typing import Union
 
 import torch
 
-from ..shipped import SHIPPED_MODELS, load_shipped
+from ..pretrained import SHIPPED_MODELS, load_shipped
 
 ModelSource = Union[str, Path, torch.nn.Module]
 

@@ -86,7 +86,7 @@ def fused_qkv_activation(which: int, d_head: int):
 
 def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
     """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from ..model import DemoTransformer
+    from ..models.decoder import DemoTransformer
     from .strict import build_on_meta, load_strict
 
     model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))

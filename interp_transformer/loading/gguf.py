@@ -45,7 +45,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..shape_checks import shape_checked
+from ..models.shape_checks import shape_checked
 from .gguf_format import GGUFHeader, TensorInfo, check_supported_type, read_header, read_tensor
 from .gguf_tokenizer import tokenizer_from_gguf_metadata
 from .sources import LazyStateDict

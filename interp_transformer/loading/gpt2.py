@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..config import TransformerConfig
+from ..models.config import TransformerConfig
 from .reference import Recorder, patched, run_reference, split_heads
 from .strict import (
     build_on_meta,
@@ -192,7 +192,7 @@ def build_model(
     cfg: TransformerConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None
 ):
     """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from ..model import DemoTransformer
+    from ..models.decoder import DemoTransformer
 
     model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state_dict, dtype=dtype, device=device)
@@ -202,7 +202,7 @@ def fallback_tokenizer(hf_config):
     """GPT-2's own tokenizer (built offline) when the source has none and the vocabulary is GPT-2's."""
     if hf_config.vocab_size != GPT2_VOCAB_SIZE:
         return None
-    from ..tokens import offline_gpt2_tokenizer
+    from ..text.tokens import offline_gpt2_tokenizer
 
     return offline_gpt2_tokenizer()
 

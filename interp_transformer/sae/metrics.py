@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..losses import lm_loss
+from ..models.losses import lm_loss
 from .data import keep_mask
 
 

@@ -5,10 +5,10 @@ SAELens loads the model an SAE trains on with
 no weight processing, except the steps those kwargs switch on (older releases
 were trained on processed models, and their configs say e.g.
 ``{"center_writing_weights": true}``). Our model records the steps applied to
-it in ``model.processing`` (see ``interp_transformer.processing``).
+it in ``model.processing`` (see ``interp_transformer.models.processing``).
 
 Each step changes the values of some hook points and leaves the others
-exactly as they were (``interp_transformer.processing`` proves the logits
+exactly as they were (``interp_transformer.models.processing`` proves the logits
 unchanged; its docstring says which activations move):
 
 ==========================  ===========================================================
@@ -38,7 +38,7 @@ expects: a missing step can be applied (by the caller, or here with
 
 from typing import Callable
 
-from .. import processing as steps
+from ..models import processing as steps
 
 # Hook-name leaves (the last dotted part) whose values each processing step changes.
 CHANGES: dict[str, frozenset[str]] = {
@@ -120,7 +120,7 @@ def check_processing(model, sae, apply: bool = False) -> list[str]:
     if unsupported:
         raise ProcessingMismatch(f"{where} expects {unsupported}, which interp_transformer does not implement")
     if missing and not apply:
-        calls = "; ".join(f"interp_transformer.processing.{step}(model)" for step in missing)
+        calls = "; ".join(f"interp_transformer.models.processing.{step}(model)" for step in missing)
         raise ProcessingMismatch(
             f"{where} needs {missing} applied to this model: without it {_relevant(missing[0], hook_names)} do not "
             f"hold the values the SAE was trained on. This model has processing {applied}. Apply it first "

@@ -25,7 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForC
 
 from interp_transformer import HookedTransformer, HookedTransformerConfig
 from interp_transformer.compat.text import GPT2_TOKENIZER_NAMES
-from interp_transformer.gpt2_tokenizer import offline_gpt2_tokenizer
+from interp_transformer.text.gpt2_tokenizer import offline_gpt2_tokenizer
 
 from ..gpt2_helpers import randomize_
 

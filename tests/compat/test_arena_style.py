@@ -19,7 +19,8 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer import ActivationCache, FactoredMatrix, HookedTransformer, HookedTransformerConfig, utils
+from interp_transformer import ActivationCache, FactoredMatrix, HookedTransformer, HookedTransformerConfig
+from interp_transformer.compat import utils
 
 from .hub import stand_in
 
@@ -30,7 +31,7 @@ from .hub import stand_in
 @pytest.fixture(scope="module")
 def model() -> HookedTransformer:
     """The 2-layer attention-only model with an induction circuit, loaded as the course loads its checkpoint."""
-    from interp_transformer.shipped import load_shipped
+    from interp_transformer.pretrained import load_shipped
 
     cfg = HookedTransformerConfig(
         d_model=64,

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerKeyValueCache, KeyValueCache, utils
+from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerKeyValueCache, KeyValueCache
+from interp_transformer.compat import utils
 from interp_transformer.compat.model import Output
 
 from ..gpt2_helpers import randomize_, tiny_gpt2

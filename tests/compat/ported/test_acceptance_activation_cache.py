@@ -14,8 +14,9 @@ import pytest
 import torch
 from ..hub import einsum
 
-from interp_transformer import HookedTransformer, utils
-from interp_transformer.utils import Slice
+from interp_transformer import HookedTransformer
+from interp_transformer.compat import utils
+from interp_transformer.compat.utils import Slice
 from ..hub import stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)
 
 # Create IOI prompts

@@ -6,7 +6,7 @@ Changed: imports, and the model source (tests.compat.hub stand-ins for hub check
 
 import torch
 
-from interp_transformer import utils
+from interp_transformer.compat import utils
 from interp_transformer import HookedTransformerConfig
 from interp_transformer import HookedTransformer
 from ..hub import stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from interp_transformer import HookedTransformer
-from interp_transformer.head_detector import (
+from interp_transformer.compat.head_detector import (
     HEAD_NAMES,
     ErrorMeasure,
     detect_head,

@@ -7,7 +7,8 @@ Changed: imports, and the model source (tests.compat.hub stand-ins for hub check
 import pytest
 import torch
 
-from interp_transformer import HookedTransformer, utils
+from interp_transformer import HookedTransformer
+from interp_transformer.compat import utils
 from interp_transformer import TransformerLensKeyValueCache
 from ..hub import stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import interp_transformer.utils as utils
+import interp_transformer.compat.utils as utils
 from interp_transformer import HookedTransformer
 from ..hub import NEEDS_SOLU_TOKENIZER, stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import randn
 
-from interp_transformer import FactoredMatrix, utils
+from interp_transformer import FactoredMatrix
+from interp_transformer.compat import utils
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from interp_transformer import HookedTransformer
-from interp_transformer.patching import get_act_patch_attn_head_all_pos_every
+from interp_transformer.compat.patching import get_act_patch_attn_head_all_pos_every
 from ..hub import stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)
 
 

@@ -7,7 +7,7 @@ Changed: imports, and the model source (tests.compat.hub stand-ins for hub check
 import pytest
 from ..hub import AutoTokenizer
 
-from interp_transformer.utils import get_tokenizer_with_bos
+from interp_transformer.compat.utils import get_tokenizer_with_bos
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ helper).
 import pytest
 import torch
 
-from interp_transformer.utils import sample_logits
+from interp_transformer.compat.utils import sample_logits
 
 
 class TestSampleLogitsTopK:

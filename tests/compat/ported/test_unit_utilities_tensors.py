@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from interp_transformer.utils import to_numpy
+from interp_transformer.compat.utils import to_numpy
 
 
 class TestToNumpy:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-import interp_transformer.utils as utils
+import interp_transformer.compat.utils as utils
 from interp_transformer import HookedTransformer
 from ..hub import stand_in, stand_in_no_processing  # noqa: F401  (hub checkpoints stand-ins)
 

@@ -20,10 +20,10 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .config import TransformerConfig
-from .losses import lm_loss
-from .model import DemoTransformer
-from .shape_checks import shape_checking
+from ..models.config import TransformerConfig
+from ..models.losses import lm_loss
+from ..models.decoder import DemoTransformer
+from ..models.shape_checks import shape_checking
 
 BOS_TOKEN = 0  # reserved: random tokens are drawn from 1 .. d_vocab-1
 

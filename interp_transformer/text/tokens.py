@@ -6,7 +6,7 @@ serves GPT-2 and BERT-family tokenizers. Token tensors are ``int64`` with axes
 ``batch pos``.
 
 GPT-2's tokenizer is available offline: ``offline_gpt2_tokenizer()`` (in
-``interp_transformer.gpt2_tokenizer``, importable from here too) builds it from the
+``interp_transformer.text.gpt2_tokenizer``, importable from here too) builds it from the
 files of OpenAI's release with pinned hashes.
 
 The BOS convention

@@ -13,11 +13,12 @@ forward pass changes to provide it. ``compute_head_results()`` stores it for eve
 
 The residual-stream tools (``accumulated_resid``, ``decompose_resid``, ``stack_head_results``,
 ``stack_neuron_results``, ``get_full_resid_decomposition``, ``apply_ln_to_stack``,
-``logit_attrs``) live in ``interp_transformer.residual_stacks``. What applies is decided by
+``logit_attrs``) live in ``interp_transformer.hooks.residual_stacks``. What applies is decided by
 the model's capabilities (``model.capabilities``), never by its class.
 """
 
 import difflib
+import functools
 import logging
 from typing import Iterable, Iterator, Optional, Union
 
@@ -25,7 +26,8 @@ import einops
 import torch
 from torch import Tensor
 
-from .hook_names import ALIASES, split_compact_name
+from .names import ALIASES, split_compact_name
+from .residual_norms import ResidualNorms
 from .residual_stacks import ResidualStacks
 from .slices import Slice, SliceInput
 
@@ -45,13 +47,14 @@ def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(storages.values())
 
 
-class ActivationCache(ResidualStacks):
+class ActivationCache:
     """Activations of one forward pass, keyed by hook name, with residual-stream tools."""
 
     def __init__(self, cache_dict: dict[str, Tensor], model, has_batch_dim: bool = True):
         self.cache_dict = cache_dict
         self.model = model
         self.has_batch_dim = has_batch_dim
+        self.residual = ResidualStacks(self)  # the residual-stream tools, forwarded below under TransformerLens' names
 
     @property
     def has_embed(self) -> bool:
@@ -212,5 +215,30 @@ class ActivationCache(ResidualStacks):
         logging.warning("Changed the global state, set autodiff to %s", mode)
         torch.set_grad_enabled(mode)
 
+
+def _forwarded(tool):
+    """``ActivationCache.<name>``: the residual-stream tool of the same name, on this cache."""
+
+    @functools.wraps(tool)
+    def method(self, *args, **kwargs):
+        holder = self.residual if tool.__qualname__.startswith("ResidualStacks.") else self.residual.norms
+        return tool(holder, *args, **kwargs)
+
+    return method
+
+
+RESIDUAL_TOOLS = (
+    ResidualStacks.accumulated_resid,
+    ResidualStacks.decompose_resid,
+    ResidualStacks.stack_head_results,
+    ResidualStacks.stack_activation,
+    ResidualStacks.get_neuron_results,
+    ResidualStacks.stack_neuron_results,
+    ResidualStacks.get_full_resid_decomposition,
+    ResidualNorms.apply_ln_to_stack,
+    ResidualNorms.logit_attrs,
+)
+for _tool in RESIDUAL_TOOLS:
+    setattr(ActivationCache, _tool.__name__, _forwarded(_tool))
 
 __all__ = ["ActivationCache", "held_bytes", "storage_id"]

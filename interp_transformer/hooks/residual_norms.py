@@ -1,7 +1,7 @@
 """The norms of the residual-stream stacks: which norm reads where, frozen-scale reading, and logit attributions.
 
-``ResidualNorms`` is the base of ``ResidualStacks`` (and so of ``ActivationCache``); the
-arguments follow TransformerLens' ``ActivationCache`` as described in ``residual_stacks``.
+``ResidualNorms`` reads one ``ActivationCache`` (it holds the cache; ``ResidualStacks`` holds
+one); the arguments follow TransformerLens' ``ActivationCache`` as described in ``residual_stacks``.
 """
 
 from typing import Optional, Union
@@ -24,7 +24,14 @@ def _not_additive(model, what: str) -> ValueError:
 
 
 class ResidualNorms:
-    """Norm lookups, ``apply_ln_to_stack`` and ``logit_attrs`` of ``ActivationCache`` (see ``residual_stacks``)."""
+    """Norm lookups, ``apply_ln_to_stack`` and ``logit_attrs`` of one ``ActivationCache`` (see ``residual_stacks``)."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    @property
+    def model(self):
+        return self.cache.model
 
     def _require_additive(self, what: str) -> None:
         if not self.model.capabilities.additive_residual:
@@ -59,7 +66,7 @@ class ResidualNorms:
             name = self.model.act_name(*key)
         except KeyError:  # the architecture names no scale there: its norm has none (no normalization at all)
             return norm, None
-        return norm, (self[name] if name in self.model.hook_dict else None)
+        return norm, (self.cache[name] if name in self.model.hook_dict else None)
 
     def _mlp_norm_name(self, layer: int) -> str:
         """The attribute name of the norm block ``layer``'s MLP reads (``ln2``; GPT-J's shared ``ln1``)."""
@@ -72,7 +79,7 @@ class ResidualNorms:
     def _output_scale(self, writer, pos_slice: Slice) -> Optional[Tensor]:
         """The cached scale of the norm ``writer``'s output passes through before the stream (Gemma 2's
         ``ln1_post``), at ``pos_slice``; None when the output is added as it is."""
-        return None if writer.output_norm is None else pos_slice.apply(self[writer.scale_hook], dim=-2)
+        return None if writer.output_norm is None else pos_slice.apply(self.cache[writer.scale_hook], dim=-2)
 
     def apply_ln_to_stack(
         self,
@@ -103,7 +110,7 @@ class ResidualNorms:
             return norm.normalize(residual_stack)
         if scale is not None:
             scale = pos_slice.apply(scale, dim=-2)
-            if self.has_batch_dim:
+            if self.cache.has_batch_dim:
                 scale = batch_slice.apply(scale, dim=0)
         return norm.apply_frozen(residual_stack, scale)
 
@@ -150,7 +157,7 @@ class ResidualNorms:
 
     def _token_ids(self, tokens) -> Tensor:
         if isinstance(tokens, str):
-            from .tokens import single_token_id
+            from ..text.tokens import single_token_id
 
             tokens = single_token_id(self.model._require_tokenizer(), tokens)
         if isinstance(tokens, int) and not isinstance(tokens, bool):

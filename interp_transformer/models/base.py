@@ -6,7 +6,7 @@ from ``self.architecture.build(cfg)``, calls ``self.finish_init(...)`` and write
 forward; everything below comes with it:
 
 - ``architecture``, ``capabilities``, ``hook_names``, ``act_name(...)``, ``final_norm``,
-  ``read_out``: the facts tools ask (``interp_transformer.capabilities``);
+  ``read_out``: the facts tools ask (``interp_transformer.models.capabilities``);
 - stacked weights over layers (``W_Q [layer, head_index, d_model, d_head]``, ...,
   ``W_in``, ...) and the model-level ones (``W_E``, ``W_pos``, ``W_U``, ``b_U``), each read
   where its part keeps it (``WeightView``); ``QK`` and ``OV`` as factored matrices;
@@ -23,13 +23,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from .architectures import Architecture, architecture_of
-from .caching import CachingMixin
+from ..architectures import Architecture, architecture_of
+from ..hooks.caching import CachingMixin
 from .capabilities import Capabilities
-from .hook_names import HookNames
-from .hooks import HookedRootModule
+from ..hooks.names import HookNames
+from ..hooks import HookedRootModule
 from .losses import lm_loss
-from .text_methods import TextMethods
+from ..text.methods import TextMethods
 from .token_checks import check_stop_at_layer
 
 # why a model may lack the part a weight lives in
@@ -111,6 +111,16 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         self.to(device=device, dtype=dtype)
         self.setup()
 
+    def build_parts(self, composes: type):
+        """The parts the architecture builds from ``cfg``, refused unless they are what this model class composes."""
+        parts = self.architecture.build(self.cfg)
+        if not isinstance(parts, composes):
+            raise TypeError(
+                f"a {type(self).__name__} composes {composes.__name__}, but architecture {self.architecture.name!r} "
+                f"builds {type(parts).__name__}; build its own model class"
+            )
+        return parts
+
     def init_weights(self, seed: Optional[int] = None) -> None:
         """GPT-2's init: weight matrices (``W_*``) ~ N(0, init_range^2), biases 0, norm weights ``w`` = 1."""
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -191,7 +201,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         A checkpoint of another kind raises ``ValueError`` naming the class that loads it;
         ``interp_transformer.from_pretrained`` returns whatever the checkpoint holds.
         """
-        from .loading import from_pretrained
+        from ..loading import from_pretrained
 
         model = from_pretrained(source, **kwargs)
         if not isinstance(model, cls):
@@ -241,34 +251,34 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
     @property
     def QK(self):
         """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from .factored_matrix import FactoredMatrix
+        from ..circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     @property
     def OV(self):
         """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from .factored_matrix import FactoredMatrix
+        from ..circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_V, self.W_O)
 
     # --- sparse autoencoders (interp_transformer.sae): the splice verbs as methods ---------------
     def saes(self, saes, **kwargs):
         """``with model.saes([sae], use_error_term=...):``, the SAEs spliced in for the body (``sae.splice_saes``)."""
-        from .sae.splice import splice_saes
+        from ..sae.splice import splice_saes
 
         return splice_saes(self, saes, **kwargs)
 
     def run_with_saes(self, *model_args, saes, **kwargs):
         """``model(*model_args)`` with ``saes`` spliced in for this one call (``sae.run_with_saes``)."""
-        from .sae.splice import run_with_saes
+        from ..sae.splice import run_with_saes
 
         return run_with_saes(self, *model_args, saes=saes, **kwargs)
 
     def run_with_cache_with_saes(self, *model_args, saes, **kwargs):
         """``run_with_cache`` with ``saes`` spliced in: ``(output, cache)``, their activations cached
         (``sae.run_with_cache_with_saes``)."""
-        from .sae.splice import run_with_cache_with_saes
+        from ..sae.splice import run_with_cache_with_saes
 
         return run_with_cache_with_saes(self, *model_args, saes=saes, **kwargs)
 

@@ -6,14 +6,14 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .architectures import DecoderParts
+from ..architectures import DecoderParts
 from .base import HookedTransformerBase
-from .components import TokenLayout
-from .hooks import HookPoint
+from ..components import TokenLayout
+from ..hooks import HookPoint
 from .kv_cache import KeyShape, KeyValueCache, require_kv_cache
 from .shape_checks import shape_checked
 from .stack import ResidualStack, hold_no_parts
-from .text_methods import DecoderText, PromptMethods
+from ..text.methods import DecoderText, PromptMethods
 from .token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
 
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
@@ -24,7 +24,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
 
     ``DemoTransformer(cfg)`` builds the parts ``cfg``'s architecture picks (GPT-2 for a
     ``TransformerConfig``; see ``interp_transformer.architectures``) and runs them as the one
-    residual stack (``interp_transformer.stack``), then reads the logits out::
+    residual stack (``interp_transformer.models.stack``), then reads the logits out::
 
         residual = hook_embed(embed(tokens)) + hook_pos_embed(pos_embed(positions))
         residual = block(residual)            for every block
@@ -47,7 +47,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
 
     kind = "decoder"
     text_inputs = DecoderText()
-    TOKENIZER_HINT = "e.g. model.tokenizer = interp_transformer.tokens.offline_gpt2_tokenizer()"
+    TOKENIZER_HINT = "e.g. model.tokenizer = interp_transformer.text.tokens.offline_gpt2_tokenizer()"
 
     def __init__(
         self,
@@ -58,12 +58,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         seed: Optional[int] = None,
     ):
         super().__init__(cfg, tokenizer)
-        parts = self.architecture.build(cfg)
-        if not isinstance(parts, DecoderParts):
-            raise TypeError(
-                f"a DemoTransformer composes a decoder, but architecture {self.architecture.name!r} builds "
-                f"{type(parts).__name__}; build its own model class"
-            )
+        parts = self.build_parts(DecoderParts)
         self.embed = parts.embed
         self.hook_embed = HookPoint()
         self.pos_embed = parts.pos_embed

@@ -26,15 +26,17 @@ scans bound the memory of vocab-sized circuits. Annotations here document
 shapes and are not checked at run time, to keep ``@`` cheap.
 """
 
+import functools
 import numbers
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Union
 
 import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Complex, Float, Int
 
-from .factored_spectra import SVD, FactoredSpectra  # noqa: F401 (SVD: importable from here, as before)
+from . import factored_spectra as spectra
+from .factored_spectra import SVD
 
 Scalar = Union[int, float, torch.Tensor]
 AxisIndex = Union[int, slice, list, torch.Tensor]
@@ -75,7 +77,7 @@ def _keep_axis(index: AxisIndex) -> Union[slice, torch.Tensor]:
     return index
 
 
-class FactoredMatrix(FactoredSpectra):
+class FactoredMatrix:
     """The product ``AB = A @ B`` of ``A: [*batch, ldim, mdim]`` and ``B: [*batch, mdim, rdim]``.
 
     Batch axes broadcast (``A`` and ``B`` are stored expanded to the common
@@ -209,6 +211,36 @@ class FactoredMatrix(FactoredSpectra):
         """The diagonal ``(AB)_ii = sum_m A_im B_mi``, without building AB (needs ldim == rdim)."""
         self._require_square("diagonal")
         return einops.einsum(self._A, self._B, "... row inner, ... inner row -> ... row")
+
+    # ---- spectra, from the factors (circuits.factored_spectra) ------------------------
+    @functools.cached_property
+    def _svd(self) -> SVD:
+        return spectra.thin_svd(self._A, self._B, self.dtype)
+
+    def svd(self) -> SVD:
+        """Thin SVD ``AB = U diag(S) Vh`` computed from the factors (cached).
+
+        Same convention as ``torch.linalg.svd(AB, full_matrices=False)`` truncated to
+        ``k = min(ldim, mdim, rdim)`` (the rank bound): S descending, U ``[*batch, ldim, k]``
+        with orthonormal columns, Vh ``[*batch, k, rdim]`` with orthonormal rows. Singular
+        vectors are unique only up to sign (and rotation within repeated singular values).
+        Half precision, which ``torch.linalg`` does not decompose, is computed in float32.
+        """
+        return self._svd
+
+    U = property(lambda self: self._svd.U, doc="``[*batch, ldim, k]``: left singular vectors.")
+    S = property(lambda self: self._svd.S, doc="``[*batch, k]``: singular values, descending.")
+    Vh = property(lambda self: self._svd.Vh, doc="``[*batch, k, rdim]``: right singular vectors, as rows.")
+
+    @functools.cached_property
+    def eigenvalues(self) -> Complex[torch.Tensor, "*batch mdim"]:
+        """Eigenvalues of ``BA`` (complex, unsorted; needs ``ldim == rdim``): the nonzero ones of ``AB``."""
+        self._require_square("eigenvalues")
+        return spectra.nonzero_eigenvalues(self._A, self._B)
+
+    def norm(self) -> Float[torch.Tensor, "*batch"]:
+        """Frobenius norm ``||AB||_F``, one value per batch entry, with no SVD."""
+        return spectra.frobenius_norm(self.A, self.B)
 
     # ---- arithmetic -------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ Each architecture keeps its config in its own module (``interp_transformer.archi
 this module keeps the names that were always importable from here.
 """
 
-from .architectures.gpt2 import PRESETS, TransformerConfig, preset
-from .architectures.validation import ACTIVATION_FUNCTIONS, validate_common_fields
+from ..architectures.gpt2 import PRESETS, TransformerConfig, preset
+from ..architectures.validation import ACTIVATION_FUNCTIONS, validate_common_fields
 
 __all__ = ["ACTIVATION_FUNCTIONS", "PRESETS", "TransformerConfig", "preset", "validate_common_fields"]

@@ -35,15 +35,23 @@ from .residual_norms import POST_NORM_INSTEAD, ResidualNorms, SliceLike
 from .slices import Slice
 
 
-class ResidualStacks(ResidualNorms):
-    """The residual-stream tools of ``ActivationCache`` (see the module docstring)."""
+class ResidualStacks:
+    """The residual-stream tools of one ``ActivationCache`` (see the module docstring); the cache forwards to them."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.norms = ResidualNorms(cache)
+
+    @property
+    def model(self):
+        return self.cache.model
 
     # --- helpers --------------------------------------------------------------------------------
     def _residual_at(self, layer: int) -> Tensor:
         """The residual stream entering block ``layer`` (``n_layers``: the final residual stream)."""
         if layer == self.model.cfg.n_layers:
-            return self[self.model.hook_names.final_residual_name(layer)]
-        return self["resid_pre", layer]
+            return self.cache[self.model.hook_names.final_residual_name(layer)]
+        return self.cache["resid_pre", layer]
 
     def _adds_attn_before_mlp(self, layer: int, mlp_input: bool) -> bool:
         """Whether block ``layer``'s MLP input includes its own attention output (not in a parallel block)."""
@@ -51,11 +59,11 @@ class ResidualStacks(ResidualNorms):
             return False
         if layer == self.model.cfg.n_layers:
             raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
-        return self._has_hook("resid_mid", layer)
+        return self.cache._has_hook("resid_mid", layer)
 
     def _empty(self, pos_slice: Slice, last: Optional[int] = None) -> Tensor:
         """A stack of no components, shaped like the embeddings after ``pos_slice`` (last axis ``last`` if given)."""
-        like = pos_slice.apply(self[self.model.hook_names.input_writers[0]], dim=-2)
+        like = pos_slice.apply(self.cache[self.model.hook_names.input_writers[0]], dim=-2)
         shape = like.shape if last is None else (*like.shape[:-1], last)
         return like.new_zeros((0, *shape))
 
@@ -83,8 +91,8 @@ class ResidualStacks(ResidualNorms):
         ``apply_ln`` raises.
         """
         if apply_ln:
-            self._require_additive("accumulated_resid(apply_ln=True)")
-        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+            self.norms._require_additive("accumulated_resid(apply_ln=True)")
+        layer, pos_slice = self.norms._input_layer(layer), Slice(pos_slice)
         n_layers = self.model.cfg.n_layers
         components, labels = [], []
         for l in range(layer + 1):
@@ -92,14 +100,14 @@ class ResidualStacks(ResidualNorms):
                 components.append(self._residual_at(n_layers))
                 labels.append("final_post")
                 continue
-            components.append(self["resid_pre", l])
+            components.append(self.cache["resid_pre", l])
             labels.append(f"{l}_pre")
-            if ((incl_mid and l < layer) or (mlp_input and l == layer)) and self._has_hook("resid_mid", l):
-                components.append(self["resid_mid", l])
+            if ((incl_mid and l < layer) or (mlp_input and l == layer)) and self.cache._has_hook("resid_mid", l):
+                components.append(self.cache["resid_mid", l])
                 labels.append(f"{l}_mid")
         stack = torch.stack([pos_slice.apply(c, dim=-2) for c in components])
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, recompute_ln=layer == n_layers)
+            stack = self.norms.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, recompute_ln=layer == n_layers)
         return self._finish(stack, labels, return_labels)
 
     def decompose_resid(
@@ -119,14 +127,14 @@ class ResidualStacks(ResidualNorms):
         with ``mlp_input`` also block ``layer``'s ``attn_out``; with ``mode="all"`` and
         ``incl_embeds`` they sum to the residual stream there. Raises on a post-norm model.
         """
-        self._require_additive("decompose_resid")
+        self.norms._require_additive("decompose_resid")
         if mode not in ("all", "attn", "mlp"):
             raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
-        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        layer, pos_slice = self.norms._input_layer(layer), Slice(pos_slice)
         components, labels = [], []
         if incl_embeds:
             for name in self.model.hook_names.input_writers:
-                components.append(self[name])
+                components.append(self.cache[name])
                 labels.append(name)
         writers = [(l, writer) for l in range(layer) for writer in self.model.blocks[l].writers()]
         if self._adds_attn_before_mlp(layer, mlp_input):  # a parallel block's MLP reads resid_pre
@@ -134,7 +142,7 @@ class ResidualStacks(ResidualNorms):
             writers += [(layer, writer) for writer in own[: [w.sublayer for w in own].index("mlp")]]
         for l, writer in writers:
             if mode in ("all", writer.sublayer):
-                components.append(self[writer.output])
+                components.append(self.cache[writer.output])
                 labels.append(f"{l}_{writer.sublayer}_out")
         if not components:
             raise ValueError(
@@ -142,7 +150,7 @@ class ResidualStacks(ResidualNorms):
             )
         stack = torch.stack([pos_slice.apply(c, dim=-2) for c in components])
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+            stack = self.norms.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
         return self._finish(stack, labels, return_labels)
 
     def stack_head_results(
@@ -163,13 +171,13 @@ class ResidualStacks(ResidualNorms):
         block 0; TransformerLens uses the last block's output there).
         """
         if apply_ln or incl_remainder:
-            self._require_additive("stack_head_results(apply_ln=True or incl_remainder=True)")
-        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+            self.norms._require_additive("stack_head_results(apply_ln=True or incl_remainder=True)")
+        layer, pos_slice = self.norms._input_layer(layer), Slice(pos_slice)
         parts, labels = [], []
         for l in range(layer):
-            result = pos_slice.apply(self._head_results(l), dim=-3)
+            result = pos_slice.apply(self.cache._head_results(l), dim=-3)
             writer = self.model.blocks[l].writer("attn")
-            scale = self._output_scale(writer, pos_slice)
+            scale = self.norms._output_scale(writer, pos_slice)
             parts.append(writer.to_stream(result, None if scale is None else scale[..., None, :]))
             labels.extend(f"L{l}H{h}" for h in range(parts[-1].shape[-2]))
         if parts:
@@ -181,14 +189,16 @@ class ResidualStacks(ResidualNorms):
             stack = torch.cat([stack, remainder[None]])
             labels.append("remainder")
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+            stack = self.norms.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return self._finish(stack, labels, return_labels)
 
     def stack_activation(
         self, activation_name: str, layer: Optional[int] = -1, sublayer_type: Optional[str] = None
     ) -> Tensor:
         """``cache[activation_name, L, sublayer_type]`` stacked over the blocks before ``layer`` (None/-1: all)."""
-        return torch.stack([self[(activation_name, l, sublayer_type)] for l in range(self._input_layer(layer))])
+        return torch.stack(
+            [self.cache[(activation_name, l, sublayer_type)] for l in range(self.norms._input_layer(layer))]
+        )
 
     def get_neuron_results(
         self,
@@ -204,13 +214,13 @@ class ResidualStacks(ResidualNorms):
         Where the MLP's output passes through a norm before the stream (Gemma 2's ``ln2_post``),
         each write goes through it with the scale frozen to the cached one.
         """
-        if not self._has_hook("post", layer):
+        if not self.cache._has_hook("post", layer):
             raise ValueError(self._no_neurons_reason(layer))
         neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice(pos_slice)
-        acts = neuron_slice.apply(pos_slice.apply(self["post", layer], dim=-2), dim=-1)
+        acts = neuron_slice.apply(pos_slice.apply(self.cache["post", layer], dim=-2), dim=-1)
         W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0).to(acts.dtype)
         writer = self.model.blocks[layer].writer("mlp")
-        norm, scale = writer.output_norm, self._output_scale(writer, pos_slice)
+        norm, scale = writer.output_norm, self.norms._output_scale(writer, pos_slice)
         if project_output_onto is None:
             writes = acts[..., None] * W_out
             return writer.to_stream(writes, None if scale is None else scale[..., None, :])
@@ -248,18 +258,18 @@ class ResidualStacks(ResidualNorms):
         ``apply_ln`` the direction is pulled back through the frozen norm first (the norm's
         ``pull_back``), so the result is the projection of the normalized write.
         """
-        if not self._has_hook("post", 0):
+        if not self.cache._has_hook("post", 0):
             raise ValueError(f"stack_neuron_results: {self._no_neurons_reason(0)}")
         if apply_ln or incl_remainder:
-            self._require_additive("stack_neuron_results(apply_ln=True or incl_remainder=True)")
-        layer, pos_slice, neuron_slice = self._input_layer(layer), Slice(pos_slice), Slice.unwrap(neuron_slice)
+            self.norms._require_additive("stack_neuron_results(apply_ln=True or incl_remainder=True)")
+        layer, pos_slice, neuron_slice = self.norms._input_layer(layer), Slice(pos_slice), Slice.unwrap(neuron_slice)
         neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp))
         labels = [f"L{l}N{int(n)}" for l in range(layer) for n in neurons]
         columns, squeeze = _as_columns(project_output_onto)
         project, scale = columns, None
         # LN_s(x) . p = x . pull_back(p) / s, so project onto the pulled-back direction
         if apply_ln and project is not None:
-            norm, scale = self._norm_and_scale(layer, False)
+            norm, scale = self.norms._norm_and_scale(layer, False)
             project = norm.pull_back(project.mT.to(self.model.W_E.dtype)).mT
             scale = None if scale is None else pos_slice.apply(scale, dim=-2)
         parts = [self.get_neuron_results(l, neuron_slice, pos_slice, project) for l in range(layer)]
@@ -273,14 +283,14 @@ class ResidualStacks(ResidualNorms):
         if incl_remainder:
             remainder = pos_slice.apply(self._residual_at(layer), dim=-2)
             if apply_ln and project is not None:
-                remainder = self.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
+                remainder = self.norms.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
                 remainder = remainder @ columns.to(remainder)
             elif project is not None:
                 remainder = remainder @ project.to(remainder)
             stack = torch.cat([stack, (remainder - stack.sum(dim=0))[None]])
             labels.append("remainder")
         if apply_ln and project is None:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+            stack = self.norms.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return self._finish(stack.squeeze(-1) if squeeze else stack, labels, return_labels)
 
     def get_full_resid_decomposition(
@@ -300,8 +310,8 @@ class ResidualStacks(ResidualNorms):
         there. ``"bias"`` is ``sum b_O`` (and ``sum b_out`` when neurons are expanded) over the
         blocks before ``layer`` (with ``mlp_input``, also block ``layer``'s ``b_O``).
         """
-        self._require_additive("get_full_resid_decomposition")
-        layer, pos_slice = self._input_layer(layer), Slice(pos_slice)
+        self.norms._require_additive("get_full_resid_decomposition")
+        layer, pos_slice = self.norms._input_layer(layer), Slice(pos_slice)
         routed = [l for l, block in enumerate(self.model.blocks) if (w := block.writer("mlp")) and w.routes_tokens]
         if expand_neurons and routed and layer > 0:
             raise ValueError(
@@ -312,7 +322,7 @@ class ResidualStacks(ResidualNorms):
         own_attn = self._adds_attn_before_mlp(layer, mlp_input)
         heads, labels = self.stack_head_results(layer + int(own_attn), return_labels=True, pos_slice=pos_slice)
         components = [heads]
-        if layer > 0 and self._has_hook("post" if expand_neurons else "mlp_out", 0):
+        if layer > 0 and self.cache._has_hook("post" if expand_neurons else "mlp_out", 0):
             if expand_neurons:
                 neurons, neuron_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True)
             else:
@@ -322,14 +332,14 @@ class ResidualStacks(ResidualNorms):
             components.append(neurons)
             labels.extend(neuron_labels)
         for name in self.model.hook_names.input_writers:
-            components.append(pos_slice.apply(self[name], dim=-2)[None])
+            components.append(pos_slice.apply(self.cache[name], dim=-2)[None])
             labels.append(name)
         bias = self._accumulated_bias(layer, own_attn, expand_neurons, pos_slice).to(heads)
         components.append(bias.expand(heads.shape[1:])[None])
         labels.append("bias")
         stack = torch.cat(components)
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+            stack = self.norms.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
         project, squeeze = _as_columns(project_output_onto)
         if project is not None:
             stack = stack @ project.to(stack)
@@ -347,8 +357,8 @@ class ResidualStacks(ResidualNorms):
             for writer in self.model.blocks[l].writers():
                 heads = writer.units is not None and writer.units.kind == "head"
                 if heads or (include_mlp_biases and l < layer and writer.units is not None):
-                    bias = writer.bias_write(self.__getitem__)
-                    total = total + writer.to_stream(bias, self._output_scale(writer, pos_slice))
+                    bias = writer.bias_write(self.cache.__getitem__)
+                    total = total + writer.to_stream(bias, self.norms._output_scale(writer, pos_slice))
         return total.detach()
 
 

@@ -40,7 +40,7 @@ it, ``verify_against_hf`` warns, naming the range, and still runs.
 any ``nn.Module`` (a model you wrote yourself): ``hook_map`` says which of its
 submodules' outputs (or inputs) hold each of our hooks' values.
 
-Weight processing (``interp_transformer.processing``) changes some activations
+Weight processing (``interp_transformer.models.processing``) changes some activations
 on purpose; hooks a recorded step changes are skipped and listed in
 ``report.skipped``, and after ``center_unembed`` log-probs are compared instead
 of logits.
@@ -53,10 +53,10 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from .loading import architecture_module, load_with_source, resolve_dtype
-from .loading.versions import warn_if_untested_transformers
-from .verify_checks import check_vocabularies, real_part, skipped_hooks
-from .verify_report import VerifyReport, VerifyRow
+from ..loading import architecture_module, load_with_source, resolve_dtype
+from ..loading.versions import warn_if_untested_transformers
+from .checks import check_vocabularies, real_part, skipped_hooks
+from .report import VerifyReport, VerifyRow
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
     torch.float64: (1e-9, 1e-10),

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from .cache import ActivationCache, held_bytes, storage_id
-from .hooks import HookFn, HookPoint, NameFilter
+from . import HookFn, HookPoint, NameFilter
 
 
 def check_storage_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:

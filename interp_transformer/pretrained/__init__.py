@@ -1,12 +1,12 @@
 """Models that ship inside the package, loadable with no network.
 
 ``induction-2l``: a 2-layer attention-only model trained on repeated random
-tokens (see ``interp_transformer.induction``), in which a previous-token head
+tokens (see ``interp_transformer.pretrained.induction``), in which a previous-token head
 and an induction head form. Stored as safetensors next to a JSON file holding
 its config, training settings and training curve.
 
 ``translate-tiny``: a pre-LayerNorm encoder-decoder that translates numbers spelled out
-in English into their digits (see ``interp_transformer.translation``), whose
+in English into their digits (see ``interp_transformer.pretrained.translation``), whose
 cross-attention learned the alignment; stored the same way, its JSON model card also
 holding the task, the command that retrains it and its held-out accuracy.
 """
@@ -20,14 +20,14 @@ from typing import Callable, Optional, Union
 import torch
 from safetensors.torch import save_file
 
-from .architectures.seq2seq import Seq2SeqConfig
-from .config import TransformerConfig
-from .encoder_decoder import EncoderDecoderTransformer
-from .files import read_json_object
-from .loading.devices import checked_device
-from .loading.sources import LazyStateDict, open_safetensors_file
-from .loading.strict import build_on_meta, load_strict
-from .model import DemoTransformer
+from ..architectures.seq2seq import Seq2SeqConfig
+from ..models.config import TransformerConfig
+from ..encoder_decoder import EncoderDecoderTransformer
+from ..files import read_json_object
+from ..loading.devices import checked_device
+from ..loading.sources import LazyStateDict, open_safetensors_file
+from ..loading.strict import build_on_meta, load_strict
+from ..models.decoder import DemoTransformer
 
 
 def _read_safetensors(path: Path) -> LazyStateDict:
@@ -52,7 +52,7 @@ class ShippedKind:
     retrain: str
 
 
-PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+PRETRAINED_DIR = Path(__file__).parent  # the weights lie beside this module
 SHIPPED = {
     "induction-2l": ShippedKind(TransformerConfig, DemoTransformer, None, "interp-transformer train-induction"),
     "translate-tiny": ShippedKind(
@@ -70,7 +70,7 @@ def shipped_paths(name: str, directory: Path = PRETRAINED_DIR) -> tuple[Path, Pa
 
 def inside_package(directory: Path) -> bool:
     """Whether ``directory`` lies inside the installed ``interp_transformer`` package."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     return Path(directory).resolve() == package or package in Path(directory).resolve().parents
 
 

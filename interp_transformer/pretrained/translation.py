@@ -31,9 +31,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from .architectures.seq2seq import Seq2SeqConfig
-from .encoder_decoder import EncoderDecoderTransformer
-from .shape_checks import shape_checking
+from ..architectures.seq2seq import Seq2SeqConfig
+from ..encoder_decoder import EncoderDecoderTransformer
+from ..models.shape_checks import shape_checking
 
 UNITS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")

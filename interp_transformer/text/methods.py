@@ -6,7 +6,7 @@ object that says what the model's text is:
 
 ==================  ===================================================================
 ``DecoderText``     text continued left to right: BOS prepended by default, padded on
-                    either side (``interp_transformer.tokens``); right-padded ids alone
+                    either side (``interp_transformer.text.tokens``); right-padded ids alone
                     are harmless to a causal model
 ``EncoderText``     text, or text pairs, with the tokenizer's special tokens (BERT's
                     ``[CLS] a [SEP] b [SEP]``) and segment ids (``encoder.inputs``)
@@ -105,13 +105,13 @@ class PromptMethods:
     """What a decoder does with a prompt: sample a continuation, rank an answer, find a token."""
 
     def generate(self, tokens_or_text, *args, **kwargs):
-        """Sample a continuation; see ``interp_transformer.generate.generate``."""
+        """Sample a continuation; see ``interp_transformer.text.generate.generate``."""
         from .generate import generate
 
         return generate(self, tokens_or_text, *args, **kwargs)
 
     def test_prompt(self, prompt: str, answer: str, **kwargs):
-        """Rank and probability of ``answer`` after ``prompt``; see ``interp_transformer.prompts.test_prompt``."""
+        """Rank and probability of ``answer`` after ``prompt``; see ``interp_transformer.text.prompts.test_prompt``."""
         from .prompts import test_prompt
 
         return test_prompt(self, prompt, answer, **kwargs)

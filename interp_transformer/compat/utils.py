@@ -18,16 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .compat.architecture import TOGGLE_HOOKS
-from .compat.losses import get_attention_mask, get_cumsum_along_dim, lm_accuracy, lm_cross_entropy_loss, sample_logits
-from .compat.utils_init import (
+from .architecture import TOGGLE_HOOKS
+from .losses import get_attention_mask, get_cumsum_along_dim, lm_accuracy, lm_cross_entropy_loss, sample_logits
+from .utils_init import (
     calc_fan_in_and_fan_out,
     init_kaiming_normal_,
     init_kaiming_uniform_,
     init_xavier_normal_,
     init_xavier_uniform_,
 )
-from .compat.utils_tensors import (
+from .utils_tensors import (
     composition_scores,
     filter_dict_by_prefix,
     get_corner,
@@ -44,7 +44,7 @@ from .compat.utils_tensors import (
     to_numpy,
     transpose,
 )
-from .compat.utils_text import (
+from .utils_text import (
     USE_DEFAULT_VALUE,
     LocallyOverridenDefaults,
     get_input_with_manually_prepended_bos,
@@ -55,9 +55,9 @@ from .compat.utils_text import (
     test_prompt,
     tokenize_and_concatenate,
 )
-from .components.activations import gelu_fast, gelu_new
-from .hook_names import BLOCK_HOOKS, HookNames, split_compact_name
-from .slices import Slice, SliceInput
+from ..components.activations import gelu_fast, gelu_new
+from ..hooks.names import BLOCK_HOOKS, HookNames, split_compact_name
+from ..hooks.slices import Slice, SliceInput
 
 # every hook name a TransformerLens-compatible model may have
 ACT_NAMES = HookNames(

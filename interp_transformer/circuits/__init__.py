@@ -1,0 +1,1 @@
+"""Circuits as matrices: ``FactoredMatrix`` (``QK``/``OV`` without forming them) and its spectra."""

@@ -15,9 +15,9 @@ from torch import Tensor
 from .context import ReportContext
 from .sections.cross_attention import cross_attention_section
 from .sections.decoder_attribution import decoder_attribution_section
-from .sections.encoder_decoder_card import encoder_decoder_card_section
-from .sections.encoder_decoder_interpretation import encoder_decoder_interpretation_section
-from .sections.encoder_decoder_omitted import encoder_decoder_omitted_section
+from .sections.model_card import model_section
+from .sections.interpretation import interpretation_section
+from .sections.omitted import omitted_section
 from .sections.source_alignment import alignment_section
 from .sections.source_patching import source_patching_section
 from .sections.translation import translation_section
@@ -57,7 +57,7 @@ def encoder_decoder_inputs(model, tokens: Tensor, decoder_input: Optional[Tensor
 def encoder_decoder_builders(ctx: ReportContext) -> list:
     """``(key, builder)`` of an encoder-decoder's sections, in build order (later ones read earlier ones)."""
     builders = [
-        ("model", encoder_decoder_card_section),
+        ("model", model_section),
         ("translation", translation_section),
         ("alignment", alignment_section),
         ("cross_attention", cross_attention_section),
@@ -66,8 +66,8 @@ def encoder_decoder_builders(ctx: ReportContext) -> list:
         builders.append(("attribution", decoder_attribution_section))
     builders += [
         ("patching", source_patching_section),
-        ("omitted", encoder_decoder_omitted_section),
-        ("interpretation", encoder_decoder_interpretation_section),
+        ("omitted", omitted_section),
+        ("interpretation", interpretation_section),
     ]
     return builders
 

@@ -1,4 +1,4 @@
-"""The model card: the config, parameters, processing, tokenizer, what the residual stream is, training curve."""
+"""The model card of every model: the config, parameters, processing, tokenizer, what it is, its training curve."""
 
 import dataclasses
 import html
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from ..context import ReportContext, ReportSection, SectionData, sized
 
@@ -29,9 +30,27 @@ def _output_norm_names(block) -> list[str]:
     return [name for norm in norms for name, child in block.named_children() if child is norm]
 
 
+def _two_stacks(model) -> str:
+    """What an encoder-decoder is: its two stacks, its heads, where its norms sit."""
+    cfg = model.cfg
+    placement = (
+        "pre-norm: each sub-layer reads a normalized copy and adds to the stream, so the decoder's residual "
+        "stream is the sum of every write"
+        if model.capabilities.norm_placement == "pre"
+        else "post-norm: the stream is renormalized after every sub-layer, so it is no sum of component outputs"
+    )
+    return (
+        f"Encoder-decoder: {cfg.n_layers} encoder blocks (bidirectional self-attention over the source, then an "
+        f"MLP) and {cfg.n_decoder_layers} decoder blocks (causal self-attention, cross-attention over the encoder's "
+        f"output, an MLP), {cfg.n_heads} heads each; {placement}."
+    )
+
+
 def _structure(ctx: ReportContext) -> str:
     """One paragraph on what the model is: its blocks, its attention, where its norms sit, its heads."""
     model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
+    if model.has_cross_attention:
+        return _two_stacks(model)
     has_mlp = model.act_name("post", 0) in model.hook_dict
     if model.has_experts:
         parts = [
@@ -70,6 +89,23 @@ def _structure(ctx: ReportContext) -> str:
     return " ".join(parts)
 
 
+def _translation_curve(curve: dict):
+    """Loss and held-out exact match over training (the shipped translation model's curve)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(
+        go.Scatter(x=curve["steps"], y=curve["loss"], mode="lines", name="training loss (nats)"), secondary_y=False
+    )
+    fig.add_trace(
+        go.Scatter(x=curve["steps"], y=curve["held_out_accuracy"], mode="lines", name="held-out exact match"),
+        secondary_y=True,
+    )
+    fig.update_layout(title=dict(text="training curve: loss and held-out exact-match accuracy"))
+    fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(title_text="loss (nats)", type="log", secondary_y=False)
+    fig.update_yaxes(title_text="exact match", range=[0, 1.05], secondary_y=True)
+    return sized(fig, 380, 700)
+
+
 def model_section(ctx: ReportContext) -> ReportSection:
     model, cfg = ctx.model, ctx.model.cfg
     rows = [(name, value) for name, value in dataclasses.asdict(cfg).items()]
@@ -89,7 +125,9 @@ def model_section(ctx: ReportContext) -> ReportSection:
     )
     section.paragraphs.append(_structure(ctx))
     curve = ctx.metadata.get("curve")
-    if isinstance(curve, dict) and {"steps", "first_half_loss", "repeated_half_loss"} <= set(curve):
+    if isinstance(curve, dict) and {"steps", "loss", "held_out_accuracy"} <= set(curve):  # translate-tiny's
+        section.figures.append(_translation_curve(curve))
+    elif isinstance(curve, dict) and {"steps", "first_half_loss", "repeated_half_loss"} <= set(curve):
         fig = go.Figure(
             [
                 go.Scatter(

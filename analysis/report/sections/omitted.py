@@ -39,9 +39,37 @@ def _missing_unembedding(model) -> str:
     return ""
 
 
+def _two_stack_parts(ctx: ReportContext) -> list[dict[str, str]]:
+    """What an encoder-decoder's report leaves out of the decoder-only report."""
+    parts = [
+        dict(
+            what="head detectors (previous-token, duplicate, induction) and the loss on repeated random tokens",
+            why="they measure in-context prediction by one causal stack; here the target is predicted from a source "
+            "through cross-attention",
+            instead="the alignment detector on cross-attention",
+        ),
+        dict(
+            what="QK/OV circuits, composition scores, MLP neurons and the logit lens",
+            why="not yet built for two stacks",
+            instead="model.decoder.QK_cross / OV_cross give the cross-attention circuits as factored matrices",
+        ),
+    ]
+    if not ctx.model.capabilities.linear_logits:
+        parts.append(
+            dict(
+                what="direct logit attribution through the decoder's heads",
+                why=ctx.model.capabilities.why_not_additive(),
+                instead="corrupting each source word (below) shows which source words each prediction depends on",
+            )
+        )
+    return parts
+
+
 def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
     """What the full report shows and this one does not: ``{"what", "why", "instead"}`` per part."""
     model = ctx.model
+    if model.has_cross_attention:
+        return _two_stack_parts(ctx)
     capabilities = model.capabilities
     parts = []
     if not capabilities.linear_logits:
@@ -110,6 +138,11 @@ def omitted_section(ctx: ReportContext) -> ReportSection:
         for part in parts
     )
     section = ReportSection("omitted", "Not in this report, and why", html=f"<ul>{items}</ul>", data=OmittedData(parts))
-    kind = "a bidirectional, post-norm encoder" if not ctx.model.capabilities.causal else "not a pre-norm decoder"
-    section.paragraphs.append(f"This model is {kind}: parts of the full report do not apply to it.")
+    if ctx.model.has_cross_attention:
+        section.paragraphs.append(
+            "This model is an encoder-decoder: parts of the decoder-only report do not apply to it."
+        )
+    else:
+        kind = "a bidirectional, post-norm encoder" if not ctx.model.capabilities.causal else "not a pre-norm decoder"
+        section.paragraphs.append(f"This model is {kind}: parts of the full report do not apply to it.")
     return section

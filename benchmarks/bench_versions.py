@@ -5,8 +5,9 @@
 
 Each version runs in its own worker process (``PYTHONPATH`` set to its checkout; the
 base commit is checked out into a temporary git worktree, removed afterwards), and so
-does Hugging Face's GPT-2 (sdpa attention). Every worker builds the same random-weight
-GPT-2 small from the same seed (ours through ``DemoTransformer.from_pretrained`` of the
+does Hugging Face's model (sdpa attention). Every worker builds the same random-weight
+model (``--config``: GPT-2 small by default, or ``smollm2``, SmolLM2-135M's shape; see
+``hf_models.py``) from the same seed (ours through ``DemoTransformer.from_pretrained`` of the
 Hugging Face model) and times one operation per request under ``torch.inference_mode()``:
 the forward pass and ``run_with_cache`` keeping everything. Each round asks every worker
 once, in an order shuffled per round, so a busy machine slows all of them alike; the table gives
@@ -29,11 +30,11 @@ REPO = Path(__file__).resolve().parent.parent
 WORKER = r"""
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
-from transformers import GPT2Config, GPT2LMHeadModel
-torch.manual_seed(0)
-hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)).eval()
+import hf_models
+family, config = hf_models.model_spec(sys.argv[3])
+hf = hf_models.build_hf_model(family, config, seed=0, attn_implementation="sdpa" if sys.argv[2] == "hf" else "eager")
+vocab = hf.config.vocab_size
 if sys.argv[2] == "hf":
-    hf.set_attn_implementation("sdpa")
     run = {"forward": lambda tokens: hf(tokens, use_cache=False).logits}
 else:
     from interp_transformer import DemoTransformer
@@ -45,7 +46,7 @@ for line in sys.stdin:
     request = json.loads(line)
     if request["op"] == "quit":
         break
-    tokens = torch.randint(0, 50257, (request["batch"], request["pos"]), generator=torch.Generator().manual_seed(1))
+    tokens = hf_models.random_tokens(request["batch"], request["pos"], 1, vocab)
     with torch.inference_mode():
         start, cpu_start = time.perf_counter(), time.process_time()
         out = run[request["op"]](tokens)
@@ -56,11 +57,11 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, name: str, kind: str, pythonpath: str, threads: int):
-        env = dict(os.environ, PYTHONPATH=pythonpath)
+    def __init__(self, name: str, kind: str, pythonpath: str, threads: int, config: str):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([pythonpath, str(REPO / "benchmarks")]))
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(threads), kind],
+            [sys.executable, "-c", WORKER, str(threads), kind, config],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shapes", default="1x128,1x1024,8x128")
+    parser.add_argument("--config", default="gpt2-small", help="a model of hf_models.py: gpt2-small, smollm2, ...")
     args = parser.parse_args()
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
@@ -99,9 +101,9 @@ def main() -> None:
         )
         try:
             workers = [
-                Worker("base", "ours", str(base_dir), args.threads),
-                Worker("new", "ours", str(REPO), args.threads),
-                Worker("HF sdpa", "hf", str(REPO), args.threads),
+                Worker("base", "ours", str(base_dir), args.threads, args.config),
+                Worker("new", "ours", str(REPO), args.threads, args.config),
+                Worker("HF sdpa", "hf", str(REPO), args.threads, args.config),
             ]
             rows = []
             for batch, pos in shapes:

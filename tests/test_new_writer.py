@@ -76,3 +76,11 @@ def test_the_report_has_every_decoder_section(model):
     report = build_report(model, TOKENS[0], title="adapter decoder")
     assert [section.key for section in report.sections] == list(DISPLAY_ORDER)
     assert report["attribution"].figures
+
+
+@pytest.mark.parametrize("expand_neurons", [True, False])
+def test_the_full_decomposition_sums_to_the_residual(model, expand_neurons):
+    _, cache = model.run_with_cache(TOKENS)
+    stack, labels = cache.get_full_resid_decomposition(expand_neurons=expand_neurons, return_labels=True)
+    assert "1_adapter_out" in labels
+    torch.testing.assert_close(stack.sum(dim=0), cache["resid_post", -1], rtol=0, atol=1e-12)

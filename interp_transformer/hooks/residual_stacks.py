@@ -305,8 +305,9 @@ class ResidualStacks:
     ):
         """Every write into block ``layer``'s input: each head, each neuron (or MLP layer), the embeddings, the biases.
 
-        In that order (labels ``"L0H0"``..., ``"L0N0"``... or ``"0_mlp_out"``..., the
-        embedding names, ``"bias"``); without ``apply_ln`` they sum to the residual stream
+        In that order (labels ``"L0H0"``..., ``"L0N0"``... or ``"0_mlp_out"``..., any other kind of
+        writer's whole output, ``"0_adapter_out"``..., the embedding names, ``"bias"``); without
+        ``apply_ln`` they sum to the residual stream
         there. ``"bias"`` is ``sum b_O`` (and ``sum b_out`` when neurons are expanded) over the
         blocks before ``layer`` (with ``mlp_input``, also block ``layer``'s ``b_O``).
         """
@@ -331,6 +332,15 @@ class ResidualStacks:
                 )
             components.append(neurons)
             labels.extend(neuron_labels)
+        others = [
+            (l, writer)
+            for l in range(layer)
+            for writer in self.model.blocks[l].writers()
+            if writer.sublayer not in ("attn", "mlp")  # a writer of another kind (an adapter, ...): its whole output
+        ]
+        for l, writer in others:
+            components.append(pos_slice.apply(self.cache[writer.output], dim=-2)[None])
+            labels.append(f"{l}_{writer.sublayer}_out")
         for name in self.model.hook_names.input_writers:
             components.append(pos_slice.apply(self.cache[name], dim=-2)[None])
             labels.append(name)
@@ -355,8 +365,8 @@ class ResidualStacks:
         total = torch.zeros(self.model.cfg.d_model, device=self.model.W_E.device, dtype=self.model.W_E.dtype)
         for l in range(layer + int(own_attn)):
             for writer in self.model.blocks[l].writers():
-                heads = writer.units is not None and writer.units.kind == "head"
-                if heads or (include_mlp_biases and l < layer and writer.units is not None):
+                heads = writer.sublayer == "attn"
+                if heads or (include_mlp_biases and l < layer and writer.sublayer == "mlp"):
                     bias = writer.bias_write(self.cache.__getitem__)
                     total = total + writer.to_stream(bias, self.norms._output_scale(writer, pos_slice))
         return total.detach()

@@ -8,23 +8,15 @@ import pytest
 import torch
 
 from analysis.discovery import logit_diff_per_row, patch_sites, patch_sites_one_by_one, patching_figure, sites
-from interp_transformer import DemoTransformer, TransformerConfig
+from interp_transformer import TransformerConfig
 from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
 
-SHAPE = dict(d_model=16, n_layers=2, n_heads=4, d_head=4, d_mlp=24, d_vocab=31, n_ctx=12)
+from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder as perturbed
+
 CLEAN = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6], [2, 3, 5, 7, 11, 13]])
 CORRUPTED = torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 8, 1, 2, 6], [2, 3, 6, 7, 12, 13]])
 METRIC = logit_diff_per_row(torch.tensor([3, 6, 13]), torch.tensor([8, 2, 12]))
-
-
-def perturbed(cfg, dtype=torch.float64):
-    model = DemoTransformer(cfg, dtype=dtype, seed=0)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator).to(param.dtype) * 0.3)
-    return model.eval()
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama_gqa"])

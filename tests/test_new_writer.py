@@ -13,18 +13,15 @@ from interp_transformer import DemoTransformer
 from interp_transformer.architectures.adapter_decoder import AdapterDecoderConfig
 from interp_transformer.models.processing import center_writing_weights, fold_ln
 
+from .perturbed import perturbed_decoder
+
 CFG = AdapterDecoderConfig(d_model=16, n_layers=2, n_heads=4, d_head=4, d_mlp=24, d_vocab=31, n_ctx=12, d_adapter=6)
 TOKENS = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])
 
 
 @pytest.fixture(scope="module")
 def model():
-    model = DemoTransformer(CFG, dtype=torch.float64, seed=0)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
-    return model.eval()
+    return perturbed_decoder(CFG)
 
 
 def test_the_adapter_is_its_formula(model):

@@ -19,6 +19,8 @@ from interp_transformer.architectures.opt import OPTPostNormConfig
 from interp_transformer.components.writers import StreamNorm, Writer, direct_path, direct_path_hooks, read_along
 from interp_transformer.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
 
+from .perturbed import perturb
+
 SHAPE = dict(d_model=16, n_layers=2, n_heads=4, d_head=4, d_mlp=24, d_vocab=31, n_ctx=12)
 ROTARY = dict(SHAPE, n_key_value_heads=2)
 DECODERS = {
@@ -34,11 +36,7 @@ TOKENS = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])
 
 
 def perturbed(model):
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.2)
-    return model.eval()
+    return perturb(model, scale=0.2)
 
 
 @pytest.fixture(scope="module", params=sorted(DECODERS))

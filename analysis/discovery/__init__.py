@@ -2,8 +2,12 @@
 
 ``batched``: activation patching of many sites in one forward pass, the patches laid along
 the batch axis, in chunks that fit a memory budget; equal to patching one site at a time.
+
+``attribution_patching``: every site's first-order patching effect (AtP) from one forward and
+one backward pass; the derivative of patching.
 """
 
+from .attribution_patching import attribution_patching
 from .batched import (
     COMPONENTS,
     Site,
@@ -16,6 +20,7 @@ from .batched import (
 
 __all__ = [
     "COMPONENTS",
+    "attribution_patching",
     "Site",
     "logit_diff_per_row",
     "patch_sites",

@@ -206,14 +206,19 @@ def _patcher(sites_: Sequence[Site], clean: dict, batch: int):
     return patch
 
 
-def _evaluate(metric: RowMetric, logits: Tensor, prompt: Tensor) -> Tensor:
+def row_values(metric: RowMetric, logits: Tensor, prompt: Tensor) -> Tensor:
+    """``metric(logits, prompt)``, refused unless it is one value per row (still differentiable)."""
     values = metric(logits, prompt)
     if not isinstance(values, Tensor) or values.shape != prompt.shape:
         raise ValueError(
             f"metric must return one value per row, a tensor of shape {tuple(prompt.shape)}, got "
             f"{getattr(values, 'shape', type(values).__name__)}"
         )
-    return values.detach().to(torch.float64)
+    return values
+
+
+def _evaluate(metric: RowMetric, logits: Tensor, prompt: Tensor) -> Tensor:
+    return row_values(metric, logits, prompt).detach().to(torch.float64)
 
 
 @torch.no_grad()

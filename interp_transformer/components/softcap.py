@@ -45,9 +45,13 @@ def soft_cap(x: Tensor, cap: float) -> Tensor:
     """``cap * tanh(x / cap)`` elementwise; ``-inf`` (a masked score) stays ``-inf``.
 
     Computed in place on one fresh tensor (``x`` is left as it is): the scores are the
-    largest tensors of a forward, and each extra pass over them shows.
+    largest tensors of a forward, and each extra pass over them shows. Where a gradient will
+    flow back through it, ``tanh`` keeps its output for the backward pass (not in place).
     """
-    capped = torch.div(x, cap).tanh_().mul_(cap)
+    if torch.is_grad_enabled() and x.requires_grad:
+        capped = torch.tanh(x / cap) * cap
+    else:
+        capped = torch.div(x, cap).tanh_().mul_(cap)
     return capped.masked_fill_(x.isneginf(), float("-inf"))
 
 

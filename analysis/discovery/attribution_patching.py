@@ -1,0 +1,70 @@
+"""Attribution patching (AtP): every site's patching effect from one forward and one backward pass.
+
+Activation patching site ``s`` changes the metric by ``m(corrupt with s := clean) - m(corrupt)``. Its
+first-order estimate around the corrupted run is::
+
+    atp[s, b] = sum over the site's slice of (clean_s - corrupt_s) * d m_b / d act_s      (at the corrupted run)
+
+one gradient for every site at once: a forward on the corrupted prompts that keeps each
+sited activation, a backward of the per-prompt metric summed over prompts (prompts never
+interact, so each row's gradient is its own prompt's), and a product with the clean
+activations. It is the derivative of patching: ``tests/test_attribution_patching.py`` holds
+it equal to central finite differences of patching along ``corrupt + t (clean - corrupt)``.
+
+What it is not: exact. Where the model is far from linear between the two runs (attention
+saturating, a head's effect cancelling through later layers), AtP misestimates; AtP*'s
+two fixes (recomputing the attention pattern for query and key sites, and GradDrop against
+cancellation) are not applied here. Use ``patch_sites`` to confirm the sites AtP ranks first.
+"""
+
+from typing import Optional, Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .. import _checks
+from .batched import RowMetric, Site, _check_sites, _clean_activations, _start, row_values
+
+
+def _site_values(tensor: Tensor, site: Site) -> Tensor:
+    """``tensor``'s slice at ``site``, summed over every axis but the batch: ``[batch]``."""
+    where = (slice(None), slice(None) if site.pos is None else site.pos) + site.index
+    selected = tensor[where]
+    return selected.reshape(selected.shape[0], -1).sum(dim=-1)
+
+
+def attribution_patching(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    sites_: Sequence[Site],
+    *,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+) -> Float[Tensor, "site batch"]:
+    """``atp[s, b]``: the first-order estimate of patching site ``s`` clean on prompt ``b`` (module docstring)."""
+    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    batch, n_pos = clean.shape
+    _check_sites(model, sites_, n_pos)
+    with torch.no_grad():
+        clean_acts = _clean_activations(model, clean, mask, sites_)
+    names = list(dict.fromkeys(site.hook for site in sites_))
+    kept: dict[str, Tensor] = {}
+
+    def keep(activation: Tensor, hook) -> None:
+        kept[hook.name] = activation
+
+    kwargs = {} if mask is None else {"attention_mask": mask}
+    with torch.enable_grad():
+        logits = model.run_with_hooks(corrupted, fwd_hooks=[(name, keep) for name in names], **kwargs)
+        values = row_values(metric, logits, torch.arange(batch, device=logits.device))
+        grads = torch.autograd.grad(values.sum(), [kept[name] for name in names], allow_unused=True)
+    grad_of = {name: (g if g is not None else torch.zeros_like(kept[name])) for name, g in zip(names, grads)}
+    rows = [
+        _site_values((clean_acts[site.hook] - kept[site.hook].detach()) * grad_of[site.hook], site) for site in sites_
+    ]
+    return torch.stack(rows).to(torch.float64)
+
+
+__all__ = ["attribution_patching"]

@@ -10,6 +10,7 @@ Commands::
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
     interp-transformer train-translation [--steps N] [--seed S] [--out-dir DIR]   retrain translate-tiny
+    interp-transformer patch --model SOURCE --clean TEXT --corrupted TEXT --answer TOKEN --wrong TOKEN [--method atp]
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
 
@@ -36,6 +37,7 @@ from .cli_common import (
     positive_int,
     load_model,
 )
+from .cli_discovery import add_patch_parser
 from .cli_training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
@@ -296,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(run=cmd_verify)
 
     add_training_parsers(commands)
+    add_patch_parser(commands)
 
     from interp_transformer.harvest.cli import add_harvest_parser
 

@@ -7,7 +7,14 @@ alone; the identity at float64 is exact up to rounding (1e-10), at float32 withi
 import pytest
 import torch
 
-from analysis.discovery import logit_diff_per_row, patch_sites, patch_sites_one_by_one, patching_figure, sites
+from analysis.discovery import (
+    logit_diff_per_row,
+    patch_sites,
+    patch_sites_one_by_one,
+    patching_figure,
+    sae_feature_sites,
+    sites,
+)
 from interp_transformer import TransformerConfig
 from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
@@ -122,3 +129,23 @@ def test_the_figure_places_each_site(model):
     assert list(heatmap.x) == ["0", "5", "all"] and list(heatmap.y)[:2] == ["L1H0", "L1H1"]
     assert heatmap.z[0][1] == pytest.approx(float(result[1].mean()))  # L1H0 @5
     assert heatmap.z[-1][2] == pytest.approx(float(result[-1].mean()))  # L0 attn_out, every position
+
+
+def test_sae_features_are_sites_inside_the_splice():
+    """Features of a spliced SAE patch like any site: batched equals the loop, and a feature moves the metric."""
+    from interp_transformer.sae.splice import splice_saes
+
+    from .sae_helpers import random_sae
+
+    model = perturbed(TransformerConfig(**SHAPE))
+    sae = random_sae(hook_name="blocks.1.hook_resid_pre", d_in=16, d_sae=24).to(torch.float64)
+    with pytest.raises(ValueError, match="inside splice_saes"):
+        sae_feature_sites(model, sae)
+    with splice_saes(model, [sae], use_error_term=True):
+        chosen = sae_feature_sites(model, sae, features=[0, 3, 7, 20], positions=[1, 4])
+        batched = patch_sites(model, CLEAN, CORRUPTED, METRIC, chosen, sites_per_chunk=3, progress=False)
+        loop = patch_sites_one_by_one(model, CLEAN, CORRUPTED, METRIC, chosen, progress=False)
+        corrupted = METRIC(model(CORRUPTED), torch.arange(3)).detach().double()
+    torch.testing.assert_close(batched, loop, rtol=0, atol=1e-10)
+    assert bool(((batched - corrupted).abs() > 1e-9).any())
+    assert chosen[0].label == "blocks.1.hook_resid_pre F0 @1"

@@ -15,6 +15,7 @@ from .batched import (
     patch_sites,
     patch_sites_one_by_one,
     patching_figure,
+    sae_feature_sites,
     sites,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "patch_sites",
     "patch_sites_one_by_one",
     "patching_figure",
+    "sae_feature_sites",
     "sites",
 ]

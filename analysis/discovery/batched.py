@@ -40,7 +40,10 @@ DEFAULT_MEMORY_BUDGET = 2**30
 
 @dataclass(frozen=True)
 class Site:
-    """One place to patch: ``activation[:, pos][..., *index]`` of hook ``hook`` (``pos`` None: every position)."""
+    """One place to patch: ``activation[:, pos][..., *index]`` of hook ``hook`` (``pos`` None: every position).
+
+    ``layer`` is the block the site is in (-1 for an SAE's features, which sit on a hook).
+    """
 
     hook: str
     layer: int
@@ -107,6 +110,37 @@ def sites(
         for hook, index, label in targets:
             for pos in _positions(positions, n_pos):
                 found.append(Site(hook, layer, index, pos, label if pos is None else f"{label} @{pos}"))
+    return found
+
+
+def sae_feature_sites(
+    model: _checks.AnyModel,
+    sae,
+    *,
+    features: Optional[Sequence[int]] = None,
+    positions: Union[None, str, int, Sequence[int]] = None,
+    n_pos: Optional[int] = None,
+) -> list[Site]:
+    """Sites of an SAE's (or transcoder's) features, ``<hook>.hook_sae_acts_post[..., feature]``.
+
+    Use them inside ``splice_saes(model, [sae])`` (``use_error_term=True`` keeps the model's own
+    output until a feature changes), where the SAE's hook points are the model's: patching a
+    feature clean changes what the SAE writes, and through it the rest of the run.
+    """
+    hook = f"{sae.hook_name_out if sae.is_transcoder else sae.hook_name}.hook_sae_acts_post"
+    if hook not in model.hook_dict:
+        raise ValueError(
+            f"{hook!r} is not a hook point of this model now: build SAE feature sites inside "
+            "splice_saes(model, [sae]), where the SAE's hooks are the model's"
+        )
+    chosen = range(sae.d_sae) if features is None else features
+    found = []
+    for feature in chosen:
+        if isinstance(feature, bool) or not isinstance(feature, int) or not 0 <= feature < sae.d_sae:
+            raise ValueError(f"sae_feature_sites: feature {feature!r} out of range [0, {sae.d_sae})")
+        for pos in _positions(positions, n_pos):
+            label = f"{sae.hook_name} F{feature}"
+            found.append(Site(hook, -1, (feature,), pos, label if pos is None else f"{label} @{pos}"))
     return found
 
 
@@ -320,5 +354,6 @@ __all__ = [
     "patching_figure",
     "patch_sites_one_by_one",
     "rows_per_chunk",
+    "sae_feature_sites",
     "sites",
 ]

@@ -149,3 +149,9 @@ def test_sae_features_are_sites_inside_the_splice():
     torch.testing.assert_close(batched, loop, rtol=0, atol=1e-10)
     assert bool(((batched - corrupted).abs() > 1e-9).any())
     assert chosen[0].label == "blocks.1.hook_resid_pre F0 @1"
+
+
+def test_token_lists_are_read_like_tensors(model):
+    chosen = sites(model, "attn_out", positions=[2])
+    as_lists = patch_sites(model, CLEAN.tolist(), CORRUPTED.tolist(), METRIC, chosen, progress=False)
+    torch.testing.assert_close(as_lists, patch_sites(model, CLEAN, CORRUPTED, METRIC, chosen, progress=False))

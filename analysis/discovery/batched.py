@@ -169,7 +169,9 @@ def logit_diff_per_row(
 
 def _paired(model, clean, corrupted, attention_mask) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """Clean and corrupted ids ``[batch, pos]`` and their one mask, refusing pairs whose token lengths differ."""
-    texts = isinstance(clean, (str, list)) and not isinstance(clean, Tensor)
+    texts = isinstance(clean, str) or (
+        isinstance(clean, list) and bool(clean) and all(isinstance(t, str) for t in clean)
+    )
     if texts:
         clean, corrupted = (
             [clean] if isinstance(clean, str) else clean,

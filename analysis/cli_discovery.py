@@ -1,13 +1,14 @@
 """``interp-transformer patch``: which sites carry the difference between a clean and a corrupted prompt.
 
     interp-transformer patch --model SOURCE --clean TEXT --corrupted TEXT --answer TOKEN --wrong TOKEN
-                             [--component heads] [--each-position] [--method patch|atp] [--out FILE] [--top N]
+                             [--component heads] [--each-position] [--method patch|atp|eap|eap-ig] [--out FILE]
 
 The metric is ``logit(answer) - logit(wrong)`` at the last position. ``--method patch`` patches
 each site clean into the corrupted run (many sites per forward, ``analysis.discovery.patch_sites``);
 ``--method atp`` estimates every site at once from one forward and one backward pass
-(attribution patching). It prints the clean and corrupted metrics and the sites that move it
-most, and writes the site x position heatmap as a self-contained HTML file.
+(attribution patching); ``--method eap`` / ``eap-ig`` scores every edge between the input, the
+heads and MLPs and their readers instead. It prints the clean and corrupted metrics and what
+moves the metric most, and writes the figure as a self-contained HTML file.
 """
 
 import argparse
@@ -16,7 +17,15 @@ from pathlib import Path
 import torch
 
 from .cli_common import EXIT_OK, UserError, load_model
-from .discovery import COMPONENTS, attribution_patching, logit_diff_per_row, patch_sites, patching_figure, sites
+from .discovery import (
+    COMPONENTS,
+    attribution_patching,
+    edge_attribution_patching,
+    logit_diff_per_row,
+    patch_sites,
+    patching_figure,
+    sites,
+)
 
 DEFAULT_OUT = "interp_transformer_patching.html"
 
@@ -50,6 +59,8 @@ def cmd_patch(args: argparse.Namespace) -> int:
         clean_value = float(metric(model(clean), prompt)[0])
         corrupted_value = float(metric(model(corrupted), prompt)[0])
     print(f"logit({args.answer!r}) - logit({args.wrong!r}): clean {clean_value:+.3f}, corrupted {corrupted_value:+.3f}")
+    if args.method in ("eap", "eap-ig"):
+        return _edges(model, clean, corrupted, metric, args)
     chosen = sites(model, args.component, positions="each" if args.each_position else None, n_pos=clean.shape[1])
     if args.method == "patch":
         effect = patch_sites(model, clean, corrupted, metric, chosen) - corrupted_value
@@ -63,6 +74,18 @@ def cmd_patch(args: argparse.Namespace) -> int:
     fig = patching_figure(effect, chosen, title=f"{args.model}: change of the logit difference, {what}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(args.out), include_plotlyjs=True, full_html=True)  # plotly.js inline: opens offline
+    print(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def _edges(model, clean, corrupted, metric, args: argparse.Namespace) -> int:
+    method = "EAP" if args.method == "eap" else "EAP-IG"
+    edges = edge_attribution_patching(model, clean, corrupted, metric, method=method, steps=args.steps)
+    print(f"edges that move it most ({method}, first order):")
+    for upstream, reader, score in edges.top(args.top):
+        print(f"  {upstream:>8} -> {reader:<10}  {score:+.3f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    edges.figure(max(args.top, 10)).write_html(str(args.out), include_plotlyjs=True, full_html=True)
     print(f"wrote {args.out}")
     return EXIT_OK
 
@@ -83,7 +106,13 @@ def add_patch_parser(commands) -> None:
     patch.add_argument("--wrong", required=True, metavar="TOKEN", help="the token the corrupted prompt predicts")
     patch.add_argument("--component", choices=COMPONENTS, default="heads", help="what to patch (default: heads)")
     patch.add_argument("--each-position", action="store_true", help="one site per position (default: all at once)")
-    patch.add_argument("--method", choices=("patch", "atp"), default="patch", help="patching or AtP (default: patch)")
+    patch.add_argument(
+        "--method",
+        choices=("patch", "atp", "eap", "eap-ig"),
+        default="patch",
+        help="patch sites, estimate them (AtP), or score every edge (EAP, EAP-IG) (default: patch)",
+    )
+    patch.add_argument("--steps", type=int, default=5, metavar="N", help="EAP-IG's interpolations (default: 5)")
     patch.add_argument("--top", type=int, default=10, metavar="N", help="how many sites to print (default: 10)")
     patch.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="FILE", help="the HTML figure")
     patch.set_defaults(run=cmd_patch)

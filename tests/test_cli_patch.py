@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from analysis.cli import EXIT_OK, EXIT_USAGE, main
-from analysis.discovery import attribution_patching, logit_diff_per_row, patch_sites, sites
+from analysis.discovery import attribution_patching, edge_attribution_patching, logit_diff_per_row, patch_sites, sites
 from interp_transformer.pretrained import load_shipped
 
 CLEAN = "0 11 22 33 44 11 22 33"
@@ -49,3 +49,16 @@ def test_patch_refuses_prompts_of_different_lengths_in_one_line(capsys):
     code, _, err = run(capsys, *argv, "--wrong", 55)
     assert code == EXIT_USAGE and "the clean prompt is 8 tokens and the corrupted one 3" in err
     assert "Traceback" not in err
+
+
+def test_patch_with_eap_prints_the_strongest_edge(tmp_path, capsys):
+    argv = ["patch", "--model", "induction-2l", "--clean", CLEAN, "--corrupted", CORRUPTED, "--answer", 44]
+    code, out, _ = run(capsys, *argv, "--wrong", 55, "--method", "eap", "--out", tmp_path / "edges.html")
+    assert code == EXIT_OK, out
+    model = load_shipped("induction-2l")
+    clean = torch.tensor([[int(t) for t in CLEAN.split()]])
+    corrupted = torch.tensor([[int(t) for t in CORRUPTED.split()]])
+    upstream, reader, score = edge_attribution_patching(model, clean, corrupted, logit_diff_per_row(44, 55)).top(1)[0]
+    first = out.splitlines()[out.splitlines().index("edges that move it most (EAP, first order):") + 1].split()
+    assert first[:3] == [upstream, "->", reader] and first[3] == f"{score:+.3f}"
+    assert (tmp_path / "edges.html").exists()

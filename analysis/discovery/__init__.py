@@ -5,9 +5,13 @@ the batch axis, in chunks that fit a memory budget; equal to patching one site a
 
 ``attribution_patching``: every site's first-order patching effect (AtP) from one forward and
 one backward pass; the derivative of patching.
+
+``edge_attribution_patching``: EAP and EAP-IG over the graph of heads, MLPs and their readers
+(query, key and value inputs apart), every edge from one backward pass (``steps`` for EAP-IG).
 """
 
 from .attribution_patching import attribution_patching
+from .edges import EdgeScores, edge_attribution_patching
 from .batched import (
     COMPONENTS,
     Site,
@@ -21,6 +25,8 @@ from .batched import (
 
 __all__ = [
     "COMPONENTS",
+    "EdgeScores",
+    "edge_attribution_patching",
     "attribution_patching",
     "Site",
     "logit_diff_per_row",

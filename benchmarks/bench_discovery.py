@@ -6,7 +6,8 @@
 Prints the clean and corrupted logit differences, the time of batched patching of every head
 against the one-site-at-a-time loop (the same sites, the same results), AtP and EAP, the
 largest gap between each head's edges and its AtP score (an identity: float rounding only),
-the correlation of AtP with patching over heads, and the strongest edges.
+the correlation of AtP with patching over heads, the strongest edges, and the faithfulness of
+the circuits of the strongest n edges (1: the whole behaviour, 0: none).
 """
 
 import argparse
@@ -17,6 +18,7 @@ import torch
 from analysis.discovery import (
     attribution_patching,
     edge_attribution_patching,
+    faithfulness_curve,
     logit_diff_per_row,
     patch_sites,
     patch_sites_one_by_one,
@@ -66,6 +68,11 @@ def main() -> None:
     print("strongest edges:")
     for upstream, reader, score in edges.top(8):
         print(f"  {upstream:>6} -> {reader:<9} {score:+.3f}")
+    n_edges = int(edges.edge.sum())
+    counts = [n for n in (10, 30, 100, 300, 1000, 3000, 10000) if n < n_edges] + [n_edges]
+    curve, curve_s = timed(lambda: faithfulness_curve(model, clean, corrupted, metric, edges, counts))
+    points = ", ".join(f"{n}: {value:.2f}" for n, value in zip(counts, curve.normalized.tolist()))
+    print(f"faithfulness of the strongest n edges ({curve_s:.1f} s): {points}")
 
 
 if __name__ == "__main__":

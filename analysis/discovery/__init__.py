@@ -8,10 +8,14 @@ one backward pass; the derivative of patching.
 
 ``edge_attribution_patching``: EAP and EAP-IG over the graph of heads, MLPs and their readers
 (query, key and value inputs apart), every edge from one backward pass (``steps`` for EAP-IG).
+
+``run_circuit`` / ``faithfulness_curve``: the model with only a circuit's edges clean, and how
+much of the behaviour the strongest ``n`` edges carry.
 """
 
 from .attribution_patching import attribution_patching
 from .edges import EdgeScores, edge_attribution_patching
+from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit
 from .batched import (
     COMPONENTS,
     Site,
@@ -26,7 +30,10 @@ from .batched import (
 __all__ = [
     "COMPONENTS",
     "EdgeScores",
+    "FaithfulnessCurve",
     "edge_attribution_patching",
+    "faithfulness_curve",
+    "run_circuit",
     "attribution_patching",
     "Site",
     "logit_diff_per_row",

@@ -1,0 +1,175 @@
+"""Running a circuit: the model on the clean prompts with every edge outside the circuit fed its corrupted value.
+
+Each reader (a query head's query input, a key/value head's key or value input, an MLP's input,
+the logits) reads its own copy of the residual stream::
+
+    x_r = resid_r - sum over edges u -> r left out of the circuit of (current_u - corrupt_u)
+
+where ``current_u`` is node ``u``'s write in this run and ``corrupt_u`` its write on the corrupted
+prompts (the stream is the sum of the writes and of biases both runs share, so the sum is exact).
+The reader then computes from ``x_r`` through its own norm and projection (``q_h = norm(x_r)
+W_Q[h] + b_Q[h]``, ...), and everything after it runs as usual. Keeping every edge gives the
+clean run, keeping none the corrupted one, and leaving out every edge of one node is patching
+that node (``tests/test_faithfulness.py`` holds all three).
+
+``faithfulness_curve`` keeps the ``n`` edges of largest |score| for each ``n`` and reports the
+normalized metric ``(m_circuit - m_corrupt) / (m_clean - m_corrupt)``: 1 is the whole model's
+behaviour, 0 none of it. Its area (mean over the counts asked) summarizes the curve.
+"""
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import einops
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from .. import _checks
+from .batched import RowMetric, _start
+from .edges import EdgeScores, _edge_mask, _layout, _names, _require_graph, _write_hooks, _writes
+
+
+@dataclass
+class FaithfulnessCurve:
+    """``normalized[i]``: the circuit of the ``counts[i]`` strongest edges, ``(m - m_corrupt) / (m_clean - m_corrupt)``
+    of the metrics averaged over prompts; ``metric [count, batch]`` the raw values."""
+
+    counts: list[int]
+    normalized: Float[Tensor, "count"]
+    metric: Float[Tensor, "count batch"]
+    clean: Float[Tensor, "batch"]
+    corrupted: Float[Tensor, "batch"]
+
+    @property
+    def area(self) -> float:
+        """The mean normalized metric over the counts: 1 when every circuit carries the whole behaviour."""
+        return float(self.normalized.mean())
+
+    def figure(self, title: str = "faithfulness"):
+        import plotly.graph_objects as go
+
+        fig = go.Figure(go.Scatter(x=self.counts, y=self.normalized.tolist(), mode="lines+markers"))
+        fig.update_layout(
+            title=dict(text=f"{title}: area {self.area:.3f}"),
+            xaxis_title="edges kept (strongest first)",
+            yaxis_title="(m - m_corrupt) / (m_clean - m_corrupt)",
+            xaxis_type="log",
+        )
+        return fig
+
+
+@torch.no_grad()
+def run_circuit(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    kept: Bool[Tensor, "upstream reader"],
+    *,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+) -> Float[Tensor, "batch"]:
+    """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out)."""
+    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    _require_graph(model)
+    plan = _layout(model)
+    upstream, readers = _names(model, plan)
+    if not isinstance(kept, Tensor) or kept.dtype != torch.bool or kept.shape != (len(upstream), len(readers)):
+        raise ValueError(
+            f"kept must be a bool tensor [upstream, reader] = [{len(upstream)}, {len(readers)}], got "
+            f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
+        )
+    kwargs = {} if mask is None else {"attention_mask": mask}
+    _, corrupt_cache = model.run_with_cache(corrupted, names_filter=_write_hooks(model, plan), **kwargs)
+    corrupt = _writes(model, corrupt_cache, plan)  # [upstream, batch, pos, d_model]
+    dropped = (_edge_mask(upstream, readers, plan) & ~kept).to(corrupt.dtype)  # edges fed their corrupted value
+    reader_index = {name: j for j, (name, _, _) in enumerate(readers)}
+    current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
+    seen: dict[str, Tensor] = {}  # the residual stream entering the block running now
+
+    def reader_inputs(resid: Tensor, names: list[str]) -> Tensor:
+        """``x_r`` for the readers ``names``: ``[reader, batch, pos, d_model]``."""
+        done = len(current)
+        diff = torch.stack(current) - corrupt[:done]
+        weights = dropped[:done][:, [reader_index[name] for name in names]]
+        return resid[None] - einops.einsum(weights, diff, "u r, u b p d -> r b p d")
+
+    def record(activation: Tensor, hook) -> None:
+        current.append(activation)
+
+    def remember(key: str):
+        return lambda activation, hook: seen.__setitem__(key, activation)
+
+    def projection(names: list[str], norm, weight: Tensor, bias: Tensor):
+        def hook_fn(activation: Tensor, hook) -> Tensor:  # q, k or v recomputed from each reader's own stream
+            x = norm.normalize(reader_inputs(seen["pre"], names))
+            return einops.einsum(x, weight, "r b p d, r d e -> b p r e") + bias
+
+        return hook_fn
+
+    def head_writes(units):
+        return lambda z, hook: current.extend(einops.rearrange(units.writes(z), "b p h d -> h b p d"))
+
+    def mlp_input(name: str, norm, key: str):
+        return lambda activation, hook: norm.normalize(reader_inputs(seen[key], [name])[0])
+
+    hooks = [(model.act_name("resid_pre", 0), record)]
+    for layer, (attn, attn_norm, mlp, mlp_norm, sequential) in enumerate(plan):
+        block = model.blocks[layer]
+        hooks.append((model.act_name("resid_pre", layer), remember("pre")))
+        if sequential:
+            hooks.append((model.act_name("resid_mid", layer), remember("mid")))
+        queries = [f"L{layer}H{h}.q" for h in range(attn.n_heads)]
+        hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q)))
+        for x in ("k", "v"):
+            names = [f"L{layer}K{g}.{x}" for g in range(attn.n_key_value_heads)]
+            weight, bias = attn.stored(f"W_{x.upper()}"), attn.stored(f"b_{x.upper()}")
+            hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias)))
+        units = block.writer("attn").units
+        hooks.append((units.hook, head_writes(units)))
+        if mlp is not None:
+            hooks.append(
+                (mlp_norm.hook_normalized.name, mlp_input(f"MLP{layer}", mlp_norm, "mid" if sequential else "pre"))
+            )
+            hooks.append((block.writer("mlp").output, record))
+    final = model.hook_names.final_residual_name(model.cfg.n_layers)
+    hooks.append((final, lambda activation, hook: reader_inputs(activation, ["logits"])[0]))
+    logits = model.run_with_hooks(clean, fwd_hooks=hooks, **kwargs)
+    return metric(logits, torch.arange(clean.shape[0], device=logits.device)).to(torch.float64)
+
+
+def faithfulness_curve(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    scores: EdgeScores,
+    counts: Sequence[int],
+    *,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+) -> FaithfulnessCurve:
+    """The circuits of the ``n`` strongest edges of ``scores`` (mean |score| over prompts), for each ``n`` in
+    ``counts``."""
+    n_edges = int(scores.edge.sum())
+    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= n_edges for n in counts):
+        raise ValueError(f"counts must be ints in [0, {n_edges}] (the graph's edges), got {list(counts)!r}")
+    strength = scores.scores.mean(dim=-1).abs().masked_fill(~scores.edge, -1.0).flatten()
+    order = strength.argsort(descending=True)
+    none = torch.zeros_like(scores.edge)
+    options = dict(attention_mask=attention_mask)
+    clean = run_circuit(model, clean_tokens, corrupted_tokens, metric, scores.edge.clone(), **options)
+    corrupted = run_circuit(model, clean_tokens, corrupted_tokens, metric, none, **options)
+    values = []
+    for n in counts:
+        kept = none.flatten().clone()
+        kept[order[:n]] = True
+        values.append(run_circuit(model, clean_tokens, corrupted_tokens, metric, kept.reshape(none.shape), **options))
+    metric_values = torch.stack(values)
+    gap = clean.mean() - corrupted.mean()
+    if gap == 0:
+        raise ValueError("the clean and corrupted prompts give the same mean metric: there is no behaviour to recover")
+    normalized = (metric_values.mean(dim=-1) - corrupted.mean()) / gap
+    return FaithfulnessCurve(list(counts), normalized, metric_values, clean, corrupted)
+
+
+__all__ = ["FaithfulnessCurve", "faithfulness_curve", "run_circuit"]

@@ -1,6 +1,7 @@
 """What the command line's modules share: the exit codes, the one-line user error, model loading, option types."""
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -50,6 +51,32 @@ def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Opt
     return model, {"source": source, "model class": type(model).__name__}
 
 
+def prompt_tokens(model, prompt: str) -> torch.Tensor:
+    """The prompt as ``[1, pos]`` ids: tokenized text, or ids separated by spaces/commas for a model without
+    tokenizer."""
+    if not prompt or not prompt.strip():
+        raise UserError("the prompt is empty: give some text (or token ids, for a model without a tokenizer)")
+    if model.tokenizer is not None:
+        tokens = model.to_tokens(prompt)
+    else:
+        parts = [part for part in re.split(r"[\s,]+", prompt.strip()) if part]
+        if not all(re.fullmatch(r"\d+", part) for part in parts):
+            raise UserError(
+                f"{model.cfg.name} has no tokenizer: give the prompt as token ids in [0, {model.cfg.d_vocab}) "
+                f'separated by spaces, e.g. "0 5 9 13 5 9 13"; got {prompt!r}'
+            )
+        ids = [int(part) for part in parts]
+        too_large = [token for token in ids if token >= model.cfg.d_vocab]
+        if too_large:
+            raise UserError(
+                f"token id {too_large[0]} is not below d_vocab={model.cfg.d_vocab} (ids lie in [0, "
+                f"{model.cfg.d_vocab}))"
+            )
+        tokens = torch.tensor([ids])
+    # checks the ids against d_vocab and the length against n_ctx (both model kinds)
+    return model.prepare_tokens(tokens)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -69,4 +96,5 @@ __all__ = [
     "is_shipped",
     "load_model",
     "positive_int",
+    "prompt_tokens",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .cli_common import EXIT_OK, UserError, load_model
+from .cli_common import EXIT_OK, UserError, load_model, prompt_tokens
 from .discovery import (
     COMPONENTS,
     attribution_patching,
@@ -43,8 +43,6 @@ def _token_id(model, text: str, what: str) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
-    from .cli import prompt_tokens
-
     model, _ = load_model(args.model, torch.float32, None)
     clean, corrupted = prompt_tokens(model, args.clean), prompt_tokens(model, args.corrupted)
     if clean.shape != corrupted.shape:

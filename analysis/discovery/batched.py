@@ -127,10 +127,10 @@ def sae_feature_sites(
     output until a feature changes), where the SAE's hook points are the model's: patching a
     feature clean changes what the SAE writes, and through it the rest of the run.
     """
-    hook = f"{sae.hook_name_out if sae.is_transcoder else sae.hook_name}.hook_sae_acts_post"
-    if hook not in model.hook_dict:
+    hook = sae.hook_sae_acts_post.name  # named by the model while the SAE is spliced into it
+    if hook is None or model.hook_dict.get(hook) is not sae.hook_sae_acts_post:
         raise ValueError(
-            f"{hook!r} is not a hook point of this model now: build SAE feature sites inside "
+            "the SAE's hook_sae_acts_post is not a hook point of this model now: build SAE feature sites inside "
             "splice_saes(model, [sae]), where the SAE's hooks are the model's"
         )
     chosen = range(sae.d_sae) if features is None else features

@@ -185,11 +185,6 @@ class NeuronWrites:
         return self.b_out
 
 
-def has_experts(blocks) -> bool:
-    """Whether some block's MLP is a mixture of experts (a router picks experts per token)."""
-    return any(writer.routes_tokens for block in blocks for writer in block.writers())
-
-
 @dataclass
 class WriterTerms:
     """One writer's contributions along a direction: each ``[*where]``, ``units`` ``[unit, *where]``.
@@ -303,7 +298,6 @@ __all__ = [
     "WriterTerms",
     "direct_path",
     "direct_path_hooks",
-    "has_experts",
     "read_along",
     "split_units",
     "stack_terms",

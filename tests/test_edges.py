@@ -17,11 +17,9 @@ from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
 
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
 
-CLEAN = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])
-CORRUPTED = torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 8, 1, 2, 6]])
-METRIC = logit_diff_per_row(torch.tensor([3, 6]), torch.tensor([8, 2]))
+METRIC = logit_diff_per_row(*ANSWERS)
 ROTARY = dict(SHAPE, n_key_value_heads=2)
 CONFIGS = {
     "gpt2": lambda: TransformerConfig(**SHAPE),
@@ -29,6 +27,7 @@ CONFIGS = {
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
     "moe": lambda: MoEConfig(**dict(ROTARY, d_mlp=8), n_experts=4, experts_per_token=2),
+    "gemma2_output_norms": lambda: GemmaConfig(**ROTARY, post_norms=True),
     "attn_only": lambda: TransformerConfig(**dict(SHAPE, d_mlp=None)),
 }
 
@@ -38,14 +37,30 @@ def model(request):
     return perturbed_decoder(CONFIGS[request.param]())
 
 
-def test_a_heads_edges_sum_to_its_attribution_patching_score(model):
+def _node_sites(model, name: str):
+    """The attribution-patching site whose score a node's edges sum to (a mixture's experts: together)."""
+    if name == "input":
+        return sites(model, "resid_pre", layers=[0])[0]
+    layer = int(name[1:].split("H")[0].split(".")[0]) if name.startswith("L") else int(name[3:].split(".")[0])
+    if name.startswith("MLP"):
+        return sites(model, "mlp_out", layers=[layer])[0]
+    if name.endswith(".attn"):
+        return sites(model, "attn_out", layers=[layer])[0]
+    return next(site for site in sites(model, "heads", layers=[layer]) if site.label == name)
+
+
+def test_each_nodes_edges_sum_to_its_attribution_patching_score(model):
+    """A head's edges sum to its AtP at ``z``, a sublayer's or MLP's to AtP at its output, a mixture's experts'
+    together to AtP at the mixture's output, the input's to AtP at the stream entering block 0."""
     edges = edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC)
-    heads = sites(model, "heads")
-    atp = attribution_patching(model, CLEAN, CORRUPTED, METRIC, heads)
-    for index, site in enumerate(heads):
-        row = edges.upstream.index(site.label)
-        torch.testing.assert_close(edges.scores[row].sum(dim=0), atp[index], rtol=0, atol=1e-10)
-    assert bool((atp.abs() > 1e-6).any())
+    by_site: dict = {}
+    for row, name in enumerate(edges.upstream):
+        by_site.setdefault(_node_sites(model, name), []).append(row)
+    atp = attribution_patching(model, CLEAN, CORRUPTED, METRIC, list(by_site))
+    for index, rows in enumerate(by_site.values()):
+        torch.testing.assert_close(edges.scores[rows].sum(dim=(0, 1)), atp[index], rtol=0, atol=1e-10)
+    assert bool((atp.abs() > 1e-6).all())
+    assert len(by_site) < len(edges.upstream) or not model.has_experts
 
 
 def test_the_logits_edges_sum_to_the_final_residuals_score(model):
@@ -83,10 +98,35 @@ def test_eap_ig_with_one_step_reads_the_clean_run():
     assert list(bars.y)[-1] == "{} -> {}".format(*several.top(1)[0][:2]) and len(bars.x) == 5
 
 
+def test_output_norms_make_the_sublayer_the_node_and_experts_are_nodes():
+    gemma = edge_attribution_patching(perturbed_decoder(CONFIGS["gemma2_output_norms"]()), CLEAN, CORRUPTED, METRIC)
+    assert gemma.upstream[:3] == ["input", "L0.attn", "MLP0"] and "L0H0.q" in gemma.readers
+    assert gemma.reads["L0.attn"] == ("L0H0.q", "L0H1.q", "L0H2.q", "L0H3.q", "L0K0.k", "L0K1.k", "L0K0.v", "L0K1.v")
+    moe = edge_attribution_patching(perturbed_decoder(CONFIGS["moe"]()), CLEAN, CORRUPTED, METRIC)
+    assert [name for name in moe.upstream if name.startswith("MLP0")] == [f"MLP0.E{e}" for e in range(4)]
+    assert moe.reads["MLP0.E2"] == ("MLP0",) and moe.reads["L1H3"] == ("L1H3.q", "L1K1.k", "L1K1.v")
+
+
+def test_the_experts_writes_are_weighted_by_routing_and_sum_to_the_mixtures_output():
+    model = perturbed_decoder(CONFIGS["moe"]())
+    part = model.blocks[1].mlp
+    _, cache = model.run_with_cache(CLEAN)
+    writes = part.expert_writes(cache.__getitem__)
+    torch.testing.assert_close(writes.sum(dim=0), cache["blocks.1.hook_mlp_out"], rtol=0, atol=1e-12)
+    unchosen = ~torch.nn.functional.one_hot(cache["blocks.1.mlp.hook_expert_indices"], 4).sum(dim=-2).bool()
+    assert bool(unchosen.any()) and bool((writes.movedim(0, -2)[unchosen] == 0).all())
+
+
 def test_models_the_graph_does_not_fit_are_refused():
-    gemma = perturbed_decoder(GemmaConfig(**ROTARY, post_norms=True))
-    with pytest.raises(ValueError, match="passes its output through its own norm"):
-        edge_attribution_patching(gemma, CLEAN, CORRUPTED, METRIC)
+    from interp_transformer.architectures.opt import OPTPostNormConfig
+
+    post_norm = perturbed_decoder(OPTPostNormConfig(**SHAPE))
+    with pytest.raises(ValueError, match="sum of writes"):
+        edge_attribution_patching(post_norm, CLEAN, CORRUPTED, METRIC)
     model = perturbed_decoder(TransformerConfig(**SHAPE))
     with pytest.raises(ValueError, match="method must be one of"):
         edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC, method="ACDC")
+    with pytest.raises(ValueError, match="ig_on must be one of"):
+        edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC, method="EAP-IG", ig_on="weights")
+    with pytest.raises(ValueError, match="do not depend on the logits"):
+        edge_attribution_patching(model, CLEAN, CORRUPTED, lambda logits, prompt: torch.zeros(prompt.shape))

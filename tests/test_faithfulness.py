@@ -15,20 +15,22 @@ from analysis.discovery import (
     sites,
 )
 from interp_transformer import TransformerConfig
+from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.llama import LlamaConfig
+from interp_transformer.architectures.moe import MoEConfig
 
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
 
-CLEAN = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])
-CORRUPTED = torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 8, 1, 2, 6]])
-METRIC = logit_diff_per_row(torch.tensor([3, 6]), torch.tensor([8, 2]))
+METRIC = logit_diff_per_row(*ANSWERS)
 CONFIGS = {
     "gpt2": lambda: TransformerConfig(**SHAPE),
     "llama_gqa": lambda: LlamaConfig(**SHAPE, n_key_value_heads=2),
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
+    "gemma2_output_norms": lambda: GemmaConfig(**SHAPE, n_key_value_heads=2, post_norms=True),
+    "moe_experts": lambda: MoEConfig(**dict(SHAPE, d_mlp=8, n_key_value_heads=2), n_experts=4, experts_per_token=2),
 }
 
 
@@ -54,20 +56,59 @@ def test_every_edge_is_the_clean_run_and_none_the_corrupted(model, edges):
     torch.testing.assert_close(nothing, metric_of(model, CORRUPTED), rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("node", ["L0H1", "L1H3", "MLP0"])
+def _node_rows_and_site(model, edges, node: str):
+    """The upstream rows of ``node`` (a head, else its attention sublayer; an MLP's experts together) and the site
+    patching the same thing."""
+    layer = int(node[-1])
+    if node.startswith("mlp"):
+        rows = [i for i, name in enumerate(edges.upstream) if name.split(".")[0] == f"MLP{layer}"]
+        return rows, sites(model, "mlp_out", layers=[layer])
+    head = 1 if layer == 0 else 3
+    if f"L{layer}H{head}" in edges.upstream:
+        return [edges.upstream.index(f"L{layer}H{head}")], sites(model, "heads", layers=[layer], units=[head])
+    return [edges.upstream.index(f"L{layer}.attn")], sites(model, "attn_out", layers=[layer])
+
+
+@pytest.mark.parametrize("node", ["attn0", "attn1", "mlp0"])
 def test_cutting_a_nodes_edges_is_patching_it(model, edges, node):
+    rows, site = _node_rows_and_site(model, edges, node)
     kept = edges.edge.clone()
-    kept[edges.upstream.index(node)] = False
+    kept[rows] = False
     cut = run_circuit(model, CLEAN, CORRUPTED, METRIC, kept)
-    if node.startswith("MLP"):
-        site = sites(model, "mlp_out", layers=[int(node[3:])])
-    else:
-        layer, head = (int(part) for part in node[1:].split("H"))
-        site = sites(model, "heads", layers=[layer], units=[head])
     # the clean run with the node set to its value on the corrupted prompts
     patched = patch_sites(model, CORRUPTED, CLEAN, METRIC, site, progress=False)[0]
     torch.testing.assert_close(cut, patched, rtol=0, atol=1e-10)
     assert not torch.allclose(cut, metric_of(model, CLEAN))  # the node matters: not a vacuous pass
+
+
+def test_mean_ablating_a_heads_edges_is_setting_it_to_its_mean():
+    """A head's write is linear in its ``z``: every edge of it mean-ablated is the clean run with ``z`` set to its
+    mean over the corrupted prompts; with one corrupted prompt repeated, the mean is that prompt."""
+    model = perturbed_decoder(CONFIGS["llama_gqa"]())
+    edges = edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC)
+    kept = edges.edge.clone()
+    kept[edges.upstream.index("L0H1")] = False
+    cut = run_circuit(model, CLEAN, CORRUPTED, METRIC, kept, ablation="mean")
+    _, cache = model.run_with_cache(CORRUPTED)
+    mean_z = cache["blocks.0.attn.hook_z"][:, :, 1].mean(dim=0)
+
+    def set_mean(z, hook):
+        z[:, :, 1] = mean_z
+        return z
+
+    with torch.no_grad():
+        expected = METRIC(model.run_with_hooks(CLEAN, fwd_hooks=[("blocks.0.attn.hook_z", set_mean)]), torch.arange(2))
+    torch.testing.assert_close(cut, expected.double(), rtol=0, atol=1e-10)
+    assert not torch.allclose(cut, run_circuit(model, CLEAN, CORRUPTED, METRIC, kept))
+    repeated = CORRUPTED[:1].expand(2, -1)
+    torch.testing.assert_close(
+        run_circuit(model, CLEAN, repeated, METRIC, kept, ablation="mean"),
+        run_circuit(model, CLEAN, repeated, METRIC, kept),
+        rtol=0,
+        atol=1e-10,
+    )
+    with pytest.raises(ValueError, match="ablation must be one of"):
+        run_circuit(model, CLEAN, CORRUPTED, METRIC, kept, ablation="zero")
 
 
 def test_the_faithfulness_curve_runs_from_none_to_all(model, edges):

@@ -11,11 +11,15 @@ one backward pass; the derivative of patching.
 
 ``run_circuit`` / ``faithfulness_curve``: the model with only a circuit's edges clean, and how
 much of the behaviour the strongest ``n`` edges carry.
+
+``selection``: circuits from scores (top ``n``, a threshold, greedy from the logits) and pruning.
 """
 
 from .attribution_patching import attribution_patching
 from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit
+from .graph import build_graph
+from .selection import circuit_nodes, greedy_edges, prune, threshold_edges, top_edges
 from .batched import (
     COMPONENTS,
     Site,
@@ -31,6 +35,12 @@ __all__ = [
     "COMPONENTS",
     "EdgeScores",
     "FaithfulnessCurve",
+    "build_graph",
+    "circuit_nodes",
+    "greedy_edges",
+    "prune",
+    "threshold_edges",
+    "top_edges",
     "edge_attribution_patching",
     "faithfulness_curve",
     "run_circuit",

@@ -14,7 +14,12 @@ that node (``tests/test_faithfulness.py`` holds all three).
 
 ``faithfulness_curve`` keeps the ``n`` edges of largest |score| for each ``n`` and reports the
 normalized metric ``(m_circuit - m_corrupt) / (m_clean - m_corrupt)``: 1 is the whole model's
-behaviour, 0 none of it. Its area (mean over the counts asked) summarizes the curve.
+behaviour, 0 none of it. Its area (mean over the counts asked) summarizes the curve, and so do
+MIB's two scores over the fraction of the graph's edges kept (trapezoid areas over the counts
+asked): CPR, the area under the curve (higher is better), and CMD, the area of ``|1 - curve|``
+(lower is better). ``selection="greedy"`` grows each circuit from the logits instead
+(``selection``), and ``ablation="mean"`` feeds left-out edges their mean write over the
+corrupted prompts instead of each prompt's own.
 """
 
 from dataclasses import dataclass
@@ -24,10 +29,15 @@ import einops
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from .. import _checks
 from .batched import RowMetric, _start
-from .edges import EdgeScores, _edge_mask, _layout, _names, _require_graph, _write_hooks, _writes
+from .edges import EdgeScores
+from .graph import build_graph
+from .selection import greedy_edges, top_edges
+
+SELECTIONS = {"top": top_edges, "greedy": greedy_edges}
 
 
 @dataclass
@@ -40,6 +50,28 @@ class FaithfulnessCurve:
     metric: Float[Tensor, "count batch"]
     clean: Float[Tensor, "batch"]
     corrupted: Float[Tensor, "batch"]
+    n_edges: int  # the graph's edges: ``counts / n_edges`` is the fraction of the graph kept
+
+    @property
+    def fractions(self) -> Float[Tensor, "count"]:
+        return torch.tensor(self.counts, dtype=torch.float64) / self.n_edges
+
+    def _area(self, values: Tensor) -> float:
+        """The trapezoid area of ``values`` over the fraction of edges kept, the counts sorted."""
+        order = self.fractions.argsort()
+        return float(torch.trapezoid(values[order], self.fractions[order]))
+
+    @property
+    def cpr(self) -> float:
+        """MIB's circuit performance ratio: the area under the normalized curve over the fraction of edges kept
+        (higher: small circuits carry more of the behaviour)."""
+        return self._area(self.normalized)
+
+    @property
+    def cmd(self) -> float:
+        """MIB's circuit-model difference: the area of ``|1 - normalized|`` over the fraction of edges kept (lower:
+        circuits closer to the whole model)."""
+        return self._area((1 - self.normalized).abs())
 
     @property
     def area(self) -> float:
@@ -51,12 +83,24 @@ class FaithfulnessCurve:
 
         fig = go.Figure(go.Scatter(x=self.counts, y=self.normalized.tolist(), mode="lines+markers"))
         fig.update_layout(
-            title=dict(text=f"{title}: area {self.area:.3f}"),
+            title=dict(text=f"{title}: area {self.area:.3f}, CPR {self.cpr:.3f}, CMD {self.cmd:.3f}"),
             xaxis_title="edges kept (strongest first)",
             yaxis_title="(m - m_corrupt) / (m_clean - m_corrupt)",
             xaxis_type="log",
         )
         return fig
+
+
+ABLATIONS = ("corrupted", "mean")
+
+
+def _mean_writes(writes: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """Each node's write averaged over prompts at each position (real tokens only), for every prompt."""
+    if mask is None:
+        return writes.mean(dim=1, keepdim=True).expand_as(writes)
+    weight = mask.to(writes.dtype)[None, :, :, None]
+    mean = (writes * weight).sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
+    return mean.expand_as(writes)
 
 
 @torch.no_grad()
@@ -67,25 +111,32 @@ def run_circuit(
     metric: RowMetric,
     kept: Bool[Tensor, "upstream reader"],
     *,
+    ablation: str = "corrupted",
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
 ) -> Float[Tensor, "batch"]:
-    """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out)."""
+    """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out).
+
+    Edges outside the circuit carry the node's write on the corrupted prompts (``ablation="corrupted"``) or
+    its mean over the corrupted prompts at that position (``"mean"``)."""
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
     model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
-    _require_graph(model)
-    plan = _layout(model)
-    upstream, readers = _names(model, plan)
+    graph = build_graph(model)
+    upstream, readers = graph.upstream, graph.readers
     if not isinstance(kept, Tensor) or kept.dtype != torch.bool or kept.shape != (len(upstream), len(readers)):
         raise ValueError(
             f"kept must be a bool tensor [upstream, reader] = [{len(upstream)}, {len(readers)}], got "
             f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
         )
     kwargs = {} if mask is None else {"attention_mask": mask}
-    _, corrupt_cache = model.run_with_cache(corrupted, names_filter=_write_hooks(model, plan), **kwargs)
-    corrupt = _writes(model, corrupt_cache, plan)  # [upstream, batch, pos, d_model]
-    dropped = (_edge_mask(upstream, readers, plan) & ~kept).to(corrupt.dtype)  # edges fed their corrupted value
+    _, corrupt_cache = model.run_with_cache(corrupted, names_filter=graph.write_hooks(model), **kwargs)
+    corrupt = graph.writes(model, corrupt_cache)  # [upstream, batch, pos, d_model]
+    if ablation == "mean":
+        corrupt = _mean_writes(corrupt, mask)
+    dropped = (graph.edge_mask() & ~kept.cpu()).to(corrupt.device, corrupt.dtype)  # edges fed the ablated value
     reader_index = {name: j for j, (name, _, _) in enumerate(readers)}
     current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
-    seen: dict[str, Tensor] = {}  # the residual stream entering the block running now
+    seen: dict[str, Tensor] = {}  # activations of this run the next write or reader needs
 
     def reader_inputs(resid: Tensor, names: list[str]) -> Tensor:
         """``x_r`` for the readers ``names``: ``[reader, batch, pos, d_model]``."""
@@ -94,11 +145,15 @@ def run_circuit(
         weights = dropped[:done][:, [reader_index[name] for name in names]]
         return resid[None] - einops.einsum(weights, diff, "u r, u b p d -> r b p d")
 
-    def record(activation: Tensor, hook) -> None:
-        current.append(activation)
-
     def remember(key: str):
         return lambda activation, hook: seen.__setitem__(key, activation)
+
+    def write(nodes):
+        def hook_fn(activation: Tensor, hook) -> None:  # the writer's output: its nodes' writes are all known now
+            seen[hook.name] = activation
+            current.extend(nodes.writes(seen.__getitem__))
+
+        return hook_fn
 
     def projection(names: list[str], norm, weight: Tensor, bias: Tensor):
         def hook_fn(activation: Tensor, hook) -> Tensor:  # q, k or v recomputed from each reader's own stream
@@ -107,17 +162,14 @@ def run_circuit(
 
         return hook_fn
 
-    def head_writes(units):
-        return lambda z, hook: current.extend(einops.rearrange(units.writes(z), "b p h d -> h b p d"))
-
     def mlp_input(name: str, norm, key: str):
         return lambda activation, hook: norm.normalize(reader_inputs(seen[key], [name])[0])
 
-    hooks = [(model.act_name("resid_pre", 0), record)]
-    for layer, (attn, attn_norm, mlp, mlp_norm, sequential) in enumerate(plan):
-        block = model.blocks[layer]
+    hooks = [(model.act_name("resid_pre", 0), lambda activation, hook: current.append(activation))]
+    for layer, block in enumerate(graph.plan):
+        attn, attn_norm = block.attn, block.attn_norm
         hooks.append((model.act_name("resid_pre", layer), remember("pre")))
-        if sequential:
+        if block.sequential:
             hooks.append((model.act_name("resid_mid", layer), remember("mid")))
         queries = [f"L{layer}H{h}.q" for h in range(attn.n_heads)]
         hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q)))
@@ -125,13 +177,12 @@ def run_circuit(
             names = [f"L{layer}K{g}.{x}" for g in range(attn.n_key_value_heads)]
             weight, bias = attn.stored(f"W_{x.upper()}"), attn.stored(f"b_{x.upper()}")
             hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias)))
-        units = block.writer("attn").units
-        hooks.append((units.hook, head_writes(units)))
-        if mlp is not None:
-            hooks.append(
-                (mlp_norm.hook_normalized.name, mlp_input(f"MLP{layer}", mlp_norm, "mid" if sequential else "pre"))
-            )
-            hooks.append((block.writer("mlp").output, record))
+        if block.mlp is not None:
+            key = "mid" if block.sequential else "pre"
+            hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(f"MLP{layer}", block.mlp_norm, key)))
+        for nodes in block.nodes():
+            hooks += [(name, remember(name)) for name in nodes.hooks if name != nodes.output]
+            hooks.append((nodes.output, write(nodes)))
     final = model.hook_names.final_residual_name(model.cfg.n_layers)
     hooks.append((final, lambda activation, hook: reader_inputs(activation, ["logits"])[0]))
     logits = model.run_with_hooks(clean, fwd_hooks=hooks, **kwargs)
@@ -146,30 +197,31 @@ def faithfulness_curve(
     scores: EdgeScores,
     counts: Sequence[int],
     *,
+    selection: str = "top",
+    ablation: str = "corrupted",
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
 ) -> FaithfulnessCurve:
-    """The circuits of the ``n`` strongest edges of ``scores`` (mean |score| over prompts), for each ``n`` in
-    ``counts``."""
+    """The circuits of ``n`` edges chosen from ``scores`` by ``selection`` (``"top"``: the strongest by mean
+    |score|; ``"greedy"``: grown from the logits, ``selection.greedy_edges``), for each ``n`` in ``counts``."""
     n_edges = int(scores.edge.sum())
     if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= n_edges for n in counts):
         raise ValueError(f"counts must be ints in [0, {n_edges}] (the graph's edges), got {list(counts)!r}")
-    strength = scores.scores.mean(dim=-1).abs().masked_fill(~scores.edge, -1.0).flatten()
-    order = strength.argsort(descending=True)
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
     none = torch.zeros_like(scores.edge)
-    options = dict(attention_mask=attention_mask)
+    options = dict(attention_mask=attention_mask, ablation=ablation)
     clean = run_circuit(model, clean_tokens, corrupted_tokens, metric, scores.edge.clone(), **options)
     corrupted = run_circuit(model, clean_tokens, corrupted_tokens, metric, none, **options)
     values = []
-    for n in counts:
-        kept = none.flatten().clone()
-        kept[order[:n]] = True
-        values.append(run_circuit(model, clean_tokens, corrupted_tokens, metric, kept.reshape(none.shape), **options))
+    for n in tqdm(counts, desc="faithfulness", leave=False, disable=len(counts) < 8):
+        kept = none if n == 0 else SELECTIONS[selection](scores, n)
+        values.append(run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, **options))
     metric_values = torch.stack(values)
     gap = clean.mean() - corrupted.mean()
     if gap == 0:
         raise ValueError("the clean and corrupted prompts give the same mean metric: there is no behaviour to recover")
     normalized = (metric_values.mean(dim=-1) - corrupted.mean()) / gap
-    return FaithfulnessCurve(list(counts), normalized, metric_values, clean, corrupted)
+    return FaithfulnessCurve(list(counts), normalized, metric_values, clean, corrupted, n_edges)
 
 
 __all__ = ["FaithfulnessCurve", "faithfulness_curve", "run_circuit"]

@@ -56,6 +56,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from ..models.shape_checks import shape_checked
+from .affine import affine
 from .gated_mlp import GatedMLP
 
 EXPERT_WEIGHTS = ("W_gate", "W_in", "b_in", "W_out", "b_out")
@@ -171,6 +172,27 @@ class MixtureOfExperts(nn.Module):
         if self.shared_expert is not None:
             written = written + at(self.hook_shared_expert_gate.name) * self.shared_expert.b_out
         return written
+
+    def expert_hooks(self) -> list[str]:
+        """The hooks ``expert_writes`` reads: every expert's ``hook_post``, the routing (and the shared expert's)."""
+        names = [expert.hook_post.name for expert in self.experts] + self.bias_hooks()
+        return names + ([self.shared_expert.hook_post.name] if self.shared_expert is not None else [])
+
+    def expert_writes(self, at) -> Float[Tensor, "expert ... d_model"]:
+        """Each expert's share of the output, ``weight_E (post_E W_out_E + b_out_E)`` (0 where it was not chosen),
+        then the shared expert's ``gate * shared(x)``: they sum to the output. Read from hooks on the experts,
+        which run them on every token (the explicit path)."""
+        routing = Routing(at(self.hook_expert_indices.name), at(self.hook_routing_weights.name))
+        weights = routing.per_expert(self.n_experts)
+        rows = [
+            weights[..., number, None] * affine(at(expert.hook_post.name), expert.W_out, expert.b_out)
+            for number, expert in enumerate(self.experts)
+        ]
+        if self.shared_expert is not None:
+            shared = self.shared_expert
+            gate = at(self.hook_shared_expert_gate.name)
+            rows.append(gate * affine(at(shared.hook_post.name), shared.W_out, shared.b_out))
+        return torch.stack(rows)
 
     # --- forward --------------------------------------------------------------------------
     def uses_sparse_path(self, x: Tensor) -> bool:

@@ -31,6 +31,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_transformer import DemoTransformer
+
 from .. import _checks
 
 COMPONENTS = ("heads", "attn_out", "mlp_out", "resid_pre", "resid_mid", "resid_post", "neurons")
@@ -283,25 +285,76 @@ def patch_sites(
         sites_per_chunk = max(1, rows_per_chunk(model, n_pos, memory_budget) // batch)
     if isinstance(sites_per_chunk, bool) or not isinstance(sites_per_chunk, int) or sites_per_chunk <= 0:
         raise ValueError(f"sites_per_chunk must be a positive int, got {sites_per_chunk!r}")
+    order = sorted(range(len(sites_)), key=lambda index: sites_[index].layer)  # chunks of nearby layers
+    ordered = [sites_[index] for index in order]
+    starts = _block_inputs(model, corrupted, mask)
     results = []
-    chunks = range(0, len(sites_), sites_per_chunk)
+    chunks = range(0, len(ordered), sites_per_chunk)
     for start in tqdm(chunks, desc="patching sites", disable=not progress):
-        chunk = list(enumerate(sites_[start : start + sites_per_chunk]))
+        chunk = list(enumerate(ordered[start : start + sites_per_chunk]))
         n = len(chunk)
         tokens = corrupted.repeat(n, 1)
-        kwargs = {} if mask is None else {"attention_mask": mask.repeat(n, 1)}
+        chunk_mask = None if mask is None else mask.repeat(n, 1)
         hooks = [(name, _patcher(chunk, clean_acts, batch)) for name in dict.fromkeys(site.hook for _, site in chunk)]
-        logits = model.run_with_hooks(tokens, fwd_hooks=hooks, **kwargs)
+        first = min(site.layer for _, site in chunk)
+        logits = _run_from(model, tokens, chunk_mask, hooks, first, starts)
         prompt = torch.arange(batch, device=logits.device).repeat(n)
         results.append(_evaluate(metric, logits, prompt).reshape(n, batch))
-    return torch.cat(results)
+    by_order = torch.cat(results)
+    return by_order[torch.tensor(order).argsort()]
 
 
+def _block_inputs(model, corrupted: Tensor, mask: Optional[Tensor]) -> Optional[list[Tensor]]:
+    """The corrupted run's stream entering every block (None where the model is not a decoder stack)."""
+    if not isinstance(model, DemoTransformer):
+        return None
+    names = [model.act_name("resid_pre", layer) for layer in range(model.cfg.n_layers)]
+    kwargs = {} if mask is None else {"attention_mask": mask}
+    _, cache = model.run_with_cache(corrupted, names_filter=names, **kwargs)
+    return [cache[name] for name in names]
+
+
+def _run_from(model, tokens: Tensor, mask: Optional[Tensor], hooks: list, layer: int, starts) -> Tensor:
+    """The logits of ``tokens`` with ``hooks``, the blocks before ``layer`` skipped where they cannot differ.
+
+    Every row of a chunk is the corrupted run until its site's block: each row group enters block
+    ``layer`` with the corrupted run's stream (computed once), which is what those blocks would give.
+    """
+    if starts is None or layer <= 0:
+        return model.run_with_hooks(tokens, fwd_hooks=hooks, **({} if mask is None else {"attention_mask": mask}))
+    with model.hooks(fwd_hooks=hooks):
+        ids, layout = model.prepare_inputs(tokens, mask)
+        _, layout = model.enter_stream(model.embed(ids), ids, layout)
+        repeats = ids.shape[0] // starts[layer].shape[0]
+        residual = model.run_blocks(starts[layer].repeat(repeats, 1, 1), layout, slice(layer, None))
+        return model.unembed(model.ln_final(residual))
+
+
+@torch.no_grad()
 def patch_sites_one_by_one(
-    model: _checks.AnyModel, clean_tokens, corrupted_tokens, metric: RowMetric, sites_: Sequence[Site], **options
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    sites_: Sequence[Site],
+    *,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    progress: bool = True,
 ) -> Float[Tensor, "site batch"]:
-    """The reference: one forward per site (chunks of one site, ``batch`` rows), the loop ``patch_sites`` must equal."""
-    return patch_sites(model, clean_tokens, corrupted_tokens, metric, sites_, **dict(options, sites_per_chunk=1))
+    """The reference ``patch_sites`` must equal: one whole forward per site, ``batch`` rows, nothing skipped."""
+    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    batch, n_pos = clean.shape
+    _check_sites(model, sites_, n_pos)
+    clean_acts = _clean_activations(model, clean, mask, sites_)
+    kwargs = {} if mask is None else {"attention_mask": mask}
+    prompt = torch.arange(batch, device=clean.device)
+    rows = []
+    for site in tqdm(sites_, desc="patching one site at a time", disable=not progress):
+        logits = model.run_with_hooks(
+            corrupted, fwd_hooks=[(site.hook, _patcher([(0, site)], clean_acts, batch))], **kwargs
+        )
+        rows.append(_evaluate(metric, logits, prompt))
+    return torch.stack(rows)
 
 
 def _start(model, clean_tokens, corrupted_tokens, metric, attention_mask):

@@ -31,13 +31,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_transformer import DemoTransformer
-
 from .. import _checks
 
 COMPONENTS = ("heads", "attn_out", "mlp_out", "resid_pre", "resid_mid", "resid_post", "neurons")
 RowMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [rows, pos, d_vocab], prompt [rows]) -> [rows]
 DEFAULT_MEMORY_BUDGET = 2**30
+STACK_STEPS = ("prepare_inputs", "embed", "enter_stream", "run_blocks", "ln_final", "unembed")  # to start at a block
 
 
 @dataclass(frozen=True)
@@ -306,7 +305,7 @@ def patch_sites(
 
 def _block_inputs(model, corrupted: Tensor, mask: Optional[Tensor]) -> Optional[list[Tensor]]:
     """The corrupted run's stream entering every block (None where the model is not a decoder stack)."""
-    if not isinstance(model, DemoTransformer):
+    if not all(callable(getattr(model, part, None)) for part in STACK_STEPS):
         return None
     names = [model.act_name("resid_pre", layer) for layer in range(model.cfg.n_layers)]
     kwargs = {} if mask is None else {"attention_mask": mask}

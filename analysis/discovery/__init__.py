@@ -12,6 +12,8 @@ one backward pass; the derivative of patching.
 ``run_circuit`` / ``faithfulness_curve``: the model with only a circuit's edges clean, and how
 much of the behaviour the strongest ``n`` edges carry.
 
+``tasks``: IOI, greater-than, induction and your own clean/corrupted pairs, for any tokenizer.
+
 ``selection``: circuits from scores (top ``n``, a threshold, greedy from the logits) and pruning.
 """
 
@@ -20,6 +22,7 @@ from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit
 from .graph import build_graph
 from .selection import circuit_nodes, greedy_edges, prune, threshold_edges, top_edges
+from .tasks import Task, greater_than_metric, greater_than_task, induction_task, ioi_task, load_task, write_csv
 from .batched import (
     COMPONENTS,
     Site,
@@ -35,6 +38,13 @@ __all__ = [
     "COMPONENTS",
     "EdgeScores",
     "FaithfulnessCurve",
+    "Task",
+    "greater_than_metric",
+    "greater_than_task",
+    "induction_task",
+    "ioi_task",
+    "load_task",
+    "write_csv",
     "build_graph",
     "circuit_nodes",
     "greedy_edges",

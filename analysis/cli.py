@@ -37,7 +37,7 @@ from .cli_common import (
     load_model,
     prompt_tokens,
 )
-from .cli_discovery import add_patch_parser
+from .cli_discovery import add_circuit_parser, add_patch_parser
 from .cli_training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
@@ -273,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_training_parsers(commands)
     add_patch_parser(commands)
+    add_circuit_parser(commands)
 
     from interp_transformer.harvest.cli import add_harvest_parser
 

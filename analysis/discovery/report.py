@@ -1,0 +1,168 @@
+"""A circuit found and checked, as one offline page: the graph, node and edge heatmaps, the faithfulness curve.
+
+``circuit_report(model, task)`` scores every edge (EAP or EAP-IG), chooses the circuit of
+``fraction`` of the graph's edges (top or greedy, pruned of nodes with no path to the logits),
+runs it (``run_circuit``) and the faithfulness curve, and returns a ``Report``
+(``analysis.report.page``: plotly.js and the views' script embedded once, nothing fetched)
+holding the numbers (``report["circuit"].data``) and:
+
+- the circuit as a graph (``analysis.views.circuit_view``): hover for scores, click a head to see
+  its attention on the first prompt;
+- node scores (each node's edges summed) as a layer x unit heatmap;
+- edge scores among the circuit's nodes as an upstream x reader heatmap;
+- the faithfulness curve over circuit sizes, with MIB's CPR and CMD.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import plotly.graph_objects as go
+import torch
+from torch import Tensor
+
+from ..report.context import ReportSection, SectionData
+from ..report.page import Report
+from ..views import circuit_view
+from .batched import RowMetric
+from .edges import EdgeScores, edge_attribution_patching
+from .faithfulness import faithfulness_curve, run_circuit
+from .selection import circuit_nodes, greedy_edges, prune, top_edges
+from .tasks import Task
+
+FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
+
+
+@dataclass
+class CircuitData(SectionData):
+    """The circuit's numbers: the graph's edges, those kept, its nodes, the metric clean / corrupted / in the circuit,
+    the circuit's faithfulness, and MIB's CPR and CMD over ``FRACTIONS`` of the edges."""
+
+    edges: int
+    kept: Tensor
+    nodes: list[str]
+    clean: float
+    corrupted: float
+    circuit: float
+    faithfulness: float
+    cpr: float
+    cmd: float
+
+
+def node_figure(scores: EdgeScores, title: str = "node scores"):
+    """Each upstream node's score (its edges summed, mean over prompts) as a layer x unit heatmap."""
+    totals = scores.mean.sum(dim=1)
+    cells: dict[tuple[str, str], float] = {}
+    for name, value in zip(scores.upstream, totals.tolist()):
+        layer, unit = _layer_and_unit(name)
+        cells[(layer, unit)] = value
+    layers = list(dict.fromkeys(layer for layer, _ in cells))
+    units = list(dict.fromkeys(unit for _, unit in cells))
+    z = [[cells.get((layer, unit)) for unit in units] for layer in layers]
+    bound = max(abs(v) for v in totals.tolist()) or 1.0
+    fig = go.Figure(go.Heatmap(z=z, x=units, y=layers, colorscale="RdBu", reversescale=True, zmin=-bound, zmax=bound))
+    fig.update_layout(title=dict(text=title), xaxis_title="unit", yaxis_title="block", yaxis_autorange="reversed")
+    return fig
+
+
+def _layer_and_unit(name: str) -> tuple[str, str]:
+    if name == "input":
+        return "input", "input"
+    if name.startswith("MLP"):
+        layer, _, unit = name[3:].partition(".")
+        return f"L{layer}", unit or "MLP"
+    layer, _, unit = name[1:].partition("H")
+    if unit:
+        return f"L{layer}", f"H{unit}"
+    return f"L{name[1:].split('.')[0]}", "attn"
+
+
+def edge_figure(scores: EdgeScores, kept: torch.Tensor, title: str = "edge scores in the circuit"):
+    """Mean edge scores among the circuit's nodes: upstream x reader (0 off the circuit's edges)."""
+    rows = [i for i in range(len(scores.upstream)) if bool(kept[i].any())]
+    columns = [j for j in range(len(scores.readers)) if bool(kept[:, j].any())]
+    z = (scores.mean * kept)[rows][:, columns]
+    bound = float(z.abs().max()) or 1.0
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.tolist(),
+            x=[scores.readers[j] for j in columns],
+            y=[scores.upstream[i] for i in rows],
+            colorscale="RdBu",
+            reversescale=True,
+            zmin=-bound,
+            zmax=bound,
+        )
+    )
+    fig.update_layout(title=dict(text=title), xaxis_title="reader", yaxis_title="node", yaxis_autorange="reversed")
+    return fig
+
+
+def _patterns(model, task: Task, nodes: list[str]) -> tuple[list[str], dict]:
+    """The first prompt's tokens and the attention pattern of each head among ``nodes``."""
+    n_real = int(task.attention_mask[0].sum()) if task.attention_mask is not None else task.clean.shape[1]
+    tokens = task.clean[:1, :n_real]
+    heads = [name for name in nodes if name.startswith("L") and "H" in name]
+    layers = sorted({int(name[1:].split("H")[0]) for name in heads})
+    _, cache = model.run_with_cache(tokens, names_filter=[model.act_name("pattern", layer) for layer in layers])
+    patterns = {}
+    for name in heads:
+        layer, head = (int(part) for part in name[1:].split("H"))
+        patterns[name] = cache[model.act_name("pattern", layer)][0, head].detach().cpu()
+    strings = model.to_str_tokens(tokens[0]) if model.tokenizer is not None else [str(t) for t in tokens[0].tolist()]
+    return list(strings), patterns
+
+
+def circuit_report(
+    model,
+    task: Task,
+    *,
+    metric: Optional[RowMetric] = None,
+    method: str = "EAP-IG",
+    steps: int = 5,
+    ig_on: str = "inputs",
+    fraction: float = 0.05,
+    selection: str = "top",
+    ablation: str = "corrupted",
+    title: Optional[str] = None,
+) -> Report:
+    """Find the circuit of ``fraction`` of the edges for ``task`` and check it (module docstring)."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], the share of the graph's edges to keep, got {fraction!r}")
+    metric = metric or task.metric
+    data = (model, task.clean, task.corrupted, metric)
+    options = dict(attention_mask=task.attention_mask)
+    scores = edge_attribution_patching(*data, method=method, steps=steps, ig_on=ig_on, **options)
+    n_edges = int(scores.edge.sum())
+    size = max(1, round(fraction * n_edges))
+    kept = prune(scores, (greedy_edges if selection == "greedy" else top_edges)(scores, size))
+    nodes = circuit_nodes(scores, kept)
+    counts = sorted({max(1, round(f * n_edges)) for f in FRACTIONS} | {0, size})
+    curve = faithfulness_curve(*data, scores, counts, selection=selection, ablation=ablation, **options)
+    circuit = run_circuit(*data, kept, ablation=ablation, **options).mean()
+    clean, corrupted = curve.clean.mean(), curve.corrupted.mean()
+    faithfulness = float((circuit - corrupted) / (clean - corrupted))
+    tokens, patterns = _patterns(model, task, nodes)
+    graph = circuit_view(scores, kept, tokens=tokens, patterns=patterns or None, title="the circuit")
+    numbers = CircuitData(
+        n_edges, kept, nodes, float(clean), float(corrupted), float(circuit), faithfulness, curve.cpr, curve.cmd
+    )
+    n_kept = int(kept.sum())
+    summary = [
+        f"Task {task.name!r}, {len(task)} prompts; metric clean {float(clean):+.3f}, "
+        f"corrupted {float(corrupted):+.3f}.",
+        f"{scores.method} scored {n_edges} edges; the circuit keeps {n_kept} ({n_kept / n_edges:.1%}, "
+        f"{selection} selection, pruned) over {len(nodes)} nodes, with {ablation} ablation of the rest.",
+        f"The circuit's metric is {float(circuit):+.3f}: faithfulness {faithfulness:.2f} "
+        "(1: the whole model, 0: none). "
+        f"Over circuit sizes CPR {curve.cpr:.3f} (higher is better), CMD {curve.cmd:.3f} (lower is better).",
+    ]
+    sections = [
+        ReportSection("circuit", "The circuit", summary, [], numbers, graph.to_html(include_script=False)),
+        ReportSection("nodes", "Node scores", ["Each node's edges summed, mean over prompts."], [node_figure(scores)]),
+        ReportSection("edges", "Edge scores", ["Among the circuit's nodes."], [edge_figure(scores, kept)]),
+        ReportSection("faithfulness", "Faithfulness", ["Circuits of growing size."], [curve.figure()]),
+    ]
+    return Report(title or f"circuit: {task.name}", sections, summary)
+
+
+__all__ = ["FRACTIONS", "circuit_report", "edge_figure", "node_figure"]

@@ -9,15 +9,15 @@ Prints, in order:
 2. batched patching of head x position sites against the one-patch-per-forward loop, time per
    site on random samples of all the sites (``--batched-sample``, ``--loop-sample``), with the
    largest difference between the two on the sites both ran;
-3. per component class (heads, MLPs, the residual stream entering each block, each at every
-   position at once), the correlation over sites of AtP and of EAP-IG's node scores with
-   activation patching (mean over prompts);
+3. per component class (heads and MLPs at every position at once; the residual stream entering
+   every tenth block, one position at a time), the correlation over sites of AtP and of EAP-IG's
+   node scores with activation patching (mean over prompts);
 4. the circuit: faithfulness of the strongest edges by EAP-IG (top n and greedy), at 0.5%, 1%,
    2% and 5% of the graph's edges, against random circuits of the same size; MIB's CPR and CMD;
 5. the heads the 5% circuit names that write to the logits, with their attention from the
    last position to the indirect object and to the subject (a name mover attends to the IO);
 6. EAP-IG with 5 steps over every edge on ``--timing-prompts`` prompts: time, and the peak
-   resident memory against the estimate ``(upstream + readers) x batch x pos x d_model`` floats.
+   resident memory against ``edges.memory_estimate``.
 """
 
 import argparse
@@ -39,6 +39,7 @@ from analysis.discovery import (
     top_edges,
 )
 
+from analysis.discovery.edges import memory_estimate
 from interp_transformer import from_pretrained
 
 
@@ -101,16 +102,20 @@ def main() -> None:
     print(f"EAP-IG ({args.steps} steps): {int(ig.edge.sum())} edges in {ig_s:.1f} s")
     print("correlation with activation patching over sites (mean over prompts):")
     print("  class   sites   AtP    EAP-IG")
-    for label, component in (("heads", "heads"), ("MLPs", "mlp_out"), ("resid", "resid_pre")):
-        chosen = sites(model, component)
+    n_pos = task.clean.shape[1]
+    resid_layers = list(range(0, model.cfg.n_layers, 10))
+    classes = (("heads", "heads", {}), ("MLPs", "mlp_out", {}), ("resid", "resid_pre", dict(layers=resid_layers)))
+    for label, component, where in classes:
+        if component == "resid_pre":  # the whole stream at every position is the clean run: one position at a time
+            chosen = sites(model, component, positions="each", n_pos=n_pos, **where)
+        else:
+            chosen = sites(model, component)
         patched = patch_sites(*data, chosen, progress=False, **options).mean(dim=-1) - corrupt_m.mean()
         atp = attribution_patching(*data, chosen, **options).mean(dim=-1)
-        if component == "resid_pre":  # the stream entering block L: every node before it, summed
-            names = [[n for n, layer, _ in _upstream(ig) if layer < site.layer] for site in chosen]
-            mean = ig.scores.mean(dim=-1).sum(dim=1)
-            eap = torch.stack([mean[[ig.upstream.index(n) for n in group]].sum() for group in names])
-        else:
-            eap = node_scores(ig, [site.label if component == "heads" else f"MLP{site.layer}" for site in chosen])
+        if component == "resid_pre":  # edge scores sum over positions: no per-position node score
+            print(f"  {label:<6} {len(chosen):>5}  {correlation(atp, patched):.3f}  -")
+            continue
+        eap = node_scores(ig, [site.label if component == "heads" else f"MLP{site.layer}" for site in chosen])
         print(f"  {label:<6} {len(chosen):>5}  {correlation(atp, patched):.3f}  {correlation(eap, patched):.3f}")
 
     # 4. the circuit
@@ -164,25 +169,12 @@ def main() -> None:
     )  # fmt: skip
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     batch, n_pos = big.clean.shape
-    estimate = (len(ig.upstream) + len(ig.readers)) * batch * n_pos * model.cfg.d_model * 4 / 2**30
+    estimate = memory_estimate(model, batch, n_pos) / 2**30
     print(
         f"EAP-IG ({args.steps} steps), {batch} prompts of {n_pos} positions, {n_edges} edges: {big_s:.0f} s; peak "
         f"resident memory {peak:.2f} GiB (was {before:.2f} before), "
-        f"estimate of the writes and gradients {estimate:.2f} GiB"
+        f"estimate (edges.memory_estimate) {estimate:.2f} GiB"
     )
-
-
-def _upstream(edges):
-    """``(name, block, kind)`` of each upstream node: the input is block -1."""
-    out = []
-    for name in edges.upstream:
-        if name == "input":
-            out.append((name, -1, "input"))
-        elif name.startswith("MLP"):
-            out.append((name, int(name[3:].split(".")[0]), "mlp"))
-        else:
-            out.append((name, int(name[1:].split("H")[0].split(".")[0]), "attn"))
-    return out
 
 
 def _name_positions(task):

@@ -95,8 +95,12 @@ class EdgeScores:
         return fig
 
 
-def _reader_gradients(model, plan: list[BlockPlan], corrupted, mask, metric, batch, embed_at=None) -> Tensor:
-    """``g_r [reader, batch, pos, d_model]``: the metric's gradient at the residual stream as each reader reads it."""
+def _reader_gradients(
+    model, plan: list[BlockPlan], corrupted, mask, metric, into: Tensor, weight: float, embed_at=None
+):
+    """Adds ``weight g_r`` to ``into [reader, batch, pos, d_model]``: ``g_r`` the metric's gradient at the residual
+    stream as reader ``r`` reads it."""
+    batch = corrupted.shape[0]
     final = model.hook_names.final_residual_name(model.cfg.n_layers)
     kept: dict[str, Tensor] = {}
     differentiated, residuals = [final], []  # gradients at the readers; residual values for their norms' Jacobians
@@ -123,22 +127,27 @@ def _reader_gradients(model, plan: list[BlockPlan], corrupted, mask, metric, bat
         wanted = [kept[name] for name in differentiated]
         grads = dict(zip(differentiated, torch.autograd.grad(values.sum(), wanted, allow_unused=True)))
     grad = {name: (g if g is not None else torch.zeros_like(kept[name])) for name, g in grads.items()}
-    rows = []
+    row = 0
+
+    def add(rows: Tensor) -> None:
+        nonlocal row
+        into[row : row + len(rows)].add_(rows.detach(), alpha=weight)
+        row += len(rows)
+
     for layer, block in enumerate(plan):
         attn, attn_norm, mlp_norm = block.attn, block.attn_norm, block.mlp_norm
-        g_q = einops.einsum(grad[attn.hook_q.name], attn.W_Q, "b p h e, h d e -> h b p d")
-        g_k = einops.einsum(grad[attn.hook_k.name], attn.stored("W_K"), "b p g e, g d e -> g b p d")
-        g_v = einops.einsum(grad[attn.hook_v.name], attn.stored("W_V"), "b p g e, g d e -> g b p d")
+        g_q = einops.einsum(grad.pop(attn.hook_q.name), attn.W_Q, "b p h e, h d e -> h b p d")
+        g_k = einops.einsum(grad.pop(attn.hook_k.name), attn.stored("W_K"), "b p g e, g d e -> g b p d")
+        g_v = einops.einsum(grad.pop(attn.hook_v.name), attn.stored("W_V"), "b p g e, g d e -> g b p d")
         attn_in = torch.cat([g_q, g_k, g_v])
-        rows.append(_through_norm(attn_norm, kept[model.act_name("resid_pre", layer)].detach(), attn_in))
+        add(_through_norm(attn_norm, kept[model.act_name("resid_pre", layer)].detach(), attn_in))
         if block.mlp is not None:
-            mlp_in = grad[mlp_norm.hook_normalized.name]
+            mlp_in = grad.pop(mlp_norm.hook_normalized.name)
             if mlp_norm is attn_norm:  # one norm read by both (GPT-J): the MLP's share is what attention's is not
                 mlp_in = mlp_in - attn_in.sum(dim=0)
             resid = kept[model.act_name("resid_mid" if block.sequential else "resid_pre", layer)].detach()
-            rows.append(_through_norm(mlp_norm, resid, mlp_in[None]))
-    rows.append(grad[final][None])
-    return torch.cat(rows).detach()
+            add(_through_norm(mlp_norm, resid, mlp_in[None]))
+    add(grad.pop(final)[None])
 
 
 def _through_norm(norm, resid: Tensor, directions: Tensor) -> Tensor:
@@ -155,6 +164,40 @@ def _interpolating(caches: tuple[dict, dict], names: list[str], alpha: float) ->
         return corrupt_cache[hook.name] + alpha * (clean_cache[hook.name] - corrupt_cache[hook.name])
 
     return [(name, interpolate) for name in names]
+
+
+def _differences(model, graph: Graph, clean_cache, corrupt_cache) -> Tensor:
+    """``clean_u - corrupt_u`` for every node ``[upstream, batch, pos, d_model]``, one writer at a time."""
+    first = clean_cache[model.act_name("resid_pre", 0)]
+    delta = first.new_empty(len(graph.upstream), *first.shape)
+    delta[0] = first - corrupt_cache[model.act_name("resid_pre", 0)]
+    row = 1
+    for block in graph.plan:
+        for nodes in block.nodes():
+            delta[row : row + len(nodes.names)] = nodes.writes(clean_cache.__getitem__)
+            delta[row : row + len(nodes.names)] -= nodes.writes(corrupt_cache.__getitem__)
+            row += len(nodes.names)
+    return delta
+
+
+def _contract(delta: Tensor, gradients: Tensor) -> Tensor:
+    """``sum over pos, d_model of delta[u, b] gradients[r, b]``: ``[upstream, reader, batch]``, one prompt at a time
+    (no copy of either whole tensor)."""
+    return torch.stack(
+        [einops.einsum(delta[:, b], gradients[:, b], "u p d, r p d -> u r") for b in range(delta.shape[1])], dim=-1
+    )
+
+
+def memory_estimate(model, batch: int, n_pos: int) -> int:
+    """Bytes edge attribution holds at its peak, an estimate: every node's write difference and every reader's
+    gradient (``(upstream + readers) x batch x pos x d_model``), plus one backward pass's activations (the residual
+    stream's working set per block and the logits, with their gradients)."""
+    graph = build_graph(model)
+    cfg, itemsize = model.cfg, model.W_E.element_size()
+    d_mlp = getattr(cfg, "d_mlp", None) or 0
+    held = (len(graph.upstream) + len(graph.readers)) * cfg.d_model
+    backward = cfg.n_layers * (16 * cfg.d_model + 4 * d_mlp) + 3 * cfg.d_vocab
+    return batch * n_pos * (held + backward) * itemsize
 
 
 def _writer_groups(model, graph: Graph) -> list[tuple[str, slice]]:
@@ -195,33 +238,34 @@ def edge_attribution_patching(
     with torch.no_grad():
         _, clean_cache = model.run_with_cache(clean, names_filter=cached, **kwargs)
         _, corrupt_cache = model.run_with_cache(corrupted, names_filter=cached, **kwargs)
-    delta = (graph.writes(model, clean_cache) - graph.writes(model, corrupt_cache)).detach()
+    delta = _differences(model, graph, clean_cache, corrupt_cache)
     caches = (clean_cache, corrupt_cache)
 
     def gradients(interpolated: list[str]) -> Tensor:
+        total = delta.new_zeros(len(graph.readers), *delta.shape[1:])
         if method == "EAP":
-            return _reader_gradients(model, graph.plan, corrupted, mask, metric, batch)
-        total = 0
+            _reader_gradients(model, graph.plan, corrupted, mask, metric, total, 1.0)
+            return total
         for k in tqdm(range(1, steps + 1), desc=f"EAP-IG on {ig_on}", leave=False, disable=steps < 8):
             hooks = _interpolating(caches, interpolated, k / steps)
-            total = total + _reader_gradients(model, graph.plan, corrupted, mask, metric, batch, hooks) / steps
+            _reader_gradients(model, graph.plan, corrupted, mask, metric, total, 1 / steps, hooks)
         return total
 
     if method == "EAP" or ig_on == "inputs":
-        scores = einops.einsum(delta, gradients([groups[0][0]]), "u b p d, r b p d -> u r b")
+        scores = _contract(delta, gradients([groups[0][0]]))
     else:  # each writer's edges read the gradients of the runs interpolating that writer's output
         scores = delta.new_zeros(delta.shape[0], len(graph.readers), batch)
         for output, nodes in tqdm(groups, desc="EAP-IG on activations", leave=False):
-            scores[nodes] = einops.einsum(delta[nodes], gradients([output]), "u b p d, r b p d -> u r b")
+            scores[nodes] = _contract(delta[nodes], gradients([output]))
     edge = graph.edge_mask()
     return EdgeScores(
         [name for name, _, _ in graph.upstream],
         [name for name, _, _ in graph.readers],
         edge,
-        scores.to(torch.float64) * edge[..., None],
+        scores.to(torch.float64).cpu() * edge[..., None],
         method if method == "EAP" else f"{method} ({ig_on})",
         graph.reads,
     )
 
 
-__all__ = ["EdgeScores", "IG_ON", "METHODS", "edge_attribution_patching"]
+__all__ = ["EdgeScores", "IG_ON", "METHODS", "edge_attribution_patching", "memory_estimate"]

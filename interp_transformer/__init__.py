@@ -117,18 +117,34 @@ MOVED_MODULES = {
     "verify_report": "verify.report",
 }
 
+# TransformerLens' public module paths, for code that imports from them with only the package name changed
+# (``from transformer_lens.hook_points import HookPoint``); docs/from_transformerlens.md lists them
+TRANSFORMERLENS_MODULES = {
+    "ActivationCache": "compat.cache",
+    "FactoredMatrix": "compat.factored_matrix",
+    "HookedRootModule": "hooks",
+    "HookedTransformer": "compat.model",
+    "HookedTransformerConfig": "compat.config",
+    "head_detector": "compat.head_detector",
+    "hook_points": "hooks",
+    "loading_from_pretrained": "compat.pretrained",
+    "patching": "compat.patching",
+    "utils": "compat.utils",
+}
+_ALIASES = {**MOVED_MODULES, **TRANSFORMERLENS_MODULES}
+
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """``import interp_transformer.tokens`` gives the module now at ``interp_transformer.text.tokens``, itself."""
 
     def find_spec(self, fullname, path=None, target=None):
         package, _, name = fullname.rpartition(".")
-        if package == __name__ and name in MOVED_MODULES:
+        if package == __name__ and name in _ALIASES:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def create_module(self, spec):
-        module = importlib.import_module(f"{__name__}.{MOVED_MODULES[spec.name.rpartition('.')[2]]}")
+        module = importlib.import_module(f"{__name__}.{_ALIASES[spec.name.rpartition('.')[2]]}")
         self._spec = module.__spec__  # the import system sets __spec__ to the old name's: put the real one back
         return module
 
@@ -138,3 +154,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModuleFinder())
+
+# Where the package's attribute of a module path's name is a class (``interp_transformer.FactoredMatrix``), the path
+# is registered directly: importing it through the finder would rebind the attribute to the module. As in
+# TransformerLens, the attribute stays the class and ``from interp_transformer.FactoredMatrix import FactoredMatrix``
+# reads the module.
+for _name, _target in TRANSFORMERLENS_MODULES.items():
+    if isinstance(globals().get(_name), type):
+        sys.modules.setdefault(f"{__name__}.{_name}", importlib.import_module(f"{__name__}.{_target}"))

@@ -304,8 +304,9 @@ def test_bad_input_raises_clear_errors():
         FactoredMatrix(A, B[:, :2])
     with pytest.raises(ValueError, match="at least 2 axes"):
         FactoredMatrix(torch.randn(4), torch.randn(4, 3))
-    with pytest.raises(TypeError, match="must be a torch.Tensor"):
-        FactoredMatrix([[1.0]], torch.randn(1, 1))
+    with pytest.raises(TypeError, match="must be a torch.Tensor or what torch.as_tensor takes"):
+        FactoredMatrix(object(), torch.randn(1, 1))
+    torch.testing.assert_close(FactoredMatrix([[2.0]], torch.ones(1, 1)).AB, torch.tensor([[2.0]]))  # as_tensor
     with pytest.raises(ValueError, match=r"\(5, 2\): expected shape \[\.\.\., 6, n\] on the right"):
         fm @ torch.randn(5, 2, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"\(2, 6\): expected shape \[\.\.\., n, 5\] on the left"):

@@ -18,6 +18,14 @@ Axes: ``ldim`` (rows of AB), ``mdim`` (the inner dimension), ``rdim`` (columns
 of AB), and leading ``*batch`` axes such as ``layer head_index``, broadcast
 between A and B.
 
+Factors and operands may be anything ``torch.as_tensor`` takes (a numpy array, nested
+lists of numbers); an operand of ``@`` takes the matrix's dtype and device:
+
+>>> import numpy as np
+>>> fm = FactoredMatrix(np.eye(3), torch.ones(3, 2, dtype=torch.float64))
+>>> (fm @ np.ones((2, 4))).AB.shape, (np.ones(3) @ fm).tolist()
+(torch.Size([3, 4]), [3.0, 3.0])
+
 How this differs from classic TransformerLens' ``FactoredMatrix``: ``svd()``
 returns ``Vh`` (as ``torch.linalg.svd`` does), not ``V``; an integer row or
 column index returns a dense tensor (a row of AB is a vector, not a factored
@@ -60,6 +68,16 @@ def _is_integer(index: Any) -> bool:
     return isinstance(index, numbers.Integral) and not isinstance(index, bool)
 
 
+def _as_tensor(value: Any) -> Any:
+    """``torch.as_tensor(value)`` for what it takes (a numpy array, nested lists of numbers); anything else as it is."""
+    if isinstance(value, (torch.Tensor, str, bytes)) or value is None:
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        return value
+
+
 def _keep_axis(index: AxisIndex) -> Union[slice, torch.Tensor]:
     """Turn a row/column selector into one that keeps the axis (an int ``i`` becomes ``[i]``)."""
     if isinstance(index, slice):
@@ -90,14 +108,20 @@ class FactoredMatrix:
     (torch.Size([768, 768]), torch.Size([64]))
     """
 
+    __array_ufunc__ = None  # numpy_array @ fm: numpy steps aside for __rmatmul__
+
     def __init__(
         self,
         A: Float[torch.Tensor, "*batch ldim mdim"],
         B: Float[torch.Tensor, "*batch mdim rdim"],
     ) -> None:
+        A, B = _as_tensor(A), _as_tensor(B)
         for name, factor in (("A", A), ("B", B)):
             if not isinstance(factor, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(factor).__name__}")
+                raise TypeError(
+                    f"{name} must be a torch.Tensor or what torch.as_tensor takes (a numpy array, nested lists of "
+                    f"numbers), got {type(factor).__name__}"
+                )
             if factor.ndim < 2:
                 raise ValueError(f"{name} must have at least 2 axes [..., rows, columns], got shape {_shape(factor)}")
         if A.shape[-1] != B.shape[-2]:
@@ -251,7 +275,8 @@ class FactoredMatrix:
         """
         if isinstance(other, FactoredMatrix):
             return _chain(self, other)
-        if not isinstance(other, torch.Tensor):
+        other = self._operand(other)
+        if other is None:
             return NotImplemented
         if other.ndim == 1:
             self._check_operand(other, 0, self.rdim, f"a vector of shape [{self.rdim}]")
@@ -266,7 +291,8 @@ class FactoredMatrix:
 
     def __rmatmul__(self, other: Any) -> Union["FactoredMatrix", torch.Tensor]:
         """``other @ AB``, the mirror image of ``__matmul__``."""
-        if not isinstance(other, torch.Tensor):
+        other = self._operand(other)
+        if other is None:
             return NotImplemented
         if other.ndim == 1:
             self._check_operand(other, 0, self.ldim, f"a vector of shape [{self.ldim}]")
@@ -278,6 +304,8 @@ class FactoredMatrix:
 
     def __mul__(self, scalar: Scalar) -> "FactoredMatrix":
         """``c * AB = (c A) B`` for a Python number or a one-element tensor ``c`` (any number of axes of size 1)."""
+        if not isinstance(scalar, (torch.Tensor, numbers.Number)):
+            scalar = _as_tensor(scalar)  # a numpy array, a list
         if isinstance(scalar, torch.Tensor):
             if scalar.numel() != 1:
                 raise ValueError(
@@ -370,6 +398,14 @@ class FactoredMatrix:
     def _require_square(self, what: str) -> None:
         if self.ldim != self.rdim:
             raise ValueError(f"{what} needs a square AB (ldim == rdim), got shape {_shape(self)}")
+
+    def _operand(self, other: Any) -> Union[torch.Tensor, None]:
+        """``other`` as a tensor of this matrix's dtype and device (what ``torch.as_tensor`` takes: a numpy array,
+        nested lists), or None where it is no vector or matrix (then ``other``'s own operator may answer)."""
+        other = _as_tensor(other)
+        if not isinstance(other, torch.Tensor) or other.ndim == 0:
+            return None
+        return other if other.dtype == self.dtype and other.device == self.device else other.to(self.device, self.dtype)
 
     def _check_operand(self, other: torch.Tensor, axis: int, size: int, wanted: str) -> None:
         if other.shape[axis] != size:

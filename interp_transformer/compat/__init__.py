@@ -3,13 +3,17 @@
 ``from interp_transformer import HookedTransformer, HookedTransformerConfig, ActivationCache,
 FactoredMatrix, utils`` gives TransformerLens' names with its defaults and semantics;
 ``interp_transformer.compat.head_detector`` and ``interp_transformer.compat.patching`` mirror its modules
-of those names. Everything here is a thin layer over the core: ``HookedTransformer`` is a
-``DemoTransformer`` built from a registered architecture (``compat.architecture``), whose
-parts add hook points but never change a value the core computes. What differs from
+of those names, and ``interp_transformer.hook_points``, ``interp_transformer.FactoredMatrix`` ... stand at
+its module paths (``interp_transformer.TRANSFORMERLENS_MODULES``). Where TransformerLens asserts, errors
+are ``CompatValueError``/``CompatKeyError``, also ``AssertionError`` (``compat.errors``). Everything
+here is a thin layer over the core: ``HookedTransformer`` is a ``DemoTransformer`` built from a
+registered architecture (``compat.architecture``), whose parts add hook points but never change a
+value the core computes. What differs from
 TransformerLens on purpose is listed in ``docs/from_transformerlens.md``.
 """
 
 from .architecture import ARCHITECTURE
+from .cache import ActivationCache
 from .config import HookedTransformerConfig
 from .factored_matrix import FactoredMatrix
 from .kv_cache import (
@@ -22,6 +26,7 @@ from .model import HookedTransformer, Output
 
 __all__ = [
     "ARCHITECTURE",
+    "ActivationCache",
     "FactoredMatrix",
     "HookedTransformer",
     "HookedTransformerConfig",

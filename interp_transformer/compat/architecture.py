@@ -30,7 +30,8 @@ config                         part
 ``attn_scale``,                the attention's scale ``1 / attn_scale`` (1 without
 ``use_attn_scale``             ``use_attn_scale``), divided by ``layer + 1`` with
                                ``scale_attn_by_inverse_layer_idx``
-``d_vocab_out``                the unembedding's width
+``d_vocab_out``                the unembedding's width (``HookedUnembed``: ``unembed.hook_in``,
+                               ``unembed.hook_out``, as in TransformerLens 3)
 =============================  ==============================================================
 """
 
@@ -39,12 +40,13 @@ from types import SimpleNamespace
 from ..architectures import Architecture, DecoderParts, register
 from ..models.capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
-from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, TransformerBlock, Unembed
+from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, TransformerBlock
 from ..components.alibi import ALiBi
 from ..components.activations import ACTIVATIONS
 from ..hooks.names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
-from .parts import HookedBlock, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state
+from .errors import CompatValueError
+from .parts import HookedBlock, HookedUnembed, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state
 
 # hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
 TOGGLE_HOOKS = {
@@ -98,7 +100,7 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
     if cfg.d_vocab <= 0:
         problems.append(f"d_vocab={cfg.d_vocab} (give d_vocab, or a tokenizer to take it from)")
     if problems:
-        raise ValueError(
+        raise CompatValueError(
             "this HookedTransformerConfig asks for what interp_transformer does not compute: " + "; ".join(problems)
         )
 
@@ -159,7 +161,7 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
         pos_embed=PositionalEmbedding(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
         blocks=[build_block(cfg, layer) for layer in range(cfg.n_layers)],
         ln_final=_norm(cfg, final=True),
-        unembed=Unembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),
+        unembed=HookedUnembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),
     )
 
 

@@ -28,6 +28,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
+from .errors import CompatValueError
+
 # TransformerLens' activation names; "solu_ln"/"gelu_ln" are accepted here and refused when a model is built
 SUPPORTED_ACTIVATIONS = (
     "relu",
@@ -114,10 +116,10 @@ class HookedTransformerConfig:
         for name in ("d_model", "d_head", "n_layers", "n_ctx"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise CompatValueError(f"{name} must be a positive int, got {value!r}")
         if self.n_heads == -1:
             if self.d_model % self.d_head:
-                raise ValueError(f"d_model ({self.d_model}) must be divisible by d_head ({self.d_head})")
+                raise CompatValueError(f"d_model ({self.d_model}) must be divisible by d_head ({self.d_head})")
             self.n_heads = self.d_model // self.d_head
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
@@ -126,22 +128,22 @@ class HookedTransformerConfig:
         if self.seed is not None:
             self.set_seed_everywhere(self.seed)
         if not self.attn_only and self.act_fn not in SUPPORTED_ACTIVATIONS:
-            raise ValueError(f"act_fn={self.act_fn!r} must be one of {SUPPORTED_ACTIVATIONS}")
+            raise CompatValueError(f"act_fn={self.act_fn!r} must be one of {SUPPORTED_ACTIVATIONS}")
         if self.normalization_type not in NORMALIZATION_TYPES:
-            raise ValueError(
+            raise CompatValueError(
                 f"normalization_type must be one of {NORMALIZATION_TYPES}, got {self.normalization_type!r}"
             )
         if self.positional_embedding_type not in POSITIONAL_EMBEDDING_TYPES:
-            raise ValueError(
+            raise CompatValueError(
                 f"positional_embedding_type must be one of {POSITIONAL_EMBEDDING_TYPES}, got "
                 f"{self.positional_embedding_type!r}"
             )
         if self.attention_dir not in ("causal", "bidirectional"):
-            raise ValueError(f"attention_dir must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
+            raise CompatValueError(f"attention_dir must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
         if self.use_local_attn and (self.window_size is None or self.attn_types is None):
-            raise ValueError("use_local_attn=True needs window_size and attn_types")
+            raise CompatValueError("use_local_attn=True needs window_size and attn_types")
         if (self.num_experts is None) != (self.experts_per_token is None):
-            raise ValueError("num_experts and experts_per_token come together: set both or neither")
+            raise CompatValueError("num_experts and experts_per_token come together: set both or neither")
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         if self.d_vocab_out == -1:
@@ -151,7 +153,7 @@ class HookedTransformerConfig:
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
         if self.default_prepend_bos not in (True, False):
-            raise ValueError(
+            raise CompatValueError(
                 f"default_prepend_bos must be either True or False, but {self.default_prepend_bos!r} is given"
             )
         self.n_params = self.hidden_weight_count()

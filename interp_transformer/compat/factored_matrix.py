@@ -8,8 +8,10 @@
 - ``has_leading_dims``: whether there are batch axes.
 
 Everything else (products, ``norm``, ``eigenvalues``, ``collapse_l``/``collapse_r``, chunked
-scans) is ours, and every result is again of this class. Errors are ours (``ValueError``
-where TransformerLens asserts).
+scans, factors and operands given as numpy arrays or lists) is ours, and every result is again
+of this class. Errors carry our messages; where TransformerLens asserts (``fm * tensor_2d``, an
+inner-dimension mismatch, ``BA`` of a non-square product) they are ``CompatValueError``, a
+``ValueError`` that is also an ``AssertionError`` (``compat.errors``).
 
 >>> import torch
 >>> fm = FactoredMatrix(torch.randn(5, 3, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64))
@@ -29,6 +31,7 @@ from jaxtyping import Float
 
 from ..circuits.factored_matrix import FactoredMatrix as CoreFactoredMatrix
 from ..circuits.factored_matrix import _keep_axis
+from .errors import assertion_compatible_methods
 
 
 class SVDV(NamedTuple):
@@ -95,5 +98,24 @@ class FactoredMatrix(CoreFactoredMatrix):
     def __repr__(self) -> str:
         return f"FactoredMatrix: Shape({self.shape}), Hidden Dim({self.mdim})"
 
+
+assertion_compatible_methods(
+    FactoredMatrix,
+    [
+        "__init__",
+        "__matmul__",
+        "__rmatmul__",
+        "__mul__",
+        "__rmul__",
+        "__getitem__",
+        "BA",
+        "eigenvalues",
+        "diagonal",
+        "unsqueeze",
+        "rows",
+        "cols",
+        "top_k_per_row",
+    ],
+)
 
 __all__ = ["FactoredMatrix", "SVDV"]

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..models.kv_cache import KeyValueCache
 from ..models.token_checks import is_text
+from .errors import CompatValueError
 from .losses import get_attention_mask, sample_logits
 
 RETURN_TYPES = ("input", "str", "tokens", "embeds")
@@ -57,16 +58,16 @@ class GenerationMethods:
     ):
         """Extend ``input`` by up to ``max_new_tokens`` tokens (see the module docstring)."""
         if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {list(RETURN_TYPES)}, got {return_type!r}")
+            raise CompatValueError(f"return_type must be one of {list(RETURN_TYPES)}, got {return_type!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+            raise CompatValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         output_logits = _read_generation_kwargs(generation_kwargs)
         tokens, embeds, mask, kind = self._generation_inputs(input, prepend_bos, padding_side)
         if return_type == "input":
             return_type = {"text": "str", "tokens": "tokens", "embeds": "embeds"}[kind]
         batch, prompt_len = (tokens if tokens is not None else embeds).shape[:2]
         if prompt_len + max_new_tokens > self.cfg.n_ctx:
-            raise ValueError(
+            raise CompatValueError(
                 f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} exceeds n_ctx={self.cfg.n_ctx}"
             )
         stop_ids, eos_for_padding = self._stop_tokens(stop_at_eos, eos_token_id)
@@ -124,7 +125,7 @@ class GenerationMethods:
         bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         if is_text(input) or input == "":
             if self.tokenizer is None:
-                raise ValueError("Must provide a tokenizer if passing a string to the model")
+                raise CompatValueError("Must provide a tokenizer if passing a string to the model")
             batched = isinstance(input, list) and len(input) > 1
             side = "left" if batched else padding_side  # left padding: every row's continuation follows its own text
             tokens = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=side)
@@ -137,7 +138,7 @@ class GenerationMethods:
             )
         if input.is_floating_point():
             if input.ndim != 3 or input.shape[-1] != self.cfg.d_model:
-                raise ValueError(
+                raise CompatValueError(
                     f"embeddings must be [batch, pos, d_model={self.cfg.d_model}], got {tuple(input.shape)}"
                 )
             return None, input.to(device), torch.ones(input.shape[:2], dtype=torch.long, device=device), "embeds"
@@ -154,13 +155,13 @@ class GenerationMethods:
         tokenizer_eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None
         if eos_token_id is None:
             if tokenizer_eos is None:
-                raise ValueError(
+                raise CompatValueError(
                     "Must pass a eos_token_id if stop_at_eos is True and tokenizer is None or has no eos_token_id"
                 )
             eos_token_id = tokenizer_eos
         ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not ids or not all(isinstance(i, int) and 0 <= i < self.cfg.d_vocab_out for i in ids):
-            raise ValueError(
+            raise CompatValueError(
                 f"eos_token_id must be token id(s) in [0, d_vocab_out={self.cfg.d_vocab_out}), got {eos_token_id!r}"
             )
         return ids, (tokenizer_eos if tokenizer_eos is not None and not isinstance(eos_token_id, int) else ids[0])

@@ -23,6 +23,7 @@ from typing import Dict, List, Literal, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from .errors import CompatValueError
 from .utils_tensors import is_lower_triangular, is_square
 
 HeadName = Literal["previous_token_head", "duplicate_token_head", "induction_head"]
@@ -53,10 +54,10 @@ def detect_head(
     """Scores ``[layer, head_index]`` of every head (or of ``heads``) against ``detection_pattern`` (module
     docstring)."""
     if error_measure not in ("abs", "mul"):
-        raise ValueError(f"Invalid error_measure={error_measure!r}; valid values are ('abs', 'mul')")
+        raise CompatValueError(f"Invalid error_measure={error_measure!r}; valid values are ('abs', 'mul')")
     if isinstance(detection_pattern, str):
         if detection_pattern not in HEAD_NAMES:
-            raise ValueError(
+            raise CompatValueError(
                 f"detection_pattern must be a Tensor or one of head names: {HEAD_NAMES}; got {detection_pattern!r}"
             )
         if isinstance(seq, list):
@@ -83,10 +84,10 @@ def detect_head(
         tokens = model.to_tokens(seq)
     seq_len = tokens.shape[-1]
     if not 1 < seq_len < model.cfg.n_ctx:
-        raise ValueError(f"{SEQ_LEN_ERR} Got {seq_len} tokens, n_ctx={model.cfg.n_ctx}.")
+        raise CompatValueError(f"{SEQ_LEN_ERR} Got {seq_len} tokens, n_ctx={model.cfg.n_ctx}.")
     detection_pattern = detection_pattern.detach().cpu()
     if not (is_lower_triangular(detection_pattern) and seq_len == detection_pattern.shape[0]):
-        raise ValueError(DET_PAT_NOT_SQUARE_ERR % (seq_len, tuple(detection_pattern.shape)))
+        raise CompatValueError(DET_PAT_NOT_SQUARE_ERR % (seq_len, tuple(detection_pattern.shape)))
     if error_measure == "mul" and not set(detection_pattern.unique().tolist()) <= {0, 1}:
         logging.warning("Using detection pattern with values other than 0 or 1 with error_measure 'mul'")
     if cache is None:
@@ -164,7 +165,7 @@ def compute_head_attention_similarity_score(
 ) -> float:
     """The score of one head's pattern ``[query_pos, key_pos]`` against ``detection_pattern`` (module docstring)."""
     if not is_square(attention_pattern):
-        raise ValueError(f"Attention pattern is not square; got shape {tuple(attention_pattern.shape)}")
+        raise CompatValueError(f"Attention pattern is not square; got shape {tuple(attention_pattern.shape)}")
     attention_pattern = attention_pattern.clone()  # the cache's pattern stays as it is
     if error_measure == "mul":
         if exclude_bos:

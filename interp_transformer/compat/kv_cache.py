@@ -17,6 +17,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..models.kv_cache import KeyShape, LayerKVCache, check_key_shapes
+from .errors import CompatValueError
 
 # how to build a cache that fits a model
 MAKE_CACHE = "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
@@ -58,7 +59,7 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
     def append(self, new_keys: Tensor, new_values: Tensor) -> tuple[Tensor, Tensor]:
         """``[past, new]`` keys and values along ``pos``; stored unless the entry is frozen."""
         if new_keys.shape[0] != self.past_keys.shape[0]:
-            raise ValueError(
+            raise CompatValueError(
                 f"the key/value cache holds batch {self.past_keys.shape[0]}, got new keys with batch "
                 f"{new_keys.shape[0]}"
             )
@@ -83,7 +84,7 @@ class HookedTransformerKeyValueCache:
     ) -> "HookedTransformerKeyValueCache":
         """An empty cache for a model with config ``cfg`` and ``batch_size`` sequences."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+            raise CompatValueError(f"batch_size must be a positive int, got {batch_size!r}")
         device = device if device is not None else getattr(cfg, "device", None)
         return cls(
             entries=[
@@ -141,18 +142,18 @@ class HookedTransformerKeyValueCache:
         (``interp_transformer.models.kv_cache.check_key_shapes``).
         """
         if len(self.entries) != n_layers:
-            raise ValueError(
+            raise CompatValueError(
                 f"this key/value cache has {len(self.entries)} entries, the model {n_layers} blocks: make it with "
                 "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
             )
         held = {entry.n_positions for entry in self.entries}
         if len(held) > 1:
-            raise ValueError(
+            raise CompatValueError(
                 f"the entries of this key/value cache hold different numbers of positions {sorted(held)}: it was "
                 "filled by an interrupted or partial run; start a new cache"
             )
         if d_head is not None and self.entries[0].past_keys.shape[-1] != d_head:
-            raise ValueError(
+            raise CompatValueError(
                 f"the key/value cache holds d_head={self.entries[0].past_keys.shape[-1]}, the model {d_head}"
             )
         if key_shapes is not None:

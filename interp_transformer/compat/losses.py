@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .errors import CompatValueError
+
 
 def lm_cross_entropy_loss(
     logits: Float[Tensor, "batch pos d_vocab"],
@@ -27,12 +29,12 @@ def lm_cross_entropy_loss(
     predictions are 0).
     """
     if logits.shape[:-1] != tokens.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must share [batch, pos]")
+        raise CompatValueError(f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} must share [batch, pos]")
     log_probs = F.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
     predicted = log_probs[..., :-1, :].gather(dim=-1, index=tokens[..., 1:, None].to(logits.device))[..., 0]
     if attention_mask is not None:
         if attention_mask.shape != tokens.shape:
-            raise ValueError(
+            raise CompatValueError(
                 f"attention_mask {tuple(attention_mask.shape)} must have the tokens' shape {tuple(tokens.shape)}"
             )
         mask = attention_mask.to(predicted.device)
@@ -111,19 +113,19 @@ def sample_logits(
     final_logits = final_logits.float() / temperature
     if freq_penalty > 0:
         if tokens is None or tokens.ndim != 2:
-            raise ValueError("a frequency penalty needs the tokens so far, [batch, pos]")
+            raise CompatValueError("a frequency penalty needs the tokens so far, [batch, pos]")
         counts = torch.stack(
             [torch.bincount(row, minlength=final_logits.shape[-1]) for row in tokens.to(final_logits.device)]
         )
         final_logits = final_logits - freq_penalty * counts[:, : final_logits.shape[-1]]
     if top_k is not None:
         if top_k <= 0:
-            raise ValueError(f"top_k has to be greater than 0, got {top_k}")
+            raise CompatValueError(f"top_k has to be greater than 0, got {top_k}")
         kth = final_logits.topk(min(top_k, final_logits.shape[-1]), dim=-1).values[..., -1:]
         final_logits = final_logits.masked_fill(final_logits < kth, float("-inf"))
     elif top_p is not None:
         if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p has to be in (0, 1], got {top_p}")
+            raise CompatValueError(f"top_p has to be in (0, 1], got {top_p}")
         sorted_logits, order = final_logits.sort(descending=True)
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         drop = cumulative > top_p

@@ -29,7 +29,9 @@ from ..models.decoder import DemoTransformer
 from ..hooks.slices import Slice
 from ..models.token_checks import as_id_tensor, check_attention_mask, is_text
 from . import architecture  # noqa: F401  (registers the architecture HookedTransformerConfig builds)
+from .cache import ActivationCache
 from .config import HookedTransformerConfig
+from .errors import CompatValueError, assertion_compatible_methods
 from .factored_matrix import FactoredMatrix
 from .generation import GenerationMethods
 from .kv_cache import MAKE_CACHE, HookedTransformerKeyValueCache
@@ -68,6 +70,8 @@ class HookedTransformer(
 ):
     """TransformerLens' ``HookedTransformer`` on our model (see the module docstring)."""
 
+    cache_class = ActivationCache  # TransformerLens' remainder at layer 0, and its error classes
+
     def __init__(
         self,
         cfg: Union[HookedTransformerConfig, dict],
@@ -76,7 +80,7 @@ class HookedTransformer(
         default_padding_side: Optional[str] = None,
     ):
         if isinstance(cfg, str):
-            raise ValueError(
+            raise CompatValueError(
                 "Please pass in a config dictionary or HookedTransformerConfig object. If you want to load a "
                 "pretrained model, use HookedTransformer.from_pretrained() instead."
             )
@@ -142,9 +146,9 @@ class HookedTransformer(
         attention mask is 0 (``loss_per_token``: ``[batch, pos - 1]``).
         """
         if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+            raise CompatValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
         if past_kv_cache is not None and kv_cache is not None:
-            raise ValueError("pass one key/value cache: past_kv_cache (TransformerLens') or kv_cache (ours)")
+            raise CompatValueError("pass one key/value cache: past_kv_cache (TransformerLens') or kv_cache (ours)")
         if past_kv_cache is not None:
             require_kv_cache(past_kv_cache, HookedTransformerKeyValueCache, MAKE_CACHE, "past_kv_cache")
         if kv_cache is not None:
@@ -167,7 +171,7 @@ class HookedTransformer(
         if return_type == "logits":
             return logits
         if tokens is None:
-            raise ValueError(
+            raise CompatValueError(
                 "tokens must be passed in if return_type is 'loss' or 'both' (with start_at_layer, pass tokens=)"
             )
         loss = self.loss_fn(logits, tokens, loss_mask, per_token=loss_per_token)
@@ -179,14 +183,14 @@ class HookedTransformer(
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not -n_layers <= value <= n_layers
             ):
-                raise ValueError(f"{name} must be an int in [{-n_layers}, {n_layers}] or None, got {value!r}")
+                raise CompatValueError(f"{name} must be an int in [{-n_layers}, {n_layers}] or None, got {value!r}")
         return slice(start_at_layer, stop_at_layer)
 
     def _embed(self, input, prepend_bos, padding_side, attention_mask, cache):
         """``(residual, tokens, layout, new-token mask)`` of ``input``, continuing after what ``cache`` holds."""
         if is_text(input):
             if self.tokenizer is None:
-                raise ValueError("Must provide a tokenizer if passing a string to the model")
+                raise CompatValueError("Must provide a tokenizer if passing a string to the model")
             input = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
         tokens = as_id_tensor(input)
         if isinstance(tokens, Tensor) and tokens.ndim == 1:
@@ -222,7 +226,9 @@ class HookedTransformer(
         offset = cache.n_positions if cache is not None else 0
         if isinstance(cache, HookedTransformerKeyValueCache):
             if cache.batch_size != batch:
-                raise ValueError(f"the key/value cache holds batch {cache.batch_size}, got tokens with batch {batch}")
+                raise CompatValueError(
+                    f"the key/value cache holds batch {cache.batch_size}, got tokens with batch {batch}"
+                )
             past = cache.past_key_is_real()
             if store:
                 cache.append_attention_mask(
@@ -349,7 +355,7 @@ class HookedTransformer(
         """``sum b_O`` (and ``b_out``) of the blocks before ``layer``, plus block ``layer``'s ``b_O`` with
         ``mlp_input``."""
         if mlp_input and layer >= self.cfg.n_layers:
-            raise ValueError("Cannot include attn_bias from beyond the final layer")
+            raise CompatValueError("Cannot include attn_bias from beyond the final layer")
         bias = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
         for l in range(layer):
             bias = bias + self.blocks[l].attn.b_O
@@ -367,7 +373,7 @@ class HookedTransformer(
 
         right = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: self.OV}.get(mode)
         if right is None:
-            raise ValueError(f"mode must be one of ['Q', 'K', 'V'] not {mode!r}")
+            raise CompatValueError(f"mode must be one of ['Q', 'K', 'V'] not {mode!r}")
         scores = composition_scores(self.OV, right(), broadcast_dims=True)
         layers = torch.arange(self.cfg.n_layers, device=scores.device)
         later = layers[:, None, None, None] < layers[None, None, :, None]
@@ -394,4 +400,38 @@ class HookedTransformer(
         init_model_weights(self, self.cfg.init_mode, self.cfg.initializer_range)
 
 
-__all__ = ["HookedTransformer", "Output"]
+# TransformerLens' entry points: where the core raises ValueError/KeyError (an unknown hook name, a token that does not
+# occur, ...), these raise CompatValueError/CompatKeyError, which are also the AssertionError TransformerLens raises
+TRANSFORMERLENS_METHODS = (
+    "__init__",
+    "forward",
+    "input_to_embed",
+    "loss_fn",
+    "run_with_cache",
+    "run_with_hooks",
+    "resolve_hook_names",  # every hook name given to hooks(), add_hook, run_with_cache(names_filter=) passes here
+    "add_hook",
+    "add_perma_hook",
+    "reset_hooks",
+    "remove_all_hook_fns",
+    "list_hooks",
+    "to_tokens",
+    "to_string",
+    "to_str_tokens",
+    "to_single_token",
+    "to_single_str_token",
+    "get_token_position",
+    "tokens_to_residual_directions",
+    "set_tokenizer",
+    "generate",
+    "from_pretrained",
+    "from_pretrained_no_processing",
+    "process_weights_",
+    "refactor_factored_attn_matrices",
+    "accumulated_bias",
+    "all_composition_scores",
+    "init_weights",
+)
+assertion_compatible_methods(HookedTransformer, TRANSFORMERLENS_METHODS)
+
+__all__ = ["HookedTransformer", "Output", "TRANSFORMERLENS_METHODS"]

@@ -11,6 +11,9 @@ only *adds* hook points whose values equal what the core computes (DESIGN sectio
                            ``value_input=``). Given one shared input it *is* ``Attention``.
 ``ResultAttention``        adds ``hook_result`` ``[batch, pos, head_index, d_model]`` =
                            ``z_h W_O[h]`` (``use_attn_result``).
+``HookedUnembed``          ``Unembed`` with TransformerLens 3's ``unembed.hook_in`` (the final
+                           normalized residual ``[batch, pos, d_model]``) and
+                           ``unembed.hook_out`` (the logits ``[batch, pos, d_vocab_out]``).
 ``HookedBlock``            a pre-norm block with TransformerLens' optional input hooks:
                            ``hook_attn_in``, ``hook_q_input``/``k_input``/``v_input``
                            (the residual stream repeated per head) and ``hook_mlp_in``;
@@ -32,9 +35,10 @@ from typing import Optional
 import einops
 from torch import Tensor, nn
 
-from ..components import Attention, PosEmbed, TokenLayout
+from ..components import Attention, PosEmbed, TokenLayout, Unembed
 from ..components.writers import Step, StreamBlock, Writer
 from ..hooks import HookPoint
+from .errors import CompatValueError
 from .utils_tensors import get_offset_position_ids
 
 
@@ -67,9 +71,9 @@ class PositionalEmbedding(PosEmbed):
         if attention_mask is None:
             return super().forward(tokens, offset, positions)
         if positions is not None:
-            raise ValueError("pass positions or attention_mask, not both")
+            raise CompatValueError("pass positions or attention_mask, not both")
         if attention_mask.shape != (tokens.shape[0], offset + tokens.shape[1]):
-            raise ValueError(
+            raise CompatValueError(
                 "attention_mask must be [batch, offset + pos] = "
                 f"{[tokens.shape[0], offset + tokens.shape[1]]}, "
                 f"got {list(attention_mask.shape)}"
@@ -77,6 +81,18 @@ class PositionalEmbedding(PosEmbed):
         mask = attention_mask.to(self.W_pos.device)
         positions = get_offset_position_ids(offset, mask)
         return self.W_pos[positions] * mask[:, offset:, None].to(self.W_pos.dtype)
+
+
+class HookedUnembed(Unembed):
+    """``logits = hook_out(hook_in(normalized) W_U + b_U)``: ``Unembed`` between TransformerLens 3's two hook points."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.hook_in = HookPoint()
+        self.hook_out = HookPoint()
+
+    def forward(self, normalized: Tensor) -> Tensor:
+        return self.hook_out(super().forward(self.hook_in(normalized)))
 
 
 def _untouched(hooked: Tensor, handed_in: Tensor, version: int, hook: HookPoint) -> bool:
@@ -142,7 +158,7 @@ class SplitInputAttention(Attention):
             ("value_input", value_input, self.n_key_value_heads),
         ):
             if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != heads):
-                raise ValueError(
+                raise CompatValueError(
                     f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, d_model], "
                     f"got shape {tuple(x.shape)}"
                 )
@@ -228,9 +244,9 @@ class HookedBlock(StreamBlock):
     ):
         super().__init__()
         if (ln2 is None) != (mlp is None):
-            raise ValueError("ln2 and mlp come together: pass both, or neither for an attention-only block")
+            raise CompatValueError("ln2 and mlp come together: pass both, or neither for an attention-only block")
         if mlp_in and mlp is None:
-            raise ValueError("hook_mlp_in needs an MLP: this block is attention-only")
+            raise CompatValueError("hook_mlp_in needs an MLP: this block is attention-only")
         self.shortformer = shortformer
         self.hook_resid_pre = HookPoint()
         if attn_in:
@@ -296,7 +312,7 @@ class HookedBlock(StreamBlock):
             return None
         pos_embed = getattr(layout, "pos_embed", None)
         if pos_embed is None:
-            raise ValueError(
+            raise CompatValueError(
                 "a shortformer block adds the positional embedding to its query and key inputs, and reads it "
                 "from the forward pass's layout: run the model with HookedTransformer, whose forward provides it "
                 "(a DemoTransformer adds positions to the residual stream instead)"
@@ -340,7 +356,7 @@ class HookedBlock(StreamBlock):
         if hasattr(self, "hook_q_input"):
             return hooked[self.hook_q_input], hooked[self.hook_k_input], hooked[self.hook_v_input]
         if self.attn.n_key_value_heads != self.attn.n_heads:
-            raise ValueError(
+            raise CompatValueError(
                 "an edit of hook_attn_in (one input per query head) cannot feed grouped keys and values: edit "
                 "hook_k_input/hook_v_input instead (set_use_split_qkv_input)"
             )
@@ -349,6 +365,7 @@ class HookedBlock(StreamBlock):
 
 __all__ = [
     "HookedBlock",
+    "HookedUnembed",
     "PositionalEmbedding",
     "ResultAttention",
     "ShortformerLayout",

@@ -24,6 +24,13 @@ function                                        activation                 resul
 clean) -> patched`` and the axes (or a pandas ``index_df`` of indices, for a flat
 result). Hook names come from the model's own table (``model.act_name``). For our own
 patching tools (metrics, plots, batching) see ``analysis.patching``.
+
+With grouped-query attention ``hook_k`` and ``hook_v`` hold one entry per key/value head
+(``n_key_value_heads``, fewer than the query heads): the key and value sweeps run over those
+heads, on the axis ``"key_value_head"`` (its name in ``return_index_df``'s columns too), and
+the ``_every`` functions fill the columns past ``n_key_value_heads`` of their key and value
+rows with NaN (no such head), never with a number. On other models the axis is ``"head"``,
+as in TransformerLens.
 """
 
 import itertools
@@ -36,7 +43,15 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-AXES = ("layer", "pos", "head_index", "head", "src_pos", "dest_pos")
+from .errors import CompatValueError, assertion_compatible
+
+AXES = ("layer", "pos", "head_index", "head", "key_value_head", "src_pos", "dest_pos")
+KEY_VALUE_ACTIVATIONS = ("k", "v")  # one entry per key/value head
+
+
+def n_key_value_heads(model) -> int:
+    """How many key/value heads ``hook_k``/``hook_v`` hold (``n_heads`` unless attention is grouped)."""
+    return model.blocks[0].attn.n_key_value_heads
 
 
 def make_df_from_ranges(column_max_ranges: Sequence[int], column_names: Sequence[str]):
@@ -46,6 +61,7 @@ def make_df_from_ranges(column_max_ranges: Sequence[int], column_names: Sequence
     return pd.DataFrame(list(itertools.product(*[range(r) for r in column_max_ranges])), columns=list(column_names))
 
 
+@assertion_compatible  # a hook name the model lacks: CompatKeyError, also TransformerLens' AssertionError
 def generic_activation_patch(
     model,
     corrupted_tokens: Tensor,
@@ -64,17 +80,24 @@ def generic_activation_patch(
     entry per row. ``return_index_df`` also returns the indices' DataFrame.
     """
     if (index_axis_names is None) == (index_df is None):
-        raise ValueError("pass exactly one of index_axis_names and index_df")
+        raise CompatValueError("pass exactly one of index_axis_names and index_df")
     if index_df is None:
         unknown = [name for name in index_axis_names if name not in AXES]
         if unknown:
-            raise ValueError(f"unknown axis names {unknown}; axes are {list(AXES)}")
-        heads = model.cfg.n_heads
+            raise CompatValueError(f"unknown axis names {unknown}; axes are {list(AXES)}")
+        heads, key_value_heads = model.cfg.n_heads, n_key_value_heads(model)
+        if activation_name in KEY_VALUE_ACTIVATIONS and key_value_heads != heads:
+            if {"head", "head_index"} & set(index_axis_names):
+                raise CompatValueError(
+                    f"{activation_name!r} holds {key_value_heads} key/value heads, not {heads} query heads: "
+                    f"index it with the axis 'key_value_head', got axes {list(index_axis_names)}"
+                )
         sizes = {
             "layer": model.cfg.n_layers,
             "pos": corrupted_tokens.shape[-1],
             "head_index": heads,
             "head": heads,
+            "key_value_head": key_value_heads,
             "src_pos": corrupted_tokens.shape[-1],
             "dest_pos": corrupted_tokens.shape[-1],
         }
@@ -101,7 +124,7 @@ def generic_activation_patch(
 
 def _check_index(index: Sequence[int], length: int, what: str) -> None:
     if len(index) != length:
-        raise ValueError(f"{what} takes an index of {length} entries, got {list(index)}")
+        raise CompatValueError(f"{what} takes an index of {length} entries, got {list(index)}")
 
 
 def layer_pos_patch_setter(corrupted_activation: Tensor, index: Sequence[int], clean_activation: Tensor) -> Tensor:
@@ -165,6 +188,21 @@ def _patcher(name: str, setter, axes: tuple, doc: str):
     return function
 
 
+def _key_value_patcher(name: str, setter, axes: tuple, doc: str):
+    """``_patcher`` for keys or values: the ``"head"`` axis is ``"key_value_head"`` where attention is grouped."""
+
+    def patch(model, corrupted_tokens, clean_cache, patching_metric, return_index_df: bool = False):
+        grouped = n_key_value_heads(model) != model.cfg.n_heads
+        names = tuple("key_value_head" if grouped and axis == "head" else axis for axis in axes)
+        return generic_activation_patch(
+            model, corrupted_tokens, clean_cache, patching_metric, setter, name, names, return_index_df=return_index_df
+        )
+
+    shown = ", ".join(axes).replace("head", "head (key_value_head where grouped)")
+    patch.__doc__ = f"{doc} ``(model, corrupted_tokens, clean_cache, patching_metric)`` -> ``[{shown}]``."
+    return patch
+
+
 get_act_patch_resid_pre = _patcher(
     "resid_pre", layer_pos_patch_setter, ("layer", "pos"), "Patch the residual stream entering each block, by position:"
 )
@@ -186,11 +224,14 @@ get_act_patch_attn_head_out_by_pos = _patcher(
 get_act_patch_attn_head_q_by_pos = _patcher(
     "q", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's queries, by position:"
 )
-get_act_patch_attn_head_k_by_pos = _patcher(
-    "k", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's keys, by position:"
+get_act_patch_attn_head_k_by_pos = _key_value_patcher(
+    "k", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each key/value head's keys, by position:"
 )
-get_act_patch_attn_head_v_by_pos = _patcher(
-    "v", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "Patch each head's values, by position:"
+get_act_patch_attn_head_v_by_pos = _key_value_patcher(
+    "v",
+    layer_pos_head_vector_patch_setter,
+    ("layer", "pos", "head"),
+    "Patch each key/value head's values, by position:",
 )
 get_act_patch_attn_head_pattern_by_pos = _patcher(
     "pattern",
@@ -210,11 +251,11 @@ get_act_patch_attn_head_out_all_pos = _patcher(
 get_act_patch_attn_head_q_all_pos = _patcher(
     "q", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's queries at every position:"
 )
-get_act_patch_attn_head_k_all_pos = _patcher(
-    "k", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's keys at every position:"
+get_act_patch_attn_head_k_all_pos = _key_value_patcher(
+    "k", layer_head_vector_patch_setter, ("layer", "head"), "Patch each key/value head's keys at every position:"
 )
-get_act_patch_attn_head_v_all_pos = _patcher(
-    "v", layer_head_vector_patch_setter, ("layer", "head"), "Patch each head's values at every position:"
+get_act_patch_attn_head_v_all_pos = _key_value_patcher(
+    "v", layer_head_vector_patch_setter, ("layer", "head"), "Patch each key/value head's values at every position:"
 )
 get_act_patch_attn_head_pattern_all_pos = _patcher(
     "pattern", layer_head_pattern_patch_setter, ("layer", "head_index"), "Patch each head's whole attention pattern:"
@@ -222,12 +263,15 @@ get_act_patch_attn_head_pattern_all_pos = _patcher(
 
 
 def _pad_heads(results: Tensor, like: Tensor) -> Tensor:
-    """Key/value results padded to the query heads' count along the last axis (grouped key/value heads)."""
-    return F.pad(results, (0, like.shape[-1] - results.shape[-1]))
+    """Key/value results ``[..., key_value_head]`` padded with NaN (no such head) to the query heads' count."""
+    return F.pad(results, (0, like.shape[-1] - results.shape[-1]), value=float("nan"))
 
 
 def get_act_patch_attn_head_all_pos_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
-    """Every head at every position, for its output, queries, keys, values and pattern: ``[5, layer, head]``."""
+    """Every head at every position, for its output, queries, keys, values and pattern: ``[5, layer, head]``.
+
+    With grouped-query attention the key and value rows hold the key/value heads in their first
+    ``n_key_value_heads`` columns and NaN after them."""
     out = get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric)
     q = get_act_patch_attn_head_q_all_pos(model, corrupted_tokens, clean_cache, metric)
     k = get_act_patch_attn_head_k_all_pos(model, corrupted_tokens, clean_cache, metric)
@@ -237,7 +281,10 @@ def get_act_patch_attn_head_all_pos_every(model, corrupted_tokens: Tensor, clean
 
 
 def get_act_patch_attn_head_by_pos_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
-    """Every head by position, for its output, queries, keys, values and pattern: ``[5, layer, pos, head]``."""
+    """Every head by position, for its output, queries, keys, values and pattern: ``[5, layer, pos, head]``.
+
+    With grouped-query attention the key and value rows hold the key/value heads in their first
+    ``n_key_value_heads`` columns and NaN after them."""
     out = get_act_patch_attn_head_out_by_pos(model, corrupted_tokens, clean_cache, metric)
     q = get_act_patch_attn_head_q_by_pos(model, corrupted_tokens, clean_cache, metric)
     k = get_act_patch_attn_head_k_by_pos(model, corrupted_tokens, clean_cache, metric)

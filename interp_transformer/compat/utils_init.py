@@ -14,19 +14,21 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .errors import CompatValueError
+
 
 def calc_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     """``(fan_in, fan_out)`` of a bias, a ``[d_in, d_out]`` matrix or a ``[head_index, d_in, d_head]`` weight."""
     shape = tensor.shape
     if len(shape) == 0:
-        raise ValueError("Fan in and fan out can not be computed for scalars.")
+        raise CompatValueError("Fan in and fan out can not be computed for scalars.")
     if len(shape) == 1:
         return 1, shape[0]
     if len(shape) == 2:
         return shape[0], shape[1]
     if len(shape) == 3:
         return shape[1], shape[0] * shape[2]
-    raise ValueError(f"Fan in and fan out can not be computed for shape {tuple(shape)} tensors.")
+    raise CompatValueError(f"Fan in and fan out can not be computed for shape {tuple(shape)} tensors.")
 
 
 def init_xavier_uniform_(param: Tensor, gain: float = 1.0) -> Tensor:
@@ -44,7 +46,7 @@ def init_xavier_normal_(param: Tensor, gain: float = 1.0) -> Tensor:
 
 def _kaiming_std(param: Tensor, a: float, nonlinearity: str, gain: float, mode: str) -> float:
     if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+        raise CompatValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = calc_fan_in_and_fan_out(param)
     fan = fan_in if mode == "fan_in" else fan_out
     return gain * nn.init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
@@ -75,7 +77,7 @@ def init_model_weights(model: nn.Module, init_mode: str, gain: float) -> None:
         "kaiming_normal": lambda p: init_kaiming_normal_(p, gain=gain, nonlinearity="relu", mode="fan_in"),
     }
     if init_mode not in inits:
-        raise ValueError(f"init_mode must be one of {['gpt2', *inits]}, got {init_mode!r}")
+        raise CompatValueError(f"init_mode must be one of {['gpt2', *inits]}, got {init_mode!r}")
     for name, param in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
         if leaf.startswith("W_"):

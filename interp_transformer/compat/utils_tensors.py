@@ -14,6 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..circuits.factored_matrix import FactoredMatrix
+from .errors import CompatValueError
 
 
 def to_numpy(tensor) -> np.ndarray:
@@ -27,7 +28,7 @@ def to_numpy(tensor) -> np.ndarray:
         return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
     if isinstance(tensor, (int, float, bool, str)):
         return np.array(tensor)
-    raise ValueError(f"Input to to_numpy has invalid type: {type(tensor).__name__}")
+    raise CompatValueError(f"Input to to_numpy has invalid type: {type(tensor).__name__}")
 
 
 def get_corner(tensor, n: int = 3):
@@ -76,7 +77,7 @@ def composition_scores(left: FactoredMatrix, right: FactoredMatrix, broadcast_di
         for i in range(right_batch):
             left = left.unsqueeze(i + left_batch)
     if left.rdim != right.ldim:
-        raise ValueError(
+        raise CompatValueError(
             f"Composition scores require left.rdim==right.ldim, shapes were left: {tuple(left.shape)}, "
             f"right: {tuple(right.shape)}"
         )

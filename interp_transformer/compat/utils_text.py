@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from .errors import CompatValueError
 from .losses import get_cumsum_along_dim
 
 USE_DEFAULT_VALUE = None  # TransformerLens' sentinel: "use the model's default"
@@ -30,7 +31,7 @@ class LocallyOverridenDefaults:
     def __init__(self, model, **overrides):
         unknown = set(overrides) - {"prepend_bos", "padding_side"}
         if unknown:
-            raise ValueError(
+            raise CompatValueError(
                 f"{sorted(unknown)} cannot be overridden; valid parameters are ['prepend_bos', 'padding_side']"
             )
         self.model, self.overrides, self._saved = model, overrides, []
@@ -44,7 +45,7 @@ class LocallyOverridenDefaults:
     def __enter__(self):
         for owner, name, value, valid in self._targets():
             if value not in valid:
-                raise ValueError(f"{name} must be one of {list(valid)}, but got {value!r}")
+                raise CompatValueError(f"{name} must be one of {list(valid)}, but got {value!r}")
             self._saved.append((owner, name, getattr(owner, name)))
             setattr(owner, name, override_or_use_default_value(getattr(owner, name), value))
         return self
@@ -83,7 +84,7 @@ def tokenize_and_concatenate(
     """
     dataset = keep_single_column(dataset, column_name)
     if tokenizer.eos_token_id is None:
-        raise ValueError("tokenize_and_concatenate needs a tokenizer with an EOS token to join documents")
+        raise CompatValueError("tokenize_and_concatenate needs a tokenizer with an EOS token to join documents")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     seq_len = max_length - 1 if add_bos_token else max_length
 

@@ -25,20 +25,24 @@ directly (``register_forward_hook``), so it always leaves the point clean.
 The TransformerLens spellings work too: ``hook.layer()``, ``hook.ctx``,
 ``add_perma_hook``, ``fwd_hooks``/``bwd_hooks``, ``remove_all_hook_fns``, ``mod_dict``,
 ``level`` and ``prepend`` when adding, ``reset_hooks_end`` and ``clear_contexts`` on
-``hooks``/``run_with_hooks``.
+``hooks``/``run_with_hooks``; TransformerLens 3's ``model.list_hooks()`` (``introspection``),
+``LensHandle.user_hook`` and ``HookPoint``'s repr. ``interp_transformer.hook_points`` is this
+module under TransformerLens' name.
 """
 
 import contextlib
 import difflib
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Literal, Optional, Union
 
 import torch
 from torch import nn
 
+from .introspection import HookIntrospectionMixin, NamesFilter  # noqa: F401  (TransformerLens' hook_points names)
+
 HookFn = Callable[..., Optional[torch.Tensor]]
-NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+NameFilter = NamesFilter  # None, a name, a list of names, or a predicate on names
 Direction = Literal["fwd", "bwd"]
 
 _THREAD = threading.local()  # .frames: the open ``hooks()`` blocks of this thread, innermost last
@@ -70,6 +74,11 @@ class _Hook:
     @property
     def context_level(self) -> Optional[int]:
         return self.level
+
+    @property
+    def user_hook(self) -> HookFn:
+        """The function that was added (TransformerLens 3's ``LensHandle.user_hook``)."""
+        return self.fn
 
     def remove(self, keep_grad_hooks: bool = False) -> None:
         """Detach the gradient hooks of past forwards (unless ``keep_grad_hooks``); the hook point drops the hook."""
@@ -223,10 +232,15 @@ class HookPoint(nn.Module):
         return int(parts[index + 1])
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, hooks={len(self._hooks)}"
+        """TransformerLens 3's repr: ``HookPoint(name='blocks.0.hook_resid_pre', 2 fwd)``; ``HookPoint()`` when bare."""
+        counts = [f"{len(hooks)} {kind}" for kind, hooks in (("fwd", self.fwd_hooks), ("bwd", self.bwd_hooks)) if hooks]
+        return ", ".join(([f"name={self.name!r}"] if self.name is not None else []) + counts)
 
 
-class HookedRootModule(nn.Module):
+LensHandle = _Hook  # TransformerLens' name of an attached hook (``user_hook``, ``is_permanent``, ``context_level``)
+
+
+class HookedRootModule(HookIntrospectionMixin, nn.Module):
     """Base class of hooked models: finds hook points by name and attaches hooks safely.
 
     Call ``self.setup()`` at the end of ``__init__`` to name every ``HookPoint``.

@@ -50,11 +50,13 @@ def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
 class ActivationCache:
     """Activations of one forward pass, keyed by hook name, with residual-stream tools."""
 
+    stacks_class = ResidualStacks
+
     def __init__(self, cache_dict: dict[str, Tensor], model, has_batch_dim: bool = True):
         self.cache_dict = cache_dict
         self.model = model
         self.has_batch_dim = has_batch_dim
-        self.residual = ResidualStacks(self)  # the residual-stream tools, forwarded below under TransformerLens' names
+        self.residual = self.stacks_class(self)  # the residual-stream tools, forwarded below by TransformerLens' names
 
     @property
     def has_embed(self) -> bool:
@@ -183,7 +185,7 @@ class ActivationCache:
     ) -> "ActivationCache":
         """A copy of the cache on another device and/or in another dtype."""
         moved = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in self.items()}
-        return ActivationCache(moved, self.model, self.has_batch_dim)
+        return type(self)(moved, self.model, self.has_batch_dim)
 
     def remove_batch_dim(self) -> "ActivationCache":
         """Drop the batch axis of a batch of one, in place (as TransformerLens does); returns the cache itself.
@@ -208,7 +210,7 @@ class ActivationCache:
         if not self.has_batch_dim and batch_slice.mode != "identity":
             raise ValueError("Cannot index into a cache without a batch dim")
         kept = {name: batch_slice.apply(t, dim=0) for name, t in self.items()}
-        return ActivationCache(kept, self.model, has_batch_dim=self.has_batch_dim and not batch_slice.removes_axis)
+        return type(self)(kept, self.model, has_batch_dim=self.has_batch_dim and not batch_slice.removes_axis)
 
     def toggle_autodiff(self, mode: bool = False) -> None:
         """``torch.set_grad_enabled(mode)``: global state, as in TransformerLens (prefer ``torch.inference_mode()``)."""

@@ -81,6 +81,8 @@ class _ActivationKeeper:
 class CachingMixin:
     """``run_with_cache`` and the cache-size estimate, for a ``HookedRootModule`` model."""
 
+    cache_class = ActivationCache  # what run_with_cache returns (the compatibility layer's keeps TransformerLens' ways)
+
     def run_with_cache(
         self,
         *model_args,
@@ -132,7 +134,7 @@ class CachingMixin:
                 output = self(*model_args, **model_kwargs)
         store = keeper.kept
         ordered = {name + s: store[name + s] for s in ("", "_grad") for name in names if name + s in store}
-        return output, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
+        return output, self.cache_class(ordered, self, has_batch_dim=not remove_batch_dim)
 
     def _meta_forward(self, batch: int, pos: int, hooks: list) -> None:
         """Run the model with ``hooks`` on PyTorch's ``meta`` device: shapes only, no compute."""

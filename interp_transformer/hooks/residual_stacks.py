@@ -53,6 +53,11 @@ class ResidualStacks:
             return self.cache[self.model.hook_names.final_residual_name(layer)]
         return self.cache["resid_pre", layer]
 
+    def _remainder_of(self, layer: int) -> Tensor:
+        """The residual stream that ``incl_remainder`` completes: the input of block ``layer`` (``n_layers``: the
+        final one). ``layer=0`` gives the embeddings; TransformerLens' convention differs (``compat.cache``)."""
+        return self._residual_at(layer)
+
     def _adds_attn_before_mlp(self, layer: int, mlp_input: bool) -> bool:
         """Whether block ``layer``'s MLP input includes its own attention output (not in a parallel block)."""
         if not mlp_input:
@@ -168,7 +173,7 @@ class ResidualStacks:
         stream (the writer's ``output_norm``, Gemma 2), each head's write is its result
         through that norm with the scale frozen to the cached one. ``incl_remainder`` adds ``"remainder"``: the residual
         stream entering block ``layer`` minus the heads (for ``layer=0``, the whole input of
-        block 0; TransformerLens uses the last block's output there).
+        block 0; TransformerLens, and so ``HookedTransformer``'s cache, uses the last block's output there).
         """
         if apply_ln or incl_remainder:
             self.norms._require_additive("stack_head_results(apply_ln=True or incl_remainder=True)")
@@ -185,7 +190,7 @@ class ResidualStacks:
         else:
             stack = self._empty(pos_slice)
         if incl_remainder:
-            remainder = pos_slice.apply(self._residual_at(layer), dim=-2) - stack.sum(dim=0)
+            remainder = pos_slice.apply(self._remainder_of(layer), dim=-2) - stack.sum(dim=0)
             stack = torch.cat([stack, remainder[None]])
             labels.append("remainder")
         if apply_ln:
@@ -281,7 +286,7 @@ class ResidualStacks:
         if scale is not None:
             stack = stack / scale
         if incl_remainder:
-            remainder = pos_slice.apply(self._residual_at(layer), dim=-2)
+            remainder = pos_slice.apply(self._remainder_of(layer), dim=-2)
             if apply_ln and project is not None:
                 remainder = self.norms.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
                 remainder = remainder @ columns.to(remainder)

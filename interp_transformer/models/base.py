@@ -96,14 +96,19 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
 
     @tokenizer.setter
     def tokenizer(self, tokenizer) -> None:
+        if tokenizer is not None:
+            self.check_tokenizer(tokenizer)
+        self.__dict__["_tokenizer"] = tokenizer
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """``TypeError`` unless this model's text methods can use ``tokenizer``: a Hugging Face tokenizer here."""
         from transformers import PreTrainedTokenizerBase
 
-        if tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
+        if not isinstance(tokenizer, PreTrainedTokenizerBase):
             raise TypeError(
                 f"tokenizer must be a Hugging Face tokenizer (PreTrainedTokenizerBase) or None, received "
                 f"{type(tokenizer).__name__}: {tokenizer!r:.60}"
             )
-        self.__dict__["_tokenizer"] = tokenizer
 
     def finish_init(self, seed: Optional[int], dtype: torch.dtype, device: Union[str, torch.device, None]) -> None:
         """Initialize the weights, place them, and name every hook point: the end of each ``__init__``."""

@@ -4,8 +4,6 @@ LICENSE-TransformerLens).
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints; fancy_einsum's einsum from the
 hub
 module): SoLU-2L and attn-only-2L are random models of their sizes.
-Xfail (deliberate): the two incl_remainder tests, whose layer=0 case expects the last block's output as the remainder.
-Adapted (our error contract): remove_batch_dim on a batch > 1 raises ValueError (TransformerLens: AssertionError).
 """
 
 from functools import lru_cache
@@ -344,11 +342,6 @@ def test_stack_head_results_with_apply_ln():
     assert torch.isclose(ref_scaled_residual_stack, scaled_residual_stack, atol=1e-7).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deliberate: with layer=0 the remainder is the input of block 0 (the "
-    "embeddings); TransformerLens takes resid_post of layer -1, the last block's output",
-)
 @torch.no_grad
 def test_stack_head_results_including_remainder():
     model = load_model("solu-2l")
@@ -395,11 +388,6 @@ def test_stack_neuron_results_with_apply_ln():
     assert torch.isclose(ref_scaled_residual_stack, scaled_residual_stack, atol=1e-7).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deliberate: with layer=0 the remainder is the input of block 0 (the "
-    "embeddings); TransformerLens takes resid_post of layer -1, the last block's output",
-)
 @torch.no_grad
 def test_stack_neuron_results_including_remainder():
     model = load_model("solu-2l")
@@ -469,7 +457,7 @@ def test_remove_batch_dim_fails_if_batch_gt_1():
     _, cache = model.run_with_cache(tokens)
 
     assert cache.has_batch_dim
-    with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
+    with pytest.raises(AssertionError):
         cache.remove_batch_dim()
 
 

@@ -2,7 +2,8 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Skipped: the SoLU checkpoint's hook list (a model family not in this version).
+Skipped: the SoLU checkpoint's hook list (a model family not in this version). Its last two names,
+unembed.hook_in and unembed.hook_out, are tested in tests/compat/test_transformerlens_surface.py.
 """
 
 import pytest
@@ -45,10 +46,7 @@ act_names_in_cache = [
 ]
 
 
-@pytest.mark.skip(
-    reason="needs the SoLU family's hooks (mlp.hook_mid, the MLP's own LayerNorm) and TransformerLens "
-    "3's unembed.hook_in/hook_out: not in this version"
-)
+@pytest.mark.skip(reason="needs the SoLU family's hooks (mlp.hook_mid, the MLP's own LayerNorm): not in this version")
 def test_cache_hook_names():
     _, cache = model.run_with_cache(prompt)
     assert list(cache.keys()) == act_names_in_cache

@@ -1,8 +1,7 @@
 """Ported from TransformerLens v3.5.1, tests/integration/test_hooks.py (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): a hook on a point a toggle has not created raises KeyError naming the closest hook points
-(TransformerLens: AssertionError). The SoLU-1L checkpoint is stood in for by a random GPT-2-style model of its size.
+The SoLU-1L checkpoint is stood in for by a random GPT-2-style model of its size.
 """
 
 from typing import Any
@@ -204,8 +203,7 @@ def test_conditional_hooks():
         model.reset_hooks()
         set_use_hook_function(False)
         # Ensure that we get an error when we inappropriately add a hook
-        # ours: KeyError, the hook point does not exist yet (TransformerLens: AssertionError)
-        with pytest.raises(KeyError):
+        with pytest.raises(AssertionError):
             model.add_hook(hook_name, identity_hook)
 
         # Ensure we DON'T get an error when we add a hook properly

@@ -1,7 +1,6 @@
 """Ported from TransformerLens v3.5.1, tests/integration/test_prepend_bos.py (MIT License, see LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): a token that does not occur raises ValueError (TransformerLens: AssertionError).
 The OPT parameter is skipped (a model family not in this version).
 """
 
@@ -92,11 +91,11 @@ class TestPrependBos:
         bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt)
         assert bos_position == 0
 
-        with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
+        with pytest.raises(AssertionError):
             bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt, prepend_bos=False)
 
         model.cfg.default_prepend_bos = False
-        with pytest.raises(ValueError):  # ours: ValueError (TransformerLens: AssertionError)
+        with pytest.raises(AssertionError):
             bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt)
 
         bos_position = model.get_token_position(model.tokenizer.bos_token_id, self.prompt, prepend_bos=True)

@@ -2,7 +2,6 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): an inner-dimension mismatch raises ValueError (TransformerLens: AssertionError).
 """
 
 import pytest
@@ -157,13 +156,13 @@ class TestMultiplyByFactoredMatrix:
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             FactoredMatrix(randn(5, 6), randn(6, 7)),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch",
         ),
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             FactoredMatrix(randn(2, 5, 6), randn(2, 6, 7)),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch with batch",
         ),
     ],

@@ -2,8 +2,8 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): inner-dimension mismatches raise ValueError (TransformerLens: AssertionError), and so
-do batch axes that do not broadcast on the right-hand product (TransformerLens: RuntimeError from torch).
+Adapted (our error contract): batch axes that do not broadcast on the right-hand product raise ValueError
+(TransformerLens: RuntimeError from torch).
 """
 
 from abc import ABC, abstractmethod
@@ -125,13 +125,13 @@ class TestRightMultiplyByMatrix(BaseMultiplyByMatrixTest):
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             randn(5, 6),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch",
         ),
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             randn(2, 5, 6),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch with batch",
         ),
     ],
@@ -159,13 +159,13 @@ def test_dimension_mismatch_left_multiply(factored_matrix, matrix, error):
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             randn(5, 6),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch",
         ),
         pytest.param(
             FactoredMatrix(randn(3, 4), randn(4, 6)),
             randn(2, 5, 6),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
             id="Inner dimension mismatch with batch",
         ),
     ],

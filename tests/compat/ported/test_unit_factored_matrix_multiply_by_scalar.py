@@ -2,7 +2,6 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): a non-scalar tensor factor raises ValueError (TransformerLens: AssertionError).
 """
 
 import random
@@ -27,9 +26,9 @@ from interp_transformer import FactoredMatrix
         # Test cases with non-scalar values that are expected to raise errors.
         (
             torch.rand(2, 2),
-            ValueError,  # ours: ValueError (TransformerLens: AssertionError)
+            AssertionError,
         ),  # Non-scalar Tensor. AssertionError expected.
-        (torch.rand(2), ValueError),  # Non-scalar Tensor. ours: ValueError (TransformerLens: AssertionError)
+        (torch.rand(2), AssertionError),  # Non-scalar Tensor. AssertionError expected.
     ],
     ids=["tensor", "float", "int", "tensor_2d", "tensor_1d"],
 )

@@ -2,7 +2,8 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Xfail (deliberate): the two tests whose factors are tensor-like duck types: our factors are torch tensors.
+Xfail (deliberate): the two tests whose factors are tensor-like duck types: our factors are torch tensors (numpy
+arrays and lists are converted with torch.as_tensor; a duck type that torch cannot convert is not kept as a factor).
 """
 
 import pytest
@@ -58,8 +59,8 @@ class TensorLike:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError "
-    "naming what came), not tensor-like duck types",
+    reason="deliberate: the factors of our FactoredMatrix are torch tensors (or what torch.as_tensor "
+    "converts), not tensor-like duck types kept as they are",
 )
 def test_left_multiply_factored_matrix_by_tensor_like_matrix():
     """factored_matrix @ tensor_like_matrix should not return None."""
@@ -79,8 +80,8 @@ def test_left_multiply_factored_matrix_by_tensor_like_matrix():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="deliberate: the factors of our FactoredMatrix are torch tensors (TypeError "
-    "naming what came), not tensor-like duck types",
+    reason="deliberate: the factors of our FactoredMatrix are torch tensors (or what torch.as_tensor "
+    "converts), not tensor-like duck types kept as they are",
 )
 def test_right_multiply_factored_matrix_by_tensor_like_matrix():
     """tensor_like_matrix @ factored_matrix should not return None."""

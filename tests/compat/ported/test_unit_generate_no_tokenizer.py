@@ -2,7 +2,6 @@
 LICENSE-TransformerLens).
 
 Changed: imports, and the model source (tests.compat.hub stand-ins for hub checkpoints).
-Adapted (our error contract): the two refusals raise ValueError (TransformerLens: AssertionError).
 """
 
 import torch
@@ -104,7 +103,7 @@ def test_generate_without_tokenizer_stop_at_eos_requires_eos_id():
     try:
         model.generate(tokens, max_new_tokens=3, stop_at_eos=True, return_type="tokens", verbose=False)
         raise AssertionError("Should have raised AssertionError")
-    except ValueError as e:  # ours: ValueError (TransformerLens: AssertionError)
+    except AssertionError as e:
         assert "eos_token_id" in str(e), f"Unexpected error message: {e}"
 
 
@@ -116,5 +115,5 @@ def test_generate_string_input_without_tokenizer_errors():
     try:
         model.generate("hello", max_new_tokens=3, verbose=False)
         raise AssertionError("Should have raised AssertionError")
-    except ValueError:  # ours: ValueError (TransformerLens: AssertionError)
+    except AssertionError:
         pass  # Expected

@@ -2,7 +2,6 @@
 see LICENSE-TransformerLens).
 
 Changed: imports.
-Adapted (our error contract): the refusals raise ValueError (TransformerLens: AssertionError).
 Skipped: the repetition-penalty test (repetition_penalty is an addition of TransformerLens 3, not the classic API).
 Not ported: TestLogitsToDf and TestApplyRepetitionPenalty (TransformerLens 3 additions: logits_to_df and a private
 helper).
@@ -39,7 +38,7 @@ class TestSampleLogitsTopK:
         assert set(outs) == {1}
 
     def test_top_k_rejects_non_positive(self):
-        with pytest.raises(ValueError):
+        with pytest.raises(AssertionError):
             sample_logits(torch.randn(1, 4), top_k=0)
 
 
@@ -73,9 +72,9 @@ class TestSampleLogitsTopP:
         assert set(outs) == {1}
 
     def test_top_p_rejects_out_of_range(self):
-        with pytest.raises(ValueError):
+        with pytest.raises(AssertionError):
             sample_logits(torch.randn(1, 4), top_p=0.0)
-        with pytest.raises(ValueError):
+        with pytest.raises(AssertionError):
             sample_logits(torch.randn(1, 4), top_p=1.5)
 
 
@@ -89,5 +88,5 @@ class TestSampleLogitsFreqPenalty:
         assert 0 not in outs
 
     def test_freq_penalty_requires_tokens(self):
-        with pytest.raises(ValueError):
+        with pytest.raises(AssertionError):
             sample_logits(torch.randn(1, 4), freq_penalty=1.0)

@@ -9,13 +9,14 @@ with the gradients attribution patching reads at ``z`` and at the final residual
 import pytest
 import torch
 
-from analysis.discovery import attribution_patching, edge_attribution_patching, logit_diff_per_row, sites
+from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row, sites
 from interp_transformer import TransformerConfig
 from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
+from interp_transformer.architectures.opt import OPTPostNormConfig
 
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
 
@@ -29,6 +30,7 @@ CONFIGS = {
     "moe": lambda: MoEConfig(**dict(ROTARY, d_mlp=8), n_experts=4, experts_per_token=2),
     "gemma2_output_norms": lambda: GemmaConfig(**ROTARY, post_norms=True),
     "attn_only": lambda: TransformerConfig(**dict(SHAPE, d_mlp=None)),
+    "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
 }
 
 
@@ -64,9 +66,12 @@ def test_each_nodes_edges_sum_to_its_attribution_patching_score(model):
 
 
 def test_the_logits_edges_sum_to_the_final_residuals_score(model):
+    """Where the stream is a sum of writes (not post-norm, whose norms renormalize it between the writes)."""
+    if not model.capabilities.additive_residual:
+        pytest.skip("a post-norm stream is not the sum of the writes: each write reaches the logits through norms")
     edges = edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC)
-    final = sites(model, "resid_post", layers=[model.cfg.n_layers - 1])
-    atp = attribution_patching(model, CLEAN, CORRUPTED, METRIC, final)[0]
+    final = Site(model.hook_names.final_residual_name(model.cfg.n_layers), model.cfg.n_layers - 1, (), None, "final")
+    atp = attribution_patching(model, CLEAN, CORRUPTED, METRIC, [final])[0]
     torch.testing.assert_close(edges.scores[:, edges.readers.index("logits")].sum(dim=0), atp, rtol=0, atol=1e-10)
 
 
@@ -118,11 +123,11 @@ def test_the_experts_writes_are_weighted_by_routing_and_sum_to_the_mixtures_outp
 
 
 def test_models_the_graph_does_not_fit_are_refused():
-    from interp_transformer.architectures.opt import OPTPostNormConfig
+    from interp_transformer.architectures.adapter_decoder import AdapterDecoderConfig
 
-    post_norm = perturbed_decoder(OPTPostNormConfig(**SHAPE))
-    with pytest.raises(ValueError, match="sum of writes"):
-        edge_attribution_patching(post_norm, CLEAN, CORRUPTED, METRIC)
+    adapter = perturbed_decoder(AdapterDecoderConfig(**SHAPE, d_adapter=6))
+    with pytest.raises(ValueError, match="block 0 has a 'adapter' writer; edges are built for attention and MLPs"):
+        edge_attribution_patching(adapter, CLEAN, CORRUPTED, METRIC)
     model = perturbed_decoder(TransformerConfig(**SHAPE))
     with pytest.raises(ValueError, match="method must be one of"):
         edge_attribution_patching(model, CLEAN, CORRUPTED, METRIC, method="ACDC")

@@ -26,6 +26,7 @@ from interp_transformer import TransformerConfig
 from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.llama import LlamaConfig
+from interp_transformer.architectures.opt import OPTPostNormConfig
 
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, linear_decoder
 
@@ -35,6 +36,7 @@ CONFIGS = {
     "llama_gqa": lambda: LlamaConfig(**SHAPE, n_key_value_heads=2),
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gemma2_output_norms": lambda: GemmaConfig(**SHAPE, n_key_value_heads=2, final_softcap=None),
+    "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
 }
 
 

@@ -27,10 +27,12 @@ Each is a first-order estimate of patching that one edge clean. Two identities h
 stream is read only by the readers, so ``∂m/∂write_u = sum_r g_r``), and the edges into the logits
 sum to the attribution-patching score of the final residual stream.
 
-**Which models.** Decoders whose residual stream is a sum of writes: GPT-2, Llama, Mistral, Qwen
-(grouped-query attention), GPT-NeoX and GPT-J (parallel blocks), BLOOM, OPT, Gemma 2/3 (output
-norms: attention sublayers as nodes), mixtures of experts (experts as nodes). Refused with the
-reason: post-norm models and encoder-decoders (``graph``).
+**Which models.** Decoders: GPT-2, Llama, Mistral, Qwen (grouped-query attention), GPT-NeoX and
+GPT-J (parallel blocks), BLOOM, OPT and post-norm OPT (each reader's gradient pulled back through
+the stream norms between it and each writer), Gemma 2/3 (output norms: attention sublayers as
+nodes), mixtures of experts (experts as nodes). Refused with the reason: encoder-decoders
+(``graph``). In a post-norm model the logits' edges no longer sum to the final stream's score
+(the writes reach it through norms); each node's edges still sum to its own.
 """
 
 from dataclasses import dataclass, field
@@ -95,22 +97,25 @@ class EdgeScores:
         return fig
 
 
-def _reader_gradients(
-    model, plan: list[BlockPlan], corrupted, mask, metric, into: Tensor, weight: float, embed_at=None
-):
+def _mlp_input_hooks(block: BlockPlan) -> list[str]:
+    """Where the MLP's input gradient is read: its norm's output, or (no norm of its own) its input projections."""
+    return [block.mlp_norm.hook_normalized.name] if block.mlp_norm is not None else block.mlp.input_hooks()
+
+
+def _reader_gradients(model, graph: Graph, corrupted, mask, metric, into: Tensor, weight: float, embed_at=None):
     """Adds ``weight g_r`` to ``into [reader, batch, pos, d_model]``: ``g_r`` the metric's gradient at the residual
-    stream as reader ``r`` reads it."""
+    stream as reader ``r`` reads it. Returns the inputs of the stream norms in this run (their Jacobians' points)."""
     batch = corrupted.shape[0]
     final = model.hook_names.final_residual_name(model.cfg.n_layers)
     kept: dict[str, Tensor] = {}
-    differentiated, residuals = [final], []  # gradients at the readers; residual values for their norms' Jacobians
-    for layer, block in enumerate(plan):
+    differentiated, residuals = [final], []  # gradients at the readers; residual values for the norms' Jacobians
+    for layer, block in enumerate(graph.plan):
         attn = block.attn
         differentiated += [attn.hook_q.name, attn.hook_k.name, attn.hook_v.name]
-        residuals.append(model.act_name("resid_pre", layer))
+        residuals += [graph.stream_at_read(model, layer, "attn")] + [step.reads for step in block.stream_norms]
         if block.mlp is not None:
-            differentiated.append(block.mlp_norm.hook_normalized.name)
-            residuals.append(model.act_name("resid_mid" if block.sequential else "resid_pre", layer))
+            differentiated += _mlp_input_hooks(block)
+            residuals.append(graph.stream_at_read(model, layer, "mlp"))
     differentiated = list(dict.fromkeys(differentiated))
     names = list(dict.fromkeys(differentiated + residuals))
 
@@ -134,24 +139,32 @@ def _reader_gradients(
         into[row : row + len(rows)].add_(rows.detach(), alpha=weight)
         row += len(rows)
 
-    for layer, block in enumerate(plan):
+    for layer, block in enumerate(graph.plan):
         attn, attn_norm, mlp_norm = block.attn, block.attn_norm, block.mlp_norm
         g_q = einops.einsum(grad.pop(attn.hook_q.name), attn.W_Q, "b p h e, h d e -> h b p d")
         g_k = einops.einsum(grad.pop(attn.hook_k.name), attn.stored("W_K"), "b p g e, g d e -> g b p d")
         g_v = einops.einsum(grad.pop(attn.hook_v.name), attn.stored("W_V"), "b p g e, g d e -> g b p d")
         attn_in = torch.cat([g_q, g_k, g_v])
-        add(_through_norm(attn_norm, kept[model.act_name("resid_pre", layer)].detach(), attn_in))
+        add(_through_norm(attn_norm, kept[graph.stream_at_read(model, layer, "attn")].detach(), attn_in))
         if block.mlp is not None:
-            mlp_in = grad.pop(mlp_norm.hook_normalized.name)
-            if mlp_norm is attn_norm:  # one norm read by both (GPT-J): the MLP's share is what attention's is not
+            if mlp_norm is not None:
+                mlp_in = grad.pop(mlp_norm.hook_normalized.name)
+            else:  # the MLP reads the stream itself: through its input projections
+                pairs = zip(block.mlp.input_hooks(), block.mlp.input_weights())
+                mlp_in = sum(einops.einsum(grad.pop(hook), W, "b p m, d m -> b p d") for hook, (W, _) in pairs)
+            if mlp_norm is not None and mlp_norm is attn_norm:  # one norm read by both (GPT-J): the MLP's share
                 mlp_in = mlp_in - attn_in.sum(dim=0)
-            resid = kept[model.act_name("resid_mid" if block.sequential else "resid_pre", layer)].detach()
+            resid = kept[graph.stream_at_read(model, layer, "mlp")].detach()
             add(_through_norm(mlp_norm, resid, mlp_in[None]))
     add(grad.pop(final)[None])
+    return {step.reads: kept[step.reads].detach() for block in graph.plan for step in block.stream_norms}
 
 
 def _through_norm(norm, resid: Tensor, directions: Tensor) -> Tensor:
-    """``J_norm(resid)^T d`` for each ``d`` in ``directions [n, batch, pos, d_model]``: the norm's full Jacobian."""
+    """``J_norm(resid)^T d`` for each ``d`` in ``directions [n, batch, pos, d_model]``: the norm's full Jacobian
+    (no norm: the directions themselves)."""
+    if norm is None:
+        return directions
     _, pull = torch.func.vjp(norm.normalize, resid)
     return torch.func.vmap(lambda d: pull(d)[0])(directions)
 
@@ -166,6 +179,7 @@ def _interpolating(caches: tuple[dict, dict], names: list[str], alpha: float) ->
     return [(name, interpolate) for name in names]
 
 
+@torch.no_grad()
 def _differences(model, graph: Graph, clean_cache, corrupt_cache) -> Tensor:
     """``clean_u - corrupt_u`` for every node ``[upstream, batch, pos, d_model]``, one writer at a time."""
     first = clean_cache[model.act_name("resid_pre", 0)]
@@ -186,6 +200,26 @@ def _contract(delta: Tensor, gradients: Tensor) -> Tensor:
     return torch.stack(
         [einops.einsum(delta[:, b], gradients[:, b], "u p d, r p d -> u r") for b in range(delta.shape[1])], dim=-1
     )
+
+
+@torch.no_grad()
+def _walk(graph: Graph, delta: Tensor, gradients: Tensor, norm_inputs: dict[str, Tensor]) -> Tensor:
+    """Every edge's score: the stream walked backwards from the logits, each writer's differences read along the
+    directions of the readers after it, which every stream norm on the way pulls back through its Jacobian (at
+    ``norm_inputs``). ``gradients`` (each reader's ``g_r``) is used as that working space."""
+    upstream_at, reader_at = graph.order()
+    reader_at = torch.tensor(reader_at)
+    scores = delta.new_zeros(len(graph.upstream), len(graph.readers), delta.shape[1])
+    node_index = {name: i for i, (name, _, _) in enumerate(graph.upstream)}
+    for step, _, kind, payload in reversed(graph.timeline()):
+        after = int((reader_at <= step).sum())  # readers are in forward order: those after ``step`` are a suffix
+        if kind == "write":
+            rows = slice(node_index[payload.names[0]], node_index[payload.names[-1]] + 1)
+            scores[rows, after:] = _contract(delta[rows], gradients[after:])
+        elif kind == "norm":
+            gradients[after:] = _through_norm(payload.norm, norm_inputs[payload.reads], gradients[after:])
+    scores[0] = _contract(delta[:1], gradients)[0]  # the input, written before every reader
+    return scores
 
 
 def memory_estimate(model, batch: int, n_pos: int) -> int:
@@ -241,22 +275,29 @@ def edge_attribution_patching(
     delta = _differences(model, graph, clean_cache, corrupt_cache)
     caches = (clean_cache, corrupt_cache)
 
-    def gradients(interpolated: list[str]) -> Tensor:
+    def scores_of(interpolated: list[str]) -> Tensor:
+        """``[upstream, reader, batch]``: the edges' scores, gradients at the corrupted run (EAP) or averaged over
+        the runs interpolating ``interpolated`` (EAP-IG). Through stream norms each run is walked on its own."""
         total = delta.new_zeros(len(graph.readers), *delta.shape[1:])
         if method == "EAP":
-            _reader_gradients(model, graph.plan, corrupted, mask, metric, total, 1.0)
-            return total
+            return _walk(graph, delta, total, _reader_gradients(model, graph, corrupted, mask, metric, total, 1.0))
+        per_run = graph.has_stream_norms  # a norm's Jacobian depends on the run: no sum of gradients then
+        scores, inputs = 0, {}
         for k in tqdm(range(1, steps + 1), desc=f"EAP-IG on {ig_on}", leave=False, disable=steps < 8):
             hooks = _interpolating(caches, interpolated, k / steps)
-            _reader_gradients(model, graph.plan, corrupted, mask, metric, total, 1 / steps, hooks)
-        return total
+            if per_run:
+                total.zero_()
+            inputs = _reader_gradients(model, graph, corrupted, mask, metric, total, 1 / steps, hooks)
+            if per_run:
+                scores = scores + _walk(graph, delta, total, inputs)
+        return scores if per_run else _walk(graph, delta, total, inputs)
 
     if method == "EAP" or ig_on == "inputs":
-        scores = _contract(delta, gradients([groups[0][0]]))
+        scores = scores_of([groups[0][0]])
     else:  # each writer's edges read the gradients of the runs interpolating that writer's output
         scores = delta.new_zeros(delta.shape[0], len(graph.readers), batch)
         for output, nodes in tqdm(groups, desc="EAP-IG on activations", leave=False):
-            scores[nodes] = _contract(delta[nodes], gradients([output]))
+            scores[nodes] = scores_of([output])[nodes]
     edge = graph.edge_mask()
     return EdgeScores(
         [name for name, _, _ in graph.upstream],

@@ -135,15 +135,36 @@ def run_circuit(
         corrupt = _mean_writes(corrupt, mask)
     dropped = (graph.edge_mask() & ~kept.cpu()).to(corrupt.device, corrupt.dtype)  # edges fed the ablated value
     reader_index = {name: j for j, (name, _, _) in enumerate(readers)}
+    reader_at = torch.tensor(graph.order()[1])
     current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
     seen: dict[str, Tensor] = {}  # activations of this run the next write or reader needs
+    # each reader's stream minus this run's, carried through the last stream norm: (first reader, [reader, ...])
+    carried: dict[str, tuple[int, Tensor]] = {}
+
+    def offsets(columns: list[int]) -> Tensor:
+        """``x_r - resid`` for the readers ``columns``: ``[reader, batch, pos, d_model]``."""
+        since, done = (carried["since"][0] if carried else 0), len(current)
+        offset = 0
+        if done > since:
+            diff = torch.stack(current[since:]) - corrupt[since:done]
+            offset = -einops.einsum(dropped[since:done][:, columns], diff, "u r, u b p d -> r b p d")
+        if carried:
+            first, value = carried["value"]
+            offset = offset + value[[column - first for column in columns]]
+        return offset
 
     def reader_inputs(resid: Tensor, names: list[str]) -> Tensor:
         """``x_r`` for the readers ``names``: ``[reader, batch, pos, d_model]``."""
-        done = len(current)
-        diff = torch.stack(current) - corrupt[:done]
-        weights = dropped[:done][:, [reader_index[name] for name in names]]
-        return resid[None] - einops.einsum(weights, diff, "u r, u b p d -> r b p d")
+        return resid[None] + offsets([reader_index[name] for name in names])
+
+    def renormalize(step: int, norm):
+        def hook_fn(activation: Tensor, hook) -> None:  # a stream norm's input: carry each reader's offset through
+            first = int((reader_at <= step).sum())
+            ahead = list(range(first, len(readers)))
+            value = norm.normalize(activation[None] + offsets(ahead)) - norm.normalize(activation)[None]  # [ahead, ...]
+            carried.update(since=(len(current), None), value=(first, value))
+
+        return hook_fn
 
     def remember(key: str):
         return lambda activation, hook: seen.__setitem__(key, activation)
@@ -155,31 +176,44 @@ def run_circuit(
 
         return hook_fn
 
-    def projection(names: list[str], norm, weight: Tensor, bias: Tensor):
-        def hook_fn(activation: Tensor, hook) -> Tensor:  # q, k or v recomputed from each reader's own stream
-            x = norm.normalize(reader_inputs(seen["pre"], names))
-            return einops.einsum(x, weight, "r b p d, r d e -> b p r e") + bias
+    def projection(names: list[str], norm, weight: Tensor, bias: Tensor, key: str, pattern: str):
+        def hook_fn(activation: Tensor, hook) -> Tensor:  # recomputed from each reader's own stream
+            x = reader_inputs(seen[key], names)
+            x = x if norm is None else norm.normalize(x)
+            return einops.einsum(x, weight, pattern) + (0 if bias is None else bias)
 
         return hook_fn
 
-    def mlp_input(name: str, norm, key: str):
-        return lambda activation, hook: norm.normalize(reader_inputs(seen[key], [name])[0])
+    def mlp_input(name: list[str], norm, key: str):
+        return lambda activation, hook: norm.normalize(reader_inputs(seen[key], name)[0])
+
+    def first(hook_fn):
+        return lambda activation, hook: hook_fn(activation, hook)[0]
 
     hooks = [(model.act_name("resid_pre", 0), lambda activation, hook: current.append(activation))]
+    steps = {id(payload): step for step, _, kind, payload in graph.timeline() if kind == "norm"}
     for layer, block in enumerate(graph.plan):
         attn, attn_norm = block.attn, block.attn_norm
-        hooks.append((model.act_name("resid_pre", layer), remember("pre")))
-        if block.sequential:
-            hooks.append((model.act_name("resid_mid", layer), remember("mid")))
+        attn_key, mlp_key = graph.stream_at_read(model, layer, "attn"), None
+        hooks.append((attn_key, remember(attn_key)))
         queries = [f"L{layer}H{h}.q" for h in range(attn.n_heads)]
-        hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q)))
+        heads = "r b p d, r d e -> b p r e"
+        hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q, attn_key, heads)))
         for x in ("k", "v"):
             names = [f"L{layer}K{g}.{x}" for g in range(attn.n_key_value_heads)]
             weight, bias = attn.stored(f"W_{x.upper()}"), attn.stored(f"b_{x.upper()}")
-            hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias)))
+            hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias, attn_key, heads)))
+        for step in block.stream_norms:
+            hooks.append((step.reads, renormalize(steps[id(step)], step.norm)))
         if block.mlp is not None:
-            key = "mid" if block.sequential else "pre"
-            hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(f"MLP{layer}", block.mlp_norm, key)))
+            mlp_key = graph.stream_at_read(model, layer, "mlp")
+            hooks.append((mlp_key, remember(mlp_key)))
+            name = [f"MLP{layer}"]
+            if block.mlp_norm is not None:  # the norm's output, recomputed from the MLP's own stream
+                hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(name, block.mlp_norm, mlp_key)))
+            else:  # the MLP reads the stream itself: its input projections, recomputed
+                for hook, (W, b) in zip(block.mlp.input_hooks(), block.mlp.input_weights()):
+                    hooks.append((hook, first(projection(name, None, W, b, mlp_key, "r b p d, d m -> r b p m"))))
         for nodes in block.nodes():
             hooks += [(name, remember(name)) for name in nodes.hooks if name != nodes.output]
             hooks.append((nodes.output, write(nodes)))

@@ -24,9 +24,13 @@ It asks each block's writers (``components.writers``), never the family's name:
   shared by its query heads, nothing ungrouped), every MLP's input (``MLP3``), and the logits.
 - **Edges**: a node to every reader after it in the stream. A sequential block's MLP reads its
   own block's attention; a parallel block's does not.
+- **Stream norms** (a post-norm block's ``ln1``/``ln2``, which renormalize the stream itself):
+  events of the stream too (``BlockPlan.events``, in forward order with the reads and writes).
+  A write reaches a later reader through every stream norm between them, so an edge's score
+  pulls the reader's gradient back through each of their Jacobians, and ``run_circuit`` carries
+  each reader's own stream through them.
 
-Refused with the reason: post-norm models (the stream is renormalized, so it is not a sum of
-writes), writers other than attention and MLPs, and encoder-decoders.
+Refused with the reason: writers other than attention and MLPs, and encoder-decoders.
 """
 
 from dataclasses import dataclass
@@ -35,6 +39,8 @@ from typing import Callable, Optional
 import einops
 import torch
 from torch import Tensor, nn
+
+from interp_transformer.components.writers import Writer
 
 Reader = Callable[[str], Tensor]  # an activation by hook name
 
@@ -53,18 +59,24 @@ class WriterNodes:
 
 @dataclass(frozen=True)
 class BlockPlan:
-    """One block's attention and MLP parts, the norms their inputs pass, and their nodes."""
+    """One block's attention and MLP parts, the norms their inputs pass (None: a part reads the stream as it is,
+    as in a post-norm block), their nodes, and the block's steps in forward order (``events``)."""
 
     attn: nn.Module
-    attn_norm: nn.Module
+    attn_norm: Optional[nn.Module]
     mlp: Optional[nn.Module]
     mlp_norm: Optional[nn.Module]
     sequential: bool  # the MLP reads the stream after this block's attention
     attn_nodes: WriterNodes
     mlp_nodes: Optional[WriterNodes]
+    events: tuple  # ("read", "attn"|"mlp"), ("write", WriterNodes), ("norm", StreamNorm)
 
     def nodes(self) -> list[WriterNodes]:
         return [self.attn_nodes] + ([self.mlp_nodes] if self.mlp_nodes is not None else [])
+
+    @property
+    def stream_norms(self) -> list:
+        return [payload for kind, payload in self.events if kind == "norm"]
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,48 @@ class Graph:
     readers: list[tuple[str, int, str]]
     reads: dict[str, tuple[str, ...]]
 
+    @property
+    def has_stream_norms(self) -> bool:
+        return any(block.stream_norms for block in self.plan)
+
+    def timeline(self) -> list[tuple[int, int, str, object]]:
+        """``(step, layer, kind, payload)`` of every block's events in forward order; step 1 is the input's write."""
+        events = [(layer, kind, payload) for layer, block in enumerate(self.plan) for kind, payload in block.events]
+        return [(step, layer, kind, payload) for step, (layer, kind, payload) in enumerate(events, start=2)]
+
+    def order(self) -> tuple[list[int], list[int]]:
+        """The step (``timeline``) of each upstream node's write and of each reader's read."""
+        upstream_at, reader_at = [1] * len(self.upstream), [0] * len(self.readers)
+        node_index = {name: i for i, (name, _, _) in enumerate(self.upstream)}
+        reader_index = {name: j for j, (name, _, _) in enumerate(self.readers)}
+        timeline = self.timeline()
+        for step, layer, kind, payload in timeline:
+            if kind == "write":
+                for name in payload.names:
+                    upstream_at[node_index[name]] = step
+            elif kind == "read":
+                for name in self.block_readers(layer, payload):
+                    reader_at[reader_index[name]] = step
+        reader_at[reader_index["logits"]] = timeline[-1][0] + 1
+        return upstream_at, reader_at
+
+    def stream_at_read(self, model, layer: int, side: str) -> str:
+        """The hook holding the stream where block ``layer``'s attention or MLP reads it (before its own norm)."""
+        block = self.plan[layer]
+        if side == "attn" or not block.sequential:
+            return model.act_name("resid_pre", layer)
+        events = list(block.events)
+        before = events[events.index(("read", "mlp")) - 1]
+        return before[1].norm.hook_normalized.name if before[0] == "norm" else model.act_name("resid_mid", layer)
+
+    def block_readers(self, layer: int, side: str) -> list[str]:
+        """The readers of block ``layer``'s attention (``side="attn"``) or MLP, in the graph's order."""
+        return [name for name, at, kind in self.readers if at == layer and kind == side]
+
     def edge_mask(self) -> Tensor:
         """``[upstream, reader]``: True where the node writes before the reader reads."""
-        mask = torch.zeros(len(self.upstream), len(self.readers), dtype=torch.bool)
-        for i, (_, layer_u, side) in enumerate(self.upstream):
-            for j, (_, layer_r, kind) in enumerate(self.readers):
-                same_block = layer_u == layer_r and side == "attn" and kind == "mlp" and self.plan[layer_r].sequential
-                mask[i, j] = layer_u < layer_r or same_block
-        return mask
+        upstream_at, reader_at = self.order()
+        return torch.tensor(upstream_at)[:, None] < torch.tensor(reader_at)[None, :]
 
     def write_hooks(self, model) -> list[str]:
         """Every hook the nodes' writes are computed from."""
@@ -140,16 +186,33 @@ def _writer_nodes(layer: int, writer) -> WriterNodes:
 def _check(model) -> None:
     if model.has_cross_attention:
         raise ValueError("edge attribution runs on decoders; an encoder-decoder's cross-attention is not a graph here")
-    if not model.capabilities.additive_residual:
-        raise ValueError(
-            f"edge attribution needs a residual stream that is a sum of writes: {model.capabilities.why_not_additive()}"
-        )
     for layer, block in enumerate(model.blocks):
         for writer in block.writers():
             if writer.sublayer not in ("attn", "mlp"):
                 raise ValueError(
                     f"block {layer} has a {writer.sublayer!r} writer; edges are built for attention and MLPs"
                 )
+        for step in block.stream():
+            if not isinstance(step, Writer) and step.reads is None:
+                raise ValueError(
+                    f"block {layer}'s stream norm {step.name!r} does not say which hook holds its input; edges "
+                    "through it cannot be followed"
+                )
+            if not isinstance(step, Writer) and block.writer("mlp").routes_tokens:
+                raise ValueError(f"block {layer}: a mixture of experts behind a stream norm is not supported")
+
+
+def _events(block, sequential: bool, mlp_nodes, attn_nodes) -> tuple:
+    """The block's steps in forward order: reads before the part reading, writes, stream norms."""
+    events = [("read", "attn")] + ([("read", "mlp")] if mlp_nodes is not None and not sequential else [])
+    for step in block.stream():
+        if not isinstance(step, Writer):
+            events.append(("norm", step))
+        elif step.sublayer == "attn":
+            events.append(("write", attn_nodes))
+        else:
+            events += ([("read", "mlp")] if sequential else []) + [("write", mlp_nodes)]
+    return tuple(events)
 
 
 def build_graph(model) -> Graph:
@@ -159,12 +222,14 @@ def build_graph(model) -> Graph:
     for layer, block in enumerate(model.blocks):
         attn_writer, mlp_writer = block.writer("attn"), block.writer("mlp")
         attn, mlp = attn_writer.part, getattr(mlp_writer, "part", None)
-        readers = block.norm_readers()
-        attn_norm = next(norm for norm, part in readers if part is attn)
+        readers = block.norm_readers() if hasattr(block, "norm_readers") else []  # post-norm: parts read the stream
+        attn_norm = next((norm for norm, part in readers if part is attn), None)
         mlp_norm = next((norm for norm, part in readers if part is mlp), None) if mlp is not None else None
         sequential = model.act_name("resid_mid", layer) in model.hook_dict
+        attn_nodes = _writer_nodes(layer, attn_writer)
         mlp_nodes = _writer_nodes(layer, mlp_writer) if mlp is not None else None
-        plan.append(BlockPlan(attn, attn_norm, mlp, mlp_norm, sequential, _writer_nodes(layer, attn_writer), mlp_nodes))
+        events = _events(block, sequential, mlp_nodes, attn_nodes)
+        plan.append(BlockPlan(attn, attn_norm, mlp, mlp_norm, sequential, attn_nodes, mlp_nodes, events))
     upstream, readers, reads = [("input", -1, "input")], [], {"input": ()}
     for layer, block in enumerate(plan):
         attn = block.attn

@@ -124,9 +124,9 @@ class PostNormBlock(StreamBlock):
         """Attention's write, ``ln1`` renormalizing the stream, the MLP's write, ``ln2`` renormalizing it."""
         return [
             Writer("attn", self.attn, self.hook_attn_out.name),
-            StreamNorm("ln1", self.ln1),
+            StreamNorm("ln1", self.ln1, self.hook_resid_mid.name),
             Writer("mlp", self.mlp, self.hook_mlp_out.name),
-            StreamNorm("ln2", self.ln2),
+            StreamNorm("ln2", self.ln2, self.hook_resid_post.name),
         ]
 
     @shape_checked

@@ -49,6 +49,10 @@ class GatedMLP(NeuronWrites, nn.Module):
         """
         return [(self.W_gate, None), (self.W_in, self.b_in)]
 
+    def input_hooks(self) -> list[str]:
+        """The hook holding ``x W (+ b)`` for each pair of ``input_weights()``, in the same order."""
+        return [self.hook_pre.name, self.hook_pre_linear.name]
+
     def output_weights(self) -> list[Tensor]:
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
         return [self.W_out, self.b_out]

@@ -26,6 +26,10 @@ class MLP(NeuronWrites, nn.Module):
         """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites."""
         return [(self.W_in, self.b_in)]
 
+    def input_hooks(self) -> list[str]:
+        """The hook holding ``x W + b`` for each pair of ``input_weights()``, in the same order."""
+        return [self.hook_pre.name]
+
     def output_weights(self) -> list[Tensor]:
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
         return [self.W_out, self.b_out]

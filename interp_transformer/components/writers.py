@@ -126,10 +126,12 @@ class Writer:
 
 @dataclass(frozen=True)
 class StreamNorm:
-    """A norm that renormalizes the residual stream itself inside a block (post-norm ``ln1``, ``ln2``)."""
+    """A norm that renormalizes the residual stream itself inside a block (post-norm ``ln1``, ``ln2``); ``reads`` is
+    the hook holding the stream it normalizes."""
 
     name: str
     norm: nn.Module
+    reads: Optional[str] = None
 
     @property
     def scale_hook(self) -> str:

@@ -155,3 +155,18 @@ def test_token_lists_are_read_like_tensors(model):
     chosen = sites(model, "attn_out", positions=[2])
     as_lists = patch_sites(model, CLEAN.tolist(), CORRUPTED.tolist(), METRIC, chosen, progress=False)
     torch.testing.assert_close(as_lists, patch_sites(model, CLEAN, CORRUPTED, METRIC, chosen, progress=False))
+
+
+def test_batched_equals_the_loop_on_a_bidirectional_post_norm_encoder():
+    """BERT: attention to both sides, norms on the stream itself, a masked-LM read-out."""
+    from .encoder_helpers import random_mlm
+
+    model = random_mlm()[0]
+    clean, corrupted = torch.tensor([[1, 5, 9, 2, 7, 3]] * 2), torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 9, 1, 2, 6]])
+    metric = logit_diff_per_row(torch.tensor([3, 6]), torch.tensor([8, 2]), pos=2)
+    chosen = sites(model, "heads", positions="each", n_pos=6) + sites(model, "mlp_out", positions=[0, 5])
+    batched = patch_sites(model, clean, corrupted, metric, chosen, sites_per_chunk=5, progress=False)
+    loop = patch_sites_one_by_one(model, clean, corrupted, metric, chosen, progress=False)
+    torch.testing.assert_close(batched, loop, rtol=0, atol=1e-10)
+    later = [i for i, site in enumerate(chosen) if site.pos == 5 and site.layer == 0]
+    assert bool((loop[later] != loop[later].mean()).any())  # a later position reaches position 2: not causal

@@ -18,6 +18,7 @@ from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
 from interp_transformer.architectures.opt import OPTPostNormConfig
 
+from .encoder_helpers import random_mlm
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
 
 METRIC = logit_diff_per_row(*ANSWERS)
@@ -34,8 +35,13 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
+ENCODERS = {"bert_post_norm_encoder": lambda: random_mlm()[0]}  # real BERT parts, perturbed weights, MLM logits
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS) + sorted(ENCODERS))
 def model(request):
+    if request.param in ENCODERS:
+        return ENCODERS[request.param]()
     return perturbed_decoder(CONFIGS[request.param]())
 
 

@@ -19,8 +19,8 @@ prompt what it gets alone.
 Clean and corrupted prompts must pair position by position: pairs whose token lengths
 differ are refused, naming the pair. Sites come from ``sites(model, component, ...)``, which
 asks each block's writers (``components.writers``) for its heads' and neurons' hooks, so it
-works on every decoder the library loads (grouped-query attention included: a site is one
-query head).
+works on every decoder and encoder the library loads (grouped-query attention included: a site
+is one query head; an encoder's metric reads its masked-LM logits).
 """
 
 from dataclasses import dataclass
@@ -358,7 +358,6 @@ def patch_sites_one_by_one(
 
 def _start(model, clean_tokens, corrupted_tokens, metric, attention_mask):
     _checks.check_model(model)
-    _checks.require(model, "next_token_logits", "batched patching", "returns no next-token logits")
     if model.has_cross_attention:
         raise ValueError(
             "batched patching runs a decoder on its prompts; an encoder-decoder's source/target patching is "

@@ -31,8 +31,9 @@ sum to the attribution-patching score of the final residual stream.
 GPT-J (parallel blocks), BLOOM, OPT and post-norm OPT (each reader's gradient pulled back through
 the stream norms between it and each writer), Gemma 2/3 (output norms: attention sublayers as
 nodes), mixtures of experts (experts as nodes); and encoders (BERT: post-norm, both directions,
-a masked-LM read-out the metric reads). Refused with the reason: encoder-decoders (``graph``). In a post-norm model the logits' edges no longer sum to the final stream's score
-(the writes reach it through norms); each node's edges still sum to its own.
+a masked-LM read-out the metric reads). Refused with the reason: encoder-decoders (``graph``).
+In a post-norm model the logits' edges no longer sum to the final stream's score (the writes
+reach it through norms); each node's edges still sum to its own.
 """
 
 from dataclasses import dataclass, field

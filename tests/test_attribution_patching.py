@@ -81,3 +81,12 @@ def test_gradients_flow_through_soft_caps():
         step = STEP / 10
         numeric = (logit(embed + step * direction) - logit(embed - step * direction)) / (2 * step)
     torch.testing.assert_close((grad * direction).sum(), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_a_metric_that_ignores_the_logits_is_refused():
+    model = perturbed(TransformerConfig(**SHAPE))
+    clean, corrupted = torch.tensor([[1, 5, 9, 2]]), torch.tensor([[1, 6, 9, 2]])
+    with pytest.raises(ValueError, match="do not depend on the logits"):
+        attribution_patching(
+            model, clean, corrupted, lambda logits, prompt: torch.ones(prompt.shape), sites(model, "heads")
+        )

@@ -59,6 +59,8 @@ def attribution_patching(
     with torch.enable_grad():
         logits = model.run_with_hooks(corrupted, fwd_hooks=[(name, keep) for name in names], **kwargs)
         values = row_values(metric, logits, torch.arange(batch, device=logits.device))
+        if not values.requires_grad:
+            raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
         grads = torch.autograd.grad(values.sum(), [kept[name] for name in names], allow_unused=True)
     grad_of = {name: (g if g is not None else torch.zeros_like(kept[name])) for name, g in zip(names, grads)}
     rows = [

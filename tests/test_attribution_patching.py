@@ -90,3 +90,29 @@ def test_a_metric_that_ignores_the_logits_is_refused():
         attribution_patching(
             model, clean, corrupted, lambda logits, prompt: torch.ones(prompt.shape), sites(model, "heads")
         )
+
+
+def test_grad_drop_known_answers_on_two_layers():
+    """Attention only, 2 blocks: a last-block head's only nonzero term drops block 0, leaving its AtP; a block-0
+    head's drops block 1, leaving its direct path to the logits, which is its EAP edge into the logits."""
+    from analysis.discovery import edge_attribution_patching
+
+    model = perturbed(TransformerConfig(**dict(SHAPE, d_mlp=None)))
+    clean, corrupted = (
+        torch.tensor([[1, 5, 9, 2, 7], [3, 3, 8, 1, 0]]),
+        torch.tensor([[1, 6, 9, 2, 8], [3, 4, 8, 1, 2]]),
+    )
+    metric = logit_diff_per_row(torch.tensor([3, 6]), torch.tensor([8, 2]))
+    heads = sites(model, "heads")
+    drop = attribution_patching(model, clean, corrupted, metric, heads, grad_drop=True)
+    atp = attribution_patching(model, clean, corrupted, metric, heads)
+    edges = edge_attribution_patching(model, clean, corrupted, metric)
+    logits = edges.readers.index("logits")
+    for index, site in enumerate(heads):
+        if site.layer == 1:
+            torch.testing.assert_close(drop[index], atp[index].abs(), rtol=0, atol=1e-10)
+        else:
+            direct = edges.scores[edges.upstream.index(site.label), logits].abs()
+            torch.testing.assert_close(drop[index], direct, rtol=0, atol=1e-10)
+    block0 = [i for i, site in enumerate(heads) if site.layer == 0]
+    assert not torch.allclose(drop[block0], atp[block0].abs())  # dropping block 1 changes what block 0 reads

@@ -12,9 +12,11 @@ activations. It is the derivative of patching: ``tests/test_attribution_patching
 it equal to central finite differences of patching along ``corrupt + t (clean - corrupt)``.
 
 What it is not: exact. Where the model is far from linear between the two runs (attention
-saturating, a head's effect cancelling through later layers), AtP misestimates; AtP*'s
-two fixes (recomputing the attention pattern for query and key sites, and GradDrop against
-cancellation) are not applied here. Use ``patch_sites`` to confirm the sites AtP ranks first.
+saturating, a head's effect cancelling through later layers), AtP misestimates. AtP*'s
+GradDrop (``grad_drop=True``) ranks nodes whose effect cancels along their paths; its
+query/key fix (recomputing the attention pattern for patches of queries and keys) does not
+apply to these sites, which are after the pattern. Use ``patch_sites`` to confirm the sites
+AtP ranks first.
 """
 
 from typing import Optional, Sequence
@@ -34,21 +36,9 @@ def _site_values(tensor: Tensor, site: Site) -> Tensor:
     return selected.reshape(selected.shape[0], -1).sum(dim=-1)
 
 
-def attribution_patching(
-    model: _checks.AnyModel,
-    clean_tokens,
-    corrupted_tokens,
-    metric: RowMetric,
-    sites_: Sequence[Site],
-    *,
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-) -> Float[Tensor, "site batch"]:
-    """``atp[s, b]``: the first-order estimate of patching site ``s`` clean on prompt ``b`` (module docstring)."""
-    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
-    batch, n_pos = clean.shape
-    _check_sites(model, sites_, n_pos)
-    with torch.no_grad():
-        clean_acts = _clean_activations(model, clean, mask, sites_)
+def _estimates(model, corrupted, mask, metric, sites_, clean_acts, extra_hooks=()) -> Tensor:
+    """``(clean - corrupt) . d metric / d act`` per site and prompt, one forward and backward with ``extra_hooks``."""
+    batch = corrupted.shape[0]
     names = list(dict.fromkeys(site.hook for site in sites_))
     kept: dict[str, Tensor] = {}
 
@@ -57,7 +47,8 @@ def attribution_patching(
 
     kwargs = {} if mask is None else {"attention_mask": mask}
     with torch.enable_grad():
-        logits = model.run_with_hooks(corrupted, fwd_hooks=[(name, keep) for name in names], **kwargs)
+        hooks = [(name, keep) for name in names] + list(extra_hooks)
+        logits = model.run_with_hooks(corrupted, fwd_hooks=hooks, **kwargs)
         values = row_values(metric, logits, torch.arange(batch, device=logits.device))
         if not values.requires_grad:
             raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
@@ -67,6 +58,45 @@ def attribution_patching(
         _site_values((clean_acts[site.hook] - kept[site.hook].detach()) * grad_of[site.hook], site) for site in sites_
     ]
     return torch.stack(rows).to(torch.float64)
+
+
+def _drop_gradient(activation: Tensor, hook) -> Tensor:
+    """The same value, with no gradient flowing back through it (GradDrop)."""
+    return activation.detach()
+
+
+def attribution_patching(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    sites_: Sequence[Site],
+    *,
+    grad_drop: bool = False,
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+) -> Float[Tensor, "site batch"]:
+    """``atp[s, b]``: the first-order estimate of patching site ``s`` clean on prompt ``b`` (module docstring).
+
+    ``grad_drop=True``: AtP*'s GradDrop score instead, ``sum over blocks l of |AtP with no gradient through block
+    l's writes| / (n_layers - 1)``, one more backward pass per block. Where a node's effect cancels along its
+    paths, dropping one path exposes it; the score is for ranking (finding the nodes AtP misses), not an estimate
+    of patching."""
+    if not isinstance(grad_drop, bool):
+        raise TypeError(f"grad_drop must be a bool, got {type(grad_drop).__name__}")
+    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    _check_sites(model, sites_, clean.shape[1])
+    with torch.no_grad():
+        clean_acts = _clean_activations(model, clean, mask, sites_)
+    if not grad_drop:
+        return _estimates(model, corrupted, mask, metric, sites_, clean_acts)
+    n_layers = model.cfg.n_layers
+    if n_layers < 2:
+        raise ValueError(f"GradDrop averages over dropping each of at least 2 blocks; this model has {n_layers}")
+    total = 0
+    for block in model.blocks:
+        dropped = [(writer.output, _drop_gradient) for writer in block.writers()]
+        total = total + _estimates(model, corrupted, mask, metric, sites_, clean_acts, dropped).abs()
+    return total / (n_layers - 1)
 
 
 __all__ = ["attribution_patching"]

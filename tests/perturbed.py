@@ -45,7 +45,7 @@ class LinearNorm(torch.nn.Module):
 
 def linear_decoder(cfg, dtype: torch.dtype = torch.float64):
     """A perturbed decoder made linear in its input: norms ``x w + b``, MLP activations the identity (a gated
-    MLP's gate 1), and
+    MLP's gate 1; a mixture's router zero, so its routing is fixed), and
     ``W_Q = W_K = 0`` (every query attends uniformly to the keys before it, whatever the input)."""
     model = perturbed_decoder(cfg, dtype)
     generator = torch.Generator().manual_seed(2)
@@ -56,9 +56,12 @@ def linear_decoder(cfg, dtype: torch.dtype = torch.float64):
                     setattr(block, name, LinearNorm(cfg.d_model, generator, dtype))
             block.attn.W_Q.zero_()
             block.attn.stored("W_K").zero_()
-            if getattr(block, "mlp", None) is not None:  # a gated MLP's gate is 1: act(gate) * up is then up
-                gated = hasattr(block.mlp, "W_gate")
-                block.mlp.act_fn = torch.ones_like if gated else (lambda x: x)
+            mlp = getattr(block, "mlp", None)
+            experts = list(getattr(mlp, "experts", [])) if mlp is not None else []
+            if experts:  # a router reading nothing routes every token to the same experts, with the same weights
+                mlp.W_router.zero_()
+            for part in experts or ([mlp] if mlp is not None else []):  # a gated MLP's gate is 1: act(gate) * up
+                part.act_fn = torch.ones_like if hasattr(part, "W_gate") else (lambda x: x)
         model.ln_final = LinearNorm(cfg.d_model, generator, dtype)
     model.setup()
     return model.eval()

@@ -26,6 +26,7 @@ from interp_transformer import TransformerConfig
 from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.llama import LlamaConfig
+from interp_transformer.architectures.moe import MoEConfig
 from interp_transformer.architectures.opt import OPTPostNormConfig
 
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, linear_decoder
@@ -37,6 +38,7 @@ CONFIGS = {
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gemma2_output_norms": lambda: GemmaConfig(**SHAPE, n_key_value_heads=2, final_softcap=None),
     "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
+    "mixtral_experts": lambda: MoEConfig(**dict(SHAPE, d_mlp=8, n_key_value_heads=2), n_experts=4, experts_per_token=2),
 }
 
 

@@ -148,15 +148,15 @@ def main() -> None:
         if kept[i, logits] and "H" in name
     ]
     _, cache = model.run_with_cache(task.clean, attention_mask=task.attention_mask)
-    io_pos, s_pos = _name_positions(task)
-    print("heads of the 5% circuit writing to the logits (score; attention from the end to IO / to S):")
+    io_pos, s_pos, s2_pos = _name_positions(task)
+    print("heads of the 5% circuit writing to the logits (score; attention from the end to IO / S1 / S2):")
     for score, name in sorted(writers, key=lambda item: -abs(item[0]))[:8]:
         layer, head = (int(part) for part in name[1:].split("H"))
         pattern = cache[model.act_name("pattern", layer)][:, head]
         rows = torch.arange(len(task))
         to_io = pattern[rows, task.pos, io_pos].mean()
-        to_s = pattern[rows, task.pos, s_pos].mean()
-        print(f"  {name:<6} {score:+.3f}   IO {to_io:.2f} / S {to_s:.2f}")
+        to_s, to_s2 = pattern[rows, task.pos, s_pos].mean(), pattern[rows, task.pos, s2_pos].mean()
+        print(f"  {name:<6} {score:+.3f}   IO {to_io:.2f} / S1 {to_s:.2f} / S2 {to_s2:.2f}")
 
     # 6. EAP-IG on --timing-prompts prompts: time and memory
     big = ioi_task(model, args.timing_prompts, seed=1)
@@ -178,13 +178,15 @@ def main() -> None:
 
 
 def _name_positions(task):
-    """Per prompt, the position of the IO name's first mention and of the subject's first mention."""
-    io, s = [], []
+    """Per prompt, the position of the IO name, and of the subject's first (S1) and second (S2) mentions."""
+    io, s1, s2 = [], [], []
     for row in range(len(task)):
         tokens = task.clean[row].tolist()
+        subject = int(task.wrong[row])
         io.append(tokens.index(int(task.answer[row])))
-        s.append(tokens.index(int(task.wrong[row])))
-    return torch.tensor(io), torch.tensor(s)
+        s1.append(tokens.index(subject))
+        s2.append(len(tokens) - 1 - tokens[::-1].index(subject))
+    return torch.tensor(io), torch.tensor(s1), torch.tensor(s2)
 
 
 if __name__ == "__main__":

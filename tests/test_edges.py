@@ -30,6 +30,7 @@ CONFIGS = {
     "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
     "moe": lambda: MoEConfig(**dict(ROTARY, d_mlp=8), n_experts=4, experts_per_token=2),
     "gemma2_output_norms": lambda: GemmaConfig(**ROTARY, post_norms=True),
+    "gemma3_qk_norms": lambda: GemmaConfig(**ROTARY, post_norms=True, qk_norm=True, attn_softcap=None),
     "attn_only": lambda: TransformerConfig(**dict(SHAPE, d_mlp=None)),
     "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
 }

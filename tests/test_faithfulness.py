@@ -32,6 +32,7 @@ CONFIGS = {
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
     "gemma2_output_norms": lambda: GemmaConfig(**SHAPE, n_key_value_heads=2, post_norms=True),
+    "gemma3_qk_norms": lambda: GemmaConfig(**SHAPE, n_key_value_heads=2, qk_norm=True, attn_softcap=None),
     "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
     "moe_experts": lambda: MoEConfig(**dict(SHAPE, d_mlp=8, n_key_value_heads=2), n_experts=4, experts_per_token=2),
 }

@@ -130,6 +130,33 @@ def test_alibi_attention_paths_agree_with_padding_and_a_key_value_cache():
     assert (no_bias(x, layout) - outputs[False])[mask.bool()].abs().max() > 1e-3  # the bias matters
 
 
+def test_alibi_takes_other_slopes_and_its_attention_is_a_from_scratch_alibis():
+    """A design whose slopes start at 1 (``2^(-8h/H)``): our attention with those slopes equals the textbook
+    formula written here, softmax(q k / sqrt(d) - slope_h |i - j|) over the causal keys; the default slopes differ."""
+    cfg = OurBloomConfig(d_model=24, n_layers=1, n_heads=3, d_head=8, d_mlp=32, d_vocab=10, n_ctx=16)
+    slopes = 2 ** (-8 * torch.arange(3) / 3)
+    attn = Attention(cfg, score_bias=ALiBi(3, slopes=slopes)).double()
+    with torch.no_grad():
+        for param in attn.parameters():
+            param.copy_(randn(*param.shape, seed=param.numel()))
+    x = randn(1, 6, 24, seed=3)
+    attn.use_fused_attention = False
+    patterns = {}
+    attn.hook_pattern.add_hook(lambda pattern, hook: patterns.setdefault("ours", pattern))
+    attn(x, TokenLayout.contiguous(1, 6, device=x.device))
+    q = torch.einsum("bpd,hde->bhpe", x, attn.W_Q) + attn.b_Q[None, :, None, :]
+    k = torch.einsum("bpd,hde->bhpe", x, attn.W_K) + attn.b_K[None, :, None, :]
+    distance = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs()
+    scores = q @ k.transpose(-1, -2) / 8**0.5 - slopes.double()[None, :, None, None] * distance
+    scores = scores.masked_fill(torch.arange(6)[None, :] > torch.arange(6)[:, None], float("-inf"))
+    torch.testing.assert_close(patterns["ours"], scores.softmax(dim=-1), atol=1e-12, rtol=0)
+    assert not torch.equal(ALiBi(3).slopes, ALiBi(3, slopes=slopes).slopes)
+    with pytest.raises(ValueError, match=r"one slope per head, shape \(3,\), got shape \(2,\)"):
+        ALiBi(3, slopes=[1.0, 0.5])
+    with pytest.raises(ValueError, match="must be positive and finite"):
+        ALiBi(3, slopes=[1.0, -0.5, 0.25])
+
+
 # --- the unbiased-std LayerNorm -------------------------------------------------------------------------------------
 def annotated_layer_norm(x, a_2, b_2, eps):
     """The Annotated Transformer's LayerNorm, as it writes it."""

@@ -23,12 +23,14 @@ the softmax removes such a constant, so the patterns are the same and only
 TransformerLens adds ``slope[h] * min(position[k] - position[q], 0)``, which is ours on
 every key a causal query sees.
 
-``ALiBi`` is a part of ``Attention`` (``Attention(cfg, score_bias=ALiBi(n_heads))``): it
+``ALiBi`` is a part of ``Attention`` (``Attention(cfg, score_bias=ALiBi(n_heads))``, or
+``ALiBi(n_heads, slopes=...)`` for other slopes, one positive number per head): it
 holds no parameters and hooks its bias as ``hook_bias``
 (``blocks.L.attn.score_bias.hook_bias``, ``[batch, head_index, query_pos, key_pos]``).
 """
 
 import math
+from typing import Optional, Sequence
 
 import einops
 import torch
@@ -65,13 +67,28 @@ def key_positions(layout: TokenLayout) -> Int[Tensor, "batch key_pos"]:
     return (layout.key_is_real.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-class ALiBi(nn.Module):
-    """The bias ``-slope[h] * |position[q] - position[k]|`` for an ``Attention``'s scores (see the module docstring)."""
+def _checked_slopes(slopes, n_heads: int) -> Tensor:
+    """``slopes`` as a float32 CPU tensor of ``n_heads`` positive finite numbers, or ``ValueError`` naming them."""
+    values = torch.as_tensor(slopes, dtype=torch.float32, device="cpu").detach().clone()
+    if values.shape != (n_heads,):
+        raise ValueError(f"ALiBi needs one slope per head, shape ({n_heads},), got shape {tuple(values.shape)}")
+    if not bool(torch.isfinite(values).all()) or not bool((values > 0).all()):
+        raise ValueError(f"ALiBi slopes must be positive and finite (a penalty growing with distance), got {values}")
+    return values
 
-    def __init__(self, n_heads: int):
+
+class ALiBi(nn.Module):
+    """The bias ``-slope[h] * |position[q] - position[k]|`` for an ``Attention``'s scores (see the module docstring).
+
+    ``slopes``: one positive number per head; by default ``alibi_slopes(n_heads)``, the paper's and BLOOM's. A
+    design whose sequence starts elsewhere passes its own, e.g. ``2 ** (-8 * torch.arange(n_heads) / n_heads)``
+    (starting at 1)."""
+
+    def __init__(self, n_heads: int, slopes: Optional[Sequence[float]] = None):
         super().__init__()
         self.n_heads = n_heads
-        self.slopes = alibi_slopes(n_heads)  # float32, not a buffer: fixed numbers, like the rotary frequencies
+        # float32, not a buffer: fixed numbers, like the rotary frequencies
+        self.slopes = alibi_slopes(n_heads) if slopes is None else _checked_slopes(slopes, n_heads)
         self.hook_bias = HookPoint()
 
     def forward(self, layout: TokenLayout, dtype: torch.dtype) -> Float[Tensor, "batch head_index query_pos key_pos"]:

@@ -157,6 +157,42 @@ def test_alibi_takes_other_slopes_and_its_attention_is_a_from_scratch_alibis():
         ALiBi(3, slopes=[1.0, -0.5, 0.25])
 
 
+def test_a_clipped_relative_bias_is_its_from_scratch_formula_padded_and_cached():
+    """Shaw-style clipped offsets: our attention equals softmax(q k / sqrt(d) + W_rel[clip(j - i, -2, 2) + 2, h])
+    written here; a left-padded row gets what it gets alone, and a key/value cache changes nothing."""
+    from interp_transformer.components import ClippedRelativeBias
+
+    cfg = OurBloomConfig(d_model=24, n_layers=1, n_heads=3, d_head=8, d_mlp=32, d_vocab=10, n_ctx=16)
+    attn = Attention(cfg, score_bias=ClippedRelativeBias(3, max_distance=2)).double()
+    with torch.no_grad():
+        for param in attn.parameters():
+            param.copy_(randn(*param.shape, seed=param.numel()))
+    attn.use_fused_attention = False
+    x = randn(2, 6, 24, seed=4)
+    patterns = []
+    attn.hook_pattern.add_hook(lambda pattern, hook: patterns.append(pattern))
+    attn(x[:1], TokenLayout.contiguous(1, 6, device=x.device))
+    q = torch.einsum("bpd,hde->bhpe", x[:1], attn.W_Q) + attn.b_Q[None, :, None, :]
+    k = torch.einsum("bpd,hde->bhpe", x[:1], attn.W_K) + attn.b_K[None, :, None, :]
+    offset = (torch.arange(6)[None, :] - torch.arange(6)[:, None]).clamp(-2, 2) + 2
+    table = attn.score_bias.W_rel.detach()
+    scores = q @ k.transpose(-1, -2) / 8**0.5 + table[offset].permute(2, 0, 1)[None]
+    scores = scores.masked_fill(torch.arange(6)[None, :] > torch.arange(6)[:, None], float("-inf"))
+    torch.testing.assert_close(patterns[0], scores.softmax(dim=-1), atol=1e-12, rtol=0)
+    alone = attn(x[1:, 2:], TokenLayout.contiguous(1, 4, device=x.device))
+    _, mask = left_padded(torch.zeros(2, 6, dtype=torch.long), (2, 0))
+    padded = attn(x.flip(0), TokenLayout.from_attention_mask(mask))  # row 0: x[1] with its first 2 positions padding
+    torch.testing.assert_close(padded[0, 2:], alone[0], atol=1e-12, rtol=0)
+    cache = LayerKVCache()
+    first = attn(x[:, :4], TokenLayout.contiguous(2, 4, device=x.device), cache)
+    second = attn(x[:, 4:], TokenLayout.contiguous(2, 2, offset=4, device=x.device), cache)
+    torch.testing.assert_close(
+        torch.cat([first, second], dim=1), attn(x, TokenLayout.contiguous(2, 6)), atol=1e-12, rtol=0
+    )
+    with pytest.raises(ValueError, match="max_distance a positive int, got 0"):
+        ClippedRelativeBias(3, max_distance=0)
+
+
 # --- the unbiased-std LayerNorm -------------------------------------------------------------------------------------
 def annotated_layer_norm(x, a_2, b_2, eps):
     """The Annotated Transformer's LayerNorm, as it writes it."""

@@ -5,6 +5,7 @@ picks them and a block or model composes them.
 """
 
 from .alibi import ALiBi
+from .clipped_relative_bias import ClippedRelativeBias
 from .attention import Attention
 from .bert_heads import MLMHead, Pooler
 from .blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
@@ -28,6 +29,7 @@ from .unembed import Unembed
 
 __all__ = [
     "ALiBi",
+    "ClippedRelativeBias",
     "Attention",
     "AttnOnlyBlock",
     "CausalMask",

@@ -2,7 +2,7 @@
 
 For each token with normalized residual ``x``::
 
-    router_logits   = x W_router                                [expert]
+    router_logits   = x W_router (+ b_router)                   [expert]
     expert_weights  = softmax(router_logits)                    [expert]   (TransformerLens' name)
     expert_indices  = the top_k experts by expert_weights       [top_k]
     routing_weights = expert_weights[expert_indices]            [top_k]    divided by their sum when
@@ -12,13 +12,15 @@ For each token with normalized residual ``x``::
 
 Each expert is a ``GatedMLP`` (``experts.E.hook_pre`` is its gate, ``hook_pre_linear`` its
 up projection, ``hook_post`` the gated product; TransformerLens' MoE experts name the gate
-``hook_gate`` and the up projection ``hook_pre`` instead). Hooks of the router, in the order
+``hook_gate`` and the up projection ``hook_pre`` instead), or any MLP part given as
+``expert_part`` (``MLP``: a plain two-layer MLP with biases); ``router_bias=True`` gives the
+router a bias ``b_router``. Hooks of the router, in the order
 they fire:
 
 ==========================  =======================  ==================================================
 hook                        shape                    value
 ==========================  =======================  ==================================================
-``hook_router_logits``      ``batch pos expert``     ``x W_router`` (Hugging Face's ``router_logits``)
+``hook_router_logits``      ``batch pos expert``     ``x W_router (+ b_router)`` (HF's ``router_logits``)
 ``hook_expert_weights``     ``batch pos expert``     ``softmax(router_logits)`` over every expert
 ``hook_expert_indices``     ``batch pos top_k``      the chosen experts, largest weight first (int64)
 ``hook_routing_weights``    ``batch pos top_k``      what each chosen expert's output is multiplied by
@@ -91,8 +93,15 @@ class MixtureOfExperts(nn.Module):
         act_fn: str,
         normalize_routing: bool,
         d_mlp_shared: Optional[int] = None,
+        *,
+        expert_part: type = GatedMLP,
+        router_bias: bool = False,
     ):
         super().__init__()
+        if not isinstance(router_bias, bool):
+            raise ValueError(f"router_bias must be a bool, got {router_bias!r}")
+        if not (isinstance(expert_part, type) and issubclass(expert_part, nn.Module)):
+            raise ValueError(f"expert_part must be an MLP part class (GatedMLP, MLP), got {expert_part!r}")
         for name, value in (
             ("d_model", d_model),
             ("d_mlp", d_mlp),
@@ -110,12 +119,13 @@ class MixtureOfExperts(nn.Module):
         )
         self.use_sparse_experts = True  # set False to always run the explicit path
         self.W_router = nn.Parameter(torch.empty(d_model, n_experts))
+        self.b_router = nn.Parameter(torch.zeros(n_experts)) if router_bias else None
         self.hook_router_logits = HookPoint()
         self.hook_expert_weights = HookPoint()
         self.hook_expert_indices = HookPoint()
         self.hook_routing_weights = HookPoint()
         expert = SimpleNamespace(d_model=d_model, d_mlp=d_mlp, act_fn=act_fn)
-        self.experts = nn.ModuleList(GatedMLP(expert) for _ in range(n_experts))
+        self.experts = nn.ModuleList(expert_part(expert) for _ in range(n_experts))
         self.shared_expert: Optional[GatedMLP] = None
         if d_mlp_shared is not None:
             self.shared_expert = GatedMLP(SimpleNamespace(d_model=d_model, d_mlp=d_mlp_shared, act_fn=act_fn))
@@ -128,6 +138,8 @@ class MixtureOfExperts(nn.Module):
         """One expert weight stacked over experts: ``stacked("W_in")`` is ``[expert, d_model, d_mlp]``."""
         if name not in EXPERT_WEIGHTS:
             raise KeyError(f"stacked() stacks the expert weights {EXPERT_WEIGHTS}, got {name!r}")
+        if not hasattr(self.experts[0], name):
+            raise KeyError(f"these experts are {type(self.experts[0]).__name__}s, which have no {name}")
         return torch.stack([getattr(expert, name) for expert in self.experts])
 
     def why_no_weight(self, name: str) -> str:
@@ -141,7 +153,7 @@ class MixtureOfExperts(nn.Module):
 
     def input_weights(self) -> list[tuple[Tensor, Optional[Tensor]]]:
         """``(W, b)`` pairs reading this part's input (the router, every expert, the shared expert and its gate)."""
-        pairs: list[tuple[Tensor, Optional[Tensor]]] = [(self.W_router, None)]
+        pairs: list[tuple[Tensor, Optional[Tensor]]] = [(self.W_router, self.b_router)]
         for expert in self.experts:
             pairs += expert.input_weights()
         if self.shared_expert is not None:
@@ -216,7 +228,10 @@ class MixtureOfExperts(nn.Module):
     def route(self, normalized: Float[Tensor, "batch pos d_model"]) -> Routing:
         """The router: which ``top_k`` experts each token uses, and their weights (hooks fire in order)."""
         # x @ W_router is einsum(x, W_router, "batch pos d_model, d_model expert -> batch pos expert")
-        router_logits = self.hook_router_logits(normalized @ self.W_router)
+        router_logits = normalized @ self.W_router
+        router_logits = self.hook_router_logits(
+            router_logits if self.b_router is None else router_logits + self.b_router
+        )
         expert_weights = self.hook_expert_weights(
             router_logits.softmax(dim=-1, dtype=routing_dtype(router_logits.dtype))
         )

@@ -247,3 +247,25 @@ def test_the_alignment_score_of_a_perfect_and_a_uniform_head():
     scores = cross_attention.attention_on_alignment(torch.cat([perfect, uniform], dim=2), alignment)
     torch.testing.assert_close(scores, torch.tensor([[1.0, 1 / n_source]]))
     assert cross_attention.diagonal_alignment(3, torch.tensor([5])).tolist() == [[0, 2, 4]]
+
+
+def test_separate_source_and_target_embeddings():
+    """The target reads its own embedding, the source its own: decoding the encoder's output with a shared-embedding
+    twin whose embedding is the target's gives the same logits, exactly; the shared model's differ."""
+    separate = perturbed(Seq2SeqConfig(**SMALL, separate_embeddings=True))
+    assert separate.decoder_embed is not None and not torch.equal(separate.embed.W_E, separate.decoder_embed.W_E)
+    shared = EncoderDecoderTransformer(Seq2SeqConfig(**SMALL), dtype=torch.float64)
+    state = {k: v for k, v in separate.state_dict().items() if not k.startswith("decoder_embed.")}
+    shared.load_state_dict(state)
+    logits, cache = separate.run_with_cache(SOURCE, DECODER_INPUT, attention_mask=SOURCE_MASK)
+    torch.testing.assert_close(cache["decoder.hook_embed"], separate.decoder_embed(DECODER_INPUT), rtol=0, atol=0)
+    with torch.no_grad():
+        encoded = separate.encode(SOURCE, SOURCE_MASK)
+        shared.embed.W_E.copy_(separate.decoder_embed.W_E)
+        twin = shared.decode(DECODER_INPUT, encoded)
+        shared.embed.W_E.copy_(separate.embed.W_E)
+        one_table = shared(SOURCE, DECODER_INPUT, attention_mask=SOURCE_MASK)
+    torch.testing.assert_close(logits, twin, rtol=0, atol=1e-12)
+    assert (logits - one_table).abs().max() > 1e-3
+    with pytest.raises(TypeError, match="separate_embeddings must be a bool"):
+        Seq2SeqConfig(**SMALL, separate_embeddings=1)

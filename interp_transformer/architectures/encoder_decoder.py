@@ -59,13 +59,14 @@ class StackParts:
 
 @dataclass(frozen=True)
 class EncoderDecoderParts:
-    """What ``EncoderDecoderTransformer`` composes: one token embedding (both stacks read it), two stacks, the
-    read-out."""
+    """What ``EncoderDecoderTransformer`` composes: the token embedding (both stacks read it, unless
+    ``decoder_embed`` gives the target its own), two stacks, the read-out."""
 
     embed: nn.Module
     encoder: StackParts
     decoder: StackParts
     unembed: nn.Module
+    decoder_embed: Optional[nn.Module] = None  # the target's own token embedding (None: the decoder reads ``embed``)
 
 
 def validate_encoder_decoder_fields(cfg) -> None:

@@ -5,7 +5,7 @@ sines and cosines) and blocks, with the norm placement later found easier to tra
 (tensor2tensor's default since 2018, fairseq's ``--encoder-normalize-before``, PyTorch's
 ``nn.Transformer(norm_first=True)``, Xiong et al. 2020)::
 
-    x = W_E[tokens] * sqrt(d_model) + sinusoidal(positions)
+    x = W_E[tokens] * sqrt(d_model) + sinusoidal(positions)     (separate_embeddings: the decoder's own W_E)
     encoder blocks: TransformerBlock(LayerNorm, Attention(PaddingMask), LayerNorm, MLP)
     decoder blocks: CrossAttentionBlock(LayerNorm, Attention(causal), LayerNorm, CrossAttention, LayerNorm, MLP)
     each stack ends in its own LayerNorm (ln_final); logits = decoder.ln_final(x) W_U + b_U
@@ -52,10 +52,13 @@ class Seq2SeqConfig:
     pad_token_id: int = 0
     eos_token_id: int = 1
     decoder_start_token_id: int = 2
+    separate_embeddings: bool = False  # the target has its own token embedding (decoder_embed); positions shared
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
         validate_encoder_decoder_fields(self)
+        if not isinstance(self.separate_embeddings, bool):
+            raise TypeError(f"separate_embeddings must be a bool, got {self.separate_embeddings!r}")
         if self.d_model % 2:
             raise ValueError(f"interleaved sinusoidal positions need an even d_model, got {self.d_model}")
 
@@ -81,7 +84,8 @@ def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:
 
     encoder = StackParts(positions(), None, None, [encoder_block() for _ in range(cfg.n_layers)], norm())
     decoder = StackParts(positions(), None, None, [decoder_block() for _ in range(cfg.n_decoder_layers)], norm())
-    return EncoderDecoderParts(ScaledEmbed(cfg), encoder, decoder, Unembed(cfg))
+    decoder_embed = ScaledEmbed(cfg) if cfg.separate_embeddings else None
+    return EncoderDecoderParts(ScaledEmbed(cfg), encoder, decoder, Unembed(cfg), decoder_embed)
 
 
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)

@@ -5,6 +5,7 @@ Forward pass (``source [batch, key_pos]`` ids, ``target [batch, pos]`` the decod
 
     encoder_out = encoder(embed(source))                     bidirectional; source padding masked
     residual    = decoder(embed(target), encoder_out)        causal self-attention, then cross-attention
+                                                             (decoder_embed(target) where the target has its own)
                                                              over encoder_out, then the MLP, per block
     logits      = unembed(residual)                          [batch, pos, d_vocab]: logits[:, t] predicts target[t + 1]
 
@@ -79,6 +80,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         super().__init__(cfg, tokenizer)
         parts = self.build_parts(EncoderDecoderParts)
         self.embed = parts.embed
+        self.decoder_embed = parts.decoder_embed  # None: the decoder reads the source's embedding too
         self.encoder = EncoderStack(parts.encoder)
         self.decoder = DecoderStack(parts.decoder)
         self.unembed = parts.unembed
@@ -140,7 +142,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         offset: int,
     ) -> Float[Tensor, "batch pos d_vocab"]:
         layout = TokenLayout.contiguous(decoder_input.shape[0], decoder_input.shape[1], offset, decoder_input.device)
-        residual = self.decoder(self.embed(decoder_input), decoder_input, layout, source, kv_cache)
+        embed = self.embed if self.decoder_embed is None else self.decoder_embed
+        residual = self.decoder(embed(decoder_input), decoder_input, layout, source, kv_cache)
         return self.unembed(residual)
 
     # --- inputs --------------------------------------------------------------------------------

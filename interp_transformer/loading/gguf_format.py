@@ -71,6 +71,7 @@ _FLOAT32, _STRING, _ARRAY = 6, 8, 9
 
 # The ggml types we turn into values: stored floats, and the block formats the gguf package dequantizes.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+DEQUANTIZE_CHUNK_VALUES = 1 << 22  # values dequantized at once (16 MiB of float32)
 _TORCH_FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
@@ -270,8 +271,13 @@ def read_tensor(path: Path, info: TensorInfo) -> Tensor:
         return torch.frombuffer(raw, dtype=_TORCH_FLOATS[info.type_name]).reshape(info.shape)
     gguf = _gguf_package()
     quant_type = gguf.GGMLQuantizationType(info.type_id)
-    packed = np.frombuffer(raw, dtype=np.uint8).reshape(*info.shape[:-1], -1)
-    return torch.from_numpy(gguf.quants.dequantize(packed, quant_type)).reshape(info.shape)
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(-1, info.nbytes // max(1, math.prod(info.shape[:-1])))
+    # a chunk of rows at a time into the result, so the dequantizer's temporaries stay small beside a large tensor
+    values = np.empty((rows.shape[0], info.shape[-1]), dtype=np.float32)
+    step = max(1, DEQUANTIZE_CHUNK_VALUES // info.shape[-1])
+    for start in range(0, rows.shape[0], step):
+        values[start : start + step] = gguf.quants.dequantize(rows[start : start + step], quant_type)
+    return torch.from_numpy(values).reshape(info.shape)
 
 
 __all__ = ["GGUFHeader", "SUPPORTED_TYPES", "TensorInfo", "check_supported_type", "read_header", "read_tensor"]

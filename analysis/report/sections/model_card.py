@@ -30,6 +30,36 @@ def _output_norm_names(block) -> list[str]:
     return [name for norm in norms for name, child in block.named_children() if child is norm]
 
 
+def _layer_ranges(layers: list[int]) -> str:
+    """``[0, 1, 2, 4]`` as ``"0-2, 4"``."""
+    ranges, start = [], None
+    for index, layer in enumerate(layers):
+        start = layer if start is None else start
+        if index + 1 == len(layers) or layers[index + 1] != layer + 1:
+            ranges.append(str(start) if start == layer else f"{start}-{layer}")
+            start = None
+    return ", ".join(ranges)
+
+
+def attention_spans(model) -> str:
+    """Which layers attend locally (a sliding window of keys) and which globally, asked of each block's attention;
+    empty where every layer sees every earlier key."""
+    windows = {}
+    for layer, block in enumerate(model.writer_blocks()):
+        for writer in block.writers():
+            key_window = getattr(writer.part, "key_window", None)
+            if writer.sublayer == "attn" and key_window is not None:
+                windows[layer] = key_window()
+    local = sorted(layer for layer, window in windows.items() if window is not None)
+    if not local:
+        return ""
+    sizes = sorted({windows[layer] for layer in local})
+    span = " or ".join(f"{size:,}" for size in sizes)
+    global_layers = sorted(layer for layer, window in windows.items() if window is None)
+    text = f"local (each query sees its last {span} keys): layers {_layer_ranges(local)}"
+    return text + (f"; global (every earlier key): layers {_layer_ranges(global_layers)}" if global_layers else "")
+
+
 def _two_stacks(model) -> str:
     """What an encoder-decoder is: its two stacks, its heads, where its norms sit."""
     cfg = model.cfg
@@ -69,6 +99,9 @@ def _structure(ctx: ReportContext) -> str:
             "A norm before and after attention and the MLP ({}): their outputs are normalized before they are "
             "added to the residual stream.".format(", ".join(output_norms))
         )
+    spans = attention_spans(model)
+    if spans:
+        parts.append(f"Attention is {spans}.")
     if model.logit_softcap is not None:
         parts.append(f"Logits soft-capped at {model.logit_softcap:g} (cap * tanh(logit / cap)).")
     if not capabilities.causal:
@@ -110,6 +143,8 @@ def model_section(ctx: ReportContext) -> ReportSection:
     model, cfg = ctx.model, ctx.model.cfg
     rows = [(name, value) for name, value in dataclasses.asdict(cfg).items()]
     rows.append(("architecture", model.architecture.name))
+    if attention_spans(model):
+        rows.append(("attention", attention_spans(model)))
     rows.append(("parameters", f"{sum(p.numel() for p in model.parameters()):,}"))
     rows.append(("dtype", str(next(model.parameters()).dtype).removeprefix("torch.")))
     processing = list(model.processing)

@@ -1,0 +1,277 @@
+"""What each GGUF ``general.architecture`` means in Hugging Face terms: tensor names, stored values, config.
+
+llama.cpp's converter writes every family with one shared vocabulary of names
+(``token_embd``, ``blk.{L}.attn_q``, ``ffn_gate``, ``output_norm`` ...) and metadata keys
+(``{arch}.embedding_length``, ``{arch}.attention.head_count`` ...). A row of
+``GGUF_ARCHITECTURES`` says, for one architecture, what its file changed and how to undo it:
+
+==========  =======================  ============================================================================
+arch        config class             beyond the shared names
+==========  =======================  ============================================================================
+``llama``   ``LlamaConfig``          q/k rows reordered for llama.cpp's rotary layout (``permuted_qk``);
+                                     attention / MLP biases when their tensors are present
+``qwen2``   ``Qwen2Config``          q/k/v biases (always), no reordering
+``qwen3``   ``Qwen3Config``          per-head q/k norms (``attn_q_norm``), ``attention_bias`` from its tensors
+``gemma``   ``GemmaConfig``          norms stored as ``1 + w`` (``norm_offset``)
+``gemma2``  ``Gemma2Config``         as ``gemma``, with norms after each sublayer (``post_attention_norm`` is
+                                     Hugging Face's ``post_attention_layernorm``, ``ffn_norm`` its
+                                     ``pre_feedforward_layernorm``), soft-caps and the sliding window from
+                                     the metadata
+``gemma3``  ``Gemma3TextConfig``     as ``gemma2`` with q/k norms and no attention soft-cap; the sliding
+                                     layers' rotary base ``rope.freq_base_swa`` (10,000 where absent)
+==========  =======================  ============================================================================
+
+What a file does not say is what llama.cpp assumes for that family: Gemma 2/3 scale
+queries by ``d_head^-1/2`` (``query_pre_attn_scalar = d_head``; ``d_model / n_heads`` for
+the 27B sizes, told apart by their layer count), Gemma 3 has five sliding layers to one
+global, the activation is GELU (tanh); the config class's defaults say the same.
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+# llama.cpp tensor names -> Hugging Face names shared by the Llama-like decoders.
+GLOBAL_TENSORS = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+LLAMA_BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+QK_NORM_TENSORS = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+# Gemma 2/3: a norm after each sublayer; the one llama.cpp calls ffn_norm is the norm *before* the MLP
+SANDWICH_BLOCK_TENSORS = {
+    **LLAMA_BLOCK_TENSORS,
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# config field -> tokenizer.ggml key of the special token ids a config carries
+SPECIAL_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "pad_token_id": "padding_token_id"}
+GEMMA_LOCAL_ROPE_BASE = 10000.0  # Gemma 3's sliding layers, which llama.cpp's converter does not write down
+
+
+@dataclass(frozen=True)
+class GGUFArchitecture:
+    """How one ``general.architecture`` maps onto ``transformers``."""
+
+    config_class: str  # a transformers config class, e.g. "LlamaConfig"
+    model_class: str  # the causal LM the state dict is for, e.g. "LlamaForCausalLM"
+    permuted_qk: bool  # llama.cpp reorders attn_q / attn_k rows for its rotary layout
+    # config field -> GGUF tensor-name suffix whose presence turns it on, e.g. attention_bias <- ".attn_q.bias"
+    flags_from_tensors: tuple[tuple[str, str], ...] = ()
+    block_tensors: Mapping[str, str] = field(default_factory=lambda: LLAMA_BLOCK_TENSORS)
+    # llama.cpp stores Gemma's norm gains as 1 + w; Hugging Face's Gemma norms hold w (gain 1 + w)
+    norm_offset: float = 0.0
+    # config fields beyond the shared ones, from (metadata, arch)
+    extra_fields: Optional[Callable[[Mapping[str, Any], str], dict]] = None
+
+    def hf_name(self, gguf_name: str) -> Optional[str]:
+        """The Hugging Face name of a llama.cpp tensor name, or ``None`` if it has none."""
+        match = BLOCK_NAME.fullmatch(gguf_name)
+        if match:
+            layer, part, kind = match.groups()
+            return f"model.layers.{layer}.{self.block_tensors[part]}.{kind}" if part in self.block_tensors else None
+        base, _, kind = gguf_name.rpartition(".")
+        return f"{GLOBAL_TENSORS[base]}.{kind}" if base in GLOBAL_TENSORS and kind in ("weight", "bias") else None
+
+    def stored_offset(self, gguf_name: str) -> float:
+        """What llama.cpp added to this tensor's values (Gemma's norm gains: 1), to be subtracted."""
+        return self.norm_offset if gguf_name.endswith("norm.weight") else 0.0
+
+
+def metadata_int(metadata: Mapping[str, Any], key: str, default: Optional[int] = None) -> int:
+    """One positive integer (a per-layer list that is the same for every layer counts as one)."""
+    value = metadata.get(key, default)
+    if isinstance(value, list) and value and all(item == value[0] for item in value):
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        found = "absent" if key not in metadata else repr(value)
+        raise ValueError(f"GGUF metadata {key!r} must be one positive integer, received {found}")
+    return value
+
+
+def metadata_float(metadata: Mapping[str, Any], key: str, default: Optional[float] = None) -> float:
+    """One positive finite number."""
+    value = metadata.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        found = "absent" if key not in metadata else repr(value)
+        raise ValueError(f"GGUF metadata {key!r} must be a positive finite number, received {found}")
+    return float(value)
+
+
+def rope_parameters(metadata: Mapping[str, Any], arch: str, head_dim: int) -> dict:
+    """Hugging Face's ``rope_parameters`` from ``{arch}.rope.*`` (default, linear or YaRN scaling)."""
+    rotary_dims = metadata.get(f"{arch}.rope.dimension_count", head_dim)
+    if rotary_dims != head_dim:
+        raise ValueError(
+            f"{arch}.rope.dimension_count={rotary_dims} rotates part of each head (d_head={head_dim}); not supported"
+        )
+    theta = metadata_float(metadata, f"{arch}.rope.freq_base", 10000.0)  # llama.cpp's default
+    scaling = metadata.get(f"{arch}.rope.scaling.type", "linear" if f"{arch}.rope.scale_linear" in metadata else "none")
+    factor = metadata_float(metadata, f"{arch}.rope.scaling.factor", metadata.get(f"{arch}.rope.scale_linear", 1.0))
+    if scaling == "none" or (scaling == "linear" and factor == 1.0):
+        return {"rope_type": "default", "rope_theta": theta}
+    if scaling == "linear":
+        return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
+    if scaling == "yarn":
+        parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": factor}
+        optional = {
+            "original_max_position_embeddings": "original_context_length",
+            "beta_fast": "yarn_beta_fast",
+            "beta_slow": "yarn_beta_slow",
+            "attention_factor": "attn_factor",
+        }
+        for name, key in optional.items():
+            if f"{arch}.rope.scaling.{key}" in metadata:
+                parameters[name] = metadata[f"{arch}.rope.scaling.{key}"]
+        return parameters
+    raise ValueError(f"{arch}.rope.scaling.type={scaling!r} is not supported; supported: ['none', 'linear', 'yarn']")
+
+
+def _sliding_window(metadata: Mapping[str, Any], arch: str) -> dict:
+    key = f"{arch}.attention.sliding_window"
+    return {"sliding_window": metadata_int(metadata, key)} if key in metadata else {}
+
+
+def _soft_cap(metadata: Mapping[str, Any], arch: str, name: str) -> dict:
+    key = f"{arch}.{name}"
+    return {name: metadata_float(metadata, key)} if key in metadata else {}
+
+
+# llama.cpp's 27B Gemmas (by layer count) scale queries by (d_model / n_heads)^-1/2, the others by d_head^-1/2
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
+
+
+def _query_scale(metadata: Mapping[str, Any], arch: str) -> dict:
+    """``query_pre_attn_scalar`` as llama.cpp computes it, which the file does not store."""
+    if metadata_int(metadata, f"{arch}.block_count") == GEMMA_27B_LAYERS[arch]:
+        hidden = metadata_int(metadata, f"{arch}.embedding_length")
+        return {"query_pre_attn_scalar": hidden // metadata_int(metadata, f"{arch}.attention.head_count")}
+    return {"query_pre_attn_scalar": metadata_int(metadata, f"{arch}.attention.key_length")}
+
+
+def _gemma2_fields(metadata: Mapping[str, Any], arch: str) -> dict:
+    return {
+        **_query_scale(metadata, arch),
+        **_sliding_window(metadata, arch),
+        **_soft_cap(metadata, arch, "attn_logit_softcapping"),
+        **_soft_cap(metadata, arch, "final_logit_softcapping"),
+    }
+
+
+def _gemma3_layer_types(metadata: Mapping[str, Any], arch: str, layers: int) -> dict:
+    """``layer_types`` from ``{arch}.attention.sliding_window_pattern`` where the file has it (a period, or one bool
+    per layer: True = sliding); the config class's default pattern otherwise."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    pattern = metadata.get(key)
+    if pattern is None:
+        return {}
+    if isinstance(pattern, list) and len(pattern) == layers and all(isinstance(item, bool) for item in pattern):
+        return {"layer_types": ["sliding_attention" if sliding else "full_attention" for sliding in pattern]}
+    period = metadata_int(metadata, key)
+    return {"layer_types": ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(layers)]}
+
+
+def _gemma3_fields(metadata: Mapping[str, Any], arch: str) -> dict:
+    head_dim = metadata_int(metadata, f"{arch}.attention.key_length")
+    local_base = metadata_float(metadata, f"{arch}.rope.freq_base_swa", GEMMA_LOCAL_ROPE_BASE)
+    return {
+        **_query_scale(metadata, arch),
+        **_sliding_window(metadata, arch),
+        **_soft_cap(metadata, arch, "final_logit_softcapping"),
+        **_gemma3_layer_types(metadata, arch, metadata_int(metadata, f"{arch}.block_count")),
+        "rope_parameters": {
+            "full_attention": rope_parameters(metadata, arch, head_dim),
+            "sliding_attention": {"rope_type": "default", "rope_theta": local_base},
+        },
+    }
+
+
+_GEMMA = dict(permuted_qk=False, norm_offset=1.0)
+GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
+    "llama": GGUFArchitecture(
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        permuted_qk=True,
+        flags_from_tensors=(("attention_bias", ".attn_q.bias"), ("mlp_bias", ".ffn_up.bias")),
+    ),
+    "qwen2": GGUFArchitecture("Qwen2Config", "Qwen2ForCausalLM", permuted_qk=False),
+    "qwen3": GGUFArchitecture(
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        permuted_qk=False,
+        flags_from_tensors=(("attention_bias", ".attn_q.bias"),),
+        block_tensors={**LLAMA_BLOCK_TENSORS, **QK_NORM_TENSORS},
+    ),
+    "gemma": GGUFArchitecture("GemmaConfig", "GemmaForCausalLM", **_GEMMA),
+    "gemma2": GGUFArchitecture(
+        "Gemma2Config", "Gemma2ForCausalLM", block_tensors=SANDWICH_BLOCK_TENSORS, extra_fields=_gemma2_fields, **_GEMMA
+    ),
+    "gemma3": GGUFArchitecture(
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        block_tensors={**SANDWICH_BLOCK_TENSORS, **QK_NORM_TENSORS},
+        extra_fields=_gemma3_fields,
+        **_GEMMA,
+    ),
+}
+
+
+def hf_config_fields(metadata: Mapping[str, Any], tensors: Mapping[str, Any], arch: str, path) -> dict:
+    """The keyword arguments of ``arch``'s config class, from the file's metadata and tensor shapes."""
+    spec = GGUF_ARCHITECTURES[arch]
+    names = set(tensors)
+    key = lambda name: f"{arch}.{name}"  # noqa: E731
+    hidden = metadata_int(metadata, key("embedding_length"))
+    heads = metadata_int(metadata, key("attention.head_count"))
+    head_dim = metadata_int(metadata, key("attention.key_length"), hidden // heads)
+    if "token_embd.weight" not in tensors:
+        raise ValueError(f"{path} has no token_embd.weight, so the vocabulary size is unknown")
+    vocab = tensors["token_embd.weight"].shape[0]
+    if metadata.get(key("vocab_size"), vocab) != vocab:
+        raise ValueError(
+            f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows"
+        )
+    token_ids = {name: metadata.get(f"tokenizer.ggml.{gguf}") for name, gguf in SPECIAL_TOKEN_IDS.items()}
+    for name, token_id in token_ids.items():
+        if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):
+            raise ValueError(
+                f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[name]}={token_id!r} must be a token id "
+                f"in [0, {vocab})"
+            )
+    fields = dict(
+        name_or_path=path.stem,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=metadata_int(metadata, key("feed_forward_length")),
+        num_hidden_layers=metadata_int(metadata, key("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=metadata_int(metadata, key("attention.head_count_kv"), heads),
+        head_dim=head_dim,
+        rms_norm_eps=metadata_float(metadata, key("attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=metadata_int(metadata, key("context_length")),
+        rope_parameters=rope_parameters(metadata, arch, head_dim),
+        # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
+        tie_word_embeddings="output.weight" not in names,
+        **token_ids,
+        **{name: any(tensor.endswith(suffix) for tensor in names) for name, suffix in spec.flags_from_tensors},
+    )
+    if spec.extra_fields is not None:
+        fields.update(spec.extra_fields(metadata, arch))
+    return fields
+
+
+__all__ = ["GGUFArchitecture", "GGUF_ARCHITECTURES", "hf_config_fields", "rope_parameters"]

@@ -62,3 +62,32 @@ def test_bad_tasks_and_fractions_are_refused(model, task, capsys):
     assert code == EXIT_USAGE and "--task must be ioi, greater-than, induction or a CSV/JSON file" in err
     with pytest.raises(ValueError, match="fraction must be in"):
         circuit_report(model, task, fraction=0)
+
+
+def test_the_report_shows_a_whole_attention_sublayers_pattern_where_heads_are_no_nodes():
+    """Gemma 2/3 normalize attention's output before the stream, so the node is the sublayer (``L0.attn``): the page
+    shows its heads' mean pattern on a click, and the report builds."""
+    from interp_transformer import DemoTransformer
+    from interp_transformer.architectures.gemma import GemmaConfig
+    from analysis.discovery.report import _patterns
+    from analysis.discovery.tasks import induction_task
+
+    cfg = GemmaConfig(
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_key_value_heads=2,
+        d_head=8,
+        d_mlp=64,
+        d_vocab=50,
+        n_ctx=32,
+        post_norms=True,
+    )
+    torch.manual_seed(0)
+    gemma = DemoTransformer(cfg).eval()
+    task = induction_task(gemma, n_prompts=2, seq_len=4, seed=0)
+    tokens, patterns = _patterns(gemma, task, ["L1.attn", "MLP0", "input"])
+    _, cache = gemma.run_with_cache(task.clean[:1])
+    assert list(patterns) == ["L1.attn"] and len(tokens) == task.clean.shape[1]
+    torch.testing.assert_close(patterns["L1.attn"], cache["pattern", 1][0].mean(0))
+    assert circuit_report(gemma, task, method="EAP", fraction=0.5)["circuit"].data.nodes

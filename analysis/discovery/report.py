@@ -13,6 +13,7 @@ holding the numbers (``report["circuit"].data``) and:
 - the faithfulness curve over circuit sizes, with MIB's CPR and CMD.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -98,16 +99,25 @@ def edge_figure(scores: EdgeScores, kept: torch.Tensor, title: str = "edge score
 
 
 def _patterns(model, task: Task, nodes: list[str]) -> tuple[list[str], dict]:
-    """The first prompt's tokens and the attention pattern of each head among ``nodes``."""
+    """The first prompt's tokens and the attention pattern of each head among ``nodes`` (of a whole attention
+    sublayer's node, ``L3.attn``, its heads' mean pattern)."""
     n_real = int(task.attention_mask[0].sum()) if task.attention_mask is not None else task.clean.shape[1]
     tokens = task.clean[:1, :n_real]
-    heads = [name for name in nodes if name.startswith("L") and "H" in name]
-    layers = sorted({int(name[1:].split("H")[0]) for name in heads})
-    _, cache = model.run_with_cache(tokens, names_filter=[model.act_name("pattern", layer) for layer in layers])
+    wanted = {}  # node -> (layer, head or None)
+    for name in nodes:
+        head = re.fullmatch(r"L(\d+)H(\d+)", name)
+        sublayer = re.fullmatch(r"L(\d+)\.attn", name)
+        if head:
+            wanted[name] = (int(head[1]), int(head[2]))
+        elif sublayer:
+            wanted[name] = (int(sublayer[1]), None)
     patterns = {}
-    for name in heads:
-        layer, head = (int(part) for part in name[1:].split("H"))
-        patterns[name] = cache[model.act_name("pattern", layer)][0, head].detach().cpu()
+    if wanted:
+        layers = sorted({layer for layer, _ in wanted.values()})
+        _, cache = model.run_with_cache(tokens, names_filter=[model.act_name("pattern", layer) for layer in layers])
+        for name, (layer, head) in wanted.items():
+            pattern = cache[model.act_name("pattern", layer)][0]
+            patterns[name] = (pattern.mean(0) if head is None else pattern[head]).detach().cpu()
     strings = model.to_str_tokens(tokens[0]) if model.tokenizer is not None else [str(t) for t in tokens[0].tolist()]
     return list(strings), patterns
 

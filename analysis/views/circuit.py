@@ -109,7 +109,8 @@ def circuit_view(
     on prompt ``prompt`` and its range over the prompts; a node's kept edges in and out.
 
     ``patterns`` maps head names (``"L1H0"``) to that head's ``[query_pos, key_pos]`` pattern on
-    prompt ``prompt``, whose ``tokens`` (``model.to_str_tokens``) are then required. Clicking a
+    prompt ``prompt`` (or a whole attention sublayer's node, ``"L1.attn"``, to a pattern such as its
+    heads' mean), whose ``tokens`` (``model.to_str_tokens``) are then required. Clicking a
     drawn head with a pattern (or Enter / Space on it) shows it below the graph as in
     ``attention_view``. ``title`` heads the view (default: the method and what is drawn).
 
@@ -358,7 +359,7 @@ def _attention_data(patterns, tokens, upstream: list[str], drawn: list[str], wha
     if tokens is None:
         raise ValueError(f"{what}: patterns need the prompt's tokens, e.g. tokens=model.to_str_tokens(prompt)")
     tokens = inputs.str_tokens(tokens, what)
-    heads = [name for name in upstream if parse_node(name).kind == "head"]
+    heads = [name for name in upstream if parse_node(name).kind in ("head", "attn")]
     checked = {}
     for name, pattern in patterns.items():
         if name not in heads:

@@ -16,6 +16,7 @@ from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
+from interp_transformer.architectures.olmo2 import Olmo2Config
 from interp_transformer.architectures.opt import OPTPostNormConfig
 
 from .encoder_helpers import random_mlm
@@ -34,6 +35,7 @@ CONFIGS = {
     ),
     "gemma2_output_norms": lambda: GemmaConfig(**ROTARY, post_norms=True),
     "gemma3_qk_norms": lambda: GemmaConfig(**ROTARY, post_norms=True, qk_norm=True, attn_softcap=None),
+    "olmo2_output_norms_only": lambda: Olmo2Config(**ROTARY),  # no norm before a sublayer; q/k norms over all heads
     "attn_only": lambda: TransformerConfig(**dict(SHAPE, d_mlp=None)),
     "opt_post_norm": lambda: OPTPostNormConfig(**SHAPE),
 }

@@ -9,12 +9,18 @@ module        config                 model
 ``gemma``     ``GemmaConfig``        ``DemoTransformer``: Gemma 1/2/3 (1 + w norms, scaled embedding, soft-caps,
 windows)
 ``moe``       ``MoEConfig``          ``DemoTransformer``: Llama's decoder with mixtures of experts (Mixtral, Qwen-MoE)
+``gpt_oss``   ``GptOssConfig``       ``DemoTransformer``: mixtures of clamped SwiGLU experts, attention sinks, YaRN,
+sliding layers
 ``gpt_neox``  ``GPTNeoXConfig``      ``DemoTransformer``: parallel pre-LayerNorm blocks, partial rotary (Pythia)
 ``gptj``      ``GPTJConfig``         ``DemoTransformer``: one norm read by parallel attention and MLP, interleaved
 rotary
 ``opt``       ``OPTConfig``          ``DemoTransformer``: GPT-2's parts with ReLU (OPT-125m, 1.3b, ...)
               ``OPTPostNormConfig``  ``DemoTransformer``: post-LayerNorm blocks, no final norm (OPT-350m)
 ``bloom``     ``BloomConfig``        ``DemoTransformer``: normalized embeddings, ALiBi attention
+``olmo2``     ``Olmo2Config``        ``DemoTransformer``: OLMo 2/3: norms after each sublayer only, q/k norms over all
+heads, sliding windows
+``phi3``      ``Phi3Config``         ``DemoTransformer``: Phi-3/Phi-4: Llama's parts, partial rotary, LongRoPE
+``smollm3``   ``SmolLM3Config``      ``DemoTransformer``: Llama's parts, NoPE layers (no rotary), sliding layers
 ``adapter_decoder`` ``AdapterDecoderConfig`` ``DemoTransformer``: GPT-2 with a gated adapter beside each MLP
 ============  =====================  ===================================================================================
 
@@ -31,6 +37,9 @@ is the recipe for adding one.
 """
 
 from . import adapter_decoder, bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, llama, marian, moe, opt, seq2seq, t5
+from . import olmo2
+from . import phi3, smollm3
+from . import gpt_oss
 from .registry import Architecture, DecoderParts, architecture_of, hf_converters, register, registered, unregister
 
 # one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
@@ -45,11 +54,15 @@ register(t5.ARCHITECTURE, converter="t5", hf_model_types=("t5",))
 # gemma3 (with a vision tower) is read only to be refused by name
 register(gemma.ARCHITECTURE, converter="gemma", hf_model_types=("gemma", "gemma2", "gemma3_text", "gemma3"))
 register(moe.ARCHITECTURE, converter="moe", hf_model_types=("mixtral", "qwen2_moe", "qwen3_moe"))
+register(gpt_oss.ARCHITECTURE, converter="gpt_oss", hf_model_types=("gpt_oss",))
 register(gpt_neox.ARCHITECTURE, converter="gpt_neox", hf_model_types=("gpt_neox",))
 register(gptj.ARCHITECTURE, converter="gptj", hf_model_types=("gptj",))
 register(opt.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
 register(opt.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
 register(bloom.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
+register(olmo2.ARCHITECTURE, converter="olmo2", hf_model_types=("olmo2", "olmo3"))
+register(phi3.ARCHITECTURE, converter="phi3", hf_model_types=("phi3",))  # Phi-3 and Phi-4
+register(smollm3.ARCHITECTURE, converter="smollm3", hf_model_types=("smollm3",))
 register(adapter_decoder.ARCHITECTURE)  # docs/architecture.md's worked example of a new kind of writer
 
 __all__ = [
@@ -64,14 +77,18 @@ __all__ = [
     "gemma",
     "gpt2",
     "gpt_neox",
+    "gpt_oss",
     "gptj",
     "llama",
     "marian",
     "moe",
+    "olmo2",
     "opt",
+    "phi3",
     "register",
     "registered",
     "seq2seq",
+    "smollm3",
     "t5",
     "unregister",
 ]

@@ -63,7 +63,7 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -
             original_architecture="GPT2LMHeadModel",
             tokenizer_name=name if name in MODEL_ALIASES.values() or name.startswith("gpt2") else None,
         )
-    if isinstance(core_cfg, LlamaConfig):
+    if type(core_cfg) is LlamaConfig:  # a subclass (SmolLM3's NoPE and sliding layers) says more than this config can
         if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
             raise CompatValueError(
                 "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "

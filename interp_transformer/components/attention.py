@@ -11,6 +11,7 @@ from ..hooks import HookPoint
 from ..models.kv_cache import LayerKVCache
 from ..models.shape_checks import shape_checked
 from .affine import affine
+from .attention_sinks import with_sink_key
 from .head_projection import (
     DEFAULT_HEAD_LAYOUT,
     HEAD_WEIGHTS,
@@ -47,12 +48,19 @@ class Attention(HeadWrites, nn.Module):
     - ``rotary`` (a ``Rotary``): q and k are rotated by their positions (``layout.positions``)
       after ``hook_q``/``hook_k``; ``hook_rot_q``/``hook_rot_k`` hold the rotated values, which
       are what the scores read, and keys enter a key/value cache already rotated.
-    - ``q_norm``/``k_norm`` (Qwen3): a norm over ``d_head`` of each head's q and k, before the rotation.
+    - ``q_norm``/``k_norm``: a norm of q and k after ``hook_q``/``hook_k``, before the rotation: over each
+      head's ``d_head`` (Qwen3, Gemma 3), or over every head together (OLMo's ``AllHeadsRMSNorm``).
     - ``score_bias`` (ALiBi, ``components.alibi``): a part that answers ``score_bias(layout, dtype)``
       with a bias ``[batch, head_index, query_pos, key_pos]`` added to the scores before masking
       and softmax, hooked by the part itself (``score_bias.hook_bias``)::
 
           attn_scores = q k^T * scale + score_bias          (-inf where a mask disallows)
+
+    - ``sinks`` (gpt-oss, ``components.attention_sinks``): a learned logit per head that joins
+      the softmax as one more column and is dropped after it, so a pattern row may sum to less
+      than 1 (hooked by the part, ``sinks.hook_logits``)::
+
+          pattern = softmax([attn_scores, sink])[..., :-1]
 
     - ``n_key_value_heads`` (grouped-query attention, default ``n_heads``): each key/value head
       serves ``n_heads / n_key_value_heads`` consecutive query heads. Keys and values are stored
@@ -87,6 +95,7 @@ class Attention(HeadWrites, nn.Module):
         q_norm: Optional[nn.Module] = None,
         k_norm: Optional[nn.Module] = None,
         score_bias: Optional[nn.Module] = None,
+        sinks: Optional[nn.Module] = None,
         head_layout: str = DEFAULT_HEAD_LAYOUT,
     ):
         super().__init__()
@@ -121,6 +130,7 @@ class Attention(HeadWrites, nn.Module):
             self.hook_rot_k = HookPoint()
         self.score_bias = score_bias
         self.hook_attn_scores = HookPoint()
+        self.sinks = sinks
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
 
@@ -164,6 +174,17 @@ class Attention(HeadWrites, nn.Module):
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
         return [self.W_O, self.b_O]
 
+    def key_window(self) -> Optional[int]:
+        """The most keys one query may see, where a mask part bounds it (a sliding window, which declares
+        ``window``); None where every allowed key may be seen."""
+        windows = [mask.window for mask in self.masks if getattr(mask, "window", None) is not None]
+        return min(windows) if windows else None
+
+    def pattern_rows_sum_to_one(self) -> bool:
+        """Whether every query's pattern sums to 1 (no sink takes a share), so that ``z`` carries exactly ``b_V``:
+        what folding the value biases into ``b_O`` needs."""
+        return self.sinks is None
+
     def uses_fast_kernels(self) -> bool:
         """The one switch between the two paths: the fast kernels (the default), or the explicit einsum formula.
 
@@ -174,12 +195,6 @@ class Attention(HeadWrites, nn.Module):
         einsum of the class docstring. Tests hold the two equal in float32 and float64.
         """
         return self.use_fused_attention
-    def key_window(self) -> Optional[int]:
-        """The most keys one query may see, where a mask part bounds it (a sliding window, which declares
-        ``window``); None where every allowed key may be seen."""
-        windows = [mask.window for mask in self.masks if getattr(mask, "window", None) is not None]
-        return min(windows) if windows else None
-
 
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""
@@ -256,7 +271,11 @@ class Attention(HeadWrites, nn.Module):
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
         attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
-        pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
+        if self.sinks is None:
+            pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
+        else:  # the sink's logit joins the softmax as one more column, dropped after it
+            sink = self.sinks(q.shape[0], q.shape[1], attn_scores.dtype)
+            pattern = self.hook_pattern(self.sinks.softmax(attn_scores, sink))
         return einops.einsum(
             pattern,
             v,
@@ -288,11 +307,14 @@ class Attention(HeadWrites, nn.Module):
         q, k, v = (einops.rearrange(t, to_heads_first) for t in (q, k, v))
         grouped = self.n_key_value_heads != self.n_heads
         bias = self._score_bias(layout, q.dtype)
-        if bias is None and fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
+        sink = None if self.sinks is None else self.sinks(q.shape[0], q.shape[2], q.dtype)
+        if bias is None and sink is None and fused_is_causal(self.masks, layout) and q.shape[2] == k.shape[2]:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=grouped)
         else:
             allowed = allowed_keys(self.masks, layout)
             mask = allowed if bias is None else additive_mask(allowed, bias)
+            if sink is not None:  # the sink as one more key: zero key and value, its logit as the score
+                k, v, mask = with_sink_key(k, v, mask, sink)
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
 

@@ -1,4 +1,4 @@
-"""Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): a router picks ``top_k`` gated MLPs per token.
+"""Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss): a router picks ``top_k`` gated MLPs per token.
 
 For each token with normalized residual ``x``::
 
@@ -13,9 +13,17 @@ For each token with normalized residual ``x``::
 Each expert is a ``GatedMLP`` (``experts.E.hook_pre`` is its gate, ``hook_pre_linear`` its
 up projection, ``hook_post`` the gated product; TransformerLens' MoE experts name the gate
 ``hook_gate`` and the up projection ``hook_pre`` instead), or any MLP part given as
-``expert_part`` (``MLP``: a plain two-layer MLP with biases); ``router_bias=True`` gives the
-router a bias ``b_router``. Hooks of the router, in the order
-they fire:
+``expert_part`` (``MLP``: a plain two-layer MLP with biases; ``ClampedSwiGLU``, gpt-oss's, whose
+alpha and limit come in ``expert_settings``); ``router_bias=True`` gives the router a bias
+``b_router``. ``routing_order="top_k_then_softmax"`` (gpt-oss) picks the top_k experts by
+their router logits and takes the softmax over those alone::
+
+    expert_indices  = the top_k experts by router_logits
+    routing_weights = softmax(router_logits[expert_indices])    (in the logits' dtype, as Hugging Face)
+
+the same weights as renormalised ``softmax_then_top_k`` (the default) in exact arithmetic, in
+the reference's order of operations; ``hook_expert_weights`` is still the softmax over every
+expert. Hooks of the router, in the order they fire:
 
 ==========================  =======================  ==================================================
 hook                        shape                    value
@@ -28,9 +36,10 @@ hook                        shape                    value
 ==========================  =======================  ==================================================
 
 A hook may replace the indices (to force a routing): the routing weights are then read
-from ``expert_weights`` at the indices given. The softmax, top-k and normalisation run in
-float32 for a half-precision model, as Hugging Face's routers do, and in the model's dtype
-otherwise.
+from ``expert_weights`` at the indices given (``top_k_then_softmax``: the softmax of the router
+logits at the indices given). The softmax, top-k and normalisation run in float32 for a
+half-precision model, as Hugging Face's Mixtral and Qwen routers do, and in the model's dtype
+otherwise; gpt-oss's softmax over the chosen logits runs in the logits' dtype, as its router does.
 
 Two paths compute the experts' sum, chosen in one place, ``uses_sparse_path()``:
 
@@ -61,7 +70,8 @@ from ..models.shape_checks import shape_checked
 from .affine import affine
 from .gated_mlp import GatedMLP
 
-EXPERT_WEIGHTS = ("W_gate", "W_in", "b_in", "W_out", "b_out")
+EXPERT_WEIGHTS = ("W_gate", "b_gate", "W_in", "b_in", "W_out", "b_out")
+ROUTING_ORDERS = ("softmax_then_top_k", "top_k_then_softmax")  # MixtureOfExperts' routing_order
 
 
 class Routing(NamedTuple):
@@ -96,8 +106,17 @@ class MixtureOfExperts(nn.Module):
         *,
         expert_part: type = GatedMLP,
         router_bias: bool = False,
+        expert_settings: Optional[dict] = None,
+        routing_order: str = "softmax_then_top_k",
     ):
         super().__init__()
+        if routing_order not in ROUTING_ORDERS:
+            raise ValueError(f"routing_order must be one of {ROUTING_ORDERS}, got {routing_order!r}")
+        if routing_order == "top_k_then_softmax" and not normalize_routing:
+            raise ValueError(
+                "routing_order='top_k_then_softmax' gives weights that sum to 1 (normalize_routing=True); "
+                "got normalize_routing=False"
+            )
         if not isinstance(router_bias, bool):
             raise ValueError(f"router_bias must be a bool, got {router_bias!r}")
         if not (isinstance(expert_part, type) and issubclass(expert_part, nn.Module)):
@@ -117,6 +136,7 @@ class MixtureOfExperts(nn.Module):
             experts_per_token,
             bool(normalize_routing),
         )
+        self.routing_order = routing_order
         self.use_sparse_experts = True  # set False to always run the explicit path
         self.W_router = nn.Parameter(torch.empty(d_model, n_experts))
         self.b_router = nn.Parameter(torch.zeros(n_experts)) if router_bias else None
@@ -124,7 +144,7 @@ class MixtureOfExperts(nn.Module):
         self.hook_expert_weights = HookPoint()
         self.hook_expert_indices = HookPoint()
         self.hook_routing_weights = HookPoint()
-        expert = SimpleNamespace(d_model=d_model, d_mlp=d_mlp, act_fn=act_fn)
+        expert = SimpleNamespace(**(expert_settings or {}), d_model=d_model, d_mlp=d_mlp, act_fn=act_fn)
         self.experts = nn.ModuleList(expert_part(expert) for _ in range(n_experts))
         self.shared_expert: Optional[GatedMLP] = None
         if d_mlp_shared is not None:
@@ -235,10 +255,14 @@ class MixtureOfExperts(nn.Module):
         expert_weights = self.hook_expert_weights(
             router_logits.softmax(dim=-1, dtype=routing_dtype(router_logits.dtype))
         )
-        indices = self.hook_expert_indices(expert_weights.topk(self.experts_per_token, dim=-1).indices)
-        chosen = expert_weights.gather(-1, indices)
-        if self.normalize_routing:
-            chosen = chosen / chosen.sum(dim=-1, keepdim=True)
+        if self.routing_order == "top_k_then_softmax":  # the top_k logits, then the softmax over those alone
+            indices = self.hook_expert_indices(router_logits.topk(self.experts_per_token, dim=-1).indices)
+            chosen = router_logits.gather(-1, indices).softmax(dim=-1)
+        else:
+            indices = self.hook_expert_indices(expert_weights.topk(self.experts_per_token, dim=-1).indices)
+            chosen = expert_weights.gather(-1, indices)
+            if self.normalize_routing:
+                chosen = chosen / chosen.sum(dim=-1, keepdim=True)
         return Routing(indices, self.hook_routing_weights(chosen.to(normalized.dtype)))
 
     def _explicit_experts(self, x: Tensor, routing: Routing) -> Tensor:
@@ -264,7 +288,8 @@ class MixtureOfExperts(nn.Module):
     def extra_repr(self) -> str:
         shared = ", shared expert" if self.shared_expert is not None else ""
         routing = f"experts_per_token={self.experts_per_token}, normalize_routing={self.normalize_routing}"
+        routing += "" if self.routing_order == "softmax_then_top_k" else f", routing_order={self.routing_order!r}"
         return f"n_experts={self.n_experts}, {routing}{shared}"
 
 
-__all__ = ["EXPERT_WEIGHTS", "MixtureOfExperts", "Routing", "routing_dtype"]
+__all__ = ["EXPERT_WEIGHTS", "MixtureOfExperts", "ROUTING_ORDERS", "Routing", "routing_dtype"]

@@ -60,7 +60,11 @@ class ResidualNorms:
             if norm is None:
                 raise ValueError("this model has no final norm to apply")
         else:
-            sub = self._mlp_norm_name(layer) if mlp_input else "ln1"
+            sub = self._reader_norm_name(layer, mlp_input)
+            if sub is None:  # the sublayer reads the stream as it is (OLMo's blocks): the identity, no scale
+                from ..components.no_norm import NoNorm
+
+                return NoNorm(), None
             norm, key = getattr(self.model.blocks[layer], sub), ("scale", layer, sub)
         try:
             name = self.model.act_name(*key)
@@ -68,13 +72,16 @@ class ResidualNorms:
             return norm, None
         return norm, (self.cache[name] if name in self.model.hook_dict else None)
 
-    def _mlp_norm_name(self, layer: int) -> str:
-        """The attribute name of the norm block ``layer``'s MLP reads (``ln2``; GPT-J's shared ``ln1``)."""
+    def _reader_norm_name(self, layer: int, mlp_input: bool) -> Optional[str]:
+        """The attribute name of the norm block ``layer``'s attention reads (``ln1``), or with ``mlp_input`` its MLP
+        (``ln2``; GPT-J's shared ``ln1``), as the block's ``norm_readers()`` say; None where that part reads the
+        stream unnormalized (OLMo's blocks, whose only norms are on the sublayers' outputs)."""
         block = self.model.blocks[layer]
-        for norm, part in block.norm_readers():
-            if part is block.mlp:
-                return next(name for name in ("ln2", "ln1") if getattr(block, name, None) is norm)
-        raise ValueError(f"mlp_input=True: block {layer} has no norm read by an MLP (an attention-only block)")
+        part = getattr(block, "mlp", None) if mlp_input else block.attn
+        if part is None:
+            raise ValueError(f"mlp_input=True: block {layer} has no norm read by an MLP (an attention-only block)")
+        norm = next((norm for norm, reader in block.norm_readers() if reader is part), None)
+        return None if norm is None else next(name for name, child in block.named_children() if child is norm)
 
     def _output_scale(self, writer, pos_slice: Slice) -> Optional[Tensor]:
         """The cached scale of the norm ``writer``'s output passes through before the stream (Gemma 2's

@@ -48,8 +48,9 @@ Example (offline, a random-weight GPT-2):
 >>> model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head
 (32, 4, 8)
 >>> supported_architectures()
-['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', 'marian',
-'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5']
+['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gpt_oss', 'gptj', 'llama',
+'marian', 'mistral', 'mixtral', 'olmo2', 'olmo3', 'opt', 'phi3', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 'smollm3',
+'t5']
 """
 
 import importlib

@@ -120,6 +120,18 @@ def config_from_hf(hf_config) -> LlamaConfig:
     model_type = hf_config.model_type
     if model_type not in MODEL_TYPES:
         raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    return LlamaConfig(
+        **llama_fields(hf_config), sliding_window=_sliding_window(hf_config), qk_norm=model_type == "qwen3"
+    )
+
+
+def llama_fields(hf_config) -> dict:
+    """The fields of ``LlamaConfig`` every Llama-like config gives alike: all but ``sliding_window`` and ``qk_norm``.
+
+    ``ValueError`` naming the field for MLP biases, an activation we do not have, rope types
+    other than default/linear/llama3, partial rotary and per-layer rope parameters.
+    """
+    model_type = hf_config.model_type
     require_config_fields(
         hf_config,
         model_type,
@@ -143,7 +155,7 @@ def config_from_hf(hf_config) -> LlamaConfig:
         raise ValueError(f"{model_type} hidden_act={activation!r} is not supported; supported: {sorted(ACTIVATIONS)}")
     d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     rotary_base, rope_scaling = _rope_scaling(hf_config, d_head)
-    return LlamaConfig(
+    return dict(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,
         n_heads=hf_config.num_attention_heads,
@@ -156,8 +168,6 @@ def config_from_hf(hf_config) -> LlamaConfig:
         rms_norm_eps=float(hf_config.rms_norm_eps),
         rotary_base=rotary_base,
         rope_scaling=rope_scaling,
-        sliding_window=_sliding_window(hf_config),
-        qk_norm=model_type == "qwen3",
         attn_biases=_attn_biases(hf_config),
         tied_embeddings=bool(hf_config.tie_word_embeddings),
         init_range=float(hf_config.initializer_range),
@@ -315,6 +325,7 @@ __all__ = [
     "convert_state_dict",
     "expected_hf_shapes",
     "hf_reference_activations",
+    "llama_fields",
     "load_hf_model",
     "rope_from_parameters",
 ]

@@ -41,7 +41,7 @@ def _router_in_input_dtype(router, hidden_states: Tensor):
 
 
 @contextlib.contextmanager
-def _eager_experts(hf_model):
+def eager_experts(hf_model):
     """Hugging Face's experts run eagerly for the call (``set_experts_implementation``); restored afterwards."""
     previous = current_experts(hf_model)
     hf_model.set_experts_implementation("eager")
@@ -57,7 +57,7 @@ def moe_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     return (
         llama_float64_patches(hf_model)
         + [forward_patch(router, _router_in_input_dtype) for router in routers]
-        + [_eager_experts(hf_model)]
+        + [eager_experts(hf_model)]
     )
 
 
@@ -106,4 +106,4 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     return acts
 
 
-__all__ = ["hf_reference_activations", "moe_float64_patches"]
+__all__ = ["eager_experts", "hf_reference_activations", "moe_float64_patches"]

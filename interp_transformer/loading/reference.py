@@ -16,8 +16,8 @@ half precision), so its float64 run would be float32-accurate there and a float6
 could not tell rounding from a bug. A float64 run therefore applies the float64 *patches*
 the family names (the same formulas, computed in the input's dtype) for the call only, and
 its attention runs ``FLOAT64_ATTENTION``: ``eager_attention_in_input_dtype``, Hugging Face's
-eager attention (key/value groups and soft-capping included) with its softmax in the input's
-dtype, registered once through ``transformers``' public ``AttentionInterface``. Families
+eager attention (key/value groups, soft-capping and gpt-oss's sinks included) with its softmax
+in the input's dtype, registered once through ``transformers``' public ``AttentionInterface``. Families
 whose own eager attention already computes in the input's dtype, or is not the interface's
 formula (GPT-2, BERT, the encoder-decoders), keep ``"eager"``; BLOOM, which does not choose
 its attention through the interface, is left as it is. Every other dtype runs Hugging Face's
@@ -214,13 +214,14 @@ def rotate_like_hf(apply_rotary, query: Tensor, key: Tensor, cos: Tensor, sin: T
 
 
 def eager_attention_in_input_dtype(
-    module, query, key, value, attention_mask, scaling, dropout=0.0, softcap=None, **kwargs
+    module, query, key, value, attention_mask, scaling, dropout=0.0, softcap=None, s_aux=None, **kwargs
 ):
     """Hugging Face's eager attention with its softmax in the input's dtype (see the module docstring).
 
     ``[batch, head_index, pos, d_head]`` in (keys and values may have fewer heads: each is
     repeated for its group of query heads), ``(z [batch, pos, head_index, d_head], pattern)``
-    out. Gemma 2's soft-cap of the scores, ``softcap * tanh(scores / softcap)``, applies when given.
+    out. Gemma 2's soft-cap of the scores, ``softcap * tanh(scores / softcap)``, applies when given;
+    gpt-oss's sinks (``s_aux``, one logit per head) join the softmax as one more column, dropped after it.
     """
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
@@ -229,7 +230,11 @@ def eager_attention_in_input_dtype(
         weights = torch.tanh(weights / softcap) * softcap
     if attention_mask is not None:
         weights = weights + attention_mask
-    weights = weights.softmax(dim=-1)
+    if s_aux is None:
+        weights = weights.softmax(dim=-1)
+    else:
+        sinks = s_aux.to(weights.dtype).reshape(1, -1, 1, 1).expand(weights.shape[0], -1, weights.shape[2], 1)
+        weights = torch.cat([weights, sinks], dim=-1).softmax(dim=-1)[..., :-1]
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 

@@ -10,7 +10,7 @@ from ..architectures import DecoderParts
 from .base import HookedTransformerBase
 from ..components import TokenLayout
 from ..hooks import HookPoint
-from .kv_cache import KeyShape, KeyValueCache, require_kv_cache
+from .kv_cache import KeyShape, KeyValueCache, check_rotations_current, require_kv_cache
 from .shape_checks import shape_checked
 from .stack import ResidualStack, hold_no_parts
 from ..text.methods import DecoderText, PromptMethods
@@ -88,10 +88,18 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
                 )
             kv_cache.check_fits(self.cfg.n_layers, self.kv_cache_key_shapes())
         tokens, layout = self.prepare_inputs(tokens, attention_mask, kv_cache)
+        if kv_cache is not None:
+            check_rotations_current(self.rotation_thresholds(), kv_cache, layout.positions.max(dim=-1).values + 1)
         output = self._forward(tokens, layout, n_blocks, kv_cache, stop_at_layer is not None)
         if kv_cache is not None:  # set once every layer took the new positions: a refused run leaves the cache be
             kv_cache.key_is_real = layout.key_is_real
         return output
+
+    def rotation_thresholds(self) -> tuple[int, ...]:
+        """Row lengths past which a part rotates every position differently (LongRoPE); a key/value cache filled
+        before a row grew past one is stale after (``Rotary.length_thresholds``). Empty for most models."""
+        found = {t for part in self.modules() if hasattr(part, "length_thresholds") for t in part.length_thresholds()}
+        return tuple(sorted(found))
 
     def kv_cache_key_shapes(self) -> list[Optional[KeyShape]]:
         """Per block, the ``(n_key_value_heads, d_head)`` of the keys and values it puts in a key/value cache.

@@ -113,6 +113,34 @@ def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[Option
             )
 
 
+def crossed_thresholds(thresholds: Sequence[int], held: Tensor, total: Tensor) -> list[int]:
+    """The ``thresholds`` some row grows past: it held between 1 and ``t`` positions, it will hold more than ``t``.
+
+    ``held`` and ``total`` are per row ``[batch]``: the real positions cached, and those after this run.
+    A rotation whose angles depend on the row's length (LongRoPE, ``Rotary.length_thresholds``)
+    leaves the cached keys of such a row stale.
+    """
+    return [t for t in thresholds if bool(((held > 0) & (held <= t) & (total > t)).any())]
+
+
+def check_rotations_current(thresholds: Sequence[int], cache: "KeyValueCache", total: Tensor) -> None:
+    """``ValueError`` when this run grows a row of ``cache`` past one of ``thresholds`` (``crossed_thresholds``).
+
+    ``total [batch]``: each row's length after this run. Nothing is stored before the check.
+    """
+    if not thresholds or not cache.n_positions:
+        return
+    held = cache.key_is_real.sum(dim=-1) if cache.key_is_real is not None else torch.full_like(total, cache.n_positions)
+    crossed = crossed_thresholds(thresholds, held.to(total.device), total)
+    if crossed:
+        raise ValueError(
+            f"this run grows rows of the key/value cache from at most {crossed[0]} positions to more: the keys it "
+            f"holds were rotated for rows of at most {crossed[0]} positions, and past that length every position "
+            "rotates differently (LongRoPE's long factors); start a new cache and run the whole sequence "
+            "(generate does this itself)"
+        )
+
+
 def require_kv_cache(cache, expected: type, make: str, name: str = "kv_cache") -> None:
     """``TypeError`` unless ``cache`` is an ``expected`` (e.g. a ``KeyValueCache``); ``make`` says how to build one."""
     if not isinstance(cache, expected):

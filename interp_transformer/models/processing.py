@@ -45,7 +45,10 @@ rests on pre-norm algebra, so a post-norm model (``capabilities.norm_placement``
     Moves ``b_V`` into ``b_O``: ``b_O' = b_O + sum_h b_V[h] W_O[h]``, ``b_V' = 0``.
     Exact because each row of an attention pattern sums to 1, so every head's
     ``z`` carries exactly ``b_V``. ``hook_v`` and ``hook_z`` change, ``hook_attn_out``
-    does not. Apply ``fold_ln`` first (``fold_ln`` writes into ``b_V``).
+    does not. Apply ``fold_ln`` first (``fold_ln`` writes into ``b_V``). Refused where an
+    attention's rows sum to less than 1 (gpt-oss's sinks, ``attn.pattern_rows_sum_to_one()``):
+    there ``z`` carries a share of ``b_V`` that depends on the query; ``process_weights``
+    skips it there.
 
 Example:
 
@@ -176,6 +179,13 @@ def fold_value_biases(model):
     """
     if not _pending(model, "fold_value_biases"):
         return model
+    sinking = [layer for layer, block in enumerate(model.blocks) if not block.attn.pattern_rows_sum_to_one()]
+    if sinking:
+        raise ValueError(
+            f"fold_value_biases would change the output: the attention of blocks {sinking} gives part of each "
+            "query's attention to a sink, so its pattern rows sum to less than 1 and the share of b_V in z depends "
+            "on the query; keep b_V (process_weights skips this step for such a model)"
+        )
     with torch.no_grad():
         for block in model.blocks:
             attn = block.attn
@@ -199,14 +209,15 @@ def process_weights(
     fold_ln: bool = True,
     center_writing_weights: Optional[bool] = None,
     center_unembed: Optional[bool] = None,
-    fold_value_biases: bool = True,
+    fold_value_biases: Optional[bool] = None,
 ):
     """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first).
 
     ``center_writing_weights=None`` (default) centres where it is exact: when every norm
     subtracts the mean (LayerNorm), not in an RMSNorm model; ``True`` asks for it and is
     refused where it would change the output. ``center_unembed=None`` (default) likewise
-    centres the read-out unless the logits are soft-capped.
+    centres the read-out unless the logits are soft-capped, and ``fold_value_biases=None``
+    folds the value biases unless an attention's pattern rows sum to less than 1 (sinks).
     """
     if center_writing_weights is None:  # where it is exact (and not yet done)
         center_writing_weights = _pending(model, "center_writing_weights") and not _norms_keeping_the_mean(
@@ -214,6 +225,8 @@ def process_weights(
         )
     if center_unembed is None:
         center_unembed = model.logit_softcap is None
+    if fold_value_biases is None:
+        fold_value_biases = all(block.attn.pattern_rows_sum_to_one() for block in model.blocks)
     wanted = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,

@@ -14,7 +14,9 @@ only the new token, reusing the keys and values of earlier positions
 (``interp_transformer.models.kv_cache``); the result is the same as re-running the
 whole sequence every step, only faster. Hooks attached to the model run during
 generation: with the cache, a hook sees the prompt once, then one position per
-step.
+step. A model whose rotation changes with the sequence's length (LongRoPE, past its
+original context: ``rotation_thresholds()``) gets the whole sequence again, with a new
+cache, at the step where a row grows past that length, as Hugging Face's Phi-3 does.
 """
 
 import math
@@ -25,7 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..models.kv_cache import KeyValueCache
+from ..models.kv_cache import KeyValueCache, crossed_thresholds
 from ..models.token_checks import check_attention_mask, is_text
 
 
@@ -104,6 +106,15 @@ def _prompt_tokens(
     return tokens, attention_mask, False, 0
 
 
+def _grows_past(thresholds, tokens: Tensor, mask: Optional[Tensor]) -> bool:
+    """Whether running the last token of ``tokens`` on a cache of the others grows a row past a threshold."""
+    if not thresholds:
+        return False
+    total = mask.sum(dim=-1) if mask is not None else torch.full(tokens.shape[:1], tokens.shape[1])
+    held = mask[:, :-1].sum(dim=-1) if mask is not None else total - 1
+    return bool(crossed_thresholds(thresholds, held, total))
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -149,7 +160,11 @@ def generate(
     kv_cache = KeyValueCache(model.cfg.n_layers) if use_kv_cache else None
     finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
     next_input, next_mask = tokens, mask
+    thresholds = model.rotation_thresholds() if hasattr(model, "rotation_thresholds") else ()
     for _ in tqdm(range(max_new_tokens), disable=not verbose, desc="generating"):
+        if kv_cache is not None and kv_cache.n_positions and _grows_past(thresholds, tokens, mask):
+            # the cached keys were rotated for a shorter row: start again from the whole sequence
+            kv_cache, next_input, next_mask = KeyValueCache(model.cfg.n_layers), tokens, mask
         logits = model(next_input, attention_mask=next_mask, kv_cache=kv_cache)[:, -1, :]
         new = sample_next_token(logits, temperature, top_k, top_p, generator)
         if len(eos_ids):

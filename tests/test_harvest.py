@@ -86,6 +86,7 @@ def _torchrun(*argv, **env) -> subprocess.CompletedProcess:
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",  # a free port of its own: another torchrun may run beside it (test workers)
         "--nproc_per_node",
         "2",
         "-m",

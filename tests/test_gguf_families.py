@@ -152,6 +152,14 @@ def test_sentencepiece_errors_name_what_is_missing(tmp_path, vocabulary):
         tokenizer_from_gguf_metadata(no_unknown)
 
 
+def test_a_file_without_a_tokenizer_says_so_when_loaded(tmp_path, vocabulary):
+    write_family_gguf(tmp_path / "bare.gguf", tiny("gemma3", len(vocabulary[0]), num_hidden_layers=1), "gemma3")
+    with pytest.warns(UserWarning, match="describes no tokenizer.*tokenizer.ggml.model"):
+        model = from_pretrained(str(tmp_path / "bare.gguf"))
+    with pytest.raises(ValueError, match="no tokenizer: pass token ids"):
+        model.to_tokens("hello")
+
+
 def test_the_short_name_says_which_wheels_to_install(monkeypatch):
     import importlib.util
 

@@ -13,6 +13,7 @@ model ``verify`` compares against is Hugging Face's own GGUF loading of the same
 import importlib
 import importlib.util
 import os
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -75,6 +76,12 @@ def resolve_gguf(source: Source) -> Optional[ResolvedSource]:
     if path is None:
         return None
     checkpoint = read_gguf(path)
+    if checkpoint.tokenizer is None:
+        warnings.warn(
+            f"{path} describes no tokenizer (its metadata has no tokenizer.ggml.model): the model takes token ids, "
+            "or set model.tokenizer",
+            stacklevel=3,
+        )
 
     def reference(dtype: torch.dtype):
         """Hugging Face's own reading of the same file (``gguf_file=``), eager attention."""

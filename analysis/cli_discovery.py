@@ -121,7 +121,9 @@ CIRCUIT_DOC = """interp-transformer circuit: find a task's circuit by edge attri
     interp-transformer circuit --task ioi --model smollm2-135m [--prompts 20] [--method eap-ig] [--steps 5]
                                [--fraction 0.05] [--selection top|greedy] [--ablation corrupted|mean] [--out FILE]
 
-``--task``: ioi, greater-than, induction, or a CSV/JSON file of clean,corrupted,answer,wrong rows.
+``--task``: ioi, greater-than, induction, or a CSV/JSON file of clean,corrupted,answer,wrong rows; for an
+encoder-decoder (e.g. ``--model translate-tiny``) a CSV/JSON file of source,corrupted_source,target,answer,wrong
+rows (``analysis.discovery.seq2seq_tasks``).
 It scores every edge, keeps the ``--fraction`` strongest (pruned of nodes with no path to the
 logits), runs that circuit with every other edge ablated, and prints the metric clean,
 corrupted and in the circuit (its faithfulness), MIB's CPR and CMD over circuit sizes, and the
@@ -132,7 +134,15 @@ edge heatmaps and the faithfulness curve.
 
 def _task(model, args: argparse.Namespace):
     from .discovery import greater_than_metric, greater_than_task, induction_task, ioi_task, load_task
+    from .discovery.seq2seq_tasks import load_seq2seq_task
 
+    if model.has_cross_attention:  # (source, target) pairs: a file of the user's
+        if not Path(args.task).is_file():
+            raise UserError(
+                f"--task {args.task!r}: an encoder-decoder's task is a CSV/JSON file of "
+                "source,corrupted_source,target,answer,wrong rows (the built-in tasks are for decoders)"
+            )
+        return load_seq2seq_task(model, Path(args.task)), None
     if args.task == "ioi":
         return ioi_task(model, args.prompts, seed=args.seed), None
     if args.task == "greater-than":
@@ -175,7 +185,7 @@ def add_circuit_parser(commands) -> None:
         "--model", required=True, metavar="SOURCE", help="a shipped model, model directory or hub name"
     )
     circuit.add_argument(
-        "--task", required=True, metavar="TASK", help="ioi, greater-than, induction or a CSV/JSON file"
+        "--task", required=True, metavar="TASK", help="ioi, greater-than, induction or a CSV/JSON file (see below)"
     )
     circuit.add_argument(
         "--prompts", type=int, default=20, metavar="N", help="prompts of a built-in task (default: 20)"

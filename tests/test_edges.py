@@ -138,7 +138,9 @@ def test_models_the_graph_does_not_fit_are_refused():
     from interp_transformer.architectures.adapter_decoder import AdapterDecoderConfig
 
     adapter = perturbed_decoder(AdapterDecoderConfig(**SHAPE, d_adapter=6))
-    with pytest.raises(ValueError, match="block 0 has a 'adapter' writer; edges are built for attention and MLPs"):
+    with pytest.raises(
+        ValueError, match="block 0 has a 'adapter' writer; edges are built for attention, cross-attention and MLPs"
+    ):
         edge_attribution_patching(adapter, CLEAN, CORRUPTED, METRIC)
     model = perturbed_decoder(TransformerConfig(**SHAPE))
     with pytest.raises(ValueError, match="method must be one of"):

@@ -7,12 +7,14 @@ the batch axis, in chunks that fit a memory budget; equal to patching one site a
 one backward pass; the derivative of patching.
 
 ``edge_attribution_patching``: EAP and EAP-IG over the graph of heads, MLPs and their readers
-(query, key and value inputs apart), every edge from one backward pass (``steps`` for EAP-IG).
+(query, key and value inputs apart), every edge from one backward pass (``steps`` for EAP-IG);
+on an encoder-decoder over its two streams, from (source, target) pairs (``runs.SourceTarget``).
 
 ``run_circuit`` / ``faithfulness_curve``: the model with only a circuit's edges clean, and how
 much of the behaviour the strongest ``n`` edges carry.
 
-``tasks``: IOI, greater-than, induction and your own clean/corrupted pairs, for any tokenizer.
+``tasks``: IOI, greater-than, induction and your own clean/corrupted pairs, for any tokenizer;
+``seq2seq_tasks``: an encoder-decoder's (source, target) pairs.
 
 ``selection``: circuits from scores (top ``n``, a threshold, greedy from the logits) and pruning.
 """
@@ -21,6 +23,8 @@ from .attribution_patching import attribution_patching
 from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit
 from .graph import build_graph
+from .runs import SourceTarget
+from .seq2seq_tasks import Seq2SeqTask, load_seq2seq_task
 from .selection import circuit_nodes, greedy_edges, prune, threshold_edges, top_edges
 from .tasks import Task, greater_than_metric, greater_than_task, induction_task, ioi_task, load_task, write_csv
 from .batched import (
@@ -38,11 +42,14 @@ __all__ = [
     "COMPONENTS",
     "EdgeScores",
     "FaithfulnessCurve",
+    "Seq2SeqTask",
+    "SourceTarget",
     "Task",
     "greater_than_metric",
     "greater_than_task",
     "induction_task",
     "ioi_task",
+    "load_seq2seq_task",
     "load_task",
     "write_csv",
     "build_graph",

@@ -30,10 +30,20 @@ sum to the attribution-patching score of the final residual stream.
 **Which models.** Decoders: GPT-2, Llama, Mistral, Qwen (grouped-query attention), GPT-NeoX and
 GPT-J (parallel blocks), BLOOM, OPT and post-norm OPT (each reader's gradient pulled back through
 the stream norms between it and each writer), Gemma 2/3 (output norms: attention sublayers as
-nodes), mixtures of experts (experts as nodes); and encoders (BERT: post-norm, both directions,
-a masked-LM read-out the metric reads). Refused with the reason: encoder-decoders (``graph``).
+nodes), mixtures of experts (experts as nodes); encoders (BERT: post-norm, both directions,
+a masked-LM read-out the metric reads); and encoder-decoders (T5, BART, Marian, the pre-LN
+Transformer of ``translate-tiny``), whose prompts are ``(source, target)`` pairs (``runs``).
 In a post-norm model the logits' edges no longer sum to the final stream's score (the writes
 reach it through norms); each node's edges still sum to its own.
+
+**Encoder-decoders** have two streams (``graph.EncoderDecoderGraph``), each walked on its own:
+the encoder's nodes over the source positions, read by the encoder's readers and by every
+cross-attention key/value head (``L0CK1.k``, ``L0CK1.v``, whose gradient is pulled back through
+the encoder's final norm at the run's final encoder stream); the decoder's over the target
+positions, read by its self-attention, its cross-attention's queries (``L0C2.q``), its MLPs and
+the logits. EAP-IG on inputs interpolates both streams' inputs together. Both identities hold
+per stream: an encoder node's edges sum to its attribution-patching score too (the encoder's
+output reaches the metric only through the cross-attention keys and values).
 """
 
 from dataclasses import dataclass, field
@@ -47,8 +57,9 @@ from torch import Tensor
 from .. import _checks
 from tqdm.auto import tqdm
 
-from .batched import RowMetric, _start, row_values
+from .batched import RowMetric, row_values
 from .graph import BlockPlan, Graph, build_graph
+from .runs import Runs, start
 
 METHODS = ("EAP", "EAP-IG")
 IG_ON = ("inputs", "activations")
@@ -103,36 +114,36 @@ def _mlp_input_hooks(block: BlockPlan) -> list[str]:
     return [block.mlp_norm.hook_normalized.name] if block.mlp_norm is not None else block.mlp.input_hooks()
 
 
-def _reader_gradients(model, graph: Graph, corrupted, mask, metric, into: Tensor, weight: float, embed_at=None):
-    """Adds ``weight g_r`` to ``into [reader, batch, pos, d_model]``: ``g_r`` the metric's gradient at the residual
-    stream as reader ``r`` reads it. Returns the inputs of the stream norms in this run (their Jacobians' points)."""
-    batch = corrupted.shape[0]
-    final = model.hook_names.final_residual_name(model.cfg.n_layers)
-    kept: dict[str, Tensor] = {}
-    differentiated, residuals = [final], []  # gradients at the readers; residual values for the norms' Jacobians
-    for layer, block in enumerate(graph.plan):
+def _hooks_read(graph: Graph) -> tuple[list[str], list[str]]:
+    """``(differentiated, residuals)``: the hooks a stream's reader gradients are read at, and the streams their
+    norms' Jacobians are taken at."""
+    differentiated, residuals = [], [graph.final_hook]
+    for block in graph.plan:
         attn = block.attn
         differentiated += [attn.hook_q.name, attn.hook_k.name, attn.hook_v.name]
-        residuals += [graph.stream_at_read(model, layer, "attn")] + [step.reads for step in block.stream_norms]
+        residuals += [block.reads_at["attn"]] + [step.reads for step in block.stream_norms]
+        if block.cross is not None:
+            differentiated.append(block.cross.hook_q.name)
+            residuals.append(block.reads_at["cross"])
         if block.mlp is not None:
             differentiated += _mlp_input_hooks(block)
-            residuals.append(graph.stream_at_read(model, layer, "mlp"))
-    differentiated = list(dict.fromkeys(differentiated))
-    names = list(dict.fromkeys(differentiated + residuals))
+            residuals.append(block.reads_at["mlp"])
+    end = graph.end
+    differentiated += [hook for hook, _, _, _ in end.projections] if end.projections else [graph.final_hook]
+    return differentiated, residuals
 
-    def keep(activation: Tensor, hook) -> None:
-        kept[hook.name] = activation
 
-    hooks = (embed_at or []) + [(name, keep) for name in names]  # an interpolated input first, then kept
-    kwargs = {} if mask is None else {"attention_mask": mask}
-    with torch.enable_grad():
-        logits = model.run_with_hooks(corrupted, fwd_hooks=hooks, **kwargs)
-        values = row_values(metric, logits, torch.arange(batch, device=logits.device))
-        if not values.requires_grad:
-            raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
-        wanted = [kept[name] for name in differentiated]
-        grads = dict(zip(differentiated, torch.autograd.grad(values.sum(), wanted, allow_unused=True)))
-    grad = {name: (g if g is not None else torch.zeros_like(kept[name])) for name, g in grads.items()}
+def _end_gradients(graph: Graph, grad: dict, kept: dict) -> Tensor:
+    """``[reader, batch, pos, d_model]``: the gradients of the readers at the stream's end, at its final stream."""
+    end = graph.end
+    if not end.projections:
+        return grad.pop(graph.final_hook)[None]
+    read = [einops.einsum(grad.pop(hook), W, "b p g e, g d e -> g b p d") for hook, W, _, _ in end.projections]
+    return _through_norm(end.norm, kept[graph.final_hook].detach(), torch.cat(read))
+
+
+def _fill(graph: Graph, grad: dict, kept: dict, into: Tensor, weight: float) -> None:
+    """Adds ``weight g_r`` of every reader of ``graph`` to ``into [reader, batch, pos, d_model]``."""
     row = 0
 
     def add(rows: Tensor) -> None:
@@ -140,13 +151,19 @@ def _reader_gradients(model, graph: Graph, corrupted, mask, metric, into: Tensor
         into[row : row + len(rows)].add_(rows.detach(), alpha=weight)
         row += len(rows)
 
-    for layer, block in enumerate(graph.plan):
+    def stream(block: BlockPlan, side: str) -> Tensor:
+        return kept[block.reads_at[side]].detach()
+
+    for block in graph.plan:
         attn, attn_norm, mlp_norm = block.attn, block.attn_norm, block.mlp_norm
         g_q = einops.einsum(grad.pop(attn.hook_q.name), attn.W_Q, "b p h e, h d e -> h b p d")
         g_k = einops.einsum(grad.pop(attn.hook_k.name), attn.stored("W_K"), "b p g e, g d e -> g b p d")
         g_v = einops.einsum(grad.pop(attn.hook_v.name), attn.stored("W_V"), "b p g e, g d e -> g b p d")
         attn_in = torch.cat([g_q, g_k, g_v])
-        add(_through_norm(attn_norm, kept[graph.stream_at_read(model, layer, "attn")].detach(), attn_in))
+        add(_through_norm(attn_norm, stream(block, "attn"), attn_in))
+        if block.cross is not None:  # its queries read this stream; its keys and values are the encoder's readers
+            g_q = einops.einsum(grad.pop(block.cross.hook_q.name), block.cross.W_Q, "b p h e, h d e -> h b p d")
+            add(_through_norm(block.cross_norm, stream(block, "cross"), g_q))
         if block.mlp is not None:
             if mlp_norm is not None:
                 mlp_in = grad.pop(mlp_norm.hook_normalized.name)
@@ -155,10 +172,34 @@ def _reader_gradients(model, graph: Graph, corrupted, mask, metric, into: Tensor
                 mlp_in = sum(einops.einsum(grad.pop(hook), W, "b p m, d m -> b p d") for hook, (W, _) in pairs)
             if mlp_norm is not None and mlp_norm is attn_norm:  # one norm read by both (GPT-J): the MLP's share
                 mlp_in = mlp_in - attn_in.sum(dim=0)
-            resid = kept[graph.stream_at_read(model, layer, "mlp")].detach()
-            add(_through_norm(mlp_norm, resid, mlp_in[None]))
-    add(grad.pop(final)[None])
-    return {step.reads: kept[step.reads].detach() for block in graph.plan for step in block.stream_norms}
+            add(_through_norm(mlp_norm, stream(block, "mlp"), mlp_in[None]))
+    add(_end_gradients(graph, grad, kept))
+
+
+def _reader_gradients(runs: Runs, graphs, metric, into: list[Tensor], weight: float, embed_at=None) -> list[dict]:
+    """Adds ``weight g_r`` to ``into[s] [reader, batch, pos, d_model]`` for each stream ``graphs[s]``: ``g_r`` the
+    metric's gradient at the residual stream as reader ``r`` reads it, from one forward and one backward pass on the
+    corrupted inputs. Returns each stream's stream-norm inputs in this run (their Jacobians' points)."""
+    kept: dict[str, Tensor] = {}
+    reading = [_hooks_read(graph) for graph in graphs]
+    differentiated = list(dict.fromkeys(name for names, _ in reading for name in names))
+    names = list(dict.fromkeys(differentiated + [name for _, residuals in reading for name in residuals]))
+
+    def keep(activation: Tensor, hook) -> None:
+        kept[hook.name] = activation
+
+    hooks = (embed_at or []) + [(name, keep) for name in names]  # an interpolated input first, then kept
+    with torch.enable_grad():
+        logits = runs.run(runs.corrupted, hooks)
+        values = row_values(metric, logits, torch.arange(runs.batch, device=logits.device))
+        if not values.requires_grad:
+            raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
+        wanted = [kept[name] for name in differentiated]
+        grads = dict(zip(differentiated, torch.autograd.grad(values.sum(), wanted, allow_unused=True)))
+    grad = {name: (g if g is not None else torch.zeros_like(kept[name])) for name, g in grads.items()}
+    for graph, rows in zip(graphs, into):
+        _fill(graph, grad, kept, rows, weight)
+    return [{step.reads: kept[step.reads].detach() for block in g.plan for step in block.stream_norms} for g in graphs]
 
 
 def _through_norm(norm, resid: Tensor, directions: Tensor) -> Tensor:
@@ -181,11 +222,11 @@ def _interpolating(caches: tuple[dict, dict], names: list[str], alpha: float) ->
 
 
 @torch.no_grad()
-def _differences(model, graph: Graph, clean_cache, corrupt_cache) -> Tensor:
+def _differences(graph: Graph, clean_cache, corrupt_cache) -> Tensor:
     """``clean_u - corrupt_u`` for every node ``[upstream, batch, pos, d_model]``, one writer at a time."""
-    first = clean_cache[model.act_name("resid_pre", 0)]
+    first = clean_cache[graph.input_hook]
     delta = first.new_empty(len(graph.upstream), *first.shape)
-    delta[0] = first - corrupt_cache[model.act_name("resid_pre", 0)]
+    delta[0] = first - corrupt_cache[graph.input_hook]
     row = 1
     for block in graph.plan:
         for nodes in block.nodes():
@@ -205,7 +246,7 @@ def _contract(delta: Tensor, gradients: Tensor) -> Tensor:
 
 @torch.no_grad()
 def _walk(graph: Graph, delta: Tensor, gradients: Tensor, norm_inputs: dict[str, Tensor]) -> Tensor:
-    """Every edge's score: the stream walked backwards from the logits, each writer's differences read along the
+    """Every edge's score: the stream walked backwards from its end, each writer's differences read along the
     directions of the readers after it, which every stream norm on the way pulls back through its Jacobian (at
     ``norm_inputs``). ``gradients`` (each reader's ``g_r``) is used as that working space."""
     upstream_at, reader_at = graph.order()
@@ -230,19 +271,15 @@ def memory_estimate(model, batch: int, n_pos: int) -> int:
     graph = build_graph(model)
     cfg, itemsize = model.cfg, model.W_E.element_size()
     d_mlp = getattr(cfg, "d_mlp", None) or 0
+    n_layers = cfg.n_layers + (getattr(cfg, "n_decoder_layers", None) or 0)
     held = (len(graph.upstream) + len(graph.readers)) * cfg.d_model
-    backward = cfg.n_layers * (16 * cfg.d_model + 4 * d_mlp) + 3 * cfg.d_vocab
+    backward = n_layers * (16 * cfg.d_model + 4 * d_mlp) + 3 * cfg.d_vocab
     return batch * n_pos * (held + backward) * itemsize
 
 
-def _writer_groups(model, graph: Graph) -> list[tuple[str, slice]]:
-    """``(output hook, slice of upstream nodes)`` per writer, the input first."""
-    groups, start = [(model.act_name("resid_pre", 0), slice(0, 1))], 1
-    for block in graph.plan:
-        for nodes in block.nodes():
-            groups.append((nodes.output, slice(start, start + len(nodes.names))))
-            start += len(nodes.names)
-    return groups
+def _writer_groups(graphs) -> list[tuple[int, str, slice]]:
+    """``(stream, output hook, slice of that stream's upstream nodes)`` per writer of every stream, inputs first."""
+    return [(s, output, nodes) for s, graph in enumerate(graphs) for output, nodes in graph.writer_groups()]
 
 
 def edge_attribution_patching(
@@ -257,56 +294,66 @@ def edge_attribution_patching(
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
 ) -> EdgeScores:
     """Every edge's score (module docstring): ``method`` ``"EAP"`` or ``"EAP-IG"`` with ``steps`` interpolations of
-    the inputs (``ig_on="inputs"``) or of each writer's output in turn (``ig_on="activations"``)."""
+    the inputs (``ig_on="inputs"``: every stream's input together) or of each writer's output in turn
+    (``ig_on="activations"``). An encoder-decoder's prompts are ``(source, target)`` pairs (``runs``)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if ig_on not in IG_ON:
         raise ValueError(f"ig_on must be one of {IG_ON}, got {ig_on!r}")
-    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
-    graph = build_graph(model)
-    batch = clean.shape[0]
-    kwargs = {} if mask is None else {"attention_mask": mask}
-    groups = _writer_groups(model, graph)
-    cached = list(dict.fromkeys(graph.write_hooks(model) + [output for output, _ in groups]))
+    runs = start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    full = build_graph(runs.model)
+    graphs = full.streams
+    groups = _writer_groups(graphs)
+    hooks = [name for graph in graphs for name in graph.write_hooks()] + [output for _, output, _ in groups]
+    cached = list(dict.fromkeys(hooks))
     with torch.no_grad():
-        _, clean_cache = model.run_with_cache(clean, names_filter=cached, **kwargs)
-        _, corrupt_cache = model.run_with_cache(corrupted, names_filter=cached, **kwargs)
-    delta = _differences(model, graph, clean_cache, corrupt_cache)
+        clean_cache, corrupt_cache = runs.cache(runs.clean, cached), runs.cache(runs.corrupted, cached)
+    deltas = [_differences(graph, clean_cache, corrupt_cache) for graph in graphs]
     caches = (clean_cache, corrupt_cache)
 
-    def scores_of(interpolated: list[str]) -> Tensor:
-        """``[upstream, reader, batch]``: the edges' scores, gradients at the corrupted run (EAP) or averaged over
-        the runs interpolating ``interpolated`` (EAP-IG). Through stream norms each run is walked on its own."""
-        total = delta.new_zeros(len(graph.readers), *delta.shape[1:])
+    def walks(totals: list[Tensor], inputs: list[dict]) -> list[Tensor]:
+        return [_walk(graph, delta, total, at) for graph, delta, total, at in zip(graphs, deltas, totals, inputs)]
+
+    def scores_of(interpolated: list[str]) -> list[Tensor]:
+        """Per stream ``[upstream, reader, batch]``: the edges' scores, gradients at the corrupted run (EAP) or
+        averaged over the runs interpolating ``interpolated`` (EAP-IG). Through stream norms each run is walked on
+        its own."""
+        totals = [delta.new_zeros(len(graph.readers), *delta.shape[1:]) for graph, delta in zip(graphs, deltas)]
         if method == "EAP":
-            return _walk(graph, delta, total, _reader_gradients(model, graph, corrupted, mask, metric, total, 1.0))
-        per_run = graph.has_stream_norms  # a norm's Jacobian depends on the run: no sum of gradients then
-        scores, inputs = 0, {}
+            return walks(totals, _reader_gradients(runs, graphs, metric, totals, 1.0))
+        per_run = full.has_stream_norms  # a norm's Jacobian depends on the run: no sum of gradients then
+        scores, inputs = [0] * len(graphs), [{} for _ in graphs]
         for k in tqdm(range(1, steps + 1), desc=f"EAP-IG on {ig_on}", leave=False, disable=steps < 8):
             hooks = _interpolating(caches, interpolated, k / steps)
-            if per_run:
+            for total in totals if per_run else ():
                 total.zero_()
-            inputs = _reader_gradients(model, graph, corrupted, mask, metric, total, 1 / steps, hooks)
+            inputs = _reader_gradients(runs, graphs, metric, totals, 1 / steps, hooks)
             if per_run:
-                scores = scores + _walk(graph, delta, total, inputs)
-        return scores if per_run else _walk(graph, delta, total, inputs)
+                scores = [before + now for before, now in zip(scores, walks(totals, inputs))]
+        return scores if per_run else walks(totals, inputs)
 
     if method == "EAP" or ig_on == "inputs":
-        scores = scores_of([groups[0][0]])
+        scores = scores_of([graph.input_hook for graph in graphs])
     else:  # each writer's edges read the gradients of the runs interpolating that writer's output
-        scores = delta.new_zeros(delta.shape[0], len(graph.readers), batch)
-        for output, nodes in tqdm(groups, desc="EAP-IG on activations", leave=False):
-            scores[nodes] = scores_of([output])[nodes]
-    edge = graph.edge_mask()
+        scores = [
+            delta.new_zeros(delta.shape[0], len(graph.readers), runs.batch) for graph, delta in zip(graphs, deltas)
+        ]
+        for stream, output, nodes in tqdm(groups, desc="EAP-IG on activations", leave=False):
+            scores[stream][nodes] = scores_of([output])[stream][nodes]
+    edge = full.edge_mask()
+    joined, rows, columns = scores[0].new_zeros(*edge.shape, runs.batch), 0, 0
+    for block in scores:  # each stream's edges on the diagonal
+        joined[rows : rows + block.shape[0], columns : columns + block.shape[1]] = block
+        rows, columns = rows + block.shape[0], columns + block.shape[1]
     return EdgeScores(
-        [name for name, _, _ in graph.upstream],
-        [name for name, _, _ in graph.readers],
+        [name for name, _, _ in full.upstream],
+        [name for name, _, _ in full.readers],
         edge,
-        scores.to(torch.float64).cpu() * edge[..., None],
+        joined.to(torch.float64).cpu() * edge[..., None],
         method if method == "EAP" else f"{method} ({ig_on})",
-        graph.reads,
+        full.reads,
     )
 
 

@@ -10,7 +10,12 @@ prompts (the stream is the sum of the writes and of biases both runs share, so t
 The reader then computes from ``x_r`` through its own norm and projection (``q_h = norm(x_r)
 W_Q[h] + b_Q[h]``, ...), and everything after it runs as usual. Keeping every edge gives the
 clean run, keeping none the corrupted one, and leaving out every edge of one node is patching
-that node (``tests/test_faithfulness.py`` holds all three).
+that node (``tests/test_faithfulness.py`` holds all three, ``tests/test_edges_encdec.py`` on encoder-decoders).
+
+An encoder-decoder's two streams (``graph.EncoderDecoderGraph``) are carried so in one run, each
+with its own nodes and readers: the encoder's readers at its end, each cross-attention key/value
+head's key and value inputs, read their own copy of the encoder's final stream, through its final
+norm and their projections, when the decoder's cross-attention asks for its keys and values.
 
 ``faithfulness_curve`` keeps the ``n`` edges of largest |score| for each ``n`` and reports the
 normalized metric ``(m_circuit - m_corrupt) / (m_clean - m_corrupt)``: 1 is the whole model's
@@ -32,9 +37,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .. import _checks
-from .batched import RowMetric, _start
+from .batched import RowMetric
 from .edges import EdgeScores
-from .graph import build_graph
+from .graph import Graph, build_graph
+from .runs import start
 from .selection import greedy_edges, top_edges
 
 SELECTIONS = {"top": top_edges, "greedy": greedy_edges}
@@ -103,37 +109,10 @@ def _mean_writes(writes: Tensor, mask: Optional[Tensor]) -> Tensor:
     return mean.expand_as(writes)
 
 
-@torch.no_grad()
-def run_circuit(
-    model: _checks.AnyModel,
-    clean_tokens,
-    corrupted_tokens,
-    metric: RowMetric,
-    kept: Bool[Tensor, "upstream reader"],
-    *,
-    ablation: str = "corrupted",
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-) -> Float[Tensor, "batch"]:
-    """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out).
-
-    Edges outside the circuit carry the node's write on the corrupted prompts (``ablation="corrupted"``) or
-    its mean over the corrupted prompts at that position (``"mean"``)."""
-    if ablation not in ABLATIONS:
-        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
-    model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
-    graph = build_graph(model)
-    upstream, readers = graph.upstream, graph.readers
-    if not isinstance(kept, Tensor) or kept.dtype != torch.bool or kept.shape != (len(upstream), len(readers)):
-        raise ValueError(
-            f"kept must be a bool tensor [upstream, reader] = [{len(upstream)}, {len(readers)}], got "
-            f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
-        )
-    kwargs = {} if mask is None else {"attention_mask": mask}
-    _, corrupt_cache = model.run_with_cache(corrupted, names_filter=graph.write_hooks(model), **kwargs)
-    corrupt = graph.writes(model, corrupt_cache)  # [upstream, batch, pos, d_model]
-    if ablation == "mean":
-        corrupt = _mean_writes(corrupt, mask)
-    dropped = (graph.edge_mask() & ~kept.cpu()).to(corrupt.device, corrupt.dtype)  # edges fed the ablated value
+def _stream_hooks(graph: Graph, corrupt: Tensor, dropped: Tensor) -> list:
+    """The forward hooks that give each reader of ``graph`` its own stream (module docstring): ``corrupt`` the nodes'
+    ablated writes ``[upstream, batch, pos, d_model]``, ``dropped [upstream, reader]`` the edges fed them."""
+    readers = graph.readers
     reader_index = {name: j for j, (name, _, _) in enumerate(readers)}
     reader_at = torch.tensor(graph.order()[1])
     current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
@@ -190,25 +169,32 @@ def run_circuit(
     def first(hook_fn):
         return lambda activation, hook: hook_fn(activation, hook)[0]
 
-    hooks = [(model.act_name("resid_pre", 0), lambda activation, hook: current.append(activation))]
+    heads = "r b p d, r d e -> b p r e"
+    hooks = [(graph.input_hook, lambda activation, hook: current.append(activation))]
     steps = {id(payload): step for step, _, kind, payload in graph.timeline() if kind == "norm"}
     for layer, block in enumerate(graph.plan):
         attn, attn_norm = block.attn, block.attn_norm
-        attn_key, mlp_key = graph.stream_at_read(model, layer, "attn"), None
+        attn_key = block.reads_at["attn"]
         hooks.append((attn_key, remember(attn_key)))
-        queries = [f"L{layer}H{h}.q" for h in range(attn.n_heads)]
-        heads = "r b p d, r d e -> b p r e"
+        queries = [name for name in graph.block_readers(layer, "attn") if name.endswith(".q")]
         hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q, attn_key, heads)))
         for x in ("k", "v"):
-            names = [f"L{layer}K{g}.{x}" for g in range(attn.n_key_value_heads)]
+            names = [name for name in graph.block_readers(layer, "attn") if name.endswith(f".{x}")]
             weight, bias = attn.stored(f"W_{x.upper()}"), attn.stored(f"b_{x.upper()}")
             hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias, attn_key, heads)))
         for step in block.stream_norms:
             hooks.append((step.reads, renormalize(steps[id(step)], step.norm)))
+        if block.cross is not None:  # its queries read this stream (its keys and values: the encoder's end)
+            cross, cross_key = block.cross, block.reads_at["cross"]
+            hooks.append((cross_key, remember(cross_key)))
+            names = graph.block_readers(layer, "cross")
+            hooks.append(
+                (cross.hook_q.name, projection(names, block.cross_norm, cross.W_Q, cross.b_Q, cross_key, heads))
+            )
         if block.mlp is not None:
-            mlp_key = graph.stream_at_read(model, layer, "mlp")
+            mlp_key = block.reads_at["mlp"]
             hooks.append((mlp_key, remember(mlp_key)))
-            name = [f"MLP{layer}"]
+            name = graph.block_readers(layer, "mlp")
             if block.mlp_norm is not None:  # the norm's output, recomputed from the MLP's own stream
                 hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(name, block.mlp_norm, mlp_key)))
             else:  # the MLP reads the stream itself: its input projections, recomputed
@@ -217,10 +203,55 @@ def run_circuit(
         for nodes in block.nodes():
             hooks += [(name, remember(name)) for name in nodes.hooks if name != nodes.output]
             hooks.append((nodes.output, write(nodes)))
-    final = model.hook_names.final_residual_name(model.cfg.n_layers)
-    hooks.append((final, lambda activation, hook: reader_inputs(activation, ["logits"])[0]))
-    logits = model.run_with_hooks(clean, fwd_hooks=hooks, **kwargs)
-    return metric(logits, torch.arange(clean.shape[0], device=logits.device)).to(torch.float64)
+    final, end = graph.final_hook, graph.end
+    if not end.projections:  # the logits read the final stream itself
+        return hooks + [(final, lambda activation, hook: reader_inputs(activation, list(end.names))[0])]
+    hooks.append((final, remember(final)))
+    for hook, weight, bias, names in end.projections:  # read later, by another stream's parts
+        hooks.append((hook, projection(list(names), end.norm, weight, bias, final, heads)))
+    return hooks
+
+
+@torch.no_grad()
+def run_circuit(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    kept: Bool[Tensor, "upstream reader"],
+    *,
+    ablation: str = "corrupted",
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+) -> Float[Tensor, "batch"]:
+    """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out).
+
+    Edges outside the circuit carry the node's write on the corrupted prompts (``ablation="corrupted"``) or
+    its mean over the corrupted prompts at that position (``"mean"``). An encoder-decoder's prompts are
+    ``(source, target)`` pairs (``runs``); each of its streams carries its readers' own streams."""
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+    runs = start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    full = build_graph(runs.model)
+    upstream, readers = full.upstream, full.readers
+    if not isinstance(kept, Tensor) or kept.dtype != torch.bool or kept.shape != (len(upstream), len(readers)):
+        raise ValueError(
+            f"kept must be a bool tensor [upstream, reader] = [{len(upstream)}, {len(readers)}], got "
+            f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
+        )
+    written = list(dict.fromkeys(name for graph in full.streams for name in graph.write_hooks()))
+    corrupt_cache = runs.cache(runs.corrupted, written)
+    dropped = full.edge_mask() & ~kept.cpu()  # edges fed the ablated value
+    hooks, rows, columns = [], 0, 0
+    for graph, mask in zip(full.streams, runs.stream_masks):
+        corrupt = graph.writes(corrupt_cache)  # [upstream, batch, pos, d_model]
+        if ablation == "mean":
+            corrupt = _mean_writes(corrupt, mask)
+        n_up, n_read = len(graph.upstream), len(graph.readers)
+        block = dropped[rows : rows + n_up, columns : columns + n_read].to(corrupt.device, corrupt.dtype)
+        hooks += _stream_hooks(graph, corrupt, block)
+        rows, columns = rows + n_up, columns + n_read
+    logits = runs.run(runs.clean, hooks)
+    return metric(logits, torch.arange(runs.batch, device=logits.device)).to(torch.float64)
 
 
 def faithfulness_curve(

@@ -1,13 +1,14 @@
 """A circuit found and checked, as one offline page: the graph, node and edge heatmaps, the faithfulness curve.
 
-``circuit_report(model, task)`` scores every edge (EAP or EAP-IG), chooses the circuit of
+``circuit_report(model, task)`` (a decoder's ``Task``, or an encoder-decoder's ``Seq2SeqTask`` of
+(source, target) pairs) scores every edge (EAP or EAP-IG), chooses the circuit of
 ``fraction`` of the graph's edges (top or greedy, pruned of nodes with no path to the logits),
 runs it (``run_circuit``) and the faithfulness curve, and returns a ``Report``
 (``analysis.report.page``: plotly.js and the views' script embedded once, nothing fetched)
 holding the numbers (``report["circuit"].data``) and:
 
 - the circuit as a graph (``analysis.views.circuit_view``): hover for scores, click a head to see
-  its attention on the first prompt;
+  its attention on the first prompt (an encoder-decoder's: a decoder self-attention head's, on the first target);
 - node scores (each node's edges summed) as a layer x unit heatmap;
 - edge scores among the circuit's nodes as an upstream x reader heatmap;
 - the faithfulness curve over circuit sizes, with MIB's CPR and CMD.
@@ -15,7 +16,7 @@ holding the numbers (``report["circuit"].data``) and:
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import plotly.graph_objects as go
 import torch
@@ -28,6 +29,7 @@ from .batched import RowMetric
 from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import faithfulness_curve, run_circuit
 from .selection import circuit_nodes, greedy_edges, prune, top_edges
+from .seq2seq_tasks import Seq2SeqTask
 from .tasks import Task
 
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
@@ -66,15 +68,19 @@ def node_figure(scores: EdgeScores, title: str = "node scores"):
 
 
 def _layer_and_unit(name: str) -> tuple[str, str]:
-    if name == "input":
-        return "input", "input"
-    if name.startswith("MLP"):
-        layer, _, unit = name[3:].partition(".")
-        return f"L{layer}", unit or "MLP"
-    layer, _, unit = name[1:].partition("H")
+    """A node's row and column: ``L3H5`` -> ``("L3", "H5")``, ``MLP3.E0`` -> ``("L3", "E0")``, an encoder's
+    ``enc.L0H1`` -> ``("enc.L0", "H1")``."""
+    stack = "enc." if name.startswith("enc.") else ""
+    bare = name.removeprefix(stack)
+    if bare == "input":
+        return name, "input"
+    mlp = re.fullmatch(r"MLP(\d+)(?:\.(.+))?", bare)
+    if mlp:
+        return f"{stack}L{mlp[1]}", mlp[2] or "MLP"
+    unit = re.fullmatch(r"L(\d+)(?:([A-Z]\d+)|\.(.+))", bare)
     if unit:
-        return f"L{layer}", f"H{unit}"
-    return f"L{name[1:].split('.')[0]}", "attn"
+        return f"{stack}L{unit[1]}", unit[2] or unit[3]
+    return name, name
 
 
 def edge_figure(scores: EdgeScores, kept: torch.Tensor, title: str = "edge scores in the circuit"):
@@ -98,11 +104,10 @@ def edge_figure(scores: EdgeScores, kept: torch.Tensor, title: str = "edge score
     return fig
 
 
-def _patterns(model, task: Task, nodes: list[str]) -> tuple[list[str], dict]:
+def _patterns(model, task, nodes: list[str]) -> tuple[Optional[list[str]], dict]:
     """The first prompt's tokens and the attention pattern of each head among ``nodes`` (of a whole attention
-    sublayer's node, ``L3.attn``, its heads' mean pattern)."""
-    n_real = int(task.attention_mask[0].sum()) if task.attention_mask is not None else task.clean.shape[1]
-    tokens = task.clean[:1, :n_real]
+    sublayer's node, ``L3.attn``, its heads' mean pattern). An encoder-decoder's: its decoder's self-attention heads
+    over the first target."""
     wanted = {}  # node -> (layer, head or None)
     for name in nodes:
         head = re.fullmatch(r"L(\d+)H(\d+)", name)
@@ -111,12 +116,22 @@ def _patterns(model, task: Task, nodes: list[str]) -> tuple[list[str], dict]:
             wanted[name] = (int(head[1]), int(head[2]))
         elif sublayer:
             wanted[name] = (int(sublayer[1]), None)
+    if model.has_cross_attention:
+        source, target = task.clean
+        mask = None if task.attention_mask is None else task.attention_mask[:1]
+        inputs, tokens, stack = (source[:1], target[:1]), target[:1], ("decoder",)
+        kwargs = {} if mask is None else {"attention_mask": mask}
+    else:
+        n_real = int(task.attention_mask[0].sum()) if task.attention_mask is not None else task.clean.shape[1]
+        tokens = task.clean[:1, :n_real]
+        inputs, stack, kwargs = (tokens,), (), {}
     patterns = {}
     if wanted:
         layers = sorted({layer for layer, _ in wanted.values()})
-        _, cache = model.run_with_cache(tokens, names_filter=[model.act_name("pattern", layer) for layer in layers])
+        names = [model.act_name("pattern", layer, *stack) for layer in layers]
+        _, cache = model.run_with_cache(*inputs, names_filter=names, **kwargs)
         for name, (layer, head) in wanted.items():
-            pattern = cache[model.act_name("pattern", layer)][0]
+            pattern = cache[model.act_name("pattern", layer, *stack)][0]
             patterns[name] = (pattern.mean(0) if head is None else pattern[head]).detach().cpu()
     strings = model.to_str_tokens(tokens[0]) if model.tokenizer is not None else [str(t) for t in tokens[0].tolist()]
     return list(strings), patterns
@@ -124,7 +139,7 @@ def _patterns(model, task: Task, nodes: list[str]) -> tuple[list[str], dict]:
 
 def circuit_report(
     model,
-    task: Task,
+    task: Union[Task, Seq2SeqTask],
     *,
     metric: Optional[RowMetric] = None,
     method: str = "EAP-IG",
@@ -152,7 +167,9 @@ def circuit_report(
     clean, corrupted = curve.clean.mean(), curve.corrupted.mean()
     faithfulness = float((circuit - corrupted) / (clean - corrupted))
     tokens, patterns = _patterns(model, task, nodes)
-    graph = circuit_view(scores, kept, tokens=tokens, patterns=patterns or None, title="the circuit")
+    graph = circuit_view(
+        scores, kept, tokens=tokens if patterns else None, patterns=patterns or None, title="the circuit"
+    )
     numbers = CircuitData(
         n_edges, kept, nodes, float(clean), float(corrupted), float(circuit), faithfulness, curve.cpr, curve.cmd
     )

@@ -125,11 +125,11 @@ class PostNormCrossAttentionBlock(StreamBlock):
         """Each write followed by the norm that renormalizes the stream after it (``ln1``, ``ln2``, ``ln3``)."""
         return [
             Writer("attn", self.attn, self.hook_attn_out.name),
-            StreamNorm("ln1", self.ln1),
+            StreamNorm("ln1", self.ln1, self.hook_resid_mid.name),
             Writer("cross_attn", self.cross_attn, self.hook_cross_attn_out.name, reads_source=True),
-            StreamNorm("ln2", self.ln2),
+            StreamNorm("ln2", self.ln2, self.hook_resid_mid_cross.name),
             Writer("mlp", self.mlp, self.hook_mlp_out.name),
-            StreamNorm("ln3", self.ln3),
+            StreamNorm("ln3", self.ln3, self.hook_resid_post.name),
         ]
 
     @shape_checked

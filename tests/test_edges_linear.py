@@ -1,8 +1,8 @@
 """On a model linear in its input, attribution is patching: every identity holds exactly (float64, 1e-10).
 
-The model (``perturbed.linear_decoder``) is built from our parts with nothing nonlinear: norms
-``x w + b``, MLP activations the identity, and attention patterns that do not depend on the input
-(``W_Q = W_K = 0``). Then the metric is affine in every write, so:
+The model (``perturbed.linear_decoder``; BERT's parts made linear, ``linear_encoder``) is built from our
+parts with nothing nonlinear: norms ``x w + b``, MLP activations the identity, and attention patterns that
+do not depend on the input (``W_Q = W_K = 0``). Then the metric is affine in every write, so:
 
 - each edge's EAP score equals patching that one edge (its reader sees the node's clean write, all
   else corrupted), for every edge of the graph;
@@ -29,7 +29,8 @@ from interp_transformer.architectures.llama import LlamaConfig
 from interp_transformer.architectures.moe import MoEConfig
 from interp_transformer.architectures.opt import OPTPostNormConfig
 
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, linear_decoder
+from .encoder_helpers import random_mlm
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, LinearNorm, linear_decoder
 
 METRIC = logit_diff_per_row(*ANSWERS)
 CONFIGS = {
@@ -42,9 +43,28 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def linear_encoder():
+    """BERT's parts (a perturbed ``BertForMaskedLM`` loaded, post-norm, bidirectional, MLM logits) made linear the same
+    way: the stream norms and the MLM head's norm ``x w + b``, activations the identity, ``W_Q = W_K = 0`` (every
+    token attends uniformly to every token)."""
+    model = random_mlm()[0]
+    generator = torch.Generator().manual_seed(2)
+    d_model = model.cfg.d_model
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ln1, block.ln2 = (LinearNorm(d_model, generator, torch.float64) for _ in range(2))
+            block.attn.W_Q.zero_()
+            block.attn.stored("W_K").zero_()
+            block.mlp.act_fn = lambda x: x
+        model.mlm_head.act_fn = lambda x: x
+        model.mlm_head.ln = LinearNorm(d_model, generator, torch.float64)
+    model.setup()
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS) + ["bert_post_norm_encoder"])
 def model(request):
-    return linear_decoder(CONFIGS[request.param]())
+    return linear_encoder() if request.param == "bert_post_norm_encoder" else linear_decoder(CONFIGS[request.param]())
 
 
 @pytest.fixture(scope="module")

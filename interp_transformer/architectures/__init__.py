@@ -22,13 +22,15 @@ heads, sliding windows
 ``phi3``      ``Phi3Config``         ``DemoTransformer``: Phi-3/Phi-4: Llama's parts, partial rotary, LongRoPE
 ``smollm3``   ``SmolLM3Config``      ``DemoTransformer``: Llama's parts, NoPE layers (no rotary), sliding layers
 ``adapter_decoder`` ``AdapterDecoderConfig`` ``DemoTransformer``: GPT-2 with a gated adapter beside each MLP
+``composed``  ``DecoderSpec``          ``DemoTransformer``: any decoder composed from parts by name (``builder``)
 ============  =====================  ===================================================================================
 
 Encoder-decoders (``EncoderDecoderTransformer``; shared parts and hook names in
 ``encoder_decoder``): ``bart`` (``BartConfig``: post-LayerNorm, learned positions at an
 offset of 2), ``marian`` (``MarianConfig``: post-LayerNorm, sinusoidal positions),
 ``seq2seq`` (``Seq2SeqConfig``: the pre-LayerNorm Transformer), ``t5`` (``T5Config``: pre-RMSNorm,
-relative position biases, v1.0 and v1.1).
+relative position biases, v1.0 and v1.1). Composed from parts by name (``composed_stacks``):
+``EncoderSpec`` (``EncoderTransformer``) and ``EncoderDecoderSpec`` (``EncoderDecoderTransformer``).
 
 Each module defines ``ARCHITECTURE`` (an ``Architecture``), registered here in one line that
 also names its Hugging Face converter (a module of ``interp_transformer.loading``) and the
@@ -40,6 +42,7 @@ from . import adapter_decoder, bart, bert, bloom, gemma, gpt2, gpt_neox, gptj, l
 from . import olmo2
 from . import phi3, smollm3
 from . import gpt_oss
+from . import composed, composed_stacks
 from .registry import Architecture, DecoderParts, architecture_of, hf_converters, register, registered, unregister
 
 # one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
@@ -64,6 +67,10 @@ register(olmo2.ARCHITECTURE, converter="olmo2", hf_model_types=("olmo2", "olmo3"
 register(phi3.ARCHITECTURE, converter="phi3", hf_model_types=("phi3",))  # Phi-3 and Phi-4
 register(smollm3.ARCHITECTURE, converter="smollm3", hf_model_types=("smollm3",))
 register(adapter_decoder.ARCHITECTURE)  # docs/architecture.md's worked example of a new kind of writer
+# models composed from parts by name (interp_transformer.builder): one architecture per model class, for every design
+register(composed.ARCHITECTURE)
+register(composed_stacks.ENCODER_ARCHITECTURE)
+register(composed_stacks.ENCODER_DECODER_ARCHITECTURE)
 
 __all__ = [
     "Architecture",
@@ -74,6 +81,8 @@ __all__ = [
     "bart",
     "bert",
     "bloom",
+    "composed",
+    "composed_stacks",
     "gemma",
     "gpt2",
     "gpt_neox",

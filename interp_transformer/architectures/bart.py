@@ -16,7 +16,7 @@ positions, no embedding LayerNorm).
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from torch import nn
 
@@ -69,12 +69,19 @@ class BartConfig:
 
 
 def build_post_norm(
-    cfg, embed: nn.Module, pos_embed: Callable[[], nn.Module], embed_ln: bool, final_norm: bool = False
+    cfg,
+    embed: nn.Module,
+    pos_embed: Callable[[], nn.Module],
+    embed_ln: bool,
+    final_norm: bool = False,
+    norm: Optional[Callable[[], nn.Module]] = None,
 ) -> EncoderDecoderParts:
-    """Post-LayerNorm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions."""
+    """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, ``norm()`` each norm
+    (``LayerNorm`` by default)."""
+    if norm is None:
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+        def norm() -> LayerNorm:
+            return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
     def encoder_block() -> PostNormBlock:
         return PostNormBlock(Attention(cfg, masks=(PaddingMask(),)), norm(), MLP(cfg), norm())

@@ -19,8 +19,11 @@ attribution through the decoder's and the cross-attention's heads is exact. The 
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable, Optional
 
-from ..components import MLP, Attention, LayerNorm, PaddingMask, TransformerBlock, Unembed
+from torch import nn
+
+from ..components import MLP, Attention, LayerNorm, NoNorm, PaddingMask, TransformerBlock, Unembed
 from ..components.cross_attention import CrossAttention
 from ..components.cross_attention_blocks import CrossAttentionBlock
 from ..components.sinusoidal import ScaledEmbed, SinusoidalPosEmbed
@@ -69,9 +72,24 @@ class Seq2SeqConfig:
 
 def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:
     """Scaled embeddings, interleaved sinusoidal positions, pre-LayerNorm blocks, a final LayerNorm per stack."""
+    decoder_embed = ScaledEmbed(cfg) if cfg.separate_embeddings else None
+    return build_pre_norm(cfg, ScaledEmbed(cfg), lambda: SinusoidalPosEmbed(cfg, interleaved=True), decoder_embed)
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+def build_pre_norm(
+    cfg,
+    embed: nn.Module,
+    pos_embed: Callable[[], Optional[nn.Module]],
+    decoder_embed: Optional[nn.Module] = None,
+    norm: Optional[Callable[[], nn.Module]] = None,
+    final_norm: bool = True,
+) -> EncoderDecoderParts:
+    """Pre-norm stacks: ``pos_embed()`` builds each stack's positions, ``norm()`` each norm (``LayerNorm`` by
+    default); each stack ends in a final norm unless ``final_norm=False`` (then ``NoNorm``)."""
+    if norm is None:
+
+        def norm() -> LayerNorm:
+            return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
     def encoder_block() -> TransformerBlock:
         return TransformerBlock(norm(), Attention(cfg, masks=(PaddingMask(),)), norm(), MLP(cfg))
@@ -79,13 +97,12 @@ def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:
     def decoder_block() -> CrossAttentionBlock:
         return CrossAttentionBlock(norm(), Attention(cfg), norm(), CrossAttention(cfg), norm(), MLP(cfg))
 
-    def positions() -> SinusoidalPosEmbed:
-        return SinusoidalPosEmbed(cfg, interleaved=True)
+    def last() -> nn.Module:
+        return norm() if final_norm else NoNorm()
 
-    encoder = StackParts(positions(), None, None, [encoder_block() for _ in range(cfg.n_layers)], norm())
-    decoder = StackParts(positions(), None, None, [decoder_block() for _ in range(cfg.n_decoder_layers)], norm())
-    decoder_embed = ScaledEmbed(cfg) if cfg.separate_embeddings else None
-    return EncoderDecoderParts(ScaledEmbed(cfg), encoder, decoder, Unembed(cfg), decoder_embed)
+    encoder = StackParts(pos_embed(), None, None, [encoder_block() for _ in range(cfg.n_layers)], last())
+    decoder = StackParts(pos_embed(), None, None, [decoder_block() for _ in range(cfg.n_decoder_layers)], last())
+    return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg), decoder_embed)
 
 
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)
@@ -99,4 +116,4 @@ ARCHITECTURE = Architecture(
     hook_names=HOOK_NAMES,
 )
 
-__all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build"]
+__all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build", "build_pre_norm"]

@@ -281,14 +281,16 @@ def verify_against_module(
     atol: Optional[float] = None,
     rtol: Optional[float] = None,
     float64_recheck: Union[bool, str] = True,
+    reference_kwargs: Optional[Mapping] = None,
     **forward_kwargs,
 ) -> VerifyReport:
     """Compare ``model`` hook by hook with any ``nn.Module`` that computes the same thing (your own model, say).
 
-    ``reference(tokens)`` must return the logits (or a tuple whose first element is them)
-    when ``logits`` is True; ``hook_map`` says where each of our hooks' values lies in it
-    (see ``capture_activations``). The report reads like ``verify_against_hf``'s, float64
-    re-run included (on copies of both).
+    ``reference(tokens, **reference_kwargs)`` must return the logits (or a tuple whose first element
+    is them) when ``logits`` is True; ``hook_map`` says where each of our hooks' values lies in it
+    (see ``capture_activations``). ``forward_kwargs`` go to our model only (an ``attention_mask``, an
+    encoder-decoder's ``decoder_input``), ``reference_kwargs`` to the reference only (its own names for
+    them). The report reads like ``verify_against_hf``'s, float64 re-run included (on copies of both).
     """
     if not isinstance(reference, nn.Module):
         raise TypeError(f"reference must be a torch nn.Module, received {type(reference).__name__}")
@@ -297,7 +299,9 @@ def verify_against_module(
         raise KeyError(f"hook_map names hooks the model does not have: {unknown}")
 
     def reference_fn(reference_model, tokens, **kwargs):
-        acts, output = capture_activations(reference_model, hook_map, lambda: reference_model(tokens))
+        acts, output = capture_activations(
+            reference_model, hook_map, lambda: reference_model(tokens, **(reference_kwargs or {}))
+        )
         if logits:
             acts["logits"] = (output[0] if isinstance(output, tuple) else output).detach()
         return acts

@@ -1,0 +1,254 @@
+"""The vocabulary of composed models: the names a spec picks its parts by, their checks, and the parts they give.
+
+``DecoderSpec`` (``architectures.composed``), ``EncoderSpec`` and ``EncoderDecoderSpec``
+(``architectures.composed_stacks``) name their parts with the words below; the functions here
+turn a word into the part from ``interp_transformer.components``, so each choice is made in one
+place for the three specs.
+
+==============  ========================================================================================
+field           choices and the part each gives
+==============  ========================================================================================
+``norm``        ``"layer"``: ``LayerNorm`` (PyTorch's ``nn.LayerNorm``); ``"layer_unbiased"``:
+                ``UnbiasedLayerNorm`` (``(x - mean) / (std + eps)``, the Annotated Transformer's);
+                ``"rms"``: ``RMSNorm``; ``"none"``: ``NoNorm`` (pre-norm decoders only)
+``positions``   ``"learned"``: ``PosEmbed``; ``"sinusoidal"``: ``SinusoidalPosEmbed`` (sines, then cosines);
+                ``"sinusoidal_interleaved"``: the same table with sine and cosine alternating;
+                ``"rotary"``: ``Rotary`` inside attention; ``"alibi"``: ``ALiBi`` on the scores;
+                ``"relative_clipped"``: ``ClippedRelativeBias`` on the scores; ``"none"``: nothing
+``activation``  any name of ``components.activations.ACTIVATIONS``
+``embed_scale`` None: ``Embed``; a number or ``"sqrt_d_model"``: ``ScaledEmbed`` (``W_E[tokens] * scale``)
+==============  ========================================================================================
+
+A bias a spec leaves out (``attn_bias=False`` ...) is a parameter held at zero: it stays in the
+state dict, so every tool reads the same weights, and ``requires_grad`` is off.
+"""
+
+import difflib
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from torch import nn
+
+from ..components import (
+    ALiBi,
+    Attention,
+    CausalMask,
+    ClippedRelativeBias,
+    Embed,
+    LayerNorm,
+    NoNorm,
+    PaddingMask,
+    PosEmbed,
+    RMSNorm,
+    Rotary,
+    ScaledEmbed,
+    SinusoidalPosEmbed,
+    UnbiasedLayerNorm,
+)
+from ..components.activations import ACTIVATIONS
+from .validation import check_positive_int
+
+NORMS = {"layer": LayerNorm, "layer_unbiased": UnbiasedLayerNorm, "rms": RMSNorm, "none": NoNorm}
+PLACEMENTS = ("pre", "post")
+ADDED_POSITIONS = ("learned", "sinusoidal", "sinusoidal_interleaved")  # added to the residual stream
+ATTENTION_POSITIONS = ("rotary", "alibi", "relative_clipped")  # acting inside attention
+POSITIONS = ADDED_POSITIONS + ATTENTION_POSITIONS + ("none",)
+EXPERT_MLPS = ("plain", "gated")
+SQRT_D_MODEL = "sqrt_d_model"
+
+
+def check_choice(field: str, value, choices) -> None:
+    """``ValueError`` naming ``field``, the choices and the closest ones unless ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        close = difflib.get_close_matches(value, choices, n=3) if isinstance(value, str) else []
+        hint = f"; closest: {close}" if close else ""
+        raise ValueError(f"{field} must be one of {choices}, got {value!r}{hint}")
+
+
+def check_bool(field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{field} must be a bool, got {value!r}")
+
+
+def check_number(field: str, value, above: float = 0.0) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > above:
+        raise ValueError(f"{field} must be a finite number > {above:g}, got {value!r}")
+
+
+def check_shape(spec, fields: tuple[str, ...]) -> None:
+    """Positive sizes, and ``d_head`` (None: ``d_model // n_heads``, which must then divide) filled in."""
+    for field in fields:
+        check_positive_int(field, getattr(spec, field))
+    if spec.d_head is None:
+        if spec.d_model % spec.n_heads:
+            raise ValueError(
+                f"d_model={spec.d_model} must be a multiple of n_heads={spec.n_heads} when d_head is not given"
+            )
+        object.__setattr__(spec, "d_head", spec.d_model // spec.n_heads)
+    check_positive_int("d_head", spec.d_head)
+
+
+def check_numerics(spec) -> None:
+    """The fields every spec shares: the norm, its eps, the activation, the embedding scale, the init, the name."""
+    check_choice("activation", spec.activation, ACTIVATIONS)
+    check_number("norm_eps", spec.norm_eps)
+    check_number("init_range", spec.init_range)
+    scale = spec.embed_scale
+    if scale is not None and scale != SQRT_D_MODEL:
+        if isinstance(scale, str):
+            raise ValueError(f"embed_scale must be None, a number or {SQRT_D_MODEL!r}, got {scale!r}")
+        check_number("embed_scale", scale)
+    if not isinstance(spec.name, str):
+        raise TypeError(f"name must be a str, got {type(spec.name).__name__}")
+
+
+def check_positions(spec, allowed: tuple[str, ...]) -> None:
+    """``positions`` one of ``allowed``, and each option of a kind of positions given only with it."""
+    check_choice("positions", spec.positions, allowed)
+    if spec.positions == "sinusoidal_interleaved" and spec.d_model % 2:
+        raise ValueError(
+            f"positions='sinusoidal_interleaved' pairs sines and cosines: d_model must be even, got {spec.d_model}"
+        )
+    options = {
+        "rotary_base": "rotary",
+        "rotary_interleaved": "rotary",
+        "alibi_slopes": "alibi",
+        "max_distance": "relative_clipped",
+    }
+    for option, kind in options.items():
+        if getattr(spec, option, None) is not None and spec.positions != kind:
+            raise ValueError(f"{option} is read only with positions={kind!r}, got positions={spec.positions!r}")
+    if spec.positions == "rotary":
+        if spec.d_head % 2:
+            raise ValueError(f"positions='rotary' rotates pairs of dimensions: d_head must be even, got {spec.d_head}")
+        if spec.rotary_base is not None:
+            check_number("rotary_base", spec.rotary_base, above=1.0)
+        if spec.rotary_interleaved is not None:
+            check_bool("rotary_interleaved", spec.rotary_interleaved)
+    if spec.positions == "alibi" and spec.alibi_slopes is not None:
+        slopes = spec.alibi_slopes
+        if not isinstance(slopes, tuple) or len(slopes) != spec.n_heads:
+            raise ValueError(f"alibi_slopes must be a tuple of one slope per head ({spec.n_heads}), got {slopes!r}")
+        bad = [s for s in slopes if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < math.inf]
+        if bad:
+            raise ValueError(f"alibi_slopes must be positive and finite (a penalty growing with distance), got {bad}")
+    if spec.positions == "relative_clipped":
+        if spec.max_distance is None:
+            raise ValueError("positions='relative_clipped' needs max_distance, the offset its bias is clipped at")
+        check_positive_int("max_distance", spec.max_distance)
+
+
+@dataclass(frozen=True)
+class ExpertSpec:
+    """A mixture of experts in place of each block's MLP: ``n_experts`` MLPs of width ``d_mlp``, ``top_k`` per token.
+
+    The router takes the softmax over every expert, keeps the ``top_k`` largest and, with
+    ``renormalize``, divides them by their sum (``components.moe``).
+    """
+
+    n_experts: int
+    top_k: int
+    router_bias: bool = False  # the router has a bias b_router
+    expert_mlp: str = "plain"  # "plain": Linear-act-Linear with biases (MLP); "gated": GatedMLP
+    renormalize: bool = True  # the chosen experts' weights divided by their sum
+
+    def __post_init__(self) -> None:
+        check_positive_int("n_experts", self.n_experts)
+        check_positive_int("top_k", self.top_k)
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k={self.top_k} must be at most n_experts={self.n_experts}")
+        check_bool("router_bias", self.router_bias)
+        check_bool("renormalize", self.renormalize)
+        check_choice("expert_mlp", self.expert_mlp, EXPERT_MLPS)
+
+
+def as_expert_spec(experts: Union[None, dict, ExpertSpec]) -> Optional[ExpertSpec]:
+    """``experts`` as an ``ExpertSpec`` (a dict of its fields is read by name; unknown names are refused)."""
+    if experts is None or isinstance(experts, ExpertSpec):
+        return experts
+    if not isinstance(experts, dict):
+        raise TypeError(f"experts must be None, a dict or an ExpertSpec, got {type(experts).__name__}")
+    known = set(ExpertSpec.__dataclass_fields__)
+    unknown = sorted(set(experts) - known)
+    if unknown:
+        raise ValueError(f"experts has unknown fields {unknown}; known: {sorted(known)}")
+    return ExpertSpec(**experts)
+
+
+# --- the parts ---------------------------------------------------------------------------------------------------
+def norm(spec) -> nn.Module:
+    """The norm ``spec.norm`` names, over ``d_model`` with ``spec.norm_eps``."""
+    kind = NORMS[spec.norm]
+    return kind() if kind is NoNorm else kind(spec.d_model, spec.norm_eps)
+
+
+def token_embed(spec) -> nn.Module:
+    """``Embed``, or ``ScaledEmbed`` when ``spec.embed_scale`` is set."""
+    if spec.embed_scale is None:
+        return Embed(spec)
+    return ScaledEmbed(spec, None if spec.embed_scale == SQRT_D_MODEL else float(spec.embed_scale))
+
+
+def position_embed(spec) -> Optional[nn.Module]:
+    """The part adding positions to the residual stream, or None where positions act inside attention or are none."""
+    if spec.positions == "learned":
+        return PosEmbed(spec)
+    if spec.positions in ("sinusoidal", "sinusoidal_interleaved"):
+        return SinusoidalPosEmbed(spec, interleaved=spec.positions == "sinusoidal_interleaved")
+    return None
+
+
+def attention(spec, causal: bool) -> Attention:
+    """Self-attention: a causal mask where ``causal``, padding masked always, and the positions that act inside it."""
+    masks = (CausalMask(), PaddingMask()) if causal else (PaddingMask(),)
+    parts = {}
+    if spec.positions == "rotary":
+        base = 10000.0 if spec.rotary_base is None else spec.rotary_base
+        parts["rotary"] = Rotary(spec.d_head, base=base, interleaved=bool(spec.rotary_interleaved))
+    elif spec.positions == "alibi":
+        parts["score_bias"] = ALiBi(spec.n_heads, slopes=spec.alibi_slopes)
+    elif spec.positions == "relative_clipped":
+        parts["score_bias"] = ClippedRelativeBias(spec.n_heads, spec.max_distance)
+    return Attention(spec, masks, scale=getattr(spec, "attn_scale", None), **parts)
+
+
+def hold_at_zero(module: nn.Module, names: tuple[str, ...]) -> None:
+    """Freeze each parameter of ``module`` (its submodules included) whose name is in ``names``: a bias the design
+    does not have stays zero. Each part says which of its own it holds so in ``held_at_zero``."""
+    for part in module.modules():
+        held = {name: param for name, param in part.named_parameters(recurse=False) if name.lstrip("_") in names}
+        for param in held.values():
+            param.requires_grad_(False)
+        if held:
+            part.held_at_zero = frozenset(held)
+
+
+ATTENTION_BIASES = ("b_Q", "b_K", "b_V", "b_O")
+MLP_BIASES = ("b_in", "b_out")
+
+__all__ = [
+    "ADDED_POSITIONS",
+    "ATTENTION_BIASES",
+    "ATTENTION_POSITIONS",
+    "EXPERT_MLPS",
+    "ExpertSpec",
+    "MLP_BIASES",
+    "NORMS",
+    "PLACEMENTS",
+    "POSITIONS",
+    "SQRT_D_MODEL",
+    "as_expert_spec",
+    "attention",
+    "check_bool",
+    "check_choice",
+    "check_numerics",
+    "check_number",
+    "check_positions",
+    "check_shape",
+    "hold_at_zero",
+    "norm",
+    "position_embed",
+    "token_embed",
+]

@@ -18,6 +18,16 @@ config                         part
                                ``rotary_adjacent_pairs``); ``"alibi"``: ``ALiBi`` as the
                                attention's score bias (``blocks.L.attn.score_bias.hook_bias``)
 ``n_key_value_heads``          grouped-query attention; ``use_qk_norm``: RMSNorm on q and k
+``use_local_attn``,            block ``L`` attends to the last ``window_size`` keys only
+``window_size``,               (``SlidingWindowMask``) where ``attn_types[L] == "local"``,
+``attn_types``,                rotating with ``rotary_base_local`` there if it is given
+``rotary_base_local``          (Gemma 2 and 3)
+``use_normalization_``         ``PrePostNormBlock``: norms after attention and the MLP too,
+``before_and_after``           ``ln1_post`` and ``ln2_post`` (RMSNorm, or LayerNorm for ``"LN"``
+                               and ``"LNPre"``; never folded), before ``hook_attn_out`` and
+                               ``hook_mlp_out``
+``attn_scores_soft_cap``,      ``cap * tanh(x / cap)`` on the attention scores (before the
+``output_logits_soft_cap``     mask) and on the logits, where > 0 (``compat.softcap_parts``)
 ``gated_mlp``                  ``GatedMLP``
 ``attn_only``                  blocks without MLP
 ``parallel_attn_mlp``          ``ParallelBlock`` (GPT-NeoX): attention and MLP both read
@@ -40,13 +50,15 @@ from types import SimpleNamespace
 from ..architectures import Architecture, DecoderParts, register
 from ..models.capabilities import Capabilities
 from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
-from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, TransformerBlock
+from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, SlidingWindowMask, TransformerBlock
 from ..components.alibi import ALiBi
+from ..components.pre_post_norm_block import PrePostNormBlock
 from ..components.activations import ACTIVATIONS
 from ..hooks.names import BLOCK_HOOKS, HookNames
 from .config import HookedTransformerConfig
 from .errors import CompatValueError
-from .parts import HookedBlock, HookedUnembed, PositionalEmbedding, ResultAttention, SplitInputAttention, share_state
+from .parts import HookedBlock, HookedUnembed, PositionalEmbedding, SplitInputAttention, share_state
+from .softcap_parts import SoftCappedHookedUnembed, SoftCappedSplitInputAttention
 
 # hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
 TOGGLE_HOOKS = {
@@ -59,10 +71,8 @@ TOGGLE_HOOKS = {
 
 # (field, value it must keep, what it would need)
 UNSUPPORTED = (
-    ("use_local_attn", False, "local attention (GPT-Neo's alternating windows)"),
     ("post_embedding_ln", False, "a norm after the embeddings"),
     ("num_experts", None, "a mixture-of-experts MLP"),
-    ("use_normalization_before_and_after", False, "norms after each sub-layer (Gemma 2)"),
     ("ungroup_grouped_query_attention", False, "keys and values repeated per query head in the hooks"),
     ("load_in_4bit", False, "4-bit weights"),
     ("n_devices", 1, "layers spread over several devices"),
@@ -82,16 +92,18 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
             "parallel_attn_mlp=True with attn_only, shortformer positions or the hook toggles (a parallel block "
             "has the plain block's hooks only)"
         )
-    if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
+    if cfg.final_rms and cfg.normalization_type is None:
+        problems.append("final_rms=True with normalization_type=None (final_rms names the kind of the final norm)")
+    problems.extend(_local_attention_problems(cfg))
+    if cfg.use_normalization_before_and_after and (cfg.attn_only or cfg.parallel_attn_mlp):
         problems.append(
-            f"final_rms=True with normalization_type={cfg.normalization_type!r} (final_rms replaces a LayerNorm)"
+            "use_normalization_before_and_after=True with attn_only or parallel_attn_mlp (norms after the "
+            "sublayers exist here for a block with attention then an MLP)"
         )
     if cfg.n_key_value_heads is not None and (cfg.n_key_value_heads <= 0 or cfg.n_heads % cfg.n_key_value_heads):
         problems.append(f"n_key_value_heads={cfg.n_key_value_heads} (must divide n_heads={cfg.n_heads})")
     if cfg.positional_embedding_type == "rotary" and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
         problems.append(f"rotary_dim={cfg.rotary_dim} (an even number of dimensions, at most d_head={cfg.d_head})")
-    if cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0:
-        problems.append("attn_scores_soft_cap / output_logits_soft_cap > 0 (soft-capped scores or logits)")
     if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
         problems.append(
             f"act_fn={cfg.act_fn!r} (an MLP with this activation; solu_ln and gelu_ln also need the MLP's own "
@@ -105,29 +117,66 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
         )
 
 
+def _local_attention_problems(cfg: HookedTransformerConfig) -> list[str]:
+    """What is wrong with ``cfg``'s local attention fields, in words (empty when it has none, or they are right)."""
+    if not cfg.use_local_attn:
+        return []
+    problems = []
+    if cfg.attention_dir != "causal":
+        problems.append("use_local_attn=True with attention_dir='bidirectional' (local windows look back only)")
+    window = cfg.window_size
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        problems.append(f"window_size={window!r} (local attention needs a positive int)")
+    types = list(cfg.attn_types or [])
+    unknown = sorted({str(kind) for kind in types} - {"global", "local"})
+    if len(types) < cfg.n_layers or unknown:
+        problems.append(
+            f"attn_types={cfg.attn_types!r} (one of 'global' or 'local' for each of the n_layers={cfg.n_layers} blocks)"
+        )
+    return problems
+
+
+def _is_local(cfg: HookedTransformerConfig, layer: int) -> bool:
+    return cfg.use_local_attn and cfg.attn_types[layer] == "local"
+
+
 def _norm(cfg: HookedTransformerConfig, final: bool = False):
     kind = cfg.normalization_type
     if final and cfg.final_rms:  # TransformerLens' SoLU models: LayerNorm blocks, an RMSNorm final norm
-        kind = {"LN": "RMS", "LNPre": "RMSPre"}[kind]
+        kind = {"LN": "RMS", "LNPre": "RMSPre"}.get(kind, kind)
     return NORMS[kind](cfg.d_model, cfg.eps) if kind is not None else NoNorm()
 
 
+def _post_norm(cfg: HookedTransformerConfig):
+    """A norm after a sublayer: never folded, so the kind with its weights (``RMSPre`` -> ``RMSNorm``)."""
+    kind = cfg.normalization_type
+    return NORMS[kind.removesuffix("Pre")](cfg.d_model, cfg.eps) if kind is not None else NoNorm()
+
+
 def _attention(cfg: HookedTransformerConfig, layer: int):
-    masks = (CausalMask(), PaddingMask()) if cfg.attention_dir == "causal" else (PaddingMask(),)
+    local = _is_local(cfg, layer)
+    first = SlidingWindowMask(cfg.window_size) if local else CausalMask()
+    masks = (first, PaddingMask()) if cfg.attention_dir == "causal" else (PaddingMask(),)
     scale = 1.0 / cfg.attn_scale if cfg.use_attn_scale else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         scale = scale / (layer + 1)
     parts = {}
     if cfg.positional_embedding_type == "rotary":
+        base = cfg.rotary_base_local if local and cfg.rotary_base_local is not None else cfg.rotary_base
         parts["rotary"] = Rotary(
-            cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, interleaved=cfg.rotary_adjacent_pairs
+            cfg.d_head, rotary_dim=cfg.rotary_dim, base=base, interleaved=cfg.rotary_adjacent_pairs
         )
     if cfg.positional_embedding_type == "alibi":
         parts["score_bias"] = ALiBi(cfg.n_heads)
     if cfg.use_qk_norm:
         parts.update(q_norm=RMSNorm(cfg.d_head, cfg.eps), k_norm=RMSNorm(cfg.d_head, cfg.eps))
-    attn = SplitInputAttention(cfg, masks, scale=scale, n_key_value_heads=cfg.n_key_value_heads, **parts)
-    return ResultAttention.adopt(attn) if cfg.use_attn_result else attn
+    if cfg.attn_scores_soft_cap > 0:
+        parts["softcap"] = cfg.attn_scores_soft_cap
+        kind = SoftCappedSplitInputAttention
+    else:
+        kind = SplitInputAttention
+    attn = kind(cfg, masks, scale=scale, n_key_value_heads=cfg.n_key_value_heads, **parts)
+    return attn.with_result_hook() if cfg.use_attn_result else attn
 
 
 def block_flags(cfg: HookedTransformerConfig) -> dict:
@@ -146,10 +195,13 @@ def build_block(cfg: HookedTransformerConfig, layer: int):
     ln1, attn = _norm(cfg), _attention(cfg, layer)
     ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg))
     flags = block_flags(cfg)
+    post = dict(ln1_post=_post_norm(cfg), ln2_post=_post_norm(cfg)) if cfg.use_normalization_before_and_after else {}
     if cfg.parallel_attn_mlp:
         return ParallelBlock(ln1, attn, ln2, mlp)
     if any(flags.values()):
-        return HookedBlock(ln1, attn, ln2, mlp, **flags)
+        return HookedBlock(ln1, attn, ln2, mlp, **flags, **post)
+    if post:
+        return PrePostNormBlock(ln1, attn, post["ln1_post"], ln2, mlp, post["ln2_post"])
     return AttnOnlyBlock(ln1, attn) if cfg.attn_only else TransformerBlock(ln1, attn, ln2, mlp)
 
 
@@ -161,8 +213,15 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
         pos_embed=PositionalEmbedding(cfg) if cfg.positional_embedding_type in ("standard", "shortformer") else None,
         blocks=[build_block(cfg, layer) for layer in range(cfg.n_layers)],
         ln_final=_norm(cfg, final=True),
-        unembed=HookedUnembed(SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)),
+        unembed=_unembed(cfg),
     )
+
+
+def _unembed(cfg: HookedTransformerConfig):
+    shape = SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)
+    if cfg.output_logits_soft_cap > 0:
+        return SoftCappedHookedUnembed(shape, cfg.output_logits_soft_cap)
+    return HookedUnembed(shape)
 
 
 def capabilities(cfg: HookedTransformerConfig) -> Capabilities:
@@ -192,7 +251,12 @@ def hook_names(cfg: HookedTransformerConfig) -> HookNames:
         layer_keys.update(rot_q="blocks.{layer}.attn.hook_rot_q", rot_k="blocks.{layer}.attn.hook_rot_k")
     if cfg.gated_mlp:
         layer_keys["pre_linear"] = "blocks.{layer}.mlp.hook_pre_linear"
-    return HookNames(layer_keys=layer_keys, global_keys=global_keys, input_writers=writers)
+    if cfg.attn_scores_soft_cap > 0:
+        layer_keys["attn_scores_uncapped"] = "blocks.{layer}.attn.hook_attn_scores_uncapped"
+    if cfg.output_logits_soft_cap > 0:
+        global_keys["logits_uncapped"] = "unembed.hook_logits_uncapped"
+    sublayers = ("ln1", "ln2", "ln1_post", "ln2_post") if cfg.use_normalization_before_and_after else ("ln1", "ln2")
+    return HookNames(layer_keys=layer_keys, global_keys=global_keys, sublayers=sublayers, input_writers=writers)
 
 
 ARCHITECTURE = register(

@@ -105,6 +105,7 @@ class HookedTransformerConfig:
     tokenizer_prepends_bos: Optional[bool] = None
     post_embedding_ln: bool = False
     rotary_base: Union[float, int] = 10000
+    rotary_base_local: Optional[Union[float, int]] = None
     rotary_adjacent_pairs: bool = False
     trust_remote_code: bool = False
     load_in_4bit: bool = False

@@ -18,7 +18,8 @@ only *adds* hook points whose values equal what the core computes (DESIGN sectio
                            ``hook_attn_in``, ``hook_q_input``/``k_input``/``v_input``
                            (the residual stream repeated per head) and ``hook_mlp_in``;
                            and shortformer positions (added to the query and key inputs
-                           only, read from a ``ShortformerLayout``).
+                           only, read from a ``ShortformerLayout``); optionally with norms
+                           after attention and the MLP too (``ln1_post``, ``ln2_post``).
 =========================  ==============================================================
 
 Exactness: when no hook changed an added hook point's value (the hooked tensor is the
@@ -137,6 +138,14 @@ class SplitInputAttention(Attention):
         value_input = key_input if value_input is None else value_input
         return self.forward_inputs(query_input, key_input, value_input, layout, kv_cache)
 
+    def with_result_hook(self) -> "ResultAttention":
+        """This attention with ``hook_result`` (``set_use_attn_result(True)``): the same parameters and hooks."""
+        return ResultAttention.adopt(self)
+
+    def without_result_hook(self) -> "SplitInputAttention":
+        """This attention without ``hook_result`` (``set_use_attn_result(False)``): itself, it has none."""
+        return self
+
     def forward_inputs(
         self,
         query_input: Tensor,
@@ -178,12 +187,23 @@ class ResultAttention(SplitInputAttention):
     not even formed; while hooks only read it, ``attn_out`` is the core's own product.
     """
 
+    plain_kind = SplitInputAttention  # what it is without hook_result
+
     @classmethod
     def adopt(cls, attention: Attention) -> "ResultAttention":
         """A ``ResultAttention`` holding ``attention``'s parameters, masks and hook points (the same objects)."""
         adopted = share_state(cls, attention)
         adopted.hook_result = HookPoint()  # registered last: it fires after hook_z
         return adopted
+
+    def with_result_hook(self) -> "ResultAttention":
+        return self
+
+    def without_result_hook(self) -> SplitInputAttention:
+        """The same attention as ``plain_kind``, with ``hook_result`` (and the hooks on it) taken away."""
+        plain = share_state(self.plain_kind, self)
+        del plain._modules["hook_result"]
+        return plain
 
     def _combine_heads(self, z: Tensor) -> Tensor:
         if not self.hook_result.has_hooks():
@@ -216,8 +236,10 @@ class HookedBlock(StreamBlock):
     """A pre-norm block with TransformerLens' optional hooks on its inputs, and optional shortformer positions.
 
     ``resid_mid = resid_pre + attn(ln1(.))``, ``resid_post = resid_mid + mlp(ln2(resid_mid))``
-    (no MLP: ``resid_post = resid_pre + attn_out``), exactly ``TransformerBlock``'s formula;
-    the flags only add hook points (see the module docstring):
+    (no MLP: ``resid_post = resid_pre + attn_out``), exactly ``TransformerBlock``'s formula; given
+    ``ln1_post`` and ``ln2_post``, ``PrePostNormBlock``'s (``attn_out = ln1_post(attn(ln1(.)))``,
+    ``mlp_out = ln2_post(mlp(ln2(.)))``, TransformerLens' ``use_normalization_before_and_after``).
+    The flags only add hook points (see the module docstring):
 
     - ``attn_in``: ``hook_attn_in`` ``[batch, pos, head_index, d_model]``, the residual stream
       each head's attention reads;
@@ -241,12 +263,19 @@ class HookedBlock(StreamBlock):
         split_qkv_input: bool = False,
         mlp_in: bool = False,
         shortformer: bool = False,
+        ln1_post: Optional[nn.Module] = None,
+        ln2_post: Optional[nn.Module] = None,
     ):
         super().__init__()
         if (ln2 is None) != (mlp is None):
             raise CompatValueError("ln2 and mlp come together: pass both, or neither for an attention-only block")
         if mlp_in and mlp is None:
             raise CompatValueError("hook_mlp_in needs an MLP: this block is attention-only")
+        if (ln1_post is None) != (ln2_post is None) or (ln1_post is not None and mlp is None):
+            raise CompatValueError(
+                "ln1_post and ln2_post come together, and need an MLP (a block with norms before and after both "
+                "sublayers)"
+            )
         self.shortformer = shortformer
         self.hook_resid_pre = HookPoint()
         if attn_in:
@@ -257,6 +286,8 @@ class HookedBlock(StreamBlock):
             self.hook_v_input = HookPoint()
         self.ln1 = ln1
         self.attn = attn
+        if ln1_post is not None:
+            self.ln1_post = ln1_post
         self.hook_attn_out = HookPoint()
         if mlp is not None:
             self.hook_resid_mid = HookPoint()
@@ -264,6 +295,8 @@ class HookedBlock(StreamBlock):
                 self.hook_mlp_in = HookPoint()
             self.ln2 = ln2
             self.mlp = mlp
+            if ln2_post is not None:
+                self.ln2_post = ln2_post
             self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
@@ -273,7 +306,8 @@ class HookedBlock(StreamBlock):
         for."""
         mlp = getattr(block, "mlp", None)
         flags.setdefault("shortformer", getattr(block, "shortformer", False))
-        new = cls(block.ln1, block.attn, getattr(block, "ln2", None), mlp, **flags)
+        post = {name: getattr(block, name, None) for name in ("ln1_post", "ln2_post")}
+        new = cls(block.ln1, block.attn, getattr(block, "ln2", None), mlp, **flags, **post)
         for name, module in block.named_children():
             if isinstance(module, HookPoint) and hasattr(new, name):
                 setattr(new, name, module)  # keep the hooks already attached there
@@ -293,19 +327,29 @@ class HookedBlock(StreamBlock):
         return [(self.ln1, self.attn)] + ([(self.ln2, self.mlp)] if hasattr(self, "mlp") else [])
 
     def stream(self) -> list[Step]:
-        """The residual stream's steps: what is added to it, in forward order."""
-        mlp = [Writer("mlp", self.mlp, self.hook_mlp_out.name)] if hasattr(self, "mlp") else []
-        return [Writer("attn", self.attn, self.hook_attn_out.name)] + mlp
+        """The residual stream's steps: what is added to it, in forward order (through the post norms, if any)."""
+        post = {name: getattr(self, name, None) for name in ("ln1_post", "ln2_post")}
+        mlp = (
+            [Writer("mlp", self.mlp, self.hook_mlp_out.name, output_norm=post["ln2_post"])]
+            if hasattr(self, "mlp")
+            else []
+        )
+        return [Writer("attn", self.attn, self.hook_attn_out.name, output_norm=post["ln1_post"])] + mlp
 
     def forward(self, resid_pre: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None) -> Tensor:
         resid_pre = self.hook_resid_pre(resid_pre)
-        attn_out = self.hook_attn_out(self._attention(resid_pre, layout, kv_cache))
+        attn_out = self.hook_attn_out(self._post_norm("ln1_post", self._attention(resid_pre, layout, kv_cache)))
         if not hasattr(self, "mlp"):
             return self.hook_resid_post(resid_pre + attn_out)
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if hasattr(self, "hook_mlp_in") else resid_mid
-        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mlp_in)))
+        mlp_out = self.hook_mlp_out(self._post_norm("ln2_post", self.mlp(self.ln2(mlp_in))))
         return self.hook_resid_post(resid_mid + mlp_out)
+
+    def _post_norm(self, name: str, out: Tensor) -> Tensor:
+        """``out`` through the post norm ``name`` (Gemma 2's ``ln1_post``/``ln2_post``), or as it is without one."""
+        norm = getattr(self, name, None)
+        return out if norm is None else norm(out)
 
     def _positions(self, layout: Optional[TokenLayout]) -> Optional[Tensor]:
         if not self.shortformer:

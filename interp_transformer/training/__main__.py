@@ -1,0 +1,8 @@
+"""``python -m interp_transformer.training CONFIG``, also as ``torchrun ... -m interp_transformer.training CONFIG``."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

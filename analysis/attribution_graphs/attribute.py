@@ -1,0 +1,170 @@
+"""``attribute``: an attribution graph's edges, from backward passes of the replacement model batched over targets.
+
+Every target reads the stream linearly: a feature's pre-activation is ``x_l[pos] . W_enc[:, f] + b_enc[f]``,
+a logit node's value is ``normed[-1] . (W_U[:, t] - mean over tokens of W_U) + const`` (circuit-tracer's
+logit minus mean logit). In the replacement model (``replacement``) the stream is linear in the sources,
+so one backward pass from ``x . direction`` gives every source's direct effect on the target at once::
+
+    edge(feature (l, p, f) -> t) = a_f * sum over outputs o of W_dec_l[f, o - l] . d t / d mlp_out_o[p]
+    edge(error (o, p) -> t)      = error_o[p] . d t / d mlp_out_o[p]
+    edge(token p -> t)           = embed[p] . d t / d embed[p]
+
+Targets are laid along the batch axis: the model runs once on ``batch_size`` copies of the prompt (its
+graph kept), and each backward pass reads a chunk of ``batch_size`` targets, one per row. Rows never
+mix, so a target's edges do not depend on the chunk it is in.
+"""
+
+from typing import Optional
+
+import einops
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .graph import AttributionGraph
+from .memory import check_budget, plan_for
+from .replacement import Gradients, ReplacementModel
+
+
+@torch.no_grad()
+def salient_logits(
+    logits: Float[Tensor, "d_vocab"], max_n_logits: int = 10, desired_logit_prob: float = 0.95
+) -> tuple[Tensor, Tensor]:
+    """``(token ids, probabilities)``: the most probable next tokens, fewest whose probabilities sum to at least
+    ``desired_logit_prob``, at most ``max_n_logits`` (circuit-tracer's rule)."""
+    if isinstance(max_n_logits, bool) or not isinstance(max_n_logits, int) or max_n_logits < 1:
+        raise ValueError(f"max_n_logits must be a positive int, got {max_n_logits!r}")
+    if not 0 < desired_logit_prob <= 1:
+        raise ValueError(f"desired_logit_prob must be in (0, 1], got {desired_logit_prob!r}")
+    probs = logits.to(torch.float64).softmax(dim=-1)
+    top_p, top_ids = probs.topk(min(max_n_logits, probs.shape[-1]))
+    cutoff = int(torch.searchsorted(top_p.cumsum(0), torch.tensor(desired_logit_prob, dtype=top_p.dtype))) + 1
+    return top_ids[:cutoff], top_p[:cutoff].to(logits.dtype)
+
+
+def attribute(
+    model,
+    transcoders,
+    tokens,
+    *,
+    max_n_logits: int = 10,
+    desired_logit_prob: float = 0.95,
+    batch_size: int = 32,
+    memory_budget: Optional[int] = None,
+    progress: bool = False,
+) -> AttributionGraph:
+    """The attribution graph of ``model`` with ``transcoders`` (a ``CrossLayerTranscoder``, or one transcoder ``SAE``
+    per layer) on one prompt ``tokens`` (``[pos]``, or text when the model has a tokenizer).
+
+    ``batch_size`` targets share a backward pass. The model must be processed as the transcoders expect (``fold_ln``
+    for transcoders reading ``hook_normalized``; ``ProcessingMismatch`` otherwise). With ``memory_budget`` (bytes),
+    the run is refused before it allocates its graph when ``plan_memory`` estimates a peak above it
+    (``MemoryBudgetError``, naming both).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    replacement = ReplacementModel(model, transcoders, tokens)
+    logit_tokens, probabilities = salient_logits(replacement.logits[-1], max_n_logits, desired_logit_prob)
+    batch = min(batch_size, replacement.n_features + len(logit_tokens))
+    if memory_budget is not None:
+        check_budget(plan_for(replacement, batch_size=batch, n_logits=len(logit_tokens)), memory_budget)
+    return _build(replacement, logit_tokens, probabilities, batch, progress)
+
+
+def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[Optional[int], int, Tensor]]:
+    """Every target as ``(layer or None for a logit, position, the direction it reads)``: features, then logits."""
+    W_U = replacement.model.read_out.W_U.detach()
+    demeaned = W_U[:, logit_tokens] - W_U.mean(dim=1, keepdim=True)
+    targets = []
+    for spec, span in zip(replacement.layers, replacement.feature_slices):
+        _, pos, feature = replacement.active_features[span].unbind(-1)
+        directions = spec.W_enc[:, feature].T
+        targets += [(spec.layer, int(p), d) for p, d in zip(pos, directions)]
+    return targets + [(None, replacement.n_pos - 1, demeaned[:, j]) for j in range(len(logit_tokens))]
+
+
+def _reads(chunk: list[tuple[Optional[int], int, Tensor]]) -> list[tuple[Optional[int], Tensor, Tensor, Tensor]]:
+    """A chunk of targets grouped by where they read: ``(layer, rows, positions, directions)``."""
+    groups: dict = {}
+    for row, (layer, pos, direction) in enumerate(chunk):
+        groups.setdefault(layer, []).append((row, pos, direction))
+    return [
+        (
+            layer,
+            torch.tensor([r for r, _, _ in items]),
+            torch.tensor([p for _, p, _ in items]),
+            torch.stack([d for _, _, d in items]),
+        )
+        for layer, items in groups.items()
+    ]
+
+
+def _edges(replacement: ReplacementModel, grads: Gradients, chunk) -> Tensor:
+    """``[len(chunk), n_sources]``: each target's edges from every feature, error and token node.
+
+    Every product runs over all the pass's rows (rows past the chunk hold zero gradients), so a product's shape,
+    and the kernel computing it, is the same for every chunk."""
+    g_embed, g_outs = grads.of(_reads(chunk))
+    n_f, n_layers, n_pos = replacement.n_features, replacement.n_layers, replacement.n_pos
+    edges = g_embed.new_zeros(g_embed.shape[0], n_f + (n_layers + 1) * n_pos)
+    for spec, writes in zip(replacement.layers, replacement.writes):
+        for j, out_layer in enumerate(spec.out_layers):
+            laid_out = einops.einsum(g_outs[out_layer], writes.writes[:, :, j], "row pos d, pos n d -> row pos n")
+            edges[:, writes.span] += writes.gather(laid_out)
+    for out_layer in range(n_layers):
+        start = n_f + out_layer * n_pos
+        edges[:, start : start + n_pos] = (g_outs[out_layer] * replacement.errors[out_layer]).sum(-1)
+    edges[:, n_f + n_layers * n_pos :] = (g_embed * replacement.embed).sum(-1)
+    return edges[: len(chunk)]
+
+
+def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: int, progress: bool):
+    targets = _targets(replacement, logit_tokens)
+    n_f, n_logits = replacement.n_features, len(logit_tokens)
+    n_sources = n_f + (replacement.n_layers + 1) * replacement.n_pos
+    dtype = replacement.embed.dtype
+    adjacency = torch.zeros(n_sources + n_logits, n_sources + n_logits, dtype=dtype)
+    target_nodes = list(range(n_f)) + list(range(n_sources, n_sources + n_logits))
+    chunks = range(0, len(targets), batch)
+    with replacement.backward_pass(batch) as grads:
+        for start in tqdm(chunks, desc="attribution", disable=not progress, leave=False):
+            chunk = targets[start : start + batch]
+            adjacency[target_nodes[start : start + len(chunk)], :n_sources] = _edges(replacement, grads, chunk)
+    bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
+    model = replacement.model
+    has_tokenizer = getattr(model, "tokenizer", None) is not None
+    return AttributionGraph(
+        tokens=replacement.tokens.cpu(),
+        active_features=replacement.active_features.cpu(),
+        activation_values=replacement.activations.cpu(),
+        logit_tokens=logit_tokens.cpu(),
+        logit_probabilities=probabilities.cpu(),
+        logit_values=values,
+        adjacency_matrix=adjacency,
+        bias=bias,
+        n_layers=replacement.n_layers,
+        prompt=model.to_string(replacement.tokens) if has_tokenizer else "",
+        str_tokens=list(model.to_str_tokens(replacement.tokens)) if has_tokenizer else None,
+        logit_str_tokens=list(model.to_str_tokens(logit_tokens)) if has_tokenizer else None,
+        d_transcoder=max(spec.d_transcoder for spec in replacement.layers),
+    )
+
+
+def _bias_and_values(replacement: ReplacementModel, logit_tokens: Tensor, n_sources: int) -> tuple[Tensor, Tensor]:
+    """Each target with every source removed (its bias), and the logit nodes' values, from two forward runs."""
+    n_f = replacement.n_features
+    zero = replacement.embed.new_zeros
+    off = replacement.run(zero(1, n_f), zero(1, replacement.n_layers, replacement.n_pos), zero(1, replacement.n_pos))
+    on = replacement.run()
+    bias = torch.zeros(n_sources + len(logit_tokens), dtype=replacement.embed.dtype)
+    bias[:n_f] = off.features[0].cpu()
+    bias[n_sources:] = _demeaned(off.uncapped[0], logit_tokens).cpu()
+    return bias, _demeaned(on.uncapped[0], logit_tokens).cpu()
+
+
+def _demeaned(logits: Tensor, tokens: Tensor) -> Tensor:
+    return logits[tokens] - logits.mean()
+
+
+__all__ = ["attribute", "salient_logits"]

@@ -1,0 +1,241 @@
+"""Neuronpedia's graph JSON (what circuit-tracer's ``create_graph_files`` writes): export a pruned graph, read one back.
+
+The file is one object::
+
+    {"metadata": {"slug", "scan", "transcoder_list", "prompt_tokens", "prompt", "node_threshold"},
+     "qParams": {"pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos"},
+     "nodes": [...], "links": [{"source": node_id, "target": node_id, "weight": float}, ...]}
+
+Each node has ``node_id``, ``feature``, ``layer`` (a string), ``ctx_idx`` (its position), ``feature_type``,
+``token_prob``, ``is_target_logit``, ``run_idx``, ``reverse_ctx_idx``, ``jsNodeId``, ``clerp``, ``influence``
+and ``activation``:
+
+================================  ==================  ================  =========================
+``feature_type``                  ``node_id``         ``layer``         ``feature``
+================================  ==================  ================  =========================
+``"cross layer transcoder"``      ``L_f_p``           ``"L"``           ``f`` (+ ``offset * L``)
+``"mlp reconstruction error"``    ``0_L_p``           ``"L"``           -1
+``"embedding"``                   ``E_v_p``           ``"E"``           ``p``
+``"logit"``                       ``{n_layers+1}_v_p`` ``"n_layers+1"``  ``v`` (the token id)
+================================  ==================  ================  =========================
+
+A node's ``influence`` is its cumulative influence score (``prune_graph``), a feature's ``activation`` its
+activation. Exported are the nodes pruning keeps and the edges between them that pruning keeps; a node
+whose edges are all pruned is left out, tokens and logits excepted (as circuit-tracer does).
+
+``to_neuronpedia(graph)`` builds the object, ``NeuronpediaGraph.from_dict`` reads one (checking its
+layout), and ``to_dict``/``to_json`` give it back unchanged: reading and writing round-trip exactly.
+``adjacency()`` rebuilds the ``[target, source]`` matrix of the exported edges. Where circuit-tracer's ids would
+collide (error node ``0_L_p`` beside layer 0's feature ``L`` at position ``p``), the error node is ``err_L_p``.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp_transformer.files import atomic_write_text, read_json_object
+
+from .graph import AttributionGraph
+from .pruning import prune_graph
+
+NODE_FIELDS = (
+    "node_id",
+    "feature",
+    "layer",
+    "ctx_idx",
+    "feature_type",
+    "token_prob",
+    "is_target_logit",
+    "run_idx",
+    "reverse_ctx_idx",
+    "jsNodeId",
+    "clerp",
+    "influence",
+    "activation",
+)
+FEATURE_TYPES = ("cross layer transcoder", "mlp reconstruction error", "embedding", "logit")
+METADATA_FIELDS = ("slug", "scan", "transcoder_list", "prompt_tokens", "prompt", "node_threshold")
+Q_PARAMS = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+
+
+def _node(node_id: str, feature: int, layer: str, pos: int, kind: str, js: str, **fields) -> dict[str, Any]:
+    node = {
+        "node_id": node_id,
+        "feature": feature,
+        "layer": layer,
+        "ctx_idx": pos,
+        "feature_type": kind,
+        "token_prob": 0.0,
+        "is_target_logit": False,
+        "run_idx": 0,
+        "reverse_ctx_idx": 0,
+        "jsNodeId": js,
+        "clerp": "",
+        "influence": None,
+        "activation": None,
+    }
+    node.update(fields)
+    return node
+
+
+def _graph_node(graph: AttributionGraph, index: int, influence: float, offset: int) -> dict[str, Any]:
+    kind = graph.kind(index)
+    layer, pos = graph.layer_and_pos(index)
+    if kind == "feature":
+        feature = int(graph.active_features[index, 2])
+        return _node(
+            f"{layer}_{feature}_{pos}",
+            feature + offset * layer,
+            str(layer),
+            pos,
+            FEATURE_TYPES[0],
+            f"{layer}_{feature}-0",
+            influence=influence,
+            activation=float(graph.activation_values[index]),
+        )
+    if kind == "error":
+        return _node(f"0_{layer}_{pos}", -1, str(layer), pos, FEATURE_TYPES[1], f"{layer}_{pos}-0", influence=influence)
+    if kind == "token":
+        vocab = int(graph.tokens[pos])
+        return _node(f"E_{vocab}_{pos}", pos, "E", pos, FEATURE_TYPES[2], f"E_{vocab}-{pos}", influence=influence)
+    rank = index - graph.logits.start
+    vocab, prob = int(graph.logit_tokens[rank]), float(graph.logit_probabilities[rank])
+    text = graph.logit_str_tokens[rank] if graph.logit_str_tokens else str(vocab)
+    return _node(
+        f"{graph.n_layers + 1}_{vocab}_{pos}",
+        vocab,
+        str(graph.n_layers + 1),
+        pos,
+        FEATURE_TYPES[3],
+        f"L_{vocab}-{pos}",
+        token_prob=prob,
+        is_target_logit=rank == 0,
+        clerp=f'Output "{text}" (p={prob:.3f})',
+    )
+
+
+@dataclass
+class NeuronpediaGraph:
+    """A graph in Neuronpedia's JSON layout (module docstring): plain dicts and lists, as in the file."""
+
+    metadata: dict[str, Any]
+    q_params: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    links: list[dict[str, Any]]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "NeuronpediaGraph":
+        """Read the object of a graph file, checking its layout; ``ValueError`` naming what is missing or wrong."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a Neuronpedia graph is a JSON object, got {type(data).__name__}")
+        missing = [key for key in ("metadata", "qParams", "nodes", "links") if key not in data]
+        if missing:
+            raise ValueError(f"a Neuronpedia graph needs metadata, qParams, nodes and links; missing {missing}")
+        absent = [key for key in METADATA_FIELDS if key not in data["metadata"]]
+        if absent:
+            raise ValueError(f"the graph's metadata lacks {absent} (expected {list(METADATA_FIELDS)})")
+        ids = set()
+        for node in data["nodes"]:
+            lacking = [key for key in NODE_FIELDS if key not in node]
+            if lacking:
+                raise ValueError(f"node {node.get('node_id')!r} lacks {lacking} (expected {list(NODE_FIELDS)})")
+            if node["feature_type"] not in FEATURE_TYPES:
+                raise ValueError(
+                    f"node {node['node_id']!r} has feature_type {node['feature_type']!r}; "
+                    f"expected one of {list(FEATURE_TYPES)}"
+                )
+            if node["node_id"] in ids:
+                raise ValueError(f"node id {node['node_id']!r} appears twice: links could not say which is meant")
+            ids.add(node["node_id"])
+        for link in data["links"]:
+            if set(link) != {"source", "target", "weight"}:
+                raise ValueError(f"a link holds source, target and weight; got {sorted(link)}")
+            unknown = [end for end in (link["source"], link["target"]) if end not in ids]
+            if unknown:
+                raise ValueError(f"link {link} names nodes not in the graph: {unknown}")
+        copy = json.loads(json.dumps(dict(data)))  # plain, private copies
+        return cls(copy["metadata"], copy["qParams"], copy["nodes"], copy["links"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metadata": self.metadata, "qParams": self.q_params, "nodes": self.nodes, "links": self.links}
+
+    def to_json(self) -> str:
+        """The file's text (floats written exactly: ``json`` writes the shortest repr that reads back the same)."""
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "NeuronpediaGraph":
+        return cls.from_dict(json.loads(text))
+
+    def save(self, path: Union[str, Path]) -> Path:
+        path = Path(path)
+        atomic_write_text(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "NeuronpediaGraph":
+        return cls.from_dict(read_json_object(Path(path), "a Neuronpedia graph (a JSON object)"))
+
+    def node_ids(self) -> list[str]:
+        return [node["node_id"] for node in self.nodes]
+
+    def adjacency(self) -> Tensor:
+        """``[target, source]`` over ``nodes`` in file order: each link's weight (float64), 0 where there is none."""
+        index = {node_id: i for i, node_id in enumerate(self.node_ids())}
+        matrix = torch.zeros(len(self.nodes), len(self.nodes), dtype=torch.float64)
+        for link in self.links:
+            matrix[index[link["target"]], index[link["source"]]] = link["weight"]
+        return matrix
+
+
+def to_neuronpedia(
+    graph: AttributionGraph,
+    *,
+    slug: str = "graph",
+    scan: Optional[str] = None,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    transcoder_list: Sequence[str] = (),
+    num_features: Optional[int] = None,
+) -> NeuronpediaGraph:
+    """``graph``, pruned (``prune_graph``), in Neuronpedia's layout. ``num_features`` (a transcoder's width) makes a
+    feature's ``feature`` field ``f + 10^ceil(log10(num_features)) * layer``, as for a preset scan; else ``f``.
+
+    Circuit-tracer's ids can collide: error node ``0_L_p`` and layer 0's feature ``L`` at position ``p``. Where both
+    are kept, the error node is written as ``err_L_p`` instead, so that every link names one node.
+    """
+    pruned = prune_graph(graph, node_threshold, edge_threshold)
+    offset = 10 ** math.ceil(math.log10(num_features)) if num_features else 0
+    kept = pruned.node_mask.nonzero().flatten().tolist()
+    nodes = {i: _graph_node(graph, i, float(pruned.cumulative_scores[i]), offset) for i in kept}
+    feature_ids = {node["node_id"] for node in nodes.values() if node["feature_type"] == FEATURE_TYPES[0]}
+    for node in nodes.values():  # circuit-tracer would write one id twice: the error node takes another
+        if node["feature_type"] == FEATURE_TYPES[1] and node["node_id"] in feature_ids:
+            node["node_id"] = f"err_{node['layer']}_{node['ctx_idx']}"
+    targets, sources = pruned.edge_mask.nonzero(as_tuple=True)
+    weights = graph.adjacency_matrix[targets, sources].tolist()
+    links = [
+        {"source": nodes[s]["node_id"], "target": nodes[t]["node_id"], "weight": w}
+        for t, s, w in zip(targets.tolist(), sources.tolist(), weights)
+        if s in nodes and t in nodes
+    ]
+    linked = {end for link in links for end in (link["source"], link["target"])}
+    used = [node for node in nodes.values() if node["node_id"] in linked or node["feature_type"] in FEATURE_TYPES[2:]]
+    prompt_tokens = graph.str_tokens or [str(int(t)) for t in graph.tokens]
+    metadata = {
+        "slug": slug,
+        "scan": scan or graph.scan or "custom",
+        "transcoder_list": list(transcoder_list),
+        "prompt_tokens": list(prompt_tokens),
+        "prompt": graph.prompt,
+        "node_threshold": node_threshold,
+    }
+    return NeuronpediaGraph(metadata, json.loads(json.dumps(Q_PARAMS)), used, links)
+
+
+__all__ = ["FEATURE_TYPES", "NODE_FIELDS", "NeuronpediaGraph", "to_neuronpedia"]

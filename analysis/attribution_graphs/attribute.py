@@ -39,7 +39,14 @@ def salient_logits(
         raise ValueError(f"desired_logit_prob must be in (0, 1], got {desired_logit_prob!r}")
     probs = logits.to(torch.float64).softmax(dim=-1)
     top_p, top_ids = probs.topk(min(max_n_logits, probs.shape[-1]))
-    cutoff = int(torch.searchsorted(top_p.cumsum(0), torch.tensor(desired_logit_prob, dtype=top_p.dtype))) + 1
+    cutoff = (
+        int(
+            torch.searchsorted(
+                top_p.cumsum(0), torch.tensor(desired_logit_prob, dtype=top_p.dtype, device=top_p.device)
+            )
+        )
+        + 1
+    )
     return top_ids[:cutoff], top_p[:cutoff].to(logits.dtype)
 
 
@@ -130,7 +137,7 @@ def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: in
     with replacement.backward_pass(batch) as grads:
         for start in tqdm(chunks, desc="attribution", disable=not progress, leave=False):
             chunk = targets[start : start + batch]
-            adjacency[target_nodes[start : start + len(chunk)], :n_sources] = _edges(replacement, grads, chunk)
+            adjacency[target_nodes[start : start + len(chunk)], :n_sources] = _edges(replacement, grads, chunk).cpu()
     bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
     model = replacement.model
     has_tokenizer = getattr(model, "tokenizer", None) is not None

@@ -66,7 +66,10 @@ def find_threshold(scores: Tensor, fraction: float) -> Tensor:
     """The score above which (inclusive) the largest scores add up to ``fraction`` of the total."""
     ordered = torch.sort(scores.flatten(), descending=True).values
     cumulative = ordered.cumsum(0) / ordered.sum()
-    index = min(int(torch.searchsorted(cumulative, torch.tensor(fraction, dtype=cumulative.dtype))), len(ordered) - 1)
+    index = min(
+        int(torch.searchsorted(cumulative, torch.tensor(fraction, dtype=cumulative.dtype, device=cumulative.device))),
+        len(ordered) - 1,
+    )
     return ordered[index]
 
 

@@ -338,7 +338,7 @@ def test_unsupported_quantization_type(f32_file, tmp_path):
 
 def test_unsupported_architecture(tmp_path, vocab_size):
     write_llama_gguf(tmp_path / "falcon.gguf", tiny_llama(vocab_size, num_hidden_layers=1), architecture="falcon")
-    supported = r"\['gemma', 'gemma2', 'gemma3', 'llama', 'qwen2', 'qwen3'\]"
+    supported = r"\['gemma', 'gemma2', 'gemma3', 'gpt2', 'llama', 'phi3', 'qwen2', 'qwen2moe', 'qwen3', 'qwen3moe'\]"
     with pytest.raises(ValueError, match=r"architecture 'falcon'; supported architectures: " + supported):
         read_gguf(tmp_path / "falcon.gguf")
 

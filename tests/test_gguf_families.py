@@ -1,4 +1,4 @@
-"""GGUF files beyond Llama: Qwen2, Qwen3, Gemma 1/2/3, on tiny files written the way llama.cpp writes them.
+"""GGUF files beyond Llama (Qwen2/3, Qwen2/3-MoE, Phi-3, GPT-2, Gemma 1/2/3), written the way llama.cpp writes them.
 
 References: the random Hugging Face model each file is written from (its weights after
 the storage round trip, its activations hook by hook), transformers' own GGUF loading of
@@ -44,7 +44,21 @@ FAMILIES = {
         "Gemma3ForCausalLM",
         dict(num_hidden_layers=7, sliding_window=4, query_pre_attn_scalar=32),
     ),
+    # llama.cpp renormalises Qwen3-MoE's chosen routing weights, not Qwen2-MoE's
+    "qwen2moe": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48),
+    ),
+    "qwen3moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True),
+    ),
 }
+MOE = ("qwen2moe", "qwen3moe")
+# d_head = d_model / n_heads in Phi-3
+FAMILIES["phi3"] = ("Phi3Config", "Phi3ForCausalLM", dict(hidden_size=128, sliding_window=4))
 TEXTS = [
     "The capital of France is Paris.",
     "  two  spaces   and\n\nnewlines\t\ttabs",
@@ -55,9 +69,16 @@ TEXTS = [
 ]
 
 
+GPT2 = dict(n_embd=64, n_layer=3, n_head=4, n_positions=64, n_inner=128, bos_token_id=2, eos_token_id=1)
+FAMILIES["gpt2"] = ("GPT2Config", "GPT2LMHeadModel", dict(activation_function="gelu_new"))
+
+
 def tiny(arch: str, vocab_size: int, seed: int = 0, **overrides):
     config_class, model_class, settings = FAMILIES[arch]
-    config = getattr(transformers, config_class)(vocab_size=vocab_size, **{**SMALL, **settings, **overrides})
+    if arch == "gpt2":  # GPT2Config's own names
+        overrides = {{"num_hidden_layers": "n_layer"}.get(name, name): value for name, value in overrides.items()}
+    base = GPT2 if arch == "gpt2" else SMALL
+    config = getattr(transformers, config_class)(vocab_size=vocab_size, **{**base, **settings, **overrides})
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)(config).eval()
     with torch.no_grad():  # norms start at 0 or 1: make them matter
@@ -87,6 +108,55 @@ def test_each_family_reads_back_as_its_hugging_face_model(tmp_path, arch, vocabu
     tokens = torch.tensor([[2, 17, 40, 99, 5, 61, 17, 40, 99, 5]])
     report = verify_against_hf(model, hf_model, tokens, atol=1e-4, rtol=0, float64_recheck=False)
     assert report.within_tolerance and len(report.rows) > 10 * hf_model.config.num_hidden_layers, report
+
+
+FUSED_TYPES = {
+    "qwen2moe": {"blk.0.ffn_gate_exps.weight": Q.Q8_0, "blk.1.ffn_down_exps.weight": Q.Q8_0},
+    "qwen3moe": {"blk.0.ffn_gate_exps.weight": Q.Q8_0, "blk.1.ffn_up_exps.weight": Q.Q8_0},
+    "phi3": {"blk.0.attn_qkv.weight": Q.Q8_0, "blk.1.ffn_up.weight": Q.Q8_0},
+    "gpt2": {"blk.0.attn_qkv.weight": Q.Q8_0, "blk.1.ffn_down.weight": Q.Q8_0},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(FUSED_TYPES))
+def test_stacked_and_fused_tensors_equal_transformers_gguf_loading(tmp_path, arch):
+    """Stacked experts (gate and up joined), the router and Qwen2-MoE's shared expert and its squeezed gate, and
+    Phi-3's fused q/k/v and gate/up, GPT-2's transposed weights (Q8_0 here and there) read back as transformers'
+    own GGUF loader has them."""
+    hf_model = tiny(arch, 96, num_hidden_layers=2)
+    types = FUSED_TYPES[arch]
+    write_family_gguf(tmp_path / "moe.gguf", hf_model, arch, types=types)
+    # transformers' GGUF config for these reads neither the expert width nor the head size: give it the config
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file="moe.gguf", config=hf_model.config
+    )
+    state_dict = read_gguf(tmp_path / "moe.gguf", load_tokenizer=False).state_dict
+    assert set(state_dict) | {"lm_head.weight"} == set(reference.state_dict())  # lm_head: tied, or ours too
+    for name, tensor in reference.state_dict().items():
+        if name in state_dict:
+            assert torch.equal(state_dict[name], tensor), name
+
+
+def test_a_moe_file_missing_half_of_a_joined_tensor_says_so(tmp_path):
+    import gguf
+
+    path = tmp_path / "broken.gguf"
+    write_family_gguf(path, tiny("qwen3moe", 96, num_hidden_layers=1), "qwen3moe")
+    reader = gguf.GGUFReader(str(path))
+    writer = gguf.GGUFWriter(str(tmp_path / "half.gguf"), "qwen3moe")
+    for field_ in reader.fields.values():
+        if field_.name.startswith("qwen3moe."):
+            value = field_.contents()
+            (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(field_.name, value)
+    for tensor in reader.tensors:
+        if tensor.name != "blk.0.ffn_up_exps.weight":
+            writer.add_tensor(tensor.name, tensor.data.copy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match=r"gate_up_proj is stored as \['ffn_gate_exps', 'ffn_up_exps'\]"):
+        read_gguf(tmp_path / "half.gguf", load_tokenizer=False)
 
 
 def test_gemma3_config_says_where_its_sliding_layers_are(tmp_path, vocabulary):

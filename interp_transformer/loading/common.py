@@ -14,10 +14,13 @@ from .strict import state_dict_shapes
 HF_ACTIVATIONS = {**GPT2_ACTIVATIONS, "gelu_fast": "gelu_fast", "quick_gelu": "quick_gelu"}
 
 
-def activation(hf_name, what: str) -> str:
-    """Our activation for Hugging Face's ``hf_name``; ``ValueError`` naming the supported ones otherwise."""
+def activation(hf_name, what: str, field: str) -> str:
+    """Our activation for Hugging Face's ``hf_name`` (the config's ``field``); ``ValueError`` naming the field and the
+    supported ones otherwise."""
     if hf_name not in HF_ACTIVATIONS:
-        raise ValueError(f"{what} activation {hf_name!r} is not supported; supported: {sorted(HF_ACTIVATIONS)}")
+        raise ValueError(
+            f"{what} activation {hf_name!r} is not supported ({field}={hf_name!r}); supported: {sorted(HF_ACTIVATIONS)}"
+        )
     return HF_ACTIVATIONS[hf_name]
 
 

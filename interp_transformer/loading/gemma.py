@@ -45,6 +45,8 @@ from .llama import (
 from .strict import require_config_fields
 
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
+PER_LAYER_WINDOWS = ("gemma2", "gemma3_text")  # model types whose attention reads layer_types and sliding_window
+PER_LAYER_TYPE_ROPE = ("gemma3_text",)  # model types whose rotary reads rope_parameters per layer type
 REFUSED_MODEL_TYPES = {
     "gemma3": "Gemma3ForConditionalGeneration: a vision tower (vision_config) and a multimodal projector beside the "
     "text model, which are not implemented; load a text-only Gemma 3 (Gemma3ForCausalLM, model_type 'gemma3_text')",
@@ -53,7 +55,9 @@ REFUSED_MODEL_TYPES = {
 
 def _window(hf_config, problems: list[str]) -> tuple[Optional[int], Optional[int]]:
     """``(sliding_window, global_every)`` from ``layer_types``; a pattern other than every n-th layer global is a
-    problem."""
+    problem. Gemma 1's attention reads neither field: ``(None, None)``."""
+    if hf_config.model_type not in PER_LAYER_WINDOWS:
+        return None, None
     layer_types = list(getattr(hf_config, "layer_types", None) or [])
     if not layer_types or "sliding_attention" not in layer_types:
         return None, None
@@ -75,11 +79,18 @@ def _window(hf_config, problems: list[str]) -> tuple[Optional[int], Optional[int
 
 
 def _rotary(hf_config, d_head: int, problems: list[str]) -> dict:
-    """``rotary_base``, ``rope_scaling`` and (Gemma 3) ``rotary_base_local`` from ``rope_parameters``."""
+    """``rotary_base``, ``rope_scaling`` and (Gemma 3) ``rotary_base_local`` from ``rope_parameters``.
+
+    Read as Hugging Face's models read it: Gemma 1 and 2 one flat set for every layer, Gemma 3
+    one set per layer type, ``rope_parameters[layer_type]`` (flat entries beside them, which
+    its config keeps when given a flat set, are not read).
+    """
     what = f"{hf_config.model_type} config"
     parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
-    per_layer_type = bool(parameters) and all(isinstance(value, dict) for value in parameters.values())
-    sets = parameters if per_layer_type else {"full_attention": parameters}
+    nested = {name: value for name, value in parameters.items() if isinstance(value, dict)}
+    flat = {name: value for name, value in parameters.items() if not isinstance(value, dict)}
+    per_layer_type = hf_config.model_type in PER_LAYER_TYPE_ROPE
+    sets = nested if per_layer_type else {"full_attention": flat}
     for name, values in sets.items():
         factor = values.get("partial_rotary_factor")
         if factor is not None and float(factor) != 1.0:
@@ -94,7 +105,10 @@ def _rotary(hf_config, d_head: int, problems: list[str]) -> dict:
         if per_layer_type and "sliding_attention" in sets:
             local, local_scaling = rope_from_parameters(sets["sliding_attention"], what)
             if local_scaling is not None:
-                problems.append(f"rope scaling on the sliding layers ({sets['sliding_attention']})")
+                problems.append(
+                    f"rope_parameters[sliding_attention]={sets['sliding_attention']} (the sliding layers rotate "
+                    "unscaled here: rope_type 'default' is supported there)"
+                )
     except ValueError as error:
         problems.append(str(error).removeprefix(what + " has "))
         return {}
@@ -118,7 +132,11 @@ def unsupported_features(hf_config) -> list[str]:
         )
     activation = _activation(hf_config, problems)
     if activation is not None and activation not in ACTIVATIONS:
-        problems.append(f"hidden activation {activation!r} (supported: {sorted(ACTIVATIONS)})")
+        fields = [name for name in ("hidden_act", "hidden_activation") if getattr(hf_config, name, None) is not None]
+        problems.append(
+            f"hidden activation {activation!r} ({', '.join(f'{name}={activation!r}' for name in fields)}; supported: "
+            f"{sorted(ACTIVATIONS)})"
+        )
     return problems
 
 

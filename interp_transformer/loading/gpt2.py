@@ -19,7 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..models.config import TransformerConfig
-from .reference import Recorder, patched, run_reference, split_heads
+from .reference import Recorder, patched, run_reference, split_heads, with_positions
 from .strict import (
     build_on_meta,
     check_checkpoint,
@@ -223,8 +223,10 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     each block's residual stream (pre, mid, post), LayerNorm outputs, per-head q/k/v, attention patterns (the model is
     switched to eager attention for the call), z, attention and MLP outputs, MLP
     pre/post activations, the final LayerNorm, and ``"logits"`` when the model has
-    an LM head. Not mapped: ``hook_attn_scores`` (HF masks with a large negative
-    number, not ``-inf``) and the LayerNorm ``hook_scale`` (HF never forms it).
+    an LM head. With an ``attention_mask``, Hugging Face is given the position ids ours reads
+    (counted from each row's first real token, ``reference.with_positions``). Not mapped:
+    ``hook_attn_scores`` (HF masks with a large negative number, not ``-inf``) and the
+    LayerNorm ``hook_scale`` (HF never forms it).
     """
     body = hf_model.transformer if hasattr(hf_model, "transformer") else hf_model
     split = split_heads(head_index=body.config.n_head)
@@ -254,7 +256,7 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     full_precision = body.wte.weight.dtype in (torch.float32, torch.float64)
     upcast = [block.attn for block in body.h if getattr(block.attn, "reorder_and_upcast_attn", False)]
     patches = [patched(attn, "reorder_and_upcast_attn", False) for attn in upcast] if full_precision else []
-    inputs = {"input_ids": tokens, "use_cache": False, **forward_kwargs}
+    inputs = {"input_ids": tokens, "use_cache": False, **with_positions(forward_kwargs)}
     return run_reference(hf_model, rec, inputs, attention="eager", patches=patches)
 
 

@@ -96,7 +96,7 @@ def config_from_hf(hf_config) -> GPTNeoXConfig:
         parallel_residual=bool(hf_config.use_parallel_residual),
         attn_bias=bool(getattr(hf_config, "attention_bias", True)),
         tied_embeddings=bool(hf_config.tie_word_embeddings),
-        act_fn=activation(hf_config.hidden_act, "gpt_neox"),
+        act_fn=activation(hf_config.hidden_act, "gpt_neox", "hidden_act"),
         layer_norm_eps=float(hf_config.layer_norm_eps),
         init_range=float(hf_config.initializer_range),
         name=getattr(hf_config, "name_or_path", "") or "gpt_neox",

@@ -49,7 +49,7 @@ def config_from_hf(hf_config) -> GPTJConfig:
         n_ctx=hf_config.n_positions,
         rotary_dim=hf_config.rotary_dim,
         tied_embeddings=bool(hf_config.tie_word_embeddings),
-        act_fn=activation(hf_config.activation_function, "gptj"),
+        act_fn=activation(hf_config.activation_function, "gptj", "activation_function"),
         layer_norm_eps=float(hf_config.layer_norm_epsilon),
         init_range=float(hf_config.initializer_range),
         name=getattr(hf_config, "name_or_path", "") or "gptj",

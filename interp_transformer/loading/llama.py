@@ -41,6 +41,9 @@ MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)
 FIXED_BIASES = {"mistral": (), "qwen2": ("q", "k", "v")}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+# model types whose attention slides over sliding_window keys on every layer / on the layers layer_types names
+WINDOW_EVERY_LAYER = ("mistral", "mixtral", "qwen3_moe")
+WINDOW_BY_LAYER_TYPE = ("qwen2", "qwen3", "qwen2_moe")
 
 
 def _attn_biases(hf_config) -> tuple[str, ...]:
@@ -91,23 +94,37 @@ def rope_from_parameters(
 
 
 def _sliding_window(hf_config):
-    """The window every layer uses, or None; mixed full and sliding layers are refused."""
+    """The window every layer uses, or None; mixed full and sliding layers are refused.
+
+    Read as Hugging Face's model of the ``model_type`` reads it: Llama's attention has no
+    window (a ``sliding_window`` or ``layer_types`` in its config changes nothing there),
+    Mistral's, Mixtral's and Qwen3-MoE's apply ``sliding_window`` to every layer whatever
+    ``layer_types`` says, Qwen2's, Qwen3's and Qwen2-MoE's slide on the layers ``layer_types`` names.
+    """
+    model_type = hf_config.model_type
+    if model_type not in WINDOW_EVERY_LAYER + WINDOW_BY_LAYER_TYPE:
+        return None
     window = getattr(hf_config, "sliding_window", None)
     layer_types = getattr(hf_config, "layer_types", None)
-    if layer_types is None:  # Mistral: the window, if any, applies to every layer
-        return window
-    kinds = sorted(set(layer_types))
-    unknown = [kind for kind in kinds if kind not in ("full_attention", "sliding_attention")]
-    if unknown:
+    if layer_types is not None and model_type in WINDOW_BY_LAYER_TYPE:
+        kinds = sorted(set(layer_types))
+        unknown = [kind for kind in kinds if kind not in ("full_attention", "sliding_attention")]
+        if unknown:
+            raise ValueError(
+                f"{model_type} config has layer_types {unknown}; supported: full_attention, sliding_attention"
+            )
+        if len(kinds) > 1:
+            raise ValueError(
+                f"{model_type} config mixes full_attention and sliding_attention layers "
+                f"(layer_types={list(layer_types)}); one kind of attention for every layer is supported"
+            )
+        if kinds != ["sliding_attention"]:
+            return None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
         raise ValueError(
-            f"{hf_config.model_type} config has layer_types {unknown}; supported: full_attention, sliding_attention"
+            f"{model_type} config slides its attention with sliding_window={window!r}; a positive int is supported"
         )
-    if len(kinds) > 1:
-        raise ValueError(
-            f"{hf_config.model_type} config mixes full_attention and sliding_attention layers ({list(layer_types)}); "
-            "one kind of attention for every layer is supported"
-        )
-    return window if kinds == ["sliding_attention"] else None
+    return window
 
 
 def config_from_hf(hf_config) -> LlamaConfig:

@@ -89,21 +89,37 @@ def _rope(parameters: dict, what: str, default_base: float, problems: list[str])
 
 
 def _rotary(hf_config, problems: list[str]) -> dict:
-    """The full layers' ``rotary_base``/``rope_scaling`` and (OLMo 3) the sliding layers' own."""
+    """The full layers' ``rotary_base``/``rope_scaling`` and (OLMo 3) the sliding layers' own.
+
+    Read as Hugging Face's models read ``rope_parameters``: OLMo 2 one flat set for every layer
+    (entries per layer type beside it are not read); OLMo 3 one set per layer type its
+    ``layer_types`` uses, ``rope_parameters[layer_type]`` (flat entries beside them, which its
+    config keeps when given a flat set, are not read).
+    """
     parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
     default_base = float(getattr(hf_config, "rope_theta", 10000.0) or 10000.0)
-    per_layer_type = bool(parameters) and all(isinstance(value, dict) for value in parameters.values())
-    if not per_layer_type:
-        full = _rope(parameters, "rope_parameters", default_base, problems)
+    if hf_config.model_type != "olmo3":
+        flat = {name: value for name, value in parameters.items() if not isinstance(value, dict)}
+        full = _rope(flat, "rope_parameters", default_base, problems)
         return {} if full is None else dict(rotary_base=full[0], rope_scaling=full[1])
-    unknown = sorted(set(parameters) - set(LAYER_TYPES))
-    if unknown:
-        problems.append(f"rope_parameters for layer types {unknown} (supported: {', '.join(LAYER_TYPES)})")
-    full = _rope(parameters.get("full_attention", {}), "rope_parameters[full_attention]", default_base, problems)
-    local = _rope(parameters.get("sliding_attention", {}), "rope_parameters[sliding_attention]", default_base, problems)
-    if full is None or local is None:
+    used = [kind for kind in LAYER_TYPES if kind in tuple(getattr(hf_config, "layer_types", None) or ())]
+    found = {}
+    for kind in used:
+        values = parameters.get(kind)
+        if not isinstance(values, dict):
+            problems.append(f"rope_parameters[{kind}]={values!r} (a dict of rope settings for the {kind} layers)")
+            continue
+        found[kind] = _rope(values, f"rope_parameters[{kind}]", default_base, problems)
+    if not used or any(found.get(kind) is None for kind in used):
         return {}
-    return dict(rotary_base=full[0], rope_scaling=full[1], rotary_base_local=local[0], rope_scaling_local=local[1])
+    full = found.get("full_attention") or found["sliding_attention"]  # the base of the layers that use it
+    local = found.get("sliding_attention")
+    return dict(
+        rotary_base=full[0],
+        rope_scaling=full[1],
+        rotary_base_local=None if local is None else local[0],
+        rope_scaling_local=None if local is None else local[1],
+    )
 
 
 def unsupported_features(hf_config) -> list[str]:

@@ -78,7 +78,7 @@ def config_from_hf(hf_config):
         d_mlp=hf_config.ffn_dim,
         d_vocab=hf_config.vocab_size,
         n_ctx=hf_config.max_position_embeddings,
-        act_fn=activation(hf_config.activation_function, "opt"),
+        act_fn=activation(hf_config.activation_function, "opt", "activation_function"),
         d_embed=None if d_embed in (None, d_model) else d_embed,
         biases=bool(hf_config.enable_bias),
         norm_weights=bool(hf_config.layer_norm_elementwise_affine),

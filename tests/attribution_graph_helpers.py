@@ -101,7 +101,7 @@ def resident(key: str) -> int:
 
 
 def measure_peak(connection) -> None:
-    """In a forked process: the planned and the measured peak of one attribution graph, sent back as a dict."""
+    """In a process of its own: the planned and the measured peak of one attribution graph, sent back as a dict."""
     try:
         # every allocation of 64 KiB or more gets a mapping of its own, returned when freed (glibc's M_MMAP_THRESHOLD):
         # resident memory then follows torch's allocations

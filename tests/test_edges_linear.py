@@ -11,6 +11,8 @@ do not depend on the input (``W_Q = W_K = 0``). Then the metric is affine in eve
 - attribution patching equals activation patching for heads, MLPs and the residual stream.
 """
 
+import copy
+
 import pytest
 import torch
 
@@ -47,7 +49,7 @@ def linear_encoder():
     """BERT's parts (a perturbed ``BertForMaskedLM`` loaded, post-norm, bidirectional, MLM logits) made linear the same
     way: the stream norms and the MLM head's norm ``x w + b``, activations the identity, ``W_Q = W_K = 0`` (every
     token attends uniformly to every token)."""
-    model = random_mlm()[0]
+    model = copy.deepcopy(random_mlm()[0])  # random_mlm is cached: other tests read the same model
     generator = torch.Generator().manual_seed(2)
     d_model = model.cfg.d_model
     with torch.no_grad():

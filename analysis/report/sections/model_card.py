@@ -143,8 +143,9 @@ def model_section(ctx: ReportContext) -> ReportSection:
     model, cfg = ctx.model, ctx.model.cfg
     rows = [(name, value) for name, value in dataclasses.asdict(cfg).items()]
     rows.append(("architecture", model.architecture.name))
-    if attention_spans(model):
-        rows.append(("attention", attention_spans(model)))
+    spans = attention_spans(model)
+    if spans:
+        rows.append(("attention", spans))
     rows.append(("parameters", f"{sum(p.numel() for p in model.parameters()):,}"))
     rows.append(("dtype", str(next(model.parameters()).dtype).removeprefix("torch.")))
     processing = list(model.processing)

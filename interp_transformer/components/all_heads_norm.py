@@ -16,47 +16,32 @@ Hooks: ``hook_scale`` ``[batch, pos, 1]`` (``sqrt(mean(flat^2) + eps)``, one per
 ``hook_normalized`` ``[batch, pos, head_index, d_head]`` (the output, after ``w``, split into
 heads again). ``w`` is stored as Hugging Face stores it, ``[(head_index d_head)]``.
 
-Its algebra reads the flat ``[..., (head_index d_head)]`` vectors, as an ``RMSNorm`` of that
-width: ``apply_frozen(x, scale) = x / scale * w``, ``pull_back(d, scale) = w * d / scale``, no
-bias. There is nothing to fold it into: it reads a projection, not the residual stream.
+It is an ``RMSNorm`` of that width over the flat ``[..., (head_index d_head)]`` vectors, so its
+algebra (``apply_frozen``, ``pull_back``, ``normalize``) is that norm's. It reads a projection,
+not the residual stream, so no block lists it among its norm readers and nothing folds it.
 """
 
-from typing import Optional
-
 import einops
-import torch.nn.functional as F
-import torch
 from jaxtyping import Float
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..hooks import HookPoint
 from ..models.shape_checks import shape_checked
+from .rms_norm import RMSNorm
 
 FLATTEN = "batch pos head_index d_head -> batch pos (head_index d_head)"
 SPLIT = "batch pos (head_index d_head) -> batch pos head_index d_head"
 
 
-class AllHeadsRMSNorm(nn.Module):
+class AllHeadsRMSNorm(RMSNorm):
     """RMSNorm over ``(head_index d_head)`` together: ``normalized = flat / sqrt(mean(flat^2) + eps) * w``.
 
-    The explicit formula is the reference and the only path that produces ``hook_scale``;
-    while nothing hooks or caches the scale, PyTorch's fused ``rms_norm`` (the same formula)
-    runs instead (``uses_fused_path()``).
+    An ``RMSNorm`` of width ``n_heads * d_head`` (its algebra, hooks and fused path are that norm's) whose forward
+    reads heads, normalizes them flattened and splits the result into heads again.
     """
 
-    removes_mean = False
-
     def __init__(self, n_heads: int, d_head: int, eps: float):
-        super().__init__()
-        self.n_heads, self.d_head, self.eps = n_heads, d_head, eps
-        self.w = nn.Parameter(torch.ones(n_heads * d_head))
-        self.hook_scale = HookPoint()
-        self.hook_normalized = HookPoint()
-        self.use_fused_rms_norm = True  # set False to always run the explicit path
-
-    def uses_fused_path(self) -> bool:
-        """True when the fused kernel may run: nobody observes the scale."""
-        return self.use_fused_rms_norm and not self.hook_scale.has_hooks()
+        super().__init__(n_heads * d_head, eps)
+        self.n_heads, self.d_head = n_heads, d_head
 
     @shape_checked
     def forward(self, x: Float[Tensor, "batch pos head_index d_head"]) -> Float[Tensor, "batch pos head_index d_head"]:
@@ -69,27 +54,10 @@ class AllHeadsRMSNorm(nn.Module):
         if self.uses_fused_path():
             normalized = self.normalize(flat)
         else:
-            scale = self.hook_scale((flat.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt())
-            normalized = flat / scale * self.w
+            normalized = self.apply_frozen(
+                flat, self.hook_scale((flat.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt())
+            )
         return self.hook_normalized(einops.rearrange(normalized, SPLIT, head_index=self.n_heads))
-
-    # --- the algebra, over flat [..., (head_index d_head)] vectors (see the module docstring) ---
-    def apply_frozen(self, x: Float[Tensor, "... width"], scale: Float[Tensor, "... 1"]) -> Float[Tensor, "... width"]:
-        """``x / scale * w``: the norm with ``scale`` frozen."""
-        return x / scale * self.w
-
-    def normalize(self, x: Float[Tensor, "... width"]) -> Float[Tensor, "... width"]:
-        """The whole norm of flat ``x``, its scale computed from ``x`` itself; no hook fires."""
-        return F.rms_norm(x, self.w.shape, self.w, self.eps)
-
-    def pull_back(self, direction: Float[Tensor, "... width"], scale: Optional[Tensor] = None) -> Tensor:
-        """``w * d / scale``, so that ``apply_frozen(x, scale) . d = x . pull_back(d, scale)``."""
-        weighted = direction * self.w
-        return weighted if scale is None else weighted / scale
-
-    def bias_term(self, direction: Float[Tensor, "... width"]) -> Float[Tensor, "..."]:
-        """0 for every direction: there is no bias."""
-        return direction.new_zeros(direction.shape[:-1])
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, d_head={self.d_head}, eps={self.eps}"

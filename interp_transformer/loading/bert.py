@@ -49,6 +49,7 @@ from ..architectures.bert import EncoderConfig
 from ..encoder import EncoderTransformer
 from .reference import Recorder, run_reference, split_heads
 from .strict import (
+    DECODER_SHAPE_FIELDS,
     build_on_meta,
     check_checkpoint,
     check_layer_count,
@@ -94,12 +95,7 @@ def config_from_hf(hf_config) -> EncoderConfig:
         hf_config,
         "BERT",
         positive_ints=(
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
+            *DECODER_SHAPE_FIELDS,
             "type_vocab_size",
         ),
         positive_floats=("layer_norm_eps",),

@@ -37,7 +37,7 @@ from .common import (
     without_prefix,
 )
 from .reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
-from .strict import check_checkpoint, check_layer_count, require_config_fields
+from .strict import DECODER_SHAPE_FIELDS, check_checkpoint, check_layer_count, require_config_fields
 
 IGNORED_KEYS = re.compile(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)")
 SUPPORTED_ROPE_TYPES = ("default", "linear")
@@ -67,14 +67,7 @@ def config_from_hf(hf_config) -> GPTNeoXConfig:
     require_config_fields(
         hf_config,
         "gpt_neox",
-        positive_ints=(
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ),
+        positive_ints=DECODER_SHAPE_FIELDS,
         positive_floats=("layer_norm_eps",),
     )
     d_model, n_heads = hf_config.hidden_size, hf_config.num_attention_heads

@@ -35,7 +35,7 @@ from ..components.rotary import RopeScaling
 from .common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
 from .gpt2 import ACTIVATIONS
 from .llama_reference import hf_reference_activations
-from .strict import check_checkpoint, check_layer_count, require_config_fields, state_dict_shapes
+from .strict import DECODER_SHAPE_FIELDS, check_checkpoint, check_layer_count, require_config_fields, state_dict_shapes
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)
@@ -152,14 +152,7 @@ def llama_fields(hf_config) -> dict:
     require_config_fields(
         hf_config,
         model_type,
-        positive_ints=(
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ),
+        positive_ints=DECODER_SHAPE_FIELDS,
         positive_floats=("rms_norm_eps",),
     )
     if getattr(hf_config, "mlp_bias", False):

@@ -39,7 +39,7 @@ from .llama import (
     rope_from_parameters,
 )
 from .olmo2_reference import hf_reference_activations
-from .strict import require_config_fields
+from .strict import DECODER_SHAPE_FIELDS, require_config_fields
 
 MODEL_TYPES = ("olmo2", "olmo3")
 # Hugging Face norm -> ours, per block
@@ -145,14 +145,7 @@ def config_from_hf(hf_config) -> Olmo2Config:
     require_config_fields(
         hf_config,
         model_type,
-        positive_ints=(
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ),
+        positive_ints=DECODER_SHAPE_FIELDS,
         positive_floats=("rms_norm_eps",),
     )
     problems = unsupported_features(hf_config)

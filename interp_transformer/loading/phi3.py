@@ -43,7 +43,7 @@ from .gpt2 import ACTIVATIONS
 from .llama import CheckedCheckpoint, convert_read_out, load_hf_model
 from .llama_reference import llama_float64_patches
 from .reference import Recorder, reference_activations, split_heads
-from .strict import require_config_fields
+from .strict import DECODER_SHAPE_FIELDS, require_config_fields
 
 MODEL_TYPES = ("phi3",)
 SUPPORTED_ROPE_TYPES = ("default", "longrope")
@@ -150,14 +150,7 @@ def config_from_hf(hf_config) -> Phi3Config:
     require_config_fields(
         hf_config,
         model_type,
-        positive_ints=(
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ),
+        positive_ints=DECODER_SHAPE_FIELDS,
         positive_floats=("rms_norm_eps",),
     )
     problems = unsupported_features(hf_config)

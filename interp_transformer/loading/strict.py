@@ -95,6 +95,17 @@ def check_checkpoint(
         raise CheckpointError(what, missing, unexpected, mis_shaped)
 
 
+# the shape fields every Hugging Face decoder config of the Llama lineage (and BERT, GPT-NeoX) holds
+DECODER_SHAPE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+
+
 def require_config_fields(
     hf_config, what: str, positive_ints: Iterable[str] = (), positive_floats: Iterable[str] = ()
 ) -> None:
@@ -195,4 +206,12 @@ def load_strict(
     return model.eval()
 
 
-__all__ = ["CheckpointError", "build_on_meta", "check_checkpoint", "check_finite", "load_strict", "state_dict_shapes"]
+__all__ = [
+    "DECODER_SHAPE_FIELDS",
+    "CheckpointError",
+    "build_on_meta",
+    "check_checkpoint",
+    "check_finite",
+    "load_strict",
+    "state_dict_shapes",
+]

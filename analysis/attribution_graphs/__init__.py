@@ -23,6 +23,9 @@ Circuit-tracer's method (Ameisen et al., 2025) on any decoder whose blocks decla
     Neuronpedia's graph JSON, out and back in.
 ``graph_figure`` (``figure``)
     The pruned graph as a plotly figure.
+``qk_attribution`` (``qk``)
+    One head's attention score split into query-component x key-component terms (features, errors, tokens,
+    heads, biases) that sum to it, through frozen norms, RoPE and grouped keys.
 ``train_transcoders`` (``training``), ``transcoder_metrics``, ``save_transcoders``/``load_transcoders``
     TopK transcoders or a cross-layer transcoder trained on a model's MLPs over a corpus, and their quality.
 ``edit_features``, ``generate_with_edits``, ``splice_transcoders`` (``interventions``)
@@ -38,6 +41,7 @@ from .graph import AttributionGraph
 from .interventions import FeatureEdit, edit_features, generate_with_edits, parse_feature_edit, splice_transcoders
 from .memory import MemoryBudgetError, MemoryPlan, plan_memory
 from .neuronpedia import NeuronpediaGraph, to_neuronpedia
+from .qk import QKAttribution, QKTerm, StreamComponents, qk_attribution, stream_components
 from .pruning import GraphScores, PruneResult, graph_scores, node_influence, prune_graph
 from .replacement import ReplacementModel, ReplacementRun
 from .transcoder_files import load_transcoders, save_transcoders, training_record
@@ -56,8 +60,11 @@ __all__ = [
     "MemoryPlan",
     "NeuronpediaGraph",
     "PruneResult",
+    "QKAttribution",
+    "QKTerm",
     "ReplacementModel",
     "ReplacementRun",
+    "StreamComponents",
     "TrainedTranscoders",
     "TranscoderMetrics",
     "TranscoderTrainingConfig",
@@ -71,11 +78,13 @@ __all__ = [
     "parse_feature_edit",
     "plan_memory",
     "prune_graph",
+    "qk_attribution",
     "random_transcoders",
     "reference_corpus",
     "salient_logits",
     "save_transcoders",
     "splice_transcoders",
+    "stream_components",
     "to_neuronpedia",
     "train_transcoders",
     "training_record",

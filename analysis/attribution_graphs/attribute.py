@@ -12,6 +12,11 @@ so one backward pass from ``x . direction`` gives every source's direct effect o
 Targets are laid along the batch axis: the model runs once on ``batch_size`` copies of the prompt (its
 graph kept), and each backward pass reads a chunk of ``batch_size`` targets, one per row. Rows never
 mix, so a target's edges do not depend on the chunk it is in.
+
+With ``max_feature_nodes``, features are visited as circuit-tracer visits them: the logit targets first,
+then, a chunk at a time, the unvisited features of largest influence on the logits through the rows
+computed so far, until ``max_feature_nodes`` are visited. Only those become feature nodes; what the others
+contribute to each target directly is kept, summed, in ``graph.unselected_effect``, so every node still sums.
 """
 
 from typing import Optional
@@ -24,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .graph import AttributionGraph
 from .memory import check_budget, plan_for
+from .pruning import normalize_matrix
 from .replacement import Gradients, ReplacementModel
 
 
@@ -59,6 +65,7 @@ def attribute(
     desired_logit_prob: float = 0.95,
     batch_size: int = 32,
     memory_budget: Optional[int] = None,
+    max_feature_nodes: Optional[int] = None,
     progress: bool = False,
 ) -> AttributionGraph:
     """The attribution graph of ``model`` with ``transcoders`` (a ``CrossLayerTranscoder``, or one transcoder ``SAE``
@@ -67,16 +74,26 @@ def attribute(
     ``batch_size`` targets share a backward pass. The model must be processed as the transcoders expect (``fold_ln``
     for transcoders reading ``hook_normalized``; ``ProcessingMismatch`` otherwise). With ``memory_budget`` (bytes),
     the run is refused before it allocates its graph when ``plan_memory`` estimates a peak above it
-    (``MemoryBudgetError``, naming both).
+    (``MemoryBudgetError``, naming both). ``max_feature_nodes`` keeps the graph to the features of most influence
+    (module docstring).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if max_feature_nodes is not None and (
+        isinstance(max_feature_nodes, bool) or not isinstance(max_feature_nodes, int) or max_feature_nodes < 0
+    ):
+        raise ValueError(f"max_feature_nodes must be an int >= 0 or None, got {max_feature_nodes!r}")
     replacement = ReplacementModel(model, transcoders, tokens)
     logit_tokens, probabilities = salient_logits(replacement.logits[-1], max_n_logits, desired_logit_prob)
-    batch = min(batch_size, replacement.n_features + len(logit_tokens))
+    n_selected = replacement.n_features if max_feature_nodes is None else min(max_feature_nodes, replacement.n_features)
+    batch = min(batch_size, n_selected + len(logit_tokens))
     if memory_budget is not None:
-        check_budget(plan_for(replacement, batch_size=batch, n_logits=len(logit_tokens)), memory_budget)
-    return _build(replacement, logit_tokens, probabilities, batch, progress)
+        n_logits = len(logit_tokens)
+        plan = plan_for(replacement, batch_size=batch, n_logits=n_logits, n_selected=n_selected)
+        check_budget(plan, memory_budget)
+    if n_selected == replacement.n_features:
+        return _build(replacement, logit_tokens, probabilities, batch, progress)
+    return _build_selected(replacement, logit_tokens, probabilities, batch, n_selected, progress)
 
 
 def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[Optional[int], int, Tensor]]:
@@ -139,12 +156,17 @@ def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: in
             chunk = targets[start : start + batch]
             adjacency[target_nodes[start : start + len(chunk)], :n_sources] = _edges(replacement, grads, chunk).cpu()
     bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
+    return _graph(replacement, logit_tokens, probabilities, values, adjacency, bias)
+
+
+def _graph(replacement, logit_tokens, probabilities, values, adjacency, bias, selected=None, unselected=None):
     model = replacement.model
     has_tokenizer = getattr(model, "tokenizer", None) is not None
+    selected = torch.arange(replacement.n_features) if selected is None else selected
     return AttributionGraph(
         tokens=replacement.tokens.cpu(),
-        active_features=replacement.active_features.cpu(),
-        activation_values=replacement.activations.cpu(),
+        active_features=replacement.active_features[selected].cpu(),
+        activation_values=replacement.activations[selected].cpu(),
         logit_tokens=logit_tokens.cpu(),
         logit_probabilities=probabilities.cpu(),
         logit_values=values,
@@ -155,7 +177,75 @@ def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: in
         str_tokens=list(model.to_str_tokens(replacement.tokens)) if has_tokenizer else None,
         logit_str_tokens=list(model.to_str_tokens(logit_tokens)) if has_tokenizer else None,
         d_transcoder=max(spec.d_transcoder for spec in replacement.layers),
+        selected_features=selected.cpu(),
+        unselected_effect=unselected,
     )
+
+
+def partial_influence(
+    rows: Float[Tensor, "row source"], row_nodes: Tensor, start: Float[Tensor, "node"], max_iter: int = 1024
+) -> Float[Tensor, "node"]:
+    """Each node's influence on the logits through the rows computed so far: ``start (N + N^2 + ...)`` with ``N`` the
+    rows' absolute values, each row divided by its sum, and row ``i`` the inputs of node ``row_nodes[i]``; ``start``
+    holds the logits' probabilities at their nodes (circuit-tracer's partial influence)."""
+    normalized = normalize_matrix(rows)
+    influence = torch.zeros_like(start)
+    current = start
+    for _ in range(max_iter):  # the graph is acyclic: a path is at most as long as the model is deep
+        current = current[row_nodes] @ normalized
+        current = torch.nn.functional.pad(current, (0, start.shape[0] - current.shape[0]))
+        if not bool(current.any()):
+            return influence
+        influence += current
+    raise RuntimeError(f"influence did not vanish after {max_iter} steps: the rows do not form an acyclic graph")
+
+
+def _build_selected(replacement: ReplacementModel, logit_tokens, probabilities, batch: int, n_selected: int, progress):
+    """The graph of the ``n_selected`` features of most influence (module docstring), visited a chunk at a time."""
+    targets = _targets(replacement, logit_tokens)
+    n_f, n_logits, dtype = replacement.n_features, len(logit_tokens), replacement.embed.dtype
+    n_sources = n_f + (replacement.n_layers + 1) * replacement.n_pos
+    rows = torch.zeros(n_logits + n_selected, n_sources, dtype=dtype)
+    row_nodes = torch.zeros(n_logits + n_selected, dtype=torch.long)  # each row's target as a node
+    start = torch.zeros(n_sources + n_logits, dtype=dtype)
+    start[n_sources:] = probabilities.to(dtype).cpu()
+    visited = torch.zeros(n_f, dtype=torch.bool)
+    bar = tqdm(total=n_logits + n_selected, desc="attribution", disable=not progress, leave=False)
+    with replacement.backward_pass(batch) as grads:
+        done = 0
+        for first in range(0, n_logits, batch):  # the logits first
+            chunk = list(range(n_f + first, n_f + min(first + batch, n_logits)))
+            rows[done : done + len(chunk)] = _edges(replacement, grads, [targets[t] for t in chunk]).cpu()
+            row_nodes[done : done + len(chunk)] = torch.tensor(chunk) - n_f + n_sources
+            done += len(chunk)
+            bar.update(len(chunk))
+        while done < n_logits + n_selected:
+            influence = partial_influence(rows[:done], row_nodes[:done], start)[:n_f]
+            take = min(batch, n_logits + n_selected - done)
+            chunk = influence.masked_fill(visited, -1.0).topk(take).indices.sort().values
+            visited[chunk] = True
+            rows[done : done + take] = _edges(replacement, grads, [targets[t] for t in chunk.tolist()]).cpu()
+            row_nodes[done : done + take] = chunk
+            done += take
+            bar.update(take)
+    bar.close()
+    selected = visited.nonzero()[:, 0]
+    keep = torch.cat([selected, torch.arange(n_f, n_sources)])
+    n_nodes = len(keep) + n_logits
+    adjacency = torch.zeros(n_nodes, n_nodes, dtype=dtype)
+    unselected = torch.zeros(n_nodes, dtype=dtype)
+    node_of_feature = torch.empty(n_f, dtype=torch.long)
+    node_of_feature[selected] = torch.arange(n_selected)
+    is_logit = row_nodes >= n_sources
+    nodes = torch.where(is_logit, row_nodes - n_sources + len(keep), node_of_feature[row_nodes.clamp(max=n_f - 1)])
+    for first in range(0, len(rows), 1024):  # a block at a time: no copy of every row at once
+        block = rows[first : first + 1024]
+        adjacency[nodes[first : first + 1024], : len(keep)] = block[:, keep]
+        unselected[nodes[first : first + 1024]] = block[:, :n_f][:, ~visited].sum(1)
+    del rows
+    full_bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
+    bias = torch.cat([full_bias[selected], full_bias[n_f:]])
+    return _graph(replacement, logit_tokens, probabilities, values, adjacency, bias, selected, unselected)
 
 
 def _bias_and_values(replacement: ReplacementModel, logit_tokens: Tensor, n_sources: int) -> tuple[Tensor, Tensor]:
@@ -174,4 +264,4 @@ def _demeaned(logits: Tensor, tokens: Tensor) -> Tensor:
     return logits[tokens] - logits.mean()
 
 
-__all__ = ["attribute", "salient_logits"]
+__all__ = ["attribute", "partial_influence", "salient_logits"]

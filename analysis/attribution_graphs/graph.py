@@ -18,10 +18,13 @@ model: how much ``target`` changes when ``source`` is removed and nothing else r
 keep their activations, attention patterns and norm scales stay frozen). Errors and tokens have no
 inputs; features and logits do, and each sums exactly::
 
-    adjacency_matrix[t].sum() + bias[t] == value[t]
+    adjacency_matrix[t].sum() + bias[t] + unselected_effect[t] == value[t]
 
 ``bias`` is what the target is with every source removed: biases of attention, norms, transcoders
-and the read-out, carried through the frozen model.
+and the read-out, carried through the frozen model. A graph built with ``max_feature_nodes`` holds only
+the features visited (``selected_features``: their rows among the prompt's active features); the direct
+effect of the other active features on each target is summed in ``unselected_effect`` (0 when every
+active feature is a node).
 """
 
 from dataclasses import dataclass
@@ -50,6 +53,14 @@ class AttributionGraph:
     logit_str_tokens: Optional[list[str]] = None
     scan: Optional[str] = None  # a name for the transcoders (Neuronpedia's "scan")
     d_transcoder: Optional[int] = None  # the widest layer's number of features
+    selected_features: Optional[Int[Tensor, "feature"]] = None  # rows among all active features; None: all
+    unselected_effect: Optional[Float[Tensor, "node"]] = None  # direct effect of active features left out
+
+    def __post_init__(self) -> None:
+        if self.selected_features is None:
+            self.selected_features = torch.arange(self.active_features.shape[0])
+        if self.unselected_effect is None:
+            self.unselected_effect = torch.zeros(self.adjacency_matrix.shape[0], dtype=self.adjacency_matrix.dtype)
 
     # --- sizes and slices -----------------------------------------------------------------
     @property

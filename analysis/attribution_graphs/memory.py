@@ -4,7 +4,9 @@ At its peak ``attribute`` holds, with ``s`` the model's bytes per value, ``L`` l
 ``F`` active features, ``n = F + (L + 1) pos + n_logits`` nodes and ``B`` targets per backward pass:
 
 =============  ============================================================================================
-``adjacency``  the ``[n, n]`` matrix: ``n^2 s``
+``adjacency``  the ``[n, n]`` matrix: ``n^2 s``; with ``max_feature_nodes = K < F``, the ``[n_logits + K, F +
+               (L + 1) pos]`` rows of the visited targets, plus the larger of their normalized copy (for
+               the influence that orders the visit) and the final ``[n_K, n_K]`` matrix
 ``prompt``     what the replacement model holds for the prompt: the frozen patterns, queries, keys and
                scales, each layer's input, the features' writes (laid out by position), the error
                nodes, the embeddings, the prompt's logits, and each target's direction (``F d_model s``)
@@ -56,6 +58,7 @@ class MemoryPlan:
     prompt: int
     graph: int
     backward: int
+    n_selected: Optional[int] = None  # max_feature_nodes, where it keeps fewer features than are active
 
     @property
     def peak(self) -> int:
@@ -66,8 +69,9 @@ class MemoryPlan:
             f"{name} {format_bytes(getattr(self, name))}" for name in ("adjacency", "prompt", "graph", "backward")
         )
         return (
-            f"{format_bytes(self.peak)} for {self.n_pos} positions, {self.n_features} features, {self.n_logits} "
-            f"logits, {self.batch_size} targets per pass ({parts})"
+            f"{format_bytes(self.peak)} for {self.n_pos} positions, {self.n_features} features"
+            + ("" if self.n_selected is None else f" ({self.n_selected} visited)")
+            + f", {self.n_logits} logits, {self.batch_size} targets per pass ({parts})"
         )
 
 
@@ -83,9 +87,18 @@ def check_budget(plan: MemoryPlan, memory_budget: int) -> None:
         )
 
 
-def plan_memory(model, transcoders, *, n_pos: int, n_features: int, batch_size: int, n_logits: int = 10) -> MemoryPlan:
+def plan_memory(
+    model,
+    transcoders,
+    *,
+    n_pos: int,
+    n_features: int,
+    batch_size: int,
+    n_logits: int = 10,
+    max_feature_nodes: Optional[int] = None,
+) -> MemoryPlan:
     """The planned peak of ``attribute`` on a prompt of ``n_pos`` tokens with ``n_features`` active features,
-    ``batch_size`` targets per backward pass and ``n_logits`` logit nodes (module docstring).
+    ``batch_size`` targets per backward pass, ``n_logits`` logit nodes and ``max_feature_nodes`` (module docstring).
 
     It runs the replacement model of a prompt of ``n_pos`` tokens on two and three rows to measure what one row
     keeps (a few forward passes; nothing of ``batch_size`` is allocated).
@@ -96,11 +109,17 @@ def plan_memory(model, transcoders, *, n_pos: int, n_features: int, batch_size: 
                 f"{name} must be a {'non-negative' if name == 'n_features' else 'positive'} int, got {value!r}"
             )
     replacement = ReplacementModel(model, transcoders, torch.zeros(n_pos, dtype=torch.long))
-    return plan_for(replacement, batch_size=batch_size, n_logits=n_logits, n_features=n_features)
+    n_selected = None if max_feature_nodes is None else min(max_feature_nodes, n_features)
+    return plan_for(replacement, batch_size=batch_size, n_logits=n_logits, n_features=n_features, n_selected=n_selected)
 
 
 def plan_for(
-    replacement: ReplacementModel, *, batch_size: int, n_logits: int, n_features: Optional[int] = None
+    replacement: ReplacementModel,
+    *,
+    batch_size: int,
+    n_logits: int,
+    n_features: Optional[int] = None,
+    n_selected: Optional[int] = None,
 ) -> MemoryPlan:
     """The plan for ``replacement``'s prompt (its own feature count unless ``n_features`` is given)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -134,7 +153,14 @@ def plan_for(
     edges_work = (F + (L + 1) * pos) * itemsize + stream + pos * per_position * itemsize
     backward_work = (L + 1) * stream + max(BACKWARD_STREAMS * stream, edges_work)
     backward = batch_size * max(forward_work, backward_work)
-    return MemoryPlan(pos, F, n_logits, batch_size, n_nodes * n_nodes * itemsize, prompt, graph, backward)
+    adjacency = n_nodes * n_nodes * itemsize
+    if n_selected is not None and n_selected < F:
+        rows = (n_logits + n_selected) * (F + (L + 1) * pos) * itemsize
+        kept = n_selected + (L + 1) * pos + n_logits
+        adjacency = rows + max(rows, kept * kept * itemsize)
+    else:
+        n_selected = None
+    return MemoryPlan(pos, F, n_logits, batch_size, adjacency, prompt, graph, backward, n_selected)
 
 
 def _graph_per_row(replacement: ReplacementModel) -> int:

@@ -4,8 +4,11 @@ feature ablations or steering followed by generation)."""
 
 import argparse
 import dataclasses
+import itertools
 import sys
 from pathlib import Path
+
+import torch
 
 from .cli_common import EXIT_OK, UserError, load_model, positive_int, prompt_tokens
 
@@ -72,9 +75,11 @@ def add_train_transcoders_parser(commands) -> None:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from .attribution_graphs import attribute, graph_scores, load_transcoders, prune_graph, to_neuronpedia
+    from .attribution_graphs import attribute, graph_scores, graph_view, load_transcoders, prune_graph, to_neuronpedia
     from .attribution_graphs.interventions import generate_with_edits, parse_feature_edit
 
+    if args.dashboard_contexts < 0:
+        raise UserError(f"--dashboard-contexts must be 0 or more, got {args.dashboard_contexts}")
     edits = [parse_feature_edit(text) for text in args.ablate or []]
     edits += [parse_feature_edit(text, steer=True) for text in args.steer or []]
     if args.transcoders is None:
@@ -106,7 +111,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
         to_neuronpedia(graph, slug=args.json.stem, node_threshold=args.node_threshold).save(args.json)
         print(f"wrote {args.json} (Neuronpedia's graph JSON)")
     if args.out is not None:
-        _write_view(graph, pruned, args.out)
+        info = _dashboards(model, transcoders, graph, pruned, args.dashboard_contexts)
+        graph_view(graph, pruned=pruned, feature_info=info, model_name=args.model, prompt=args.prompt).save(args.out)
         print(f"wrote {args.out}")
     if edits:
         before = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -116,15 +122,18 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_view(graph, pruned, out: Path) -> None:
-    try:
-        from .attribution_graphs.view import graph_view
-    except ImportError:  # the plotly figure, as a page of its own
-        from .attribution_graphs import graph_figure
+def _dashboards(model, transcoders, graph, pruned, n_contexts: int):
+    """The kept features' top activations over the first ``n_contexts`` contexts of the reference corpus, and their
+    logit effects (None with ``n_contexts`` 0)."""
+    from interp_transformer.sae.data import token_batches
 
-        graph_figure(graph).write_html(out, include_plotlyjs=True)
-        return
-    graph_view(graph, pruned=pruned).save(out)
+    from .attribution_graphs import feature_info_from, reference_corpus
+
+    if n_contexts == 0:
+        return None
+    batches = token_batches(model, reference_corpus(), batch_size=16, context_length=min(model.cfg.n_ctx, 128))
+    first = list(itertools.islice((row for batch in batches for row in batch), n_contexts))
+    return feature_info_from(model, transcoders, graph, torch.stack(first), pruned=pruned)
 
 
 def add_graph_parser(commands) -> None:
@@ -152,6 +161,13 @@ def add_graph_parser(commands) -> None:
     )
     graph.add_argument("--steer", nargs="+", metavar="L<l>:F<f>[@<pos>]=<value>", help="features to set")
     graph.add_argument("--max-new-tokens", type=positive_int, default=10, help="default: 10")
+    graph.add_argument(
+        "--dashboard-contexts",
+        type=int,
+        default=64,
+        metavar="N",
+        help="contexts of the reference corpus whose top activations the view shows per feature (0: none; default 64)",
+    )
     graph.set_defaults(run=cmd_graph)
 
 

@@ -23,6 +23,9 @@ Circuit-tracer's method (Ameisen et al., 2025) on any decoder whose blocks decla
     Neuronpedia's graph JSON, out and back in.
 ``graph_figure`` (``figure``)
     The pruned graph as a plotly figure.
+``graph_view`` (``view``), ``feature_info_from`` (``feature_info``)
+    The pruned graph as an offline HTML view: hover and click nodes, see a feature's top activations and logit
+    effects, pin a subgraph, and predict an intervention's effect on the logits with its command line.
 ``qk_attribution`` (``qk``)
     One head's attention score split into query-component x key-component terms (features, errors, tokens,
     heads, biases) that sum to it, through frozen norms, RoPE and grouped keys.
@@ -37,6 +40,7 @@ See ``docs/attribution_graphs.md``.
 from .attribute import attribute, salient_logits
 from .clt import CLTConfig, CrossLayerTranscoder
 from .figure import graph_figure
+from .feature_info import FeatureInfo, feature_info_from
 from .graph import AttributionGraph
 from .interventions import FeatureEdit, edit_features, generate_with_edits, parse_feature_edit, splice_transcoders
 from .memory import MemoryBudgetError, MemoryPlan, plan_memory
@@ -48,12 +52,14 @@ from .transcoder_files import load_transcoders, save_transcoders, training_recor
 from .transcoder_metrics import TranscoderMetrics, transcoder_metrics
 from .training import TrainedTranscoders, TranscoderTrainingConfig, reference_corpus, train_transcoders
 from .transcoders import LayerTranscoder, random_transcoders, transcoder_layers
+from .view import graph_view, intervention_command, logit_path_sums, node_id
 
 __all__ = [
     "AttributionGraph",
     "CLTConfig",
     "CrossLayerTranscoder",
     "FeatureEdit",
+    "FeatureInfo",
     "GraphScores",
     "LayerTranscoder",
     "MemoryBudgetError",
@@ -70,10 +76,15 @@ __all__ = [
     "TranscoderTrainingConfig",
     "attribute",
     "edit_features",
+    "feature_info_from",
     "generate_with_edits",
     "graph_figure",
     "graph_scores",
+    "graph_view",
+    "intervention_command",
     "load_transcoders",
+    "logit_path_sums",
+    "node_id",
     "node_influence",
     "parse_feature_edit",
     "plan_memory",

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 GLOBAL_NAME = "interpTransformerViews"
 PENDING_NAME = "interpTransformerViewsPending"
 # Order matters: core.js defines the helpers the kinds use.
-_SCRIPT_FILES = ("core.js", "attention.js", "activations.js", "grid.js", "circuit.js")
+_SCRIPT_FILES = ("core.js", "attention.js", "activations.js", "grid.js", "circuit.js", "graph_view.js")
 _STYLE_FILE = "views.css"
 
 _PAGE_STYLE = (

@@ -6,25 +6,7 @@ lib.kinds.circuit = function (root, data) {
   var nodeWidth = data.nodeSize[0], nodeHeight = data.nodeSize[1];
   var LABEL_CHARS = 9;   // longer names are cut in the box; the whole name is in its tooltip
 
-  // The SVG namespace, taken from the HTML parser instead of spelled: the views' HTML names no URL at all.
-  var holder = el("div");
-  holder.innerHTML = "<svg></svg>";
-  var SVG_NS = holder.firstChild.namespaceURI;
-
-  function svg(tag, attrs, children) {
-    var node = document.createElementNS(SVG_NS, tag);
-    Object.keys(attrs || {}).forEach(function (name) {
-      if (attrs[name] !== null && attrs[name] !== undefined) node.setAttribute(name, String(attrs[name]));
-    });
-    (children || []).forEach(function (child) { node.appendChild(child); });
-    return node;
-  }
-  function tooltip(text) { var title = svg("title"); title.textContent = text; return title; }
-  function label(x, y, text, attrs) {
-    var node = svg("text", Object.assign({x: x, y: y}, attrs || {}));
-    node.textContent = text;
-    return node;
-  }
+  var svg = lib.svg, tooltip = lib.svgTooltip, label = lib.svgLabel;
 
   var graph = svg("svg", {"class": "itv-circuit", width: data.width, height: data.height,
                           viewBox: "0 0 " + data.width + " " + data.height, role: "group",

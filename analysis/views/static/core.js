@@ -223,3 +223,30 @@ lib.mountPending = function () {
     setTimeout(function () { retryScheduled = false; lib.mountPending(); }, 50);
   }
 };
+
+// SVG elements, for the graph views. The namespace is taken from the HTML parser instead of spelled: the views'
+// HTML names no URL at all.
+var svgHolder = el("div");
+svgHolder.innerHTML = "<svg></svg>";
+var SVG_NS = svgHolder.firstChild.namespaceURI;
+
+lib.svg = function (tag, attrs, children) {
+  var node = document.createElementNS(SVG_NS, tag);
+  Object.keys(attrs || {}).forEach(function (name) {
+    if (attrs[name] !== null && attrs[name] !== undefined) node.setAttribute(name, String(attrs[name]));
+  });
+  (children || []).forEach(function (child) { node.appendChild(child); });
+  return node;
+};
+
+lib.svgTooltip = function (text) {
+  var title = lib.svg("title");
+  title.textContent = text;
+  return title;
+};
+
+lib.svgLabel = function (x, y, text, attrs) {
+  var node = lib.svg("text", Object.assign({x: x, y: y}, attrs || {}));
+  node.textContent = text;
+  return node;
+};

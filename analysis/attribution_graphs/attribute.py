@@ -17,12 +17,17 @@ With ``max_feature_nodes``, features are visited as circuit-tracer visits them: 
 then, a chunk at a time, the unvisited features of largest influence on the logits through the rows
 computed so far, until ``max_feature_nodes`` are visited. Only those become feature nodes; what the others
 contribute to each target directly is kept, summed, in ``graph.unselected_effect``, so every node still sums.
+
+Under ``torchrun`` (a ``torch.distributed`` process group, gloo or NCCL), each rank holds the replacement model
+and computes its share of the chunks; the rows are summed across ranks, so every rank returns the whole graph,
+equal to one process's (with ``max_feature_nodes``, each round visits ``batch_size`` targets per rank).
 """
 
 from typing import Optional
 
 import einops
 import torch
+import torch.distributed as dist
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -143,6 +148,25 @@ def _edges(replacement: ReplacementModel, grads: Gradients, chunk) -> Tensor:
     return edges[: len(chunk)]
 
 
+def _group() -> tuple[int, int]:
+    """``(rank, world size)`` of the process group this run is in; ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _sum_across_ranks(tensor: Tensor, device: torch.device) -> None:
+    """``tensor`` (each rank's rows, zeros elsewhere) summed over the ranks, in place: ``x + 0`` is exact."""
+    if _group()[1] == 1:
+        return
+    if dist.get_backend() == "nccl":
+        on_device = tensor.to(device)
+        dist.all_reduce(on_device)
+        tensor.copy_(on_device.cpu())
+    else:
+        dist.all_reduce(tensor)
+
+
 def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: int, progress: bool):
     targets = _targets(replacement, logit_tokens)
     n_f, n_logits = replacement.n_features, len(logit_tokens)
@@ -150,11 +174,13 @@ def _build(replacement: ReplacementModel, logit_tokens, probabilities, batch: in
     dtype = replacement.embed.dtype
     adjacency = torch.zeros(n_sources + n_logits, n_sources + n_logits, dtype=dtype)
     target_nodes = list(range(n_f)) + list(range(n_sources, n_sources + n_logits))
-    chunks = range(0, len(targets), batch)
+    rank, world = _group()
+    chunks = list(range(0, len(targets), batch))[rank::world]  # chunk i on rank i % world
     with replacement.backward_pass(batch) as grads:
-        for start in tqdm(chunks, desc="attribution", disable=not progress, leave=False):
+        for start in tqdm(chunks, desc="attribution", disable=not progress or rank > 0, leave=False):
             chunk = targets[start : start + batch]
             adjacency[target_nodes[start : start + len(chunk)], :n_sources] = _edges(replacement, grads, chunk).cpu()
+    _sum_across_ranks(adjacency, replacement.embed.device)
     bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
     return _graph(replacement, logit_tokens, probabilities, values, adjacency, bias)
 
@@ -210,10 +236,11 @@ def _build_selected(replacement: ReplacementModel, logit_tokens, probabilities, 
     start = torch.zeros(n_sources + n_logits, dtype=dtype)
     start[n_sources:] = probabilities.to(dtype).cpu()
     visited = torch.zeros(n_f, dtype=torch.bool)
-    bar = tqdm(total=n_logits + n_selected, desc="attribution", disable=not progress, leave=False)
+    rank, world = _group()
+    bar = tqdm(total=n_logits + n_selected, desc="attribution", disable=not progress or rank > 0, leave=False)
     with replacement.backward_pass(batch) as grads:
         done = 0
-        for first in range(0, n_logits, batch):  # the logits first
+        for first in range(0, n_logits, batch):  # the logits first, on every rank
             chunk = list(range(n_f + first, n_f + min(first + batch, n_logits)))
             rows[done : done + len(chunk)] = _edges(replacement, grads, [targets[t] for t in chunk]).cpu()
             row_nodes[done : done + len(chunk)] = torch.tensor(chunk) - n_f + n_sources
@@ -221,10 +248,14 @@ def _build_selected(replacement: ReplacementModel, logit_tokens, probabilities, 
             bar.update(len(chunk))
         while done < n_logits + n_selected:
             influence = partial_influence(rows[:done], row_nodes[:done], start)[:n_f]
-            take = min(batch, n_logits + n_selected - done)
+            take = min(batch * world, n_logits + n_selected - done)  # batch_size targets per rank
             chunk = influence.masked_fill(visited, -1.0).topk(take).indices.sort().values
             visited[chunk] = True
-            rows[done : done + take] = _edges(replacement, grads, [targets[t] for t in chunk.tolist()]).cpu()
+            mine = chunk[rank * batch : (rank + 1) * batch].tolist()
+            if mine:
+                first = done + rank * batch
+                rows[first : first + len(mine)] = _edges(replacement, grads, [targets[t] for t in mine]).cpu()
+            _sum_across_ranks(rows[done : done + take], replacement.embed.device)
             row_nodes[done : done + take] = chunk
             done += take
             bar.update(take)

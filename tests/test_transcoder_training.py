@@ -201,3 +201,51 @@ def test_command_lines_train_then_graph(tmp_path, capsys):
     assert html.is_file() and json.loads(graph_json.read_text())["metadata"]["prompt"]
     assert main(["graph", "--model", str(directory), "--prompt", "x"]) == EXIT_USAGE
     assert "--transcoders DIR is needed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["jumprelu", "topk", "skip", "relu"])
+def test_circuit_tracers_per_layer_layout_round_trips_exactly(tmp_path, kind):
+    from safetensors.torch import load_file
+
+    from analysis.attribution_graphs import random_transcoders
+    from analysis.attribution_graphs.circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
+
+    model = folded("llama_gqa")
+    architectures = {"jumprelu": "jumprelu_transcoder", "topk": "topk", "skip": "skip_transcoder", "relu": "transcoder"}
+    saes = random_transcoders(model, 20, architecture=architectures[kind], k=3 if kind == "topk" else None)
+    save_circuit_tracer(model, saes, tmp_path / "a", scan="tiny")
+    stored = load_file(str(tmp_path / "a" / "layer_1.safetensors"))
+    assert torch.equal(stored["W_enc"], saes[1].W_enc.T)  # circuit-tracer's [d_transcoder, d_model]
+    loaded = load_circuit_tracer(model, tmp_path / "a")
+    for before, after in zip(saes, loaded):
+        assert after.cfg.architecture == before.cfg.architecture and after.cfg.k == before.cfg.k
+        assert (after.hook_name, after.hook_name_out) == (before.hook_name, before.hook_name_out)
+        for name, tensor in before.state_dict().items():
+            assert torch.equal(tensor, after.state_dict()[name]), name
+    save_circuit_tracer(model, loaded, tmp_path / "b", scan="tiny")
+    for name in ("config.yaml", "layer_0.safetensors", "layer_1.safetensors"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_circuit_tracer_layout_refuses_what_it_cannot_hold(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from analysis.attribution_graphs import random_transcoders
+    from analysis.attribution_graphs.circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
+
+    model = folded("llama_gqa")
+    saes = random_transcoders(model, 20, threshold=0.1)
+    save_circuit_tracer(model, saes, tmp_path)
+    tensors = load_file(str(tmp_path / "layer_0.safetensors"))
+    save_file(
+        {**tensors, "activation_function.threshold": -tensors["activation_function.threshold"]},
+        str(tmp_path / "layer_0.safetensors"),
+    )
+    with pytest.raises(ValueError, match="negative threshold"):
+        load_circuit_tracer(model, tmp_path)
+    save_file({**tensors, "W_extra": tensors["b_dec"].clone()}, str(tmp_path / "layer_0.safetensors"))
+    with pytest.raises(ValueError, match=r"unexpected \['W_extra'\]"):
+        load_circuit_tracer(model, tmp_path)
+    mixed = [saes[0], random_transcoders(model, 20, architecture="topk", k=2)[1]]
+    with pytest.raises(ValueError, match="one input hook, output hook, activation and k"):
+        save_circuit_tracer(model, mixed, tmp_path / "mixed")

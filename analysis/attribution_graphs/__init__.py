@@ -38,6 +38,7 @@ See ``docs/attribution_graphs.md``.
 """
 
 from .attribute import attribute, salient_logits
+from .circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
 from .clt import CLTConfig, CrossLayerTranscoder
 from .figure import graph_figure
 from .feature_info import FeatureInfo, feature_info_from
@@ -82,6 +83,7 @@ __all__ = [
     "graph_scores",
     "graph_view",
     "intervention_command",
+    "load_circuit_tracer",
     "load_transcoders",
     "logit_path_sums",
     "node_id",
@@ -93,6 +95,7 @@ __all__ = [
     "random_transcoders",
     "reference_corpus",
     "salient_logits",
+    "save_circuit_tracer",
     "save_transcoders",
     "splice_transcoders",
     "stream_components",

@@ -41,7 +41,7 @@ from interp_transformer.sae.data import keep_mask, token_batches
 from interp_transformer.sae.processing import ProcessingMismatch
 
 from .clt import CLTConfig, CrossLayerTranscoder
-from .transcoders import mlp_slots
+from .transcoders import mlp_slots, relative_hook_name
 
 READS = ("input", "stream")
 
@@ -273,15 +273,14 @@ def to_transcoders(features: _Features, c_in: Tensor, c_out: Tensor, data: MLPAc
     b_enc = features.b_enc.detach().to(dtype)
     b_dec = (features.b_dec.detach() / c_out[:, None]).to(dtype)
     if config.cross_layer:
-        prefix = "blocks.0."
         cfg = CLTConfig(
             n_layers=L,
             d_transcoder=config.d_transcoder,
             d_model=W_enc.shape[1],
             activation="topk",
             k=config.k,
-            input_hook=data.reads[0].removeprefix(prefix),
-            output_hook=data.writes[0].removeprefix(prefix),
+            input_hook=relative_hook_name(model, 0, data.reads[0], "the transcoders' input"),
+            output_hook=relative_hook_name(model, 0, data.writes[0], "the transcoders' output"),
         )
         tensors = {"W_enc": W_enc.transpose(1, 2).contiguous(), "b_enc": b_enc, "b_dec": b_dec}
         for layer, W in enumerate(features.W_dec):

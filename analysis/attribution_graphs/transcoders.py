@@ -243,7 +243,7 @@ def _sae_layer(sae, slot: MLPSlot, d_model: int) -> LayerTranscoder:
     )
 
 
-def _block_hook(model, layer: int, relative: str, what: str) -> str:
+def block_hook(model, layer: int, relative: str, what: str) -> str:
     """The full name of the hook point at ``relative`` (``"ln2.hook_normalized"``) inside block ``layer``."""
     try:
         hook = model.blocks[layer].get_submodule(relative)
@@ -256,6 +256,15 @@ def _block_hook(model, layer: int, relative: str, what: str) -> str:
     return hook.name
 
 
+def relative_hook_name(model, layer: int, name: str, what: str) -> str:
+    """``name``'s path inside block ``layer`` (``"blocks.3.ln2.hook_normalized"`` -> ``"ln2.hook_normalized"``), asked
+    of the block's hook points; ``ValueError`` naming ``what`` when it is none of them."""
+    for relative, module in model.blocks[layer].named_modules():
+        if hasattr(module, "add_hook") and getattr(module, "name", None) == name:
+            return relative
+    raise ValueError(f"{what} must be a hook point of block {layer}, got {name!r}")
+
+
 def _clt_layers(model, clt: CrossLayerTranscoder, slots: list[MLPSlot]) -> list[LayerTranscoder]:
     cfg = clt.cfg
     if cfg.n_layers != len(slots):
@@ -264,8 +273,8 @@ def _clt_layers(model, clt: CrossLayerTranscoder, slots: list[MLPSlot]) -> list[
     layers = []
     for slot in slots:
         what = f"the cross-layer transcoder's layer {slot.layer}"
-        reads = _block_hook(model, slot.layer, cfg.input_hook, what)
-        _check_hooks(what, reads, _block_hook(model, slot.layer, cfg.output_hook, what), slot)
+        reads = block_hook(model, slot.layer, cfg.input_hook, what)
+        _check_hooks(what, reads, block_hook(model, slot.layer, cfg.output_hook, what), slot)
         layer = slot.layer
         layers.append(
             LayerTranscoder(
@@ -338,7 +347,9 @@ __all__ = [
     "LayerTranscoder",
     "MLPSlot",
     "TRANSCODER_ARCHITECTURES",
+    "block_hook",
     "mlp_slots",
     "random_transcoders",
+    "relative_hook_name",
     "transcoder_layers",
 ]

@@ -2,16 +2,19 @@
 
     python benchmarks/bench_attribution_graph.py                  # TopK transcoders, k=4, 4096 features per layer
     python benchmarks/bench_attribution_graph.py --k 8 --batch-size 128 --threads 2
+    python benchmarks/bench_attribution_graph.py --transcoders DIR     # trained (interp-transformer train-transcoders)
+    python benchmarks/bench_attribution_graph.py --n-pos 1024 --max-feature-nodes 512 --memory-budget 17179869184
 
-No trained transcoders for SmolLM2 ship with a package, so each layer gets a random-init TopK transcoder
-reading the MLP's input (the model's norms folded into their readers, as such a transcoder expects): the
-graph is the exact graph of those transcoders, and its errors carry nearly all of each MLP. The script
-says so in its output. It prints the time of each phase (wall clock, and CPU time, which other processes
-on a shared machine disturb less), the planned peak memory (``plan_memory``) beside the measured one (the
-resident memory's peak above the loaded model; ``--exact-peak`` maps every allocation of 64 KiB or more on
-its own, so that freed memory leaves the resident set at once, at the cost of fresh pages for every
-tensor), the graph's size, an intervention check of a few edges, the sum check of every node, and the
-pruned graph's scores.
+Without ``--transcoders`` each layer gets a random-init TopK transcoder reading the MLP's input (the model's norms
+folded into their readers, as such a transcoder expects): the graph is the exact graph of those transcoders, and
+its errors carry nearly all of each MLP. The script says so in its output. Prompts longer than the lighthouse
+text continue with the reference corpus (``reference_corpus()``).
+
+It prints the time of each phase (wall clock, and CPU time, which other processes on a shared machine disturb
+less), the planned peak memory (``plan_memory``) beside the measured one (the resident memory's peak above the
+loaded model; ``--exact-peak`` maps every allocation of 64 KiB or more on its own, so that freed memory leaves
+the resident set at once, at the cost of fresh pages for every tensor), the graph's size, an intervention check
+of a few edges, the sum check of every node, and the pruned graph's scores.
 """
 
 import argparse
@@ -26,9 +29,11 @@ from analysis.attribution_graphs import (
     ReplacementModel,
     attribute,
     graph_scores,
+    load_transcoders,
     plan_memory,
     prune_graph,
     random_transcoders,
+    reference_corpus,
 )
 from interp_transformer import from_pretrained
 from interp_transformer.harvest.budget import format_bytes
@@ -47,14 +52,14 @@ def intervention_gap(model, transcoders, tokens, graph, n_edges: int = 8) -> flo
     replacement = ReplacementModel(model, transcoders, tokens)
     row = graph.adjacency_matrix[graph.logits.start, : graph.logits.start]
     sources = row.abs().topk(n_edges).indices.tolist()
-    scales = torch.ones(len(sources), graph.n_features)
+    scales = torch.ones(len(sources), replacement.n_features)
     errors = torch.ones(len(sources), graph.n_layers, graph.n_pos)
     token_scale = torch.ones(len(sources), graph.n_pos)
     for r, source in enumerate(sources):
         layer, pos = graph.layer_and_pos(source)
         kind = graph.kind(source)
         if kind == "feature":
-            scales[r, source] = 0
+            scales[r, graph.selected_features[source]] = 0
         elif kind == "error":
             errors[r, layer, pos] = 0
         else:
@@ -77,6 +82,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="features kept per position and layer (TopK)")
     parser.add_argument("--batch-size", type=int, default=64, help="targets per backward pass")
     parser.add_argument("--progress", action="store_true", help="a progress bar over the backward passes")
+    parser.add_argument("--transcoders", type=Path, help="a folder written by interp-transformer train-transcoders")
+    parser.add_argument("--max-feature-nodes", type=int, help="keep the features of most influence (default: all)")
+    parser.add_argument("--memory-budget", type=int, help="bytes: refuse a run whose planned peak is larger")
     parser.add_argument("--exact-peak", action="store_true", help="freed tensors leave the resident set at once")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -85,27 +93,50 @@ def main() -> None:
     start = time.perf_counter()
     model = fold_ln(from_pretrained("smollm2-135m"))
     load_s = time.perf_counter() - start
-    tokens = model.to_tokens(PROSE.read_text(), prepend_bos=False)[0, : args.n_pos]
-    transcoders = random_transcoders(model, args.d_transcoder, architecture="topk", k=args.k)
+    text = PROSE.read_text() + "\n\n" + "\n\n".join(reference_corpus())
+    tokens = model.to_tokens(text, prepend_bos=False)[0, : args.n_pos]
+    if args.transcoders is not None:
+        transcoders = load_transcoders(args.transcoders)
+        what = f"trained, from {args.transcoders}"
+    else:
+        transcoders = random_transcoders(model, args.d_transcoder, architecture="topk", k=args.k)
+        what = (
+            f"RANDOM-INIT TopK (k={args.k}, {args.d_transcoder} features per layer), one per layer, reading "
+            "ln2.hook_normalized and writing hook_mlp_out: untrained"
+        )
     print(
-        f"SmolLM2-135M (loaded in {load_s:.1f} s), {len(tokens)} tokens of {PROSE.name}, {args.threads} thread(s)\n"
-        f"transcoders: RANDOM-INIT TopK (k={args.k}, {args.d_transcoder} features per layer), one per layer, "
-        "reading ln2.hook_normalized and writing hook_mlp_out: untrained, as no trained SmolLM2 transcoders are "
-        "available here"
+        f"SmolLM2-135M (loaded in {load_s:.1f} s), {len(tokens)} tokens of {PROSE.name} (then the reference "
+        f"corpus), {args.threads} thread(s)\ntranscoders: {what}"
     )
     start = time.perf_counter()
     n_features = ReplacementModel(model, transcoders, tokens).n_features
-    plan = plan_memory(model, transcoders, n_pos=len(tokens), n_features=n_features, batch_size=args.batch_size)
+    plan = plan_memory(
+        model,
+        transcoders,
+        n_pos=len(tokens),
+        n_features=n_features,
+        batch_size=args.batch_size,
+        max_feature_nodes=args.max_feature_nodes,
+    )
     plan_s = time.perf_counter() - start
     print(f"planned peak: {plan} (planning took {plan_s:.1f} s)")
     base = resident("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     start, cpu = time.perf_counter(), time.process_time()
-    graph = attribute(model, transcoders, tokens, batch_size=args.batch_size, progress=args.progress)
+    graph = attribute(
+        model,
+        transcoders,
+        tokens,
+        batch_size=args.batch_size,
+        max_feature_nodes=args.max_feature_nodes,
+        memory_budget=args.memory_budget,
+        progress=args.progress,
+    )
     graph_s, graph_cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = resident("VmHWM") - base
     print(
-        f"graph: {graph.n_nodes} nodes ({graph.n_features} features, {graph.n_layers * graph.n_pos} errors, "
+        f"graph: {graph.n_nodes} nodes ({graph.n_features} of {n_features} active features, "
+        f"{graph.n_layers * graph.n_pos} errors, "
         f"{graph.n_pos} tokens, {graph.n_logits} logits), {int((graph.adjacency_matrix != 0).sum())} edges, "
         f"{graph.n_features + graph.n_logits} targets in {-(-(graph.n_features + graph.n_logits) // args.batch_size)} "
         f"backward passes of {args.batch_size}: {graph_s:.1f} s ({graph_cpu:.1f} s of CPU time)"
@@ -117,8 +148,9 @@ def main() -> None:
         f"(planned / measured = {plan.peak / peak:.3f})"
     )
     targets = torch.cat([torch.arange(graph.n_features), torch.arange(graph.logits.start, graph.n_nodes)])
-    sums = graph.adjacency_matrix[targets].sum(1) + graph.bias[targets] - graph.values[targets]
-    print(f"every node's input edges + bias - its value: max |gap| {float(sums.abs().max()):.1e}")
+    sums = graph.adjacency_matrix[targets].sum(1) + graph.bias[targets] + graph.unselected_effect[targets]
+    gap = float((sums - graph.values[targets]).abs().max())
+    print(f"every node's input edges + bias + left-out features' effect - its value: max |gap| {gap:.1e}")
     print(
         f"8 strongest edges into the top logit against removing their source: max |gap| "
         f"{intervention_gap(model, transcoders, tokens, graph):.1e}"

@@ -1,0 +1,167 @@
+"""Attribution graphs on the real SmolLM2-135M with trained transcoders: one prompt read closely, ten scored.
+
+    interp-transformer train-transcoders --model smollm2-135m --out smollm2-transcoders      # about 15 minutes
+    python benchmarks/smollm2_circuits.py --transcoders smollm2-transcoders [--out results.json]
+
+1. "The capital of France is": the graph (every active feature a node), pruned; the features of most influence
+   on the top logit, each with its top activations over the reference corpus and its logit effects (the view's
+   dashboards, ``feature_info_from``).
+2. The top path ablated: the ``--ablate`` features of most influence on the top logit, at the prompt's
+   positions, set to 0 in the running model (``edit_features``: errors kept, everything downstream recomputed).
+   The graph's predictions of the top logit's change (``logit - mean logit``), direct (frozen features) and
+   through features (linear path sums), beside the model's change, and the answer before and after.
+3. Ten prompts (factual recall, two-hop recall, sequences, indirect objects, code): each graph's replacement
+   and completeness scores, and whether the model gets the answer, with the transcoders' quality
+   (``training.json``).
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from analysis.attribution_graphs import (
+    FeatureEdit,
+    attribute,
+    edit_features,
+    feature_info_from,
+    graph_scores,
+    load_transcoders,
+    logit_path_sums,
+    node_influence,
+    prune_graph,
+    reference_corpus,
+    training_record,
+)
+from interp_transformer import from_pretrained
+from interp_transformer.models.processing import fold_ln
+from interp_transformer.sae.data import token_batches
+
+PROMPT = "The capital of France is"
+PROMPTS = [
+    ("The capital of France is", " Paris"),
+    ("The capital of Germany is", " Berlin"),
+    ("The Eiffel Tower is in the city of", " Paris"),
+    ("The capital of the country where the Colosseum stands is", " Rome"),
+    ("The opposite of hot is", " cold"),
+    ("Monday, Tuesday, Wednesday,", " Thursday"),
+    ("one, two, three, four,", " five"),
+    ("When Mary and John went to the store, John gave a drink to", " Mary"),
+    ("The sun rises in the", " east"),
+    ("def add(a, b):\n    return a +", " b"),
+]
+
+
+def logit_value(model, transcoders, tokens, token_id: int, edits=()) -> tuple[float, list[tuple[str, float]]]:
+    """``logit - mean logit`` of ``token_id`` at the last position, and the three likeliest next tokens."""
+    with torch.no_grad(), edit_features(model, transcoders, edits):
+        logits = model(tokens)[0, -1]
+    probs = logits.softmax(-1)
+    top = probs.topk(3)
+    named = [(model.to_string(i[None]), round(float(p), 3)) for p, i in zip(top.values, top.indices)]
+    return float(logits[token_id] - logits.mean()), named
+
+
+def study(model, transcoders, graph, n_ablate: int, n_contexts: int) -> dict:
+    """Sections 1 and 2 of the module docstring."""
+    pruned = prune_graph(graph)
+    influence = node_influence(graph)
+    paths = logit_path_sums(graph)[0]  # every node's path sum into the top logit
+    features = torch.arange(graph.n_features)
+    kept = features[pruned.node_mask[: graph.n_features]]
+    ranked = kept[paths[kept].abs().argsort(descending=True)]
+    batches = token_batches(model, reference_corpus(), batch_size=16, context_length=128)
+    contexts = torch.cat(list(batches))[:n_contexts]
+    info = feature_info_from(model, transcoders, graph, contexts, pruned=pruned, k=3, n_logits=5)
+    top_features = []
+    for node in ranked[:12].tolist():
+        layer, pos, feature = graph.active_features[node].tolist()
+        page = info[(layer, feature)]
+        top_features.append(
+            {
+                "node": graph.label(node),
+                "token": graph.str_tokens[pos],
+                "activation": round(float(graph.activation_values[node]), 3),
+                "influence": round(float(influence[node]), 4),
+                "path_sum_to_top_logit": round(float(paths[node]), 3),
+                "direct_edge_to_top_logit": round(float(graph.adjacency_matrix[graph.logits.start, node]), 3),
+                "top_activations": page["top_activations"],
+                "top_logits": page["top_logits"],
+            }
+        )
+    ablated = ranked[:n_ablate].tolist()
+    edits = []
+    for node in ablated:
+        layer, pos, feature = graph.active_features[node].tolist()
+        edits.append(FeatureEdit(layer, feature, scale=0.0, positions=(pos,)))
+    top_token = int(graph.logit_tokens[0])
+    before, top_before = logit_value(model, transcoders, graph.tokens[None], top_token)
+    after, top_after = logit_value(model, transcoders, graph.tokens[None], top_token, edits)
+    direct = -float(graph.adjacency_matrix[graph.logits.start, ablated].sum())
+    through = -float(paths[ablated].sum())
+    return {
+        "prompt": graph.prompt,
+        "graph": {"nodes": graph.n_nodes, "features": graph.n_features, "targets": graph.n_features + graph.n_logits},
+        "pruned": {"nodes": int(pruned.node_mask.sum()), "edges": int(pruned.edge_mask.sum())},
+        "top_logit": graph.logit_str_tokens[0],
+        "top_features": top_features,
+        "ablation": {
+            "features": [graph.label(node) for node in ablated],
+            "predicted_change_direct": round(direct, 3),
+            "predicted_change_through_features": round(through, 3),
+            "model_change": round(after - before, 3),
+            "before": top_before,
+            "after": top_after,
+        },
+    }
+
+
+def scores(model, transcoders, batch_size: int) -> list[dict]:
+    """Section 3 of the module docstring."""
+    rows = []
+    for prompt, answer in PROMPTS:
+        tokens = model.to_tokens(prompt)[0]
+        start = time.perf_counter()
+        graph = attribute(model, transcoders, tokens, batch_size=batch_size)
+        result = graph_scores(graph)
+        rows.append(
+            {
+                "prompt": prompt,
+                "answer": answer,
+                "top": graph.logit_str_tokens[0],
+                "p_top": round(float(graph.logit_probabilities[0]), 3),
+                "features": graph.n_features,
+                "replacement": round(result.replacement, 3),
+                "completeness": round(result.completeness, 3),
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--transcoders", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--ablate", type=int, default=8, help="features of the top path to ablate")
+    parser.add_argument("--contexts", type=int, default=256, help="reference-corpus contexts for the dashboards")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    model = fold_ln(from_pretrained("smollm2-135m"))
+    transcoders = load_transcoders(args.transcoders)
+    record = training_record(args.transcoders)
+    start = time.perf_counter()
+    graph = attribute(model, transcoders, model.to_tokens(PROMPT)[0], batch_size=args.batch_size)
+    print(f"graph of {PROMPT!r} in {time.perf_counter() - start:.1f} s", flush=True)
+    result = {"transcoders": record, "study": study(model, transcoders, graph, args.ablate, args.contexts)}
+    print(json.dumps(result["study"], indent=1, ensure_ascii=False), flush=True)
+    result["scores"] = scores(model, transcoders, args.batch_size)
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ from analysis.attribution_graphs import (
 )
 from analysis.attribution_graphs.graph import AttributionGraph
 from analysis.attribution_graphs.pruning import compute_influence, normalize_matrix
+from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.moe import MoEConfig
@@ -80,13 +81,18 @@ def test_each_edge_is_an_intervention_and_every_graph_sums(model, kind):
     torch.testing.assert_close(graph.activation_values, ReplacementModel(model, tc, PROMPT).activations)
 
 
-@pytest.mark.parametrize("name", ["neox_parallel", "gptj_shared_norm", "moe_experts", "olmo2_output_norms"])
+@pytest.mark.parametrize(
+    "name", ["neox_parallel", "gptj_shared_norm", "moe_experts", "olmo2_output_norms", "gemma3_qk_norms_windows"]
+)
 def test_parallel_mixture_and_output_norm_blocks_too(name):
     cfg = {
         "neox_parallel": lambda: GPTNeoXConfig(**SHAPE, rotary_dim=2),
         "gptj_shared_norm": lambda: GPTJConfig(**SHAPE, rotary_dim=2),
         "moe_experts": lambda: MoEConfig(**dict(SHAPE, d_mlp=8, n_key_value_heads=2), n_experts=4, experts_per_token=2),
         "olmo2_output_norms": lambda: Olmo2Config(**SHAPE, n_key_value_heads=2),
+        "gemma3_qk_norms_windows": lambda: GemmaConfig(
+            **SHAPE, n_key_value_heads=2, post_norms=True, qk_norm=True, query_pre_attn_scalar=7.0, sliding_window=3
+        ),
     }[name]()
     model = perturbed_decoder(cfg, dtype=torch.float32)
     tc = random_transcoders(model, 20, reads="stream")  # the stream where each MLP reads it

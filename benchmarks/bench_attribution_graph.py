@@ -30,6 +30,7 @@ from analysis.attribution_graphs import (
     attribute,
     graph_scores,
     load_transcoders,
+    node_influence,
     plan_memory,
     prune_graph,
     random_transcoders,
@@ -47,10 +48,11 @@ def resident(key: str) -> int:
     return int(re.search(key + r":\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
 
-def intervention_gap(model, transcoders, tokens, graph, n_edges: int = 8) -> float:
-    """The largest gap between an edge into the top logit and the drop of that logit when its source is removed."""
+def intervention_gap(model, transcoders, tokens, graph, target: int, n_edges: int = 8) -> float:
+    """The largest gap between an edge into ``target`` (a feature or logit node) and the change of the target when
+    the edge's source is removed in the replacement model (one forward row per source)."""
     replacement = ReplacementModel(model, transcoders, tokens)
-    row = graph.adjacency_matrix[graph.logits.start, : graph.logits.start]
+    row = graph.adjacency_matrix[target, : graph.logits.start]
     sources = row.abs().topk(n_edges).indices.tolist()
     scales = torch.ones(len(sources), replacement.n_features)
     errors = torch.ones(len(sources), graph.n_layers, graph.n_pos)
@@ -65,12 +67,16 @@ def intervention_gap(model, transcoders, tokens, graph, n_edges: int = 8) -> flo
         else:
             token_scale[r, pos] = 0
     full, removed = replacement.run(), replacement.run(scales, errors, token_scale)
-    top = int(graph.logit_tokens[0])
+    if graph.kind(target) == "feature":
+        column = int(graph.selected_features[target])
+        drops = full.features[:, column] - removed.features[:, column]
+    else:
+        token = int(graph.logit_tokens[target - graph.logits.start])
 
-    def value(run):
-        return run.uncapped[:, top] - run.uncapped.mean(dim=-1)
+        def value(run):
+            return run.uncapped[:, token] - run.uncapped.mean(dim=-1)
 
-    drops = value(full) - value(removed)
+        drops = value(full) - value(removed)
     return float((drops - row[sources]).abs().max())
 
 
@@ -153,7 +159,18 @@ def main() -> None:
     print(f"every node's input edges + bias + left-out features' effect - its value: max |gap| {gap:.1e}")
     print(
         f"8 strongest edges into the top logit against removing their source: max |gap| "
-        f"{intervention_gap(model, transcoders, tokens, graph):.1e}"
+        f"{intervention_gap(model, transcoders, tokens, graph, graph.logits.start):.1e}"
+    )
+    with torch.no_grad():
+        replaced = ReplacementModel(model, transcoders, tokens).run(all_positions=True).logits[0]
+        gap = float((replaced - model(tokens[None])[0]).abs().max())
+    print(f"the replacement model's logits against the model's, every position: max |gap| {gap:.1e}")
+    influence = node_influence(graph)
+    features = influence[: graph.n_features].topk(min(3, graph.n_features)).indices.tolist()
+    gaps = [intervention_gap(model, transcoders, tokens, graph, node) for node in features]
+    print(
+        f"8 strongest edges into each of the {len(features)} most influential features, the same way: max |gap| "
+        f"{max(gaps):.1e} (activations up to {float(graph.activation_values[features].abs().max()):.3g})"
     )
     start = time.perf_counter()
     pruned = prune_graph(graph)

@@ -105,3 +105,27 @@ def test_the_plan_counts_the_visited_rows_and_bad_counts_are_refused(setup):
     assert "13 visited" in str(some)
     with pytest.raises(ValueError, match="max_feature_nodes must be an int >= 0 or None, got -1"):
         attribute(model, tc, PROMPT, max_feature_nodes=-1)
+
+
+def test_special_token_positions_have_no_features_and_the_graph_stays_exact():
+    """Features at a special token's position (the BOS, which transcoders are not trained on) are left out: that
+    position's MLP write is all error, and every identity still holds."""
+    model = folded("llama_gqa", torch.float64)
+    tc = transcoders(model, "topk")
+    special = int(PROMPT[0])
+    graph = attribute(model, tc, PROMPT, batch_size=8, exclude_special_tokens=[special])
+    everything = attribute(model, tc, PROMPT, batch_size=8, exclude_special_tokens=False)
+    excluded = PROMPT == special
+    assert excluded.any() and not excluded[graph.active_features[:, 1]].any()
+    assert set(map(tuple, graph.active_features.tolist())) == {
+        tuple(f) for f in everything.active_features.tolist() if not excluded[f[1]]
+    }
+    replacement = ReplacementModel(model, tc, PROMPT, exclude_special_tokens=[special])
+    with torch.no_grad():
+        torch.testing.assert_close(replacement.run(all_positions=True).logits[0], model(PROMPT)[0], rtol=0, atol=1e-12)
+    effects = intervention_effects(replacement, graph)
+    sources = slice(0, graph.logits.start)
+    torch.testing.assert_close(graph.adjacency_matrix[graph.logits, sources], effects[graph.logits], rtol=0, atol=1e-10)
+    targets = torch.cat([torch.arange(graph.n_features), torch.arange(graph.logits.start, graph.n_nodes)])
+    sums = graph.adjacency_matrix[targets].sum(1) + graph.bias[targets]
+    torch.testing.assert_close(sums, graph.values[targets], rtol=0, atol=1e-10)

@@ -71,6 +71,7 @@ def attribute(
     batch_size: int = 32,
     memory_budget: Optional[int] = None,
     max_feature_nodes: Optional[int] = None,
+    exclude_special_tokens=None,
     progress: bool = False,
 ) -> AttributionGraph:
     """The attribution graph of ``model`` with ``transcoders`` (a ``CrossLayerTranscoder``, or one transcoder ``SAE``
@@ -80,7 +81,8 @@ def attribute(
     for transcoders reading ``hook_normalized``; ``ProcessingMismatch`` otherwise). With ``memory_budget`` (bytes),
     the run is refused before it allocates its graph when ``plan_memory`` estimates a peak above it
     (``MemoryBudgetError``, naming both). ``max_feature_nodes`` keeps the graph to the features of most influence
-    (module docstring).
+    (module docstring). ``exclude_special_tokens`` (default: the tokenizer's special tokens, when it has a tokenizer;
+    True, False or token ids) leaves those positions without features, as ``ReplacementModel`` says.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -88,7 +90,7 @@ def attribute(
         isinstance(max_feature_nodes, bool) or not isinstance(max_feature_nodes, int) or max_feature_nodes < 0
     ):
         raise ValueError(f"max_feature_nodes must be an int >= 0 or None, got {max_feature_nodes!r}")
-    replacement = ReplacementModel(model, transcoders, tokens)
+    replacement = ReplacementModel(model, transcoders, tokens, exclude_special_tokens)
     logit_tokens, probabilities = salient_logits(replacement.logits[-1], max_n_logits, desired_logit_prob)
     n_selected = replacement.n_features if max_feature_nodes is None else min(max_feature_nodes, replacement.n_features)
     batch = min(batch_size, n_selected + len(logit_tokens))

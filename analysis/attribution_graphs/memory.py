@@ -108,7 +108,7 @@ def plan_memory(
             raise ValueError(
                 f"{name} must be a {'non-negative' if name == 'n_features' else 'positive'} int, got {value!r}"
             )
-    replacement = ReplacementModel(model, transcoders, torch.zeros(n_pos, dtype=torch.long))
+    replacement = ReplacementModel(model, transcoders, torch.zeros(n_pos, dtype=torch.long), False)
     n_selected = None if max_feature_nodes is None else min(max_feature_nodes, n_features)
     return plan_for(replacement, batch_size=batch_size, n_logits=n_logits, n_features=n_features, n_selected=n_selected)
 

@@ -32,6 +32,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_transformer.sae.splice import SPECIAL_TOKEN_ATTRIBUTES, special_token_ids
+
 from .. import _checks
 from .transcoders import LayerTranscoder, mlp_slots, transcoder_layers
 
@@ -77,16 +79,35 @@ def _weights_frozen(model) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+def _excluded_positions(model, tokens: Tensor, exclude) -> Tensor:
+    """``[pos]`` bool: the positions whose features are left out (their MLP outputs become error nodes entirely).
+
+    ``exclude`` is True (the tokenizer's special tokens: the BOS, which transcoders are not trained on, and its
+    massive activations), False, or a list of token ids; None means True for a model whose tokenizer names special
+    tokens, else False."""
+    if exclude is None:
+        tokenizer = getattr(model, "tokenizer", None)
+        exclude = tokenizer is not None and any(
+            getattr(tokenizer, attr, None) is not None for attr in SPECIAL_TOKEN_ATTRIBUTES
+        )
+    ids = special_token_ids(model, exclude)
+    if not ids:
+        return torch.zeros_like(tokens, dtype=torch.bool)
+    return torch.isin(tokens, torch.tensor(ids, device=tokens.device))
+
+
 class ReplacementModel:
     """The replacement model of ``model`` with ``transcoders`` on one prompt (module docstring).
 
     Attributes read by the graph: ``tokens [pos]``; ``layers`` (one ``LayerTranscoder`` per layer);
     ``active_features [n_features, 3]`` as ``(layer, pos, feature)``, ordered by layer, then position,
     then feature; ``activations [n_features]``; ``errors [layer, pos, d_model]``; ``embed [pos, d_model]``;
-    ``logits [pos, d_vocab]`` (the model's, on the prompt).
+    ``logits [pos, d_vocab]`` (the model's, on the prompt); ``excluded [pos]``: positions without features
+    (``exclude_special_tokens``: by default those of the tokenizer's special tokens, as circuit-tracer leaves the
+    BOS without features; their MLP outputs are error nodes entirely).
     """
 
-    def __init__(self, model, transcoders, tokens: Int[Tensor, "pos"]):
+    def __init__(self, model, transcoders, tokens: Int[Tensor, "pos"], exclude_special_tokens=None):
         model = _checks.check_model(model)
         _checks.require(model, "next_token_logits", "an attribution graph", "does not give next-token logits")
         if model.read_out is None or model.has_cross_attention:
@@ -100,6 +121,7 @@ class ReplacementModel:
                 f"an attribution graph reads one prompt: tokens [pos] or [1, pos], got {list(tokens.shape)}"
             )
         self.tokens = tokens[0]
+        self.excluded = _excluded_positions(model, self.tokens, exclude_special_tokens)
         self.n_layers = len(self.layers)
         self.embed_hook = model.act_name("resid_pre", 0)
         self.frozen_names, self.pattern_names = frozen_hook_names(model)
@@ -127,6 +149,7 @@ class ReplacementModel:
         start = 0
         for layer, x in zip(self.layers, self.inputs):
             act = layer.encode(x)
+            act[self.excluded] = 0  # no feature at a special token's position: its MLP's write is all error
             pos, feature = act.nonzero(as_tuple=True)  # by position, then feature
             found.append(torch.stack([torch.full_like(pos, layer.layer), pos, feature], dim=1))
             values.append(act[pos, feature])

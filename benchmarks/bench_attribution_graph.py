@@ -4,6 +4,7 @@
     python benchmarks/bench_attribution_graph.py --k 8 --batch-size 128 --threads 2
     python benchmarks/bench_attribution_graph.py --transcoders DIR     # trained (interp-transformer train-transcoders)
     python benchmarks/bench_attribution_graph.py --n-pos 1024 --max-feature-nodes 512 --memory-budget 17179869184
+    python benchmarks/bench_attribution_graph.py --model gemma3-270m --n-pos 32   # the real Gemma 3 270M
 
 Without ``--transcoders`` each layer gets a random-init TopK transcoder reading the MLP's input (the model's norms
 folded into their readers, as such a transcoder expects): the graph is the exact graph of those transcoders, and
@@ -82,6 +83,7 @@ def intervention_gap(model, transcoders, tokens, graph, target: int, n_edges: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m, gemma3-270m or any source")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-pos", type=int, default=64)
     parser.add_argument("--d-transcoder", type=int, default=4096)
@@ -97,7 +99,7 @@ def main() -> None:
     if args.exact_peak:
         ctypes.CDLL("libc.so.6").mallopt(-3, 65536)  # glibc's M_MMAP_THRESHOLD
     start = time.perf_counter()
-    model = fold_ln(from_pretrained("smollm2-135m"))
+    model = fold_ln(from_pretrained(args.model))
     load_s = time.perf_counter() - start
     text = PROSE.read_text() + "\n\n" + "\n\n".join(reference_corpus())
     tokens = model.to_tokens(text, prepend_bos=False)[0, : args.n_pos]
@@ -111,7 +113,7 @@ def main() -> None:
             "ln2.hook_normalized and writing hook_mlp_out: untrained"
         )
     print(
-        f"SmolLM2-135M (loaded in {load_s:.1f} s), {len(tokens)} tokens of {PROSE.name} (then the reference "
+        f"{args.model} (loaded in {load_s:.1f} s), {len(tokens)} tokens of {PROSE.name} (then the reference "
         f"corpus), {args.threads} thread(s)\ntranscoders: {what}"
     )
     start = time.perf_counter()

@@ -114,10 +114,10 @@ def measure_peak(connection) -> None:
         tokens = torch.arange(64)
         attribute(model, tc, tokens[:8], batch_size=4)  # every kernel's first call before measuring
         n_features = ReplacementModel(model, tc, tokens).n_features
-        plan = plan_memory(model, tc, n_pos=64, n_features=n_features, batch_size=128, n_logits=10)
+        plan = plan_memory(model, tc, n_pos=64, n_features=n_features, batch_size=256, n_logits=10)
         base = resident("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
-        attribute(model, tc, tokens, batch_size=128)
+        attribute(model, tc, tokens, batch_size=256)
         connection.send({"planned": plan.peak, "measured": resident("VmHWM") - base})
     except BaseException as error:  # the parent reports it
         connection.send({"error": repr(error)})

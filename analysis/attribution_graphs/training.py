@@ -55,12 +55,12 @@ class TranscoderTrainingConfig:
     k: int = 16
     cross_layer: bool = False
     reads: str = "input"
-    max_tokens: int = 40_000  # training and held-out positions together
+    max_tokens: int = 60_000  # training and held-out positions together
     context_length: int = 128
     eval_every: int = 10  # every eval_every-th context is held out
-    epochs: int = 3
+    epochs: int = 6
     batch_size: int = 512
-    lr: float = 1e-3
+    lr: float = 3e-3
     aux_k: int = 64
     aux_coefficient: float = 1 / 32
     dead_window: int = 50  # steps without firing after which a feature counts as dead for AuxK

@@ -276,6 +276,8 @@ class Attention(HeadWrites, nn.Module):
         else:  # the sink's logit joins the softmax as one more column, dropped after it
             sink = self.sinks(q.shape[0], q.shape[1], attn_scores.dtype)
             pattern = self.hook_pattern(self.sinks.softmax(attn_scores, sink))
+        if pattern.shape[0] > 1 and pattern.stride(0) == 0:  # one pattern shared by every row (an expanded one):
+            pattern = pattern[:1]  # broadcast it, rather than let the product copy it for each row
         return einops.einsum(
             pattern,
             v,

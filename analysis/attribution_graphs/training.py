@@ -127,7 +127,11 @@ def harvest_mlp_activations(model, source, config: TranscoderTrainingConfig, pro
         )
     batches = token_batches(model, source, batch_size=8, context_length=config.context_length)
     names = set(reads) | set(writes)
-    train, held_out, eval_tokens, count, context = ([], []), ([], []), [], 0, 0
+    # one buffer each for inputs and outputs, filled in place: training positions from the front, held-out ones from
+    # the back, so that no list of pieces is ever joined (which would hold the data twice)
+    shape = (len(reads), config.max_tokens, model.cfg.d_model)
+    x, y = torch.empty(shape), torch.empty(shape)
+    front, back, eval_tokens, context = 0, config.max_tokens, [], 0
     bar = tqdm(total=config.max_tokens, desc="activations", unit="tok", disable=not progress, leave=False)
     for tokens in batches:
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
@@ -135,23 +139,24 @@ def harvest_mlp_activations(model, source, config: TranscoderTrainingConfig, pro
         for row in range(tokens.shape[0]):
             held = context % config.eval_every == config.eval_every - 1
             context += 1
-            n = int(keep[row].sum())
+            n = min(int(keep[row].sum()), back - front)
             if n == 0:
                 continue
-            n = min(n, config.max_tokens - count)
-            into = held_out if held else train
-            into[0].append(torch.stack([cache[name][row][keep[row]][:n] for name in reads]).float())
-            into[1].append(torch.stack([cache[name][row][keep[row]][:n] for name in writes]).float())
+            where = slice(back - n, back) if held else slice(front, front + n)
+            for buffer, hooks in ((x, reads), (y, writes)):
+                for layer, name in enumerate(hooks):
+                    values = cache[name][row][keep[row]][:n].float()
+                    buffer[layer, where] = values.flip(0) if held else values  # flipped back once, at the end
             if held:
+                back -= n
                 eval_tokens.append(tokens[row])
-            count += n
+            else:
+                front += n
             bar.update(n)
-            if count >= config.max_tokens:
-                break
-        if count >= config.max_tokens:
+        if front == back:
             break
     bar.close()
-    if not train[0] or not held_out[0]:
+    if front == 0 or back == config.max_tokens:
         raise ValueError(
             f"the corpus gave {context} contexts: at least eval_every={config.eval_every} are needed, so that one is "
             "held out for the metrics"
@@ -159,10 +164,10 @@ def harvest_mlp_activations(model, source, config: TranscoderTrainingConfig, pro
     return MLPActivations(
         reads,
         writes,
-        torch.cat(train[0], dim=1),
-        torch.cat(train[1], dim=1),
-        torch.cat(held_out[0], dim=1),
-        torch.cat(held_out[1], dim=1),
+        x[:, :front],
+        y[:, :front],
+        x[:, back:].flip(1),  # the held-out positions, in the order they were read
+        y[:, back:].flip(1),
         torch.stack(eval_tokens),
         tuple(batches.special_token_ids),
         batches.description,

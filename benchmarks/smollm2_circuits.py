@@ -4,9 +4,9 @@
     python benchmarks/smollm2_circuits.py --transcoders smollm2-transcoders [--out results.json]
 
 1. "The capital of France is": the graph (every active feature a node), pruned; the features of most influence
-   on the top logit, each with its top activations over the reference corpus and its logit effects (the view's
-   dashboards, ``feature_info_from``).
-2. The top path ablated: the ``--ablate`` features of most influence on the top logit, at the prompt's
+   on the top logit (largest path sum into it), each with its top activations over the reference corpus and its
+   logit effects (the view's dashboards, ``feature_info_from``).
+2. The top path ablated: the ``--ablate`` kept features whose paths raise the top logit most, at their
    positions, set to 0 in the running model (``edit_features``: errors kept, everything downstream recomputed).
    The graph's predictions of the top logit's change (``logit - mean logit``), direct (frozen features) and
    through features (linear path sums), beside the model's change, and the answer before and after.
@@ -71,7 +71,9 @@ def study(model, transcoders, graph, n_ablate: int, n_contexts: int) -> dict:
     paths = logit_path_sums(graph)[0]  # every node's path sum into the top logit
     features = torch.arange(graph.n_features)
     kept = features[pruned.node_mask[: graph.n_features]]
-    ranked = kept[paths[kept].abs().argsort(descending=True)]
+    ranked = kept[
+        paths[kept].argsort(descending=True)
+    ]  # the features that raise the top logit most, through every path
     batches = token_batches(model, reference_corpus(), batch_size=16, context_length=128)
     contexts = torch.cat(list(batches))[:n_contexts]
     info = feature_info_from(model, transcoders, graph, contexts, pruned=pruned, k=3, n_logits=5)

@@ -12,7 +12,9 @@ from analysis.attribution_graphs import (
     CrossLayerTranscoder,
     ReplacementModel,
     attribute,
+    attribute_prompts,
     plan_memory,
+    plan_prompts,
     random_transcoders,
 )
 from analysis.attribution_graphs.graph import AttributionGraph
@@ -100,8 +102,9 @@ def resident(key: str) -> int:
     return int(re.search(key + r":\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
 
-def measure_peak(connection) -> None:
-    """In a process of its own: the planned and the measured peak of one attribution graph, sent back as a dict."""
+def measure_peak(connection, batched: bool = False) -> None:
+    """In a process of its own: the planned and the measured peak of one attribution graph, or of three prompts'
+    graphs sharing their passes (``batched``), sent back as a dict."""
     try:
         # every allocation of 64 KiB or more gets a mapping of its own, returned when freed (glibc's M_MMAP_THRESHOLD):
         # resident memory then follows torch's allocations
@@ -113,11 +116,19 @@ def measure_peak(connection) -> None:
         tc = random_transcoders(model, 256, architecture="topk", k=8)
         tokens = torch.arange(64)
         attribute(model, tc, tokens[:8], batch_size=4)  # every kernel's first call before measuring
-        n_features = ReplacementModel(model, tc, tokens).n_features
-        plan = plan_memory(model, tc, n_pos=64, n_features=n_features, batch_size=256, n_logits=10)
+        if batched:
+            prompts = [tokens, tokens[:40], tokens[20:36]]
+            attribute_prompts(model, tc, [tokens[:8], tokens[:3]], batch_size=4)
+            (plan,) = plan_prompts(model, tc, prompts, batch_size=256)
+        else:
+            n_features = ReplacementModel(model, tc, tokens).n_features
+            plan = plan_memory(model, tc, n_pos=64, n_features=n_features, batch_size=256, n_logits=10)
         base = resident("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
-        attribute(model, tc, tokens, batch_size=256)
+        if batched:
+            attribute_prompts(model, tc, prompts, batch_size=256)
+        else:
+            attribute(model, tc, tokens, batch_size=256)
         connection.send({"planned": plan.peak, "measured": resident("VmHWM") - base})
     except BaseException as error:  # the parent reports it
         connection.send({"error": repr(error)})

@@ -14,6 +14,8 @@ Circuit-tracer's method (Ameisen et al., 2025) on any decoder whose blocks decla
     The ``AttributionGraph`` (``graph``): every direct effect between sources, features and the most
     probable logits, from backward passes batched over targets. Each edge equals an intervention in the
     replacement model, and each node's input edges plus its bias sum to its value.
+``attribute_prompts``, ``plan_prompts`` (``batched``)
+    Several prompts' graphs from shared backward passes, left-padded, each equal to its prompt's graph alone.
 ``prune_graph``, ``graph_scores`` (``pruning``)
     Circuit-tracer's node and edge influence, pruning, and replacement and completeness scores.
 ``plan_memory`` (``memory``)
@@ -38,6 +40,7 @@ See ``docs/attribution_graphs.md``.
 """
 
 from .attribute import attribute, salient_logits
+from .batched import attribute_prompts, plan_prompts
 from .circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
 from .clt import CLTConfig, CrossLayerTranscoder
 from .figure import graph_figure
@@ -76,6 +79,7 @@ __all__ = [
     "TranscoderMetrics",
     "TranscoderTrainingConfig",
     "attribute",
+    "attribute_prompts",
     "edit_features",
     "feature_info_from",
     "generate_with_edits",
@@ -90,6 +94,7 @@ __all__ = [
     "node_influence",
     "parse_feature_edit",
     "plan_memory",
+    "plan_prompts",
     "prune_graph",
     "qk_attribution",
     "random_transcoders",

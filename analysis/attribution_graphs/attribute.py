@@ -116,18 +116,26 @@ def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[
 
 
 def _reads(chunk: list[tuple[Optional[int], int, Tensor]]) -> list[tuple[Optional[int], Tensor, Tensor, Tensor]]:
-    """A chunk of targets grouped by where they read: ``(layer, rows, positions, directions)``."""
+    """A chunk of targets, one per row from row 0, grouped by where they read (``group_reads``)."""
+    return group_reads([(layer, row, pos, direction) for row, (layer, pos, direction) in enumerate(chunk)])
+
+
+def group_reads(
+    items: list[tuple[Optional[int], int, int, Tensor]],
+) -> list[tuple[Optional[int], Tensor, Tensor, Tensor]]:
+    """Targets given as ``(layer or None for a logit, row, position, direction)``, grouped by where they read:
+    ``(layer, rows, positions, directions)``, what ``Gradients.of`` takes."""
     groups: dict = {}
-    for row, (layer, pos, direction) in enumerate(chunk):
+    for layer, row, pos, direction in items:
         groups.setdefault(layer, []).append((row, pos, direction))
     return [
         (
             layer,
-            torch.tensor([r for r, _, _ in items]),
-            torch.tensor([p for _, p, _ in items]),
-            torch.stack([d for _, _, d in items]),
+            torch.tensor([r for r, _, _ in entries]),
+            torch.tensor([p for _, p, _ in entries]),
+            torch.stack([d for _, _, d in entries]),
         )
-        for layer, items in groups.items()
+        for layer, entries in groups.items()
     ]
 
 
@@ -137,6 +145,13 @@ def _edges(replacement: ReplacementModel, grads: Gradients, chunk) -> Tensor:
     Every product runs over all the pass's rows (rows past the chunk hold zero gradients), so a product's shape,
     and the kernel computing it, is the same for every chunk."""
     g_embed, g_outs = grads.of(_reads(chunk))
+    return source_edges(replacement, g_embed, g_outs)[: len(chunk)]
+
+
+def source_edges(replacement: ReplacementModel, g_embed: Tensor, g_outs: list[Tensor]) -> Tensor:
+    """``[row, n_sources]``: the edges into each row's target from every feature, error and token node of
+    ``replacement``'s prompt, given the target's gradients at the embeddings and MLP outputs (``[row, pos, d_model]``,
+    the prompt's positions)."""
     n_f, n_layers, n_pos = replacement.n_features, replacement.n_layers, replacement.n_pos
     edges = g_embed.new_zeros(g_embed.shape[0], n_f + (n_layers + 1) * n_pos)
     for spec, writes in zip(replacement.layers, replacement.writes):
@@ -147,7 +162,7 @@ def _edges(replacement: ReplacementModel, grads: Gradients, chunk) -> Tensor:
         start = n_f + out_layer * n_pos
         edges[:, start : start + n_pos] = (g_outs[out_layer] * replacement.errors[out_layer]).sum(-1)
     edges[:, n_f + n_layers * n_pos :] = (g_embed * replacement.embed).sum(-1)
-    return edges[: len(chunk)]
+    return edges
 
 
 def _group() -> tuple[int, int]:

@@ -188,15 +188,23 @@ class ReplacementModel:
                 out += einops.einsum(scale, to_out, "row pos n, pos n d_model -> row pos d_model")
         return out
 
+    def mlp_outputs(self) -> list[Tensor]:
+        """Each MLP's output on the prompt, ``[pos, d_model]``, as its sources make it (features, error, skip)."""
+        return [self._written(o) + self.errors[o] + self._skip(o, self.inputs[o]) for o in range(self.n_layers)]
+
     # --- the frozen forward ------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _frozen_forward(self, embed: Tensor, mlp_out: Callable[[int, Tensor], Tensor]) -> Iterator[dict]:
+    def _frozen_forward(
+        self, embed: Tensor, mlp_out: Callable[[int, Tensor], Tensor], frozen: Optional[dict[str, Tensor]] = None
+    ) -> Iterator[dict]:
         """Hooks making the model this replacement model: ``embed`` enters block 0, MLP output ``o`` is
-        ``mlp_out(o, x_o)`` with ``x_o`` what layer ``o``'s features read (kept in the yielded dict by layer)."""
+        ``mlp_out(o, x_o)`` with ``x_o`` what layer ``o``'s features read (kept in the yielded dict by layer).
+        ``frozen`` (default: the prompt's) holds the value of each frozen hook, one row or one per row."""
         inputs: dict[int, Tensor] = {}
+        frozen = self.frozen if frozen is None else frozen
 
         def freeze(activation: Tensor, hook) -> Tensor:
-            return self.frozen[hook.name].expand_as(activation)
+            return frozen[hook.name].expand_as(activation)
 
         def keep(layer: int) -> Callable:
             def hook_fn(activation: Tensor, hook) -> Tensor:
@@ -226,10 +234,12 @@ class ReplacementModel:
             for handle in handles:
                 handle.remove()
 
-    def _forward(self, rows: int) -> Tensor:
-        """The final norm's output ``[rows, pos, d_model]`` (scale frozen), inside ``_frozen_forward``."""
+    def _forward(self, rows: int, tokens: Optional[Tensor] = None) -> Tensor:
+        """The final norm's output ``[rows, pos, d_model]`` (scale frozen), inside ``_frozen_forward``; ``tokens``
+        (default: the prompt's, on every row) only set the shape, as the embedding is replaced."""
         model = self.model
-        resid = model(self.tokens.expand(rows, -1), stop_at_layer=model.cfg.n_layers)
+        tokens = self.tokens.expand(rows, -1) if tokens is None else tokens
+        resid = model(tokens, stop_at_layer=model.cfg.n_layers)
         return resid if model.final_norm is None else model.final_norm(resid)
 
     @torch.no_grad()
@@ -287,10 +297,7 @@ class ReplacementModel:
         """The replacement model run once on ``batch`` copies of the prompt with its sources as leaves; the yielded
         ``Gradients`` gives, for a batch of targets (one per row), every source's gradient."""
         embed = self.embed.expand(batch, -1, -1).clone().requires_grad_(True)
-        written = [
-            self._written(o) + self.errors[o] + self._skip(o, self.inputs[o]) for o in range(self.n_layers)
-        ]  # each MLP's output on the prompt
-        outs = [w.expand(batch, -1, -1).clone().requires_grad_(True) for w in written]
+        outs = [w.expand(batch, -1, -1).clone().requires_grad_(True) for w in self.mlp_outputs()]
 
         def mlp_out(layer: int, x: Tensor) -> Tensor:
             skip = self.layers[layer].skip_term(x)

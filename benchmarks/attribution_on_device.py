@@ -3,13 +3,15 @@ planned peak beside the device's measured one, on SmolLM2-135M's shape with rand
 
     python benchmarks/attribution_on_device.py --device cuda
     python benchmarks/attribution_on_device.py --device cpu --n-pos 64 --n-prompts 2     # the same steps here
+    python benchmarks/attribution_on_device.py --long-only --n-pos 1024 2304 --batch-size 64
 
 1. Small float64 decoders (Llama with grouped keys, Gemma 3 with qk norms and windows, a mixture of experts) and
    three transcoder kinds: the graph on the device against the graph on the CPU, each edge of the device's graph
    against an intervention on the device, every node's sum, and shared passes against one prompt at a time.
 2. A Llama of SmolLM2-135M's shape, random weights, float32, with random TopK transcoders (4,096 features per
    layer, k=4): an ``--n-pos``-token graph of its ``--max-feature-nodes`` features of most influence, timed, its
-   planned peak (``plan_memory``) beside the device's peak of allocated memory above the loaded weights.
+   planned peak (``plan_memory``) beside the device's peak of allocated memory above the loaded weights. The
+   target batch shrinks as the prompt grows: ``--batch-size`` at 1,024 tokens.
 3. The same model, ``--n-prompts`` prompts of 8 to 16 tokens: ``attribute_prompts`` against ``attribute``, timed.
 """
 
@@ -87,6 +89,7 @@ def long_graph(model, tc, device, n_pos: int, max_feature_nodes: int, batch_size
     """Section 2 of the module docstring."""
     tokens = torch.randint(1, model.cfg.d_vocab, (n_pos,), generator=torch.Generator().manual_seed(0)).to(device)
     n_features = ReplacementModel(model, tc, tokens).n_features
+    batch_size = min(batch_size, min(max_feature_nodes, n_features) + 10)  # as attribute does (10 logits at most)
     plan = plan_memory(
         model, tc, n_pos=n_pos, n_features=n_features, batch_size=batch_size, max_feature_nodes=max_feature_nodes
     )
@@ -144,18 +147,23 @@ def synchronize(device: torch.device) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--n-pos", type=int, default=1024)
+    parser.add_argument("--n-pos", type=int, nargs="+", default=[1024], help="one long graph per length")
     parser.add_argument("--max-feature-nodes", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--n-prompts", type=int, default=10)
+    parser.add_argument("--long-only", action="store_true", help="only section 2")
     args = parser.parse_args()
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}, torch {torch.__version__}")
-    exactness(device)
+    if not args.long_only:
+        exactness(device)
     model, tc = smollm2_shaped(device)
-    shared_passes(model, tc, device, args.n_prompts, args.batch_size)
-    long_graph(model, tc, device, args.n_pos, args.max_feature_nodes, args.batch_size)
+    if not args.long_only:
+        shared_passes(model, tc, device, args.n_prompts, args.batch_size)
+    for n_pos in args.n_pos:
+        batch_size = max(args.batch_size * 1024 // n_pos, 1)  # the retained graph grows with the length
+        long_graph(model, tc, device, n_pos, args.max_feature_nodes, batch_size)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,10 @@ def test_the_plan_counts_the_visited_rows_and_bad_counts_are_refused(setup):
     n_sources = full.logits.start
     rows = (full.n_logits + 13) * n_sources * 8
     kept = 13 + n_sources - full.n_features + full.n_logits
-    assert some.adjacency == rows + max(rows, kept * kept * 8) and everything.adjacency == full.n_nodes**2 * 8
+    assert (some.adjacency, some.influence, some.assembly) == (rows, rows, kept * kept * 8)
+    assert some.peak == some.prompt + rows + max(some.graph + max(some.backward, rows), kept * kept * 8)
+    assert everything.adjacency == full.n_nodes**2 * 8 and everything.assembly == 0
+    assert everything.peak == everything.prompt + everything.adjacency + everything.graph + everything.backward
     assert "13 visited" in str(some)
     with pytest.raises(ValueError, match="max_feature_nodes must be an int >= 0 or None, got -1"):
         attribute(model, tc, PROMPT, max_feature_nodes=-1)

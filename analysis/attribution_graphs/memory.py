@@ -5,8 +5,7 @@ At its peak ``attribute`` holds, with ``s`` the model's bytes per value, ``L`` l
 
 =============  ============================================================================================
 ``adjacency``  the ``[n, n]`` matrix: ``n^2 s``; with ``max_feature_nodes = K < F``, the ``[n_logits + K, F +
-               (L + 1) pos]`` rows of the visited targets, plus the larger of their normalized copy (for
-               the influence that orders the visit) and the final ``[n_K, n_K]`` matrix
+               (L + 1) pos]`` rows of the visited targets (``rows``)
 ``prompt``     what the replacement model holds for the prompt: the frozen patterns, queries, keys and
                scales, each layer's input, the features' writes (laid out by position), the error
                nodes, the embeddings, the prompt's logits, and each target's direction (``F d_model s``)
@@ -19,13 +18,21 @@ At its peak ``attribute`` holds, with ``s`` the model's bytes per value, ``L`` l
                sources' gradients, ``(L + 1) pos d_model s``, plus autograd's gradient of the stream on its
                way or the tensors that turn gradients into edges: a row of edges, one ``[pos, d_model]``
                product, the ``[pos, n]`` products of the features at each position)
+``influence``  with ``K < F``: the rows' normalized copy, made between passes to order the visit (``rows``)
+``assembly``   with ``K < F``: the kept graph's ``[n_K, n_K]`` matrix, made once the passes have freed
+               their graph
 =============  ============================================================================================
+
+The peak is ``prompt + adjacency + max(graph + max(backward, influence), assembly)``. The adjacency, its rows and
+the kept matrix live in host memory; with the model on an accelerator the device holds ``prompt + graph +
+backward`` (``device_peak``), and that is the ``peak`` a budget is checked against.
 
 ``plan_memory`` gives the estimate for a prompt length, a feature count and a target batch;
 ``attribute(..., memory_budget=...)`` refuses a run whose estimate exceeds the budget before it
 allocates its graph (``MemoryBudgetError``, naming both). Weights are not counted: they exist already.
 On the shapes ``tests/test_attribution_graphs.py`` and ``benchmarks/bench_attribution_graph.py`` measure, the
-plan is within 5% of the peak of resident memory.
+plan is within 5% of the peak of resident memory; on an H200 (``benchmarks/attribution_on_device.py``, 1,024 to
+4,096 tokens) ``device_peak`` is within 2% of the device's peak of allocated memory.
 """
 
 import weakref
@@ -39,6 +46,7 @@ from interp_transformer.harvest.budget import format_bytes
 from .replacement import ReplacementModel
 
 FORWARD_QUERIES = 7  # query-sized tensors one attention forward holds at once, at most (see plan_for)
+FORWARD_SCORES = 2  # [head, pos, pos] tensors one attention forward holds at once: the masked scores and their softmax
 BACKWARD_STREAMS = 2  # [pos, d_model] gradients autograd holds at once in a backward pass of the frozen model
 
 
@@ -59,17 +67,33 @@ class MemoryPlan:
     graph: int
     backward: int
     n_selected: Optional[int] = None  # max_feature_nodes, where it keeps fewer features than are active
+    influence: int = 0  # the visited rows' normalized copy (max_feature_nodes)
+    assembly: int = 0  # the kept graph's matrix, made after the passes (max_feature_nodes)
+    accelerator: bool = False  # the model is on an accelerator: the device holds prompt, graph and backward
+
+    @property
+    def host_peak(self) -> int:
+        """The peak with everything in one memory (the model on the CPU)."""
+        passes = self.graph + max(self.backward, self.influence)
+        return self.prompt + self.adjacency + max(passes, self.assembly)
+
+    @property
+    def device_peak(self) -> int:
+        """What an accelerator holding the model holds at the peak: the adjacency stays in host memory."""
+        return self.prompt + self.graph + self.backward
 
     @property
     def peak(self) -> int:
-        return self.adjacency + self.prompt + self.graph + self.backward
+        """The peak of the memory the model is in: ``device_peak`` on an accelerator, else ``host_peak``."""
+        return self.device_peak if self.accelerator else self.host_peak
 
     def __str__(self) -> str:
-        parts = ", ".join(
-            f"{name} {format_bytes(getattr(self, name))}" for name in ("adjacency", "prompt", "graph", "backward")
-        )
+        names = ("adjacency", "prompt", "graph", "backward") + (("influence", "assembly") if self.assembly else ())
+        parts = ", ".join(f"{name} {format_bytes(getattr(self, name))}" for name in names)
+        where = f" on the device, {format_bytes(self.host_peak - self.device_peak)} more on the host"
         return (
-            f"{format_bytes(self.peak)} for {self.n_pos} positions, {self.n_features} features"
+            f"{format_bytes(self.peak)}{where if self.accelerator else ''} for {self.n_pos} positions, "
+            f"{self.n_features} features"
             + ("" if self.n_selected is None else f" ({self.n_selected} visited)")
             + f", {self.n_logits} logits, {self.batch_size} targets per pass ({parts})"
         )
@@ -143,7 +167,7 @@ def plan_for(
     # query head): FORWARD_QUERIES at most, measured on GPT-2 (4) and Llama with grouped keys and rotary (7)
     pattern = max((replacement.frozen[name][0].numel() for name in replacement.pattern_names), default=0)
     queries = max((t[0].numel() for name, t in replacement.frozen.items() if name.endswith(("_q", "_k"))), default=0)
-    forward_work = (pattern + FORWARD_QUERIES * queries) * itemsize
+    forward_work = (FORWARD_SCORES * pattern + FORWARD_QUERIES * queries) * itemsize
     # a backward pass: the sources' gradients, and the larger of autograd's working set (the stream's gradient on
     # its way, BACKWARD_STREAMS of them) and of turning gradients into edges: a row of edges, one [pos, d_model]
     # product, and the [pos, n] products of the features at each position
@@ -153,14 +177,17 @@ def plan_for(
     edges_work = (F + (L + 1) * pos) * itemsize + stream + pos * per_position * itemsize
     backward_work = (L + 1) * stream + max(BACKWARD_STREAMS * stream, edges_work)
     backward = batch_size * max(forward_work, backward_work)
-    adjacency = n_nodes * n_nodes * itemsize
+    adjacency, influence, assembly = n_nodes * n_nodes * itemsize, 0, 0
     if n_selected is not None and n_selected < F:
-        rows = (n_logits + n_selected) * (F + (L + 1) * pos) * itemsize
+        adjacency = influence = (n_logits + n_selected) * (F + (L + 1) * pos) * itemsize
         kept = n_selected + (L + 1) * pos + n_logits
-        adjacency = rows + max(rows, kept * kept * itemsize)
+        assembly = kept * kept * itemsize
     else:
         n_selected = None
-    return MemoryPlan(pos, F, n_logits, batch_size, adjacency, prompt, graph, backward, n_selected)
+    accelerator = replacement.embed.device.type != "cpu"
+    return MemoryPlan(
+        pos, F, n_logits, batch_size, adjacency, prompt, graph, backward, n_selected, influence, assembly, accelerator
+    )
 
 
 def _graph_per_row(replacement: ReplacementModel) -> int:

@@ -55,19 +55,7 @@ def intervention_gap(model, transcoders, tokens, graph, target: int, n_edges: in
     replacement = ReplacementModel(model, transcoders, tokens)
     row = graph.adjacency_matrix[target, : graph.logits.start]
     sources = row.abs().topk(n_edges).indices.tolist()
-    scales = torch.ones(len(sources), replacement.n_features)
-    errors = torch.ones(len(sources), graph.n_layers, graph.n_pos)
-    token_scale = torch.ones(len(sources), graph.n_pos)
-    for r, source in enumerate(sources):
-        layer, pos = graph.layer_and_pos(source)
-        kind = graph.kind(source)
-        if kind == "feature":
-            scales[r, graph.selected_features[source]] = 0
-        elif kind == "error":
-            errors[r, layer, pos] = 0
-        else:
-            token_scale[r, pos] = 0
-    full, removed = replacement.run(), replacement.run(scales, errors, token_scale)
+    full, removed = replacement.run(), replacement.run_without(graph, [[source] for source in sources])
     if graph.kind(target) == "feature":
         column = int(graph.selected_features[target])
         drops = full.features[:, column] - removed.features[:, column]

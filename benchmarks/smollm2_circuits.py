@@ -75,9 +75,7 @@ def ablation(model, transcoders, graph, nodes: list[int]) -> dict:
         edits.append(FeatureEdit(layer, feature, scale=0.0, positions=(pos,)))
     predicted = -graph.adjacency_matrix[graph.logits, :][:, nodes].sum(1)  # each logit node's change
     replacement = ReplacementModel(model, transcoders, graph.tokens)
-    scale = torch.ones(1, replacement.n_features)
-    scale[0, graph.selected_features[nodes]] = 0
-    full, removed = replacement.run(), replacement.run(feature_scale=scale)
+    full, removed = replacement.run(), replacement.run_without(graph, [nodes])
 
     def demeaned(run):
         return run.uncapped[0, graph.logit_tokens] - run.uncapped[0].mean()

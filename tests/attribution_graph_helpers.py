@@ -56,18 +56,7 @@ def intervention_effects(replacement: ReplacementModel, graph: AttributionGraph)
     """``[target, source]``: how much each target drops when one source is removed, the rest held (one forward row per
     source, in the replacement model)."""
     n_sources, dtype = graph.logits.start, graph.adjacency_matrix.dtype
-    feature_scale = torch.ones(n_sources, graph.n_features, dtype=dtype)
-    error_scale = torch.ones(n_sources, graph.n_layers, graph.n_pos, dtype=dtype)
-    token_scale = torch.ones(n_sources, graph.n_pos, dtype=dtype)
-    for source in range(n_sources):
-        layer, pos = graph.layer_and_pos(source)
-        if graph.kind(source) == "feature":
-            feature_scale[source, source] = 0
-        elif graph.kind(source) == "error":
-            error_scale[source, layer, pos] = 0
-        else:
-            token_scale[source, pos] = 0
-    full, removed = replacement.run(), replacement.run(feature_scale, error_scale, token_scale)
+    full, removed = replacement.run(), replacement.run_without(graph, [[source] for source in range(n_sources)])
 
     def demeaned(logits):
         return logits[:, graph.logit_tokens] - logits.mean(dim=-1, keepdim=True)
@@ -118,15 +107,15 @@ def measure_peak(connection, batched: bool = False) -> None:
         attribute(model, tc, tokens[:8], batch_size=4)  # every kernel's first call before measuring
         if batched:
             prompts = [tokens, tokens[:40], tokens[20:36]]
-            attribute_prompts(model, tc, [tokens[:8], tokens[:3]], batch_size=4)
-            (plan,) = plan_prompts(model, tc, prompts, batch_size=256)
+            attribute_prompts(model, tc, [tokens[:8], tokens[:3]], batch_size=4, max_padding=float("inf"))
+            (plan,) = plan_prompts(model, tc, prompts, batch_size=256, max_padding=float("inf"))
         else:
             n_features = ReplacementModel(model, tc, tokens).n_features
             plan = plan_memory(model, tc, n_pos=64, n_features=n_features, batch_size=256, n_logits=10)
         base = resident("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
         if batched:
-            attribute_prompts(model, tc, prompts, batch_size=256)
+            attribute_prompts(model, tc, prompts, batch_size=256, max_padding=float("inf"))
         else:
             attribute(model, tc, tokens, batch_size=256)
         connection.send({"planned": plan.peak, "measured": resident("VmHWM") - base})

@@ -292,6 +292,27 @@ class ReplacementModel:
         logits = read_out(normed if all_positions else normed[:, -1:])
         return ReplacementRun(pre, logits if all_positions else logits[:, 0], uncapped)
 
+    def run_without(self, graph, removed: list[list[int]]) -> ReplacementRun:
+        """The replacement model once per entry of ``removed``, each without the source nodes of ``graph`` (this
+        prompt's ``AttributionGraph``) it lists: a feature, an error node or a token's embedding at scale 0, the
+        rest at 1. What an edge's intervention check, or an ablation's prediction, compares against."""
+        dtype, device = self.embed.dtype, self.embed.device
+        feature_scale = torch.ones(len(removed), self.n_features, dtype=dtype, device=device)
+        error_scale = torch.ones(len(removed), self.n_layers, self.n_pos, dtype=dtype, device=device)
+        token_scale = torch.ones(len(removed), self.n_pos, dtype=dtype, device=device)
+        for row, nodes in enumerate(removed):
+            for node in nodes:
+                kind, (layer, pos) = graph.kind(node), graph.layer_and_pos(node)
+                if kind == "feature":
+                    feature_scale[row, int(graph.selected_features[node])] = 0
+                elif kind == "error":
+                    error_scale[row, layer, pos] = 0
+                elif kind == "token":
+                    token_scale[row, pos] = 0
+                else:
+                    raise ValueError(f"node {node} is a {kind} node: only sources (features, errors, tokens) go")
+        return self.run(feature_scale, error_scale, token_scale)
+
     @contextlib.contextmanager
     def backward_pass(self, batch: int) -> Iterator["Gradients"]:
         """The replacement model run once on ``batch`` copies of the prompt with its sources as leaves; the yielded

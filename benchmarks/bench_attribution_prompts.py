@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from analysis.attribution_graphs import attribute, attribute_prompts, load_transcoders, plan_prompts, random_transcoders
-from analysis.attribution_graphs.batched import rows_per_prompt
+from analysis.attribution_graphs.batched import length_groups, rows_per_prompt
 from interp_transformer import from_pretrained
 from interp_transformer.models.processing import fold_ln
 
@@ -61,7 +61,7 @@ def main() -> None:
     print(f"{n_targets} targets ({', '.join(str(g.n_features + g.n_logits) for g in alone)} per prompt)")
     print(f"one at a time: {passes_alone} passes, {alone_s:.1f} s ({alone_cpu:.1f} s of CPU time)")
     counts = [g.n_features + g.n_logits for g in alone]
-    groups = [counts[i : i + args.batch_size] for i in range(0, len(counts), args.batch_size)]
+    groups = [[counts[k] for k in group] for group in length_groups([g.n_pos for g in alone], args.batch_size)]
     passes = sum(max(-(-c // r) for c, r in zip(g, rows_per_prompt(g, args.batch_size))) for g in groups)
     print(
         f"shared passes: {passes} passes, {shared_s:.1f} s ({shared_cpu:.1f} s of CPU time): {alone_s / shared_s:.2f}x"

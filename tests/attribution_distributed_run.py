@@ -16,7 +16,7 @@ def main(out: str) -> None:
     tc = transcoders(model, "topk")
     full = attribute(model, tc, PROMPT, batch_size=4)
     kept = attribute(model, tc, PROMPT, batch_size=4, max_feature_nodes=13)
-    batched = attribute_prompts(model, tc, [PROMPT, PROMPT[:3]], batch_size=4)
+    batched = attribute_prompts(model, tc, [PROMPT, PROMPT[:3]], batch_size=4, max_padding=1.0)
     if group.is_rank0:
         saved = {"world": group.world_size, "full": vars(full), "kept": vars(kept)}
         torch.save(saved | {"batched": [vars(graph) for graph in batched]}, out)

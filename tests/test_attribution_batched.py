@@ -15,15 +15,17 @@ from analysis.attribution_graphs import (
     plan_prompts,
     random_transcoders,
 )
-from analysis.attribution_graphs.batched import PaddedPrompts, rows_per_prompt
+from analysis.attribution_graphs.batched import PaddedPrompts, length_groups, rows_per_prompt
 from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.moe import MoEConfig
 
 from .attribution_graph_helpers import CONFIGS, PROMPT, folded, intervention_effects, measure_peak, transcoders
 from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
 
-# unequal lengths: the shortest is padded by 8 positions, past the 3-position sliding window
+# unequal lengths: the shortest is padded by 8 positions, past the 3-position sliding window, as every prompt shares
+# the passes whatever its padding (SHARE)
 PROMPTS = [PROMPT, torch.tensor([4, 2]), torch.tensor([3, 3, 8, 1, 0, 6, 2, 5, 7, 1])]
+SHARE = float("inf")
 
 
 def assert_same_graphs(batched, alone, atol):
@@ -40,14 +42,14 @@ def assert_same_graphs(batched, alone, atol):
 def test_batched_graphs_equal_one_by_one_at_float64_precision(name, kind):
     model = folded(name, torch.float64)
     tc = transcoders(model, kind)
-    batched = attribute_prompts(model, tc, PROMPTS, batch_size=16)
+    batched = attribute_prompts(model, tc, PROMPTS, batch_size=16, max_padding=SHARE)
     assert_same_graphs(batched, [attribute(model, tc, p, batch_size=16) for p in PROMPTS], atol=1e-12)
 
 
 def test_batched_graphs_in_float32_are_one_by_ones_up_to_rounding():
     model = folded("llama_gqa")
     tc = transcoders(model, "topk")
-    batched = attribute_prompts(model, tc, PROMPTS, batch_size=7)
+    batched = attribute_prompts(model, tc, PROMPTS, batch_size=7, max_padding=SHARE)
     assert_same_graphs(batched, [attribute(model, tc, p) for p in PROMPTS], atol=2e-6)
 
 
@@ -61,15 +63,18 @@ def test_windows_qk_norms_and_experts_batch_too(name):
     }[name]()
     model = perturbed_decoder(cfg, dtype=torch.float64)
     tc = random_transcoders(model, 20, reads="stream")
-    batched = attribute_prompts(model, tc, PROMPTS, batch_size=9)
+    batched = attribute_prompts(model, tc, PROMPTS, batch_size=9, max_padding=SHARE)
     assert_same_graphs(batched, [attribute(model, tc, p) for p in PROMPTS], atol=1e-12)
 
 
 def test_each_batched_edge_is_an_intervention_on_its_own_prompt():
     model = folded("gpt2")
     tc = transcoders(model, "jumprelu")
-    for prompt, graph in zip(PROMPTS, attribute_prompts(model, tc, PROMPTS, batch_size=5)):
-        effects = intervention_effects(ReplacementModel(model, tc, prompt), graph)
+    for prompt, graph in zip(PROMPTS, attribute_prompts(model, tc, PROMPTS, batch_size=5, max_padding=SHARE)):
+        replacement = ReplacementModel(model, tc, prompt)
+        with pytest.raises(ValueError, match=f"node {graph.logits.start} is a logit node"):
+            replacement.run_without(graph, [[graph.logits.start]])
+        effects = intervention_effects(replacement, graph)
         edges = graph.adjacency_matrix[:, : graph.logits.start]
         torch.testing.assert_close(edges[graph.features], effects[graph.features], rtol=0, atol=1e-3)
         torch.testing.assert_close(edges[graph.logits], effects[graph.logits], rtol=0, atol=1e-5)
@@ -89,7 +94,7 @@ def test_padding_that_reached_the_prompt_would_change_the_graph(monkeypatch):
         return values
 
     monkeypatch.setattr(PaddedPrompts, "_frozen", leaky)
-    leaked = attribute_prompts(model, tc, PROMPTS, batch_size=16)[1]
+    leaked = attribute_prompts(model, tc, PROMPTS, batch_size=16, max_padding=SHARE)[1]
     assert (leaked.adjacency_matrix - alone.adjacency_matrix).abs().max() > 1e-3
 
 
@@ -102,12 +107,18 @@ def test_rows_are_shared_for_the_fewest_passes():
         rows_per_prompt([1, 1, 1, 1], 3)
 
 
-def test_more_prompts_than_rows_go_in_groups():
+def test_prompts_share_passes_with_prompts_of_about_their_length():
+    assert length_groups([6, 2, 10, 4, 4], 2, float("inf")) == [[1, 3], [4, 0], [2]]
+    assert length_groups([6, 2, 10, 4, 5], 8, 0.25) == [[1], [3, 4], [0], [2]]  # 5 <= 1.25 * 4; 6 > 1.25 * 4
+    assert length_groups([8, 8, 8], 8, 0.0) == [[0, 1, 2]]
+
+
+def test_more_prompts_than_rows_go_in_groups_and_come_back_in_order():
     model = folded("llama_gqa", torch.float64)
     tc = transcoders(model, "clt_topk")
-    prompts = PROMPTS + [PROMPT[:4], PROMPT[2:]]
-    batched = attribute_prompts(model, tc, prompts, batch_size=2)
-    assert len(plan_prompts(model, tc, prompts, batch_size=2)) == 3
+    prompts = PROMPTS + [PROMPT[:4], PROMPT[2:]]  # 6, 2, 10, 4, 4 tokens
+    batched = attribute_prompts(model, tc, prompts, batch_size=2, max_padding=SHARE)
+    assert len(plan_prompts(model, tc, prompts, batch_size=2, max_padding=SHARE)) == 3
     assert_same_graphs(batched, [attribute(model, tc, p) for p in prompts], atol=1e-12)
 
 
@@ -131,9 +142,11 @@ def test_bad_prompts_and_budgets_are_refused():
     for prompts in ([], PROMPT, "text"):
         with pytest.raises(ValueError, match="prompts must be a non-empty list"):
             attribute_prompts(model, tc, prompts)
+    with pytest.raises(ValueError, match="max_padding must be a number >= 0"):
+        attribute_prompts(model, tc, PROMPTS, max_padding=-1)
     with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
         attribute_prompts(model, tc, PROMPTS, batch_size=0)
     with pytest.raises(MemoryBudgetError, match=r"above the budget of .* \(1000 bytes\)"):
-        attribute_prompts(model, tc, PROMPTS, memory_budget=1000)
+        attribute_prompts(model, tc, PROMPTS, memory_budget=1000, max_padding=SHARE)
     with pytest.raises(ValueError, match="tokens"):
         attribute_prompts(model, tc, [PROMPT, torch.tensor([[1, 2], [3, 4]])])

@@ -33,6 +33,6 @@ def test_two_ranks_give_one_processs_graph(tmp_path):
     assert torch.equal(saved["kept"]["selected_features"], kept.selected_features)
     torch.testing.assert_close(saved["kept"]["adjacency_matrix"], kept.adjacency_matrix, rtol=0, atol=1e-12)
     torch.testing.assert_close(saved["kept"]["unselected_effect"], kept.unselected_effect, rtol=0, atol=1e-12)
-    batched = attribute_prompts(model, tc, [PROMPT, PROMPT[:3]], batch_size=4)
+    batched = attribute_prompts(model, tc, [PROMPT, PROMPT[:3]], batch_size=4, max_padding=1.0)
     for saved_graph, graph in zip(saved["batched"], batched, strict=True):
         assert torch.equal(saved_graph["adjacency_matrix"], graph.adjacency_matrix)  # each rank's passes, summed

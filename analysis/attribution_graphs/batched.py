@@ -13,10 +13,14 @@ and keys 1, embedding and MLP outputs 0. A prompt's targets read its positions s
 edges are the one-prompt products (``source_edges``) of its block's gradients at its own positions. Rows never
 mix, so each graph equals ``attribute``'s on its prompt alone, up to rounding (the products' shapes differ).
 
-The rows are shared out so that the passes are fewest: with ``T`` passes, prompt ``k``'s ``n_k`` targets (its
-active features and logits) take ``ceil(n_k / T)`` rows, and ``T`` is the smallest whose rows fit ``batch_size``.
-More prompts than ``batch_size`` go in groups of ``batch_size``. Under ``torchrun`` the passes are shared out
-among the ranks, as ``attribute`` shares its chunks.
+Prompts share passes with prompts of about their length (``length_groups``: at most ``batch_size`` prompts,
+none padded by more than a quarter of its length), since a padded position costs a pass as much as a real one.
+In a group the rows are shared out so that the passes are fewest: with ``T`` passes, prompt ``k``'s ``n_k``
+targets (its active features and logits) take ``ceil(n_k / T)`` rows, and ``T`` is the smallest whose rows fit
+``batch_size``. Under ``torchrun`` the passes are shared out among the ranks, as ``attribute`` shares its chunks.
+
+What sharing saves is a prompt's own forward and its last, part-empty pass: much where prompts have fewer targets
+than a pass has rows, little where each fills many passes alone (``benchmarks/bench_attribution_prompts.py``).
 """
 
 import contextlib
@@ -36,9 +40,12 @@ from .attribute import (
     salient_logits,
     source_edges,
 )
+from .. import _checks
 from .graph import AttributionGraph
 from .memory import MemoryPlan, check_budget, plan_for, plan_memory
 from .replacement import Gradients, ReplacementModel
+
+PADDING = 0.25  # the most padding a prompt sharing passes takes, as a share of its own length
 
 
 def attribute_prompts(
@@ -51,22 +58,26 @@ def attribute_prompts(
     batch_size: int = 32,
     memory_budget: Optional[int] = None,
     exclude_special_tokens=None,
+    max_padding: float = PADDING,
     progress: bool = False,
 ) -> list[AttributionGraph]:
     """The attribution graph of each of ``prompts`` (text, or ``[pos]`` tokens), from backward passes shared among
     them (module docstring): ``attribute(model, transcoders, prompt, ...)`` for each, up to rounding.
 
     ``batch_size`` is the rows of one pass, over all the prompts of a group; ``memory_budget`` (bytes) refuses a
-    group whose planned peak exceeds it (``MemoryBudgetError``) before its passes run. The other arguments are
-    ``attribute``'s. Graphs are kept whole (every active feature): choosing features by influence
-    (``max_feature_nodes``) visits one prompt's features in rounds that depend on its own rows, which is
-    ``attribute``'s work, one prompt at a time.
+    group whose planned peak exceeds it (``MemoryBudgetError``) before its passes run. ``max_padding`` is the most
+    padding a prompt takes to share passes, as a share of its length (``float("inf")``: every group is the next
+    ``batch_size`` prompts by length). The other arguments are ``attribute``'s. Graphs are kept whole (every
+    active feature): choosing features by influence (``max_feature_nodes``) visits one prompt's features in rounds
+    that depend on its own rows, which is ``attribute``'s work, one prompt at a time.
     """
-    graphs = []
-    for replacements, logits in _groups(
-        model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob
+    graphs: list = [None] * len(prompts)
+    for indices, replacements, logits in _groups(
+        model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob, max_padding
     ):
-        graphs += _group_graphs(replacements, logits, batch_size, memory_budget, transcoders, progress)
+        group = _group_graphs(replacements, logits, batch_size, memory_budget, transcoders, progress)
+        for index, graph in zip(indices, group):
+            graphs[index] = graph
     return graphs
 
 
@@ -79,30 +90,49 @@ def plan_prompts(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
     exclude_special_tokens=None,
+    max_padding: float = PADDING,
 ) -> list[MemoryPlan]:
-    """The planned peak of ``attribute_prompts`` with these arguments, one plan per group of ``batch_size`` prompts
-    (``PaddedPrompts.plan``). It runs each prompt's forward, and measures a few rows at the padded length."""
+    """The planned peak of ``attribute_prompts`` with these arguments, one plan per group of prompts that share
+    passes (``length_groups``; ``PaddedPrompts.plan``). It runs each prompt's forward, and measures a few rows at
+    the padded length."""
     plans = []
-    for replacements, logits in _groups(
-        model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob
+    for _, replacements, logits in _groups(
+        model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob, max_padding
     ):
         padded = PaddedPrompts(replacements, rows_per_prompt(_target_counts(replacements, logits), batch_size))
         plans.append(padded.plan(transcoders, [len(tokens) for tokens, _ in logits]))
     return plans
 
 
-def _groups(model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob):
-    """The prompts' replacement models and salient logits, in groups of at most ``batch_size`` prompts."""
+def _groups(
+    model, transcoders, prompts, batch_size, exclude_special_tokens, max_n_logits, desired_logit_prob, max_padding
+):
+    """The prompts' replacement models and salient logits in groups of similar length, each as ``(the prompts'
+    indices, replacement models, salient logits)`` (``length_groups``), made one group at a time."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if isinstance(prompts, (str, Tensor)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of prompts (text or [pos] tokens), got {prompts!r:.80}")
-    replacements = [ReplacementModel(model, transcoders, prompt, exclude_special_tokens) for prompt in prompts]
-    logits = [salient_logits(r.logits[-1], max_n_logits, desired_logit_prob) for r in replacements]
-    return [
-        (replacements[first : first + batch_size], logits[first : first + batch_size])
-        for first in range(0, len(prompts), batch_size)
-    ]
+    if isinstance(max_padding, bool) or not isinstance(max_padding, (int, float)) or not max_padding >= 0:
+        raise ValueError(f"max_padding must be a number >= 0 (a share of a prompt's length), got {max_padding!r}")
+    lengths = [_checks.check_model(model).prepare_tokens(prompt).shape[-1] for prompt in prompts]
+    for group in length_groups(lengths, batch_size, max_padding):  # a group's models are made when it runs
+        replacements = [ReplacementModel(model, transcoders, prompts[k], exclude_special_tokens) for k in group]
+        logits = [salient_logits(r.logits[-1], max_n_logits, desired_logit_prob) for r in replacements]
+        yield group, replacements, logits
+
+
+def length_groups(lengths: list[int], batch_size: int, max_padding: float = PADDING) -> list[list[int]]:
+    """The prompts' indices in groups that share passes: at most ``batch_size`` prompts each, by length, and none
+    padded by more than ``max_padding`` of its own length (padded positions cost as much as the prompt's own)."""
+    groups: list[list[int]] = []
+    for k in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+        group = groups[-1] if groups else None
+        if group and len(group) < batch_size and lengths[k] <= (1 + max_padding) * lengths[group[0]]:
+            group.append(k)
+        else:
+            groups.append([k])
+    return groups
 
 
 def _target_counts(replacements, logits) -> list[int]:
@@ -250,7 +280,8 @@ class PaddedPrompts:
             prompt=sum(p.prompt for p in alone) + rows * per_row * first.embed.element_size(),
             graph=at_length.graph,
             backward=at_length.backward,
+            accelerator=at_length.accelerator,
         )
 
 
-__all__ = ["PaddedPrompts", "attribute_prompts", "plan_prompts", "rows_per_prompt"]
+__all__ = ["PaddedPrompts", "attribute_prompts", "length_groups", "plan_prompts", "rows_per_prompt"]

@@ -1,8 +1,10 @@
 """Several prompts' attribution graphs from shared, left-padded backward passes: each equals its prompt's graph alone,
 on every architecture and transcoder kind, and padding that leaked would show."""
 
+import gc
 import multiprocessing
 import sys
+import weakref
 
 import pytest
 import torch
@@ -150,3 +152,16 @@ def test_bad_prompts_and_budgets_are_refused():
         attribute_prompts(model, tc, PROMPTS, memory_budget=1000, max_padding=SHARE)
     with pytest.raises(ValueError, match="tokens"):
         attribute_prompts(model, tc, [PROMPT, torch.tensor([[1, 2], [3, 4]])])
+
+
+def test_the_retained_graph_is_freed_when_the_passes_end():
+    # the name `with ... as grads` binds outlives the block: it must not keep the graph (memory the plan frees)
+    model = folded("llama_gqa")
+    tc = transcoders(model, "jumprelu")
+    replacements = [ReplacementModel(model, tc, p) for p in PROMPTS]
+    for passes in (replacements[0].backward_pass(4), PaddedPrompts(replacements, [2, 1, 3]).backward_pass()):
+        with passes as grads:
+            held = [weakref.ref(grads.normed), weakref.ref(grads.outs[0]), weakref.ref(grads.inputs[-1])]
+            assert all(ref() is not None for ref in held)
+        gc.collect()
+        assert all(ref() is None for ref in held)

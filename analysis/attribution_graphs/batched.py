@@ -240,7 +240,8 @@ class PaddedPrompts:
 
         with torch.enable_grad(), first._frozen_forward(embed, mlp_out, self._frozen()) as inputs:
             normed = first._forward(sum(self.rows), tokens)
-            yield Gradients(embed, outs, [inputs[o] for o in range(first.n_layers)], normed)
+            with Gradients(embed, outs, [inputs[o] for o in range(first.n_layers)], normed) as grads:
+                yield grads
 
     def edges(self, grads: Gradients, chunks: list[list]) -> Iterator[tuple[int, Tensor]]:
         """``(k, [len(chunks[k]), n_sources_k])`` for each prompt with targets: the edges into ``chunks[k]`` (its

@@ -33,7 +33,7 @@ MAX_ITERATIONS = 1000
 def normalize_matrix(matrix: Float[Tensor, "target source"]) -> Float[Tensor, "target source"]:
     """``|matrix|`` with each row divided by its sum (rows summing to 0 stay 0)."""
     normalized = matrix.abs()
-    return normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-10)
+    return normalized.div_(normalized.sum(dim=1, keepdim=True).clamp(min=1e-10))  # in place: one copy of the matrix
 
 
 def compute_influence(

@@ -326,7 +326,8 @@ class ReplacementModel:
 
         with torch.enable_grad(), self._frozen_forward(embed, mlp_out) as inputs:
             normed = self._forward(batch)
-            yield Gradients(embed, outs, [inputs[o] for o in range(self.n_layers)], normed)
+            with Gradients(embed, outs, [inputs[o] for o in range(self.n_layers)], normed) as grads:
+                yield grads
 
 
 @dataclass(frozen=True)
@@ -387,6 +388,15 @@ class Gradients:
     outs: list[Tensor]
     inputs: list[Tensor]
     normed: Tensor
+
+    def __enter__(self) -> "Gradients":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Drops the retained graph once the passes are over, even where a caller still holds this object (the name
+        a ``with ... as grads`` binds outlives the block): the memory is free for what comes next."""
+        self.embed = self.normed = None
+        self.outs, self.inputs = [], []
 
     def of(self, reads: list[tuple[Optional[int], Tensor, Tensor, Tensor]]) -> tuple[Tensor, list[Tensor]]:
         """Gradients ``(at embed [batch, pos, d_model], at each MLP output)`` of ``sum over targets of x[row, pos] .

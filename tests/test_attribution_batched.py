@@ -115,6 +115,13 @@ def test_prompts_share_passes_with_prompts_of_about_their_length():
     assert length_groups([8, 8, 8], 8, 0.0) == [[0, 1, 2]]
 
 
+def test_a_prompt_alone_in_its_group_gets_attributes_graph_bit_for_bit():
+    model = folded("gpt2")
+    tc = transcoders(model, "topk")
+    for graph, prompt in zip(attribute_prompts(model, tc, PROMPTS), PROMPTS, strict=True):  # 6, 2, 10: none share
+        assert torch.equal(graph.adjacency_matrix, attribute(model, tc, prompt).adjacency_matrix)
+
+
 def test_more_prompts_than_rows_go_in_groups_and_come_back_in_order():
     model = folded("llama_gqa", torch.float64)
     tc = transcoders(model, "clt_topk")

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from .attribute import (
     _bias_and_values,
+    _build,
     _graph,
     _group,
     _sum_across_ranks,
@@ -155,6 +156,12 @@ def rows_per_prompt(counts: list[int], batch_size: int) -> list[int]:
 
 
 def _group_graphs(replacements, logits, batch_size, memory_budget, transcoders, progress) -> list[AttributionGraph]:
+    if len(replacements) == 1:  # alone: attribute's passes, which broadcast one frozen pattern over every row
+        (replacement,), ((tokens, probabilities),) = replacements, logits
+        batch = min(batch_size, replacement.n_features + len(tokens))
+        if memory_budget is not None:
+            check_budget(plan_for(replacement, batch_size=batch, n_logits=len(tokens)), memory_budget)
+        return [_build(replacement, tokens, probabilities, batch, progress)]
     targets = [_targets(r, tokens) for r, (tokens, _) in zip(replacements, logits)]
     padded = PaddedPrompts(replacements, rows_per_prompt(_target_counts(replacements, logits), batch_size))
     if memory_budget is not None:

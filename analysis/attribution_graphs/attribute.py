@@ -286,12 +286,12 @@ def _build_selected(replacement: ReplacementModel, logit_tokens, probabilities, 
     node_of_feature[selected] = torch.arange(n_selected)
     is_logit = row_nodes >= n_sources
     nodes = torch.where(is_logit, row_nodes - n_sources + len(keep), node_of_feature[row_nodes.clamp(max=n_f - 1)])
-    left_out = (~visited).to(dtype)
     for first in range(0, len(rows), 1024):  # a block at a time: no copy of every row at once
         block = rows[first : first + 1024]
         adjacency[nodes[first : first + 1024], : len(keep)] = block[:, keep]
-        # a product with the left-out features' indicator: no copy of their columns (a block's are most of it)
-        unselected[nodes[first : first + 1024]] = block[:, :n_f] @ left_out
+        # every feature's effect less the kept ones': no copy of the left-out columns (most of a block), and the
+        # long sum is torch's pairwise one
+        unselected[nodes[first : first + 1024]] = block[:, :n_f].sum(1) - block[:, selected].sum(1)
     del rows
     full_bias, values = _bias_and_values(replacement, logit_tokens, n_sources)
     bias = torch.cat([full_bias[selected], full_bias[n_f:]])

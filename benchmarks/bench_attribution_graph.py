@@ -52,20 +52,9 @@ def resident(key: str) -> int:
 def intervention_gap(model, transcoders, tokens, graph, target: int, n_edges: int = 8) -> float:
     """The largest gap between an edge into ``target`` (a feature or logit node) and the change of the target when
     the edge's source is removed in the replacement model (one forward row per source)."""
-    replacement = ReplacementModel(model, transcoders, tokens)
     row = graph.adjacency_matrix[target, : graph.logits.start]
     sources = row.abs().topk(n_edges).indices.tolist()
-    full, removed = replacement.run(), replacement.run_without(graph, [[source] for source in sources])
-    if graph.kind(target) == "feature":
-        column = int(graph.selected_features[target])
-        drops = full.features[:, column] - removed.features[:, column]
-    else:
-        token = int(graph.logit_tokens[target - graph.logits.start])
-
-        def value(run):
-            return run.uncapped[:, token] - run.uncapped.mean(dim=-1)
-
-        drops = value(full) - value(removed)
+    drops = ReplacementModel(model, transcoders, tokens).intervention_effects(graph, [target], sources)[0]
     return float((drops - row[sources]).abs().max())
 
 

@@ -54,16 +54,11 @@ def transcoders(model, kind: str):
 
 def intervention_effects(replacement: ReplacementModel, graph: AttributionGraph) -> torch.Tensor:
     """``[target, source]``: how much each target drops when one source is removed, the rest held (one forward row per
-    source, in the replacement model)."""
-    n_sources, dtype = graph.logits.start, graph.adjacency_matrix.dtype
-    full, removed = replacement.run(), replacement.run_without(graph, [[source] for source in range(n_sources)])
-
-    def demeaned(logits):
-        return logits[:, graph.logit_tokens] - logits.mean(dim=-1, keepdim=True)
-
-    effects = torch.zeros(graph.n_nodes, n_sources, dtype=dtype)
-    effects[graph.features] = (full.features - removed.features).T
-    effects[graph.logits] = (demeaned(full.uncapped) - demeaned(removed.uncapped)).T
+    source, in the replacement model); zero where the target is a source."""
+    n_sources = graph.logits.start
+    targets = [*range(graph.n_features), *range(n_sources, graph.n_nodes)]
+    effects = torch.zeros(graph.n_nodes, n_sources, dtype=graph.adjacency_matrix.dtype)
+    effects[targets] = replacement.intervention_effects(graph, targets, range(n_sources)).to(effects)
     return effects
 
 
@@ -121,3 +116,26 @@ def measure_peak(connection, batched: bool = False) -> None:
         connection.send({"planned": plan.peak, "measured": resident("VmHWM") - base})
     except BaseException as error:  # the parent reports it
         connection.send({"error": repr(error)})
+
+
+def check_real_model_graph(model, prompt: str, n_targets: int = 3, n_edges: int = 8) -> None:
+    """A real model (norms folded) with random TopK transcoders: its replacement model gives its logits, every node
+    sums, and the strongest edges into the top logit and into the features of most input each equal an
+    intervention (circuit-tracer's tolerances: 1e-5 on logits, 1e-3 on features)."""
+    tc = random_transcoders(model, 256, architecture="topk", k=4)
+    tokens = model.to_tokens(prompt)[0]
+    graph = attribute(model, tc, tokens, batch_size=64)
+    replacement = ReplacementModel(model, tc, tokens)
+    with torch.no_grad():
+        expected = model(tokens)[0]
+    torch.testing.assert_close(replacement.run(all_positions=True).logits[0], expected, rtol=0, atol=1e-4)
+    edges = graph.adjacency_matrix
+    targets = torch.cat([torch.arange(graph.n_features), torch.arange(graph.logits.start, graph.n_nodes)])
+    torch.testing.assert_close(edges[targets].sum(1) + graph.bias[targets], graph.values[targets], rtol=0, atol=1e-4)
+    features = edges[graph.features].abs().amax(1).topk(n_targets).indices.tolist()
+    for target, atol in [(graph.logits.start, 1e-5)] + [(feature, 1e-3) for feature in features]:
+        row = edges[target, : graph.logits.start]
+        sources = row.abs().topk(n_edges).indices.tolist()
+        assert row[sources].abs().max() > 0.1, f"the edges into {graph.label(target)} are too weak to check"
+        effects = replacement.intervention_effects(graph, [target], sources)[0]
+        torch.testing.assert_close(effects, row[sources], rtol=0, atol=atol)

@@ -76,6 +76,8 @@ def test_each_batched_edge_is_an_intervention_on_its_own_prompt():
         replacement = ReplacementModel(model, tc, prompt)
         with pytest.raises(ValueError, match=f"node {graph.logits.start} is a logit node"):
             replacement.run_without(graph, [[graph.logits.start]])
+        with pytest.raises(ValueError, match="targets must be feature or logit nodes"):
+            replacement.intervention_effects(graph, [graph.errors.start], [0])
         effects = intervention_effects(replacement, graph)
         edges = graph.adjacency_matrix[:, : graph.logits.start]
         torch.testing.assert_close(edges[graph.features], effects[graph.features], rtol=0, atol=1e-3)

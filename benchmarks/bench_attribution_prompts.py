@@ -5,7 +5,7 @@ against one prompt at a time (``attribute``), timed in the same run, with the la
     python benchmarks/bench_attribution_prompts.py --n-prompts 4 --batch-size 64 --threads 2
 
 Without ``--transcoders`` each layer gets a random-init TopK transcoder (``--k`` features per position), as in
-``bench_attribution_graph.py``. The prompts are those of ``smollm2_circuits.py`` (the study of ten prompts),
+``bench_attribution_graph.py``. The prompts are those of ``real_model_circuits.py`` (the study of ten prompts),
 3 to 9 tokens long with the BOS: short prompts are where shared passes help, since a prompt alone leaves its last
 pass part empty and pays a forward of its own.
 """
@@ -21,7 +21,7 @@ from analysis.attribution_graphs.batched import length_groups, rows_per_prompt
 from interp_transformer import from_pretrained
 from interp_transformer.models.processing import fold_ln
 
-from smollm2_circuits import PROMPTS  # noqa: E402 (the study's prompts, beside this script)
+from real_model_circuits import PROMPTS  # noqa: E402 (the study's prompts, beside this script)
 
 
 def main() -> None:

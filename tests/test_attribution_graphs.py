@@ -31,6 +31,7 @@ from analysis.attribution_graphs import (
 from analysis.attribution_graphs.graph import AttributionGraph
 from analysis.attribution_graphs.pruning import compute_influence, normalize_matrix
 from interp_transformer.architectures.gemma import GemmaConfig
+from interp_transformer.components import Attention
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
 from interp_transformer.architectures.gptj import GPTJConfig
 from interp_transformer.architectures.moe import MoEConfig
@@ -337,6 +338,22 @@ def test_planned_peak_is_within_15_percent_of_the_measured_peak():
     assert "error" not in result, result
     assert result["measured"] > 80e6  # the graph is large beside the interpreter's own noise
     assert abs(result["planned"] - result["measured"]) <= 0.15 * result["measured"], result
+
+
+def test_the_replacement_models_rows_make_no_attention_scores(monkeypatch):
+    # the frozen patterns go to the attentions whole: [head, pos, pos] scores per row were most of a long graph's peak
+    model = folded("llama_gqa")
+    tc = transcoders(model, "topk")
+    replacement = ReplacementModel(model, tc, PROMPT)
+    made = []
+    original = Attention._attn_scores
+    monkeypatch.setattr(Attention, "_attn_scores", lambda self, *args: made.append(1) or original(self, *args))
+    graph = attribute(model, tc, PROMPT, batch_size=16)
+    replacement.run_without(graph, [[0], [1]])
+    assert made == [1] * model.cfg.n_layers  # only the prompt's own forward, once per layer
+    assert all(getattr(m, "given_pattern", None) is None for m in model.modules())  # nothing left behind
+    effects = intervention_effects(replacement, graph)  # and the graph is still the interventions
+    torch.testing.assert_close(graph.adjacency_matrix[graph.logits, : graph.logits.start], effects[graph.logits])
 
 
 def test_a_run_above_the_budget_is_refused_naming_estimate_and_budget():

@@ -75,6 +75,33 @@ def test_fused_and_explicit_attention_agree(dtype):
     assert with_pattern[0].shape == (2, CFG.n_heads, 9, 9)
 
 
+def test_a_given_pattern_replaces_the_scores_without_computing_them():
+    attn, generator = random_attention(torch.float64, seed=3, scale=0.3)
+    x = torch.randn(3, 7, CFG.d_model, dtype=torch.float64, generator=generator)
+    seen = {"scores": 0, "patterns": []}
+    attn.hook_attn_scores.add_hook(lambda t, hook: seen.update(scores=seen["scores"] + 1))
+    attn.hook_pattern.add_hook(lambda t, hook: seen["patterns"].append(t))
+    expected = attn(x)
+    own = seen["patterns"][0]
+    attn.given_pattern = own
+    assert not attn.uses_fused_path()
+    assert torch.equal(attn(x), expected) and seen["scores"] == 1  # the same output, and no second scores
+    other = torch.rand(1, CFG.n_heads, 7, 7, dtype=torch.float64, generator=generator)
+    attn.given_pattern = other  # one pattern for every row: z = pattern v, row by row
+    v = einops.einsum(x, attn.W_V, "b p d, h d e -> b p h e") + attn.b_V
+    z = einops.einsum(other, v, "one h q k, b k h e -> b q h e")
+    torch.testing.assert_close(attn(x), attn._combine_heads(z), rtol=0, atol=1e-12)
+    assert seen["scores"] == 1 and seen["patterns"][-1].shape == (3, CFG.n_heads, 7, 7)
+    attn.given_pattern = other[:, :, :6]
+    with pytest.raises(ValueError, match=r"given_pattern must have shape \[1 or 3, 3, 7, 7\], got \(1, 3, 6, 7\)"):
+        attn(x)
+    attn.given_pattern = None
+    attn.hook_attn_scores.remove_hooks()
+    attn.hook_pattern.remove_hooks()
+    assert attn.uses_fused_path()  # unhooked and no pattern given: the fused kernel again
+    torch.testing.assert_close(attn(x), expected, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_projections_equal_the_per_head_einsum(dtype):
     attn, generator = random_attention(dtype, seed=2, scale=1.0)

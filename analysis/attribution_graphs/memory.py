@@ -13,8 +13,9 @@ At its peak ``attribute`` holds, with ``s`` the model's bytes per value, ``L`` l
                and a three-row run of the replacement model (the tensors autograd still holds once the
                forward is done, the leaves, the tensors the targets read), so it holds for any
                architecture without a formula of its own
-``backward``   ``B`` times the larger of two working sets: the forward's at one layer (its attention
-               scores, and the query-sized tensors attention makes and drops) and a backward pass's (the
+``backward``   ``B`` times the larger of two working sets: the forward's at one layer (the query-sized
+               tensors attention makes and drops; no scores, as each attention takes its frozen pattern
+               whole) and a backward pass's (the
                sources' gradients, ``(L + 1) pos d_model s``, plus autograd's gradient of the stream on its
                way or the tensors that turn gradients into edges: a row of edges, one ``[pos, d_model]``
                product, the ``[pos, n]`` products of the features at each position)
@@ -32,7 +33,8 @@ backward`` (``device_peak``), and that is the ``peak`` a budget is checked again
 allocates its graph (``MemoryBudgetError``, naming both). Weights are not counted: they exist already.
 On the shapes ``tests/test_attribution_graphs.py`` and ``benchmarks/bench_attribution_graph.py`` measure, the
 plan is within 5% of the peak of resident memory; on an H200 (``benchmarks/attribution_on_device.py``, 1,024 to
-4,096 tokens) ``device_peak`` is within 2% of the device's peak of allocated memory.
+4,096 tokens) ``device_peak`` was within 2% of the device's peak of allocated memory when every row still made
+its attention scores (two ``[head, pos, pos]`` per row, counted then).
 """
 
 import weakref
@@ -46,7 +48,6 @@ from interp_transformer.harvest.budget import format_bytes
 from .replacement import ReplacementModel
 
 FORWARD_QUERIES = 7  # query-sized tensors one attention forward holds at once, at most (see plan_for)
-FORWARD_SCORES = 2  # [head, pos, pos] tensors one attention forward holds at once: the masked scores and their softmax
 BACKWARD_STREAMS = 2  # [pos, d_model] gradients autograd holds at once in a backward pass of the frozen model
 
 
@@ -162,12 +163,12 @@ def plan_for(
     held += [replacement.errors, replacement.embed, replacement.logits]
     prompt = sum(t.numel() for t in held) * itemsize + writes + F * d * itemsize
     graph = batch_size * _graph_per_row(replacement)
-    # the forward's working set at one layer, per row: its attention scores (one [head, pos, pos]) and the query-,
-    # key- and value-sized tensors attention makes and drops (projections, rotations, keys and values repeated per
-    # query head): FORWARD_QUERIES at most, measured on GPT-2 (4) and Llama with grouped keys and rotary (7)
-    pattern = max((replacement.frozen[name][0].numel() for name in replacement.pattern_names), default=0)
+    # the forward's working set at one layer, per row: the query-, key- and value-sized tensors attention makes and
+    # drops (projections, rotations, values repeated per query head): FORWARD_QUERIES at most, measured on GPT-2 (4)
+    # and Llama with grouped keys and rotary (7). No [head, pos, pos] scores: each attention takes its frozen
+    # pattern whole (``given_pattern``) and makes none
     queries = max((t[0].numel() for name, t in replacement.frozen.items() if name.endswith(("_q", "_k"))), default=0)
-    forward_work = (FORWARD_SCORES * pattern + FORWARD_QUERIES * queries) * itemsize
+    forward_work = FORWARD_QUERIES * queries * itemsize
     # a backward pass: the sources' gradients, and the larger of autograd's working set (the stream's gradient on
     # its way, BACKWARD_STREAMS of them) and of turning gradients into edges: a row of edges, one [pos, d_model]
     # product, and the [pos, n] products of the features at each position

@@ -227,10 +227,17 @@ class ReplacementModel:
                 slot.part.register_forward_pre_hook(one_row.before),
                 slot.part.register_forward_hook(one_row.after),
             ]
+        # attentions that take a pattern whole get it, so that no row makes the scores the frozen pattern replaces
+        takers = [m for m in self.model.modules() if hasattr(m, "given_pattern") and hasattr(m, "hook_pattern")]
+        takers = [m for m in takers if m.hook_pattern.name in frozen]
         try:
+            for module in takers:
+                module.given_pattern = frozen[module.hook_pattern.name]
             with _weights_frozen(self.model), self.model.hooks(hooks):
                 yield inputs
         finally:
+            for module in takers:
+                module.given_pattern = None
             for handle in handles:
                 handle.remove()
 

@@ -62,6 +62,9 @@ class Attention(HeadWrites, nn.Module):
 
           pattern = softmax([attn_scores, sink])[..., :-1]
 
+    - ``given_pattern`` (an attribute, ``None`` by default): a pattern ``[1 or batch, head_index, query_pos,
+      key_pos]`` used in place of ``softmax(attn_scores)``, whose scores are then not computed (an attribution
+      graph's replacement model freezes its patterns so); ``hook_pattern`` still fires.
     - ``n_key_value_heads`` (grouped-query attention, default ``n_heads``): each key/value head
       serves ``n_heads / n_key_value_heads`` consecutive query heads. Keys and values are stored
       once per key/value head, as TransformerLens' ``_W_K``, ``_W_V``, ``_b_K``, ``_b_V``
@@ -120,6 +123,7 @@ class Attention(HeadWrites, nn.Module):
         self.masks = nn.ModuleList(masks if masks is not None else (CausalMask(), PaddingMask()))
         self.rotary = rotary
         self.use_fused_attention = True  # set False to always run the explicit path
+        self.given_pattern: Optional[Tensor] = None  # [1 or batch, head, q, k], used in place of softmax(scores)
         # hooks and hooked parts in the order they fire
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
@@ -198,7 +202,8 @@ class Attention(HeadWrites, nn.Module):
 
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""
-        return self.uses_fast_kernels() and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks())
+        observed = self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()
+        return self.uses_fast_kernels() and not observed and self.given_pattern is None
 
     @shape_checked
     def forward(
@@ -269,13 +274,15 @@ class Attention(HeadWrites, nn.Module):
         return einops.repeat(t, "batch key_pos kv_head d_head -> batch key_pos (kv_head group) d_head", group=group)
 
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        k, v = self._per_query_head_keys(k), self._per_query_head_keys(v)
-        attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
-        if self.sinks is None:
-            pattern = self.hook_pattern(attn_scores.softmax(dim=-1))
-        else:  # the sink's logit joins the softmax as one more column, dropped after it
-            sink = self.sinks(q.shape[0], q.shape[1], attn_scores.dtype)
-            pattern = self.hook_pattern(self.sinks.softmax(attn_scores, sink))
+        if self.given_pattern is None:
+            pattern = self.hook_pattern(self._pattern(q, self._per_query_head_keys(k), layout))
+        else:  # a pattern given whole (a replacement model's, frozen): no scores are made
+            expected = (q.shape[0], self.n_heads, q.shape[1], k.shape[1])
+            given = tuple(self.given_pattern.shape)
+            if len(given) != 4 or given[0] not in (1, expected[0]) or given[1:] != expected[1:]:
+                raise ValueError(f"given_pattern must have shape [1 or {', '.join(map(str, expected))}], got {given}")
+            pattern = self.hook_pattern(self.given_pattern.expand(q.shape[0], -1, -1, -1))
+        v = self._per_query_head_keys(v)
         if pattern.shape[0] > 1 and pattern.stride(0) == 0:  # one pattern shared by every row (an expanded one):
             pattern = pattern[:1]  # broadcast it, rather than let the product copy it for each row
         return einops.einsum(
@@ -283,6 +290,14 @@ class Attention(HeadWrites, nn.Module):
             v,
             "batch head_index query_pos key_pos, batch key_pos head_index d_head -> batch query_pos head_index d_head",
         )
+
+    def _pattern(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
+        """``softmax(attn_scores)`` over the keys (``hook_attn_scores``); with sinks, their logit one more column."""
+        attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
+        if self.sinks is None:
+            return attn_scores.softmax(dim=-1)
+        sink = self.sinks(q.shape[0], q.shape[1], attn_scores.dtype)  # joins the softmax, dropped after it
+        return self.sinks.softmax(attn_scores, sink)
 
     def _attn_scores(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
         """``q k^T * scale (+ score_bias)``, ``-inf`` where a mask disallows the key (``k`` per query head)."""

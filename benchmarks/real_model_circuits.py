@@ -1,7 +1,9 @@
-"""Attribution graphs on the real SmolLM2-135M with trained transcoders: one prompt read closely, ten scored.
+"""Attribution graphs on a real model with trained transcoders: one prompt read closely, ten scored.
 
     interp-transformer train-transcoders --model smollm2-135m --out smollm2-transcoders   # about 33 minutes, 2 cores
-    python benchmarks/smollm2_circuits.py --transcoders smollm2-transcoders [--out results.json]
+    python benchmarks/real_model_circuits.py --transcoders smollm2-transcoders [--out results.json]
+    interp-transformer train-transcoders --model gemma3-270m --out gemma3-transcoders
+    python benchmarks/real_model_circuits.py --model gemma3-270m --transcoders gemma3-transcoders
 
 1. "The capital of France is": the graph (every active feature a node), pruned; the kept features of most
    influence on the logits, each with its top activations over the reference corpus and its logit effects (the
@@ -174,14 +176,15 @@ def scores(model, transcoders, batch_size: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--transcoders", type=Path, required=True)
+    parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m, gemma3-270m or any source")
+    parser.add_argument("--transcoders", type=Path, required=True, help="trained on --model")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--ablate", type=int, default=8, help="features of the top path to ablate")
     parser.add_argument("--contexts", type=int, default=256, help="reference-corpus contexts for the dashboards")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--no-scores", action="store_true", help="only the close reading (sections 1 and 2)")
     args = parser.parse_args()
-    model = fold_ln(from_pretrained("smollm2-135m"))
+    model = fold_ln(from_pretrained(args.model))
     transcoders = load_transcoders(args.transcoders)
     record = training_record(args.transcoders)
     start = time.perf_counter()

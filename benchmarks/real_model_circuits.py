@@ -5,14 +5,14 @@
     interp-transformer train-transcoders --model gemma3-270m --out gemma3-transcoders
     python benchmarks/real_model_circuits.py --model gemma3-270m --transcoders gemma3-transcoders
 
-1. "The capital of France is": the graph (every active feature a node), pruned; the kept features of most
-   influence on the logits, each with its top activations over the reference corpus and its logit effects (the
-   view's dashboards, ``feature_info_from``), and where the top logit's input comes from.
+1. "The capital of France is" (or ``--prompt``): the graph (every active feature a node), pruned; the kept
+   features of most influence on the logits, each with its top activations over the reference corpus and its
+   logit effects (the view's dashboards, ``feature_info_from``), and where the top logit's input comes from.
 2. Two ablations in the running model (``edit_features``: errors kept, everything downstream recomputed): the
-   ``--ablate`` kept features with the largest direct effect on the top logit, and every feature at the subject's
-   position (' France'). For each, the graph's prediction of every logit node's change (its direct effects, exact
-   in the replacement model, where features do not recompute, and checked there), beside the model's change and
-   its answer before and after.
+   ``--ablate`` kept features with the largest direct effect on the top logit, and every feature at the
+   subject's position (' France', or ``--subject``). For each, the graph's prediction of every logit node's
+   change (its direct effects, exact in the replacement model, where features do not recompute, and checked
+   there), beside the model's change and its answer before and after.
 3. Ten prompts (factual recall, two-hop recall, sequences, indirect objects, code): each graph's replacement
    and completeness scores, and whether the model gets the answer, with the transcoders' quality
    (``training.json``).
@@ -22,6 +22,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -99,8 +100,9 @@ def ablation(model, transcoders, graph, nodes: list[int]) -> dict:
     }
 
 
-def study(model, transcoders, graph, n_ablate: int, n_contexts: int) -> dict:
-    """Sections 1 and 2 of the module docstring."""
+def study(model, transcoders, graph, n_ablate: int, n_contexts: int, subject: Optional[str] = None) -> dict:
+    """Sections 1 and 2 of the module docstring; ``subject`` is the token whose features the second ablation removes
+    (its last occurrence; default: the token before the last, ' France' in the default prompt)."""
     pruned = prune_graph(graph)
     influence = node_influence(graph)
     features = torch.arange(graph.n_features)
@@ -126,7 +128,12 @@ def study(model, transcoders, graph, n_ablate: int, n_contexts: int) -> dict:
                 "top_logits": page["top_logits"],
             }
         )
-    subject = len(graph.str_tokens) - 2  # the token before the last: ' France'
+    if subject is None:
+        subject = len(graph.str_tokens) - 2
+    elif subject in graph.str_tokens:
+        subject = len(graph.str_tokens) - 1 - graph.str_tokens[::-1].index(subject)
+    else:
+        raise ValueError(f"--subject {subject!r} is not a token of the prompt: {graph.str_tokens}")
     at_subject = features[graph.active_features[:, 1] == subject].tolist()
     errors = graph.adjacency_matrix[graph.logits.start, graph.errors]
     return {
@@ -179,6 +186,8 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m, gemma3-270m or any source")
     parser.add_argument("--transcoders", type=Path, required=True, help="trained on --model")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--prompt", default=PROMPT, help="the prompt read closely (sections 1 and 2)")
+    parser.add_argument("--subject", help="its token whose features are ablated (default: the one before the last)")
     parser.add_argument("--ablate", type=int, default=8, help="features of the top path to ablate")
     parser.add_argument("--contexts", type=int, default=256, help="reference-corpus contexts for the dashboards")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -188,9 +197,10 @@ def main() -> None:
     transcoders = load_transcoders(args.transcoders)
     record = training_record(args.transcoders)
     start = time.perf_counter()
-    graph = attribute(model, transcoders, model.to_tokens(PROMPT)[0], batch_size=args.batch_size)
-    print(f"graph of {PROMPT!r} in {time.perf_counter() - start:.1f} s", flush=True)
-    result = {"transcoders": record, "study": study(model, transcoders, graph, args.ablate, args.contexts)}
+    graph = attribute(model, transcoders, model.to_tokens(args.prompt)[0], batch_size=args.batch_size)
+    print(f"graph of {args.prompt!r} in {time.perf_counter() - start:.1f} s", flush=True)
+    close_reading = study(model, transcoders, graph, args.ablate, args.contexts, args.subject)
+    result = {"transcoders": record, "study": close_reading}
     print(json.dumps(result["study"], indent=1, ensure_ascii=False), flush=True)
     if not args.no_scores:
         result["scores"] = scores(model, transcoders, args.batch_size)

@@ -8,6 +8,7 @@ value, the replacement model's logits against the model's own.
 import json
 import multiprocessing
 import sys
+import threading
 
 import plotly.graph_objects as go
 import pytest
@@ -354,6 +355,30 @@ def test_the_replacement_models_rows_make_no_attention_scores(monkeypatch):
     assert all(getattr(m, "given_pattern", None) is None for m in model.modules())  # nothing left behind
     effects = intervention_effects(replacement, graph)  # and the graph is still the interventions
     torch.testing.assert_close(graph.adjacency_matrix[graph.logits, : graph.logits.start], effects[graph.logits])
+
+
+def test_another_thread_runs_the_model_unchanged_while_a_replacement_model_runs():
+    # the frozen patterns and the one-row MLPs are the replacing thread's: a second thread's forward is the model's
+    model = folded("llama_gqa")
+    replacement = ReplacementModel(model, transcoders(model, "topk"), PROMPT)
+    other = torch.tensor([[4, 8, 1, 3], [2, 2, 9, 5]])
+    with torch.no_grad():
+        expected = model(other)
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def replace() -> None:
+        with replacement.backward_pass(3):
+            inside.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=replace)
+    thread.start()
+    assert inside.wait(30)
+    with torch.no_grad():
+        seen["other"] = model(other)
+    release.set()
+    thread.join()
+    torch.testing.assert_close(seen["other"], expected, rtol=0, atol=0)
 
 
 def test_a_run_above_the_budget_is_refused_naming_estimate_and_budget():

@@ -5,6 +5,8 @@ Fused attention and fused LayerNorm run only while nobody observes what they ski
 shape checks remember verdicts. Each is checked here against the explicit formula.
 """
 
+import threading
+
 import einops
 import pytest
 import torch
@@ -83,23 +85,51 @@ def test_a_given_pattern_replaces_the_scores_without_computing_them():
     attn.hook_pattern.add_hook(lambda t, hook: seen["patterns"].append(t))
     expected = attn(x)
     own = seen["patterns"][0]
-    attn.given_pattern = own
-    assert not attn.uses_fused_path()
-    assert torch.equal(attn(x), expected) and seen["scores"] == 1  # the same output, and no second scores
+    with attn.pattern_given(own):
+        assert not attn.uses_fused_path() and attn.given_pattern is own
+        assert torch.equal(attn(x), expected) and seen["scores"] == 1  # the same output, and no second scores
     other = torch.rand(1, CFG.n_heads, 7, 7, dtype=torch.float64, generator=generator)
-    attn.given_pattern = other  # one pattern for every row: z = pattern v, row by row
     v = einops.einsum(x, attn.W_V, "b p d, h d e -> b p h e") + attn.b_V
     z = einops.einsum(other, v, "one h q k, b k h e -> b q h e")
-    torch.testing.assert_close(attn(x), attn._combine_heads(z), rtol=0, atol=1e-12)
+    with attn.pattern_given(other):  # one pattern for every row: z = pattern v, row by row
+        torch.testing.assert_close(attn(x), attn._combine_heads(z), rtol=0, atol=1e-12)
+        with pytest.raises(RuntimeError, match="already has a pattern given"), attn.pattern_given(own):
+            pass
     assert seen["scores"] == 1 and seen["patterns"][-1].shape == (3, CFG.n_heads, 7, 7)
-    attn.given_pattern = other[:, :, :6]
-    with pytest.raises(ValueError, match=r"given_pattern must have shape \[1 or 3, 3, 7, 7\], got \(1, 3, 6, 7\)"):
+    with (
+        attn.pattern_given(other[:, :, :6]),
+        pytest.raises(
+            ValueError, match=r"pattern_given: the pattern must have shape \[1 or 3, 3, 7, 7\], got \(1, 3, 6, 7\)"
+        ),
+    ):
         attn(x)
-    attn.given_pattern = None
+    assert attn.given_pattern is None
     attn.hook_attn_scores.remove_hooks()
     attn.hook_pattern.remove_hooks()
     assert attn.uses_fused_path()  # unhooked and no pattern given: the fused kernel again
     torch.testing.assert_close(attn(x), expected, rtol=0, atol=1e-12)
+
+
+def test_a_given_pattern_is_the_giving_threads_only():
+    attn, generator = random_attention(torch.float64, seed=4, scale=0.3)
+    x = torch.randn(2, 5, CFG.d_model, dtype=torch.float64, generator=generator)
+    expected = attn(x)
+    given, release, seen = threading.Event(), threading.Event(), {}
+
+    def give() -> None:
+        with attn.pattern_given(torch.full((1, CFG.n_heads, 5, 5), 0.2, dtype=torch.float64)):
+            seen["giver"] = attn(x)
+            given.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=give)
+    thread.start()
+    assert given.wait(30)
+    seen["other"] = attn(x)  # while the other thread holds its pattern
+    release.set()
+    thread.join()
+    assert not torch.allclose(seen["giver"], expected)
+    torch.testing.assert_close(seen["other"], expected, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

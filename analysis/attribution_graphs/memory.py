@@ -166,7 +166,7 @@ def plan_for(
     # the forward's working set at one layer, per row: the query-, key- and value-sized tensors attention makes and
     # drops (projections, rotations, values repeated per query head): FORWARD_QUERIES at most, measured on GPT-2 (4)
     # and Llama with grouped keys and rotary (7). No [head, pos, pos] scores: each attention takes its frozen
-    # pattern whole (``given_pattern``) and makes none
+    # pattern whole (``Attention.pattern_given``) and makes none
     queries = max((t[0].numel() for name, t in replacement.frozen.items() if name.endswith(("_q", "_k"))), default=0)
     forward_work = FORWARD_QUERIES * queries * itemsize
     # a backward pass: the sources' gradients, and the larger of autograd's working set (the stream's gradient on

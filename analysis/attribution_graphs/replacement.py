@@ -24,6 +24,7 @@ sources as leaves of a graph whose gradients give direct effects (``attribute``)
 """
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -228,16 +229,14 @@ class ReplacementModel:
                 slot.part.register_forward_hook(one_row.after),
             ]
         # attentions that take a pattern whole get it, so that no row makes the scores the frozen pattern replaces
-        takers = [m for m in self.model.modules() if hasattr(m, "given_pattern") and hasattr(m, "hook_pattern")]
-        takers = [m for m in takers if m.hook_pattern.name in frozen]
+        takers = [m for m in self.model.modules() if hasattr(m, "pattern_given") and hasattr(m, "hook_pattern")]
         try:
-            for module in takers:
-                module.given_pattern = frozen[module.hook_pattern.name]
-            with _weights_frozen(self.model), self.model.hooks(hooks):
-                yield inputs
+            with contextlib.ExitStack() as given:
+                for module in (m for m in takers if m.hook_pattern.name in frozen):
+                    given.enter_context(module.pattern_given(frozen[module.hook_pattern.name]))
+                with _weights_frozen(self.model), self.model.hooks(hooks):
+                    yield inputs
         finally:
-            for module in takers:
-                module.given_pattern = None
             for handle in handles:
                 handle.remove()
 
@@ -390,16 +389,21 @@ class FeatureWrites:
 
 
 class _OneRow:
-    """A part's forward on the first row of its input, detached, its output broadcast back over the rows."""
+    """A part's forward on the first row of its input, detached, its output broadcast back over the rows; in the
+    thread that made it only (another thread running the model meanwhile runs the part as it is)."""
 
     def __init__(self) -> None:
-        self.rows = 1
+        self.rows, self.thread = 1, threading.get_ident()
 
     def before(self, module, args):
+        if threading.get_ident() != self.thread:
+            return None
         self.rows = args[0].shape[0]
         return (args[0][:1].detach(),) + tuple(args[1:])
 
     def after(self, module, args, output):
+        if threading.get_ident() != self.thread:
+            return None
         return output.expand(self.rows, *output.shape[1:])
 
 

@@ -1,5 +1,7 @@
+import contextlib
 import math
-from typing import Optional, Sequence
+import threading
+from typing import Iterator, Optional, Sequence
 
 import einops
 import torch
@@ -23,6 +25,8 @@ from .head_projection import (
 from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 from .writers import HeadWrites
+
+_GIVEN = threading.local()  # .patterns: {attention: pattern} given in this thread (Attention.pattern_given)
 
 GROUPED_WEIGHTS = ("W_K", "W_V", "b_K", "b_V")  # stored once per key/value head
 
@@ -62,9 +66,10 @@ class Attention(HeadWrites, nn.Module):
 
           pattern = softmax([attn_scores, sink])[..., :-1]
 
-    - ``given_pattern`` (an attribute, ``None`` by default): a pattern ``[1 or batch, head_index, query_pos,
-      key_pos]`` used in place of ``softmax(attn_scores)``, whose scores are then not computed (an attribution
-      graph's replacement model freezes its patterns so); ``hook_pattern`` still fires.
+    - ``with attention.pattern_given(pattern)``: in this thread's forwards, a pattern ``[1 or batch,
+      head_index, query_pos, key_pos]`` used in place of ``softmax(attn_scores)``, whose scores are then not
+      computed (an attribution graph's replacement model freezes its patterns so); ``hook_pattern`` still
+      fires. Other threads running the same model are not affected.
     - ``n_key_value_heads`` (grouped-query attention, default ``n_heads``): each key/value head
       serves ``n_heads / n_key_value_heads`` consecutive query heads. Keys and values are stored
       once per key/value head, as TransformerLens' ``_W_K``, ``_W_V``, ``_b_K``, ``_b_V``
@@ -123,7 +128,6 @@ class Attention(HeadWrites, nn.Module):
         self.masks = nn.ModuleList(masks if masks is not None else (CausalMask(), PaddingMask()))
         self.rotary = rotary
         self.use_fused_attention = True  # set False to always run the explicit path
-        self.given_pattern: Optional[Tensor] = None  # [1 or batch, head, q, k], used in place of softmax(scores)
         # hooks and hooked parts in the order they fire
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
@@ -200,6 +204,24 @@ class Attention(HeadWrites, nn.Module):
         """
         return self.use_fused_attention
 
+    @property
+    def given_pattern(self) -> Optional[Tensor]:
+        """The pattern this thread's forwards use in place of ``softmax(attn_scores)`` (``pattern_given``), or None."""
+        return getattr(_GIVEN, "patterns", {}).get(self)
+
+    @contextlib.contextmanager
+    def pattern_given(self, pattern: Tensor) -> Iterator[None]:
+        """Within the block, this thread's forwards use ``pattern`` ``[1 or batch, head_index, query_pos, key_pos]``
+        in place of ``softmax(attn_scores)`` and compute no scores (see the class docstring)."""
+        patterns = _GIVEN.__dict__.setdefault("patterns", {})
+        if self in patterns:
+            raise RuntimeError("this attention already has a pattern given in this thread")
+        patterns[self] = pattern
+        try:
+            yield
+        finally:
+            del patterns[self]
+
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""
         observed = self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()
@@ -274,14 +296,17 @@ class Attention(HeadWrites, nn.Module):
         return einops.repeat(t, "batch key_pos kv_head d_head -> batch key_pos (kv_head group) d_head", group=group)
 
     def _explicit_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
-        if self.given_pattern is None:
+        given = self.given_pattern
+        if given is None:
             pattern = self.hook_pattern(self._pattern(q, self._per_query_head_keys(k), layout))
         else:  # a pattern given whole (a replacement model's, frozen): no scores are made
             expected = (q.shape[0], self.n_heads, q.shape[1], k.shape[1])
-            given = tuple(self.given_pattern.shape)
-            if len(given) != 4 or given[0] not in (1, expected[0]) or given[1:] != expected[1:]:
-                raise ValueError(f"given_pattern must have shape [1 or {', '.join(map(str, expected))}], got {given}")
-            pattern = self.hook_pattern(self.given_pattern.expand(q.shape[0], -1, -1, -1))
+            shape = tuple(given.shape)
+            if len(shape) != 4 or shape[0] not in (1, expected[0]) or shape[1:] != expected[1:]:
+                raise ValueError(
+                    f"pattern_given: the pattern must have shape [1 or {', '.join(map(str, expected))}], got {shape}"
+                )
+            pattern = self.hook_pattern(given.expand(q.shape[0], -1, -1, -1))
         v = self._per_query_head_keys(v)
         if pattern.shape[0] > 1 and pattern.stride(0) == 0:  # one pattern shared by every row (an expanded one):
             pattern = pattern[:1]  # broadcast it, rather than let the product copy it for each row

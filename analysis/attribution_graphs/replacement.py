@@ -126,6 +126,9 @@ class ReplacementModel:
         self.n_layers = len(self.layers)
         self.embed_hook = model.act_name("resid_pre", 0)
         self.frozen_names, self.pattern_names = frozen_hook_names(model)
+        # the attentions that take their frozen pattern whole (``pattern_given``), so that no row makes the scores
+        # the pattern replaces; by pattern hook
+        self.pattern_parts = {m.hook_pattern.name: m for m in model.modules() if hasattr(m, "pattern_given")}
         names = set(self.frozen_names) | {self.embed_hook}
         names |= {layer.reads for layer in self.layers} | {layer.writes for layer in self.layers}
         with torch.no_grad():
@@ -220,25 +223,17 @@ class ReplacementModel:
         hooks = [(name, freeze) for name in self.frozen_names] + [(self.embed_hook, lambda act, hook: embed)]
         for layer in self.layers:
             hooks += [(layer.reads, keep(layer.layer)), (layer.writes, replace(layer.layer))]
-        # the MLPs' own outputs are replaced: they run on one row, detached, so autograd keeps nothing of them
-        handles = []
-        for slot in self.slots:
-            one_row = _OneRow()
-            handles += [
-                slot.part.register_forward_pre_hook(one_row.before),
-                slot.part.register_forward_hook(one_row.after),
-            ]
-        # attentions that take a pattern whole get it, so that no row makes the scores the frozen pattern replaces
-        takers = [m for m in self.model.modules() if hasattr(m, "pattern_given") and hasattr(m, "hook_pattern")]
-        try:
-            with contextlib.ExitStack() as given:
-                for module in (m for m in takers if m.hook_pattern.name in frozen):
-                    given.enter_context(module.pattern_given(frozen[module.hook_pattern.name]))
-                with _weights_frozen(self.model), self.model.hooks(hooks):
-                    yield inputs
-        finally:
-            for handle in handles:
-                handle.remove()
+        with contextlib.ExitStack() as stack:
+            # the MLPs' own outputs are replaced: they run on one row, detached, so autograd keeps nothing of them
+            for slot in self.slots:
+                one_row = _OneRow()
+                stack.callback(slot.part.register_forward_pre_hook(one_row.before).remove)
+                stack.callback(slot.part.register_forward_hook(one_row.after).remove)
+            for name, part in self.pattern_parts.items():
+                stack.enter_context(part.pattern_given(frozen[name]))
+            stack.enter_context(_weights_frozen(self.model))
+            stack.enter_context(self.model.hooks(hooks))
+            yield inputs
 
     def _forward(self, rows: int, tokens: Optional[Tensor] = None) -> Tensor:
         """The final norm's output ``[rows, pos, d_model]`` (scale frozen), inside ``_frozen_forward``; ``tokens``
@@ -326,13 +321,17 @@ class ReplacementModel:
         kinds = {node: graph.kind(node) for node in targets}
         if any(kind not in ("feature", "logit") for kind in kinds.values()):
             raise ValueError(f"targets must be feature or logit nodes, got {kinds}")
-        features = [int(graph.selected_features[node]) for node in targets if kinds[node] == "feature"]
-        tokens = [int(graph.logit_tokens[node - graph.logits.start]) for node in targets if kinds[node] == "logit"]
 
         def values(run: ReplacementRun) -> Tensor:
-            logits = run.uncapped[:, tokens] - run.uncapped.mean(dim=-1, keepdim=True)
-            by_kind = {"feature": iter(run.features[:, features].T), "logit": iter(logits.T)}
-            return torch.stack([next(by_kind[kinds[node]]) for node in targets])
+            mean = run.uncapped.mean(dim=-1)
+            return torch.stack(
+                [
+                    run.features[:, int(graph.selected_features[node])]
+                    if kinds[node] == "feature"
+                    else run.uncapped[:, int(graph.logit_tokens[node - graph.logits.start])] - mean
+                    for node in targets
+                ]
+            )
 
         return values(self.run()) - values(self.run_without(graph, [[source] for source in sources]))
 

@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..models.shape_checks import shape_checked
 from .gguf_architectures import GGUF_ARCHITECTURES, GGUFArchitecture, hf_config_fields
+from .gguf_consistency import check_header
 from .gguf_format import GGUFHeader, TensorInfo, check_supported_type, read_header, read_tensor
 from .gguf_tokenizer import tokenizer_from_gguf_metadata
 from .sources import LazyStateDict
@@ -102,10 +103,12 @@ def _transformers_class(name: str):
 
 
 def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
+    from huggingface_hub.errors import StrictDataclassError  # transformers' config validators raise it
+
     fields = hf_config_fields(header.metadata, header.tensors, arch, header.path)
     try:
         return _transformers_class(spec.config_class)(**fields)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, StrictDataclassError) as error:
         raise ValueError(f"the metadata of {header.path} does not make a valid {spec.config_class}: {error}") from error
 
 
@@ -174,6 +177,8 @@ def read_gguf(
 
     Reads the header and checks everything before any weight is read: the
     architecture (``GGUF_ARCHITECTURES``), every tensor's type (``SUPPORTED_TYPES``),
+    the metadata against the tensor shapes (``gguf_consistency.check_header``: the block
+    count, widths and head counts, before a config is built from them), every tensor's
     name and shape (against ``model_class`` built on the meta device from
     ``hf_config``), and that the file holds every tensor's bytes. Each problem is a
     ``ValueError`` that names it. ``dtype``: the floating dtype tensors are cast to
@@ -193,6 +198,7 @@ def read_gguf(
     for info in header.tensors.values():
         check_supported_type(info)
     names = _hf_names(header, spec)
+    check_header(header, arch)  # before anything is built from the header: a block_count of 10**9 builds nothing
     hf_config = _hf_config(header, arch, spec)
     shapes = {name: _stored_shape(header, spec, gguf_names) for name, gguf_names in names.items()}
     model = build_on_meta(lambda: _transformers_class(spec.model_class)(hf_config))

@@ -397,11 +397,7 @@ def hf_config_fields(metadata: Mapping[str, Any], tensors: Mapping[str, Any], ar
     head_dim = metadata_int(metadata, key("attention.key_length"), hidden // heads)
     if "token_embd.weight" not in tensors:
         raise ValueError(f"{path} has no token_embd.weight, so the vocabulary size is unknown")
-    vocab = tensors["token_embd.weight"].shape[0]
-    if metadata.get(key("vocab_size"), vocab) != vocab:
-        raise ValueError(
-            f"{key('vocab_size')}={metadata[key('vocab_size')]} disagrees with token_embd.weight's {vocab} rows"
-        )
+    vocab = tensors["token_embd.weight"].shape[0]  # vocab_size, where the file has it, agrees (gguf_consistency)
     token_ids = {name: metadata.get(f"tokenizer.ggml.{gguf}") for name, gguf in SPECIAL_TOKEN_IDS.items()}
     for name, token_id in token_ids.items():
         if token_id is not None and (not isinstance(token_id, int) or not 0 <= token_id < vocab):

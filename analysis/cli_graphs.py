@@ -22,13 +22,17 @@ def _folded(source: str):
 
 
 def cmd_train_transcoders(args: argparse.Namespace) -> int:
+    from interp_transformer.harvest.corpus import as_corpus
+
     from .attribution_graphs.training import TranscoderTrainingConfig, reference_corpus, train_transcoders
 
     fields = {field.name for field in dataclasses.fields(TranscoderTrainingConfig)}
     given = {key: value for key, value in vars(args).items() if key in fields and value is not None}
     config = TranscoderTrainingConfig(**given)
+    source = reference_corpus()
+    if args.corpus:  # the files' text through the harvest's reader, as train-sae reads it; before the model loads
+        source = as_corpus(list(args.corpus), args.text_field, allow_empty_files=False)
     model = _folded(args.model)
-    source = [str(path) for path in args.corpus] if args.corpus else reference_corpus()
     kind = "a cross-layer transcoder" if config.cross_layer else "one transcoder per layer"
     print(f"training {kind} on {args.model}: {config}", file=sys.stderr)
     trained = train_transcoders(model, source, config, progress=not args.no_progress)
@@ -54,7 +58,15 @@ def add_train_transcoders_parser(commands) -> None:
     )
     train.add_argument("--model", required=True, metavar="SOURCE", help="e.g. smollm2-135m")
     train.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the transcoders")
-    train.add_argument("--corpus", nargs="+", type=Path, metavar="PATH", help=".txt or .jsonl files")
+    train.add_argument(
+        "--corpus",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help=".txt files (one document each) or .jsonl files (one document per line), all of one kind "
+        "(default: the Python language reference)",
+    )
+    train.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
     train.add_argument("--cross-layer", action="store_true", default=None, help="train a cross-layer transcoder")
     train.add_argument("--reads", choices=("input", "stream"), help=f"default: {default.reads}")
     for name, help_text in (

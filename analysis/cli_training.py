@@ -83,6 +83,7 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
 
 
 def cmd_train_sae(args: argparse.Namespace) -> int:
+    from interp_transformer.harvest.corpus import as_corpus
     from interp_transformer.sae.data import token_batches
     from interp_transformer.sae.train import SAETrainingConfig, train_sae
 
@@ -90,6 +91,8 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
         raise UserError("give the activations' source once: --corpus FILE ... (with --model) or --harvest DIR")
     if args.corpus is not None and args.model is None:
         raise UserError("--corpus needs --model SOURCE: the model runs over the text to give the activations")
+    # the files through the harvest's reader, as train-transcoders reads them; checked before the model loads
+    corpus = as_corpus(list(args.corpus), args.text_field, allow_empty_files=False) if args.corpus else None
     model = load_model(args.model)[0] if args.model is not None else None
     config = SAETrainingConfig(
         hook_name=args.hook,
@@ -107,10 +110,10 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
     )
     data = args.harvest
-    if args.corpus is not None:
+    if corpus is not None:
         data = token_batches(
             model,
-            list(args.corpus),
+            corpus,
             batch_size=config.model_batch_size,
             context_length=args.context_length,
             bos_token_id=args.bos_token_id,

@@ -8,6 +8,9 @@ corpora tokenized beforehand). Sources:
 - text files, one document per file (``.txt``, read as UTF-8);
 - a JSONL file, one document per line, taken from the field ``text_field``
   (a string, or a list of token ids);
+  a missing file or a line without the field is a named error (``FileNotFoundError``,
+  ``KeyError``); so is an empty file (or a JSONL file of blank lines) with
+  ``allow_empty_files=False``, as the trainers read; ``harvest`` reads it as no document;
 - a Hugging Face ``datasets`` dataset: an in-memory ``datasets.Dataset``, a folder
   written by ``save_to_disk`` (read with ``datasets.load_from_disk``), or local
   files read with ``datasets.load_dataset("json" | "text", data_files=...)``,
@@ -15,6 +18,10 @@ corpora tokenized beforehand). Sources:
 
 The order of documents is the order of the files given and of the lines or rows
 in them; it fixes the global context index.
+
+Paths are ``pathlib.Path`` objects (or one ``str``); a list of ``str`` is documents, so a list
+of ``str`` that all name existing files is refused rather than taken as text (the text
+would be the file names).
 """
 
 import json
@@ -45,14 +52,19 @@ class Corpus:
         return cls(f"{description} ({len(documents)})", lambda: iter(documents))
 
     @classmethod
-    def from_text_files(cls, paths: Sequence[Union[str, Path]]) -> "Corpus":
-        paths = [_existing_file(p) for p in paths]
+    def from_text_files(cls, paths: Sequence[Union[str, Path]], allow_empty_files: bool = True) -> "Corpus":
+        paths = [_existing_file(p, allow_empty_files) for p in paths]
         return cls(f"text files {[str(p) for p in paths]}", lambda: (p.read_text(encoding="utf-8") for p in paths))
 
     @classmethod
-    def from_jsonl(cls, paths: Sequence[Union[str, Path]], text_field: str = "text") -> "Corpus":
-        paths = [_existing_file(p) for p in paths]
-        return cls(f"JSONL {[str(p) for p in paths]} field {text_field!r}", lambda: _read_jsonl(paths, text_field))
+    def from_jsonl(
+        cls, paths: Sequence[Union[str, Path]], text_field: str = "text", allow_empty_files: bool = True
+    ) -> "Corpus":
+        paths = [_existing_file(p, allow_empty_files) for p in paths]
+        return cls(
+            f"JSONL {[str(p) for p in paths]} field {text_field!r}",
+            lambda: _read_jsonl(paths, text_field, allow_empty_files),
+        )
 
     @classmethod
     def from_hf_dataset(cls, dataset, text_field: str = "text", description: str = "datasets.Dataset") -> "Corpus":
@@ -100,16 +112,19 @@ class Corpus:
         return cls.from_hf_dataset(dataset, text_field, description=f"load_dataset({loader!r}, {paths})")
 
 
-def _existing_file(path: Union[str, Path]) -> Path:
+def _existing_file(path: Union[str, Path], allow_empty: bool = True) -> Path:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
+    if not allow_empty and path.stat().st_size == 0:
+        raise ValueError(f"corpus file {path} is empty: give files that hold text, or leave this one out")
     return path
 
 
-def _read_jsonl(paths: list[Path], text_field: str) -> Iterator[Document]:
+def _read_jsonl(paths: list[Path], text_field: str, allow_empty: bool = True) -> Iterator[Document]:
     for path in paths:
         with open(path, encoding="utf-8") as handle:
+            rows = 0
             for line_number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -122,25 +137,31 @@ def _read_jsonl(paths: list[Path], text_field: str) -> Iterator[Document]:
                     raise KeyError(
                         f"{path}, line {line_number}: expected an object with the field {text_field!r}, found {found}"
                     )
+                rows += 1
                 yield row[text_field]
+        if rows == 0 and not allow_empty:
+            raise ValueError(f"corpus file {path} holds no JSON line (only blank lines): expected one object per line")
 
 
-def as_corpus(corpus: CorpusLike, text_field: str = "text") -> Corpus:
+def as_corpus(corpus: CorpusLike, text_field: str = "text", allow_empty_files: bool = True) -> Corpus:
     """Turn what ``harvest`` accepts as a corpus into a ``Corpus``.
 
     A path ending in ``.jsonl``/``.json`` is JSONL, a ``.txt`` path is one
     document, a folder is a ``datasets`` folder; a list of paths reads each in
-    turn (all of one kind); a list of strings or of id lists is the documents.
+    turn (all of one kind); a list of strings or of id lists is the documents
+    (refused when they all name existing files). ``allow_empty_files=False``
+    refuses an empty file by name instead of reading it as no document.
     """
     if isinstance(corpus, Corpus):
         return corpus
     if _is_hf_dataset(corpus):
         return Corpus.from_hf_dataset(corpus, text_field)
     if isinstance(corpus, (str, Path)):
-        return _corpus_from_paths([Path(corpus)], text_field)
+        return _corpus_from_paths([Path(corpus)], text_field, allow_empty_files)
     if isinstance(corpus, (list, tuple)):
         if corpus and all(isinstance(item, Path) for item in corpus):
-            return _corpus_from_paths(list(corpus), text_field)
+            return _corpus_from_paths(list(corpus), text_field, allow_empty_files)
+        _refuse_file_names_as_documents(corpus)
         return Corpus.from_documents(corpus)
     raise TypeError(
         "corpus must be a Corpus, a path (.txt, .jsonl, or a datasets folder), a list of paths, a list of "
@@ -148,22 +169,40 @@ def as_corpus(corpus: CorpusLike, text_field: str = "text") -> Corpus:
     )
 
 
+def _refuse_file_names_as_documents(documents: Sequence) -> None:
+    """A list of ``str`` is documents; when every one names an existing file, the files were meant."""
+    if not documents or not all(isinstance(item, str) and "\n" not in item for item in documents):
+        return
+    try:
+        all_files = all(Path(item).is_file() for item in documents)
+    except (OSError, ValueError):  # a document too long or odd for a path
+        return
+    if all_files:
+        shown = list(documents[:3]) + (["..."] if len(documents) > 3 else [])
+        raise ValueError(
+            f"the corpus documents {shown} are all names of existing files, so their text would be the names: "
+            "to read the files, give them as pathlib.Path objects (or Corpus.from_text_files / Corpus.from_jsonl); "
+            "to train on the names themselves, give Corpus.from_documents([...])"
+        )
+
+
 def _is_hf_dataset(obj) -> bool:
     return type(obj).__module__.startswith("datasets.") and hasattr(obj, "column_names")
 
 
-def _corpus_from_paths(paths: list[Path], text_field: str) -> Corpus:
+def _corpus_from_paths(paths: list[Path], text_field: str, allow_empty_files: bool = True) -> Corpus:
     if len(paths) == 1 and paths[0].is_dir():
         return Corpus.from_disk(paths[0], text_field)
     suffixes = {p.suffix.lower() for p in paths}
     if suffixes <= {".jsonl", ".json"}:
-        return Corpus.from_jsonl(paths, text_field)
+        return Corpus.from_jsonl(paths, text_field, allow_empty_files)
     if suffixes <= {".txt"}:
-        return Corpus.from_text_files(paths)
+        return Corpus.from_text_files(paths, allow_empty_files)
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"corpus file not found: {missing}")
     raise ValueError(
-        f"cannot tell how to read the corpus files {[str(p) for p in paths]}: expected .txt files (one document each), "
-        ".jsonl files (one document per line) or one folder written by datasets' save_to_disk"
+        f"cannot tell how to read the corpus files {[str(p) for p in paths]} (suffixes {sorted(suffixes)}): expected "
+        ".txt files (one document each), .jsonl files (one document per line), all of one kind, or one folder "
+        "written by datasets' save_to_disk"
     )

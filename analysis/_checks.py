@@ -5,11 +5,16 @@ Every tool reports bad input the same way:
 - a layer, head or neuron index out of range: ``ValueError`` naming the valid range;
 - a cache without an activation the analysis reads: ``KeyError`` naming the missing
   hooks and the ``names_filter`` that caches everything the analysis needs;
-- labels whose number differs from the axis they label: ``ValueError``.
+- labels whose number differs from the axis they label: ``ValueError``;
+- a metric value that is NaN or infinite (``finite_metric``, called where a tool reads its metric): ``ValueError``
+  naming the tool, the values and the rows that gave them;
+- a count (``count``, ``strict_count``) that is not an int, is a bool or is out of range: ``ValueError`` naming the
+  range and the value;
+- values outside their range (``within``: token ids, positions): ``ValueError`` naming the range and the values.
 """
 
 import numbers
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -176,3 +181,70 @@ def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:
             f"{name} must lie in [-{n_pos}, {n_pos}) for sequences of {n_pos} positions, got {pos.tolist()}"
         )
     return pos.long() % n_pos
+
+
+def finite_metric(values, tool: str, where: Optional[Callable[[int], str]] = None, shown: int = 4):
+    """``values`` (a metric's output: a tensor or a number) unless one is NaN or infinite.
+
+    Every tool calls it on its metric's output where that enters: a NaN or inf would make every score computed from it
+    NaN, silently. The ``ValueError`` names ``tool``, the values and, through ``where(index)`` (an index into the
+    flattened values), the rows that gave them (default: ``row <index>``)."""
+    checked = values.detach() if isinstance(values, Tensor) else torch.as_tensor(values)
+    bad = ~torch.isfinite(checked.flatten())
+    if not bool(bad.any()):
+        return values
+    where = where or (lambda index: f"row {index}")
+    rows = bad.nonzero().flatten().tolist()
+    listed = "; ".join(f"{float(checked.flatten()[row])} at {where(row)}" for row in rows[:shown])
+    more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
+    raise ValueError(
+        f"{tool}: the metric gave a non-finite value ({listed}{more}); a metric must be finite on every row, since a "
+        "NaN or inf would make every score computed from it NaN"
+    )
+
+
+def _is_count(value, minimum: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= minimum
+
+
+def count(
+    value, name: str, *, minimum: int = 0, available: Optional[int] = None, expected: Optional[str] = None
+) -> int:
+    """``value`` as a count: an int (not a bool) of at least ``minimum``, else ``ValueError`` naming the range and the
+    value (``expected``: the whole range phrase, in place of ``"<name> must be an int >= <minimum>"``).
+
+    A count above ``available`` (what exists) means all of it: ``min(value, available)`` is returned. Where a larger
+    count is an error, use ``strict_count``."""
+    if not _is_count(value, minimum):
+        context = "" if available is None else f" (a count: {available} exist, and a larger count gives them all)"
+        raise ValueError(f"{expected or f'{name} must be an int >= {minimum}{context}'}, got {value!r}")
+    return int(value) if available is None else min(int(value), available)
+
+
+def strict_count(value, name: str, *, minimum: int, most: int, expected: Optional[str] = None) -> int:
+    """``value`` as an int in ``[minimum, most]`` (not a bool), else ``ValueError`` naming the range and the value."""
+    expected = expected or f"{name} must be an int in [{minimum}, {most}]"
+    if _is_count(value, minimum) and value <= most:
+        return int(value)
+    raise ValueError(f"{expected}, got {value!r}")
+
+
+def within(values: Tensor, low: int, high: Optional[int], name: str, context: str, high_name: str = "") -> Tensor:
+    """``values`` (an int tensor) unless one lies outside ``[low, high)``: ``ValueError`` naming the range, ``context``
+    (what sets it) and the values outside. ``high=None``: only ``low`` is checked (the bound, ``high_name``, is known
+    later)."""
+    outside = (values < low) if high is None else (values < low) | (values >= high)
+    if bool(outside.any()):
+        found = sorted(set(values[outside].tolist()))
+        raise ValueError(f"{name} must lie in [{low}, {high_name or high}) ({context}), got {found}")
+    return values
+
+
+def nonempty_texts(texts: Sequence[str], what: str) -> None:
+    """``ValueError`` naming the first empty text of ``texts`` (``what``: e.g. ``"clean prompt"``)."""
+    for index, text in enumerate(texts):
+        if isinstance(text, str) and not text:
+            raise ValueError(
+                f"{what} {index} is empty: a prompt needs at least one token of its own (an empty one would run on "
+                "the BOS token alone, or on nothing)"
+            )

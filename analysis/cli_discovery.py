@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from . import _checks
 from .cli_common import EXIT_OK, UserError, load_model, prompt_tokens
 from .discovery import (
     COMPONENTS,
@@ -43,6 +44,7 @@ def _token_id(model, text: str, what: str) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
+    _checks.count(args.top, "--top", minimum=1)  # a larger count than there are sites prints them all
     model, _ = load_model(args.model, torch.float32, None)
     clean, corrupted = prompt_tokens(model, args.clean), prompt_tokens(model, args.corrupted)
     if clean.shape != corrupted.shape:
@@ -111,7 +113,9 @@ def add_patch_parser(commands) -> None:
         help="patch sites, estimate them (AtP), or score every edge (EAP, EAP-IG) (default: patch)",
     )
     patch.add_argument("--steps", type=int, default=5, metavar="N", help="EAP-IG's interpolations (default: 5)")
-    patch.add_argument("--top", type=int, default=10, metavar="N", help="how many sites to print (default: 10)")
+    patch.add_argument(
+        "--top", type=int, default=10, metavar="N", help="how many sites to print, at least 1 (default: 10)"
+    )
     patch.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="FILE", help="the HTML figure")
     patch.set_defaults(run=cmd_patch)
 

@@ -31,25 +31,29 @@ RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 def logit_diff_metric(
     correct: Union[int, Int[Tensor, "batch"]], incorrect: Union[int, Int[Tensor, "batch"]], pos: int = -1
 ) -> Metric:
-    """``metric(logits) = mean_batch(logits[b, pos, correct_b] - logits[b, pos, incorrect_b])``."""
+    """``metric(logits) = mean_batch(logits[b, pos, correct_b] - logits[b, pos, incorrect_b])``.
+
+    The mean of ``analysis.discovery.logit_diff_per_row``, which checks the token ids against ``[0, d_vocab)`` and
+    ``pos`` against ``[-n_pos, n_pos)`` (negative: from the end)."""
+    from .discovery.batched import logit_diff_per_row
+
+    per_row = logit_diff_per_row(correct, incorrect, pos)
 
     def metric(logits: Float[Tensor, "batch pos d_vocab"]) -> Tensor:
-        at_pos = logits[:, pos]  # [batch, d_vocab]
-        rows = torch.arange(at_pos.shape[0], device=at_pos.device)
-        return (at_pos[rows, torch.as_tensor(correct)] - at_pos[rows, torch.as_tensor(incorrect)]).mean()
+        return per_row(logits, torch.arange(logits.shape[0], device=logits.device)).mean()
 
     return metric
 
 
-def _evaluate(metric: Metric, logits: Tensor) -> float:
+def _evaluate(metric: Metric, logits: Tensor, tool: str, at: str) -> float:
+    """The metric's one finite value on ``logits``, the run of ``tool`` patched ``at``."""
     value = metric(logits)
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise ValueError(f"metric must return a scalar, got a tensor of shape {tuple(value.shape)}")
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"metric must return a scalar tensor or float, got {type(value).__name__}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"metric must return a scalar tensor or float, got {type(value).__name__}")
+    return float(_checks.finite_metric(value, tool, lambda _: at))
 
 
 def _prepare(model: _checks.AnyModel, clean_tokens, corrupted_tokens, metric) -> tuple[Tensor, Tensor]:
@@ -132,7 +136,9 @@ def patch_residual(
                     patched[:, positions] = clean_acts[name][:, positions]
                     return patched
 
-                results[layer, index] = _evaluate(metric, model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)]))
+                logits = model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)])
+                at = f"layer {layer}, " + (f"position {index}" if per_position else "every position")
+                results[layer, index] = _evaluate(metric, logits, "patch_residual", at)
                 bar.update(1)
     return results if per_position else results[:, 0]
 
@@ -166,6 +172,7 @@ def patch_head_outputs(
                     patched[:, :, head] = clean_z[name][:, :, head]
                     return patched
 
-                results[layer, head] = _evaluate(metric, model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)]))
+                logits = model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)])
+                results[layer, head] = _evaluate(metric, logits, "patch_head_outputs", f"layer {layer}, head {head}")
                 bar.update(1)
     return results

@@ -49,7 +49,7 @@ def _estimates(model, corrupted, mask, metric, sites_, clean_acts, extra_hooks=(
     with torch.enable_grad():
         hooks = [(name, keep) for name in names] + list(extra_hooks)
         logits = model.run_with_hooks(corrupted, fwd_hooks=hooks, **kwargs)
-        values = row_values(metric, logits, torch.arange(batch, device=logits.device))
+        values = row_values(metric, logits, torch.arange(batch, device=logits.device), "attribution_patching")
         if not values.requires_grad:
             raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
         grads = torch.autograd.grad(values.sum(), [kept[name] for name in names], allow_unused=True)

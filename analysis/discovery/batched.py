@@ -23,6 +23,7 @@ works on every decoder and encoder the library loads (grouped-query attention in
 is one query head; an encoder's metric reads its masked-LM logits).
 """
 
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
@@ -59,7 +60,7 @@ def _positions(positions, n_pos: Optional[int]) -> list[Optional[int]]:
     if positions == "each":
         if n_pos is None:
             raise ValueError("positions='each' needs n_pos, the prompts' length")
-        return list(range(n_pos))
+        return list(range(_checks.count(n_pos, "n_pos", minimum=1)))
     if isinstance(positions, int) and not isinstance(positions, bool):
         return [positions]
     if isinstance(positions, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in positions):
@@ -145,6 +146,25 @@ def sae_feature_sites(
     return found
 
 
+def _per_prompt(value, name: str) -> Tensor:
+    """An int, a list of ints or an int tensor ``[]`` / ``[prompt]`` (one per prompt) as an int64 tensor."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = torch.tensor(int(value))
+    elif isinstance(value, (list, tuple)) and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
+    ):
+        value = torch.tensor([int(v) for v in value], dtype=torch.long)
+    if (
+        not isinstance(value, Tensor)
+        or value.is_floating_point()
+        or value.is_complex()
+        or value.dtype == torch.bool
+        or value.ndim > 1
+    ):
+        raise TypeError(f"{name} must be an int or an integer tensor [prompt] (one per prompt), got {value!r}")
+    return value.long()
+
+
 def logit_diff_per_row(
     correct: Union[int, Int[Tensor, "batch"]],
     incorrect: Union[int, Int[Tensor, "batch"]],
@@ -152,18 +172,40 @@ def logit_diff_per_row(
 ) -> RowMetric:
     """``metric(logits, prompt)[r] = logits[r, pos_p, correct_p] - logits[r, pos_p, incorrect_p]``, ``p = prompt[r]``.
 
-    ``pos`` one position per prompt (the last real token of a right-padded prompt), or one for all.
+    ``pos`` one position per prompt (the last real token of a right-padded prompt), or one for all; a negative
+    position counts from the end, as in Python (``-1``: the last, which in a right-padded prompt is padding). Token ids
+    must lie in ``[0, d_vocab)`` and positions in ``[-n_pos, n_pos)``: a negative id is refused here, the rest at each
+    call, where the logits give ``d_vocab`` and the prompts' length ``n_pos``.
     """
+    correct, incorrect, pos = (
+        _per_prompt(v, n) for v, n in ((correct, "correct"), (incorrect, "incorrect"), (pos, "pos"))
+    )
+    for ids, name in ((correct, "correct"), (incorrect, "incorrect")):
+        _checks.within(ids, 0, None, name, "token ids", high_name="d_vocab")
 
     def metric(logits: Float[Tensor, "rows pos d_vocab"], prompt: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
         rows = torch.arange(logits.shape[0], device=logits.device)
+        prompt = prompt.to(logits.device)
+        n_pos, d_vocab = logits.shape[1], logits.shape[-1]
 
-        def per_row(value):
-            value = torch.as_tensor(value, device=logits.device)
-            return value.expand(int(prompt.max()) + 1)[prompt] if value.ndim == 0 else value.to(logits.device)[prompt]
+        def per_row(value: Tensor, name: str) -> Tensor:
+            if value.ndim == 0:
+                return value.to(logits.device).expand(len(prompt))
+            if prompt.numel() and int(prompt.max()) >= len(value):
+                raise ValueError(
+                    f"{name} has {len(value)} entries, one per prompt, but the rows read prompt {int(prompt.max())}"
+                )
+            return value.to(logits.device)[prompt]
 
-        at = logits[rows, per_row(pos)]
-        return at[rows, per_row(correct)] - at[rows, per_row(incorrect)]
+        at_pos = _checks.within(
+            per_row(pos, "pos"), -n_pos, n_pos, "pos",
+            f"the prompts are {n_pos} tokens long; negative positions count from the end",
+        )  # fmt: skip
+        ids = [per_row(value, name) for value, name in ((correct, "correct"), (incorrect, "incorrect"))]
+        for values, name in zip(ids, ("correct", "incorrect")):
+            _checks.within(values, 0, d_vocab, name, f"token ids of a vocabulary of d_vocab={d_vocab}")
+        at = logits[rows, at_pos % n_pos]
+        return at[rows, ids[0]] - at[rows, ids[1]]
 
     return metric
 
@@ -180,6 +222,8 @@ def _paired(model, clean, corrupted, attention_mask) -> tuple[Tensor, Tensor, Op
         )
         if len(clean) != len(corrupted):
             raise ValueError(f"{len(clean)} clean prompts and {len(corrupted)} corrupted ones: they pair one to one")
+        for side, texts_ in (("clean", clean), ("corrupted", corrupted)):
+            _checks.nonempty_texts(texts_, f"{side} prompt")
         for pair, (a, b) in enumerate(zip(clean, corrupted)):
             n_a, n_b = (model.to_tokens(text).shape[1] for text in (a, b))
             if n_a != n_b:
@@ -211,6 +255,8 @@ def rows_per_chunk(model: _checks.AnyModel, n_pos: int, memory_budget: int) -> i
     The estimate per row is ``n_pos * (d_vocab + 16 * d_model + 2 * d_mlp)`` values of the
     model's dtype: the logits, and the residual stream's working set with an MLP's hidden layer.
     """
+    n_pos = _checks.count(n_pos, "n_pos", minimum=1)
+    memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
     cfg = model.cfg
     itemsize = model.W_E.element_size()
     per_row = n_pos * (cfg.d_vocab + 16 * cfg.d_model + 2 * (getattr(cfg, "d_mlp", None) or 0)) * itemsize
@@ -243,19 +289,24 @@ def _patcher(sites_: Sequence[Site], clean: dict, batch: int):
     return patch
 
 
-def row_values(metric: RowMetric, logits: Tensor, prompt: Tensor) -> Tensor:
-    """``metric(logits, prompt)``, refused unless it is one value per row (still differentiable)."""
+def row_values(
+    metric: RowMetric, logits: Tensor, prompt: Tensor, tool: str, where: Optional[Callable[[int], str]] = None
+) -> Tensor:
+    """``metric(logits, prompt)``, refused unless it is one finite value per row (still differentiable).
+
+    Where every tool reads its metric: a NaN or inf is refused naming ``tool``, the value and the row (``where(row)``;
+    default ``prompt <p>``)."""
     values = metric(logits, prompt)
     if not isinstance(values, Tensor) or values.shape != prompt.shape:
         raise ValueError(
             f"metric must return one value per row, a tensor of shape {tuple(prompt.shape)}, got "
             f"{getattr(values, 'shape', type(values).__name__)}"
         )
-    return values
+    return _checks.finite_metric(values, tool, where or (lambda row: f"prompt {int(prompt[row])}"))
 
 
-def _evaluate(metric: RowMetric, logits: Tensor, prompt: Tensor) -> Tensor:
-    return row_values(metric, logits, prompt).detach().to(torch.float64)
+def _evaluate(metric: RowMetric, logits: Tensor, prompt: Tensor, tool: str, where=None) -> Tensor:
+    return row_values(metric, logits, prompt, tool, where).detach().to(torch.float64)
 
 
 @torch.no_grad()
@@ -279,11 +330,10 @@ def patch_sites(
     model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
     batch, n_pos = clean.shape
     _check_sites(model, sites_, n_pos)
-    clean_acts = _clean_activations(model, clean, mask, sites_)
     if sites_per_chunk is None:
         sites_per_chunk = max(1, rows_per_chunk(model, n_pos, memory_budget) // batch)
-    if isinstance(sites_per_chunk, bool) or not isinstance(sites_per_chunk, int) or sites_per_chunk <= 0:
-        raise ValueError(f"sites_per_chunk must be a positive int, got {sites_per_chunk!r}")
+    sites_per_chunk = _checks.count(sites_per_chunk, "sites_per_chunk", minimum=1)
+    clean_acts = _clean_activations(model, clean, mask, sites_)
     order = sorted(range(len(sites_)), key=lambda index: sites_[index].layer)  # chunks of nearby layers
     ordered = [sites_[index] for index in order]
     starts = _block_inputs(model, corrupted, mask)
@@ -298,7 +348,8 @@ def patch_sites(
         first = min(site.layer for _, site in chunk)
         logits = _run_from(model, tokens, chunk_mask, hooks, first, starts)
         prompt = torch.arange(batch, device=logits.device).repeat(n)
-        results.append(_evaluate(metric, logits, prompt).reshape(n, batch))
+        where = lambda row, chunk=chunk: f"site {chunk[row // batch][1].label!r}, prompt {row % batch}"  # noqa: E731
+        results.append(_evaluate(metric, logits, prompt, "patch_sites", where).reshape(n, batch))
     by_order = torch.cat(results)
     return by_order[torch.tensor(order).argsort()]
 
@@ -352,7 +403,8 @@ def patch_sites_one_by_one(
         logits = model.run_with_hooks(
             corrupted, fwd_hooks=[(site.hook, _patcher([(0, site)], clean_acts, batch))], **kwargs
         )
-        rows.append(_evaluate(metric, logits, prompt))
+        where = lambda row, site=site: f"site {site.label!r}, prompt {row}"  # noqa: E731
+        rows.append(_evaluate(metric, logits, prompt, "patch_sites_one_by_one", where))
     return torch.stack(rows)
 
 

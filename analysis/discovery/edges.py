@@ -82,16 +82,35 @@ class EdgeScores:
         """The mean score over prompts, 0 where there is no edge."""
         return self.scores.mean(dim=-1).masked_fill(~self.edge, 0.0)
 
+    def strength(self, absolute: bool = True) -> Float[Tensor, "upstream reader"]:
+        """Each edge's mean score over prompts (``absolute``: its magnitude), ``-inf`` where there is no edge; what
+        every selection ranks by. A NaN score on an edge is refused, naming the edges (it would rank anywhere)."""
+        mean = self.mean
+        nan = mean.isnan() & self.edge
+        if bool(nan.any()):
+            n_readers = len(self.readers)
+            where = nan.flatten().nonzero().flatten().tolist()
+            named = [f"{self.upstream[i // n_readers]} -> {self.readers[i % n_readers]}" for i in where]
+            shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+            raise ValueError(
+                f"{self.method} scores hold NaN on {len(named)} edges ({shown}): edges cannot be ranked; recompute the "
+                "scores with a finite metric"
+            )
+        return (mean.abs() if absolute else mean).masked_fill(~self.edge, float("-inf"))
+
     def top(self, k: int = 10) -> list[tuple[str, str, float]]:
-        """The ``k`` edges of largest mean |score| over prompts: ``(upstream, reader, mean score)``."""
-        mean = self.scores.mean(dim=-1).masked_fill(~self.edge, 0.0)
-        order = mean.abs().flatten().argsort(descending=True)[:k]
+        """The ``k`` edges of largest mean |score| over prompts: ``(upstream, reader, mean score)``, strongest first.
+
+        Only edges are listed: a ``k`` above the graph's edges lists every edge; a negative ``k`` is refused."""
+        k = _checks.count(k, "k", available=int(self.edge.sum()))
+        order = self.strength().flatten().argsort(descending=True, stable=True)[:k]
         n_readers = len(self.readers)
-        flat = mean.flatten()
+        flat = self.mean.flatten()
         return [(self.upstream[i // n_readers], self.readers[i % n_readers], float(flat[i])) for i in order.tolist()]
 
     def figure(self, k: int = 20):
-        """The ``k`` strongest edges as horizontal bars (mean score over prompts), strongest on top."""
+        """The ``k`` strongest edges as horizontal bars (mean score over prompts), strongest on top (``top(k)``: a
+        ``k`` above the graph's edges draws every edge)."""
         import plotly.graph_objects as go
 
         top = self.top(k)
@@ -191,7 +210,7 @@ def _reader_gradients(runs: Runs, graphs, metric, into: list[Tensor], weight: fl
     hooks = (embed_at or []) + [(name, keep) for name in names]  # an interpolated input first, then kept
     with torch.enable_grad():
         logits = runs.run(runs.corrupted, hooks)
-        values = row_values(metric, logits, torch.arange(runs.batch, device=logits.device))
+        values = row_values(metric, logits, torch.arange(runs.batch, device=logits.device), "edge_attribution_patching")
         if not values.requires_grad:
             raise ValueError("the metric's values do not depend on the logits (no gradient reaches them)")
         wanted = [kept[name] for name in differentiated]

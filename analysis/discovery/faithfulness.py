@@ -37,7 +37,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .. import _checks
-from .batched import RowMetric
+from .batched import RowMetric, row_values
 from .edges import EdgeScores
 from .graph import Graph, build_graph
 from .runs import start
@@ -228,6 +228,12 @@ def run_circuit(
     Edges outside the circuit carry the node's write on the corrupted prompts (``ablation="corrupted"``) or
     its mean over the corrupted prompts at that position (``"mean"``). An encoder-decoder's prompts are
     ``(source, target)`` pairs (``runs``); each of its streams carries its readers' own streams."""
+    return _run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, "run_circuit")
+
+
+@torch.no_grad()
+def _run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, tool: str) -> Tensor:
+    """``run_circuit`` for ``tool``, which a non-finite metric names."""
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
     runs = start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
@@ -251,7 +257,7 @@ def run_circuit(
         hooks += _stream_hooks(graph, corrupt, block)
         rows, columns = rows + n_up, columns + n_read
     logits = runs.run(runs.clean, hooks)
-    return metric(logits, torch.arange(runs.batch, device=logits.device)).to(torch.float64)
+    return row_values(metric, logits, torch.arange(runs.batch, device=logits.device), tool).to(torch.float64)
 
 
 def faithfulness_curve(
@@ -269,18 +275,27 @@ def faithfulness_curve(
     """The circuits of ``n`` edges chosen from ``scores`` by ``selection`` (``"top"``: the strongest by mean
     |score|; ``"greedy"``: grown from the logits, ``selection.greedy_edges``), for each ``n`` in ``counts``."""
     n_edges = int(scores.edge.sum())
-    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= n_edges for n in counts):
-        raise ValueError(f"counts must be ints in [0, {n_edges}] (the graph's edges), got {list(counts)!r}")
+    expected = f"counts must be ints in [0, {n_edges}] (the graph's edges)"
+    given = counts
+    counts = list(counts) if hasattr(counts, "__iter__") and not isinstance(counts, (str, bytes)) else []
+    if not counts:
+        raise ValueError(
+            f"counts must be a non-empty list of ints in [0, {n_edges}] (the graph's edges), got {given!r}"
+        )
+    counts = [_checks.strict_count(n, "counts", minimum=0, most=n_edges, expected=expected) for n in counts]
     if selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
     none = torch.zeros_like(scores.edge)
-    options = dict(attention_mask=attention_mask, ablation=ablation)
-    clean = run_circuit(model, clean_tokens, corrupted_tokens, metric, scores.edge.clone(), **options)
-    corrupted = run_circuit(model, clean_tokens, corrupted_tokens, metric, none, **options)
+
+    def circuit(kept: Tensor) -> Tensor:
+        return _run_circuit(
+            model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, "faithfulness_curve"
+        )
+
+    clean, corrupted = circuit(scores.edge.clone()), circuit(none)
     values = []
     for n in tqdm(counts, desc="faithfulness", leave=False, disable=len(counts) < 8):
-        kept = none if n == 0 else SELECTIONS[selection](scores, n)
-        values.append(run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, **options))
+        values.append(circuit(none if n == 0 else SELECTIONS[selection](scores, n)))
     metric_values = torch.stack(values)
     gap = clean.mean() - corrupted.mean()
     if gap == 0:

@@ -153,6 +153,8 @@ def circuit_report(
     """Find the circuit of ``fraction`` of the edges for ``task`` and check it (module docstring)."""
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], the share of the graph's edges to keep, got {fraction!r}")
+    if isinstance(task, Task):
+        task.check_model(model, "circuit_report")
     metric = metric or task.metric
     data = (model, task.clean, task.corrupted, metric)
     options = dict(attention_mask=task.attention_mask)

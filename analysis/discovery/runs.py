@@ -71,6 +71,8 @@ def _source(model, source, attention_mask, what: str) -> tuple[Tensor, Optional[
     texts = isinstance(source, str) or (isinstance(source, list) and bool(source) and isinstance(source[0], str))
     if texts and attention_mask is not None:
         raise ValueError(f"{what}: a source given as text is padded with its own mask; pass ids to give a mask")
+    if texts:
+        _checks.nonempty_texts([source] if isinstance(source, str) else source, f"{what} source")
     try:
         return model.prepare_source(source, attention_mask)
     except (TypeError, ValueError) as error:

@@ -14,23 +14,28 @@ by absolute value (``absolute=False``: signed, so only edges that help the metri
   change the metric), repeated until nothing changes.
 """
 
+import math
+import numbers
+
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from .. import _checks
 from .edges import EdgeScores
 
 
 def _strength(scores: EdgeScores, absolute: bool) -> Tensor:
-    mean = scores.mean
-    return (mean.abs() if absolute else mean).masked_fill(~scores.edge, float("-inf"))
+    """What the selections rank by (``EdgeScores.strength``: NaN scores on edges are refused there, by edge)."""
+    return scores.strength(absolute)
 
 
 def _check_count(scores: EdgeScores, n) -> int:
+    """A circuit's size: an int in ``[1, edges of the graph]`` (a larger one would hold non-edges)."""
     n_edges = int(scores.edge.sum())
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_edges:
-        raise ValueError(f"a circuit needs 1 to {n_edges} edges (the graph's), got {n!r}")
-    return n
+    return _checks.strict_count(
+        n, "n", minimum=1, most=n_edges, expected=f"a circuit needs 1 to {n_edges} edges (the graph's)"
+    )
 
 
 def top_edges(scores: EdgeScores, n: int, *, absolute: bool = True) -> Bool[Tensor, "upstream reader"]:
@@ -44,6 +49,10 @@ def top_edges(scores: EdgeScores, n: int, *, absolute: bool = True) -> Bool[Tens
 
 def threshold_edges(scores: EdgeScores, tau: float, *, absolute: bool = True) -> Bool[Tensor, "upstream reader"]:
     """Every edge whose strength is at least ``tau``; refused when none is."""
+    if isinstance(tau, Tensor) and tau.numel() == 1 and tau.is_floating_point():
+        tau = float(tau)
+    if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or math.isnan(tau):
+        raise ValueError(f"tau must be a number (the least strength kept), got {tau!r}")
     strength = _strength(scores, absolute)
     kept = strength >= tau
     if not bool(kept.any()):

@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .. import _checks
-from .batched import RowMetric, logit_diff_per_row
+from .batched import RowMetric, logit_diff_per_row, row_values
 from .runs import SourceTarget
 from .tasks import _read_rows
 
@@ -98,7 +98,8 @@ class Seq2SeqTask:
         """``metric`` (default ``self.metric``) on the model's run of the clean (or corrupted) pairs."""
         source, target = self.corrupted if corrupted else self.clean
         logits = model(source, target, attention_mask=self.source_mask)
-        return (metric or self.metric)(logits, torch.arange(len(self), device=logits.device))
+        prompt = torch.arange(len(self), device=logits.device)
+        return row_values(metric or self.metric, logits, prompt, f"task {self.name!r}.evaluate")
 
 
 def _pieces(tokenizer, text: str, what: str) -> list[int]:
@@ -136,6 +137,8 @@ def load_seq2seq_task(model, path_or_rows: Union[str, Path, list], name: Optiona
     missing = [column for column in COLUMNS if column not in rows[0]]
     if missing:
         raise ValueError(f"load_seq2seq_task: columns {sorted(rows[0])} lack {missing}; expected {','.join(COLUMNS)}")
+    for column in ("source", "corrupted_source"):
+        _checks.nonempty_texts([row[column] for row in rows], f"task {name!r}: {column}")
     sources = [model.to_tokens_and_mask([row[column] for row in rows]) for column in ("source", "corrupted_source")]
     for index in (sources[0].attention_mask != sources[1].attention_mask).any(dim=1).nonzero().flatten().tolist():
         raise ValueError(

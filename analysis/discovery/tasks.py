@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .. import _checks
-from .batched import RowMetric, logit_diff_per_row
+from .batched import RowMetric, logit_diff_per_row, row_values
 
 # Common first names; a tokenizer keeps those that are one token after a space.
 NAMES = (
@@ -67,6 +67,8 @@ class Task:
     ``attention_mask`` is None when no prompt is padded. The ``*_text`` fields are the prompts
     and answers as text (None for a task that exists only as ids, such as random tokens, whose
     decoded text would tokenize differently). ``threshold``: greater-than's start-year ``YY``.
+    ``vocab_size``: the size of the vocabulary its ids were built with (the tokenizer's, or the model's ``d_vocab``
+    where it had none; None: not known), which a model it runs on must have (``check_model``).
     Two tasks are equal when every field is.
     """
 
@@ -82,6 +84,7 @@ class Task:
     answer_text: Optional[tuple[str, ...]] = None
     wrong_text: Optional[tuple[str, ...]] = None
     threshold: Optional[Int[Tensor, "batch"]] = None
+    vocab_size: Optional[int] = None
 
     def __post_init__(self):
         if self.clean.ndim != 2:
@@ -117,20 +120,62 @@ class Task:
         """``logit_diff_per_row(answer, wrong, pos)``: the answer's logit minus the wrong one's, per prompt."""
         return logit_diff_per_row(self.answer, self.wrong, self.pos)
 
+    def check_model(self, model: _checks.AnyModel, what: str = "evaluate") -> None:
+        """Refuse a model whose tokenizer is not the one the task was built with (its ids would mean other tokens):
+        ids outside its vocabulary, another vocabulary size (``vocab_size``), or, where the task holds its texts,
+        another tokenization of its first answers and prompt."""
+        _decoder(model, f"task {self.name!r}.{what}")
+        where = f"task {self.name!r}"
+        d_vocab = model.cfg.d_vocab
+        largest = max(int(ids.max()) for ids in (self.clean, self.corrupted, self.answer, self.wrong))
+        if largest >= d_vocab:
+            raise ValueError(
+                f"{where} holds token id {largest}, outside this model's vocabulary [0, d_vocab={d_vocab}): it was "
+                "built with another tokenizer; build the task with this model"
+            )
+        size = _vocab_size(model)
+        if self.vocab_size is not None and size != self.vocab_size:
+            raise ValueError(
+                f"{where} was built for a vocabulary of {self.vocab_size} tokens; this model's has {size} (its "
+                "tokenizer's, or d_vocab without one): its ids may mean other tokens here; build the task with this "
+                "model"
+            )
+        if model.tokenizer is None or self.answer_text is None:
+            return
+        rows = range(min(3, len(self)))
+        pairs = [(self.answer_text[r], [int(self.answer[r])]) for r in rows]
+        pairs += [(self.wrong_text[r], [int(self.wrong[r])]) for r in rows]
+        n_real = self.clean.shape[1] if self.attention_mask is None else int(self.attention_mask[0].sum())
+        clean = model.to_tokens_and_mask([self.clean_text[0]], padding_side="right").tokens[0]
+        pairs.append((self.clean_text[0], self.clean[0, :n_real].tolist(), clean.tolist()))
+        for text, ids, *found in pairs:
+            found = found[0] if found else _ids(model.tokenizer, text)
+            if list(found) != ids:
+                raise ValueError(
+                    f"{where} was built with another tokenizer: {text!r} is {ids} in the task and {list(found)} with "
+                    "this model's; build the task with this model"
+                )
+
     @torch.no_grad()
     def evaluate(
         self, model: _checks.AnyModel, metric: Optional[RowMetric] = None, corrupted: bool = False
     ) -> Float[Tensor, "batch"]:
-        """``metric`` (default ``self.metric``) on the model's run of the clean (or corrupted) prompts."""
+        """``metric`` (default ``self.metric``) on the model's run of the clean (or corrupted) prompts; a model whose
+        tokenizer is not the task's is refused (``check_model``)."""
+        self.check_model(model)
         tokens = self.corrupted if corrupted else self.clean
         logits = model(tokens, attention_mask=self.attention_mask)
-        return (metric or self.metric)(logits, torch.arange(len(self), device=logits.device))
+        prompt = torch.arange(len(self), device=logits.device)
+        return row_values(metric or self.metric, logits, prompt, f"task {self.name!r}.evaluate")
 
 
 def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return _checks.count(value, name, minimum=1)
+
+
+def _vocab_size(model) -> int:
+    """The size of the vocabulary a task's ids are drawn from: the tokenizer's, or ``d_vocab`` without one."""
+    return model.cfg.d_vocab if model.tokenizer is None else len(model.tokenizer)
 
 
 def _decoder(model, what: str):
@@ -167,6 +212,8 @@ def _from_prompts(model, name: str, clean, corrupted, answer_text, wrong_text, t
             f"task {name!r}: got {len(clean)} clean prompts, {len(corrupted)} corrupted, {len(answer_text)} answers "
             f"and {len(wrong_text)} wrong answers; expected the same number (at least one) of each"
         )
+    for side, texts in (("clean", clean), ("corrupted", corrupted)):
+        _checks.nonempty_texts(texts, f"task {name!r}: {side} prompt")
     clean_tm = model.to_tokens_and_mask(list(clean), padding_side="right")
     corrupted_tm = model.to_tokens_and_mask(list(corrupted), padding_side="right")
     n_clean, n_corrupted = clean_tm.attention_mask.sum(-1), corrupted_tm.attention_mask.sum(-1)
@@ -186,8 +233,9 @@ def _from_prompts(model, name: str, clean, corrupted, answer_text, wrong_text, t
     texts = (tuple(clean), tuple(corrupted), tuple(answer_text), tuple(wrong_text))
     threshold = None if threshold is None else torch.tensor(threshold, device=device)
     return Task(
-        name, clean_tm.tokens, corrupted_tm.tokens, mask, *(t.to(device) for t in ids), n_clean - 1, *texts, threshold
-    )
+        name, clean_tm.tokens, corrupted_tm.tokens, mask, *(t.to(device) for t in ids), n_clean - 1, *texts, threshold,
+        _vocab_size(model),
+    )  # fmt: skip
 
 
 def single_token_names(model: _checks.AnyModel, names: Sequence[str] = NAMES) -> list[str]:
@@ -299,6 +347,7 @@ def greater_than_metric(model: _checks.AnyModel, task: Task) -> RowMetric:
     """
     if task.threshold is None:
         raise ValueError(f"greater_than_metric needs a greater-than task; task {task.name!r} has no threshold")
+    task.check_model(model, "greater_than_metric")
     ids, threshold, pos = year_tokens(model), task.threshold, task.pos
 
     def metric(logits: Float[Tensor, "rows pos d_vocab"], prompt: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
@@ -343,7 +392,8 @@ def induction_task(model: _checks.AnyModel, n_prompts: int, seq_len: int, seed: 
     first, fresh, wrong = drawn[:, :seq_len], drawn[:, seq_len:-1], drawn[:, -1]
     start = [] if bos is None else [torch.full_like(first[:, :1], bos)]
     clean, corrupted = torch.cat(start + [first, first[:, :-1]], 1), torch.cat(start + [first, fresh], 1)
-    return Task("induction", clean, corrupted, None, first[:, -1], wrong, torch.full_like(wrong, n_pos - 1))
+    pos = torch.full_like(wrong, n_pos - 1)
+    return Task("induction", clean, corrupted, None, first[:, -1], wrong, pos, vocab_size=_vocab_size(model))
 
 
 def write_csv(task: Task, path: Union[str, Path], layout: str = "generic") -> Path:

@@ -4,6 +4,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+IGNORE_INDEX = -100  # the label of a position that predicts nothing: PyTorch's (cross_entropy's ignore_index default)
+
 
 def lm_loss(
     logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from ..architectures.seq2seq import Seq2SeqConfig
+from ..models.losses import IGNORE_INDEX
 from ..encoder_decoder import EncoderDecoderTransformer
 from ..models.shape_checks import shape_checking
 
@@ -167,8 +168,8 @@ def shared_tokenizer() -> NumberTokenizer:
 
 @dataclass
 class Batch:
-    """One batch of the task: source ids and mask, the decoder's input, the targets it predicts (``-1`` where
-    padded)."""
+    """One batch of the task: source ids and mask, the decoder's input, the targets it predicts (``IGNORE_INDEX``,
+    PyTorch's -100, where padded)."""
 
     source: Int[Tensor, "batch key_pos"]
     attention_mask: Int[Tensor, "batch key_pos"]
@@ -183,7 +184,7 @@ def encode_numbers(numbers: Sequence[int]) -> Batch:
     targets = [[VOCAB.index(d) for d in str(n)] for n in numbers]
     width = max(len(t) for t in targets) + 1
     decoder_input = torch.tensor([[START] + t + [PAD] * (width - 1 - len(t)) for t in targets])
-    labels = torch.tensor([t + [EOS] + [-1] * (width - 1 - len(t)) for t in targets])
+    labels = torch.tensor([t + [EOS] + [IGNORE_INDEX] * (width - 1 - len(t)) for t in targets])
     return Batch(encoded["input_ids"], encoded["attention_mask"], decoder_input, labels, list(numbers))
 
 
@@ -225,8 +226,8 @@ def translate_tiny_config() -> Seq2SeqConfig:
 
 
 def sequence_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Mean cross-entropy of the labelled target positions (``labels == -1`` left out)."""
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-1)
+    """Mean cross-entropy of the labelled target positions (``labels == IGNORE_INDEX`` left out)."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
 @dataclass

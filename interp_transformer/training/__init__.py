@@ -1,15 +1,18 @@
 """Train models built from the package's parts: one trainer for decoders and encoder-decoders.
 
 ====================  ===========================================================================
-``settings``          ``TrainSettings``: steps, batch, gradient accumulation, schedule, AdamW,
-                      clipping, label smoothing, precision, checkpoints; validated when made
+``settings``          ``TrainSettings``: steps, batch, gradient accumulation (and its mean),
+                      schedule, AdamW (betas, eps), clipping, label smoothing (and its
+                      convention), precision, checkpoints; validated when made
 ``schedules``         the original Transformer's warmup + inverse square root, and linear warmup +
                       cosine decay
 ``param_groups``      AdamW's decay groups by each parameter's role, asked of its part (norms,
                       embeddings and biases are not decayed), never by its name
 ``tasks``             the data: the induction task's repeated random tokens, the translation
-                      task's number pairs; ``token_loss``, the one loss (next-token for decoders,
-                      target tokens for encoder-decoders)
+                      task's number pairs, and the protocol a task of one's own follows;
+                      ``token_loss``, the one loss (next-token for decoders, target tokens for
+                      encoder-decoders); ``IGNORE_INDEX`` (PyTorch's -100), the label of a
+                      position that predicts nothing
 ``loop``              ``train``: micro-batches, autocast, clipping, checkpoints, progress bars, and
                       data parallel over ``torchrun``'s processes (the engine ``harvest`` runs on)
 ``checkpoint``        save and resume: a resumed run equals one that never stopped
@@ -35,16 +38,18 @@ from .loop import TrainingRun, train
 from .param_groups import parameter_groups, parameter_roles
 from .schedules import cosine, inverse_sqrt, learning_rate
 from .settings import TrainSettings
-from .tasks import TASKS, Batch, InductionTask, TranslationTask, make_task, token_loss
+from .tasks import IGNORE_INDEX, TASKS, Batch, InductionTask, TranslationTask, check_task, make_task, token_loss
 
 __all__ = [
     "Batch",
+    "IGNORE_INDEX",
     "InductionTask",
     "TASKS",
     "TrainSettings",
     "TrainingPlan",
     "TrainingRun",
     "TranslationTask",
+    "check_task",
     "cosine",
     "example_config",
     "inverse_sqrt",

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ..files import atomic_write
+from .settings import TrainSettings
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 1
@@ -54,10 +55,16 @@ def load_checkpoint(folder: Optional[Path]) -> Optional[dict]:
     return state
 
 
+def _setting_defaults() -> dict:
+    return {f.name: f.default for f in dataclasses.fields(TrainSettings) if f.default is not dataclasses.MISSING}
+
+
 def check_same_run(state: dict, path: Path, settings: dict, task: dict, config: str) -> None:
     """Refuse to resume from a checkpoint of another run, naming what differs."""
     ours = {key: value for key, value in settings.items() if key not in RESUMABLE_CHANGES}
-    theirs = {key: value for key, value in state["settings"].items() if key not in RESUMABLE_CHANGES}
+    # a setting added after the checkpoint was written had its default then (the behaviour before it existed)
+    theirs = {**_setting_defaults(), **state["settings"]}
+    theirs = {key: value for key, value in theirs.items() if key not in RESUMABLE_CHANGES}
     differences = [
         f"{key}: checkpoint {theirs.get(key)!r}, now {ours.get(key)!r}" for key in ours if ours[key] != theirs.get(key)
     ]

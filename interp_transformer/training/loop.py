@@ -6,9 +6,13 @@ Each step ``s = 1 .. steps``:
    (seeded ``seed + 1``; every process draws the same batch and keeps its own rows: rank ``r``
    of ``W`` the ``r``-th slice of ``batch / W``);
 2. the process's rows run in ``micro_batches`` forward and backward passes (under autocast
-   when ``precision`` asks), each adding ``token_loss(micro-batch) / n_targets`` to the
-   gradients, ``n_targets`` counting the labelled positions of the whole global batch: the
-   summed gradient is that of the global batch's mean loss, however the batch is cut;
+   when ``precision`` asks). With ``accumulation_mean="tokens"`` each adds
+   ``token_loss(micro-batch) / n_targets`` to the gradients, ``n_targets`` counting the
+   labelled positions of the whole global batch: the summed gradient is that of the global
+   batch's mean loss per labelled position, however the batch is cut. With
+   ``"micro_batches"`` each adds ``token_loss(micro-batch) / (n_micro x micro-batch's n_targets)``,
+   ``n_micro = micro_batches x processes``: the gradient of the mean of the micro-batches'
+   mean losses (a micro-batch that labels no position is refused);
 3. with several processes, the gradients are summed across them (one ``all_reduce``, the
    engine ``harvest`` runs on: ``harvest.distributed``, gloo on CPUs, NCCL on GPUs), so
    every process holds the global batch's gradient, as one process would;
@@ -37,7 +41,7 @@ from .checkpoint import check_same_run, config_record, load_checkpoint, save_che
 from .param_groups import parameter_groups
 from .schedules import learning_rate
 from .settings import TrainSettings
-from .tasks import Batch, task_settings, token_loss
+from .tasks import Batch, check_task, task_settings, token_loss
 
 
 @dataclass
@@ -122,7 +126,11 @@ class _Run:
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            parameter_groups(model, settings.weight_decay), lr=0.0, betas=settings.betas, weight_decay=0.0
+            parameter_groups(model, settings.weight_decay),
+            lr=0.0,
+            betas=settings.betas,
+            eps=settings.adam_eps,
+            weight_decay=0.0,
         )
         self.scaler = torch.amp.GradScaler(context.device.type, enabled=settings.precision == "float16")
         self.generator = torch.Generator().manual_seed(settings.seed + 1)
@@ -170,23 +178,35 @@ class _Run:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         losses = []
-        size = self.rows // self.settings.micro_batches
-        for start in range(0, self.rows, size):
+        settings = self.settings
+        size = self.rows // settings.micro_batches
+        n_micro = settings.micro_batches * self.context.world_size
+        for index, start in enumerate(range(0, self.rows, size)):
             micro: Batch = mine.rows(start, start + size)
-            with _autocast(self.context.device, self.settings):
+            if settings.accumulation_mean == "tokens":
+                divisor = n_targets
+            else:
+                divisor = n_micro * micro.n_targets
+                if micro.n_targets == 0:
+                    raise ValueError(
+                        f"step {self.step}: micro-batch {index} of process {rank} labels no position, so it has no "
+                        "mean loss to average; use accumulation_mean='tokens' (the mean over the batch's labelled "
+                        "positions) or fewer micro-batches"
+                    )
+            with _autocast(self.context.device, settings):
                 logits = self.model(*micro.inputs, **micro.options)
-            loss = token_loss(logits, micro.labels, self.settings.label_smoothing)
-            self.scaler.scale(loss / n_targets).backward()
+            loss = token_loss(logits, micro.labels, settings.label_smoothing, settings.label_smoothing_over) / divisor
+            self.scaler.scale(loss).backward()
             losses.append(loss.detach())
-        loss_sum = torch.stack(losses).sum()
+        mean_loss = torch.stack(losses).sum()
         if self.context.world_size > 1:
-            loss_sum = _sum_across_processes(self.parameters, loss_sum)
-        if self.settings.max_grad_norm is not None:
+            mean_loss = _sum_across_processes(self.parameters, mean_loss)
+        if settings.max_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.parameters, self.settings.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.parameters, settings.max_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        return loss_sum.item() / n_targets, whole.n_tokens
+        return mean_loss.item(), whole.n_tokens
 
     def evaluate(self) -> dict:
         self.model.eval()
@@ -217,6 +237,7 @@ def train(
     default: one process, or ``torchrun``'s). The model moves to the context's device. With ``settings.threads``
     torch computes on that many CPU threads while training, and on as many as before afterwards.
     """
+    check_task(task)
     task.check_model(model)
     last = settings.steps if until is None else until
     if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= settings.steps:

@@ -3,8 +3,29 @@
 ``TrainSettings`` holds every number the trainer reads. ``batch`` is the global batch (sequences
 per optimizer step, over all processes together); ``micro_batches`` splits each process's share
 into that many forward and backward passes whose gradients add up to the whole batch's
-(gradient accumulation). Schedules are those of ``schedules``: ``"cosine"`` (linear warmup to
-``lr``, cosine decay to ``min_lr_ratio * lr``) and ``"inverse_sqrt"`` (the original Transformer's,
+(gradient accumulation). ``accumulation_mean`` says which mean the step's loss is:
+
+- ``"tokens"`` (the default): the mean over every labelled position of the global batch; each
+  micro-batch adds its summed loss divided by the global batch's count of labelled positions,
+  so any cut into micro-batches and processes gives the gradient of one undivided batch;
+- ``"micro_batches"``: the mean of the micro-batches' own means (each micro-batch's summed loss
+  divided by its own labelled positions, then by ``micro_batches x processes``), as a
+  data-parallel loop that averages per-micro-batch mean losses does; it weighs a micro-batch
+  with few labelled positions as much as a full one.
+
+Label smoothing ``label_smoothing = e`` over ``V = d_vocab`` tokens sets each labelled position's
+target distribution to, with ``label_smoothing_over``:
+
+- ``"vocab"`` (the default; PyTorch's ``cross_entropy(label_smoothing=e)``, Szegedy et al. 2016):
+  ``e / V`` on every token, the label included, so the label gets ``1 - e + e / V``;
+- ``"others"`` (the original Transformer's, as tensor2tensor computes it): ``1 - e`` on the label
+  and ``e / (V - 1)`` on each other token.
+
+The same number means a little less smoothing under ``"vocab"``. AdamW's ``adam_eps`` (added to
+the denominator's square root) defaults to PyTorch's 1e-8; many recipes use 1e-9.
+
+Schedules are those of ``schedules``: ``"cosine"`` (linear warmup to ``lr``, cosine decay to
+``min_lr_ratio * lr``) and ``"inverse_sqrt"`` (the original Transformer's,
 ``lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``, which sets the rate
 from ``d_model`` and so takes no ``lr``).
 
@@ -25,6 +46,8 @@ from typing import Optional
 import torch
 
 SCHEDULES = ("cosine", "inverse_sqrt")
+SMOOTHING_OVER = ("vocab", "others")  # label smoothing's e spread over every token, or over all but the label
+ACCUMULATION_MEANS = ("tokens", "micro_batches")  # the mean a step's loss takes (module docstring)
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}  # None: autocast off
 
 
@@ -35,6 +58,14 @@ def unknown_key_message(where: str, unknown: list, known: list) -> str:
         close = difflib.get_close_matches(str(key), known, n=1)
         hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; known keys: {list(known)}"
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Refuse ``value`` unless it is one of ``choices``, naming the closest."""
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}{hint}")
 
 
 def _is_int(value) -> bool:
@@ -59,8 +90,11 @@ class TrainSettings:
     lr_scale: float = 1.0  # "inverse_sqrt": the factor in front of d_model^-0.5 * min(...)
     weight_decay: float = 0.01  # AdamW's, on weight matrices only (parameter_groups)
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW's; the original Transformer used (0.9, 0.98)
+    adam_eps: float = 1e-8  # AdamW's eps (PyTorch's default); the original Transformer used 1e-9
     max_grad_norm: Optional[float] = None  # clip the global gradient norm to this; None: no clipping
-    label_smoothing: float = 0.0  # 0: cross-entropy; the original Transformer used 0.1
+    label_smoothing: float = 0.0  # 0: cross-entropy; the original Transformer used 0.1 (with "others")
+    label_smoothing_over: str = "vocab"  # "vocab": e/V on every token (PyTorch's); "others": e/(V-1) off the label
+    accumulation_mean: str = "tokens"  # "tokens": per labelled position of the batch; "micro_batches": of their means
     precision: str = "float32"  # "float32", or autocast to "bfloat16" (CPU, GPU) or "float16" (GPU)
     seed: int = 0  # the weights' (seed) and the data's (seed + 1)
     log_every: int = 25  # steps between entries of the training curve
@@ -120,8 +154,12 @@ class TrainSettings:
         object.__setattr__(self, "betas", betas)  # a list read from a file becomes the tuple AdamW records
         if self.max_grad_norm is not None and (not _is_number(self.max_grad_norm) or self.max_grad_norm <= 0):
             raise ValueError(f"max_grad_norm must be a finite number > 0 or None, got {self.max_grad_norm!r}")
+        if not _is_number(self.adam_eps) or self.adam_eps <= 0:
+            raise ValueError(f"adam_eps must be a finite number > 0, got {self.adam_eps!r}")
         if not _is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        check_choice("label_smoothing_over", self.label_smoothing_over, SMOOTHING_OVER)
+        check_choice("accumulation_mean", self.accumulation_mean, ACCUMULATION_MEANS)
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -145,4 +183,12 @@ class TrainSettings:
         return cls(**values)
 
 
-__all__ = ["PRECISIONS", "SCHEDULES", "TrainSettings", "unknown_key_message"]
+__all__ = [
+    "ACCUMULATION_MEANS",
+    "PRECISIONS",
+    "SCHEDULES",
+    "SMOOTHING_OVER",
+    "TrainSettings",
+    "check_choice",
+    "unknown_key_message",
+]

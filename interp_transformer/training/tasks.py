@@ -1,11 +1,11 @@
 """What a model is trained on: a task draws batches, says which models it fits, and measures the result.
 
 A ``Batch`` holds the model's inputs (positional ``inputs`` and keyword ``options`` of its
-forward) and ``labels``: for each logit position, the token it should predict, or ``IGNORE``
-where it predicts nothing. The loss is the same for every task and model (``token_loss``):
-cross-entropy, label-smoothed if asked, summed over the labelled positions. A decoder's
-labels are its next tokens; an encoder-decoder's are the target tokens after each decoder
-input.
+forward) and ``labels``: for each logit position, the token it should predict, or
+``IGNORE_INDEX`` (PyTorch's -100) where it predicts nothing. The loss is the same for every
+task and model (``token_loss``): cross-entropy, label-smoothed if asked (the two conventions
+in ``settings``), summed over the labelled positions. A decoder's labels are its next tokens;
+an encoder-decoder's are the target tokens after each decoder input.
 
 Tasks (``TASKS``, by the name a config file gives):
 
@@ -21,6 +21,21 @@ Tasks (``TASKS``, by the name a config file gives):
 
 A task asks the model what it is (``capabilities``, ``has_cross_attention``, its config's
 sizes), never which class it is.
+
+**The task protocol.** ``train`` accepts any object (a class of one's own, no base class and no
+dataclass needed) that has:
+
+- ``name``: a ``str``, recorded in checkpoints and model cards;
+- ``check_model(model)``: raise ``ValueError`` for a model the task cannot train, else return;
+- ``batch(model, size, generator) -> Batch``: ``size`` sequences drawn with the
+  ``torch.Generator`` given (the same generator state gives the same batch: resuming relies on it);
+- ``evaluate(model, seed) -> dict[str, float]``: the task's measures on held-out data
+  (an empty dict measures nothing);
+- its options, for checkpoints to compare and cards to record: the fields of a dataclass, or a
+  ``settings() -> dict`` method of plain values (numbers, strings, lists).
+
+A config file's tasks (``TASKS``) also give ``tokenizer()`` (or None). ``check_task`` names what
+an object lacks, with a ``TypeError``.
 """
 
 import dataclasses
@@ -32,10 +47,12 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..models.losses import IGNORE_INDEX
 from ..pretrained import induction, translation
-from .settings import unknown_key_message
+from .settings import SMOOTHING_OVER, check_choice, unknown_key_message
 
-IGNORE = -1  # the label of a position that predicts nothing
+IGNORE = IGNORE_INDEX  # the earlier name of IGNORE_INDEX
+TASK_METHODS = ("check_model", "batch", "evaluate")
 
 
 @dataclass
@@ -63,7 +80,7 @@ class Batch:
     @property
     def n_targets(self) -> int:
         """How many positions predict a token (the loss is their mean)."""
-        return int((self.labels != IGNORE).sum())
+        return int((self.labels != IGNORE_INDEX).sum())
 
     @property
     def n_tokens(self) -> int:
@@ -72,22 +89,46 @@ class Batch:
 
 
 def token_loss(
-    logits: Float[Tensor, "batch pos d_vocab"], labels: Int[Tensor, "batch pos"], label_smoothing: float = 0.0
+    logits: Float[Tensor, "batch pos d_vocab"],
+    labels: Int[Tensor, "batch pos"],
+    label_smoothing: float = 0.0,
+    label_smoothing_over: str = "vocab",
 ) -> Float[Tensor, ""]:
-    """Cross-entropy summed over the labelled positions (``labels != IGNORE``), in float32 or wider.
+    """Cross-entropy summed over the labelled positions (``labels != IGNORE_INDEX``), in float32 or wider.
 
-    With ``label_smoothing = e`` the target of each position is ``1 - e`` on its label plus
-    ``e / d_vocab`` on every token (as in the original Transformer). Summed, not averaged, so
-    that micro-batches and processes add up to the whole batch: divide by its ``n_targets``.
+    With ``label_smoothing = e`` and ``V = d_vocab`` the target of each labelled position is, with
+    ``label_smoothing_over="vocab"`` (PyTorch's ``cross_entropy(label_smoothing=e)``), ``e / V`` on every
+    token plus ``1 - e`` on its label; with ``"others"`` (the original Transformer's), ``1 - e`` on the
+    label and ``e / (V - 1)`` on each other token: PyTorch's with ``e V / (V - 1)``. Labels must be in
+    ``[0, V)`` or ``IGNORE_INDEX``. Summed, not averaged, so that micro-batches and processes add up to
+    the whole batch: divide by its ``n_targets``.
     """
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} must share [batch, pos]")
+    check_choice("label_smoothing_over", label_smoothing_over, SMOOTHING_OVER)
+    vocab = logits.shape[-1]
+    labels = labels.to(logits.device)
+    bad = labels[(labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab))]
+    if bad.numel():
+        raise ValueError(
+            f"labels must be in [0, {vocab}) or IGNORE_INDEX = {IGNORE_INDEX} (a position that predicts nothing), "
+            f"got {bad[0].item()}"
+        )
+    smoothing = label_smoothing
+    if label_smoothing_over == "others" and label_smoothing > 0:
+        smoothing = label_smoothing * vocab / (vocab - 1) if vocab > 1 else float("inf")
+        if smoothing > 1:
+            raise ValueError(
+                f"label_smoothing_over='others' spreads label_smoothing={label_smoothing} over d_vocab - 1 = "
+                f"{vocab - 1} tokens, more than each gets under 'vocab': it must be at most (d_vocab - 1) / d_vocab = "
+                f"{(vocab - 1) / vocab:.4g}"
+            )
     return F.cross_entropy(
         logits.to(torch.promote_types(logits.dtype, torch.float32)).flatten(0, 1),
-        labels.flatten().to(logits.device),
-        ignore_index=IGNORE,
+        labels.flatten(),
+        ignore_index=IGNORE_INDEX,
         reduction="sum",
-        label_smoothing=label_smoothing,
+        label_smoothing=smoothing,
     )
 
 
@@ -132,8 +173,8 @@ class InductionTask:
     def batch(self, model, size: int, generator: torch.Generator) -> Batch:
         n = int(torch.randint(self.min_seq_len, self.seq_len + 1, (1,), generator=generator))
         tokens = induction.repeated_tokens(size, n, model.cfg.d_vocab, generator)
-        labels = torch.cat([tokens[:, 1:], torch.full((size, 1), IGNORE)], dim=1)
-        labels[:, 0] = IGNORE  # the first random token follows BOS: nothing predicts it
+        labels = torch.cat([tokens[:, 1:], torch.full((size, 1), IGNORE_INDEX)], dim=1)
+        labels[:, 0] = IGNORE_INDEX  # the first random token follows BOS: nothing predicts it
         return Batch((tokens,), labels)
 
     @torch.no_grad()
@@ -188,8 +229,8 @@ class TranslationTask:
         device = _device_of(model)
         output = model.generate(data.source.to(device), data.attention_mask.to(device), max_new_tokens=8).cpu()
         width = 1 + data.labels.shape[1]  # <s>, then the digits and </s> the labels hold
-        output = F.pad(output, (0, max(0, width - output.shape[1])), value=IGNORE)  # a row that stopped early
-        matches = (output[:, 1:width] == data.labels) | (data.labels == IGNORE)
+        output = F.pad(output, (0, max(0, width - output.shape[1])), value=IGNORE_INDEX)  # a row that stopped early
+        matches = (output[:, 1:width] == data.labels) | (data.labels == IGNORE_INDEX)
         return {"held_out_accuracy": round(matches.all(dim=1).float().mean().item(), 4)}
 
     def tokenizer(self):
@@ -211,9 +252,47 @@ def make_task(name: str, options: Optional[dict] = None, where: str = "data"):
     return task_class(**(options or {}))
 
 
+_PROTOCOL = (
+    "a task needs name (a str), check_model(model), batch(model, size, generator) -> Batch, "
+    "evaluate(model, seed) -> dict, and its options as dataclass fields or a settings() -> dict method"
+)
+
+
+def check_task(task) -> None:
+    """Refuse an object that does not follow the task protocol (module docstring), naming what it lacks."""
+    kind = type(task).__name__
+    lacking = [name for name in TASK_METHODS if not callable(getattr(task, name, None))]
+    if not isinstance(getattr(task, "name", None), str):
+        lacking.insert(0, "name")
+    if lacking:
+        raise TypeError(f"task {kind} lacks {', '.join(lacking)}: {_PROTOCOL}")
+    is_dataclass = dataclasses.is_dataclass(task) and not isinstance(task, type)
+    if not is_dataclass and not callable(getattr(task, "settings", None)):
+        raise TypeError(f"task {kind} is not a dataclass and has no settings() method: {_PROTOCOL}")
+
+
 def task_settings(task) -> dict:
-    """What a model card records of the task: its name and options."""
-    return {"task": task.name, **dataclasses.asdict(task)}
+    """What a model card records of the task: its name and options (dataclass fields, or ``settings()``)."""
+    check_task(task)
+    if callable(getattr(task, "settings", None)):
+        options = task.settings()
+        if not isinstance(options, dict):
+            raise TypeError(f"task {type(task).__name__}.settings() must return a dict, got {type(options).__name__}")
+    else:
+        options = dataclasses.asdict(task)
+    return {"task": task.name, **options}
 
 
-__all__ = ["Batch", "IGNORE", "InductionTask", "TASKS", "TranslationTask", "make_task", "task_settings", "token_loss"]
+__all__ = [
+    "Batch",
+    "IGNORE",
+    "IGNORE_INDEX",
+    "InductionTask",
+    "TASKS",
+    "TASK_METHODS",
+    "TranslationTask",
+    "check_task",
+    "make_task",
+    "task_settings",
+    "token_loss",
+]

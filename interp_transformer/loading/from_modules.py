@@ -22,7 +22,15 @@ a module of 1-D parameters     a norm: its parameters in order are ``w``, ``b`` 
 a tuple of the above           each in turn; an ``nn.Sequential`` or ``nn.ModuleList`` likewise, its parts
                                without weights (an activation) skipped
 a module named as ours         its parameters by name (``W_Q``, ``b_Q``, ... as ARENA's transformer writes them)
+a wrapper                      a module with no weights of its own and one child with weights: read as that
+                               child (a module with several is refused: their order is its forward's, so give
+                               them as a tuple in ours)
+a whole mixture of experts     for our ``MixtureOfExperts``: a module whose children are the router (one
+                               module with weights) and a ``ModuleList`` of ``n_experts`` experts, read as the
+                               entries ``path`` (the router) and ``path.experts.E`` (each expert)
 =============================  ===============================================================================
+
+One weight at several paths (an encoder-decoder's ``share_positions``) is given once, under any of them.
 
 A bias the source lacks is zero here; a bias we do not have (a gated MLP's gate) or hold at
 zero (a spec's ``attn_bias=False``) must be zero there. Anything that does not fit raises
@@ -42,10 +50,15 @@ from .strict import load_strict
 Source = Union[nn.Module, Tensor, Sequence[Union[nn.Module, Tensor]]]
 
 
-def _their_maps(where: str, source) -> list[tuple[str, Tensor, Optional[Tensor]]]:
-    """The source as a list of ``(kind, weight, bias)``, kind ``"linear"``, ``"table"`` or ``"gain"``."""
+def _has_weights(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def _their_maps(where: str, source, ours: Sequence[str] = ()) -> list[tuple[str, Tensor, Optional[Tensor]]]:
+    """The source as a list of ``(kind, weight, bias)``, kind ``"linear"``, ``"table"`` or ``"gain"`` (``ours``: our
+    part's weights, named where the source cannot be read)."""
     if isinstance(source, (tuple, list)):
-        return [entry for item in source for entry in _their_maps(where, item)]
+        return [entry for item in source for entry in _their_maps(where, item, ours)]
     if isinstance(source, Tensor):
         return [("table", source, None)]
     if isinstance(source, nn.Linear):
@@ -61,14 +74,24 @@ def _their_maps(where: str, source) -> list[tuple[str, Tensor, Optional[Tensor]]
     if isinstance(source, nn.Embedding):
         return [("table", source.weight, None)]
     if isinstance(source, (nn.Sequential, nn.ModuleList)):  # its parts with weights, in order (an activation has none)
-        return _their_maps(where, [child for child in source if any(True for _ in child.parameters())])
+        return _their_maps(where, [child for child in source if _has_weights(child)], ours)
     if isinstance(source, nn.Module):
         params = list(source.parameters(recurse=False))
         if params and all(p.ndim == 1 for p in params) and len(params) <= 2:
             return [("gain", params[0], params[1] if len(params) == 2 else None)]
+        weighted = [name for name, child in source.named_children() if _has_weights(child)]
+        if not params and len(weighted) == 1:  # a wrapper: its one child with weights holds them all
+            return _their_maps(where, getattr(source, weighted[0]), ours)
+        if not params and len(weighted) > 1:
+            raise TypeError(
+                f"{where}: a {type(source).__name__} keeps its weights in its children with weights {weighted}, in "
+                f"an order only its forward knows: pass the ones our part takes as a tuple in our order {list(ours)} "
+                f"(e.g. (module.{weighted[0]}, ...)), or each child under the part of ours it fills"
+            )
     raise TypeError(
         f"{where}: a source is an nn.Linear, nn.MultiheadAttention, nn.Embedding, a norm (a module of 1-D "
-        f"parameters), a tensor, or a tuple of these; got {type(source).__name__}"
+        f"parameters), a tensor, a tuple of these, or a module with one child holding its weights; got "
+        f"{type(source).__name__}"
     )
 
 
@@ -129,10 +152,76 @@ def _rows(where: str, weight: Tensor, maps: list, part: nn.Module) -> list[int]:
     return widths
 
 
+def _is_whole_module(part: nn.Module, source) -> bool:
+    """A module none of the kinds read directly (a whole mixture of experts, a wrapper)."""
+    kinds = (nn.Linear, nn.MultiheadAttention, nn.Embedding, nn.Sequential, nn.ModuleList)
+    return isinstance(source, nn.Module) and not isinstance(source, kinds) and not _same_names(part, source)
+
+
+def _mixture_entries(path: str, part: nn.Module, source: nn.Module) -> dict:
+    """A whole mixture-of-experts module as our entries: ``path`` its router, ``path.experts.E`` each expert."""
+    n_experts = len(part.experts)
+    children = dict(source.named_children())
+    lists = [
+        name
+        for name, child in children.items()
+        if isinstance(child, (nn.ModuleList, nn.Sequential))
+        and len(child) == n_experts
+        and all(_has_weights(expert) for expert in child)
+    ]
+    rest = [name for name, child in children.items() if _has_weights(child) and name not in lists]
+    own = list(source.parameters(recurse=False))
+    if len(lists) == 1 and len(rest) == 1 and not own and getattr(part, "shared_expert", None) is None:
+        experts = children[lists[0]]
+        return {path: children[rest[0]], **{f"{path}.experts.{e}": expert for e, expert in enumerate(experts)}}
+    came = {
+        name: type(child).__name__ + (f" of {len(child)}" if isinstance(child, (nn.ModuleList, nn.Sequential)) else "")
+        for name, child in children.items()
+        if _has_weights(child)
+    }
+    own_names = [name for name, _ in source.named_parameters(recurse=False)]
+    shared = f", '{path}.shared_expert': <the shared expert>" if getattr(part, "shared_expert", None) else ""
+    raise TypeError(
+        f"{path} is a mixture of {n_experts} experts: pass its router and each expert as entries, {{'{path}': "
+        f"<the router, d_model -> {n_experts}>, '{path}.experts.0': <expert 0>, ..., '{path}.experts.{n_experts - 1}': "
+        f"<expert {n_experts - 1}>{shared}}}, or one module whose children with weights are the router and a "
+        f"ModuleList of {n_experts} experts; got a {type(source).__name__} whose children with weights are {came}"
+        + (f" and own parameters {own_names}" if own_names else "")
+    )
+
+
+def _entries(modules: Mapping[str, nn.Module], sources: Mapping[str, Source]):
+    """``sources``' items, a whole mixture of experts given for our ``MixtureOfExperts`` spread into its entries."""
+    for path, source in sources.items():
+        part = modules.get(path)
+        if isinstance(getattr(part, "experts", None), nn.ModuleList) and _is_whole_module(part, source):
+            yield from _mixture_entries(path, part, source).items()
+        else:
+            yield path, source
+
+
+def _fill_shared(model: nn.Module, out: dict) -> None:
+    """One weight at several paths (a table both stacks read) given under one of them: every path gets it."""
+    paths_of = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        paths_of.setdefault(id(tensor), []).append(name)
+    for paths in paths_of.values():
+        given = [path for path in paths if path in out]
+        if len(paths) < 2 or not given:
+            continue
+        first = out[given[0]]
+        for other in given[1:]:
+            if out[other].shape != first.shape or not torch.equal(out[other], first):
+                raise ValueError(f"{given[0]} and {other} are one weight of this model, given two different values")
+        for path in paths:
+            out.setdefault(path, first)
+
+
 def weights_from_modules(model: nn.Module, sources: Mapping[str, Source]) -> dict[str, Tensor]:
     """Our state-dict entries for every part named in ``sources`` (see the module docstring), as fresh tensors."""
-    modules, params, out = dict(model.named_modules()), dict(model.named_parameters()), {}
-    for path, source in sources.items():
+    modules = dict(model.named_modules(remove_duplicate=False))
+    params, out = dict(model.named_parameters(remove_duplicate=False)), {}
+    for path, source in _entries(modules, sources):
         if path in params and isinstance(source, Tensor):  # one of our weights, given in our layout
             out[path] = source
             continue
@@ -143,7 +232,8 @@ def weights_from_modules(model: nn.Module, sources: Mapping[str, Source]) -> dic
         if _same_names(part, source):  # a part written with our names (ARENA's): copied weight by weight
             out.update({f"{path}.{name}": param for name, param in source.named_parameters(recurse=False)})
             continue
-        theirs, maps = _their_maps(path, source), _our_maps(part)
+        maps = _our_maps(part)
+        theirs = _their_maps(path, source, [name for name, _ in maps])
         if not maps:
             raise ValueError(f"{path}: this part has no weights of its own to load")
         while maps and theirs:
@@ -163,6 +253,7 @@ def weights_from_modules(model: nn.Module, sources: Mapping[str, Source]) -> dic
                 f"{path}: our part's weights {[n for n, _ in _our_maps(part)]} and the source's do not "
                 f"pair up: left over {left}"
             )
+    _fill_shared(model, out)
     return {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in out.items()}
 
 

@@ -89,9 +89,31 @@ def seq2seq_sources(theirs) -> dict:
     }
     if theirs.tgt_embed is not theirs.src_embed:
         found["decoder_embed"] = theirs.tgt_embed
+    if theirs.pos is not None:  # one table: named once, both stacks read it
+        found["encoder.pos_embed"] = theirs.pos
     for stack in ("encoder", "decoder"):
         for layer, module in enumerate(getattr(theirs.transformer, stack).layers):
             found.update(torch_layer(f"{stack}.blocks.{layer}", module))
+    return found
+
+
+def t5_sources(theirs) -> dict:
+    found = {
+        "embed": theirs.embed,
+        "unembed": theirs.head,
+        "encoder.rel_pos_bias": theirs.encoder_bias.table,
+        "decoder.rel_pos_bias": theirs.decoder_bias.table,
+        "encoder.ln_final": theirs.encoder_norm,
+        "decoder.ln_final": theirs.decoder_norm,
+    }
+    for stack in ("encoder", "decoder"):
+        for layer, module in enumerate(getattr(theirs, stack)):
+            a = module.attn
+            parts = {"ln1": module.norm1, "attn": (a.q, a.k, a.v, a.o), "ln2": module.norm2, "mlp": module.mlp}
+            if stack == "decoder":
+                c = module.cross
+                parts.update(cross_attn=(c.q, c.k, c.v, c.o), ln3=module.norm3)
+            found.update({f"{stack}.blocks.{layer}.{name}": source for name, source in parts.items()})
     return found
 
 
@@ -176,6 +198,25 @@ def scratch_hooks(layer: int, extra: Optional[dict] = None) -> dict:
         f"{ours}.hook_resid_post": theirs,
     }
     return {**found, **{f"{ours}.{k}": f"{theirs}.{v}" for k, v in (extra or {}).items()}}
+
+
+def t5_hooks(layer: int) -> dict:
+    found = {}
+    for stack in ("encoder", "decoder"):
+        ours, theirs = f"{stack}.blocks.{layer}", f"{stack}.{layer}"
+        found.update(
+            {
+                f"{ours}.hook_resid_pre": f"{theirs}:input",
+                f"{ours}.ln1.hook_normalized": f"{theirs}.norm1",
+                f"{ours}.hook_attn_out": f"{theirs}.attn",
+                f"{ours}.ln2.hook_normalized": f"{theirs}.norm2",
+                f"{ours}.hook_mlp_out": f"{theirs}.mlp",
+                f"{ours}.hook_resid_post": theirs,
+            }
+        )
+    found.update({f"decoder.blocks.{layer}.hook_cross_attn_out": f"decoder.{layer}.cross"})
+    found[f"decoder.blocks.{layer}.ln3.hook_normalized"] = f"decoder.{layer}.norm3"
+    return found
 
 
 def nano_hooks(layer: int, post: bool = False) -> dict:

@@ -9,7 +9,10 @@ Annotated-Transformer decoder (``own_model_references``), the post-norm decoder 
   pre-norm (with a final norm) or post-norm (without), and ``TorchCausalStack``: the post-norm one,
   causal, with ``nn.TransformerEncoder``'s final norm;
 - ``TinyBert``: token, position and segment embeddings, their LayerNorm, post-norm layers, BERT's MLM head;
-- ``TorchSeq2Seq``: ``nn.Transformer`` between sinusoidal embeddings, one shared token embedding or one per side;
+- ``TorchSeq2Seq``: ``nn.Transformer`` between sinusoidal embeddings, one shared token embedding or one per side
+  (each of its own vocabulary), or one learned position table read by both sides;
+- ``ScratchT5``: T5's encoder-decoder: pre-RMSNorm blocks without biases, unscaled scores, no positions but a
+  bucketed relative bias per stack;
 - ``ScratchDecoder``: a pre-norm decoder whose norm, attention and MLP are given as parts, with the parts
   ``RMSNorm``, ``RotaryEmbedding``, ``SwiGLU``, ``RouterMoE``, ``ALiBiBias`` and ``ClippedRelativeBias``;
 - ``arena``'s ``DemoTransformer``: ARENA's transformer from scratch, its weights named ``W_Q``, ``W_in``, ...
@@ -142,12 +145,24 @@ class TorchSeq2Seq(nn.Module):
     one sinusoidal table, and a linear read-out; one token embedding for both sides, or one each."""
 
     def __init__(
-        self, vocab=23, n_ctx=12, d_model=16, n_heads=4, d_mlp=32, norm_first=False, separate=False, interleaved=False
+        self,
+        vocab=23,
+        n_ctx=12,
+        d_model=16,
+        n_heads=4,
+        d_mlp=32,
+        norm_first=False,
+        separate=False,
+        interleaved=False,
+        source_vocab=None,
+        learned=False,
     ):
         super().__init__()
-        self.src_embed = nn.Embedding(vocab, d_model)
+        self.src_embed = nn.Embedding(source_vocab or vocab, d_model)
         self.tgt_embed = nn.Embedding(vocab, d_model) if separate else self.src_embed
-        self.register_buffer("pe", sinusoid_table(n_ctx, d_model, interleaved))
+        self.pos = nn.Embedding(n_ctx, d_model) if learned else None  # one table, read by both sides
+        if not learned:
+            self.register_buffer("pe", sinusoid_table(n_ctx, d_model, interleaved))
         with warnings.catch_warnings():  # a pre-norm encoder takes no nested tensors, and says so
             warnings.simplefilter("ignore", UserWarning)
             self.transformer = nn.Transformer(
@@ -155,11 +170,124 @@ class TorchSeq2Seq(nn.Module):
             )
         self.out, self.scale = nn.Linear(d_model, vocab), math.sqrt(d_model)
 
+    def positions(self, n):
+        return self.pos(torch.arange(n)) if self.pos is not None else self.pe[:n]
+
     def forward(self, source, target):
-        src = self.src_embed(source) * self.scale + self.pe[: source.shape[1]]
-        tgt = self.tgt_embed(target) * self.scale + self.pe[: target.shape[1]]
+        src = self.src_embed(source) * self.scale + self.positions(source.shape[1])
+        tgt = self.tgt_embed(target) * self.scale + self.positions(target.shape[1])
         mask = nn.Transformer.generate_square_subsequent_mask(target.shape[1], dtype=src.dtype)
         return self.out(self.transformer(src, tgt, tgt_mask=mask, tgt_is_causal=True))
+
+
+# --- T5's encoder-decoder -----------------------------------------------------------------------------------------
+def t5_bucket(relative_position, bidirectional, n_buckets, max_distance):
+    """Mesh TensorFlow's bucket of each ``key - query`` distance: exact below ``max_exact``, logarithmic above,
+    the keys after the query in the upper half when bidirectional."""
+    buckets = 0
+    if bidirectional:
+        n_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * n_buckets
+        relative_position = relative_position.abs()
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = n_buckets // 2
+    large = (
+        max_exact
+        + (
+            torch.log(relative_position.float() / max_exact)
+            / math.log(max_distance / max_exact)
+            * (n_buckets - max_exact)
+        ).long()
+    )
+    large = torch.min(large, torch.full_like(large, n_buckets - 1))
+    return buckets + torch.where(relative_position < max_exact, relative_position, large)
+
+
+class T5Bias(nn.Module):
+    """One stack's table: a learned number per head and bucket, ``[1, head, query, key]``."""
+
+    def __init__(self, n_heads, n_buckets, max_distance, bidirectional):
+        super().__init__()
+        self.table = nn.Embedding(n_buckets, n_heads)
+        self.n_buckets, self.max_distance, self.bidirectional = n_buckets, max_distance, bidirectional
+
+    def forward(self, n):
+        position = torch.arange(n)
+        relative = position[None, :] - position[:, None]
+        buckets = t5_bucket(relative, self.bidirectional, self.n_buckets, self.max_distance)
+        return self.table(buckets).permute(2, 0, 1)[None]
+
+
+class T5Attention(nn.Module):
+    """No biases, no 1/sqrt(d_head): ``softmax(q k^T + bias [+ causal mask]) v``; keys from ``memory`` if given."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model, bias=False) for _ in range(4))
+        self.n_heads = n_heads
+
+    def forward(self, x, memory=None, bias=None, causal=False):
+        memory = x if memory is None else memory
+        batch, n, _ = x.shape
+
+        def heads(t):
+            return t.view(batch, t.shape[1], self.n_heads, -1).transpose(1, 2)
+
+        q, k, v = heads(self.q(x)), heads(self.k(memory)), heads(self.v(memory))
+        scores = q @ k.transpose(-2, -1)
+        if bias is not None:
+            scores = scores + bias
+        if causal:
+            scores = scores.masked_fill(~causal_mask(n), float("-inf"))
+        return self.o((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(batch, n, -1))
+
+
+class T5EncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads, d_mlp):
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = RMSNorm(d_model), T5Attention(d_model, n_heads), RMSNorm(d_model)
+        self.mlp = gelu_mlp(d_model, d_mlp, bias=False, activation=nn.ReLU())
+
+    def forward(self, x, bias):
+        x = x + self.attn(self.norm1(x), bias=bias)
+        return x + self.mlp(self.norm2(x))
+
+
+class T5DecoderLayer(T5EncoderLayer):
+    def __init__(self, d_model, n_heads, d_mlp):
+        super().__init__(d_model, n_heads, d_mlp)
+        self.cross, self.norm3 = T5Attention(d_model, n_heads), RMSNorm(d_model)
+
+    def forward(self, x, memory, bias):
+        x = x + self.attn(self.norm1(x), bias=bias, causal=True)
+        x = x + self.cross(self.norm2(x), memory)
+        return x + self.mlp(self.norm3(x))
+
+
+class ScratchT5(nn.Module):
+    """T5: one token embedding, no positions, a bucketed relative bias per stack shared by its layers, pre-RMSNorm
+    blocks without biases, unscaled scores, a final RMSNorm per stack, an untied read-out without bias."""
+
+    def __init__(self, vocab=23, d_model=16, n_heads=4, d_mlp=32, n_layers=2, n_buckets=8, max_distance=20):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.encoder_bias = T5Bias(n_heads, n_buckets, max_distance, bidirectional=True)
+        self.decoder_bias = T5Bias(n_heads, n_buckets, max_distance, bidirectional=False)
+        self.encoder = nn.ModuleList(T5EncoderLayer(d_model, n_heads, d_mlp) for _ in range(n_layers))
+        self.decoder = nn.ModuleList(T5DecoderLayer(d_model, n_heads, d_mlp) for _ in range(n_layers))
+        self.encoder_norm, self.decoder_norm = RMSNorm(d_model), RMSNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, source, target):
+        x, bias = self.embed(source), self.encoder_bias(source.shape[1])
+        for layer in self.encoder:
+            x = layer(x, bias)
+        memory = self.encoder_norm(x)
+        y, bias = self.embed(target), self.decoder_bias(target.shape[1])
+        for layer in self.decoder:
+            y = layer(y, memory, bias)
+        return self.head(self.decoder_norm(y))
 
 
 # --- a pre-norm decoder of given parts ---------------------------------------------------------------------------

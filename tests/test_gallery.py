@@ -50,7 +50,9 @@ MISTAKES = [  # (design, the description changed to, the first hook where the sa
     ("annotated", dict(positions="sinusoidal"), "blocks.0.hook_resid_pre"),
     ("seq2seq_post_shared", dict(positions="sinusoidal_interleaved"), "encoder.blocks.0.hook_resid_pre"),
     ("rotary", dict(rotary_interleaved=True), "blocks.0.hook_attn_out"),
-    ("t5_no_positions", dict(attn_scale=None), "blocks.0.hook_attn_out"),
+    ("t5_style", dict(attn_scale=None), "encoder.blocks.0.hook_attn_out"),
+    ("t5_style", dict(max_distance=40), "encoder.rel_pos_bias.hook_bias"),
+    ("seq2seq_pre_separate", dict(embed_scale=None), "encoder.blocks.0.hook_resid_pre"),
     ("moe", dict(experts=dict(n_experts=4, top_k=2, router_bias=True, renormalize=False)), "blocks.0.hook_mlp_out"),
 ]
 

@@ -20,8 +20,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from ..components import MLP, Attention, Embed, LayerNorm, NoNorm, PaddingMask, PostNormBlock, Unembed
-from ..components.cross_attention import CrossAttention
+from ..components import MLP, Embed, LayerNorm, NoNorm, PostNormBlock, Unembed
 from ..components.cross_attention_blocks import PostNormCrossAttentionBlock
 from ..components.offset_pos_embed import OffsetPosEmbed
 from ..components.sinusoidal import ScaledEmbed
@@ -33,6 +32,7 @@ from .encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from .registry import Architecture
+from .seq2seq import default_attention
 
 POSITION_OFFSET = 2  # BART reads position p from row p + 2 of its table
 
@@ -75,32 +75,38 @@ def build_post_norm(
     embed_ln: bool,
     final_norm: bool = False,
     norm: Optional[Callable[[], nn.Module]] = None,
+    self_attention: Optional[Callable[[bool], nn.Module]] = None,
+    cross_attention: Optional[Callable[[], nn.Module]] = None,
+    rel_pos_bias: Optional[Callable[[bool], Optional[nn.Module]]] = None,
 ) -> EncoderDecoderParts:
     """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, ``norm()`` each norm
-    (``LayerNorm`` by default)."""
+    (``LayerNorm`` by default); the attention parts as ``seq2seq.build_pre_norm`` takes them."""
     if norm is None:
 
         def norm() -> LayerNorm:
             return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
+    self_attention, cross_attention, rel_pos_bias = default_attention(
+        cfg, self_attention, cross_attention, rel_pos_bias
+    )
+
     def encoder_block() -> PostNormBlock:
-        return PostNormBlock(Attention(cfg, masks=(PaddingMask(),)), norm(), MLP(cfg), norm())
+        return PostNormBlock(self_attention(False), norm(), MLP(cfg), norm())
 
     def decoder_block() -> PostNormCrossAttentionBlock:
-        return PostNormCrossAttentionBlock(Attention(cfg), norm(), CrossAttention(cfg), norm(), MLP(cfg), norm())
+        return PostNormCrossAttentionBlock(self_attention(True), norm(), cross_attention(), norm(), MLP(cfg), norm())
 
-    def stack(block: Callable[[], nn.Module], n_blocks: int) -> StackParts:
+    def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:
         return StackParts(
             pos_embed(),
             norm() if embed_ln else None,
-            None,
+            rel_pos_bias(bidirectional),
             [block() for _ in range(n_blocks)],
             norm() if final_norm else NoNorm(),
         )
 
-    return EncoderDecoderParts(
-        embed, stack(encoder_block, cfg.n_layers), stack(decoder_block, cfg.n_decoder_layers), Unembed(cfg)
-    )
+    encoder, decoder = stack(encoder_block, cfg.n_layers, True), stack(decoder_block, cfg.n_decoder_layers, False)
+    return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg))
 
 
 def token_embedding(cfg, scale_embedding: bool) -> nn.Module:

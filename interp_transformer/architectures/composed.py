@@ -57,7 +57,7 @@ class DecoderSpec:
     n_ctx: int = 64  # longest sequence
     d_head: Optional[int] = None  # width of each head; None: d_model // n_heads
     norm: str = "layer"  # "layer", "layer_unbiased", "rms" or "none" (composed_parts.NORMS)
-    norm_eps: float = 1e-5  # eps of every norm
+    norm_eps: float = parts.NORM_EPS  # eps of every norm (1e-5 in all three specs)
     placement: str = "pre"  # "pre": norms read by the sublayers; "post": norms renormalize the stream after each sum
     final_norm: bool = True  # a norm between the last block and the read-out
     causal: bool = True  # False: every query sees every real key (a masked language model)
@@ -105,6 +105,7 @@ class DecoderSpec:
             raise ValueError(
                 "with experts, each expert's kind is experts.expert_mlp ('plain' or 'gated'): leave gated_mlp=False"
             )
+        parts.check_fits(self)
 
     @property
     def act_fn(self) -> str:

@@ -14,20 +14,28 @@ field           choices and the part each gives
 ``positions``   ``"learned"``: ``PosEmbed``; ``"sinusoidal"``: ``SinusoidalPosEmbed`` (sines, then cosines);
                 ``"sinusoidal_interleaved"``: the same table with sine and cosine alternating;
                 ``"rotary"``: ``Rotary`` inside attention; ``"alibi"``: ``ALiBi`` on the scores;
-                ``"relative_clipped"``: ``ClippedRelativeBias`` on the scores; ``"none"``: nothing
+                ``"relative_clipped"``: ``ClippedRelativeBias`` on the scores; ``"relative_bucketed"``
+                (encoder-decoders): T5's ``RelativePositionBias``, one table per stack read by every layer's
+                ``SharedScoreBias``; ``"none"``: nothing
 ``activation``  any name of ``components.activations.ACTIVATIONS``
 ``embed_scale`` None: ``Embed``; a number or ``"sqrt_d_model"``: ``ScaledEmbed`` (``W_E[tokens] * scale``)
 ==============  ========================================================================================
 
 A bias a spec leaves out (``attn_bias=False`` ...) is a parameter held at zero: it stays in the
 state dict, so every tool reads the same weights, and ``requires_grad`` is off.
+
+Every spec's ``norm_eps`` defaults to ``NORM_EPS`` (1e-5, PyTorch's ``nn.LayerNorm``'s); BERT's 1e-12, T5's
+1e-6 and the like are given explicitly. ``check_fits`` refuses a spec whose weights alone cannot fit in this
+machine's memory, by the fields that size them, before any weight exists.
 """
 
 import difflib
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
+import torch
 from torch import nn
 
 from ..components import (
@@ -47,6 +55,7 @@ from ..components import (
     UnbiasedLayerNorm,
 )
 from ..components.activations import ACTIVATIONS
+from ..components.relative_position_bias import RelativePositionBias, SharedScoreBias
 from .validation import check_positive_int
 
 NORMS = {"layer": LayerNorm, "layer_unbiased": UnbiasedLayerNorm, "rms": RMSNorm, "none": NoNorm}
@@ -54,6 +63,9 @@ PLACEMENTS = ("pre", "post")
 ADDED_POSITIONS = ("learned", "sinusoidal", "sinusoidal_interleaved")  # added to the residual stream
 ATTENTION_POSITIONS = ("rotary", "alibi", "relative_clipped")  # acting inside attention
 POSITIONS = ADDED_POSITIONS + ATTENTION_POSITIONS + ("none",)
+ENCODER_DECODER_POSITIONS = ADDED_POSITIONS + ("relative_bucketed", "none")  # T5's buckets: one table per stack
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # positions="relative_bucketed" with n_buckets / max_distance left None
+NORM_EPS = 1e-5  # every spec's default norm eps (PyTorch's nn.LayerNorm's)
 EXPERT_MLPS = ("plain", "gated")
 SQRT_D_MODEL = "sqrt_d_model"
 
@@ -112,14 +124,16 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
             f"positions='sinusoidal_interleaved' pairs sines and cosines: d_model must be even, got {spec.d_model}"
         )
     options = {
-        "rotary_base": "rotary",
-        "rotary_interleaved": "rotary",
-        "alibi_slopes": "alibi",
-        "max_distance": "relative_clipped",
+        "rotary_base": ("rotary",),
+        "rotary_interleaved": ("rotary",),
+        "alibi_slopes": ("alibi",),
+        "max_distance": tuple(kind for kind in ("relative_clipped", "relative_bucketed") if kind in allowed),
+        "n_buckets": ("relative_bucketed",),
     }
-    for option, kind in options.items():
-        if getattr(spec, option, None) is not None and spec.positions != kind:
-            raise ValueError(f"{option} is read only with positions={kind!r}, got positions={spec.positions!r}")
+    for option, kinds in options.items():
+        if getattr(spec, option, None) is not None and spec.positions not in kinds:
+            kind = " or ".join(repr(kind) for kind in kinds)
+            raise ValueError(f"{option} is read only with positions={kind}, got positions={spec.positions!r}")
     if spec.positions == "rotary":
         if spec.d_head % 2:
             raise ValueError(f"positions='rotary' rotates pairs of dimensions: d_head must be even, got {spec.d_head}")
@@ -138,6 +152,69 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
         if spec.max_distance is None:
             raise ValueError("positions='relative_clipped' needs max_distance, the offset its bias is clipped at")
         check_positive_int("max_distance", spec.max_distance)
+    if spec.positions == "relative_bucketed":
+        for option in ("n_buckets", "max_distance"):
+            if getattr(spec, option) is not None:
+                check_positive_int(option, getattr(spec, option))
+        with torch.device("meta"):  # the part checks its buckets leave room for exact and logarithmic ones
+            relative_bias(spec, bidirectional=True), relative_bias(spec, bidirectional=False)
+
+
+def machine_memory() -> Optional[int]:
+    """Bytes of physical memory on this machine (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        try:
+            import psutil
+        except ImportError:
+            return None
+        return int(psutil.virtual_memory().total)
+
+
+def weight_counts(spec) -> dict[str, int]:
+    """A lower bound on the weights of each kind of part ``spec`` names, keyed by the fields that size it (Python
+    ints: no size can overflow). Norms, biases and small tables are left out."""
+    d_model, width = spec.d_model, spec.n_heads * spec.d_head
+    experts = getattr(spec, "experts", None)
+    n_experts = 1 if experts is None else experts.n_experts
+    attention = 4 * d_model * width
+    mlp = 2 * d_model * (spec.d_mlp or 0) * n_experts
+    blocks = "(n_heads x d_head + d_mlp" + (" x n_experts" if experts is not None else "") + ") x d_model"
+    source_vocab = getattr(spec, "d_vocab_source", None) or spec.d_vocab
+    counts = {"d_vocab x d_model (token embedding)": source_vocab * d_model}
+    if hasattr(spec, "n_decoder_layers"):  # an encoder-decoder
+        if getattr(spec, "separate_embeddings", False):
+            counts["d_vocab x d_model (token embedding)"] += spec.d_vocab * d_model
+        counts["d_vocab x d_model (read-out)"] = spec.d_vocab * d_model
+        counts[f"n_layers x {blocks} (encoder blocks)"] = spec.n_layers * (attention + mlp)
+        counts[f"n_decoder_layers x {blocks} (decoder blocks)"] = spec.n_decoder_layers * (2 * attention + mlp)
+    else:
+        if hasattr(spec, "causal") or getattr(spec, "mlm_head", False):
+            counts["d_vocab x d_model (read-out)"] = spec.d_vocab * d_model
+        counts[f"n_layers x {blocks} (blocks)"] = spec.n_layers * (attention + mlp)
+    if spec.positions == "learned":
+        tables = 1 if not hasattr(spec, "n_decoder_layers") or getattr(spec, "share_positions", False) else 2
+        counts["n_ctx x d_model (learned position table)"] = tables * spec.n_ctx * d_model
+    return counts
+
+
+def check_fits(spec) -> None:
+    """``ValueError`` naming the fields that size the largest parts when ``spec``'s weights alone exceed this
+    machine's memory: a model is made in float32 on the host (then cast and moved), so its weights take at least
+    4 bytes each there. Checked before anything is allocated, where the allocator would fail or the machine swap."""
+    memory = machine_memory()
+    counts = weight_counts(spec)
+    total = sum(counts.values())
+    if memory is None or 4 * total <= memory:
+        return
+    largest = sorted(counts.items(), key=lambda item: -item[1])
+    parts = ", ".join(f"{label}: {count:,}" for label, count in largest if count)
+    raise ValueError(
+        f"this {type(spec).__name__} cannot fit: its weights alone take at least {4 * total / 2**30:,.1f} GiB in "
+        f"float32 (the model is made in float32, then cast), more than this machine's {memory / 2**30:,.1f} GiB "
+        f"of memory; by part, largest first: {parts}. Make the fields of the largest smaller"
+    )
 
 
 @dataclass(frozen=True)
@@ -211,7 +288,19 @@ def attention(spec, causal: bool) -> Attention:
         parts["score_bias"] = ALiBi(spec.n_heads, slopes=spec.alibi_slopes)
     elif spec.positions == "relative_clipped":
         parts["score_bias"] = ClippedRelativeBias(spec.n_heads, spec.max_distance)
+    elif spec.positions == "relative_bucketed":  # the stack's table, computed once per forward, read by every layer
+        parts["score_bias"] = SharedScoreBias()
     return Attention(spec, masks, scale=getattr(spec, "attn_scale", None), **parts)
+
+
+def relative_bias(spec, bidirectional: bool) -> Optional[RelativePositionBias]:
+    """A stack's T5 relative position bias (``positions="relative_bucketed"``; bidirectional in an encoder), or
+    None for other positions."""
+    if spec.positions != "relative_bucketed":
+        return None
+    n_buckets = T5_BUCKETS if spec.n_buckets is None else spec.n_buckets
+    max_distance = T5_MAX_DISTANCE if spec.max_distance is None else spec.max_distance
+    return RelativePositionBias(spec.n_heads, n_buckets, max_distance, bidirectional)
 
 
 def hold_at_zero(module: nn.Module, names: tuple[str, ...]) -> None:
@@ -232,9 +321,11 @@ __all__ = [
     "ADDED_POSITIONS",
     "ATTENTION_BIASES",
     "ATTENTION_POSITIONS",
+    "ENCODER_DECODER_POSITIONS",
     "EXPERT_MLPS",
     "ExpertSpec",
     "MLP_BIASES",
+    "NORM_EPS",
     "NORMS",
     "PLACEMENTS",
     "POSITIONS",
@@ -243,12 +334,16 @@ __all__ = [
     "attention",
     "check_bool",
     "check_choice",
+    "check_fits",
     "check_numerics",
     "check_number",
     "check_positions",
     "check_shape",
     "hold_at_zero",
+    "machine_memory",
     "norm",
     "position_embed",
+    "relative_bias",
     "token_embed",
+    "weight_counts",
 ]

@@ -83,26 +83,52 @@ def build_pre_norm(
     decoder_embed: Optional[nn.Module] = None,
     norm: Optional[Callable[[], nn.Module]] = None,
     final_norm: bool = True,
+    self_attention: Optional[Callable[[bool], nn.Module]] = None,
+    cross_attention: Optional[Callable[[], nn.Module]] = None,
+    rel_pos_bias: Optional[Callable[[bool], Optional[nn.Module]]] = None,
 ) -> EncoderDecoderParts:
     """Pre-norm stacks: ``pos_embed()`` builds each stack's positions, ``norm()`` each norm (``LayerNorm`` by
-    default); each stack ends in a final norm unless ``final_norm=False`` (then ``NoNorm``)."""
+    default); each stack ends in a final norm unless ``final_norm=False`` (then ``NoNorm``). The parts
+    ``self_attention(causal)``, ``cross_attention()`` and ``rel_pos_bias(bidirectional)`` (a stack's relative
+    position bias, or None) default to the Transformer's (see ``default_attention``)."""
     if norm is None:
 
         def norm() -> LayerNorm:
             return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
+    self_attention, cross_attention, rel_pos_bias = default_attention(
+        cfg, self_attention, cross_attention, rel_pos_bias
+    )
+
     def encoder_block() -> TransformerBlock:
-        return TransformerBlock(norm(), Attention(cfg, masks=(PaddingMask(),)), norm(), MLP(cfg))
+        return TransformerBlock(norm(), self_attention(False), norm(), MLP(cfg))
 
     def decoder_block() -> CrossAttentionBlock:
-        return CrossAttentionBlock(norm(), Attention(cfg), norm(), CrossAttention(cfg), norm(), MLP(cfg))
+        return CrossAttentionBlock(norm(), self_attention(True), norm(), cross_attention(), norm(), MLP(cfg))
 
     def last() -> nn.Module:
         return norm() if final_norm else NoNorm()
 
-    encoder = StackParts(pos_embed(), None, None, [encoder_block() for _ in range(cfg.n_layers)], last())
-    decoder = StackParts(pos_embed(), None, None, [decoder_block() for _ in range(cfg.n_decoder_layers)], last())
+    encoder_blocks = [encoder_block() for _ in range(cfg.n_layers)]
+    encoder = StackParts(pos_embed(), None, rel_pos_bias(True), encoder_blocks, last())
+    decoder_blocks = [decoder_block() for _ in range(cfg.n_decoder_layers)]
+    decoder = StackParts(pos_embed(), None, rel_pos_bias(False), decoder_blocks, last())
     return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg), decoder_embed)
+
+
+def default_attention(cfg, self_attention=None, cross_attention=None, rel_pos_bias=None) -> tuple:
+    """The attention parts of the Transformer's stacks, each kept where given: ``self_attention(causal)``, an
+    ``Attention`` masking padding (and later positions when ``causal``); ``cross_attention()``, a
+    ``CrossAttention``; ``rel_pos_bias(bidirectional)``, None (no relative position bias)."""
+
+    def transformer_self_attention(causal: bool) -> Attention:
+        return Attention(cfg) if causal else Attention(cfg, masks=(PaddingMask(),))
+
+    return (
+        self_attention or transformer_self_attention,
+        cross_attention or (lambda: CrossAttention(cfg)),
+        rel_pos_bias or (lambda bidirectional: None),
+    )
 
 
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)
@@ -116,4 +142,4 @@ ARCHITECTURE = Architecture(
     hook_names=HOOK_NAMES,
 )
 
-__all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build", "build_pre_norm"]
+__all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build", "build_pre_norm", "default_attention"]

@@ -23,6 +23,12 @@ class SourceTokens(NamedTuple):
     attention_mask: Int[Tensor, "batch pos"]
 
 
+def source_vocab(cfg) -> int:
+    """The source's vocabulary size: ``cfg.source_vocab`` where the source has a vocabulary of its own
+    (``EncoderDecoderSpec(d_vocab_source=...)``), else ``cfg.d_vocab``, shared with the target."""
+    return getattr(cfg, "source_vocab", cfg.d_vocab)
+
+
 def check_source(
     tokens, attention_mask, cfg, allow_meta: bool = False
 ) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
@@ -30,7 +36,7 @@ def check_source(
 
     ``allow_meta``: tokens on the ``meta`` device (``hook_shapes``) are checked for shape only.
     """
-    tokens = check_token_ids(as_id_tensor(tokens), cfg.d_vocab, cfg.n_ctx, allow_meta=allow_meta)
+    tokens = check_token_ids(as_id_tensor(tokens), source_vocab(cfg), cfg.n_ctx, allow_meta=allow_meta)
     if attention_mask is None:
         if not tokens.is_meta:
             padded = (tokens == cfg.pad_token_id).nonzero().tolist()
@@ -101,4 +107,4 @@ class SourceText:
         return texts[0] if tokens.ndim == 1 else texts
 
 
-__all__ = ["SourceText", "SourceTokens", "check_decoder_input", "check_source"]
+__all__ = ["SourceText", "SourceTokens", "check_decoder_input", "check_source", "source_vocab"]

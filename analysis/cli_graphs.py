@@ -88,7 +88,7 @@ def add_train_transcoders_parser(commands) -> None:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from .attribution_graphs import attribute, graph_scores, graph_view, load_transcoders, prune_graph, to_neuronpedia
-    from .attribution_graphs.interventions import generate_with_edits, parse_feature_edit
+    from .attribution_graphs.interventions import check_feature_edits, generate_with_edits, parse_feature_edit
 
     if args.dashboard_contexts < 0:
         raise UserError(f"--dashboard-contexts must be 0 or more, got {args.dashboard_contexts}")
@@ -102,6 +102,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
     model = _folded(args.model)
     transcoders = load_transcoders(args.transcoders)
     tokens = prompt_tokens(model, args.prompt)[0]
+    # checked against the transcoders and the prompt before the graph is computed: an edit past the prompt or of a
+    # feature the transcoders lack would otherwise change nothing
+    edits = check_feature_edits(model, transcoders, edits, tokens.shape[-1])
     graph = attribute(
         model, transcoders, tokens, batch_size=args.batch_size, memory_budget=args.memory_budget, progress=True
     )
@@ -127,8 +130,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
         graph_view(graph, pruned=pruned, feature_info=info, model_name=args.model, prompt=args.prompt).save(args.out)
         print(f"wrote {args.out}")
     if edits:
-        before = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=0.0)
-        after = generate_with_edits(model, transcoders, args.prompt, edits, max_new_tokens=args.max_new_tokens)
+        # the text where the model has a tokenizer, else the prompt's ids (and ids out)
+        prompt = args.prompt if model.tokenizer is not None else tokens
+        before = model.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=0.0)
+        after = generate_with_edits(model, transcoders, prompt, edits, max_new_tokens=args.max_new_tokens)
+        if model.tokenizer is None:
+            before, after = before.tolist(), after.tolist()
         print(f"without edits: {before!r}")
         print(f"with {len(edits)} edit(s): {after!r}")
     return EXIT_OK
@@ -169,9 +176,12 @@ def add_graph_parser(commands) -> None:
     graph.add_argument("--edge-threshold", type=float, default=0.98, help="pruning (default: 0.98)")
     graph.add_argument("--top", type=positive_int, default=10, help="inputs of the top logit to print (default: 10)")
     graph.add_argument(
-        "--ablate", nargs="+", metavar="L<l>:F<f>[@<pos>]", help="features to ablate before generating again"
+        "--ablate",
+        nargs="+",
+        metavar="L<l>:F<f>[@<pos>]",
+        help="features to ablate before generating again (a position < 0 counts from the prompt's end)",
     )
-    graph.add_argument("--steer", nargs="+", metavar="L<l>:F<f>[@<pos>]=<value>", help="features to set")
+    graph.add_argument("--steer", nargs="+", metavar="L<l>:F<f>[@<pos>]=<value>", help="features to set (finite)")
     graph.add_argument("--max-new-tokens", type=positive_int, default=10, help="default: 10")
     graph.add_argument(
         "--dashboard-contexts",

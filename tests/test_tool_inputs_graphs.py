@@ -1,0 +1,154 @@
+"""Attribution-graph tools given bad input: feature edits, Neuronpedia graph files and transcoder folders.
+
+Each test is one defect, written as the failing example it was: a feature edit at a position past the prompt or
+with a NaN scale, a graph file holding a NaN weight, a ``config.yaml`` with a Python tag or a syntax error, a
+truncated tensor file, a layer file outside its folder. Each must now raise a ``ValueError``/``TypeError`` naming
+the field, the file or the index (on the command line: one line on stderr and exit code 2).
+"""
+
+import re
+import math
+
+import pytest
+import torch
+
+from analysis.attribution_graphs import (
+    CLTConfig,
+    CrossLayerTranscoder,
+    FeatureEdit,
+    edit_features,
+    generate_with_edits,
+    parse_feature_edit,
+    random_transcoders,
+    save_transcoders,
+)
+from analysis.cli import EXIT_USAGE, main
+from interp_transformer.loading import from_pretrained
+from interp_transformer.models.processing import fold_ln
+
+from .attribution_graph_helpers import PROMPT, folded
+from .gpt2_helpers import tiny_gpt2
+
+
+@pytest.fixture(scope="module")
+def model():
+    return folded("gpt2")
+
+
+@pytest.fixture(scope="module")
+def saes(model):
+    return random_transcoders(model, 20, threshold=0.05)
+
+
+def one_line_error(capsys, *argv) -> str:
+    code = main([str(arg) for arg in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE and err and "Traceback" not in "\n".join(err), err
+    return err[-1]
+
+
+def truncate(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+# --- feature edits -------------------------------------------------------------------------------------------------
+
+
+def test_an_edit_at_a_position_past_the_prompt_is_refused(model, saes):
+    with pytest.raises(ValueError, match=r"position 999 .* 6 positions .*0\.\.5, or -6\.\.-1"):
+        with torch.no_grad(), edit_features(model, saes, [parse_feature_edit("L0:F1@999")]):
+            model(PROMPT)
+    with pytest.raises(ValueError, match=r"position -7 .* 6 positions"):
+        with torch.no_grad(), edit_features(model, saes, [FeatureEdit(0, 1, positions=(2, -7))]):
+            model(PROMPT)
+
+
+def test_a_negative_position_counts_from_the_end_of_the_prompt(model, saes):
+    steer = dict(scale=None, value=40.0)
+    with torch.no_grad():
+        with edit_features(model, saes, [FeatureEdit(1, 3, positions=(-1,), **steer)]):
+            from_end = model(PROMPT)
+        with edit_features(model, saes, [FeatureEdit(1, 3, positions=(5,), **steer)]):
+            last = model(PROMPT)
+        plain = model(PROMPT)
+    assert torch.equal(from_end, last) and not torch.equal(from_end, plain)
+    assert parse_feature_edit("L1:F3@-1=40", steer=True) == FeatureEdit(1, 3, positions=(-1,), **steer)
+    # in generation the position stays the prompt's last, not the last generated token
+    pinned = generate_with_edits(model, saes, PROMPT, [FeatureEdit(1, 3, positions=(-1,), **steer)], 4)
+    assert torch.equal(
+        pinned, generate_with_edits(model, saes, PROMPT, [FeatureEdit(1, 3, positions=(5,), **steer)], 4)
+    )
+    with pytest.raises(ValueError, match=r"position 6 .* the prompt's 6 positions"):
+        generate_with_edits(model, saes, PROMPT, [FeatureEdit(0, 1, positions=(6,))], 4)
+
+
+@pytest.mark.parametrize(
+    "fields, error, message",
+    [
+        (dict(scale=math.nan), ValueError, r"scale must be a finite number, got nan"),
+        (dict(scale=None, value=math.inf), ValueError, r"value must be a finite number, got inf"),
+        (dict(scale="2"), TypeError, r"scale must be a number, got str '2'"),
+        (dict(scale=True), TypeError, r"scale must be a number, got bool"),
+        (dict(positions=()), ValueError, r"positions must name at least one position .* None for every position"),
+        (dict(positions=(1.5,)), TypeError, r"positions must be ints, got \(1.5,\)"),
+        (dict(positions=3), TypeError, r"positions must be a tuple of ints .* got int"),
+    ],
+)
+def test_an_edit_with_a_bad_value_is_refused_when_made(fields, error, message):
+    with pytest.raises(error, match=message):
+        FeatureEdit(0, 1, **fields)
+
+
+def test_an_edit_of_a_layer_or_feature_out_of_range_is_refused(model, saes):
+    with pytest.raises(ValueError, match=r"layer must be an int >= 0, got -1"):
+        FeatureEdit(-1, 0)
+    with pytest.raises(TypeError, match=r"feature must be an int >= 0, got float 1.5"):
+        FeatureEdit(0, 1.5)
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\), got 2"):
+        with edit_features(model, saes, [FeatureEdit(2, 0)]):
+            pass
+    with pytest.raises(ValueError, match=r"finite number, got inf"):
+        parse_feature_edit("L0:F1=1e999", steer=True)
+    assert FeatureEdit(0, 1, positions=[2, 3]).positions == (2, 3)
+
+
+# --- the command line ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graph_command(tmp_path_factory):
+    """A tiny GPT-2 folder (no tokenizer: prompts are token ids) and a set of random transcoders for it."""
+    root = tmp_path_factory.mktemp("graph_command")
+    tiny_gpt2(seed=0).save_pretrained(root / "gpt2")
+    model = fold_ln(from_pretrained(root / "gpt2"))
+    save_transcoders(random_transcoders(model, 8, threshold=0.0), root / "tc")
+    clt = CrossLayerTranscoder.random(CLTConfig(2, 8, model.cfg.d_model, input_hook="ln2.hook_normalized"))
+    truncate(clt.save(root / "clt") / "W_enc_0.safetensors")
+    return root
+
+
+@pytest.mark.parametrize(
+    "option, edit, message",
+    [
+        ("--steer", "L0:F1@999=5", r"position 999 .* 4 positions"),
+        ("--ablate", "L0:F1@-5", r"position -5 .* 4 positions"),
+        ("--steer", "L0:F1=1e999", r"value must be a finite number, got inf"),
+        ("--ablate", "L0:F8", r"feature must be in \[0, 8\) for layer 0, got 8"),
+        ("--ablate", "L2:F0", r"layer must be in \[0, 2\), got 2"),
+    ],
+)
+def test_the_graph_command_refuses_a_bad_edit_in_one_line(graph_command, capsys, option, edit, message):
+    argv = ["graph", "--model", graph_command / "gpt2", "--transcoders", graph_command / "tc", "--prompt", "1 5 9 2"]
+    line = one_line_error(capsys, *argv, option, edit, "--dashboard-contexts", 0)
+    assert line.startswith("interp-transformer graph: error: ")
+    assert re.search(message, line), line
+
+
+def test_the_graph_command_steers_a_position_counted_from_the_end(graph_command, capsys):
+    """A model without a tokenizer takes the prompt as ids and generates from them; ``@-1`` is the prompt's last."""
+    argv = ["graph", "--model", graph_command / "gpt2", "--transcoders", graph_command / "tc", "--prompt", "1 5 9 2"]
+    argv += ["--steer", "L0:F1@-1=5", "--dashboard-contexts", "0", "--max-new-tokens", "2"]
+    assert main([str(arg) for arg in argv]) == 0
+    printed = capsys.readouterr().out
+    assert "without edits: [1, 5, 9, 2, " in printed and "with 1 edit(s): [1, 5, 9, 2, " in printed

@@ -6,6 +6,7 @@ truncated tensor file, a layer file outside its folder. Each must now raise a ``
 the field, the file or the index (on the command line: one line on stderr and exit code 2).
 """
 
+import json
 import re
 import math
 
@@ -16,17 +17,19 @@ from analysis.attribution_graphs import (
     CLTConfig,
     CrossLayerTranscoder,
     FeatureEdit,
+    NeuronpediaGraph,
     edit_features,
     generate_with_edits,
     parse_feature_edit,
     random_transcoders,
     save_transcoders,
+    to_neuronpedia,
 )
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer.loading import from_pretrained
 from interp_transformer.models.processing import fold_ln
 
-from .attribution_graph_helpers import PROMPT, folded
+from .attribution_graph_helpers import PROMPT, folded, hand_graph
 from .gpt2_helpers import tiny_gpt2
 
 
@@ -111,6 +114,66 @@ def test_an_edit_of_a_layer_or_feature_out_of_range_is_refused(model, saes):
     with pytest.raises(ValueError, match=r"finite number, got inf"):
         parse_feature_edit("L0:F1=1e999", steer=True)
     assert FeatureEdit(0, 1, positions=[2, 3]).positions == (2, 3)
+
+
+# --- Neuronpedia graph files ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graph_dict():
+    data = to_neuronpedia(hand_graph(1.0), node_threshold=1.0, edge_threshold=1.0).to_dict()
+    assert len(data["links"]) >= 2 and len(data["nodes"]) >= 3
+    return json.loads(json.dumps(data))
+
+
+def _changed(data, part, index, **fields):
+    data = json.loads(json.dumps(data))
+    data[part][index].update(fields)
+    return data
+
+
+def test_a_non_finite_link_weight_is_refused(graph_dict):
+    text = json.dumps(_changed(graph_dict, "links", 1, weight=math.nan))
+    assert "NaN" in text
+    with pytest.raises(ValueError, match=r"link 1 \(.*\): weight must be a finite number, got nan"):
+        NeuronpediaGraph.from_json(text)
+    with pytest.raises(ValueError, match=r"link 0 .*weight must be a finite number, got -inf"):
+        NeuronpediaGraph.from_dict(_changed(graph_dict, "links", 0, weight=-math.inf))
+
+
+@pytest.mark.parametrize("field", ["influence", "activation", "token_prob"])
+def test_a_non_finite_node_value_is_refused(graph_dict, field):
+    index = next(i for i, node in enumerate(graph_dict["nodes"]) if node["feature_type"] == "cross layer transcoder")
+    node_id = graph_dict["nodes"][index]["node_id"]
+    with pytest.raises(ValueError, match=rf"node {index} \('{node_id}'\): {field} must be a finite number, got inf"):
+        NeuronpediaGraph.from_dict(_changed(graph_dict, "nodes", index, **{field: math.inf}))
+
+
+@pytest.mark.parametrize(
+    "part, index, fields, error, message",
+    [
+        ("links", 0, dict(weight="0.5"), TypeError, r"link 0 .*: weight must be a finite number, got str '0.5'"),
+        ("links", 1, dict(source=3), TypeError, r"link 1 .*: source must be a node id \(a str\), got int 3"),
+        ("nodes", 0, dict(ctx_idx="a"), TypeError, r"node 0 \('.*'\): ctx_idx must be an int, got str 'a'"),
+        ("nodes", 1, dict(is_target_logit=1), TypeError, r"node 1 \('.*'\): is_target_logit must be a bool, got int"),
+        ("nodes", 0, dict(node_id=7), TypeError, r"node 0 \(7\): node_id must be a str, got int 7"),
+    ],
+)
+def test_a_malformed_field_is_refused_naming_it_and_its_index(graph_dict, part, index, fields, error, message):
+    with pytest.raises(error, match=message):
+        NeuronpediaGraph.from_dict(_changed(graph_dict, part, index, **fields))
+
+
+def test_a_malformed_layout_is_refused(graph_dict):
+    with pytest.raises(TypeError, match=r"'nodes' must be a list of objects, got dict"):
+        NeuronpediaGraph.from_dict({**graph_dict, "nodes": {}})
+    with pytest.raises(TypeError, match=r"node 2 must be an object, got list"):
+        NeuronpediaGraph.from_dict({**graph_dict, "nodes": [*graph_dict["nodes"][:2], [1]]})
+    with pytest.raises(TypeError, match=r"'metadata' must be an object, got str"):
+        NeuronpediaGraph.from_dict({**graph_dict, "metadata": "x"})
+    with pytest.raises(ValueError, match=r"metadata: node_threshold must be a finite number, got nan"):
+        NeuronpediaGraph.from_dict({**graph_dict, "metadata": {**graph_dict["metadata"], "node_threshold": math.nan}})
+    assert NeuronpediaGraph.from_dict(graph_dict).to_dict() == graph_dict  # a good file still reads
 
 
 # --- the command line ----------------------------------------------------------------------------------------------

@@ -62,6 +62,62 @@ FEATURE_TYPES = ("cross layer transcoder", "mlp reconstruction error", "embeddin
 METADATA_FIELDS = ("slug", "scan", "transcoder_list", "prompt_tokens", "prompt", "node_threshold")
 Q_PARAMS = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
 
+# what each field of a node, a link and the metadata holds (``_check_fields``): a type, or "finite" for a finite
+# number (an int or a float, not a bool), "finite or null", "node id" for a str naming a node, "strs" for a list
+# of str; "str or null" where circuit-tracer may write null
+NODE_TYPES = {
+    "node_id": str,
+    "feature": "int or null",
+    "layer": str,
+    "ctx_idx": int,
+    "feature_type": str,
+    "token_prob": "finite",
+    "is_target_logit": bool,
+    "run_idx": int,
+    "reverse_ctx_idx": int,
+    "jsNodeId": str,
+    "clerp": "str or null",
+    "influence": "finite or null",
+    "activation": "finite or null",
+}
+LINK_TYPES = {"source": "node id", "target": "node id", "weight": "finite"}
+METADATA_TYPES = {
+    "slug": str,
+    "scan": "str or null",
+    "transcoder_list": list,
+    "prompt_tokens": "strs",
+    "prompt": "str or null",
+    "node_threshold": "finite or null",
+}
+
+
+def _check_fields(record: Mapping[str, Any], types: Mapping[str, Any], name: str) -> None:
+    """Each field of ``record`` (a node, a link or the metadata, called ``name`` in errors) of its type in ``types``:
+    ``TypeError`` for another type, ``ValueError`` for a NaN or infinite number."""
+    for field, kind in types.items():
+        value = record[field]
+        if value is None and isinstance(kind, str) and kind.endswith("or null"):
+            continue
+        if kind in ("finite", "finite or null"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name}: {field} must be a finite number, got {type(value).__name__} {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name}: {field} must be a finite number, got {value}")
+            continue
+        if kind == "node id":
+            if not isinstance(value, str):
+                raise TypeError(f"{name}: {field} must be a node id (a str), got {type(value).__name__} {value!r}")
+            continue
+        if kind == "strs":
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise TypeError(f"{name}: {field} must be a list of str, got {value!r}")
+            continue
+        expected = {"int or null": int, "str or null": str}.get(kind, kind)
+        wrong = not isinstance(value, expected) or (expected is int and isinstance(value, bool))
+        if wrong:
+            described = {int: "an int", str: "a str", bool: "a bool", list: "a list"}[expected]
+            raise TypeError(f"{name}: {field} must be {described}, got {type(value).__name__} {value!r}")
+
 
 def _node(node_id: str, feature: int, layer: str, pos: int, kind: str, js: str, **fields) -> dict[str, Any]:
     node = {
@@ -130,34 +186,53 @@ class NeuronpediaGraph:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "NeuronpediaGraph":
-        """Read the object of a graph file, checking its layout; ``ValueError`` naming what is missing or wrong."""
+        """Read the object of a graph file, checking its layout and every field's type (``_check_fields``): a missing
+        part raises ``ValueError``, a field of the wrong type ``TypeError`` and a NaN or infinite number (a link
+        weight, a node's influence, activation or probability) ``ValueError``, each naming the field and the node or
+        link by its index in the file."""
         if not isinstance(data, Mapping):
             raise TypeError(f"a Neuronpedia graph is a JSON object, got {type(data).__name__}")
         missing = [key for key in ("metadata", "qParams", "nodes", "links") if key not in data]
         if missing:
             raise ValueError(f"a Neuronpedia graph needs metadata, qParams, nodes and links; missing {missing}")
+        for key in ("metadata", "qParams"):
+            if not isinstance(data[key], Mapping):
+                raise TypeError(f"a Neuronpedia graph's {key!r} must be an object, got {type(data[key]).__name__}")
+        for key in ("nodes", "links"):
+            if not isinstance(data[key], list):
+                raise TypeError(
+                    f"a Neuronpedia graph's {key!r} must be a list of objects, got {type(data[key]).__name__}"
+                )
         absent = [key for key in METADATA_FIELDS if key not in data["metadata"]]
         if absent:
             raise ValueError(f"the graph's metadata lacks {absent} (expected {list(METADATA_FIELDS)})")
+        _check_fields(data["metadata"], METADATA_TYPES, "metadata")
         ids = set()
-        for node in data["nodes"]:
+        for index, node in enumerate(data["nodes"]):
+            if not isinstance(node, Mapping):
+                raise TypeError(f"node {index} must be an object, got {type(node).__name__}")
+            name = f"node {index} ({node.get('node_id')!r})"
             lacking = [key for key in NODE_FIELDS if key not in node]
             if lacking:
-                raise ValueError(f"node {node.get('node_id')!r} lacks {lacking} (expected {list(NODE_FIELDS)})")
+                raise ValueError(f"{name} lacks {lacking} (expected {list(NODE_FIELDS)})")
+            _check_fields(node, NODE_TYPES, name)
             if node["feature_type"] not in FEATURE_TYPES:
                 raise ValueError(
-                    f"node {node['node_id']!r} has feature_type {node['feature_type']!r}; "
-                    f"expected one of {list(FEATURE_TYPES)}"
+                    f"{name} has feature_type {node['feature_type']!r}; expected one of {list(FEATURE_TYPES)}"
                 )
             if node["node_id"] in ids:
                 raise ValueError(f"node id {node['node_id']!r} appears twice: links could not say which is meant")
             ids.add(node["node_id"])
-        for link in data["links"]:
+        for index, link in enumerate(data["links"]):
+            if not isinstance(link, Mapping):
+                raise TypeError(f"link {index} must be an object, got {type(link).__name__}")
             if set(link) != {"source", "target", "weight"}:
-                raise ValueError(f"a link holds source, target and weight; got {sorted(link)}")
+                raise ValueError(f"link {index} must hold source, target and weight; got {sorted(link)}")
+            name = f"link {index} ({link['source']!r} -> {link['target']!r})"
+            _check_fields(link, LINK_TYPES, name)
             unknown = [end for end in (link["source"], link["target"]) if end not in ids]
             if unknown:
-                raise ValueError(f"link {link} names nodes not in the graph: {unknown}")
+                raise ValueError(f"{name} names nodes not in the graph: {unknown}")
         copy = json.loads(json.dumps(dict(data)))  # plain, private copies
         return cls(copy["metadata"], copy["qParams"], copy["nodes"], copy["links"])
 

@@ -9,6 +9,7 @@ the field, the file or the index (on the command line: one line on stderr and ex
 import json
 import re
 import math
+import os
 
 import pytest
 import torch
@@ -20,11 +21,13 @@ from analysis.attribution_graphs import (
     NeuronpediaGraph,
     edit_features,
     generate_with_edits,
+    load_transcoders,
     parse_feature_edit,
     random_transcoders,
     save_transcoders,
     to_neuronpedia,
 )
+from analysis.attribution_graphs.circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer.loading import from_pretrained
 from interp_transformer.models.processing import fold_ln
@@ -176,6 +179,102 @@ def test_a_malformed_layout_is_refused(graph_dict):
     assert NeuronpediaGraph.from_dict(graph_dict).to_dict() == graph_dict  # a good file still reads
 
 
+# --- circuit-tracer folders ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tracer_folder(tmp_path, model, saes):
+    return save_circuit_tracer(model, saes, tmp_path / "tracer")
+
+
+@pytest.mark.parametrize(
+    "text, line, problem",
+    [
+        ('model_kind: transcoder_set\nscan: !!python/object/apply:os.system ["touch {marker}"]\n', 2, "constructor"),
+        ("model_kind: transcoder_set\nactivation: !custom relu\n", 2, "tag '!custom'"),
+        ("model_kind: transcoder_set\ntranscoders: [layer_0.safetensors\n", 3, "expected ','"),
+        ("model_kind: transcoder_set\nscan: a: b\n", 2, "mapping values"),
+    ],
+)
+def test_a_config_yaml_that_is_not_plain_yaml_is_refused_naming_file_and_line(
+    tracer_folder, model, tmp_path, text, line, problem
+):
+    marker = tmp_path / "executed"
+    (tracer_folder / "config.yaml").write_text(text.replace("{marker}", str(marker)))
+    with pytest.raises(ValueError, match=rf"config\.yaml, line {line}: .*{problem}"):
+        load_circuit_tracer(model, tracer_folder)
+    assert not marker.exists()  # never executed
+
+
+def test_a_truncated_layer_file_is_refused_naming_it(tracer_folder, model):
+    truncate(tracer_folder / "layer_1.safetensors")
+    with pytest.raises(ValueError, match=r"layer_1\.safetensors is not a readable safetensors file"):
+        load_circuit_tracer(model, tracer_folder)
+
+
+def _point_layer_0_at(folder, entry) -> None:
+    config = json.loads((folder / "config.yaml").read_text())
+    config["transcoders"][0] = entry
+    (folder / "config.yaml").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("kind", ["dot-dot", "absolute", "symlink"])
+def test_a_layer_file_outside_the_folder_is_refused_before_it_is_opened(tracer_folder, model, tmp_path, kind):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "layer_0.safetensors").write_bytes((tracer_folder / "layer_0.safetensors").read_bytes())
+    (outside / "fifo.safetensors").mkdir()  # not a file: opening it would fail with another message
+    entry = {"dot-dot": "../elsewhere/fifo.safetensors", "absolute": str(outside / "layer_0.safetensors")}.get(kind)
+    if kind == "symlink":
+        os.symlink(outside / "layer_0.safetensors", tracer_folder / "link.safetensors")
+        entry = "link.safetensors"
+    _point_layer_0_at(tracer_folder, entry)
+    with pytest.raises(ValueError, match=rf"names {entry!r}, which lies outside .*tracer"):
+        load_circuit_tracer(model, tracer_folder)
+
+
+def test_a_transcoders_entry_that_is_no_file_name_is_refused(tracer_folder, model):
+    _point_layer_0_at(tracer_folder, 5)
+    with pytest.raises(TypeError, match=r"transcoders must be a list of file names .* got int 5"):
+        load_circuit_tracer(model, tracer_folder)
+    _point_layer_0_at(tracer_folder, "missing.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"names 'missing\.safetensors', which is no file in"):
+        load_circuit_tracer(model, tracer_folder)
+
+
+# --- cross-layer transcoder folders ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clt_folder(tmp_path):
+    return CrossLayerTranscoder.random(CLTConfig(2, 10, 16, activation="jumprelu")).save(tmp_path / "clt")
+
+
+@pytest.mark.parametrize("name", ["W_enc_0.safetensors", "W_dec_1.safetensors"])
+def test_a_truncated_clt_file_is_refused_naming_it(clt_folder, name):
+    truncate(clt_folder / name)
+    with pytest.raises(ValueError, match=rf"{name} is not a readable safetensors file"):
+        CrossLayerTranscoder.load(clt_folder)
+    with pytest.raises(ValueError, match=rf"{name} is not a readable safetensors file"):
+        load_transcoders(clt_folder)
+
+
+def test_a_clt_file_linked_from_outside_the_folder_is_refused(clt_folder, tmp_path):
+    outside = tmp_path / "W_enc_1.safetensors"
+    (clt_folder / "W_enc_1.safetensors").rename(outside)
+    os.symlink(outside, clt_folder / "W_enc_1.safetensors")
+    with pytest.raises(ValueError, match=r"'W_enc_1\.safetensors', which lies outside"):
+        CrossLayerTranscoder.load(clt_folder)
+
+
+def test_a_layer_folder_linked_from_outside_is_refused(tmp_path, model, saes):
+    folder = save_transcoders(saes, tmp_path / "set")
+    (folder / "layer_1").rename(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", folder / "layer_1")
+    with pytest.raises(ValueError, match=r"'layer_1', which lies outside"):
+        load_transcoders(folder)
+
+
 # --- the command line ----------------------------------------------------------------------------------------------
 
 
@@ -206,6 +305,12 @@ def test_the_graph_command_refuses_a_bad_edit_in_one_line(graph_command, capsys,
     line = one_line_error(capsys, *argv, option, edit, "--dashboard-contexts", 0)
     assert line.startswith("interp-transformer graph: error: ")
     assert re.search(message, line), line
+
+
+def test_the_graph_command_refuses_a_truncated_transcoder_file_in_one_line(graph_command, capsys):
+    argv = ["graph", "--model", graph_command / "gpt2", "--transcoders", graph_command / "clt", "--prompt", "1 5"]
+    line = one_line_error(capsys, *argv)
+    assert "W_enc_0.safetensors is not a readable safetensors file" in line, line
 
 
 def test_the_graph_command_steers_a_position_counted_from_the_end(graph_command, capsys):

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Optional, Union
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from interp_transformer.sae import SAE
 
+from .folder_files import inside_folder, read_tensors
 from .transcoders import block_hook, relative_hook_name
 
 LAYER_FILE = re.compile(r"^layer_(\d+)\.safetensors$")
@@ -100,14 +101,39 @@ def save_circuit_tracer(model, saes, folder: Union[str, Path], *, scan: Optional
 
 
 def _read_config(folder: Path) -> dict:
+    """``config.yaml`` as a mapping, read with ``yaml.safe_load``: plain YAML only, so a Python tag
+    (``!!python/object/apply``) is refused, never run. A YAML error is a ``ValueError`` naming the file and the
+    line; a field of the wrong type a ``TypeError``/``ValueError`` naming the file and the field."""
     path = folder / "config.yaml"
     if not path.is_file():
         return {}
     import yaml
 
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(inside_folder(folder, "config.yaml", str(folder)).read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(
+            f"{path}{where}: {problem}; config.yaml is read as plain YAML (no Python objects or custom tags)"
+        ) from error
     if not isinstance(config, dict):
         raise ValueError(f"{path} must hold a mapping, got {type(config).__name__}")
+    for key in ("feature_input_hook", "feature_output_hook", "activation"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise TypeError(f"{path}: {key} must be a str, got {type(config[key]).__name__} {config[key]!r}")
+    k = config.get("k")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"{path}: k must be an int >= 1, got {type(k).__name__} {k!r}")
+    files = config.get("transcoders")
+    if files is not None:
+        bad = next((name for name in files if not isinstance(name, str)), None) if isinstance(files, list) else files
+        if not isinstance(files, list) or bad is not None:
+            raise TypeError(
+                f"{path}: transcoders must be a list of file names in {folder}, one per layer, got "
+                f"{type(bad).__name__} {bad!r}"
+            )
     return config
 
 
@@ -117,7 +143,8 @@ def load_circuit_tracer(model, folder: Union[str, Path], *, dtype: Optional[torc
     folder = Path(folder)
     config = _read_config(folder)
     files = config.get("transcoders") or sorted(
-        (p.name for p in folder.glob("layer_*.safetensors")), key=lambda n: int(LAYER_FILE.match(n).group(1))
+        (p.name for p in folder.glob("layer_*.safetensors") if LAYER_FILE.match(p.name)),
+        key=lambda n: int(LAYER_FILE.match(n).group(1)),
     )
     if not files:
         raise FileNotFoundError(f"{folder} holds no layer_{{i}}.safetensors (circuit-tracer's per-layer layout)")
@@ -125,9 +152,15 @@ def load_circuit_tracer(model, folder: Union[str, Path], *, dtype: Optional[torc
         raise ValueError(f"{folder} holds {len(files)} layer files; the model has n_layers={model.cfg.n_layers}")
     reads = config.get("feature_input_hook", "hook_resid_mid")
     writes = config.get("feature_output_hook", "hook_mlp_out")
+    named_by = [
+        f"{folder / 'config.yaml'}'s transcoders[{layer}]" if "transcoders" in config else str(folder)
+        for layer in range(len(files))
+    ]
+    for layer, name in enumerate(files):  # every entry is checked before any file is opened
+        inside_folder(folder, name, named_by[layer])
     saes = []
     for layer, name in enumerate(files):
-        tensors = load_file(str(folder / name))
+        tensors = read_tensors(folder, name, named_by[layer])
         expected = {"W_enc", "W_dec", "b_enc", "b_dec"}
         optional = {"activation_function.threshold", "k", "W_skip"}
         missing, unexpected = expected - set(tensors), set(tensors) - expected - optional

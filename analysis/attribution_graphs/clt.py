@@ -40,7 +40,8 @@ from torch import Tensor, nn
 
 from interp_transformer.files import atomic_write
 from interp_transformer.loading.strict import check_checkpoint, check_finite, state_dict_shapes
-from interp_transformer.sae.loading import read_safetensors
+
+from .folder_files import read_metadata, read_tensors
 
 ACTIVATIONS = ("relu", "jumprelu", "topk")
 
@@ -234,11 +235,11 @@ class CrossLayerTranscoder(nn.Module):
                 f"{folder}: {n_layers} encoder files need exactly {sorted(expected)}; missing "
                 f"{sorted(expected - present)}, unexpected {sorted(present - expected)}"
             )
-        metadata = _read_metadata(folder / "W_enc_0.safetensors")
+        metadata = read_metadata(folder, "W_enc_0.safetensors", f"the cross-layer transcoder in {folder}")
         tensors: dict[str, list[Tensor]] = {"W_enc": [], "b_enc": [], "b_dec": [], "threshold": []}
         decoders = {}
         for i in range(n_layers):
-            encoder = read_safetensors(folder / f"W_enc_{i}.safetensors", dtype)
+            encoder = read_tensors(folder, f"W_enc_{i}.safetensors", f"layer {i}'s encoder", dtype)
             names = {f"W_enc_{i}", f"b_enc_{i}", f"b_dec_{i}"}
             unexpected = set(encoder) - names - {f"threshold_{i}"}
             if not names <= set(encoder) or unexpected:
@@ -249,7 +250,7 @@ class CrossLayerTranscoder(nn.Module):
             for name in ("W_enc", "b_enc", "b_dec", "threshold"):
                 if f"{name}_{i}" in encoder:
                     tensors[name].append(encoder[f"{name}_{i}"])
-            decoder = read_safetensors(folder / f"W_dec_{i}.safetensors", dtype)
+            decoder = read_tensors(folder, f"W_dec_{i}.safetensors", f"layer {i}'s decoder", dtype)
             if set(decoder) != {f"W_dec_{i}"}:
                 raise ValueError(
                     f"{folder / f'W_dec_{i}.safetensors'} must hold W_dec_{i} alone, got {sorted(decoder)}"
@@ -286,13 +287,6 @@ def _stack(name: str, values: list[Tensor]) -> Tensor:
     if len(shapes) != 1:
         raise ValueError(f"the layers' {name} tensors differ in shape: {sorted(shapes)}")
     return torch.stack(values)
-
-
-def _read_metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt", device="cpu") as handle:
-        return dict(handle.metadata() or {})
 
 
 __all__ = ["ACTIVATIONS", "CLTConfig", "CrossLayerTranscoder"]

@@ -16,6 +16,7 @@ from interp_transformer.files import atomic_write_text
 from interp_transformer.sae import SAE
 
 from .clt import CrossLayerTranscoder
+from .folder_files import inside_folder
 
 RECORD = "training.json"
 LAYER_FOLDER = re.compile(r"^layer_(\d+)$")
@@ -61,7 +62,8 @@ def load_transcoders(folder: Union[str, Path]):
         raise FileNotFoundError(
             f"{folder}: per-layer folders must be layer_0 .. layer_{max(numbers)}; missing {missing}"
         )
-    return [SAE.load(path) for _, path in layers]
+    # a layer folder linked from elsewhere is refused before anything in it is read
+    return [SAE.load(inside_folder(folder, path.name, f"{folder}'s layer {n}", kind="folder")) for n, path in layers]
 
 
 def training_record(folder: Union[str, Path]) -> Optional[dict]:

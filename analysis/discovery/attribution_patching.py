@@ -26,7 +26,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .. import _checks
-from .batched import RowMetric, Site, _check_sites, _clean_activations, _start, row_values
+from .batched import Site, _check_sites, _clean_activations, _start
+from .metrics import RowMetric, row_values
 
 
 def _site_values(tensor: Tensor, site: Site) -> Tensor:

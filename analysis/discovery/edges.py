@@ -57,8 +57,8 @@ from torch import Tensor
 from .. import _checks
 from tqdm.auto import tqdm
 
-from .batched import RowMetric, row_values
 from .graph import BlockPlan, Graph, build_graph
+from .metrics import RowMetric, row_values
 from .runs import Runs, start
 
 METHODS = ("EAP", "EAP-IG")

@@ -37,9 +37,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .. import _checks
-from .batched import RowMetric, row_values
 from .edges import EdgeScores
 from .graph import Graph, build_graph
+from .metrics import RowMetric, row_values
 from .runs import start
 from .selection import greedy_edges, top_edges
 

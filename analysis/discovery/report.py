@@ -25,9 +25,9 @@ from torch import Tensor
 from ..report.context import ReportSection, SectionData
 from ..report.page import Report
 from ..views import circuit_view
-from .batched import RowMetric
 from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import faithfulness_curve, run_circuit
+from .metrics import RowMetric
 from .selection import circuit_nodes, greedy_edges, prune, top_edges
 from .seq2seq_tasks import Seq2SeqTask
 from .tasks import Task

@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .. import _checks
-from .batched import RowMetric, logit_diff_per_row, row_values
+from .metrics import RowMetric, logit_diff_per_row, row_values
 from .runs import SourceTarget
 from .tasks import _read_rows
 

@@ -1,6 +1,5 @@
 import contextlib
 import math
-import threading
 from typing import Iterator, Optional, Sequence
 
 import einops
@@ -10,6 +9,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..hooks import HookPoint
+from ..hooks.thread_state import thread_table
 from ..models.kv_cache import LayerKVCache
 from ..models.shape_checks import shape_checked
 from .affine import affine
@@ -26,7 +26,7 @@ from .layout import TokenLayout
 from .masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
 from .writers import HeadWrites
 
-_GIVEN = threading.local()  # .patterns: {attention: pattern} given in this thread (Attention.pattern_given)
+GIVEN_PATTERNS = "given patterns"  # this thread's {attention: pattern} (Attention.pattern_given; thread_table)
 
 GROUPED_WEIGHTS = ("W_K", "W_V", "b_K", "b_V")  # stored once per key/value head
 
@@ -207,20 +207,21 @@ class Attention(HeadWrites, nn.Module):
     @property
     def given_pattern(self) -> Optional[Tensor]:
         """The pattern this thread's forwards use in place of ``softmax(attn_scores)`` (``pattern_given``), or None."""
-        return getattr(_GIVEN, "patterns", {}).get(self)
+        return thread_table(GIVEN_PATTERNS).get(self)
 
     @contextlib.contextmanager
     def pattern_given(self, pattern: Tensor) -> Iterator[None]:
         """Within the block, this thread's forwards use ``pattern`` ``[1 or batch, head_index, query_pos, key_pos]``
         in place of ``softmax(attn_scores)`` and compute no scores (see the class docstring)."""
-        patterns = _GIVEN.__dict__.setdefault("patterns", {})
+        patterns = thread_table(GIVEN_PATTERNS)  # reset_hooks and restores_thread_state clear it too
         if self in patterns:
             raise RuntimeError("this attention already has a pattern given in this thread")
         patterns[self] = pattern
         try:
             yield
         finally:
-            del patterns[self]
+            if patterns.get(self) is pattern:  # reset_hooks may have taken it; never another block's
+                del patterns[self]
 
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""

@@ -32,7 +32,6 @@ module under TransformerLens' name.
 
 import contextlib
 import difflib
-import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Optional, Union
 
@@ -40,19 +39,13 @@ import torch
 from torch import nn
 
 from .introspection import HookIntrospectionMixin, NamesFilter  # noqa: F401  (TransformerLens' hook_points names)
+from .thread_state import _THREAD, forget_parts, hook_frames, remove_tool_hooks
 
 HookFn = Callable[..., Optional[torch.Tensor]]
 NameFilter = NamesFilter  # None, a name, a list of names, or a predicate on names
 Direction = Literal["fwd", "bwd"]
 
-_THREAD = threading.local()  # .frames: the open ``hooks()`` blocks of this thread, innermost last
-
-
-def _frames() -> list:
-    frames = getattr(_THREAD, "frames", None)
-    if frames is None:
-        frames = _THREAD.frames = []
-    return frames
+_frames = hook_frames  # the open ``hooks()`` blocks of this thread (``_THREAD.frames``), innermost last
 
 
 @dataclass(eq=False)
@@ -328,12 +321,18 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
         """Remove hooks from every hook point (permanent ones only if asked), and this thread's open blocks' hooks.
 
         With ``including_permanent`` torch-level hooks registered on a hook point directly
-        are cleared too, so every point is left as built.
+        are cleared too, so every point is left as built. What tools attached for one call in
+        this thread (``thread_state``: a part's torch hooks, a pattern given to an attention) goes
+        too, as after an interrupted call it might have stayed.
         """
         ids = {id(point) for point in self.hook_dict.values()}
         for frame in _frames():
             for key in [key for key in frame if key in ids]:
                 del frame[key]
+        if level is None and direction in ("both", "fwd"):
+            modules = list(self.modules())
+            remove_tool_hooks(modules)
+            forget_parts(modules)
         for hook_point in self.hook_dict.values():
             hook_point.remove_hooks(direction, including_permanent, level)
             if including_permanent and level is None:

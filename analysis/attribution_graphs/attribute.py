@@ -32,6 +32,8 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_transformer.hooks.thread_state import restores_thread_state
+
 from .graph import AttributionGraph
 from .memory import check_budget, plan_for
 from .pruning import normalize_matrix
@@ -61,6 +63,7 @@ def salient_logits(
     return top_ids[:cutoff], top_p[:cutoff].to(logits.dtype)
 
 
+@restores_thread_state
 def attribute(
     model,
     transcoders,

@@ -30,6 +30,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_transformer.hooks.thread_state import restores_thread_state
+
 from .attribute import (
     _bias_and_values,
     _build,
@@ -49,6 +51,7 @@ from .replacement import Gradients, ReplacementModel
 PADDING = 0.25  # the most padding a prompt sharing passes takes, as a share of its own length
 
 
+@restores_thread_state
 def attribute_prompts(
     model,
     transcoders,
@@ -82,6 +85,7 @@ def attribute_prompts(
     return graphs
 
 
+@restores_thread_state
 def plan_prompts(
     model,
     transcoders,

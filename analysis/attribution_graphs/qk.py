@@ -47,6 +47,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer.components.writers import Writer
+from interp_transformer.hooks.thread_state import restores_thread_state
 
 from .. import _checks
 from .replacement import ReplacementModel
@@ -157,6 +158,7 @@ def _attention_writer(block, layer: int) -> Writer:
     return writer
 
 
+@restores_thread_state
 @torch.no_grad()
 def stream_components(replacement: ReplacementModel, layer: int, pos: int, cache=None) -> StreamComponents:
     """The residual stream entering block ``layer`` at ``pos`` as a sum of components (module docstring), from
@@ -282,6 +284,7 @@ def _side(replacement: ReplacementModel, attn, norm, parts: StreamComponents, si
     return vectors
 
 
+@restores_thread_state
 @torch.no_grad()
 def qk_attribution(
     model, transcoders=None, tokens=None, *, layer: int, head: int, query_pos: int, key_pos: int

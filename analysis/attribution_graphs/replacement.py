@@ -18,13 +18,19 @@ It runs the model's own forward with hooks (``model.hooks``): nothing is rewritt
 architecture whose blocks declare their parts gets its replacement model without an edit here.
 The MLPs still run (on one row, detached), their outputs unused.
 
+All of it belongs to the thread running it (``interp_transformer.hooks.thread_state``): the hooks, the frozen
+patterns, the one-row MLPs, and the weights, read as their detached views in that thread only (no
+``requires_grad`` is switched on the shared parameters), so another thread may run or train the same model
+meanwhile. Each call (``ReplacementModel(...)``, ``run``, ``attribute``) leaves its thread as it found it, also when
+interrupted; what a ``with replacement.backward_pass(...)`` block interrupted before its body leaves,
+``model.reset_hooks()`` removes.
+
 ``run(...)`` evaluates the replacement model with each source scaled (a forward pass, no gradient):
 what an edge's intervention check compares against. ``backward_pass(batch)`` runs it once with the
 sources as leaves of a graph whose gradients give direct effects (``attribute``).
 """
 
 import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -33,6 +39,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_transformer.hooks.thread_state import attach_forward_hooks, restores_thread_state, with_parameters_detached
 from interp_transformer.sae.splice import SPECIAL_TOKEN_ATTRIBUTES, special_token_ids
 
 from .. import _checks
@@ -67,19 +74,6 @@ def frozen_hook_names(model) -> tuple[list[str], list[str]]:
     return names, patterns
 
 
-@contextlib.contextmanager
-def _weights_frozen(model) -> Iterator[None]:
-    """No parameter of ``model`` requires a gradient inside (autograd then keeps no tensor for weight gradients)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-
-
 def _excluded_positions(model, tokens: Tensor, exclude) -> Tensor:
     """``[pos]`` bool: the positions whose features are left out (their MLP outputs become error nodes entirely).
 
@@ -108,6 +102,7 @@ class ReplacementModel:
     BOS without features; their MLP outputs are error nodes entirely).
     """
 
+    @restores_thread_state
     def __init__(self, model, transcoders, tokens: Int[Tensor, "pos"], exclude_special_tokens=None):
         model = _checks.check_model(model)
         _checks.require(model, "next_token_logits", "an attribution graph", "does not give next-token logits")
@@ -225,24 +220,30 @@ class ReplacementModel:
             hooks += [(layer.reads, keep(layer.layer)), (layer.writes, replace(layer.layer))]
         with contextlib.ExitStack() as stack:
             # the MLPs' own outputs are replaced: they run on one row, detached, so autograd keeps nothing of them
+            # (in this thread: another running the model meanwhile runs them whole)
             for slot in self.slots:
                 one_row = _OneRow()
-                stack.callback(slot.part.register_forward_pre_hook(one_row.before).remove)
-                stack.callback(slot.part.register_forward_hook(one_row.after).remove)
+                attach_forward_hooks(stack, slot.part, one_row.before, one_row.after)
             for name, part in self.pattern_parts.items():
                 stack.enter_context(part.pattern_given(frozen[name]))
-            stack.enter_context(_weights_frozen(self.model))
             stack.enter_context(self.model.hooks(hooks))
             yield inputs
 
     def _forward(self, rows: int, tokens: Optional[Tensor] = None) -> Tensor:
         """The final norm's output ``[rows, pos, d_model]`` (scale frozen), inside ``_frozen_forward``; ``tokens``
-        (default: the prompt's, on every row) only set the shape, as the embedding is replaced."""
+        (default: the prompt's, on every row) only set the shape, as the embedding is replaced. The weights are read
+        detached, in this thread only: autograd keeps nothing for their gradients, and another thread training the
+        model meanwhile is untouched."""
         model = self.model
         tokens = self.tokens.expand(rows, -1) if tokens is None else tokens
-        resid = model(tokens, stop_at_layer=model.cfg.n_layers)
-        return resid if model.final_norm is None else model.final_norm(resid)
 
+        def forward() -> Tensor:
+            resid = model(tokens, stop_at_layer=model.cfg.n_layers)
+            return resid if model.final_norm is None else model.final_norm(resid)
+
+        return with_parameters_detached(model, forward)
+
+    @restores_thread_state
     @torch.no_grad()
     def run(
         self,
@@ -388,21 +389,17 @@ class FeatureWrites:
 
 
 class _OneRow:
-    """A part's forward on the first row of its input, detached, its output broadcast back over the rows; in the
-    thread that made it only (another thread running the model meanwhile runs the part as it is)."""
+    """A part's forward on the first row of its input, detached, its output broadcast back over the rows (attached
+    with ``attach_forward_hooks``: in the thread that attached it only)."""
 
     def __init__(self) -> None:
-        self.rows, self.thread = 1, threading.get_ident()
+        self.rows = 1
 
     def before(self, module, args):
-        if threading.get_ident() != self.thread:
-            return None
         self.rows = args[0].shape[0]
         return (args[0][:1].detach(),) + tuple(args[1:])
 
     def after(self, module, args, output):
-        if threading.get_ident() != self.thread:
-            return None
         return output.expand(self.rows, *output.shape[1:])
 
 

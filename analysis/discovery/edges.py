@@ -55,6 +55,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .. import _checks
+from interp_transformer.hooks.thread_state import restores_thread_state
 from tqdm.auto import tqdm
 
 from .graph import BlockPlan, Graph, build_graph
@@ -226,8 +227,12 @@ def _through_norm(norm, resid: Tensor, directions: Tensor) -> Tensor:
     (no norm: the directions themselves)."""
     if norm is None:
         return directions
-    _, pull = torch.func.vjp(norm.normalize, resid)
-    return torch.func.vmap(lambda d: pull(d)[0])(directions)
+    # plain autograd over the directions laid along a leading axis (a norm acts on each position alone): no
+    # torch.func transform, whose nesting level a Ctrl-C could leave set for the whole process
+    with torch.enable_grad():
+        at = resid.detach().expand(directions.shape[0], *resid.shape).requires_grad_(True)
+        (pulled,) = torch.autograd.grad(norm.normalize(at), at, directions)
+    return pulled
 
 
 def _interpolating(caches: tuple[dict, dict], names: list[str], alpha: float) -> list:
@@ -301,6 +306,7 @@ def _writer_groups(graphs) -> list[tuple[int, str, slice]]:
     return [(s, output, nodes) for s, graph in enumerate(graphs) for output, nodes in graph.writer_groups()]
 
 
+@restores_thread_state
 def edge_attribution_patching(
     model: _checks.AnyModel,
     clean_tokens,

@@ -130,11 +130,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
         graph_view(graph, pruned=pruned, feature_info=info, model_name=args.model, prompt=args.prompt).save(args.out)
         print(f"wrote {args.out}")
     if edits:
-        # the text where the model has a tokenizer, else the prompt's ids (and ids out)
-        prompt = args.prompt if model.tokenizer is not None else tokens
-        before = model.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=0.0)
-        after = generate_with_edits(model, transcoders, prompt, edits, max_new_tokens=args.max_new_tokens)
-        if model.tokenizer is None:
+        # both continue the very ids the graph and the edits' positions were read on (text would be tokenized
+        # again, with generate's own BOS rule, and could shift every position by one)
+        before = model.generate(tokens, max_new_tokens=args.max_new_tokens, temperature=0.0)
+        after = generate_with_edits(model, transcoders, tokens, edits, max_new_tokens=args.max_new_tokens)
+        if model.tokenizer is not None:
+            before, after = (args.prompt + model.to_string(ids[tokens.shape[-1] :]) for ids in (before, after))
+        else:
             before, after = before.tolist(), after.tolist()
         print(f"without edits: {before!r}")
         print(f"with {len(edits)} edit(s): {after!r}")

@@ -30,7 +30,8 @@ sum to the attribution-patching score of the final residual stream.
 **Which models.** Decoders: GPT-2, Llama, Mistral, Qwen (grouped-query attention), GPT-NeoX and
 GPT-J (parallel blocks), BLOOM, OPT and post-norm OPT (each reader's gradient pulled back through
 the stream norms between it and each writer), Gemma 2/3 (output norms: attention sublayers as
-nodes), mixtures of experts (experts as nodes); encoders (BERT: post-norm, both directions,
+nodes), mixtures of experts (experts as nodes, pre- or post-norm), decoders with no norms at all (each reader
+reads the stream itself; ``tests/test_tools_any_decoder.py``); encoders (BERT: post-norm, both directions,
 a masked-LM read-out the metric reads); and encoder-decoders (T5, BART, Marian, the pre-LN
 Transformer of ``translate-tiny``), whose prompts are ``(source, target)`` pairs (``runs``).
 In a post-norm model the logits' edges no longer sum to the final stream's score (the writes
@@ -130,8 +131,28 @@ class EdgeScores:
 
 
 def _mlp_input_hooks(block: BlockPlan) -> list[str]:
-    """Where the MLP's input gradient is read: its norm's output, or (no norm of its own) its input projections."""
-    return [block.mlp_norm.hook_normalized.name] if block.mlp_norm is not None else block.mlp.input_hooks()
+    """Where the MLP's input gradient is read (``BlockPlan.mlp_reads``): its norm's output, its input projections,
+    or (the part run again on its stream) its output."""
+    if block.mlp_reads == "norm":
+        return [block.mlp_norm.hook_normalized.name]
+    return block.mlp.input_hooks() if block.mlp_reads == "projections" else [block.mlp_nodes.output]
+
+
+def _mlp_gradient(block: BlockPlan, grad: dict, resid: Tensor, attn_in: Tensor) -> Tensor:
+    """``[1, batch, pos, d_model]``: the MLP reader's gradient at the stream ``resid`` it reads (before its norm)."""
+    if block.mlp_reads == "part":  # its output's gradient pulled back through the part, run again on its stream
+        with torch.enable_grad():
+            at = resid.detach().requires_grad_(True)
+            (pulled,) = torch.autograd.grad(block.mlp_write_from(at), at, grad.pop(block.mlp_nodes.output))
+        return pulled[None]
+    if block.mlp_reads == "norm":
+        mlp_in = grad.pop(block.mlp_norm.hook_normalized.name)
+        if block.mlp_norm is block.attn_norm:  # one norm read by both (GPT-J): the MLP's share
+            mlp_in = mlp_in - attn_in.sum(dim=0)
+    else:  # its input projections read the stream (through a norm with no hook of its own, if any)
+        pairs = zip(block.mlp.input_hooks(), block.mlp.input_weights())
+        mlp_in = sum(einops.einsum(grad.pop(hook), W, "b p m, d m -> b p d") for hook, (W, _) in pairs)
+    return _through_norm(block.mlp_norm, resid, mlp_in[None])
 
 
 def _hooks_read(graph: Graph) -> tuple[list[str], list[str]]:
@@ -175,7 +196,7 @@ def _fill(graph: Graph, grad: dict, kept: dict, into: Tensor, weight: float) -> 
         return kept[block.reads_at[side]].detach()
 
     for block in graph.plan:
-        attn, attn_norm, mlp_norm = block.attn, block.attn_norm, block.mlp_norm
+        attn, attn_norm = block.attn, block.attn_norm
         g_q = einops.einsum(grad.pop(attn.hook_q.name), attn.W_Q, "b p h e, h d e -> h b p d")
         g_k = einops.einsum(grad.pop(attn.hook_k.name), attn.stored("W_K"), "b p g e, g d e -> g b p d")
         g_v = einops.einsum(grad.pop(attn.hook_v.name), attn.stored("W_V"), "b p g e, g d e -> g b p d")
@@ -185,14 +206,7 @@ def _fill(graph: Graph, grad: dict, kept: dict, into: Tensor, weight: float) -> 
             g_q = einops.einsum(grad.pop(block.cross.hook_q.name), block.cross.W_Q, "b p h e, h d e -> h b p d")
             add(_through_norm(block.cross_norm, stream(block, "cross"), g_q))
         if block.mlp is not None:
-            if mlp_norm is not None:
-                mlp_in = grad.pop(mlp_norm.hook_normalized.name)
-            else:  # the MLP reads the stream itself: through its input projections
-                pairs = zip(block.mlp.input_hooks(), block.mlp.input_weights())
-                mlp_in = sum(einops.einsum(grad.pop(hook), W, "b p m, d m -> b p d") for hook, (W, _) in pairs)
-            if mlp_norm is not None and mlp_norm is attn_norm:  # one norm read by both (GPT-J): the MLP's share
-                mlp_in = mlp_in - attn_in.sum(dim=0)
-            add(_through_norm(mlp_norm, stream(block, "mlp"), mlp_in[None]))
+            add(_mlp_gradient(block, grad, stream(block, "mlp"), attn_in))
     add(_end_gradients(graph, grad, kept))
 
 
@@ -205,8 +219,11 @@ def _reader_gradients(runs: Runs, graphs, metric, into: list[Tensor], weight: fl
     differentiated = list(dict.fromkeys(name for names, _ in reading for name in names))
     names = list(dict.fromkeys(differentiated + [name for _, residuals in reading for name in residuals]))
 
-    def keep(activation: Tensor, hook) -> None:
+    def keep(activation: Tensor, hook) -> Tensor:
+        if not activation.requires_grad:  # set by an interpolating hook: the gradient is still read there
+            activation = activation.detach().requires_grad_(True)
         kept[hook.name] = activation
+        return activation
 
     hooks = (embed_at or []) + [(name, keep) for name in names]  # an interpolated input first, then kept
     with torch.enable_grad():

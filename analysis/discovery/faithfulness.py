@@ -8,8 +8,9 @@ the logits) reads its own copy of the residual stream::
 where ``current_u`` is node ``u``'s write in this run and ``corrupt_u`` its write on the corrupted
 prompts (the stream is the sum of the writes and of biases both runs share, so the sum is exact).
 The reader then computes from ``x_r`` through its own norm and projection (``q_h = norm(x_r)
-W_Q[h] + b_Q[h]``, ...), and everything after it runs as usual. Keeping every edge gives the
-clean run, keeping none the corrupted one, and leaving out every edge of one node is patching
+W_Q[h] + b_Q[h]``, ...; an MLP whose input no hook holds, a mixture of experts with no norm or behind
+stream norms, is run again on ``x_r`` at its output), and everything after it runs as usual. Keeping
+every edge gives the clean run, keeping none the corrupted one, and leaving out every edge of one node is patching
 that node (``tests/test_faithfulness.py`` holds all three, ``tests/test_edges_encdec.py`` on encoder-decoders).
 
 An encoder-decoder's two streams (``graph.EncoderDecoderGraph``) are carried so in one run, each
@@ -169,6 +170,12 @@ def _stream_hooks(graph: Graph, corrupt: Tensor, dropped: Tensor) -> list:
     def first(hook_fn):
         return lambda activation, hook: hook_fn(activation, hook)[0]
 
+    def rerun(name: list[str], block, key: str):
+        def hook_fn(activation: Tensor, hook) -> Tensor:  # the part run again on its own stream; its hooks fire again
+            return block.mlp_write_from(reader_inputs(seen[key], name)[0])
+
+        return hook_fn
+
     heads = "r b p d, r d e -> b p r e"
     hooks = [(graph.input_hook, lambda activation, hook: current.append(activation))]
     steps = {id(payload): step for step, _, kind, payload in graph.timeline() if kind == "norm"}
@@ -195,11 +202,14 @@ def _stream_hooks(graph: Graph, corrupt: Tensor, dropped: Tensor) -> list:
             mlp_key = block.reads_at["mlp"]
             hooks.append((mlp_key, remember(mlp_key)))
             name = graph.block_readers(layer, "mlp")
-            if block.mlp_norm is not None:  # the norm's output, recomputed from the MLP's own stream
+            if block.mlp_reads == "norm":  # the norm's output, recomputed from the MLP's own stream
                 hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(name, block.mlp_norm, mlp_key)))
-            else:  # the MLP reads the stream itself: its input projections, recomputed
+            elif block.mlp_reads == "projections":  # its input projections, recomputed (through its norm, if any)
                 for hook, (W, b) in zip(block.mlp.input_hooks(), block.mlp.input_weights()):
-                    hooks.append((hook, first(projection(name, None, W, b, mlp_key, "r b p d, d m -> r b p m"))))
+                    pattern = "r b p d, d m -> r b p m"
+                    hooks.append((hook, first(projection(name, block.mlp_norm, W, b, mlp_key, pattern))))
+            else:  # its output, the part run again on its own stream (before the hook recording its nodes' writes)
+                hooks.append((block.mlp_nodes.output, rerun(name, block, mlp_key)))
         for nodes in block.nodes():
             hooks += [(name, remember(name)) for name in nodes.hooks if name != nodes.output]
             hooks.append((nodes.output, write(nodes)))

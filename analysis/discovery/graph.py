@@ -24,7 +24,15 @@ It asks each block's writers (``components.writers``), never the family's name:
   inputs (``L3K1.k``, ``L3K1.v``: under grouped-query attention a key/value head is one reader
   shared by its query heads, nothing ungrouped), every cross-attention head's query input
   (``L3C5.q``), every MLP's input (``MLP3``), and the readers at the stream's end (``end``): the
-  logits.
+  logits. Where an MLP's input is reached (``BlockPlan.mlp_reads``, asked of its norm and part):
+
+  =================  ========================================================================
+  ``"norm"``         its norm's output hook (``hook_normalized``)
+  ``"projections"``  no norm output to hook (no norm, or ``NoNorm``, the identity): its input
+                     projections' hooks (``input_hooks()``: ``x W + b`` per ``input_weights()``)
+  ``"part"``         neither (a mixture of experts reading the stream itself or through
+                     ``NoNorm``): the part run again on its stream (``BlockPlan.mlp_write_from``)
+  =================  ========================================================================
 - **Edges**: a node to every reader after it in the stream. A sequential block's MLP reads its
   own block's attention; a parallel block's does not.
 - **Stream norms** (a post-norm block's ``ln1``/``ln2``, which renormalize the stream itself):
@@ -42,7 +50,9 @@ cross-attention heads and the MLPs, read by their queries, keys, values and inpu
 logits. An encoder node reaches every encoder reader after it and every cross-attention key and
 value; a decoder node every decoder reader after it; nothing goes from the decoder to the encoder.
 
-Refused with the reason: writers other than attention, cross-attention and MLPs.
+Refused with the reason (``ValueError``): writers other than attention, cross-attention and MLPs; a
+stream norm that does not say which hook holds its input, or has no hook on its output; cross-attention
+in a parallel block.
 """
 
 from dataclasses import dataclass, field
@@ -89,6 +99,15 @@ class BlockPlan:
     cross: Optional[nn.Module] = None  # cross-attention: its queries read this stream, its keys and values another
     cross_norm: Optional[nn.Module] = None
     cross_nodes: Optional[WriterNodes] = None
+    mlp_reads: Optional[str] = None  # where the MLP's input is reached (module docstring); None without an MLP
+    mlp_output_norm: Optional[nn.Module] = None  # the norm the MLP's output passes before the stream (Gemma 2)
+
+    def mlp_write_from(self, stream: Tensor) -> Tensor:
+        """What the MLP adds to the stream when it reads ``stream`` (the stream before its own norm): the part run
+        again, its norms recomputed (its own hooks fire again)."""
+        x = stream if self.mlp_norm is None else self.mlp_norm.normalize(stream)
+        out = self.mlp(x)
+        return out if self.mlp_output_norm is None else self.mlp_output_norm.normalize(out)
 
     def nodes(self) -> list[WriterNodes]:
         """The writers' nodes in forward order."""
@@ -280,8 +299,11 @@ def _check(blocks, stack: str) -> None:
                     f"{stack} block {layer}'s stream norm {step.name!r} does not say which hook holds its input; "
                     "edges through it cannot be followed"
                 )
-        if norms and any(writer.routes_tokens for writer in block.writers()):
-            raise ValueError(f"{stack} block {layer}: a mixture of experts behind a stream norm is not supported")
+            if getattr(step.norm, "hook_normalized", None) is None:
+                raise ValueError(
+                    f"{stack} block {layer}'s stream norm {step.name!r} ({type(step.norm).__name__}) has no "
+                    "hook_normalized holding its output; the parts after it read a stream no hook holds"
+                )
         if block.writer("cross_attn") is not None and not hasattr(block, STREAM_AFTER["attn"]):
             raise ValueError(f"{stack} block {layer}: cross-attention in a parallel block is not supported")
 
@@ -309,6 +331,13 @@ def _events(block, sequential: bool, nodes: dict[str, WriterNodes]) -> tuple[tup
     return tuple(events), reads_at
 
 
+def _mlp_reads(norm: Optional[nn.Module], part: nn.Module) -> str:
+    """Where an MLP's input is reached (module docstring): asked of its norm's hooks and its part's."""
+    if getattr(norm, "hook_normalized", None) is not None:
+        return "norm"
+    return "projections" if callable(getattr(part, "input_hooks", None)) else "part"
+
+
 def _plan(prefix: str, layer: int, block) -> BlockPlan:
     writers = {SIDES[writer.sublayer]: writer for writer in block.writers()}
     parts = {side: writer.part for side, writer in writers.items()}
@@ -317,9 +346,11 @@ def _plan(prefix: str, layer: int, block) -> BlockPlan:
     nodes = {side: _writer_nodes(prefix, layer, writer) for side, writer in writers.items()}
     sequential = hasattr(block, STREAM_AFTER["attn"])
     events, reads_at = _events(block, sequential, nodes)
+    mlp_reads = _mlp_reads(norms["mlp"], parts["mlp"]) if "mlp" in parts else None
     return BlockPlan(
         parts["attn"], norms["attn"], parts.get("mlp"), norms.get("mlp"), sequential, nodes["attn"],
         nodes.get("mlp"), events, reads_at, parts.get("cross"), norms.get("cross"), nodes.get("cross"),
+        mlp_reads, writers["mlp"].output_norm if "mlp" in writers else None,
     )  # fmt: skip
 
 

@@ -17,8 +17,12 @@ positions="alibi", ...))``: the architecture behind each spec is registered by t
 hooks, capabilities, ``run_with_cache``, verification, weight processing, the report and the
 analysis tools read the result as they read a shipped family. The fields and what each picks:
 ``interp_transformer.architectures.composed`` and ``composed_stacks``; the part behind each name:
-``architectures.composed_parts``. ``load_from_modules`` (``interp_transformer.loading.from_modules``)
-copies the weights of a model written in plain PyTorch into the result, part by part.
+``architectures.composed_parts``. The parts the shipped families use are ``DecoderSpec`` fields too, named as
+their Hugging Face configs name them (``n_key_value_heads``, ``parallel_residual``, ``qk_norm``,
+``sliding_window`` with ``layer_types``, ``rotary_dim``, ``rotary_base_local``, ``attn_softcap``,
+``final_softcap``, ``post_norms``, and ``placement="output"``), each giving the family's own part.
+``load_from_modules`` (``interp_transformer.loading.from_modules``) copies the weights of a model written
+in plain PyTorch into the result, part by part.
 
 >>> from interp_transformer.builder import build_decoder
 >>> model = build_decoder(d_model=32, n_layers=2, n_heads=4, d_mlp=64, d_vocab=50, n_ctx=16, placement="post",

@@ -47,6 +47,7 @@ def tokens(small_cfg) -> torch.Tensor:
 # walk. `.ci/newest` runs them (`-m hf_parity`) against the newest releases pyproject.toml's ranges allow.
 HF_PARITY_MODULES = {
     "test_bert_real_weights",
+    "test_builder_family_parts",
     "test_checkpoint_walk",
     "test_classic",
     "test_classic_parts",

@@ -46,7 +46,7 @@ REFUSALS = [  # (spec class, fields, what the message says)
     (DecoderSpec, dict(activation="gelu_neww"), r"activation must be one of .* got 'gelu_neww'; closest: \['gelu_new'"),
     (DecoderSpec, dict(positions="rotry"), r"positions must be one of .* got 'rotry'; closest: \['rotary'\]"),
     (DecoderSpec, dict(norm="layernorm"), r"norm must be one of \('layer', .* got 'layernorm'"),
-    (DecoderSpec, dict(placement="sandwich"), r"placement must be one of \('pre', 'post'\), got 'sandwich'"),
+    (DecoderSpec, dict(placement="sandwich"), r"placement must be one of \('pre', 'post', 'output'\), got 'sandwich'"),
     (DecoderSpec, dict(d_model=20, n_heads=4, positions="rotary"), "d_head must be even, got 5"),
     (DecoderSpec, dict(d_model=30, n_heads=4), "d_model=30 must be a multiple of n_heads=4"),
     (DecoderSpec, dict(d_model=15, n_heads=3, positions="sinusoidal_interleaved"), "d_model must be even, got 15"),

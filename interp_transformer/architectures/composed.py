@@ -22,10 +22,23 @@ Blocks:
                        norm unless ``final_norm=False`` (then ``NoNorm``: logits stay linear in the residual)
 ``placement="post"``   ``PostNormBlock(attn, norm, mlp, norm)``: ``x = norm1(x + attn(x))``, ``x = norm2(x + mlp(x))``,
                        and a final norm only with ``final_norm=True``
+``placement="output"`` ``OutputNormBlock(attn, norm, mlp, norm)`` (OLMo 2): norms only on what each sublayer writes,
+                       ``x = x + norm1(attn(x))``, ``x = x + norm2(mlp(x))``; the stream stays a sum of writes
+``parallel_residual``  ``ParallelBlock(norm, attn, norm, mlp)`` (GPT-NeoX): ``x = x + attn(norm1(x)) + mlp(norm2(x))``
+``post_norms``         ``PrePostNormBlock`` (Gemma 2/3): a pre-norm block whose sublayers' outputs are normalized
+                       too, ``x = x + norm1_post(attn(norm1(x)))``, ``x = x + norm2_post(mlp(norm2(x)))``
 =====================  ==========================================================================================
 
 The MLP is ``MLP`` (``act(x W_in + b_in) W_out + b_out``), ``GatedMLP`` with ``gated_mlp``, or a
 ``MixtureOfExperts`` of such MLPs with ``experts`` (an ``ExpertSpec`` or a dict of its fields).
+
+The other parts the shipped families use are fields too, named as the families' Hugging Face configs name them,
+each giving the part that family's own build uses (``composed_parts.attention``): ``n_key_value_heads`` (grouped
+keys and values: Llama, Mistral, Gemma), ``qk_norm`` (``"per_head"``: Qwen3, Gemma 3; ``"all_heads"``: OLMo 2),
+``sliding_window`` with ``layer_types`` (Mistral: every layer; Gemma 2/3, OLMo 3: the ``"sliding_attention"``
+ones), ``rotary_dim`` (partial rotary: GPT-NeoX), ``rotary_base_local`` (the sliding layers' rotary base: Gemma 3,
+OLMo 3), ``attn_softcap`` and ``final_softcap`` (Gemma 2's ``cap * tanh(x / cap)`` on the scores and on the logits:
+``SoftCappedAttention``, ``SoftCappedUnembed``). A combination no part makes is refused by name.
 """
 
 import dataclasses
@@ -35,14 +48,20 @@ from typing import Optional, Union
 
 import torch
 
-from ..components import MLP, AttnOnlyBlock, GatedMLP, NoNorm, PostNormBlock, TransformerBlock, Unembed
+from ..components import MLP, AttnOnlyBlock, GatedMLP, NoNorm, ParallelBlock, PostNormBlock, TransformerBlock, Unembed
 from ..components.moe import MixtureOfExperts
+from ..components.output_norm_block import OutputNormBlock
+from ..components.pre_post_norm_block import PrePostNormBlock
+from ..components.softcap import SoftCappedUnembed
 from ..hooks.names import BLOCK_HOOKS, HookNames
 from ..models.capabilities import Capabilities
 from . import composed_parts as parts
 from .composed_parts import ATTENTION_BIASES, MLP_BIASES, ExpertSpec
+from .composed_family_checks import check_family_parts
 from .registry import Architecture, DecoderParts
 from .validation import check_positive_int
+
+PLACEMENTS = parts.PLACEMENTS + ("output",)  # a decoder's blocks may also have norms only on their sublayers' outputs
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,8 @@ class DecoderSpec:
     d_head: Optional[int] = None  # width of each head; None: d_model // n_heads
     norm: str = "layer"  # "layer", "layer_unbiased", "rms" or "none" (composed_parts.NORMS)
     norm_eps: float = parts.NORM_EPS  # eps of every norm (1e-5 in all three specs)
-    placement: str = "pre"  # "pre": norms read by the sublayers; "post": norms renormalize the stream after each sum
+    placement: str = "pre"  # "pre": norms read by the sublayers; "post": norms renormalize the stream after each sum;
+    # "output": norms only on what each sublayer writes (OLMo 2)
     final_norm: bool = True  # a norm between the last block and the read-out
     causal: bool = True  # False: every query sees every real key (a masked language model)
     positions: str = "learned"  # composed_parts.POSITIONS
@@ -75,17 +95,40 @@ class DecoderSpec:
     readout_bias: bool = True  # False: b_U held at zero
     embed_scale: Union[None, float, str] = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
     init_range: float = 0.02  # std of the normal init of weight matrices
+    # the parts the shipped families use, named as their Hugging Face configs name them (module docstring)
+    n_key_value_heads: Optional[int] = None  # key/value heads, each serving n_heads / n_key_value_heads query heads
+    parallel_residual: bool = False  # attention and the MLP both read the block's input (GPT-NeoX's ParallelBlock)
+    qk_norm: Optional[str] = None  # "per_head" (Qwen3, Gemma 3) or "all_heads" (OLMo 2): an RMSNorm on q and k
+    sliding_window: Optional[int] = None  # keys a sliding layer's query sees, itself included (causal only)
+    layer_types: Optional[tuple[str, ...]] = None  # "full_attention"/"sliding_attention" per block (None: a window,
+    # if given, is every layer's)
+    rotary_dim: Optional[int] = None  # positions="rotary": leading dimensions of each head that rotate (None: d_head)
+    rotary_base_local: Optional[float] = None  # positions="rotary": the sliding layers' theta (None: rotary_base)
+    attn_softcap: Optional[float] = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2)
+    final_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
+    post_norms: bool = False  # placement="pre": a norm on each sublayer's output too (Gemma 2/3's PrePostNormBlock)
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
         if isinstance(self.alibi_slopes, (list, torch.Tensor)):  # one slope per head, kept as a tuple
             object.__setattr__(self, "alibi_slopes", tuple(float(slope) for slope in self.alibi_slopes))
+        if isinstance(self.layer_types, list):  # Hugging Face's configs hold a list: kept as a tuple
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
         parts.check_shape(self, ("d_model", "n_layers", "n_heads", "d_vocab", "n_ctx"))
         if self.d_mlp is not None:
             check_positive_int("d_mlp", self.d_mlp)
         parts.check_choice("norm", self.norm, parts.NORMS)
-        parts.check_choice("placement", self.placement, parts.PLACEMENTS)
-        for field in ("final_norm", "causal", "gated_mlp", "attn_bias", "mlp_bias", "readout_bias"):
+        parts.check_choice("placement", self.placement, PLACEMENTS)
+        for field in (
+            "final_norm",
+            "causal",
+            "gated_mlp",
+            "attn_bias",
+            "mlp_bias",
+            "readout_bias",
+            "parallel_residual",
+            "post_norms",
+        ):
             parts.check_bool(field, getattr(self, field))
         parts.check_numerics(self)
         parts.check_positions(self, parts.POSITIONS)
@@ -96,10 +139,18 @@ class DecoderSpec:
             raise ValueError(
                 "placement='post' renormalizes the residual stream after each sum: it needs a norm, got norm='none'"
             )
-        if self.d_mlp is None and (self.placement == "post" or self.experts is not None or self.gated_mlp):
+        check_family_parts(self)
+        needs_an_mlp = {
+            "placement": self.placement != "pre",
+            "experts": self.experts is not None,
+            "gated_mlp": self.gated_mlp,
+            "parallel_residual": self.parallel_residual,
+            "post_norms": self.post_norms,
+        }
+        if self.d_mlp is None and any(needs_an_mlp.values()):
+            given = ", ".join(f"{field}={getattr(self, field)!r}" for field, needs in needs_an_mlp.items() if needs)
             raise ValueError(
-                f"d_mlp=None (attention-only blocks) is a pre-norm block without an MLP; got placement="
-                f"{self.placement!r}, experts={self.experts!r}, gated_mlp={self.gated_mlp!r}"
+                f"d_mlp=None (attention-only blocks) is a pre-norm block without an MLP; got {given}, which needs one"
             )
         if self.experts is not None and self.gated_mlp:
             raise ValueError(
@@ -126,6 +177,10 @@ class DecoderSpec:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def is_sliding(self, layer: int) -> bool:
+        """Whether block ``layer`` attends within ``sliding_window``."""
+        return parts.is_sliding(self, layer)
+
 
 def mlp(spec):
     """The MLP of a block: ``MLP``, ``GatedMLP``, or a mixture of experts of either."""
@@ -145,9 +200,9 @@ def mlp(spec):
     return GatedMLP(shape) if spec.gated_mlp else MLP(shape)
 
 
-def block(spec):
-    """One block, its parts placed as ``spec.placement`` says."""
-    attn = parts.attention(spec, spec.causal)
+def block(spec, layer: int = 0):
+    """Block ``layer``, its parts placed as ``spec.placement`` (``parallel_residual``, ``post_norms``) says."""
+    attn = parts.attention(spec, spec.causal, layer)
     if not spec.attn_bias:
         parts.hold_at_zero(attn, ATTENTION_BIASES)
     if spec.d_mlp is None:
@@ -155,20 +210,30 @@ def block(spec):
     feed_forward = mlp(spec)
     if not spec.mlp_bias:
         parts.hold_at_zero(feed_forward, MLP_BIASES)
+
+    def norm():
+        return parts.norm(spec)
+
     if spec.placement == "post":
-        return PostNormBlock(attn, parts.norm(spec), feed_forward, parts.norm(spec))
-    return TransformerBlock(parts.norm(spec), attn, parts.norm(spec), feed_forward)
+        return PostNormBlock(attn, norm(), feed_forward, norm())
+    if spec.placement == "output":
+        return OutputNormBlock(attn, norm(), feed_forward, norm())
+    if spec.parallel_residual:
+        return ParallelBlock(norm(), attn, norm(), feed_forward)
+    if spec.post_norms:
+        return PrePostNormBlock(norm(), attn, norm(), norm(), feed_forward, norm())
+    return TransformerBlock(norm(), attn, norm(), feed_forward)
 
 
 def build(spec: DecoderSpec) -> DecoderParts:
     """The parts ``spec`` names, in forward order."""
-    unembed = Unembed(spec)
+    unembed = Unembed(spec) if spec.final_softcap is None else SoftCappedUnembed(spec, spec.final_softcap)
     if not spec.readout_bias:
         parts.hold_at_zero(unembed, ("b_U",))
     return DecoderParts(
         embed=parts.token_embed(spec),
         pos_embed=parts.position_embed(spec),
-        blocks=[block(spec) for _ in range(spec.n_layers)],
+        blocks=[block(spec, layer) for layer in range(spec.n_layers)],
         ln_final=parts.norm(spec) if spec.final_norm else NoNorm(),
         unembed=unembed,
     )
@@ -180,12 +245,13 @@ def has_final_norm(spec: DecoderSpec) -> bool:
 
 
 def capabilities(spec: DecoderSpec) -> Capabilities:
-    """Causal as asked; pre- or post-norm as placed. A pre-norm decoder's final norm is ``ln_final`` even where it is
+    """Causal as asked; pre- or post-norm as placed (norms only on the sublayers' outputs leave the stream a sum of
+    writes: pre-norm's facts, as OLMo 2's). A pre-norm decoder's final norm is ``ln_final`` even where it is
     ``NoNorm``, so its logits stay linear in the residual stream (the logit lens, direct logit attribution)."""
-    final = "ln_final" if spec.placement == "pre" or spec.final_norm else None
+    final = "ln_final" if spec.placement != "post" or spec.final_norm else None
     return Capabilities(
         causal=spec.causal,
-        norm_placement=spec.placement,
+        norm_placement="post" if spec.placement == "post" else "pre",
         final_norm=final,
         read_out="unembed",
         next_token_logits=spec.causal,
@@ -195,8 +261,10 @@ def capabilities(spec: DecoderSpec) -> Capabilities:
 def hook_names(spec: DecoderSpec) -> HookNames:
     """The short names of exactly the hooks the parts have: GPT-2's, with ``rot_q``/``rot_k`` (rotary),
     ``score_bias`` and ``alibi`` or ``relative`` (a bias on the scores), ``pre_linear`` (gated MLPs), the router's
-    (experts: ``router_logits``, ``expert_weights``, ``expert_indices``, ``routing_weights``) and
-    ``normalized_resid_post`` (post-norm) where the parts have them."""
+    (experts: ``router_logits``, ``expert_weights``, ``expert_indices``, ``routing_weights``),
+    ``normalized_resid_post`` (post-norm), ``attn_scores_uncapped`` and ``logits_uncapped`` (soft-caps) where the parts
+    have them; no ``resid_mid`` in a parallel block; the norms of a block as ``sublayers`` (``ln1``, ``ln2``; with
+    ``post_norms`` also ``ln1_post``, ``ln2_post``; ``placement="output"``: only those two)."""
     layer_keys = dict(BLOCK_HOOKS)
     global_keys = {"embed": "hook_embed"}
     unavailable = {}
@@ -222,6 +290,17 @@ def hook_names(spec: DecoderSpec) -> HookNames:
     if spec.d_mlp is None:  # attention-only blocks
         for name in ("resid_mid", "mlp_out", "pre", "post"):
             del layer_keys[name]
+    if spec.parallel_residual:  # the MLP reads the block's input: there is no mid-point
+        del layer_keys["resid_mid"]
+    if spec.attn_softcap is not None:
+        layer_keys["attn_scores_uncapped"] = "blocks.{layer}.attn.hook_attn_scores_uncapped"
+    if spec.final_softcap is not None:
+        global_keys["logits_uncapped"] = "unembed.hook_logits_uncapped"
+    sublayers = {"output": ("ln1_post", "ln2_post")}.get(spec.placement, ("ln1", "ln2"))
+    if spec.post_norms:
+        sublayers = ("ln1", "ln2", "ln1_post", "ln2_post")
+    if spec.d_mlp is None:  # an attention-only block has one norm
+        sublayers = ("ln1",)
     final_residual = "blocks.{last}.hook_resid_post"
     if spec.placement == "post":
         layer_keys["normalized_resid_post"] = "blocks.{layer}.hook_normalized_resid_post"
@@ -239,6 +318,7 @@ def hook_names(spec: DecoderSpec) -> HookNames:
     return HookNames(
         layer_keys=layer_keys,
         global_keys=global_keys,
+        sublayers=sublayers,
         input_writers=writers,
         final_residual=final_residual,
         unavailable=unavailable,
@@ -249,4 +329,14 @@ ARCHITECTURE = Architecture(
     name="composed-decoder", config_class=DecoderSpec, build=build, capabilities=capabilities, hook_names=hook_names
 )
 
-__all__ = ["ARCHITECTURE", "DecoderSpec", "ExpertSpec", "block", "build", "capabilities", "hook_names", "mlp"]
+__all__ = [
+    "ARCHITECTURE",
+    "PLACEMENTS",
+    "DecoderSpec",
+    "ExpertSpec",
+    "block",
+    "build",
+    "capabilities",
+    "hook_names",
+    "mlp",
+]

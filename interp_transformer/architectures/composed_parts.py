@@ -19,7 +19,15 @@ field           choices and the part each gives
                 ``SharedScoreBias``; ``"none"``: nothing
 ``activation``  any name of ``components.activations.ACTIVATIONS``
 ``embed_scale`` None: ``Embed``; a number or ``"sqrt_d_model"``: ``ScaledEmbed`` (``W_E[tokens] * scale``)
+``qk_norm``     ``"per_head"``: an ``RMSNorm`` over ``d_head`` on each head's q and k (Qwen3, Gemma 3);
+                ``"all_heads"``: ``AllHeadsRMSNorm``, one over every head together (OLMo 2); either after
+                ``hook_q``/``hook_k`` and before the rotation (decoders)
 ==============  ========================================================================================
+
+A decoder's attention is the one the families build (``attention(spec, causal, layer)``): grouped keys and
+values with ``n_key_value_heads``, a ``SlidingWindowMask`` in place of the ``CausalMask`` on the layers
+``is_sliding`` says, a ``Rotary`` of ``rotary_dim`` dimensions whose base is ``rotary_base_local`` on the
+sliding layers when given, and ``SoftCappedAttention`` with ``attn_softcap``.
 
 A bias a spec leaves out (``attn_bias=False`` ...) is a parameter held at zero: it stays in the
 state dict, so every tool reads the same weights, and ``requires_grad`` is off.
@@ -55,7 +63,10 @@ from ..components import (
     UnbiasedLayerNorm,
 )
 from ..components.activations import ACTIVATIONS
+from ..components.all_heads_norm import AllHeadsRMSNorm
+from ..components.masks import SlidingWindowMask
 from ..components.relative_position_bias import RelativePositionBias, SharedScoreBias
+from ..components.softcap import SoftCappedAttention
 from .validation import check_positive_int
 
 NORMS = {"layer": LayerNorm, "layer_unbiased": UnbiasedLayerNorm, "rms": RMSNorm, "none": NoNorm}
@@ -67,6 +78,8 @@ ENCODER_DECODER_POSITIONS = ADDED_POSITIONS + ("relative_bucketed", "none")  # T
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # positions="relative_bucketed" with n_buckets / max_distance left None
 NORM_EPS = 1e-5  # every spec's default norm eps (PyTorch's nn.LayerNorm's)
 EXPERT_MLPS = ("plain", "gated")
+QK_NORMS = ("per_head", "all_heads")  # Qwen3's and Gemma 3's norm of each head; OLMo 2's of every head together
+LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types
 SQRT_D_MODEL = "sqrt_d_model"
 
 
@@ -126,6 +139,8 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
     options = {
         "rotary_base": ("rotary",),
         "rotary_interleaved": ("rotary",),
+        "rotary_dim": ("rotary",),
+        "rotary_base_local": ("rotary",),
         "alibi_slopes": ("alibi",),
         "max_distance": tuple(kind for kind in ("relative_clipped", "relative_bucketed") if kind in allowed),
         "n_buckets": ("relative_bucketed",),
@@ -141,6 +156,17 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
             check_number("rotary_base", spec.rotary_base, above=1.0)
         if spec.rotary_interleaved is not None:
             check_bool("rotary_interleaved", spec.rotary_interleaved)
+        rotary_dim = getattr(spec, "rotary_dim", None)
+        if rotary_dim is not None and (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= spec.d_head
+            or rotary_dim % 2
+        ):
+            raise ValueError(
+                f"rotary_dim (the leading dimensions of each head that rotate, in pairs) must be an even int in "
+                f"[2, d_head={spec.d_head}], got {rotary_dim!r}"
+            )
     if spec.positions == "alibi" and spec.alibi_slopes is not None:
         slopes = spec.alibi_slopes
         if not isinstance(slopes, tuple) or len(slopes) != spec.n_heads:
@@ -176,9 +202,10 @@ def weight_counts(spec) -> dict[str, int]:
     """A lower bound on the weights of each kind of part ``spec`` names, keyed by the fields that size it (Python
     ints: no size can overflow). Norms, biases and small tables are left out."""
     d_model, width = spec.d_model, spec.n_heads * spec.d_head
+    n_key_value_heads = getattr(spec, "n_key_value_heads", None) or spec.n_heads
     experts = getattr(spec, "experts", None)
     n_experts = 1 if experts is None else experts.n_experts
-    attention = 4 * d_model * width
+    attention = 2 * d_model * (width + n_key_value_heads * spec.d_head)
     mlp = 2 * d_model * (spec.d_mlp or 0) * n_experts
     blocks = "(n_heads x d_head + d_mlp" + (" x n_experts" if experts is not None else "") + ") x d_model"
     source_vocab = getattr(spec, "d_vocab_source", None) or spec.d_vocab
@@ -277,20 +304,55 @@ def position_embed(spec) -> Optional[nn.Module]:
     return None
 
 
-def attention(spec, causal: bool) -> Attention:
-    """Self-attention: a causal mask where ``causal``, padding masked always, and the positions that act inside it."""
-    masks = (CausalMask(), PaddingMask()) if causal else (PaddingMask(),)
+def is_sliding(spec, layer: int) -> bool:
+    """Whether block ``layer`` attends within ``spec.sliding_window``: every layer with a window and no
+    ``layer_types`` (Mistral), else the layers ``layer_types`` calls ``"sliding_attention"`` (Gemma 2/3, OLMo 3)."""
+    if getattr(spec, "sliding_window", None) is None:
+        return False
+    return spec.layer_types is None or spec.layer_types[layer] == "sliding_attention"
+
+
+def attention(spec, causal: bool, layer: int = 0) -> Attention:
+    """Self-attention of block ``layer``: a causal mask where ``causal`` (a sliding window on the sliding layers),
+    padding masked always, the positions that act inside it, and the decoder's family parts where ``spec`` names them
+    (grouped keys and values, q/k norms, a soft-cap on the scores; see the module docstring)."""
+    sliding = is_sliding(spec, layer)
+    window = SlidingWindowMask(spec.sliding_window) if sliding else CausalMask()
+    masks = (window, PaddingMask()) if causal else (PaddingMask(),)
     parts = {}
     if spec.positions == "rotary":
         base = 10000.0 if spec.rotary_base is None else spec.rotary_base
-        parts["rotary"] = Rotary(spec.d_head, base=base, interleaved=bool(spec.rotary_interleaved))
+        if sliding and getattr(spec, "rotary_base_local", None) is not None:  # the sliding layers' own base
+            base = spec.rotary_base_local
+        rotary_dim = getattr(spec, "rotary_dim", None)
+        parts["rotary"] = Rotary(spec.d_head, rotary_dim, base=base, interleaved=bool(spec.rotary_interleaved))
     elif spec.positions == "alibi":
         parts["score_bias"] = ALiBi(spec.n_heads, slopes=spec.alibi_slopes)
     elif spec.positions == "relative_clipped":
         parts["score_bias"] = ClippedRelativeBias(spec.n_heads, spec.max_distance)
     elif spec.positions == "relative_bucketed":  # the stack's table, computed once per forward, read by every layer
         parts["score_bias"] = SharedScoreBias()
-    return Attention(spec, masks, scale=getattr(spec, "attn_scale", None), **parts)
+    n_key_value_heads = getattr(spec, "n_key_value_heads", None)
+    parts.update(qk_norms(spec, n_key_value_heads or spec.n_heads))
+    softcap = getattr(spec, "attn_softcap", None)
+    kind, capped = (Attention, {}) if softcap is None else (SoftCappedAttention, {"softcap": softcap})
+    return kind(
+        spec, masks, scale=getattr(spec, "attn_scale", None), n_key_value_heads=n_key_value_heads, **capped, **parts
+    )
+
+
+def qk_norms(spec, n_key_value_heads: int) -> dict[str, nn.Module]:
+    """``q_norm`` and ``k_norm`` as ``spec.qk_norm`` names them (none without it): RMSNorms with ``spec.norm_eps``,
+    as every family with q/k norms has, whatever norm the stream has."""
+    kind = getattr(spec, "qk_norm", None)
+    if kind == "per_head":
+        return {"q_norm": RMSNorm(spec.d_head, spec.norm_eps), "k_norm": RMSNorm(spec.d_head, spec.norm_eps)}
+    if kind == "all_heads":
+        return {
+            "q_norm": AllHeadsRMSNorm(spec.n_heads, spec.d_head, spec.norm_eps),
+            "k_norm": AllHeadsRMSNorm(n_key_value_heads, spec.d_head, spec.norm_eps),
+        }
+    return {}
 
 
 def relative_bias(spec, bidirectional: bool) -> Optional[RelativePositionBias]:
@@ -329,6 +391,8 @@ __all__ = [
     "NORMS",
     "PLACEMENTS",
     "POSITIONS",
+    "LAYER_TYPES",
+    "QK_NORMS",
     "SQRT_D_MODEL",
     "as_expert_spec",
     "attention",
@@ -340,9 +404,11 @@ __all__ = [
     "check_positions",
     "check_shape",
     "hold_at_zero",
+    "is_sliding",
     "machine_memory",
     "norm",
     "position_embed",
+    "qk_norms",
     "relative_bias",
     "token_embed",
     "weight_counts",

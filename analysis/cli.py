@@ -16,6 +16,7 @@ Commands::
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
     interp-transformer train-transcoders --model SOURCE --out DIR [--cross-layer]     transcoders for every MLP
     interp-transformer graph --model SOURCE --transcoders DIR --prompt TEXT [--out FILE] [--ablate L:F ...]
+    interp-transformer circuit-benchmark [--methods ...] [--models ...] [--out FILE] [--mib-out DIR]  known circuits
 
 Exit codes: 0 success, 1 ``verify`` found a mismatch, 2 a usage error or bad input
 (a missing path, an unknown model, an empty prompt), reported in one line
@@ -40,6 +41,7 @@ from .cli_common import (
     load_model,
     prompt_tokens,
 )
+from .cli_benchmark import add_benchmark_parser
 from .cli_discovery import add_circuit_parser, add_patch_parser
 from .cli_graphs import add_graph_parsers
 from .cli_training import add_training_parsers
@@ -282,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_parsers(commands)
     add_patch_parser(commands)
     add_circuit_parser(commands)
+    add_benchmark_parser(commands)
 
     from interp_transformer.harvest.cli import add_harvest_parser
 

@@ -153,6 +153,10 @@ def _window(rng, f):
     return rng.randint(1, 4) if types is not None or (f["causal"] and rng.random() < 0.3) else None
 
 
+def _d_head(f) -> int:
+    return f["d_head"] or f["d_model"] // f["n_heads"]
+
+
 def _sliding(f) -> bool:
     return f.get("sliding_window") is not None
 
@@ -164,7 +168,9 @@ LATER_DECODER_FIELDS: dict[str, Callable[[random.Random, dict], object]] = {
     "qk_norm": lambda rng, f: rng.choice([None, None, "per_head", "all_heads"]),
     "layer_types": _layer_types,
     "sliding_window": _window,
-    "rotary_dim": lambda rng, f: rng.choice([None, 2]) if f["positions"] == "rotary" else None,
+    "rotary_dim": lambda rng, f: (
+        rng.choice([None, *range(2, _d_head(f) + 1, 2)]) if f["positions"] == "rotary" else None
+    ),
     "rotary_base_local": lambda rng, f: (
         rng.choice([None, 50.0]) if f["positions"] == "rotary" and _sliding(f) else None
     ),

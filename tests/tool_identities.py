@@ -47,7 +47,7 @@ from analysis.discovery import (
     sites,
 )
 
-from .spec_generator import RandomSpec, prompts
+from .spec_generator import N_POS, RandomSpec, prompts
 
 NAMED_ERRORS = (ValueError, TypeError, KeyError)
 RTOL = 1e-10  # float64: what rounding leaves of an exact identity, relative to the size of the values
@@ -191,11 +191,13 @@ def check_logit_lens(case: Case) -> None:
 
 # --- patching -------------------------------------------------------------------------------------------------------
 def _patch_sites(case: Case) -> list:
-    """Heads at two positions, each MLP's output, the stream entering each block, and two neurons of block 0."""
+    """The stream entering each block and the heads at corrupted positions (the last one too: a window of one key
+    or no MLP still carries its token to the metric), each MLP's output, and two neurons of block 0."""
     model = case.model
-    chosen = call(sites, model, "resid_pre", positions=[1, 3])
+    last = N_POS - 1
+    chosen = call(sites, model, "resid_pre", positions=[1, 3, last])
     if any(block.writer("attn") is not None for block in model.blocks):
-        chosen += call(sites, model, "heads", positions=[3])
+        chosen += call(sites, model, "heads", positions=[3, last])
     if "blocks.0.hook_mlp_out" in model.hook_dict:
         chosen += call(sites, model, "mlp_out")
         writer = model.blocks[0].writer("mlp")
@@ -376,7 +378,7 @@ def _transcoders(case: Case, kind: str) -> tuple:
     norms are folded first, as ``attribute`` asks of transcoders reading a norm's output."""
     model = case.model
     slots = call(mlp_slots, model)
-    if any("hook_normalized" in slot.inputs[-1] for slot in slots):
+    if case.drawn.kind == "decoder" and any("hook_normalized" in slot.inputs[-1] for slot in slots):
         model = call(fold_ln, copy.deepcopy(model))
     if kind == "per_layer":
         return model, call(random_transcoders, model, D_TRANSCODER, reads="stream", seed=case.drawn.seed)

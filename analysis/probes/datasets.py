@@ -1,0 +1,87 @@
+"""Small labelled sets, generated from word lists, for probing a language model.
+
+``noun_number()``: a sentence that ends in a noun, singular or plural, labelled by the noun's number and
+typed by the noun's form (the control task's word type): every form occurs in several frames, so the
+control task's labels recur between the train and the held-out examples, as Hewitt and Liang's do.
+
+>>> records = noun_number()
+>>> len(records), records[0]
+(640, {'text': 'I looked at the cat', 'label': 'singular', 'type': 'cat'})
+>>> sum(record["label"] == "plural" for record in records)
+320
+"""
+
+import json
+from pathlib import Path
+from typing import Union
+
+# singular -> plural; a few irregular ones, so the plural is not only a final "s"
+NOUNS = {
+    "cat": "cats",
+    "dog": "dogs",
+    "house": "houses",
+    "car": "cars",
+    "tree": "trees",
+    "book": "books",
+    "bird": "birds",
+    "chair": "chairs",
+    "table": "tables",
+    "river": "rivers",
+    "city": "cities",
+    "box": "boxes",
+    "church": "churches",
+    "baby": "babies",
+    "knife": "knives",
+    "leaf": "leaves",
+    "man": "men",
+    "woman": "women",
+    "child": "children",
+    "mouse": "mice",
+    "foot": "feet",
+    "tooth": "teeth",
+    "goose": "geese",
+    "person": "people",
+    "horse": "horses",
+    "apple": "apples",
+    "window": "windows",
+    "door": "doors",
+    "flower": "flowers",
+    "teacher": "teachers",
+    "student": "students",
+    "doctor": "doctors",
+    "farmer": "farmers",
+    "garden": "gardens",
+    "road": "roads",
+    "bridge": "bridges",
+    "letter": "letters",
+    "song": "songs",
+    "story": "stories",
+    "mountain": "mountains",
+}
+FRAMES = (
+    "I looked at the {}",
+    "She talked about the {}",
+    "We walked past the {}",
+    "They were thinking of the {}",
+    "He pointed to the {}",
+    "Nobody noticed the {}",
+    "The picture showed the {}",
+    "Everyone remembered the {}",
+)
+
+
+def noun_number() -> list[dict]:
+    """``{"text", "label", "type"}`` records: each noun of ``NOUNS``, singular and plural, in each of ``FRAMES``."""
+    records = []
+    for singular, plural in NOUNS.items():
+        for label, noun in (("singular", singular), ("plural", plural)):
+            records += [{"text": frame.format(noun), "label": label, "type": noun} for frame in FRAMES]
+    return records
+
+
+def write_jsonl(records: list[dict], path: Union[str, Path]) -> Path:
+    """Write records one JSON object per line (what ``interp-transformer probe --data`` reads)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path

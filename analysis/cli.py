@@ -16,6 +16,7 @@ Commands::
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
     interp-transformer train-transcoders --model SOURCE --out DIR [--cross-layer]     transcoders for every MLP
     interp-transformer graph --model SOURCE --transcoders DIR --prompt TEXT [--out FILE] [--ablate L:F ...]
+    interp-transformer steer --model SOURCE --positive TEXT... --negative TEXT... [--layers L...] [--out FILE]
     interp-transformer probe --model SOURCE --data FILE.jsonl [--hooks resid_post] [--out FILE]  probes by layer
     interp-transformer circuit-benchmark [--methods ...] [--models ...] [--out FILE] [--mib-out DIR]  known circuits
 
@@ -45,6 +46,7 @@ from .cli_common import (
 from .cli_benchmark import add_benchmark_parser
 from .cli_discovery import add_circuit_parser, add_patch_parser
 from .cli_graphs import add_graph_parsers
+from .cli_steer import add_steer_parser
 from .cli_probe import add_probe_parser
 from .cli_training import add_training_parsers
 
@@ -292,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_harvest_parser(commands)
     add_graph_parsers(commands)
+    add_steer_parser(commands)
     add_probe_parser(commands)
     return parser
 

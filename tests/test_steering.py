@@ -235,3 +235,40 @@ def test_empty_contrast_sets_are_refused(embedded):
         caa_vector(model, [], LAST)
     with pytest.raises(KeyError, match="closest"):
         difference_of_means(model, _texts(1, 2, seed=0), _texts(6, 2, seed=1), "blocks.9.hook_resid_post")
+
+
+# ---- the command ------------------------------------------------------------------------------------------------
+
+STEER = ["steer", "--model", "induction-2l", "--positive", "1 2 3 4", "5 6 7 8", "--negative", "9 10 11 12",
+         "13 14 15 16", "--prompt", "20 21 22", "--neutral", "30 31 32", "--prefix", "1 2 3 4", "--targets", "4",
+         "--max-new-tokens", "2", "--threads", "1"]  # fmt: skip
+
+
+def test_the_command_writes_the_page(tmp_path, capsys):
+    from analysis.cli import main
+
+    out = tmp_path / "steer.html"
+    assert main(STEER + ["--layers", "1", "--strengths", "1", "4", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "prompt baseline" in page and "blocks.1.hook_resid_post" in page and "<script" in page
+    assert "http" not in page.split("<script")[0]  # nothing fetched before the scripts
+    printed = capsys.readouterr().out
+    assert "layer 1: blocks.1.hook_resid_post" in printed and "prompt baseline" in printed
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--layers", "7"], "layer=7 is out of range"),
+        (["--strengths", "nan"], "strength must be finite, got nan"),
+        (["--positive", " "], "--positive text is empty"),
+        (["--targets", "x"], "--targets must be token ids"),
+    ],
+)
+def test_the_command_refuses_bad_input_in_one_line(capsys, tmp_path, extra, message):
+    from analysis.cli import main
+    from analysis.cli_common import EXIT_USAGE
+
+    code = main(STEER + extra + ["--out", str(tmp_path / "x.html")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE and len(err) == 1 and message in err[0], err

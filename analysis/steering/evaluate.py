@@ -263,8 +263,7 @@ def minilm_concept_scorer(positive: Sequence[str], negative: Sequence[str]) -> S
     @torch.no_grad()
     def embed(texts: Sequence[str]) -> Tensor:
         texts = [text if text.strip() else "." for text in texts]  # an empty continuation embeds as punctuation
-        tokens, mask = encoder.to_tokens_and_mask(list(texts))
-        return encoder.mean_pooled_embedding(tokens, mask, normalize=True)
+        return encoder.mean_pooled_embedding(encoder.to_tokens_and_mask(list(texts)), normalize=True)
 
     centres = [torch.nn.functional.normalize(embed(list(texts)).mean(dim=0), dim=0) for texts in (positive, negative)]
 

@@ -46,6 +46,7 @@ from .cli_common import (
 from .cli_benchmark import add_benchmark_parser
 from .cli_discovery import add_circuit_parser, add_patch_parser
 from .cli_graphs import add_graph_parsers
+from .cli_lens import add_lens_parser
 from .cli_steer import add_steer_parser
 from .cli_probe import add_probe_parser
 from .cli_training import add_training_parsers
@@ -294,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_harvest_parser(commands)
     add_graph_parsers(commands)
+    add_lens_parser(commands)
     add_steer_parser(commands)
     add_probe_parser(commands)
     return parser

@@ -138,7 +138,7 @@ def train_tuned_lens(
     )
     train, held_out = split_contexts(contexts, config.held_out_every)
     start = time.perf_counter()
-    losses, n_seen = _fit(model, lens, train, config, progress)
+    losses, n_seen = fit_translators(model, lens, train, config, progress)
     seconds = time.perf_counter() - start
     n_seen_tokens = n_seen * (train.tokens.shape[1] - train.first_position)
     evaluation = evaluate_lens(
@@ -152,7 +152,7 @@ def train_tuned_lens(
     return LensTraining(lens, config, losses, evaluation, train.n_tokens, seconds, contexts.description, notes)
 
 
-def _fit(model, lens: TunedLens, train: LensContexts, config: LensTrainingConfig, progress: bool):
+def fit_translators(model, lens: TunedLens, train: LensContexts, config: LensTrainingConfig, progress: bool):
     """``(losses per step, contexts seen)``."""
     generator = torch.Generator().manual_seed(config.seed)
     per_epoch = math.ceil(len(train) / config.batch_size)
@@ -215,4 +215,11 @@ def _accumulate_gradients(model, lens: TunedLens, resid: list, final, W_U, chunk
     return total / len(lens)
 
 
-__all__ = ["LensTraining", "LensTrainingConfig", "MATMUL_DTYPES", "TRAINING_FILE", "train_tuned_lens"]
+__all__ = [
+    "LensTraining",
+    "LensTrainingConfig",
+    "MATMUL_DTYPES",
+    "TRAINING_FILE",
+    "fit_translators",
+    "train_tuned_lens",
+]

@@ -5,7 +5,8 @@
                              [--targets WORD...] [--similarity] [--max-new-tokens N] [--threads N] [--out FILE]
 
 At each layer the vector is the difference of the mean residual stream (``--site``, default
-``resid_post``) at the last token of the positive texts and of the negative ones. Each prompt is
+``resid_post``) at the last token (``--read mean``: averaged over the tokens) of the positive texts
+and of the negative ones. Each prompt is
 continued greedily with the vector added at every position, at each strength, and the page shows
 the concept score (the ``--targets`` tokens' log-probability; with ``--similarity``, MiniLM's
 similarity of the text to the positive texts minus the negative ones), the fluency (the unsteered
@@ -88,7 +89,10 @@ def cmd_steer(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
-        vectors = [difference_of_means(model, positive, negative, model.act_name(site, layer)) for layer in layers]
+        vectors = [
+            difference_of_means(model, positive, negative, model.act_name(site, layer), read=args.read)
+            for layer in layers
+        ]
     finally:
         torch.set_num_threads(threads)
     for layer, vector in zip(layers, vectors):
@@ -99,7 +103,7 @@ def cmd_steer(args: argparse.Namespace) -> int:
     )  # fmt: skip
     settings = {
         "model": metadata.get("source", args.model),
-        "vector": f"difference of means at the last token, {site}",
+        "vector": f"difference of means ({'last token' if args.read == 'last' else 'mean over tokens'}), {site}",
         "positive": args.positive,
         "negative": args.negative,
         "prompts": prompts if model.tokenizer is not None else len(prompts),
@@ -130,6 +134,10 @@ def add_steer_parser(commands) -> None:
         help="multiples of the vector to add, finite (default: 2 4 8)",
     )  # fmt: skip
     steer.add_argument("--site", choices=SITES, default="resid_post", help="the residual hook (default: resid_post)")
+    steer.add_argument(
+        "--read", choices=("last", "mean"), default="last",
+        help="read each contrast text at its last token or averaged over its tokens (default: last)",
+    )  # fmt: skip
     steer.add_argument("--prompt", nargs="+", metavar="TEXT", help="prompts to continue (default: four everyday ones)")
     steer.add_argument("--neutral", nargs="+", metavar="TEXT", help="prompts for the side-effect KL (default: facts)")
     steer.add_argument("--prefix", metavar="TEXT", help="the baseline's prefix (default: the positive texts)")

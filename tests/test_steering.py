@@ -1,5 +1,6 @@
 """Steering: known answers on built models, hooks that leave nothing behind, bad input refused by name."""
 
+import math
 import threading
 
 import pytest
@@ -190,8 +191,11 @@ def test_the_sweep_measures_concept_fluency_and_side_effects(planted):
     assert kl[0, 2] > kl[0, 1] > 0
     assert sweep.results[0][2].continuations[0] == " ".join([str(TARGET)] * 3)
     perplexity = sweep.grid("perplexity")  # the unsteered model finds the planted token unlikely (its bias is -3)
-    assert perplexity[0, 2] > 2 * sweep.unsteered.perplexity and sweep.best(max_perplexity=float("inf")) == (0, 2)
+    assert perplexity[0, 2] > 2 * sweep.unsteered.perplexity and sweep.best(
+        max_perplexity=math.inf, max_kl=math.inf
+    ) == (0, 2)
     assert sweep.best()[0] == 1  # within twice the unsteered perplexity only the random direction's settings remain
+    assert sweep.best(max_kl=0.0) == (0, 0)  # strength 0 is the only setting with no side effect
     fig = sweep_figure(sweep)
     names = {trace.name for trace in fig.data}
     assert {"prompt baseline", "unsteered", LAST} <= names

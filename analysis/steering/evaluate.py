@@ -71,12 +71,18 @@ class SteeringSweep:
         values = [[getattr(cell, metric) for cell in row] for row in self.results]
         return torch.tensor([[math.nan if v is None else v for v in row] for row in values], dtype=torch.float64)
 
-    def best(self, metric: str = "concept", max_perplexity: Optional[float] = None) -> tuple[int, int]:
-        """``(vector, strength)`` indices of the highest ``metric`` among settings whose perplexity is at most
-        ``max_perplexity`` (default: twice the unsteered perplexity)."""
+    def best(
+        self, metric: str = "concept", max_perplexity: Optional[float] = None, max_kl: float = 1.0
+    ) -> Optional[tuple[int, int]]:
+        """``(vector, strength)`` indices of the highest ``metric`` among the acceptable settings: perplexity at most
+        ``max_perplexity`` (default: twice the unsteered perplexity) and KL on the neutral prompts at most ``max_kl``
+        nats. None when no setting is acceptable. (Low perplexity alone is no proof of fluency: the unsteered model
+        finds repeated text likely, so a setting that breaks the model can score well on it; the KL catches that.)"""
         limit = 2 * self.unsteered.perplexity if max_perplexity is None else max_perplexity
-        scores = self.grid(metric).masked_fill(self.grid("perplexity") > limit, -math.inf).nan_to_num(nan=-math.inf)
-        index = int(scores.flatten().argmax())
+        refused = (self.grid("perplexity") > limit) | (self.grid("kl") > max_kl) | self.grid(metric).isnan()
+        if bool(refused.all()):
+            return None
+        index = int(self.grid(metric).masked_fill(refused, -math.inf).flatten().argmax())
         return divmod(index, len(self.strengths))
 
 

@@ -27,21 +27,30 @@ def summary_lines(sweep: SteeringSweep) -> list[str]:
     """What the sweep found, in words: the best steering setting within twice the unsteered perplexity, beside the
     prompt baseline, on each concept score measured."""
     lines = []
-    v, s = sweep.best("similarity" if sweep.baseline.similarity is not None else "concept")
-    best = sweep.results[v][s]
-    lines.append(
-        f"best steering within 2x the unsteered perplexity: {sweep.labels[v]} at strength {sweep.strengths[s]:g} "
-        f"(perplexity {best.perplexity:.3g}, KL on neutral prompts {best.kl:.3g})"
-    )
-    for metric, name in (("similarity", "MiniLM similarity"), ("concept", "target log-probability")):
-        steered, prompted = getattr(best, metric), getattr(sweep.baseline, metric)
-        if steered is None or math.isnan(steered):
-            continue
-        winner = "steering" if steered > prompted else "prompting"
+    metric = "similarity" if sweep.baseline.similarity is not None else "concept"
+    found = sweep.best(metric)
+    if found is None:
         lines.append(
-            f"{name}: steering {steered:.4g}, prompt baseline {prompted:.4g}, unsteered "
-            f"{getattr(sweep.unsteered, metric):.4g}: {winner} moves it more"
+            "no steering setting keeps perplexity within 2x the unsteered model's and KL on the neutral prompts "
+            "within 1 nat: see the table for what each one does"
         )
+    else:
+        v, s = found
+        best = sweep.results[v][s]
+        lines.append(
+            f"best steering (by {metric}) within 2x the unsteered perplexity and 1 nat of KL on neutral prompts: "
+            f"{sweep.labels[v]} at strength {sweep.strengths[s]:g} (perplexity {best.perplexity:.3g}, KL "
+            f"{best.kl:.3g})"
+        )
+        for metric, name in (("similarity", "MiniLM similarity"), ("concept", "target log-probability")):
+            steered, prompted = getattr(best, metric), getattr(sweep.baseline, metric)
+            if steered is None or math.isnan(steered):
+                continue
+            winner = "steering" if steered > prompted else "prompting"
+            lines.append(
+                f"{name}: steering {steered:.4g}, prompt baseline {prompted:.4g}, unsteered "
+                f"{getattr(sweep.unsteered, metric):.4g}: {winner} moves it more"
+            )
     lines.append(
         f"prompt baseline: perplexity {sweep.baseline.perplexity:.3g}, KL on neutral prompts {sweep.baseline.kl:.3g}; "
         f"unsteered perplexity {sweep.unsteered.perplexity:.3g}"

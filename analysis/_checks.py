@@ -45,6 +45,12 @@ def require(model, capability: str, what: str, instead: str) -> None:
         raise TypeError(f"{what} needs {NEEDS[capability]}; this model {instead}")
 
 
+def final_scale_names(model: AnyModel) -> list[str]:
+    """The final norm's scale hook, as a list: empty where the final norm has no scale (``NoNorm``, or no final norm:
+    the read-out takes the stream as it is, a scale of 1)."""
+    return [model.act_name("scale")] if hasattr(getattr(model, "final_norm", None), "hook_scale") else []
+
+
 def check_cache(cache) -> ActivationCache:
     if not isinstance(cache, ActivationCache):
         raise TypeError(f"cache must be an ActivationCache (from model.run_with_cache), got {type(cache).__name__}")

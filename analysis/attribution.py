@@ -81,7 +81,7 @@ def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:
 def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> list[str]:
     """The hooks ``direct_logit_attribution`` reads (with ``neurons``: ``neuron_logit_attribution`` too)."""
     names = [model.act_name(name) for name in model.hook_names.input_writers]
-    return names + direct_path_hooks(model.blocks, neurons) + [model.act_name("scale")]
+    return names + direct_path_hooks(model.blocks, neurons) + _checks.final_scale_names(model)
 
 
 @torch.no_grad()
@@ -167,7 +167,8 @@ class _Readout:
         _checks.require(self.model, "linear_logits", analysis, POST_NORM_INSTEAD)
         _checks.require_hooks(cache, names, analysis)
         self.norm = self.model.final_norm
-        scale = _checks.cached(cache, self.model.act_name("scale"))  # [batch, pos, 1]
+        scale_names = _checks.final_scale_names(self.model)  # none: the final stream is read unscaled
+        scale = _checks.cached(cache, (scale_names or names)[0])  # [batch, pos, 1] (or any [batch, pos, ...])
         batch, n_pos = scale.shape[:2]
         self.batch_index = torch.arange(batch, device=scale.device)
         self.pos = _checks.positions(pos, batch, n_pos).to(scale.device)
@@ -180,7 +181,7 @@ class _Readout:
             direction = direction - W_U[:, self.incorrect_tokens].T
         self.direction = direction
         self.centred = self.norm.pull_back(direction)  # c, [batch, d_model]: the direction the frozen norm reads
-        self.scale = scale[self.batch_index, self.pos, 0]  # [batch]
+        self.scale = scale[self.batch_index, self.pos, 0] if scale_names else scale.new_ones(batch)  # [batch]
 
     def at_pos(self, name: str) -> Tensor:
         """Activation ``name`` at the chosen position of each batch entry: ``[batch, ...]``."""
@@ -262,7 +263,7 @@ def neuron_logit_attribution(
     for l in layers:
         _checks.require_neurons(model, l, "neuron_logit_attribution")
     writers = [model.blocks[l].writer("mlp") for l in layers]
-    names = [writer.units.hook for writer in writers] + [model.act_name("scale")]
+    names = [writer.units.hook for writer in writers] + _checks.final_scale_names(model)
     names += [writer.scale_hook for writer in writers if writer.output_norm is not None]
     readout = _Readout(cache, tokens, incorrect_tokens, pos, "neuron_logit_attribution", names)
     result = [writer.units.read(readout.at_pos(writer.units.hook), readout.through(writer)) for writer in writers]

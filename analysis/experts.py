@@ -300,7 +300,7 @@ def expert_attribution_hook_names(model: _checks.AnyModel) -> list[str]:
         names += [mixture.shared_expert.hook_post.name] if mixture.shared_expert is not None else []
         writer = model.blocks[layer].writer("mlp")
         names += [writer.scale_hook] if writer.output_norm is not None else []
-    return names + [model.act_name("scale")]
+    return names + _checks.final_scale_names(model)
 
 
 def _readout(cache: ActivationCache, tokens, incorrect_tokens, pos, what: str) -> _Readout:

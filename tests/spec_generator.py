@@ -302,7 +302,9 @@ def prompts(drawn: RandomSpec, model) -> dict:
         corrupted[:, [1, 3, N_POS - 1]] = _ids(g, (2, 3), d_vocab, set())
     # the metric reads two entries of the output: logits, or an encoder's hidden states where it has no MLM head
     width = model.cfg.d_model if drawn.kind == "encoder" and not drawn.fields["mlm_head"] else d_vocab
-    answers = torch.randint(0, width, (2,), generator=g), torch.randint(0, width, (2,), generator=g)
+    right = torch.randint(0, width, (2,), generator=g)
+    wrong = (right + torch.randint(1, width, (2,), generator=g)) % width  # never the right one: a zero difference
+    answers = right, wrong
     return dict(clean=clean, corrupted=corrupted, answers=answers)
 
 

@@ -97,6 +97,16 @@ class LayerTranscoder:
         return found if self.skip is None else {**found, "W_skip": self.skip}
 
 
+def _stream_before_mlp(model, layer: int) -> str:
+    """``hook_resid_mid`` of ``layer``, or ``hook_resid_pre`` where the block has none (a parallel block's MLP reads
+    the stream entering it)."""
+    try:
+        mid = model.act_name("resid_mid", layer)
+    except KeyError:  # the model's table has no resid_mid at all
+        mid = None
+    return mid if mid in model.hook_dict else model.act_name("resid_pre", layer)
+
+
 def mlp_slots(model) -> list[MLPSlot]:
     """Each layer's ``MLPSlot``, asked of the blocks: their MLP writer, the norm the MLP reads through
     (``norm_readers()``), and the stream where it reads: the output of the last stream norm before it (post-norm),
@@ -115,9 +125,10 @@ def mlp_slots(model) -> list[MLPSlot]:
         if before:
             stream = before[-1].norm.hook_normalized.name
         else:
-            mid = model.act_name("resid_mid", layer)
-            stream = mid if mid in model.hook_dict else model.act_name("resid_pre", layer)
-        inputs = ((norm.hook_normalized.name,) if norm is not None else ()) + (stream,)
+            stream = _stream_before_mlp(model, layer)
+        # a norm with no output hook (NoNorm) hands the MLP the stream itself
+        normalized = getattr(norm, "hook_normalized", None)
+        inputs = ((normalized.name,) if normalized is not None else ()) + (stream,)
         slots.append(MLPSlot(layer, inputs, writer.output, writer.part))
     return slots
 

@@ -12,13 +12,14 @@ activation's basis, and ``selectivity = accuracy - control accuracy`` on held-ou
 ``control_targets``    the control task's labels, one per word type (``control.py``)
 ``probe_figure``       accuracy and selectivity by layer, or layer x head (``figure.py``)
 ``noun_number``        singular/plural nouns at the last token, a labelled set (``datasets.py``)
+``subject_number``     the subject's number, read at the end of its phrase (``datasets.py``)
 =====================  ======================================================================
 
 See ``docs/probes.md`` for the method, the check on a planted direction and a result on SmolLM2-135M.
 """
 
 from .control import control_targets, selectivity
-from .datasets import noun_number
+from .datasets import noun_number, subject_number
 from .examples import Site
 from .figure import probe_figure
 from .fit import L2_GRID, SPLIT, Probe, ProbeResults, fit_probe, fit_probes
@@ -35,4 +36,5 @@ __all__ = [
     "noun_number",
     "probe_figure",
     "selectivity",
+    "subject_number",
 ]

@@ -3,12 +3,21 @@
 ``noun_number()``: a sentence that ends in a noun, singular or plural, labelled by the noun's number and
 typed by the noun's form (the control task's word type): every form occurs in several frames, so the
 control task's labels recur between the train and the held-out examples, as Hewitt and Liang's do.
+Here the label is a function of the word type, so the control task is as easy as the task for any probe
+that tells the 80 forms apart.
+
+``subject_number()``: a subject noun phrase, "The cats near the window", read at its last token (a word
+both numbers share), labelled by the subject's number and typed by the subject's form: the control task asks
+the probe to read the subject's identity at a later token, the task its number, which the model needs there
+to agree the coming verb.
 
 >>> records = noun_number()
 >>> len(records), records[0]
 (640, {'text': 'I looked at the cat', 'label': 'singular', 'type': 'cat'})
 >>> sum(record["label"] == "plural" for record in records)
 320
+>>> subject_number()[1]
+{'text': 'The cat near the windows', 'label': 'singular', 'type': 'cat'}
 """
 
 import json
@@ -68,6 +77,18 @@ FRAMES = (
     "The picture showed the {}",
     "Everyone remembered the {}",
 )
+# what follows the subject: a prepositional phrase or a relative clause, no verb that shows number; some
+# end in a noun of the other number (an attractor)
+PHRASES = (
+    "in the garden",
+    "near the windows",
+    "from the old farm",
+    "on the other side of the roads",
+    "that we saw yesterday",
+    "behind the door",
+    "with the red boxes",
+    "at the end of the street",
+)
 
 
 def noun_number() -> list[dict]:
@@ -76,6 +97,16 @@ def noun_number() -> list[dict]:
     for singular, plural in NOUNS.items():
         for label, noun in (("singular", singular), ("plural", plural)):
             records += [{"text": frame.format(noun), "label": label, "type": noun} for frame in FRAMES]
+    return records
+
+
+def subject_number() -> list[dict]:
+    """``{"text", "label", "type"}`` records: "The <noun> <phrase>" for each noun of ``NOUNS``, singular and
+    plural, and each of ``PHRASES``; the label is the subject's number, the type the subject's form."""
+    records = []
+    for singular, plural in NOUNS.items():
+        for label, noun in (("singular", singular), ("plural", plural)):
+            records += [{"text": f"The {noun} {phrase}", "label": label, "type": noun} for phrase in PHRASES]
     return records
 
 

@@ -273,6 +273,9 @@ def fit_probes(
         name: torch.nonzero(torch.isin(rows.example, part)).flatten()
         for name, part in (("train", train), ("val", val), ("test", test))
     }
+    for name, index in row_index.items():
+        if len(index) == 0:
+            raise ValueError(f"the {name} examples hold no labelled position: give more labelled tokens")
     control_rows = control_targets(kinds, rows.target, seed) if control else None
     features = collect(model, tokens, rows, sites, batch_size, progress)
     probes = []

@@ -14,7 +14,7 @@ one backward pass; the derivative of patching.
 on an encoder-decoder over its two streams, from (source, target) pairs (``runs.SourceTarget``).
 
 ``run_circuit`` / ``faithfulness_curve``: the model with only a circuit's edges clean, and how
-much of the behaviour the strongest ``n`` edges carry.
+much of the behaviour the strongest ``n`` edges carry (``run_circuits``: many circuits per forward).
 
 ``tasks``: IOI, greater-than, induction and your own clean/corrupted pairs, for any tokenizer, as a
 ``Task`` (``task_pairs``: the pairs as ids, checked against the model they run on);
@@ -25,7 +25,7 @@ much of the behaviour the strongest ``n`` edges carry.
 
 from .attribution_patching import attribution_patching
 from .edges import EdgeScores, edge_attribution_patching
-from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit
+from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit, run_circuits
 from .graph import build_graph
 from .metrics import logit_diff_per_row
 from .runs import SourceTarget
@@ -65,6 +65,7 @@ __all__ = [
     "edge_attribution_patching",
     "faithfulness_curve",
     "run_circuit",
+    "run_circuits",
     "attribution_patching",
     "Site",
     "logit_diff_per_row",

@@ -193,10 +193,14 @@ def rows_per_chunk(model: _checks.AnyModel, n_pos: int, memory_budget: int) -> i
     """
     n_pos = _checks.count(n_pos, "n_pos", minimum=1)
     memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
+    return max(1, memory_budget // row_bytes(model, n_pos))
+
+
+def row_bytes(model: _checks.AnyModel, n_pos: int) -> int:
+    """The estimate ``rows_per_chunk`` divides the budget by: one row's activations in bytes."""
     cfg = model.cfg
     itemsize = model.W_E.element_size()
-    per_row = n_pos * (cfg.d_vocab + 16 * cfg.d_model + 2 * (getattr(cfg, "d_mlp", None) or 0)) * itemsize
-    return max(1, memory_budget // per_row)
+    return n_pos * (cfg.d_vocab + 16 * cfg.d_model + 2 * (getattr(cfg, "d_mlp", None) or 0)) * itemsize
 
 
 def _check_sites(model, sites_: Sequence[Site], n_pos: int) -> None:
@@ -378,6 +382,7 @@ __all__ = [
     "patch_sites",
     "patching_figure",
     "patch_sites_one_by_one",
+    "row_bytes",
     "rows_per_chunk",
     "sae_feature_sites",
     "sites",

@@ -31,17 +31,18 @@ corrupted prompts instead of each prompt's own.
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import einops
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from .. import _checks
+from .batched import DEFAULT_MEMORY_BUDGET, row_bytes
+from .circuit_streams import DenseOffsets, GroupedOffsets, mean_writes, stream_hooks
 from .edges import EdgeScores
-from .graph import Graph, build_graph
+from .graph import build_graph
 from .metrics import RowMetric, row_values
-from .runs import start
+from .runs import Runs, start
 from .selection import greedy_edges, top_edges
 
 SELECTIONS = {"top": top_edges, "greedy": greedy_edges}
@@ -101,125 +102,126 @@ class FaithfulnessCurve:
 ABLATIONS = ("corrupted", "mean")
 
 
-def _mean_writes(writes: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """Each node's write averaged over prompts at each position (real tokens only), for every prompt."""
-    if mask is None:
-        return writes.mean(dim=1, keepdim=True).expand_as(writes)
-    weight = mask.to(writes.dtype)[None, :, :, None]
-    mean = (writes * weight).sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
-    return mean.expand_as(writes)
+@dataclass(frozen=True)
+class _Prepared:
+    """The checked runs, the model's graph, each stream's ablated writes ``[upstream, batch, pos, d_model]`` and
+    its timeline steps (``Graph.order``)."""
 
+    runs: Runs
+    graph: object
+    corrupt: tuple
+    steps: tuple
 
-def _stream_hooks(graph: Graph, corrupt: Tensor, dropped: Tensor) -> list:
-    """The forward hooks that give each reader of ``graph`` its own stream (module docstring): ``corrupt`` the nodes'
-    ablated writes ``[upstream, batch, pos, d_model]``, ``dropped [upstream, reader]`` the edges fed them."""
-    readers = graph.readers
-    reader_index = {name: j for j, (name, _, _) in enumerate(readers)}
-    reader_at = torch.tensor(graph.order()[1])
-    current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
-    seen: dict[str, Tensor] = {}  # activations of this run the next write or reader needs
-    # each reader's stream minus this run's, carried through the last stream norm: (first reader, [reader, ...])
-    carried: dict[str, tuple[int, Tensor]] = {}
-
-    def offsets(columns: list[int]) -> Tensor:
-        """``x_r - resid`` for the readers ``columns``: ``[reader, batch, pos, d_model]``."""
-        since, done = (carried["since"][0] if carried else 0), len(current)
-        offset = 0
-        if done > since:
-            diff = torch.stack(current[since:]) - corrupt[since:done]
-            offset = -einops.einsum(dropped[since:done][:, columns], diff, "u r, u b p d -> r b p d")
-        if carried:
-            first, value = carried["value"]
-            offset = offset + value[[column - first for column in columns]]
-        return offset
-
-    def reader_inputs(resid: Tensor, names: list[str]) -> Tensor:
-        """``x_r`` for the readers ``names``: ``[reader, batch, pos, d_model]``."""
-        return resid[None] + offsets([reader_index[name] for name in names])
-
-    def renormalize(step: int, norm):
-        def hook_fn(activation: Tensor, hook) -> None:  # a stream norm's input: carry each reader's offset through
-            first = int((reader_at <= step).sum())
-            ahead = list(range(first, len(readers)))
-            value = norm.normalize(activation[None] + offsets(ahead)) - norm.normalize(activation)[None]  # [ahead, ...]
-            carried.update(since=(len(current), None), value=(first, value))
-
-        return hook_fn
-
-    def remember(key: str):
-        return lambda activation, hook: seen.__setitem__(key, activation)
-
-    def write(nodes):
-        def hook_fn(activation: Tensor, hook) -> None:  # the writer's output: its nodes' writes are all known now
-            seen[hook.name] = activation
-            current.extend(nodes.writes(seen.__getitem__))
-
-        return hook_fn
-
-    def projection(names: list[str], norm, weight: Tensor, bias: Tensor, key: str, pattern: str):
-        def hook_fn(activation: Tensor, hook) -> Tensor:  # recomputed from each reader's own stream
-            x = reader_inputs(seen[key], names)
-            x = x if norm is None else norm.normalize(x)
-            return einops.einsum(x, weight, pattern) + (0 if bias is None else bias)
-
-        return hook_fn
-
-    def mlp_input(name: list[str], norm, key: str):
-        return lambda activation, hook: norm.normalize(reader_inputs(seen[key], name)[0])
-
-    def first(hook_fn):
-        return lambda activation, hook: hook_fn(activation, hook)[0]
-
-    def rerun(name: list[str], block, key: str):
-        def hook_fn(activation: Tensor, hook) -> Tensor:  # the part run again on its own stream; its hooks fire again
-            return block.mlp_write_from(reader_inputs(seen[key], name)[0])
-
-        return hook_fn
-
-    heads = "r b p d, r d e -> b p r e"
-    hooks = [(graph.input_hook, lambda activation, hook: current.append(activation))]
-    steps = {id(payload): step for step, _, kind, payload in graph.timeline() if kind == "norm"}
-    for layer, block in enumerate(graph.plan):
-        attn, attn_norm = block.attn, block.attn_norm
-        attn_key = block.reads_at["attn"]
-        hooks.append((attn_key, remember(attn_key)))
-        queries = [name for name in graph.block_readers(layer, "attn") if name.endswith(".q")]
-        hooks.append((attn.hook_q.name, projection(queries, attn_norm, attn.W_Q, attn.b_Q, attn_key, heads)))
-        for x in ("k", "v"):
-            names = [name for name in graph.block_readers(layer, "attn") if name.endswith(f".{x}")]
-            weight, bias = attn.stored(f"W_{x.upper()}"), attn.stored(f"b_{x.upper()}")
-            hooks.append((getattr(attn, f"hook_{x}").name, projection(names, attn_norm, weight, bias, attn_key, heads)))
-        for step in block.stream_norms:
-            hooks.append((step.reads, renormalize(steps[id(step)], step.norm)))
-        if block.cross is not None:  # its queries read this stream (its keys and values: the encoder's end)
-            cross, cross_key = block.cross, block.reads_at["cross"]
-            hooks.append((cross_key, remember(cross_key)))
-            names = graph.block_readers(layer, "cross")
-            hooks.append(
-                (cross.hook_q.name, projection(names, block.cross_norm, cross.W_Q, cross.b_Q, cross_key, heads))
+    def check_kept(self, kept, name: str, circuits: bool) -> Tensor:
+        upstream, readers = len(self.graph.upstream), len(self.graph.readers)
+        shape = ("circuit",) * circuits + (upstream, readers)
+        ok = isinstance(kept, Tensor) and kept.dtype == torch.bool and kept.ndim == len(shape)
+        if not ok or tuple(kept.shape[circuits:]) != (upstream, readers) or (circuits and not len(kept)):
+            expected = ", ".join(str(n) for n in shape)
+            raise ValueError(
+                f"{name} must be a bool tensor [{'circuit, ' * circuits}upstream, reader] = [{expected}]"
+                f"{' with at least one circuit' if circuits else ''}, got "
+                f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
             )
-        if block.mlp is not None:
-            mlp_key = block.reads_at["mlp"]
-            hooks.append((mlp_key, remember(mlp_key)))
-            name = graph.block_readers(layer, "mlp")
-            if block.mlp_reads == "norm":  # the norm's output, recomputed from the MLP's own stream
-                hooks.append((block.mlp_norm.hook_normalized.name, mlp_input(name, block.mlp_norm, mlp_key)))
-            elif block.mlp_reads == "projections":  # its input projections, recomputed (through its norm, if any)
-                for hook, (W, b) in zip(block.mlp.input_hooks(), block.mlp.input_weights()):
-                    pattern = "r b p d, d m -> r b p m"
-                    hooks.append((hook, first(projection(name, block.mlp_norm, W, b, mlp_key, pattern))))
-            else:  # its output, the part run again on its own stream (before the hook recording its nodes' writes)
-                hooks.append((block.mlp_nodes.output, rerun(name, block, mlp_key)))
-        for nodes in block.nodes():
-            hooks += [(name, remember(name)) for name in nodes.hooks if name != nodes.output]
-            hooks.append((nodes.output, write(nodes)))
-    final, end = graph.final_hook, graph.end
-    if not end.projections:  # the logits read the final stream itself
-        return hooks + [(final, lambda activation, hook: reader_inputs(activation, list(end.names))[0])]
-    hooks.append((final, remember(final)))
-    for hook, weight, bias, names in end.projections:  # read later, by another stream's parts
-        hooks.append((hook, projection(list(names), end.norm, weight, bias, final, heads)))
-    return hooks
+        return kept.cpu()
+
+    def blocks(self, dropped: Tensor):
+        """Each stream's graph, ablated writes, steps and its block of ``dropped [..., upstream, reader]``."""
+        rows = columns = 0
+        for graph, corrupt, steps in zip(self.graph.streams, self.corrupt, self.steps):
+            n_up, n_read = len(graph.upstream), len(graph.readers)
+            yield graph, corrupt, steps, dropped[..., rows : rows + n_up, columns : columns + n_read]
+            rows, columns = rows + n_up, columns + n_read
+
+
+def _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask) -> _Prepared:
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+    runs = start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
+    full = build_graph(runs.model)
+    written = list(dict.fromkeys(name for graph in full.streams for name in graph.write_hooks()))
+    with torch.no_grad():
+        corrupt_cache = runs.cache(runs.corrupted, written)
+    corrupt = []
+    for graph, mask in zip(full.streams, runs.stream_masks):
+        writes = graph.writes(corrupt_cache)
+        corrupt.append(mean_writes(writes, mask) if ablation == "mean" else writes)
+    return _Prepared(runs, full, tuple(corrupt), tuple(graph.order() for graph in full.streams))
+
+
+@torch.no_grad()
+def _run_one(prepared: _Prepared, metric, kept: Tensor, tool: str) -> Tensor:
+    """The reference: one circuit in one forward of ``batch`` rows, every dropped edge summed at every read."""
+    dropped = prepared.graph.edge_mask() & ~kept
+    hooks = []
+    for graph, corrupt, _, block in prepared.blocks(dropped):
+        hooks += stream_hooks(graph, DenseOffsets(corrupt, block.to(corrupt.device, corrupt.dtype)))
+    runs = prepared.runs
+    logits = runs.run(runs.clean, hooks)
+    return row_values(metric, logits, torch.arange(runs.batch, device=logits.device), tool).to(torch.float64)
+
+
+@torch.no_grad()
+def _run_group(prepared: _Prepared, metric, kept: Tensor, labels: list[int], tool: str) -> Tensor:
+    """The circuits ``kept [G, upstream, reader]`` in one forward of ``G * batch`` rows: ``[G, batch]``."""
+    runs, groups = prepared.runs, kept.shape[0]
+    dropped = prepared.graph.edge_mask()[None] & ~kept
+    hooks = []
+    for graph, corrupt, steps, block in prepared.blocks(dropped):
+        hooks += stream_hooks(graph, GroupedOffsets(corrupt, block, steps))
+    inputs = tuple(x.repeat(groups, *([1] * (x.ndim - 1))) for x in runs.clean)
+    kwargs = {} if runs.mask is None else {"attention_mask": runs.mask.repeat(groups, 1)}
+    logits = runs.model.run_with_hooks(*inputs, fwd_hooks=hooks, **kwargs)
+    prompt = torch.arange(runs.batch, device=logits.device).repeat(groups)
+    where = lambda row: f"circuit {labels[row // runs.batch]}, prompt {row % runs.batch}"  # noqa: E731
+    return row_values(metric, logits, prompt, tool, where).to(torch.float64).reshape(groups, runs.batch)
+
+
+def _row_bytes(prepared: _Prepared, dropped: Tensor) -> int:
+    """One row's memory in a grouped forward of the circuits ``dropped`` (an estimate): the forward's activations
+    (``batched.row_bytes``) and, per stream, the partial nodes' differences ``GroupedOffsets`` keeps, one writer's
+    differences, the readers of one read and, past stream norms, every reader's carried offset."""
+    runs = prepared.runs
+    total = sum(row_bytes(runs.model, corrupt.shape[2]) for corrupt in prepared.corrupt)
+    for graph, corrupt, steps, block in prepared.blocks(dropped):
+        per_node = corrupt.shape[2] * corrupt.shape[3] * corrupt.element_size()
+        widest = max(len(nodes.names) for plan in graph.plan for nodes in plan.nodes())
+        readers = max(len(graph.block_readers(layer, "attn")) for layer in range(len(graph.plan)))
+        carried = 2 * len(graph.readers) if graph.has_stream_norms else 0
+        slots = GroupedOffsets.slots_needed(block, steps)
+        total += per_node * (slots + widest + 3 * readers + carried + 2)
+    return total
+
+
+def _chunks(prepared: _Prepared, kept: Tensor, memory_budget: int, per_chunk: Optional[int]) -> list[list[int]]:
+    """The circuits (indices into ``kept``) of each grouped forward, fewest edges first: as many as fit
+    ``memory_budget`` (``_row_bytes``), or ``per_chunk`` each."""
+    order = kept.flatten(1).sum(dim=1).argsort(stable=True).tolist()
+    if per_chunk is not None:
+        return [order[i : i + per_chunk] for i in range(0, len(order), per_chunk)]
+    edge, batch = prepared.graph.edge_mask(), prepared.runs.batch
+    chunks, chunk = [], []
+    for index in order:
+        grown = chunk + [index]
+        if chunk and len(grown) * batch * _row_bytes(prepared, edge[None] & ~kept[grown]) > memory_budget:
+            chunks.append(chunk)
+            grown = [index]
+        chunk = grown
+    return chunks + [chunk]
+
+
+def _work(prepared: _Prepared, kept: Tensor) -> list[float]:
+    """Each circuit's cost in a grouped forward, in multiply-adds per row (for an honest ETA): the model's forward,
+    and each partial node's difference summed into each reader it reaches with an edge dropped."""
+    model = prepared.runs.model
+    n_pos = sum(corrupt.shape[2] for corrupt in prepared.corrupt)
+    d_model = prepared.corrupt[0].shape[3]
+    forward = n_pos * sum(p.numel() for p in model.parameters())
+    edge = prepared.graph.edge_mask()
+    dropped = edge[None] & ~kept
+    every = (dropped == edge[None]).all(dim=-1, keepdim=True)
+    partial_reads = (dropped & ~every).flatten(1).sum(dim=1)
+    return (forward + partial_reads.double() * n_pos * d_model).tolist()
 
 
 @torch.no_grad()
@@ -237,37 +239,59 @@ def run_circuit(
 
     Edges outside the circuit carry the node's write on the corrupted prompts (``ablation="corrupted"``) or
     its mean over the corrupted prompts at that position (``"mean"``). An encoder-decoder's prompts are
-    ``(source, target)`` pairs (``runs``); each of its streams carries its readers' own streams."""
-    return _run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, "run_circuit")
+    ``(source, target)`` pairs (``runs``); each of its streams carries its readers' own streams. Many circuits:
+    ``run_circuits``, in batched forwards."""
+    prepared = _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask)
+    kept = prepared.check_kept(kept, "kept", circuits=False)
+    return _run_group(prepared, metric, kept[None], [0], "run_circuit")[0]
 
 
 @torch.no_grad()
-def _run_circuit(model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, tool: str) -> Tensor:
-    """``run_circuit`` for ``tool``, which a non-finite metric names."""
-    if ablation not in ABLATIONS:
-        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
-    runs = start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
-    full = build_graph(runs.model)
-    upstream, readers = full.upstream, full.readers
-    if not isinstance(kept, Tensor) or kept.dtype != torch.bool or kept.shape != (len(upstream), len(readers)):
-        raise ValueError(
-            f"kept must be a bool tensor [upstream, reader] = [{len(upstream)}, {len(readers)}], got "
-            f"{getattr(kept, 'dtype', type(kept).__name__)} {tuple(getattr(kept, 'shape', ()))}"
-        )
-    written = list(dict.fromkeys(name for graph in full.streams for name in graph.write_hooks()))
-    corrupt_cache = runs.cache(runs.corrupted, written)
-    dropped = full.edge_mask() & ~kept.cpu()  # edges fed the ablated value
-    hooks, rows, columns = [], 0, 0
-    for graph, mask in zip(full.streams, runs.stream_masks):
-        corrupt = graph.writes(corrupt_cache)  # [upstream, batch, pos, d_model]
-        if ablation == "mean":
-            corrupt = _mean_writes(corrupt, mask)
-        n_up, n_read = len(graph.upstream), len(graph.readers)
-        block = dropped[rows : rows + n_up, columns : columns + n_read].to(corrupt.device, corrupt.dtype)
-        hooks += _stream_hooks(graph, corrupt, block)
-        rows, columns = rows + n_up, columns + n_read
-    logits = runs.run(runs.clean, hooks)
-    return row_values(metric, logits, torch.arange(runs.batch, device=logits.device), tool).to(torch.float64)
+def run_circuits(
+    model: _checks.AnyModel,
+    clean_tokens,
+    corrupted_tokens,
+    metric: RowMetric,
+    kept: Bool[Tensor, "circuit upstream reader"],
+    *,
+    ablation: str = "corrupted",
+    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    circuits_per_chunk: Optional[int] = None,
+    progress: bool = False,
+) -> Float[Tensor, "circuit batch"]:
+    """``result[c, b]``: the metric on prompt ``b`` of the circuit ``kept[c]`` (``run_circuit`` of each), many
+    circuits per forward.
+
+    The clean prompts are repeated once per circuit along the batch axis, rows ``[c B, (c + 1) B)`` running
+    circuit ``c`` (``circuit_streams.GroupedOffsets``), as ``patch_sites`` lays sites. Circuits of similar size go
+    together, as many per forward as ``memory_budget`` (bytes; an estimate, ``_row_bytes``) allows, or
+    ``circuits_per_chunk``. ``progress`` shows a bar whose ETA weighs each forward by its estimated work."""
+    prepared = _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask)
+    kept = prepared.check_kept(kept, "kept", circuits=True)
+    memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
+    if circuits_per_chunk is not None:
+        circuits_per_chunk = _checks.count(circuits_per_chunk, "circuits_per_chunk", minimum=1)
+    return _run_chunks(prepared, metric, kept, memory_budget, circuits_per_chunk, progress, "run_circuits")
+
+
+def _run_chunks(prepared, metric, kept, memory_budget, per_chunk, progress: bool, tool: str) -> Tensor:
+    chunks = _chunks(prepared, kept, memory_budget, per_chunk)
+    work = _work(prepared, kept)
+    results = torch.empty(len(kept), prepared.runs.batch, dtype=torch.float64)
+    bar = tqdm(
+        total=sum(work), desc="circuits", disable=not progress, leave=False, unit="op", unit_scale=True,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]",
+    )  # fmt: skip
+    with bar:
+        finished = 0
+        for chunk in chunks:
+            bar.set_postfix_str(f"{finished}/{len(kept)} circuits, {len(chunk)} in this forward")
+            results[chunk] = _run_group(prepared, metric, kept[chunk], chunk, tool).cpu()
+            finished += len(chunk)
+            bar.update(sum(work[index] for index in chunk))
+        bar.set_postfix_str(f"{finished}/{len(kept)} circuits")
+    return results
 
 
 def faithfulness_curve(
@@ -281,9 +305,16 @@ def faithfulness_curve(
     selection: str = "top",
     ablation: str = "corrupted",
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    one_at_a_time: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool = False,
 ) -> FaithfulnessCurve:
     """The circuits of ``n`` edges chosen from ``scores`` by ``selection`` (``"top"``: the strongest by mean
-    |score|; ``"greedy"``: grown from the logits, ``selection.greedy_edges``), for each ``n`` in ``counts``."""
+    |score|; ``"greedy"``: grown from the logits, ``selection.greedy_edges``), for each ``n`` in ``counts``.
+
+    Every circuit, and the whole model and no edge at all, run in batched forwards (``run_circuits``, chunked to
+    ``memory_budget``); ``one_at_a_time=True`` runs each alone, one forward each, every dropped edge summed at
+    every read: the reference the batched curve equals (``tests/test_faithfulness_batched.py``)."""
     n_edges = int(scores.edge.sum())
     expected = f"counts must be ints in [0, {n_edges}] (the graph's edges)"
     given = counts
@@ -295,18 +326,17 @@ def faithfulness_curve(
     counts = [_checks.strict_count(n, "counts", minimum=0, most=n_edges, expected=expected) for n in counts]
     if selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
+    memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
     none = torch.zeros_like(scores.edge)
-
-    def circuit(kept: Tensor) -> Tensor:
-        return _run_circuit(
-            model, clean_tokens, corrupted_tokens, metric, kept, ablation, attention_mask, "faithfulness_curve"
-        )
-
-    clean, corrupted = circuit(scores.edge.clone()), circuit(none)
-    values = []
-    for n in tqdm(counts, desc="faithfulness", leave=False, disable=len(counts) < 8):
-        values.append(circuit(none if n == 0 else SELECTIONS[selection](scores, n)))
-    metric_values = torch.stack(values)
+    prepared = _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask)
+    circuits = [scores.edge.clone(), none] + [none if n == 0 else SELECTIONS[selection](scores, n) for n in counts]
+    kept = prepared.check_kept(torch.stack(circuits), "the scores' edges", circuits=True)
+    if one_at_a_time:
+        bar = tqdm(kept, desc="faithfulness, one circuit at a time", leave=False, disable=not progress)
+        values = torch.stack([_run_one(prepared, metric, circuit, "faithfulness_curve") for circuit in bar]).cpu()
+    else:
+        values = _run_chunks(prepared, metric, kept, memory_budget, None, progress, "faithfulness_curve")
+    clean, corrupted, metric_values = values[0], values[1], values[2:]
     gap = clean.mean() - corrupted.mean()
     if gap == 0:
         raise ValueError("the clean and corrupted prompts give the same mean metric: there is no behaviour to recover")
@@ -314,4 +344,4 @@ def faithfulness_curve(
     return FaithfulnessCurve(list(counts), normalized, metric_values, clean, corrupted, n_edges)
 
 
-__all__ = ["FaithfulnessCurve", "faithfulness_curve", "run_circuit"]
+__all__ = ["FaithfulnessCurve", "faithfulness_curve", "run_circuit", "run_circuits"]

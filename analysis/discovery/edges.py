@@ -334,10 +334,12 @@ def edge_attribution_patching(
     steps: int = 5,
     ig_on: str = "inputs",
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    progress: Optional[bool] = None,
 ) -> EdgeScores:
     """Every edge's score (module docstring): ``method`` ``"EAP"`` or ``"EAP-IG"`` with ``steps`` interpolations of
     the inputs (``ig_on="inputs"``: every stream's input together) or of each writer's output in turn
-    (``ig_on="activations"``). An encoder-decoder's prompts are ``(source, target)`` pairs (``runs``)."""
+    (``ig_on="activations"``). An encoder-decoder's prompts are ``(source, target)`` pairs (``runs``).
+    ``progress``: a bar over EAP-IG's runs and the final walk (None: only from 8 steps)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -367,14 +369,19 @@ def edge_attribution_patching(
             return walks(totals, _reader_gradients(runs, graphs, metric, totals, 1.0))
         per_run = full.has_stream_norms  # a norm's Jacobian depends on the run: no sum of gradients then
         scores, inputs = [0] * len(graphs), [{} for _ in graphs]
-        for k in tqdm(range(1, steps + 1), desc=f"EAP-IG on {ig_on}", leave=False, disable=steps < 8):
-            hooks = _interpolating(caches, interpolated, k / steps)
-            for total in totals if per_run else ():
-                total.zero_()
-            inputs = _reader_gradients(runs, graphs, metric, totals, 1 / steps, hooks)
-            if per_run:
-                scores = [before + now for before, now in zip(scores, walks(totals, inputs))]
-        return scores if per_run else walks(totals, inputs)
+        shown = steps >= 8 if progress is None else progress
+        with tqdm(total=steps + 1, desc=f"EAP-IG on {ig_on}", unit="run", leave=False, disable=not shown) as bar:
+            for k in range(1, steps + 1):  # the walk after them counted as one more run
+                hooks = _interpolating(caches, interpolated, k / steps)
+                for total in totals if per_run else ():
+                    total.zero_()
+                inputs = _reader_gradients(runs, graphs, metric, totals, 1 / steps, hooks)
+                if per_run:
+                    scores = [before + now for before, now in zip(scores, walks(totals, inputs))]
+                bar.update()
+            scores = scores if per_run else walks(totals, inputs)
+            bar.update()
+        return scores
 
     if method == "EAP" or ig_on == "inputs":
         scores = scores_of([graph.input_hook for graph in graphs])

@@ -1,9 +1,11 @@
 """A circuit found and checked, as one offline page: the graph, node and edge heatmaps, the faithfulness curve.
 
 ``circuit_report(model, task)`` (a decoder's ``Task``, or an encoder-decoder's ``Seq2SeqTask`` of
-(source, target) pairs) scores every edge (EAP or EAP-IG), chooses the circuit of
-``fraction`` of the graph's edges (top or greedy, pruned of nodes with no path to the logits),
-runs it (``run_circuit``) and the faithfulness curve, and returns a ``Report``
+(source, target) pairs) scores every edge (EAP or EAP-IG), chooses the circuit of ``edges`` edges
+(default ``DEFAULT_EDGES``: tens of edges, a graph a person can read) or of ``fraction`` of the graph's
+edges (top or greedy, pruned of nodes with no path to the logits), runs it (``run_circuit``) and the
+faithfulness curve over ``sizes`` (default MIB's, ``FRACTIONS``; every circuit in batched forwards), names
+the smallest size of the curve reaching ``TARGET`` faithfulness, and returns a ``Report``
 (``analysis.report.page``: plotly.js and the views' script embedded once, nothing fetched)
 holding the numbers (``report["circuit"].data``) and:
 
@@ -14,9 +16,12 @@ holding the numbers (``report["circuit"].data``) and:
 - the faithfulness curve over circuit sizes, with MIB's CPR and CMD.
 """
 
+import csv
+import html
 import re
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
 
 import plotly.graph_objects as go
 import torch
@@ -27,12 +32,63 @@ from ..report.page import Report
 from ..views import circuit_view
 from .edges import EdgeScores, edge_attribution_patching
 from .faithfulness import faithfulness_curve, run_circuit
+from .graph import build_graph
 from .metrics import RowMetric
 from .selection import circuit_nodes, greedy_edges, prune, top_edges
 from .seq2seq_tasks import Seq2SeqTask
 from .tasks import Task
 
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
+DEFAULT_EDGES = 50  # the drawn circuit when no size is asked: tens of edges, a graph a person can read
+TARGET = 0.8  # the faithfulness whose smallest circuit on the curve the summary names
+
+
+def circuit_sizes(sizes: Union[str, Sequence[Union[int, str]]], n_edges: Optional[int] = None) -> list[int]:
+    """Edge counts from ``sizes``: a comma list (``"50,200,1%,5%"``) or a sequence of ints and ``"P%"`` strings.
+
+    An int is a count of edges, in ``[1, n_edges]``; ``"P%"`` is ``P`` percent of the graph's edges, ``P`` in
+    ``(0, 100]`` (at least one edge). With ``n_edges`` None only the syntax and the percentages are checked and
+    the counts are returned as given (percentages dropped): what a command line checks before a model loads."""
+    given = sizes
+    items = [item.strip() for item in sizes.split(",")] if isinstance(sizes, str) else list(sizes)
+    expected = "sizes must be a comma list of edge counts (ints >= 1) or percentages of the edges in (0, 100]"
+    counts = []
+    if not items:
+        raise ValueError(f"{expected}, e.g. '50,200,1%,5%'; got {given!r}")
+    for item in items:
+        text = str(item).strip()
+        percent = text.endswith("%")
+        try:
+            value = float(text[:-1]) if percent else int(text)
+        except ValueError:
+            raise ValueError(f"{expected}, e.g. '50,200,1%,5%'; got {item!r} in {given!r}") from None
+        if isinstance(item, bool) or (percent and not 0 < value <= 100) or (not percent and value < 1):
+            raise ValueError(f"{expected}; got {item!r} in {given!r}")
+        if n_edges is None:
+            counts += [] if percent else [value]
+        elif percent:
+            counts.append(max(1, round(value / 100 * n_edges)))
+        elif value > n_edges:
+            raise ValueError(f"{expected}; got {value} edges, but the graph has {n_edges}")
+        else:
+            counts.append(value)
+    return sorted(set(counts))
+
+
+def write_edge_scores(scores: EdgeScores, kept: Tensor, path: Union[str, Path]) -> Path:
+    """Every edge's mean score over prompts as CSV (``upstream,reader,score,in_circuit``), strongest first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mean, strength = scores.mean, scores.strength()
+    order = strength.flatten().argsort(descending=True, stable=True)[: int(scores.edge.sum())]
+    n_readers = len(scores.readers)
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["upstream", "reader", "score", "in_circuit"])
+        for index in order.tolist():
+            i, j = divmod(index, n_readers)
+            writer.writerow([scores.upstream[i], scores.readers[j], f"{float(mean[i, j]):.6g}", int(kept[i, j])])
+    return path
 
 
 @dataclass
@@ -49,6 +105,10 @@ class CircuitData(SectionData):
     faithfulness: float
     cpr: float
     cmd: float
+    counts: list[int] = field(default_factory=list)  # the curve's circuit sizes
+    curve: list[float] = field(default_factory=list)  # their faithfulness
+    smallest_faithful: Optional[int] = None  # the smallest of ``counts`` reaching ``TARGET`` (None: none does)
+    scores: Optional[EdgeScores] = None  # every edge's scores (``write_edge_scores``)
 
 
 def node_figure(scores: EdgeScores, title: str = "node scores"):
@@ -145,48 +205,85 @@ def circuit_report(
     method: str = "EAP-IG",
     steps: int = 5,
     ig_on: str = "inputs",
-    fraction: float = 0.05,
+    edges: Optional[int] = None,
+    fraction: Optional[float] = None,
+    sizes: Union[None, str, Sequence[Union[int, str]]] = None,
     selection: str = "top",
     ablation: str = "corrupted",
     title: Optional[str] = None,
+    scores_file: Optional[str] = None,
+    progress: bool = False,
 ) -> Report:
-    """Find the circuit of ``fraction`` of the edges for ``task`` and check it (module docstring)."""
-    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+    """Find the circuit of ``edges`` edges (default ``DEFAULT_EDGES``) or ``fraction`` of the graph's for ``task``
+    and check it over the curve of ``sizes`` (``circuit_sizes``; default MIB's ``FRACTIONS``) (module docstring).
+    ``scores_file``: where the page links every edge's score (``write_edge_scores``). ``progress``: bars with an
+    ETA for the scoring and the curve."""
+    if edges is not None and fraction is not None:
+        raise ValueError(f"give the circuit's size once: edges={edges!r} or fraction={fraction!r}")
+    if fraction is not None and (
+        not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1
+    ):
         raise ValueError(f"fraction must be in (0, 1], the share of the graph's edges to keep, got {fraction!r}")
+    if edges is not None:
+        circuit_sizes([edges])  # an int >= 1; checked against the graph's edges below
+    if sizes is not None:
+        circuit_sizes(sizes)  # the syntax, before the scoring
     if isinstance(task, Task):
         task.check_model(model, "circuit_report")
     metric = metric or task.metric
     data = (model, task.clean, task.corrupted, metric)
     options = dict(attention_mask=task.attention_mask)
-    scores = edge_attribution_patching(*data, method=method, steps=steps, ig_on=ig_on, **options)
-    n_edges = int(scores.edge.sum())
-    size = max(1, round(fraction * n_edges))
+    n_edges = int(build_graph(model).edge_mask().sum())
+    if fraction is not None:
+        size = max(1, round(fraction * n_edges))
+    else:
+        size = circuit_sizes([edges], n_edges)[0] if edges is not None else min(DEFAULT_EDGES, n_edges)
+    counts = circuit_sizes(sizes, n_edges) if sizes is not None else [max(1, round(f * n_edges)) for f in FRACTIONS]
+    counts = sorted(set(counts) | {0, size})
+    scores = edge_attribution_patching(
+        *data, method=method, steps=steps, ig_on=ig_on, progress=progress or None, **options
+    )  # fmt: skip
     kept = prune(scores, (greedy_edges if selection == "greedy" else top_edges)(scores, size))
     nodes = circuit_nodes(scores, kept)
-    counts = sorted({max(1, round(f * n_edges)) for f in FRACTIONS} | {0, size})
-    curve = faithfulness_curve(*data, scores, counts, selection=selection, ablation=ablation, **options)
+    curve = faithfulness_curve(
+        *data, scores, counts, selection=selection, ablation=ablation, progress=progress, **options
+    )  # fmt: skip
     circuit = run_circuit(*data, kept, ablation=ablation, **options).mean()
     clean, corrupted = curve.clean.mean(), curve.corrupted.mean()
     faithfulness = float((circuit - corrupted) / (clean - corrupted))
+    reaching = [n for n, value in zip(counts, curve.normalized.tolist()) if value >= TARGET]
+    smallest = min(reaching) if reaching else None
     tokens, patterns = _patterns(model, task, nodes)
     graph = circuit_view(
         scores, kept, tokens=tokens if patterns else None, patterns=patterns or None, title="the circuit"
     )
     numbers = CircuitData(
-        n_edges, kept, nodes, float(clean), float(corrupted), float(circuit), faithfulness, curve.cpr, curve.cmd
-    )
+        n_edges, kept, nodes, float(clean), float(corrupted), float(circuit), faithfulness, curve.cpr, curve.cmd,
+        list(counts), curve.normalized.tolist(), smallest, scores,
+    )  # fmt: skip
     n_kept = int(kept.sum())
+    asked = f"{fraction:.1%} of the edges" if fraction is not None else f"the {size} strongest edges"
     summary = [
         f"Task {task.name!r}, {len(task)} prompts; metric clean {float(clean):+.3f}, "
         f"corrupted {float(corrupted):+.3f}.",
-        f"{scores.method} scored {n_edges} edges; the circuit keeps {n_kept} ({n_kept / n_edges:.1%}, "
-        f"{selection} selection, pruned) over {len(nodes)} nodes, with {ablation} ablation of the rest.",
+        f"{scores.method} scored {n_edges} edges; the circuit ({asked}, {selection} selection, pruned) keeps "
+        f"{n_kept} ({n_kept / n_edges:.1%}) over {len(nodes)} nodes, with {ablation} ablation of the rest.",
         f"The circuit's metric is {float(circuit):+.3f}: faithfulness {faithfulness:.2f} "
         "(1: the whole model, 0: none). "
         f"Over circuit sizes CPR {curve.cpr:.3f} (higher is better), CMD {curve.cmd:.3f} (lower is better).",
+        f"The smallest circuit of the curve reaching faithfulness {TARGET}: "
+        + (
+            f"{smallest} edges ({smallest / n_edges:.1%}; draw it with --edges {smallest})."
+            if smallest is not None
+            else f"none of its sizes up to {max(counts)} edges."
+        ),
     ]
+    link = ""
+    if scores_file is not None:
+        name = html.escape(str(scores_file), quote=True)
+        link = f'<p>Every edge\'s score (mean over prompts, strongest first): <a href="{name}">{name}</a></p>'
     sections = [
-        ReportSection("circuit", "The circuit", summary, [], numbers, graph.to_html(include_script=False)),
+        ReportSection("circuit", "The circuit", summary, [], numbers, link + graph.to_html(include_script=False)),
         ReportSection("nodes", "Node scores", ["Each node's edges summed, mean over prompts."], [node_figure(scores)]),
         ReportSection("edges", "Edge scores", ["Among the circuit's nodes."], [edge_figure(scores, kept)]),
         ReportSection("faithfulness", "Faithfulness", ["Circuits of growing size."], [curve.figure()]),
@@ -194,4 +291,13 @@ def circuit_report(
     return Report(title or f"circuit: {task.name}", sections, summary)
 
 
-__all__ = ["FRACTIONS", "circuit_report", "edge_figure", "node_figure"]
+__all__ = [
+    "DEFAULT_EDGES",
+    "FRACTIONS",
+    "TARGET",
+    "circuit_report",
+    "circuit_sizes",
+    "edge_figure",
+    "node_figure",
+    "write_edge_scores",
+]

@@ -315,6 +315,21 @@ def faithfulness_curve(
     Every circuit, and the whole model and no edge at all, run in batched forwards (``run_circuits``, chunked to
     ``memory_budget``); ``one_at_a_time=True`` runs each alone, one forward each, every dropped edge summed at
     every read: the reference the batched curve equals (``tests/test_faithfulness_batched.py``)."""
+    memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
+    circuits = curve_circuits(scores, counts, selection)
+    prepared = _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask)
+    kept = prepared.check_kept(circuits, "the scores' edges", circuits=True)
+    if one_at_a_time:
+        bar = tqdm(kept, desc="faithfulness, one circuit at a time", leave=False, disable=not progress)
+        values = torch.stack([_run_one(prepared, metric, circuit, "faithfulness_curve") for circuit in bar]).cpu()
+    else:
+        values = _run_chunks(prepared, metric, kept, memory_budget, None, progress, "faithfulness_curve")
+    return curve_of(values, [int(n) for n in counts], int(scores.edge.sum()))  # counts: checked ints by now
+
+
+def curve_circuits(scores: EdgeScores, counts: Sequence[int], selection: str = "top") -> Tensor:
+    """The circuits a curve runs, ``[2 + count, upstream, reader]``: every edge, none, then ``counts``' circuits
+    chosen by ``selection`` (``faithfulness_curve``; ``curve_of`` turns their metrics into the curve)."""
     n_edges = int(scores.edge.sum())
     expected = f"counts must be ints in [0, {n_edges}] (the graph's edges)"
     given = counts
@@ -326,17 +341,15 @@ def faithfulness_curve(
     counts = [_checks.strict_count(n, "counts", minimum=0, most=n_edges, expected=expected) for n in counts]
     if selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
-    memory_budget = _checks.count(memory_budget, "memory_budget", minimum=1)
     none = torch.zeros_like(scores.edge)
-    prepared = _prepare(model, clean_tokens, corrupted_tokens, metric, ablation, attention_mask)
-    circuits = [scores.edge.clone(), none] + [none if n == 0 else SELECTIONS[selection](scores, n) for n in counts]
-    kept = prepared.check_kept(torch.stack(circuits), "the scores' edges", circuits=True)
-    if one_at_a_time:
-        bar = tqdm(kept, desc="faithfulness, one circuit at a time", leave=False, disable=not progress)
-        values = torch.stack([_run_one(prepared, metric, circuit, "faithfulness_curve") for circuit in bar]).cpu()
-    else:
-        values = _run_chunks(prepared, metric, kept, memory_budget, None, progress, "faithfulness_curve")
-    clean, corrupted, metric_values = values[0], values[1], values[2:]
+    return torch.stack(
+        [scores.edge.clone(), none] + [none if n == 0 else SELECTIONS[selection](scores, n) for n in counts]
+    )
+
+
+def curve_of(values: Float[Tensor, "circuit batch"], counts: Sequence[int], n_edges: int) -> FaithfulnessCurve:
+    """The curve from the metrics of ``curve_circuits``' circuits (rows beyond them are ignored)."""
+    clean, corrupted, metric_values = values[0], values[1], values[2 : 2 + len(counts)]
     gap = clean.mean() - corrupted.mean()
     if gap == 0:
         raise ValueError("the clean and corrupted prompts give the same mean metric: there is no behaviour to recover")
@@ -344,4 +357,11 @@ def faithfulness_curve(
     return FaithfulnessCurve(list(counts), normalized, metric_values, clean, corrupted, n_edges)
 
 
-__all__ = ["FaithfulnessCurve", "faithfulness_curve", "run_circuit", "run_circuits"]
+__all__ = [
+    "FaithfulnessCurve",
+    "curve_circuits",
+    "curve_of",
+    "faithfulness_curve",
+    "run_circuit",
+    "run_circuits",
+]

@@ -3,7 +3,7 @@
 ``circuit_report(model, task)`` (a decoder's ``Task``, or an encoder-decoder's ``Seq2SeqTask`` of
 (source, target) pairs) scores every edge (EAP or EAP-IG), chooses the circuit of ``edges`` edges
 (default ``DEFAULT_EDGES``: tens of edges, a graph a person can read) or of ``fraction`` of the graph's
-edges (top or greedy, pruned of nodes with no path to the logits), runs it (``run_circuit``) and the
+edges (top or greedy, pruned of nodes with no path to the logits), runs it and the
 faithfulness curve over ``sizes`` (default MIB's, ``FRACTIONS``; every circuit in batched forwards), names
 the smallest size of the curve reaching ``TARGET`` faithfulness, and returns a ``Report``
 (``analysis.report.page``: plotly.js and the views' script embedded once, nothing fetched)
@@ -31,7 +31,7 @@ from ..report.context import ReportSection, SectionData
 from ..report.page import Report
 from ..views import circuit_view
 from .edges import EdgeScores, edge_attribution_patching
-from .faithfulness import faithfulness_curve, run_circuit
+from .faithfulness import curve_circuits, curve_of, run_circuits
 from .graph import build_graph
 from .metrics import RowMetric
 from .selection import circuit_nodes, greedy_edges, prune, top_edges
@@ -245,10 +245,9 @@ def circuit_report(
     )  # fmt: skip
     kept = prune(scores, (greedy_edges if selection == "greedy" else top_edges)(scores, size))
     nodes = circuit_nodes(scores, kept)
-    curve = faithfulness_curve(
-        *data, scores, counts, selection=selection, ablation=ablation, progress=progress, **options
-    )  # fmt: skip
-    circuit = run_circuit(*data, kept, ablation=ablation, **options).mean()
+    circuits = torch.cat([curve_circuits(scores, counts, selection), kept[None]])  # one batched run for all
+    values = run_circuits(*data, circuits, ablation=ablation, progress=progress, **options)
+    curve, circuit = curve_of(values, counts, n_edges), values[-1].mean()
     clean, corrupted = curve.clean.mean(), curve.corrupted.mean()
     faithfulness = float((circuit - corrupted) / (clean - corrupted))
     reaching = [n for n, value in zip(counts, curve.normalized.tolist()) if value >= TARGET]

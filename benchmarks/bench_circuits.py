@@ -2,6 +2,7 @@
 
     python benchmarks/bench_circuits.py                       # 20 IOI prompts; EAP-IG timed on 100
     python benchmarks/bench_circuits.py --prompts 8 --timing-prompts 20 --batched-sample 40 --loop-sample 10
+    python benchmarks/bench_circuits.py --only-curve               # the task, EAP-IG and 4b alone
 
 Prints, in order:
 
@@ -14,6 +15,9 @@ Prints, in order:
    node scores with activation patching (mean over prompts);
 4. the circuit: faithfulness of the strongest edges by EAP-IG (top n and greedy), at 0.5%, 1%,
    2% and 5% of the graph's edges, against random circuits of the same size; MIB's CPR and CMD;
+   then the curve over MIB's ten sizes batched (``run_circuits``) against one size at a time (the
+   reference, ``one_at_a_time=True``; ``--reference-sizes`` of them, spread over the sizes), in the
+   same run: seconds per size each, the ratio, and the largest difference on the sizes both ran;
 5. the heads the 5% circuit names that write to the logits, with their attention from the
    last position to the indirect object and to the subject (a name mover attends to the IO);
 6. EAP-IG with 5 steps over every edge on ``--timing-prompts`` prompts: time, and the peak
@@ -40,6 +44,7 @@ from analysis.discovery import (
 )
 
 from analysis.discovery.edges import memory_estimate
+from analysis.discovery.report import FRACTIONS
 from interp_transformer import from_pretrained
 
 
@@ -59,6 +64,25 @@ def node_scores(edges, labels: list[str]) -> torch.Tensor:
     return torch.stack([mean[[i for i, n in enumerate(edges.upstream) if n == label]].sum() for label in labels])
 
 
+def curve_speed(data, options, ig, args) -> None:
+    """4b: the curve over MIB's sizes, batched against one size at a time, in this run."""
+    n_edges = int(ig.edge.sum())
+    mib = sorted({max(1, round(f * n_edges)) for f in FRACTIONS})
+    batched_curve, batched_s = timed(lambda: faithfulness_curve(*data, ig, mib, **options))
+    step = max(1, len(mib) // args.reference_sizes)
+    sample = mib[::step][: args.reference_sizes]
+    alone, alone_s = timed(lambda: faithfulness_curve(*data, ig, sample, one_at_a_time=True, **options))
+    per_batched = batched_s / (len(mib) + 2)  # each curve also runs the whole model and no edge
+    per_alone = alone_s / (len(sample) + 2)
+    rows = [mib.index(n) for n in sample]
+    gap = float((batched_curve.metric[rows] - alone.metric).abs().max())
+    print(
+        f"faithfulness curve over MIB's {len(mib)} sizes: batched {batched_s:.1f} s ({per_batched:.2f} s per size), "
+        f"one size at a time {per_alone:.2f} s per size ({len(sample)} sizes: {sample}): "
+        f"{per_alone / per_batched:.1f}x; max difference {gap:.1e}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
@@ -67,6 +91,8 @@ def main() -> None:
     parser.add_argument("--loop-sample", type=int, default=40)
     parser.add_argument("--batched-sample", type=int, default=200)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--reference-sizes", type=int, default=3, help="sizes the one-at-a-time curve runs")
+    parser.add_argument("--only-curve", action="store_true", help="the task, EAP-IG and the curve's speed alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = from_pretrained("smollm2-135m")
@@ -79,6 +105,12 @@ def main() -> None:
         f"clean {clean_m.mean():+.2f} "
         f"({int((clean_m > 0).sum())}/{len(task)} right), corrupted {corrupt_m.mean():+.2f}"
     )
+
+    if args.only_curve:
+        ig, ig_s = timed(lambda: edge_attribution_patching(*data, method="EAP-IG", steps=args.steps, **options))
+        print(f"EAP-IG ({args.steps} steps): {int(ig.edge.sum())} edges in {ig_s:.1f} s")
+        curve_speed(data, options, ig, args)
+        return
 
     # 2. batched patching of head x position sites against the loop, per site, on random samples of the sites
     each = sites(model, "heads", positions="each", n_pos=task.clean.shape[1])
@@ -138,6 +170,8 @@ def main() -> None:
         value = run_circuit(*data, kept.reshape(ig.edge.shape), **options).mean()
         randoms.append(float((value - corrupt_m.mean()) / gap_m))
     print(f"random circuits of {five} edges (5%): faithfulness {', '.join(f'{r:.2f}' for r in randoms)}")
+
+    curve_speed(data, options, ig, args)
 
     # 5. the heads writing to the logits in the 5% circuit, and where they look
     kept = prune(ig, top_edges(ig, five))

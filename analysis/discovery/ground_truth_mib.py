@@ -29,7 +29,7 @@ from typing import Union
 import torch
 
 from .edges import EdgeScores
-from .ground_truth import GroundTruth
+from .ground_truth_types import GroundTruth
 from .selection import top_edges
 
 

@@ -14,7 +14,7 @@ import torch
 
 from interp_transformer.builder import build_decoder
 
-from .ground_truth import GroundTruth
+from .ground_truth_types import GroundTruth
 from .metrics import logit_diff_per_row
 
 SHARP = 20.0  # attention score of the intended key: every other key gets about e^-20 of the pattern
@@ -35,12 +35,13 @@ def _decoder(dtype, seed: int, **fields):
     return model
 
 
-def _weight(model, name: str) -> torch.Tensor:
-    """The tensor stored under ``name`` (grouped keys and values are stored as ``_W_K``/``_W_V``), writable in place."""
-    state = model.state_dict(keep_vars=True)
+def _weight(module, name: str) -> torch.Tensor:
+    """The tensor ``module`` stores under ``name`` (grouped keys and values are stored as ``_W_K``/``_W_V``),
+    writable in place."""
+    state = module.state_dict(keep_vars=True)
     if name not in state:
         head, _, last = name.rpartition(".")
-        name = f"{head}._{last}"
+        name = f"{head}._{last}" if head else f"_{last}"
     return state[name].data
 
 
@@ -55,9 +56,9 @@ def _clear_head(model, layer: int, head: int, group: int) -> dict[str, torch.Ten
     """Zeroes query head ``head`` (and its key/value head ``group``) of block ``layer``; returns its weights by name."""
     weights = {}
     for name, index in (("W_Q", head), ("b_Q", head), ("W_K", group), ("b_K", group), ("W_V", group), ("b_V", group)):
-        weights[name] = _weight(model, f"blocks.{layer}.attn.{name}")[index]
+        weights[name] = _weight(model.blocks[layer].attn, name)[index]
         weights[name].zero_()
-    weights["W_O"] = _weight(model, f"blocks.{layer}.attn.W_O")[head]
+    weights["W_O"] = _weight(model.blocks[layer].attn, "W_O")[head]
     weights["W_O"].zero_()
     return weights
 
@@ -155,11 +156,11 @@ def mlp_moe(dtype=torch.float64, seed: int = 0) -> GroundTruth:
     mover = _clear_head(model, 0, 0, 0)
     _attend_by_position(mover, pos, LENGTH - 1, 1)
     _copy_token(mover, tok, moved, V, 1.0)
-    router = _weight(model, "blocks.0.mlp.W_router")
+    router = _weight(model.blocks[0].mlp, "W_router")
     router.zero_()
     router[pos + LENGTH - 1, 0] = 5.0
     router[pos : pos + LENGTH - 1, 1] = 5.0
-    expert = {name: _weight(model, f"blocks.0.mlp.experts.0.{name}") for name in ("W_in", "b_in", "W_out", "b_out")}
+    expert = {name: _weight(model.blocks[0].mlp.experts[0], name) for name in ("W_in", "b_in", "W_out", "b_out")}
     for weight in expert.values():
         weight.zero_()
     for v in range(1, 7):  # neuron 0 fires on a big token, neuron 1 on a small one

@@ -121,7 +121,7 @@ def _node_site(model, name: str) -> Site:
         layer, _, expert = name[3:].partition(".")
         if not expert:
             return sites(model, "mlp_out", layers=[int(layer)])[0]
-        hook = f"blocks.{layer}.mlp.experts.{expert[1:]}.hook_post"
+        hook = model.blocks[int(layer)].mlp.experts[int(expert[1:])].hook_post.name
         return Site(hook, int(layer), (), None, name)
     layer = int(name[1:].split("H")[0])
     return next(site for site in sites(model, "heads", layers=[layer]) if site.label == name)

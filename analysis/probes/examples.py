@@ -53,6 +53,14 @@ class Rows:
     keys: list  # the label as given, per row (for the control task's types)
 
 
+def _layer_of(model, name: str):
+    """The block whose hook points include ``name`` (None: a hook outside the blocks, such as ``hook_embed``)."""
+    for layer, block in enumerate(model.blocks):
+        if any(getattr(module, "name", None) == name for module in block.modules()):
+            return layer
+    return None
+
+
 def example_tokens(model, examples) -> list[Tensor]:
     """Each example as 1-D token ids: texts go through ``model.to_tokens``, ids through ``prepare_tokens``."""
     if isinstance(examples, Tensor):
@@ -139,7 +147,7 @@ def probe_sites(model, hooks, layers=None, heads=None) -> list[Site]:
             raise TypeError(f"hook names are str, got {hook!r}")
         if hook in model.hook_dict or "." in hook:
             model.resolve_hook_names([hook])  # KeyError with the closest names for an unknown one
-            named = [(hook, next((layer for layer in range(n_layers) if hook.startswith(f"blocks.{layer}.")), None))]
+            named = [(hook, _layer_of(model, hook))]
         else:
             # the model's table: KeyError with the closest short names, or naming the layer out of range
             named = [(model.act_name(hook, layer), layer % n_layers) for layer in layer_list]

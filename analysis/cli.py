@@ -16,6 +16,7 @@ Commands::
     interp-transformer train-sae --model SOURCE --corpus FILE ... --hook NAME --out DIR    a small SAE, SAELens' format
     interp-transformer train-transcoders --model SOURCE --out DIR [--cross-layer]     transcoders for every MLP
     interp-transformer graph --model SOURCE --transcoders DIR --prompt TEXT [--out FILE] [--ablate L:F ...]
+    interp-transformer lens train|eval --model SOURCE --corpus FILE ... --out DIR   a tuned lens, beside the logit lens
     interp-transformer steer --model SOURCE --positive TEXT... --negative TEXT... [--layers L...] [--out FILE]
     interp-transformer probe --model SOURCE --data FILE.jsonl [--hooks resid_post] [--out FILE]  probes by layer
     interp-transformer circuit-benchmark [--methods ...] [--models ...] [--out FILE] [--mib-out DIR]  known circuits

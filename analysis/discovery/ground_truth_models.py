@@ -11,6 +11,7 @@ An attention score of ``SHARP`` (20) against 0 leaves ``e^-20`` of the pattern e
 """
 
 import torch
+from torch import Tensor
 
 from interp_transformer.builder import build_decoder
 
@@ -61,6 +62,14 @@ def _clear_head(model, layer: int, head: int, group: int) -> dict[str, torch.Ten
     weights["W_O"] = _weight(model.blocks[layer].attn, "W_O")[head]
     weights["W_O"].zero_()
     return weights
+
+
+def _copy_prompts(seed: int, V: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A copy task's words ``x`` and their corrupted ``other``, and the prompts ``BOS x y z END``, clean and with ``x``
+    replaced by ``other``."""
+    x, y, z, other = _draws(seed + 1, V - 1, 4).unbind(-1)
+    bos, end = torch.zeros_like(x), torch.full_like(x, V - 1)
+    return x, other, torch.stack([bos, x, y, z, end], dim=1), torch.stack([bos, other, y, z, end], dim=1)
 
 
 def _attend_by_position(head: dict, pos: int, query_at: int, key_at: int) -> None:
@@ -130,10 +139,7 @@ def copy_gqa(dtype=torch.float64, seed: int = 0) -> GroundTruth:
     _attend_by_position(mover, pos, LENGTH - 1, 1)
     _copy_token(mover, tok, out, V, 4.0)
     _read_out(model, out, V)
-    x, y, z, other = _draws(seed + 1, V - 1, 4).unbind(-1)
-    bos, end = torch.zeros_like(x), torch.full_like(x, V - 1)
-    clean = torch.stack([bos, x, y, z, end], dim=1)
-    corrupted = torch.stack([bos, other, y, z, end], dim=1)
+    x, other, clean, corrupted = _copy_prompts(seed, V)
     edges = (("input", "L1K1.v"), ("L1H2", "logits"))
     notes = (
         "The copied word reaches L1H2 through the values of its key/value head (L1K1.v, shared with L1H3, whose "
@@ -198,10 +204,7 @@ def distractor(dtype=torch.float64, seed: int = 0) -> GroundTruth:
         _attend_by_position(weights, pos, LENGTH - 1, 1)
         _copy_token(weights, tok, out, V, scale)
     _read_out(model, out, V)
-    x, y, z, other = _draws(seed + 1, V - 1, 4).unbind(-1)
-    bos, end = torch.zeros_like(x), torch.full_like(x, V - 1)
-    clean = torch.stack([bos, x, y, z, end], dim=1)
-    corrupted = torch.stack([bos, other, y, z, end], dim=1)
+    x, other, clean, corrupted = _copy_prompts(seed, V)
     edges = (("input", "L0K0.v"), ("L0H0", "logits"))
     notes = (
         "L0H1 and L0H2 have five times the true head's write each and cancel exactly: ablating both (the complement "

@@ -21,57 +21,26 @@ def probe_figure(results) -> go.Figure:
         mine = [probe for probe in probes if _short(probe.site.hook) == hook]
         x = [probe.site.layer if probe.site.layer is not None else probe.site.hook for probe in mine]
         colour = COLOURS[k % len(COLOURS)]
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[p.test_accuracy for p in mine],
-                name=f"{hook}: probe",
-                mode="lines+markers",
-                line={"color": colour},
-            ),
-            row=1,
-            col=1,
-        )
+        lines = [("test_accuracy", f"{hook}: probe", None, True, 1)]
         if mine[0].control_accuracy is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[p.control_accuracy for p in mine],
-                    name=f"{hook}: control task",
-                    mode="lines+markers",
-                    line={"color": colour, "dash": "dot"},
-                ),
-                row=1,
-                col=1,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[p.selectivity for p in mine],
-                    name=f"{hook}: selectivity",
-                    mode="lines+markers",
-                    line={"color": colour},
-                    showlegend=False,
-                ),
-                row=1,
-                col=2,
-            )
-    fig.add_trace(
-        go.Scatter(
-            x=[p.site.layer if p.site.layer is not None else p.site.hook for p in probes],
-            y=[p.majority for p in probes],
-            name="majority class",
-            mode="lines",
-            line={"color": "#888", "dash": "dash"},
-        ),
-        row=1,
-        col=1,
-    )
+            lines += [("control_accuracy", f"{hook}: control task", "dot", True, 1)]
+            lines += [("selectivity", f"{hook}: selectivity", None, False, 2)]
+        for field, name, dash, legend, col in lines:
+            y = [getattr(probe, field) for probe in mine]
+            fig.add_trace(_line(x, y, name, colour, dash, legend), row=1, col=col)
+    x = [p.site.layer if p.site.layer is not None else p.site.hook for p in probes]
+    majority = _line(x, [p.majority for p in probes], "majority class", "#888", "dash", True, mode="lines")
+    fig.add_trace(majority, row=1, col=1)
     fig.update_xaxes(title_text="layer")
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(title_text="selectivity", row=1, col=2)
     fig.update_layout(title=_title(results), height=450, width=1100)
     return fig
+
+
+def _line(x, y, name: str, colour: str, dash, legend: bool, mode: str = "lines+markers") -> go.Scatter:
+    line = {"color": colour} if dash is None else {"color": colour, "dash": dash}
+    return go.Scatter(x=x, y=y, name=name, mode=mode, line=line, **({} if legend else {"showlegend": False}))
 
 
 def _head_figure(probes, results) -> go.Figure:

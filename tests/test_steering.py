@@ -126,14 +126,17 @@ def test_feature_vector_is_the_decoder_row(planted):
 # ---- hooks leave nothing behind, and belong to their thread --------------------------------------------------
 
 
-def test_hooks_are_gone_after_the_block_also_on_an_exception(planted):
+@pytest.mark.parametrize("interrupt", [RuntimeError("inside"), KeyboardInterrupt("inside")], ids=["error", "ctrl-c"])
+def test_hooks_are_gone_after_the_block_also_on_an_exception(planted, interrupt):
     model, d = planted
     tokens = torch.tensor([[1, 2, 3]])
     clean = model(tokens)
-    with pytest.raises(RuntimeError, match="inside"):
+    grad_mode = torch.is_grad_enabled()
+    with pytest.raises(type(interrupt), match="inside"):
         with steering(model, d, LAST, 3.0):
             assert not torch.equal(model(tokens), clean)
-            raise RuntimeError("inside")
+            raise interrupt
+    assert torch.is_grad_enabled() == grad_mode
     assert not any(point.has_hooks() for point in model.hook_dict.values())
     assert torch.equal(model(tokens), clean)
 

@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import plotly.graph_objects as go
 
-from ..plots_base import display_label
+from ..plots.base import display_label
 from .graph import AttributionGraph
 from .pruning import PruneResult, prune_graph
 

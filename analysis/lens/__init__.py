@@ -6,7 +6,7 @@ final norm and read-out, trained to match the model's final distribution, judged
                                   layout (``params.pt``, ``config.json``)
 ``train_tuned_lens``              train on a corpus the harvest reads, with a held-out split (``LensTrainingConfig``)
 ``evaluate_lens``                 per-layer KL to the final distribution and top-1 agreement, beside the logit lens
-``lens_page``                     the evaluation as an offline page; the figure is ``plots_lens.plot_lens_comparison``
+``lens_page``                     the evaluation as an offline page; the figure is ``plots.lens.plot_lens_comparison``
 ================================  ==============================================================================
 
 The command line: ``interp-transformer lens train|eval`` (``analysis.cli_lens``). See ``docs/tuned_lens.md``.

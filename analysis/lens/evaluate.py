@@ -54,7 +54,7 @@ class LensEvaluation:
         return [layer for layer, t, g in zip(self.layers, self.tuned_kl, self.logit_kl) if t < g]
 
     def figure(self):
-        from ..plots_lens import plot_lens_comparison
+        from ..plots.lens import plot_lens_comparison
 
         return plot_lens_comparison(self)
 

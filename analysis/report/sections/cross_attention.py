@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import cross_attention, plots, plots_cross_attention
+from ... import cross_attention, plots
+from ...plots import cross_attention as plots_cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, sized
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import plots_base
+from ...plots import base as plots_base
 from ...encoder_decoder_attribution import DecoderLogitAttribution, predicted_logit_attribution
 from ..context import ReportContext, ReportSection, SectionData, sized
 

@@ -11,7 +11,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ... import cross_attention, plots, plots_cross_attention
+from ... import cross_attention, plots
+from ...plots import cross_attention as plots_cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, ranked_heads, sized
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from torch import Tensor
 
-from . import _checks
+from .. import _checks
 
 DIVERGING = "RdBu"
 SEQUENTIAL = "Blues"

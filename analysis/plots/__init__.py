@@ -21,7 +21,7 @@ SAE features                   ``plot_feature_histogram``
 =============================  ==========================================================
 """
 
-from .plots_activations import (
+from .activations import (
     plot_head_patching,
     plot_layer_attribution,
     plot_logit_lens,
@@ -30,15 +30,15 @@ from .plots_activations import (
     plot_token_activations,
     plot_token_values,
 )
-from .plots_attention import (
+from .attention import (
     plot_attention_heads,
     plot_attention_pattern,
     plot_circuit,
     plot_composition_scores,
     plot_head_scores,
 )
-from .plots_experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
-from .plots_features import plot_feature_histogram
+from .experts import plot_expert_attribution, plot_expert_usage, plot_token_routing
+from .features import plot_feature_histogram
 
 __all__ = [
     "plot_attention_heads",

@@ -9,7 +9,7 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from . import plots_base as base
+from . import base
 
 
 def plot_attention_pattern(

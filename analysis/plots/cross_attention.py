@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from . import plots_base as base
+from . import base
 
 TARGET_AXIS = "query_pos (target)"
 SOURCE_AXIS = "key_pos (source)"

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from . import plots_base as base
+from . import base
 
 
 def plot_feature_histogram(

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from jaxtyping import Float
 from torch import Tensor
 
-from . import plots_base as base
+from . import base
 
 
 def plot_token_activations(

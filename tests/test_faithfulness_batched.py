@@ -176,7 +176,7 @@ def test_the_command_writes_every_edges_score_and_links_it(induction, tmp_path, 
     ],
 )
 def test_bad_sizes_and_threads_are_refused_before_a_model_loads(option, message, capsys, monkeypatch):
-    import analysis.cli_discovery as cli_discovery
+    import analysis.cli.discovery as cli_discovery
     from analysis.cli import EXIT_USAGE, main
 
     monkeypatch.setattr(cli_discovery, "load_model", lambda *a: pytest.fail("the model loaded"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from analysis.cli import main
-from analysis.cli_common import EXIT_OK, EXIT_USAGE
+from analysis.cli.common import EXIT_OK, EXIT_USAGE
 from analysis.probes import control_targets, fit_probe, fit_probes
 from interp_transformer.builder import build_decoder
 

@@ -274,7 +274,7 @@ def test_the_command_writes_the_page(tmp_path, capsys):
 )
 def test_the_command_refuses_bad_input_in_one_line(capsys, tmp_path, extra, message):
     from analysis.cli import main
-    from analysis.cli_common import EXIT_USAGE
+    from analysis.cli.common import EXIT_USAGE
 
     code = main(STEER + extra + ["--out", str(tmp_path / "x.html")])
     err = capsys.readouterr().err.strip().splitlines()

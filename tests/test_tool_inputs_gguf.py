@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from analysis.cli import main
-from analysis.cli_common import EXIT_USAGE
+from analysis.cli.common import EXIT_USAGE
 from interp_transformer.loading.gguf import read_gguf
 from .gguf_family_helpers import write_family_gguf
 from .gguf_helpers import tiny_llama, tiny_vocabulary, write_llama_gguf

@@ -15,7 +15,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import analysis.attribution_graphs.training as transcoder_training
 from analysis.cli import EXIT_USAGE, main
-from analysis.cli_common import EXIT_OK
+from analysis.cli.common import EXIT_OK
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.harvest.corpus import Corpus, as_corpus
 from interp_transformer.pretrained.translation import encode_numbers

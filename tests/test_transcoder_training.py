@@ -24,7 +24,7 @@ from analysis.attribution_graphs import (
 )
 from analysis.attribution_graphs.training import fit, harvest_mlp_activations, to_transcoders
 from analysis.cli import main
-from analysis.cli_common import EXIT_OK, EXIT_USAGE
+from analysis.cli.common import EXIT_OK, EXIT_USAGE
 from interp_transformer.sae.processing import ProcessingMismatch
 from .attribution_graph_helpers import CONFIGS, folded
 from .gpt2_helpers import tiny_gpt2

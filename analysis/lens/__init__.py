@@ -9,7 +9,7 @@ final norm and read-out, trained to match the model's final distribution, judged
 ``lens_page``                     the evaluation as an offline page; the figure is ``plots.lens.plot_lens_comparison``
 ================================  ==============================================================================
 
-The command line: ``interp-transformer lens train|eval`` (``analysis.cli_lens``). See ``docs/tuned_lens.md``.
+The command line: ``interp-transformer lens train|eval`` (``analysis.cli.lens``). See ``docs/tuned_lens.md``.
 """
 
 from .data import LensContexts, lens_contexts, split_contexts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .cli_common import EXIT_OK, UserError, load_model, positive_int, prompt_tokens
+from .common import EXIT_OK, UserError, load_model, positive_int, prompt_tokens
 
 
 def _folded(source: str):
@@ -24,7 +24,7 @@ def _folded(source: str):
 def cmd_train_transcoders(args: argparse.Namespace) -> int:
     from interp_transformer.harvest.corpus import as_corpus
 
-    from .attribution_graphs.training import TranscoderTrainingConfig, reference_corpus, train_transcoders
+    from ..attribution_graphs.training import TranscoderTrainingConfig, reference_corpus, train_transcoders
 
     fields = {field.name for field in dataclasses.fields(TranscoderTrainingConfig)}
     given = {key: value for key, value in vars(args).items() if key in fields and value is not None}
@@ -45,7 +45,7 @@ def cmd_train_transcoders(args: argparse.Namespace) -> int:
 
 def add_train_transcoders_parser(commands) -> None:
     """Mount ``interp-transformer train-transcoders``."""
-    from .attribution_graphs.training import TranscoderTrainingConfig
+    from ..attribution_graphs.training import TranscoderTrainingConfig
 
     default = TranscoderTrainingConfig()
     train = commands.add_parser(
@@ -87,8 +87,8 @@ def add_train_transcoders_parser(commands) -> None:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from .attribution_graphs import attribute, graph_scores, graph_view, load_transcoders, prune_graph, to_neuronpedia
-    from .attribution_graphs.interventions import check_feature_edits, generate_with_edits, parse_feature_edit
+    from ..attribution_graphs import attribute, graph_scores, graph_view, load_transcoders, prune_graph, to_neuronpedia
+    from ..attribution_graphs.interventions import check_feature_edits, generate_with_edits, parse_feature_edit
 
     if args.dashboard_contexts < 0:
         raise UserError(f"--dashboard-contexts must be 0 or more, got {args.dashboard_contexts}")
@@ -148,7 +148,7 @@ def _dashboards(model, transcoders, graph, pruned, n_contexts: int):
     logit effects (None with ``n_contexts`` 0)."""
     from interp_transformer.sae.data import token_batches
 
-    from .attribution_graphs import feature_info_from, reference_corpus
+    from ..attribution_graphs import feature_info_from, reference_corpus
 
     if n_contexts == 0:
         return None

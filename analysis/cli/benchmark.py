@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from .cli_common import EXIT_OK, UserError, positive_int
+from .common import EXIT_OK, UserError, positive_int
 
 DEFAULT_OUT = "interp_transformer_benchmark.html"
 
 
 def _sizes(texts) -> tuple:
-    from .discovery.ground_truth_scoring import MIB_PERCENTAGES, check_sizes
+    from ..discovery.ground_truth_scoring import MIB_PERCENTAGES, check_sizes
 
     if texts is None:
         return MIB_PERCENTAGES
@@ -89,8 +89,8 @@ def _table_html(results) -> str:
 def benchmark_page(results, models, title: str = "circuit discovery against known circuits"):
     """The offline page (``analysis.report.page.Report``): the table, AUROC by method and model, the faithfulness
     curves, and each model's known circuit with why it is what it is."""
-    from .report.context import ReportSection
-    from .report.page import Report
+    from ..report.context import ReportSection
+    from ..report.page import Report
 
     intro = [
         "Each cell: edge-level AUROC (1: every known edge outranks every other edge), precision among the k strongest "
@@ -116,8 +116,8 @@ def benchmark_page(results, models, title: str = "circuit discovery against know
 
 
 def cmd_circuit_benchmark(args: argparse.Namespace) -> int:
-    from .discovery.ground_truth import GROUND_TRUTHS, check_names, ground_truth
-    from .discovery.ground_truth_scoring import METHODS, results_table, run_benchmark
+    from ..discovery.ground_truth import GROUND_TRUTHS, check_names, ground_truth
+    from ..discovery.ground_truth_scoring import METHODS, results_table, run_benchmark
 
     methods = check_names(args.methods or list(METHODS), METHODS, "method")  # names before any model is built
     models = check_names(args.models or list(GROUND_TRUTHS), GROUND_TRUTHS, "ground-truth model")
@@ -138,8 +138,8 @@ def cmd_circuit_benchmark(args: argparse.Namespace) -> int:
 
 
 def add_benchmark_parser(commands) -> None:
-    from .discovery.ground_truth import GROUND_TRUTHS
-    from .discovery.ground_truth_scoring import METHODS
+    from ..discovery.ground_truth import GROUND_TRUTHS
+    from ..discovery.ground_truth_scoring import METHODS
 
     parser = commands.add_parser(
         "circuit-benchmark",

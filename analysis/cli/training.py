@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from .cli_common import EXIT_OK, UserError, positive_int, load_model
+from .common import EXIT_OK, UserError, positive_int, load_model
 
 
 def add_training_parsers(commands) -> None:
@@ -66,7 +66,7 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
     from interp_transformer.pretrained import save_shipped
     from interp_transformer.pretrained.translation import train_translation_model
 
-    from .translation_card import translation_model_card
+    from ..translation_card import translation_model_card
 
     settings = _training_settings("translate-tiny", train_translation_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_common import EXIT_OK, UserError, load_model, positive_int
+from .common import EXIT_OK, UserError, load_model, positive_int
 
 PAGE = "lens.html"
 
@@ -24,7 +24,7 @@ def _set_threads(threads) -> None:
 
 
 def _contexts(args, model, corpus):
-    from .lens import lens_contexts
+    from ..lens import lens_contexts
 
     return lens_contexts(
         model,
@@ -45,7 +45,7 @@ def _corpus(args):
 
 
 def cmd_lens_train(args: argparse.Namespace) -> int:
-    from .lens import LensTrainingConfig, lens_page, train_tuned_lens
+    from ..lens import LensTrainingConfig, lens_page, train_tuned_lens
 
     _set_threads(args.threads)
     config = LensTrainingConfig(
@@ -87,7 +87,7 @@ def cmd_lens_train(args: argparse.Namespace) -> int:
 
 
 def cmd_lens_eval(args: argparse.Namespace) -> int:
-    from .lens import TunedLens, evaluate_lens, lens_page, split_contexts
+    from ..lens import TunedLens, evaluate_lens, lens_page, split_contexts
 
     _set_threads(args.threads)
     if not args.lens.is_dir():
@@ -146,7 +146,7 @@ def _add_corpus_options(parser, default_batch: int) -> None:
 
 def add_lens_parser(commands) -> None:
     """Mount ``interp-transformer lens train|eval`` on the command line's subparsers."""
-    from .lens.train import MATMUL_DTYPES, LensTrainingConfig
+    from ..lens.train import MATMUL_DTYPES, LensTrainingConfig
 
     default = LensTrainingConfig()
     lens = commands.add_parser(

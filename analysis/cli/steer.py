@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from . import _checks
-from .cli_common import EXIT_OK, UserError, load_model, positive_int
+from .. import _checks
+from .common import EXIT_OK, UserError, load_model, positive_int
 
 DEFAULT_OUT = "interp_transformer_steering.html"
 DEFAULT_PROMPTS = ("I think the movie was", "Today at work, my boss", "The weather this weekend", "My neighbour is")
@@ -56,14 +56,14 @@ def _texts(model, texts: list[str], what: str) -> list:
     """Texts, or token ids separated by spaces for a model without a tokenizer."""
     if model.tokenizer is not None:
         return list(texts)
-    from .cli_common import prompt_tokens
+    from .common import prompt_tokens
 
     return [prompt_tokens(model, text)[0] for text in texts]
 
 
 def cmd_steer(args: argparse.Namespace) -> int:
-    from .steering import difference_of_means, minilm_concept_scorer, steering_sweep
-    from .steering.page import sweep_report
+    from ..steering import difference_of_means, minilm_concept_scorer, steering_sweep
+    from ..steering.page import sweep_report
 
     for what in ("positive", "negative", "prompt", "neutral"):
         for text in getattr(args, what) or ():

@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .cli_common import (
+from .common import (
     EXIT_MISMATCH,
     EXIT_OK,
     EXIT_USAGE,
@@ -44,13 +44,13 @@ from .cli_common import (
     load_model,
     prompt_tokens,
 )
-from .cli_benchmark import add_benchmark_parser
-from .cli_discovery import add_circuit_parser, add_patch_parser
-from .cli_graphs import add_graph_parsers
-from .cli_lens import add_lens_parser
-from .cli_steer import add_steer_parser
-from .cli_probe import add_probe_parser
-from .cli_training import add_training_parsers
+from .benchmark import add_benchmark_parser
+from .discovery import add_circuit_parser, add_patch_parser
+from .graphs import add_graph_parsers
+from .lens import add_lens_parser
+from .steer import add_steer_parser
+from .probe import add_probe_parser
+from .training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -97,7 +97,7 @@ prediction are listed as omitted, with the reason) and is verified on a padded b
 
 
 def _write_report(model, tokens, title: str, metadata: dict, out: Path, bos="first") -> None:
-    from .report import build_report
+    from ..report import build_report
 
     report = build_report(model, tokens, title=title, metadata=metadata, bos=bos, progress=True)
     path = report.save(out).resolve()

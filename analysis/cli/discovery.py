@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from . import _checks
-from .cli_common import EXIT_OK, UserError, load_model, prompt_tokens
-from .discovery import (
+from .. import _checks
+from .common import EXIT_OK, UserError, load_model, prompt_tokens
+from ..discovery import (
     COMPONENTS,
     attribution_patching,
     edge_attribution_patching,
@@ -142,8 +142,8 @@ On SmolLM2-135M IOI with the defaults it takes about a minute and a half on two 
 
 
 def _task(model, args: argparse.Namespace):
-    from .discovery import greater_than_metric, greater_than_task, induction_task, ioi_task, load_task
-    from .discovery.seq2seq_tasks import load_seq2seq_task
+    from ..discovery import greater_than_metric, greater_than_task, induction_task, ioi_task, load_task
+    from ..discovery.seq2seq_tasks import load_seq2seq_task
 
     if model.has_cross_attention:  # (source, target) pairs: a file of the user's
         if not Path(args.task).is_file():
@@ -166,7 +166,7 @@ def _task(model, args: argparse.Namespace):
 
 
 def cmd_circuit(args: argparse.Namespace) -> int:
-    from .discovery.report import circuit_report, circuit_sizes, write_edge_scores
+    from ..discovery.report import circuit_report, circuit_sizes, write_edge_scores
 
     if args.threads is not None:  # every option is checked before the model loads
         torch.set_num_threads(_checks.count(args.threads, "--threads", minimum=1))

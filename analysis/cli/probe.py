@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .cli_common import EXIT_OK, UserError, load_model, positive_int
+from .common import EXIT_OK, UserError, load_model, positive_int
 
 DEFAULT_PAGE = "probes.html"
 
@@ -53,7 +53,7 @@ def read_records(path: Path) -> tuple[list, list, list, str]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .probes import fit_probes
+    from ..probes import fit_probes
 
     torch.set_num_threads(args.threads)
     examples, labels, types, position = read_records(args.data)
@@ -80,8 +80,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def probe_page(results, model_name: str, data: Path):
     """The results as an offline page (``analysis.report.page``): the figure, then the table."""
-    from .report.context import ReportSection
-    from .report.page import Report
+    from ..report.context import ReportSection
+    from ..report.page import Report
 
     best = max(results.probes, key=lambda probe: (probe.selectivity or 0.0, probe.test_accuracy))
     counts = ", ".join(f"{len(part)} {name}" for name, part in results.split.items())

@@ -337,7 +337,7 @@ def _start(model, clean_tokens, corrupted_tokens, metric, attention_mask):
     if model.has_cross_attention:
         raise ValueError(
             "batched patching runs a decoder on its prompts; an encoder-decoder's source/target patching is "
-            "analysis.encoder_decoder_patching"
+            "analysis.patching.source"
         )
     if not callable(metric):
         raise TypeError(f"metric must be a callable (logits, prompt) -> [rows], got {type(metric).__name__}")

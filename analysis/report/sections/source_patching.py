@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from ...plots import cross_attention as plots_cross_attention
-from ...encoder_decoder_patching import source_word_effects
+from ...patching import source_word_effects
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 

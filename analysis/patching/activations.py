@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from interp_transformer import ActivationCache
 
-from . import _checks
+from .. import _checks
 
 Metric = Callable[[Tensor], Union[Tensor, float]]
 RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
@@ -35,7 +35,7 @@ def logit_diff_metric(
 
     The mean of ``analysis.discovery.logit_diff_per_row``, which checks the token ids against ``[0, d_vocab)`` and
     ``pos`` against ``[-n_pos, n_pos)`` (negative: from the end)."""
-    from .discovery.batched import logit_diff_per_row
+    from ..discovery.batched import logit_diff_per_row
 
     per_row = logit_diff_per_row(correct, incorrect, pos)
 

@@ -100,7 +100,7 @@ EXPERT_TOOLS = (
 
 def require_mlp(model: AnyModel, what: str) -> None:
     """``ValueError`` unless every block has an MLP of ``d_mlp`` neurons (not attention-only, not experts)."""
-    if model.has_experts:
+    if model.writers_that("routes_tokens"):
         raise ValueError(
             f"{what}: this model's MLPs are mixtures of experts, whose neurons belong to one expert each; "
             f"use the per-expert tools in {EXPERT_TOOLS}"
@@ -113,7 +113,7 @@ def require_neurons(model: AnyModel, layer: int, what: str) -> None:
     """``ValueError`` unless block ``layer`` has an ordinary MLP's neurons (a mixture's dense blocks have)."""
     if model.act_name("post", layer) in model.hook_dict:
         return
-    if model.has_experts:
+    if model.writers_that("routes_tokens"):
         raise ValueError(
             f"{what}: block {layer}'s MLP is a mixture of experts, whose neurons belong to one expert each; "
             f"use the per-expert tools in {EXPERT_TOOLS}"

@@ -30,7 +30,7 @@ mixture of experts, ``b_out`` is each chosen expert's bias times its routing wei
 shared expert's, times its gate): the routing weights are constant given the cache, so the
 split stays exact (``analysis.experts.expert_logit_attribution`` splits the MLP over experts).
 
-Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, ``model.logit_softcap``)
+Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, the read-out's ``softcap``)
 are not linear in anything. Direct logit attribution then attributes the *uncapped* logit
 (``unembed.hook_logits_uncapped``), which the terms sum to exactly, and says so
 (``LogitAttribution.logit_softcap``, ``LogitAttribution.note``); the model's logit is
@@ -103,7 +103,7 @@ def logit_lens(cache: ActivationCache, pos_slice: Union[None, int, slice] = None
     if pos_slice is not None:
         resid = resid[:, :, pos_slice]
     logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
-    cap = model.logit_softcap
+    cap = model.read_out.softcap  # what caps the read-out, asked of the read-out
     if cap is not None:  # soft-capped as the model caps its logits
         logits = soft_cap(logits, cap)
     labels = [f"{layer}_pre" for layer in range(model.cfg.n_layers)] + ["final_post"]
@@ -229,7 +229,7 @@ def direct_logit_attribution(
         mlp_bias=mlp_bias,
         ln_final_bias=readout.norm.bias_term(readout.direction),
         unembed_bias=unembed_bias,
-        logit_softcap=model.logit_softcap,
+        logit_softcap=model.read_out.softcap,
         other_writers=_other_writers(layers),
     )
 

@@ -33,7 +33,7 @@ from . import _checks
 
 def require_cross_attention(model, analysis: str) -> None:
     """``TypeError`` unless ``model`` is an encoder-decoder (``model.has_cross_attention``)."""
-    if not model.has_cross_attention:
+    if not model.writers_that("reads_source"):
         raise TypeError(
             f"{analysis} reads cross-attention, which only an encoder-decoder has; no block of this "
             f"{type(model).__name__} attends to another stack (model.has_cross_attention is False)"

@@ -339,7 +339,9 @@ def expert_logit_attribution(
             post = readout.at_pos(mixture.shared_expert.hook_post.name)
             gate = readout.at_pos(routing_hook_names(model, layer)[2])[:, 0]  # [batch]
             shared.append(gate * readout.read(post @ mixture.shared_expert.W_out + mixture.shared_expert.b_out, c_mlp))
-    return ExpertAttribution(layers, torch.stack(experts), torch.stack(shared) if shared else None, model.logit_softcap)
+    return ExpertAttribution(
+        layers, torch.stack(experts), torch.stack(shared) if shared else None, model.read_out.softcap
+    )
 
 
 @torch.no_grad()

@@ -106,7 +106,7 @@ class ReplacementModel:
     def __init__(self, model, transcoders, tokens: Int[Tensor, "pos"], exclude_special_tokens=None):
         model = _checks.check_model(model)
         _checks.require(model, "next_token_logits", "an attribution graph", "does not give next-token logits")
-        if model.read_out is None or model.has_cross_attention:
+        if model.read_out is None or model.writers_that("reads_source"):
             raise ValueError("an attribution graph needs a decoder whose logits are a linear read-out of its stream")
         self.model = model
         self.layers: list[LayerTranscoder] = transcoder_layers(model, transcoders)

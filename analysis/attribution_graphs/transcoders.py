@@ -111,7 +111,7 @@ def mlp_slots(model) -> list[MLPSlot]:
     """Each layer's ``MLPSlot``, asked of the blocks: their MLP writer, the norm the MLP reads through
     (``norm_readers()``), and the stream where it reads: the output of the last stream norm before it (post-norm),
     else ``hook_resid_mid`` (``hook_resid_pre`` in a parallel block, whose MLP reads the stream entering it)."""
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         raise ValueError("attribution graphs run on decoders; an encoder-decoder's cross-attention is not supported")
     slots = []
     for layer, block in enumerate(model.blocks):

@@ -145,7 +145,7 @@ def _task(model, args: argparse.Namespace):
     from ..discovery import greater_than_metric, greater_than_task, induction_task, ioi_task, load_task
     from ..discovery.seq2seq_tasks import load_seq2seq_task
 
-    if model.has_cross_attention:  # (source, target) pairs: a file of the user's
+    if model.writers_that("reads_source"):  # (source, target) pairs: a file of the user's
         if not Path(args.task).is_file():
             raise UserError(
                 f"--task {args.task!r}: an encoder-decoder's task is a CSV/JSON file of "

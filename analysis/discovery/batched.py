@@ -334,7 +334,7 @@ def patch_sites_one_by_one(
 
 def _start(model, clean_tokens, corrupted_tokens, metric, attention_mask):
     _checks.check_model(model)
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         raise ValueError(
             "batched patching runs a decoder on its prompts; an encoder-decoder's source/target patching is "
             "analysis.patching.source"

@@ -410,7 +410,7 @@ def _cross_keys_and_values(decoder: Graph, ln_final: nn.Module) -> End:
 def build_graph(model):
     """The model's graph (module docstring), asking each block's writers: a ``Graph``, or an encoder-decoder's
     ``EncoderDecoderGraph``."""
-    if not model.has_cross_attention:
+    if not model.writers_that("reads_source"):
         final = model.hook_names.final_residual_name(model.cfg.n_layers)
         return _stack_graph(list(model.blocks), "", "the model's", final, LOGITS)
     decoder_blocks, encoder_blocks = list(model.decoder.blocks), list(model.encoder.blocks)

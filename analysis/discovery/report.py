@@ -176,7 +176,7 @@ def _patterns(model, task, nodes: list[str]) -> tuple[Optional[list[str]], dict]
             wanted[name] = (int(head[1]), int(head[2]))
         elif sublayer:
             wanted[name] = (int(sublayer[1]), None)
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         source, target = task.clean
         mask = None if task.attention_mask is None else task.attention_mask[:1]
         inputs, tokens, stack = (source[:1], target[:1]), target[:1], ("decoder",)

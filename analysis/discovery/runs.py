@@ -116,7 +116,7 @@ def _seq2seq(model, clean_tokens, corrupted_tokens, attention_mask) -> Runs:
 def start(model, clean_tokens, corrupted_tokens, metric, attention_mask) -> Runs:
     """The checked runs of a model on its clean and corrupted inputs (module docstring)."""
     _checks.check_model(model)
-    if not model.has_cross_attention:
+    if not model.writers_that("reads_source"):
         model, clean, corrupted, mask = _start(model, clean_tokens, corrupted_tokens, metric, attention_mask)
         return Runs(model, (clean,), (corrupted,), mask, (mask,), clean.shape[0])
     if not callable(metric):

@@ -125,7 +125,7 @@ def load_seq2seq_task(model, path_or_rows: Union[str, Path, list], name: Optiona
     Sources are tokenized with the model's tokenizer (right-padded, with their mask); a target is the decoder's
     start token followed by its text's tokens (no special tokens), right-padded, and ``pos`` is its last token."""
     _checks.check_model(model)
-    if not model.has_cross_attention:
+    if not model.writers_that("reads_source"):
         raise ValueError("load_seq2seq_task builds (source, target) pairs for an encoder-decoder; use load_task")
     tokenizer = model.tokenizer
     if tokenizer is None:

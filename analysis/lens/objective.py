@@ -73,7 +73,7 @@ class ReadOutKL(torch.autograd.Function):
 def read_out_kl(model, z: Tensor, target: FinalDistribution, W_U: Optional[Tensor] = None) -> Tensor:
     """``KL(target || read-out of z)`` per row of ``z [N, d_model]`` (the final norm's output), differentiable in
     ``z``; ``W_U`` is the model's read-out matrix, or a copy of it in a cheaper dtype."""
-    return ReadOutKL.apply(z, model.W_U if W_U is None else W_U, model.b_U, model.logit_softcap, target)
+    return ReadOutKL.apply(z, model.W_U if W_U is None else W_U, model.b_U, model.read_out.softcap, target)
 
 
 __all__ = ["FinalDistribution", "ReadOutKL", "read_out_kl"]

@@ -88,7 +88,7 @@ def check_read_out(model) -> None:
 def read_out(model, resid: Tensor) -> Tensor:
     """The logit lens's read-out of ``resid [..., d_model]``: final norm, ``W_U``, ``b_U``, the model's soft-cap."""
     logits = model.final_norm.normalize(resid) @ model.W_U + model.b_U
-    cap = model.logit_softcap
+    cap = model.read_out.softcap  # what caps the read-out, asked of the read-out
     return soft_cap(logits, cap) if cap is not None else logits
 
 

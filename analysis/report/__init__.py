@@ -18,7 +18,7 @@ residual stream, a bidirectional post-norm model (BERT) gets its sentence embedd
 exact attribution instead, a model with mixtures of experts (``has_experts``) gets its expert
 usage and expert attribution, and its expert neurons in place of the MLP neurons, and a
 section ``"omitted"`` lists whatever is left out and why.
-An encoder-decoder (``model.has_cross_attention``) gets its own sections
+An encoder-decoder (a writer reads a source: ``model.writers_that("reads_source")``) gets its own sections
 (``analysis.report.encoder_decoder``): the translation, cross-attention as source x target
 heatmaps, alignment, direct logit attribution through its decoder and cross-attention
 heads, and the effect of corrupting each source word.
@@ -82,7 +82,7 @@ FIRST_TOKEN = "first"  # default ``bos`` of build_report: the prompt's first tok
 def section_builders(ctx: ReportContext) -> list:
     """``(key, builder)`` of the sections this model gets, in the order they are computed (later ones read earlier)."""
     model = ctx.model
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         return encoder_decoder_builders(ctx)
     builders = [
         ("model", model_section),
@@ -92,7 +92,7 @@ def section_builders(ctx: ReportContext) -> list:
         ("circuits", circuits_section),
         ("composition", composition_section),
     ]
-    if model.has_experts:  # a mixture's neurons belong to one expert each
+    if model.writers_that("routes_tokens"):  # a mixture's neurons belong to one expert each
         builders += [("experts", experts_section), ("neurons", expert_neurons_section)]
     else:
         builders.append(("neurons", neurons_section))
@@ -177,7 +177,7 @@ def build_report(
     )
     for key, builder in tqdm(section_builders(ctx), desc="building report", disable=not progress, unit="section"):
         ctx.sections[key] = builder(ctx)
-    order = ENCODER_DECODER_PAGE_ORDER if model.has_cross_attention else PAGE_ORDER
+    order = ENCODER_DECODER_PAGE_ORDER if model.writers_that("reads_source") else PAGE_ORDER
     sections = [ctx.sections[key] for key in order if key in ctx.sections]
     return Report(title, sections, summary=list(ctx.sections["interpretation"].data.lines))
 

@@ -37,7 +37,7 @@ MAX_REPORT_TARGET = 64  # longest translation the report generates
 
 def encoder_decoder_inputs(model, tokens: Tensor, decoder_input: Optional[Tensor]) -> dict:
     """The forward's extra inputs: ``{"decoder_input": ...}`` for an encoder-decoder, ``{}`` for any other model."""
-    if not model.has_cross_attention:
+    if not model.writers_that("reads_source"):
         if decoder_input is not None:
             raise ValueError("decoder_input is the target of an encoder-decoder; this model reads no target")
         return {}

@@ -16,6 +16,7 @@ forward; everything below comes with it:
   (``interp_transformer.sae.splice``; nothing stays attached after the call or block).
 """
 
+import difflib
 import operator
 from typing import Optional, Union
 
@@ -176,15 +177,28 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         """The blocks of the stack the logits come from (an encoder-decoder's decoder), whose writers tools read."""
         return list(self.blocks)
 
+    WRITER_QUESTIONS = ("reads_source", "routes_tokens")
+
+    def writers_that(self, question: str) -> list:
+        """The writers of ``writer_blocks`` that answer yes to ``question``, in order: ``"reads_source"`` (it
+        attends to another stack's output: cross-attention) or ``"routes_tokens"`` (a mixture of experts).
+
+        Tools ask the writers this rather than the model's family (an empty list: no such writer).
+        """
+        if question not in self.WRITER_QUESTIONS:
+            close = difflib.get_close_matches(str(question), self.WRITER_QUESTIONS, n=1)
+            raise KeyError(f"question must be one of {self.WRITER_QUESTIONS}, got {question!r}; closest: {close}")
+        return [writer for block in self.writer_blocks() for writer in block.writers() if getattr(writer, question)]
+
     @property
     def has_experts(self) -> bool:
         """Some block's MLP is a mixture of experts (a writer that routes tokens)."""
-        return any(writer.routes_tokens for block in self.writer_blocks() for writer in block.writers())
+        return bool(self.writers_that("routes_tokens"))
 
     @property
     def has_cross_attention(self) -> bool:
         """Some block attends to another stack's output (an encoder-decoder's decoder)."""
-        return any(writer.reads_source for block in self.writer_blocks() for writer in block.writers())
+        return bool(self.writers_that("reads_source"))
 
     def check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
         """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""

@@ -71,7 +71,7 @@ class InterpretationData(SectionData):
 
 
 def interpretation_section(ctx: ReportContext) -> ReportSection:
-    if ctx.model.has_cross_attention:
+    if ctx.model.writers_that("reads_source"):
         return _two_stack_interpretation(ctx)
     detectors = ctx.sections["detectors"].data
     heads = classify_heads(detectors.random)

@@ -79,10 +79,10 @@ def _two_stacks(model) -> str:
 def _structure(ctx: ReportContext) -> str:
     """One paragraph on what the model is: its blocks, its attention, where its norms sit, its heads."""
     model, cfg, capabilities = ctx.model, ctx.model.cfg, ctx.model.capabilities
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         return _two_stacks(model)
     has_mlp = model.act_name("post", 0) in model.hook_dict
-    if model.has_experts:
+    if model.writers_that("routes_tokens"):
         parts = [
             f"Blocks with attention and a mixture of {cfg.n_experts} experts of {cfg.d_mlp} neurons each, "
             f"{cfg.experts_per_token} chosen per token by a router."
@@ -102,8 +102,9 @@ def _structure(ctx: ReportContext) -> str:
     spans = attention_spans(model)
     if spans:
         parts.append(f"Attention is {spans}.")
-    if model.logit_softcap is not None:
-        parts.append(f"Logits soft-capped at {model.logit_softcap:g} (cap * tanh(logit / cap)).")
+    cap = None if model.read_out is None else model.read_out.softcap
+    if cap is not None:
+        parts.append(f"Logits soft-capped at {cap:g} (cap * tanh(logit / cap)).")
     if not capabilities.causal:
         parts.append("Bidirectional attention: every real token sees every other.")
     if capabilities.norm_placement == "post":

@@ -68,7 +68,7 @@ def _two_stack_parts(ctx: ReportContext) -> list[dict[str, str]]:
 def omitted_parts(ctx: ReportContext) -> list[dict[str, str]]:
     """What the full report shows and this one does not: ``{"what", "why", "instead"}`` per part."""
     model = ctx.model
-    if model.has_cross_attention:
+    if model.writers_that("reads_source"):
         return _two_stack_parts(ctx)
     capabilities = model.capabilities
     parts = []
@@ -138,7 +138,7 @@ def omitted_section(ctx: ReportContext) -> ReportSection:
         for part in parts
     )
     section = ReportSection("omitted", "Not in this report, and why", html=f"<ul>{items}</ul>", data=OmittedData(parts))
-    if ctx.model.has_cross_attention:
+    if ctx.model.writers_that("reads_source"):
         section.paragraphs.append(
             "This model is an encoder-decoder: parts of the decoder-only report do not apply to it."
         )

@@ -93,7 +93,7 @@ def layer_list(model: AnyModel, layers) -> list[int]:
 
 
 EXPERT_TOOLS = (
-    "analysis.experts (expert_neuron_activations, expert_neuron_summary, expert_top_activations, "
+    "analysis.readouts.experts (expert_neuron_activations, expert_neuron_summary, expert_top_activations, "
     "expert_neuron_logit_effect, expert_neuron_logit_attribution)"
 )
 

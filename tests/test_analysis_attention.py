@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from analysis import attention
+from analysis.readouts import attention
 from interp_transformer import ActivationCache, DemoTransformer, TransformerConfig
 
 # Hand-built model: one-hot subspaces of the residual stream.

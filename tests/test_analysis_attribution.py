@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from analysis import attribution
+from analysis.readouts import attribution
 from interp_transformer import DemoTransformer, TransformerConfig
 
 

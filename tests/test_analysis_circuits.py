@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from analysis import circuits
+from analysis.readouts import circuits
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.circuits import factored_matrix
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from analysis import neurons
+from analysis.readouts import neurons
 from interp_transformer import DemoTransformer, TransformerConfig
 
 

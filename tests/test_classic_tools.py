@@ -9,7 +9,8 @@ Hugging Face's. The post-norm OPT-350m layout gets the refusals its capabilities
 import pytest
 import torch
 
-from analysis import attribution, patching
+from analysis import patching
+from analysis.readouts import attribution
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer.models import processing
 from interp_transformer.loading import architecture_module, from_pretrained
@@ -226,7 +227,7 @@ def test_the_report_builds_and_its_sections_follow_the_capabilities(label):
 def test_circuits_start_from_what_each_token_writes():
     """BLOOM writes ln(W_E[token]), not W_E[token]: the full OV circuit's row is the head's direct effect of that
     write."""
-    from analysis import circuits
+    from analysis.readouts import circuits
 
     model = from_pretrained(float64_copy(tiny_hf_model("bloom-3-heads", seed=2)), dtype=torch.float64)
     token = 7

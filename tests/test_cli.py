@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from analysis import attention
+from analysis.readouts import attention
 from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from interp_transformer import DemoTransformer
 from analysis.cli import DEFAULT_REPORT, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, main

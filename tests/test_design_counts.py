@@ -102,9 +102,9 @@ def test_capabilities_hold_no_family_field():
 
 
 ATTRIBUTION_MODULES = (
-    "analysis/attribution.py",
-    "analysis/encoder_attribution.py",
-    "analysis/encoder_decoder_attribution.py",
+    "analysis/readouts/attribution.py",
+    "analysis/readouts/post_norm.py",
+    "analysis/readouts/encoder_decoder.py",
 )
 
 

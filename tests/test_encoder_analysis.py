@@ -7,7 +7,8 @@ runs without padding, and dense weight products.
 import pytest
 import torch
 
-from analysis import attention, circuits, neurons, patching
+from analysis import patching
+from analysis.readouts import attention, circuits, neurons
 from interp_transformer.encoder import EncoderTokens
 
 from .encoder_helpers import SENTENCES, minilm, random_mlm

@@ -8,8 +8,8 @@ mean-pooled embedding, and Hugging Face's MLM decoder weight.
 import pytest
 import torch
 
-from analysis import attribution
-from analysis.encoder_attribution import (
+from analysis.readouts import attribution
+from analysis.readouts.post_norm import (
     encoder_attribution_hook_names,
     encoder_direct_attribution,
     sentence_embedding_direction,

@@ -4,7 +4,7 @@ input."""
 import pytest
 import torch
 
-from analysis import cross_attention, encoder_decoder_attribution as attribution
+from analysis.readouts import cross_attention, encoder_decoder as attribution
 from interp_transformer.architectures.t5 import T5Config
 from interp_transformer.components.relative_position_bias import relative_position_bucket
 from interp_transformer.components.sinusoidal import sinusoidal_table

@@ -17,8 +17,8 @@ import pytest
 import torch
 from plotly.offline import get_plotlyjs
 
-from analysis import attention
-from analysis.encoder_attribution import encoder_direct_attribution
+from analysis.readouts import attention
+from analysis.readouts.post_norm import encoder_direct_attribution
 from analysis.report import ENCODER_DISPLAY_ORDER, build_report
 from analysis.cli import EXIT_OK, main
 

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from analysis import attention, attribution
+from analysis.readouts import attention, attribution
 from analysis.report.sections.model_card import attention_spans
 from interp_transformer import from_pretrained
 from interp_transformer.loading.gguf_source import GEMMA3_270M_PACKAGE, find_gemma3_270m, resolve_gguf

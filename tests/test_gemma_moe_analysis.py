@@ -9,7 +9,8 @@ final norm with its cached scale), ablations with every norm scale frozen from t
 import pytest
 import torch
 
-from analysis import attribution, experts, neurons, plots
+from analysis import plots
+from analysis.readouts import attribution, experts, neurons
 from analysis.report import DISPLAY_ORDER, EXPERTS_DISPLAY_ORDER, build_report
 from interp_transformer.loading import from_pretrained
 
@@ -167,7 +168,7 @@ def test_expert_neuron_summary_and_top_activations(qwen_moe):
 
 def test_neuron_tools_name_the_expert_tools_on_a_mixture(qwen_moe):
     _, cache = qwen_moe.run_with_cache(TOKENS)
-    with pytest.raises(ValueError, match="mixtures of experts.*analysis.experts"):
+    with pytest.raises(ValueError, match="mixtures of experts.*analysis.readouts.experts"):
         neurons.neuron_summary(cache)
     with pytest.raises(ValueError, match=r"block 1's MLP is not a mixture of experts; mixtures are in blocks \[0, 2\]"):
         experts.expert_neuron_summary(cache, 1)
@@ -175,7 +176,7 @@ def test_neuron_tools_name_the_expert_tools_on_a_mixture(qwen_moe):
         experts.expert_neuron_activations(cache, 0, 6)
     with pytest.raises(KeyError, match="expert_usage needs the activations"):
         experts.expert_usage(qwen_moe.run_with_cache(TOKENS, names_filter=["blocks.0.hook_mlp_out"])[1])
-    with pytest.raises(ValueError, match="block 0's MLP is a mixture of experts.*analysis.experts"):
+    with pytest.raises(ValueError, match="block 0's MLP is a mixture of experts.*analysis.readouts.experts"):
         cache.stack_neuron_results(layer=1)
     with pytest.raises(ValueError, match="expand_neurons=True.*mixture of experts.*expand_neurons=False"):
         cache.get_full_resid_decomposition(expand_neurons=True)

@@ -246,7 +246,7 @@ def test_bad_configs_are_refused_by_name(make, message):
 
 def test_circuits_read_the_scaled_embedding():
     """Gemma writes W_E[token] * sqrt(d_model); the full QK circuit is of those rows (off by d_model from W_E's)."""
-    from analysis import circuits
+    from analysis.readouts import circuits
     from interp_transformer import DemoTransformer
 
     cfg = GemmaConfig(d_model=24, n_layers=1, n_heads=2, n_key_value_heads=1, d_head=8, d_mlp=8, d_vocab=11, n_ctx=8)

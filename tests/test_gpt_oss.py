@@ -19,7 +19,8 @@ from transformers import GptOssConfig as HFGptOssConfig
 from transformers import GptOssForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from analysis import attribution, experts, patching
+from analysis import patching
+from analysis.readouts import attribution, experts
 from analysis.discovery import edge_attribution_patching, logit_diff_per_row
 from analysis.report import EXPERTS_DISPLAY_ORDER, build_report
 from interp_transformer.architectures.gpt_oss import GPT_OSS_ROPE, PRESETS, GptOssConfig

@@ -7,7 +7,7 @@ Its files are ``components/adapter.py`` and ``architectures/adapter_decoder.py``
 import pytest
 import torch
 
-from analysis import attribution
+from analysis.readouts import attribution
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer
 from interp_transformer.architectures.adapter_decoder import AdapterDecoderConfig

@@ -12,7 +12,7 @@ import torch
 import transformers
 from transformers import Olmo2Config, Olmo2ForCausalLM, Olmo3Config
 
-from analysis import attribution
+from analysis.readouts import attribution
 from analysis.patching import patch_residual
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer

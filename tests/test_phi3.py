@@ -14,7 +14,7 @@ import torch
 from transformers import Phi3Config, Phi3ForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from analysis.attribution import direct_logit_attribution
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row
 from analysis.patching import patch_residual
 from analysis.report import DISPLAY_ORDER, build_report

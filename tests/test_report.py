@@ -10,7 +10,7 @@ import pytest
 import torch
 from plotly.offline import get_plotlyjs
 
-from analysis import attention
+from analysis.readouts import attention
 from analysis.report import DISPLAY_ORDER, build_report
 from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from analysis.report.sections.circuits import MAX_CIRCUIT_TOKENS

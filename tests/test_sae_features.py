@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.attribution import direct_logit_attribution
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.sae_features import (
     StreamingHistogram,
     feature_attribution,

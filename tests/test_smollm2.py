@@ -13,7 +13,8 @@ import importlib.metadata
 import pytest
 import torch
 
-from analysis import attention, attribution, neurons, patching
+from analysis import patching
+from analysis.readouts import attention, attribution, neurons
 from interp_transformer import from_pretrained
 from interp_transformer.models.processing import fold_ln
 from interp_transformer.verify import verify_against_hf

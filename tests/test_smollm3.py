@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
-from analysis.attribution import direct_logit_attribution
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row
 from analysis.patching import patch_residual
 from analysis.report import DISPLAY_ORDER, build_report

@@ -193,7 +193,7 @@ def test_torchrun_two_processes_train_the_same_weights_as_one(tmp_path):
 def test_induction_2l_retrained_through_the_trainer_forms_induction_heads(tmp_path):
     """The example config's model, task and optimizer, a third of its steps: the induction heads form after about
     800 steps; the cosine ends at half the rate so that they sharpen in the steps left."""
-    from analysis.attention import induction_scores, previous_token_scores, repeated_random_tokens
+    from analysis.readouts.attention import induction_scores, previous_token_scores, repeated_random_tokens
     from interp_transformer.pretrained.induction import BOS_TOKEN, half_losses
     from interp_transformer.training.config_file import read_config_file
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from analysis.patching import patch_source_positions, source_word_effects
-from analysis.translation_card import held_out_alignment_scores
+from analysis.report.translation_card import held_out_alignment_scores
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained import load_shipped_metadata, load_translation_model
 from interp_transformer.pretrained.translation import (

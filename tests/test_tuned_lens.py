@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from analysis.attribution import logit_lens, logit_lens_hook_names
+from analysis.readouts.attribution import logit_lens, logit_lens_hook_names
 from analysis.cli import main
 from analysis.lens import (
     LensTrainingConfig,

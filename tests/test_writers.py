@@ -8,7 +8,7 @@ must equal that hook at float64 precision, for every block kind the library buil
 import pytest
 import torch
 
-from analysis import attribution, encoder_attribution
+from analysis.readouts import attribution, post_norm as encoder_attribution
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.architectures.gemma import GemmaConfig
 from interp_transformer.architectures.gpt_neox import GPTNeoXConfig

@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from analysis import attribution
+from analysis.readouts import attribution
 from analysis.attribution_graphs.transcoders import mlp_slots
 from analysis.attribution_graphs import (
     CLTConfig,

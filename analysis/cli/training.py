@@ -66,7 +66,7 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
     from interp_transformer.pretrained import save_shipped
     from interp_transformer.pretrained.translation import train_translation_model
 
-    from ..translation_card import translation_model_card
+    from ..report.translation_card import translation_model_card
 
     settings = _training_settings("translate-tiny", train_translation_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"

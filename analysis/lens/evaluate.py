@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..attribution import logit_lens_hook_names
+from ..readouts.attribution import logit_lens_hook_names
 from .data import LensContexts
 from .objective import FinalDistribution
 from .translators import TunedLens, read_out

@@ -29,7 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .. import _checks
-from ..cross_attention import require_cross_attention
+from ..readouts.cross_attention import require_cross_attention
 
 
 def _single(model, source, decoder_input, attention_mask) -> tuple[Tensor, Tensor, Optional[Tensor]]:

@@ -11,7 +11,7 @@ first-order change of ``m`` if feature ``f`` at ``p`` were switched off, through
 **Direct logit attribution (DLA).** With the final norm's scale ``s`` frozen to its value at
 ``pos`` and ``d = W_U[:, token] - W_U[:, incorrect_token]``, a vector ``v`` written at the SAE's
 hook adds ``to_residual(v) . pull_back(d) / s`` to ``m`` directly (``writes``,
-``analysis.attribution``). What the hook holds at ``pos`` splits exactly
+``analysis.readouts.attribution``). What the hook holds at ``pos`` splits exactly
 (``writes.decoded_terms``), so::
 
     write = sum_f direct[f] + bias + skip + error
@@ -34,7 +34,7 @@ from interp_transformer.sae import SAE
 from interp_transformer.sae.data import sae_input
 
 from .. import _checks
-from ..attribution import POST_NORM_INSTEAD
+from ..readouts.attribution import POST_NORM_INSTEAD
 from .writes import decoded_terms, flat, residual_write
 
 Metric = Callable[[Float[Tensor, "batch pos d_vocab"]], Tensor]

@@ -1,6 +1,6 @@
 """The top-activating examples of each feature, kept while streaming, each with a window of context.
 
-``StreamingTopExamples`` is ``analysis.neurons.StreamingTopK`` with a payload: beside the
+``StreamingTopExamples`` is ``analysis.readouts.neurons.StreamingTopK`` with a payload: beside the
 ``k`` largest activations of each feature and where they occurred (text, position), it keeps
 the tokens of a window around each (``left`` tokens before, ``right`` after, within the
 same text) and the feature's activation on every token of that window. Each ``update``

@@ -10,7 +10,7 @@ logit of token ``t``::
 
 ``pull_back`` is the final norm's own algebra (for LayerNorm ``w * d - mean(w * d)``: the
 centring moved onto the direction; for RMSNorm ``w * d``), exactly as in direct logit
-attribution (``analysis.attribution``). ``scale`` depends on the position; the effect here
+attribution (``analysis.readouts.attribution``). ``scale`` depends on the position; the effect here
 is per unit of scale (``scale = 1``), so it ranks tokens, and ``feature_attribution``
 divides by the real scale at a position. ``b_U`` is no feature's and is left out.
 Needs ``model.capabilities.linear_logits`` (a pre-norm decoder).
@@ -28,7 +28,7 @@ from interp_transformer.sae.normalization import needs_stats
 from interp_transformer.sae.sae import EncodeState
 
 from .. import _checks
-from ..attribution import POST_NORM_INSTEAD
+from ..readouts.attribution import POST_NORM_INSTEAD
 from .writes import residual_write
 
 VOCAB_CHUNK = 8192  # unembedding columns pulled back at a time: bounded memory for any vocabulary

@@ -13,7 +13,7 @@
 ``get_previous_token_head_detection_pattern`` and friends); a list of texts gives the mean
 of their scores. ``heads`` (a list of ``(layer, head)`` or a dict ``layer -> heads``)
 scores only those (the others are -1). For our own detectors (batched, masked, with
-plots) see ``analysis.attention``.
+plots) see ``analysis.readouts.attention``.
 """
 
 import logging

@@ -6,7 +6,8 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
-from ... import attention, plots
+from ... import plots
+from ...readouts import attention
 from ...plots import base as plots_base
 from ...views import attention_view
 from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, sized

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import _checks, circuits, plots
+from ... import _checks, plots
+from ...readouts import circuits
 from ...plots import base as plots_base
 from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, square_figure
 from .detectors import DETECTOR_TITLES

@@ -5,7 +5,8 @@ from typing import Optional
 
 from torch import Tensor
 
-from ... import circuits, plots
+from ... import plots
+from ...readouts import circuits
 from ..context import ReportContext, ReportSection, SectionData, head_name, ranked_heads, sized, square_figure
 
 MAX_ALL_PAIRS_HEADS = 144  # above this many heads, only the heads the detectors name are readers

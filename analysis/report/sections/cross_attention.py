@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import cross_attention, plots
+from ... import plots
+from ...readouts import cross_attention
 from ...plots import cross_attention as plots_cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, sized
 

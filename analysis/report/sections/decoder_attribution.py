@@ -2,7 +2,7 @@
 
 Needs a pre-norm decoder with a final norm (``capabilities.linear_logits``): its residual
 stream is a sum of component writes and its logits are linear in it once the final norm's
-scale is frozen (``analysis.encoder_decoder_attribution``).
+scale is frozen (``analysis.readouts.encoder_decoder``).
 """
 
 from dataclasses import dataclass
@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ...plots import base as plots_base
-from ...encoder_decoder_attribution import DecoderLogitAttribution, predicted_logit_attribution
+from ...readouts.encoder_decoder import DecoderLogitAttribution, predicted_logit_attribution
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 

@@ -17,7 +17,8 @@ from torch import Tensor
 from interp_transformer import ActivationCache
 from interp_transformer.models.losses import lm_loss
 
-from ... import attention, plots
+from ... import plots
+from ...readouts import attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure
 
 RANDOM_SEQ_LEN = 20  # length of each half of the repeated random sequences the detectors run on

@@ -11,9 +11,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ... import experts, plots
-from ...experts import ExpertAttribution
-from ...neurons import NeuronLogitEffect
+from ... import plots
+from ...readouts import experts
+from ...readouts.experts import ExpertAttribution
+from ...readouts.neurons import NeuronLogitEffect
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 

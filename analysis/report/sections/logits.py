@@ -10,8 +10,9 @@ from typing import Optional
 
 from torch import Tensor
 
-from ... import attribution, plots
-from ...attribution import LogitAttribution
+from ... import plots
+from ...readouts import attribution
+from ...readouts.attribution import LogitAttribution
 from ..context import ReportContext, ReportSection, SectionData, head_figure, sized
 
 MAX_CELL_TEXT_POSITIONS = 40  # logit-lens cells show their top token only up to this many positions

@@ -6,8 +6,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ... import neurons, plots
-from ...neurons import NeuronLogitEffect
+from ... import plots
+from ...readouts import neurons
+from ...readouts.neurons import NeuronLogitEffect
 from ...views import activation_view
 
 from ..context import ReportContext, ReportSection, SectionData, sized

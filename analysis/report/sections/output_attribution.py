@@ -1,7 +1,7 @@
 """What writes the sentence embedding: its norm split exactly over every component (bidirectional post-norm models).
 
 The sentence embedding ``e`` is the mean of the final hidden states over the prompt's
-tokens; ``analysis.encoder_attribution`` splits ``|e| = e . e/|e|`` over embeddings, heads,
+tokens; ``analysis.readouts.post_norm`` splits ``|e| = e . e/|e|`` over embeddings, heads,
 MLP layers and norm biases with every norm's scale frozen.
 """
 
@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from ... import encoder_attribution, plots
-from ...encoder_attribution import EncoderAttribution
+from ... import plots
+from ...readouts import post_norm
+from ...readouts.post_norm import EncoderAttribution
 from ..context import ReportContext, ReportSection, SectionData, head_figure, sized
 
 
@@ -26,9 +27,9 @@ class OutputAttributionData(SectionData):
 def output_attribution_section(ctx: ReportContext) -> ReportSection:
     model = ctx.model
     section = ReportSection("attribution", "Output attribution: what writes the sentence embedding")
-    direction = encoder_attribution.sentence_embedding_direction(ctx.cache)  # [1, d_model], unit length
-    pooled = encoder_attribution.encoder_direct_attribution(ctx.cache, direction, pos="mean")
-    per_position = encoder_attribution.encoder_direct_attribution(ctx.cache, direction)  # [..., 1, pos]
+    direction = post_norm.sentence_embedding_direction(ctx.cache)  # [1, d_model], unit length
+    pooled = post_norm.encoder_direct_attribution(ctx.cache, direction, pos="mean")
+    per_position = post_norm.encoder_direct_attribution(ctx.cache, direction)  # [..., 1, pos]
     value, total = float(pooled.value[0]), float(pooled.total()[0])
     section.paragraphs.append(
         "The sentence embedding e is the mean of the final hidden states over the prompt's tokens (mean pooling, as "

@@ -2,7 +2,7 @@
 
 With a known alignment (the tokenizer's task provides it) a head scores the mean attention
 it puts on the aligned source word; otherwise its attention within one source position of
-the proportional diagonal (``analysis.cross_attention``).
+the proportional diagonal (``analysis.readouts.cross_attention``).
 """
 
 from dataclasses import dataclass
@@ -11,7 +11,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ... import cross_attention, plots
+from ... import plots
+from ...readouts import cross_attention
 from ...plots import cross_attention as plots_cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, ranked_heads, sized
 

@@ -25,7 +25,7 @@ exactly over experts, and over each expert's neurons:
 =================================  ==============================================================
 
 With soft-capped logits the attributions are of the logit before the cap, as in
-``analysis.attribution``. A mixture's dense blocks (Qwen's ``mlp_only_layers``) are not
+``analysis.readouts.attribution``. A mixture's dense blocks (Qwen's ``mlp_only_layers``) are not
 listed by ``moe_layers``; their neurons are ordinary ones.
 """
 
@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from interp_transformer import ActivationCache
 
-from . import _checks
+from .. import _checks
 from .attribution import POST_NORM_INSTEAD, PosArg, TokenArg, _Readout
 from .neurons import NeuronLogitEffect, StreamingTopK, TopActivations, _batches
 
@@ -53,7 +53,7 @@ def moe_layers(model: _checks.AnyModel) -> list[int]:
     if not layers:
         raise ValueError(
             "this model has no mixture of experts (model.has_experts is False): its MLP neurons are "
-            "read with analysis.neurons"
+            "read with analysis.readouts.neurons"
         )
     return layers
 
@@ -218,7 +218,7 @@ def expert_top_activations(
     progress: bool = False,
 ) -> TopActivations:
     """The ``k`` (text, position) pairs where each neuron of one expert fires most
-    (``analysis.neurons.top_activations``).
+    (``analysis.readouts.neurons.top_activations``).
 
     Only that expert's ``hook_post`` and the layer's chosen experts are cached; with
     ``chosen_only`` (default), tokens not routed to the expert are left out (their values
@@ -253,7 +253,7 @@ def expert_neuron_logit_effect(
 ) -> NeuronLogitEffect:
     """Direct effect of one unit of an expert neuron's activation on every logit: ``W_out[E][n] @ W_U``.
 
-    Like ``analysis.neurons.neuron_logit_effect`` it ignores the final norm, later layers and
+    Like ``analysis.readouts.neurons.neuron_logit_effect`` it ignores the final norm, later layers and
     the routing weight the expert's output is multiplied by.
     """
     _checks.check_model(model)

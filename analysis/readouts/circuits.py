@@ -42,7 +42,7 @@ from torch import Tensor
 
 from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
-from . import _checks
+from .. import _checks
 
 __all__ = [
     "FactoredMatrix",

@@ -1,6 +1,6 @@
 """Direct attribution for post-norm models (BERT): exact contributions to a direction of the hidden states.
 
-A decoder's direct logit attribution (``analysis.attribution``) rests on pre-norm algebra:
+A decoder's direct logit attribution (``analysis.readouts.attribution``) rests on pre-norm algebra:
 the residual stream is a sum of component outputs and one final LayerNorm reads it. A
 BERT-style encoder renormalizes its stream twice per block (``ln1`` after attention,
 ``ln2`` after the MLP), so neither holds. This module gives the exact counterpart.
@@ -62,7 +62,7 @@ from torch import Tensor
 from interp_transformer import ActivationCache
 from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
-from . import _checks
+from .. import _checks
 
 PosArg = Union[None, int, Tensor, str]
 
@@ -189,7 +189,7 @@ def _require_post_norm(model, what: str) -> None:
     if model.capabilities.norm_placement != "post":
         raise TypeError(
             f"{what} needs a post-norm model's cache (an EncoderTransformer); for a pre-norm decoder use "
-            f"analysis.attribution.direct_logit_attribution (got a {type(model).__name__})"
+            f"analysis.readouts.attribution.direct_logit_attribution (got a {type(model).__name__})"
         )
 
 

@@ -10,7 +10,7 @@ and the logits read it through the final norm, linear once its scale is frozen. 
 logit (difference) of a token at one target position splits exactly over the embeddings,
 every self-attention head, every cross-attention head, each ``b_O``, each MLP, the final
 norm's bias and ``b_U`` (``decoder_logit_attribution``; the same algebra as
-``analysis.attribution.direct_logit_attribution``, through the norm's own ``pull_back``).
+``analysis.readouts.attribution.direct_logit_attribution``, through the norm's own ``pull_back``).
 The encoder's contribution arrives only through the cross-attention heads: a cross head's
 term is everything the source reaches the logit by, through that head, directly.
 
@@ -29,7 +29,7 @@ from torch import Tensor
 from interp_transformer import ActivationCache
 from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
-from . import _checks
+from .. import _checks
 from .cross_attention import require_cross_attention
 
 DECODER = "decoder"

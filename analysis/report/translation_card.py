@@ -4,7 +4,7 @@ learned.
 What it learned is measured with the analysis tools, on numbers never trained on
 (``interp_transformer.pretrained.translation.is_held_out``): the exact-match accuracy of its greedy
 translations, and how closely each cross-attention head follows the task's known
-alignment (``analysis.cross_attention.alignment_scores``).
+alignment (``analysis.readouts.cross_attention.alignment_scores``).
 """
 
 import dataclasses
@@ -21,7 +21,7 @@ from interp_transformer.pretrained.translation import (
     sample_numbers,
 )
 
-from .cross_attention import alignment_scores, cross_pattern_hook_names
+from ..readouts.cross_attention import alignment_scores, cross_pattern_hook_names
 
 TASK = (
     "Translate a number from 0 to 999999, spelled out in English words (the source, e.g. 'three hundred forty two "

@@ -44,7 +44,7 @@ from torch import Tensor
 from interp_transformer import ActivationCache
 from interp_transformer.models.shape_checks import shape_checked
 
-from . import _checks
+from .. import _checks
 
 
 def pattern_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:

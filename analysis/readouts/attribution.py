@@ -28,7 +28,7 @@ pass through norms of their own before the residual stream (Gemma 2's ``ln1_post
 each head's and neuron's write is pulled back through them: the split stays exact. In a
 mixture of experts, ``b_out`` is each chosen expert's bias times its routing weight (plus the
 shared expert's, times its gate): the routing weights are constant given the cache, so the
-split stays exact (``analysis.experts.expert_logit_attribution`` splits the MLP over experts).
+split stays exact (``analysis.readouts.experts.expert_logit_attribution`` splits the MLP over experts).
 
 Soft-capped logits (Gemma 2: ``logits = cap * tanh(uncapped / cap)``, the read-out's ``softcap``)
 are not linear in anything. Direct logit attribution then attributes the *uncapped* logit
@@ -37,7 +37,7 @@ are not linear in anything. Direct logit attribution then attributes the *uncapp
 ``cap * tanh(total / cap)``, which no sum of terms gives. The logit lens applies the cap, so
 its last entry is the model's logits. Both tools need ``model.capabilities.linear_logits``: a
 final norm and a linear read-out over an additive residual stream. A post-norm model
-has neither: ``analysis.encoder_attribution`` is its exact counterpart (direct
+has neither: ``analysis.readouts.post_norm`` is its exact counterpart (direct
 contributions to a chosen direction of the hidden states, every norm's scale frozen).
 """
 
@@ -59,11 +59,11 @@ from interp_transformer.components.writers import (
     stack_terms,
 )
 
-from . import _checks
+from .. import _checks
 
 POST_NORM_INSTEAD = (
     "has no final norm reading an additive residual stream, or no logits linear in it; use "
-    "analysis.encoder_attribution.encoder_direct_attribution(cache, direction) for exact direct contributions"
+    "analysis.readouts.post_norm.encoder_direct_attribution(cache, direction) for exact direct contributions"
 )
 
 TokenArg = Union[int, Int[Tensor, "batch"]]
@@ -254,7 +254,7 @@ def neuron_logit_attribution(
     ``[layer, d_mlp, batch]``, or ``[d_mlp, batch]`` for one ``layer``. Per layer, the
     neurons plus ``LogitAttribution.mlp_bias`` sum to ``LogitAttribution.mlp``. A norm after
     the MLP (Gemma 2's ``ln2_post``) is read through with its scale frozen. A mixture of
-    experts has neurons per expert: ``analysis.experts.expert_neuron_logit_attribution``.
+    experts has neurons per expert: ``analysis.readouts.experts.expert_neuron_logit_attribution``.
     """
     _checks.check_cache(cache)
     model = cache.model

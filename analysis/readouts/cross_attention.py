@@ -28,7 +28,7 @@ from torch import Tensor
 
 from interp_transformer import ActivationCache
 
-from . import _checks
+from .. import _checks
 
 
 def require_cross_attention(model, analysis: str) -> None:

@@ -11,7 +11,7 @@ Encoders (``EncoderTransformer``): activations, summaries and top activating exa
 work the same (``top_activations`` runs its batches without a padding mask, so feed it
 texts of equal token length). A neuron of a post-LayerNorm encoder has no direct logit
 effect: its write passes through every later ``ln1``/``ln2`` and, for MLM logits, a
-non-linear head, so ``neuron_logit_effect`` refuses it; ``analysis.encoder_attribution``
+non-linear head, so ``neuron_logit_effect`` refuses it; ``analysis.readouts.post_norm``
 gives exact direct contributions to a chosen output direction instead.
 """
 
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from interp_transformer import ActivationCache
 from interp_transformer.models.shape_checks import shape_checked
 
-from . import _checks
+from .. import _checks
 
 
 def post_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
@@ -197,7 +197,7 @@ def neuron_logit_effect(model: _checks.AnyModel, layer: int, neuron: int, k: int
         "linear_logits",
         "neuron_logit_effect",
         "reads a neuron's write through every later post-norm LayerNorm (or a non-linear head), so W_out[n] W_U is no "
-        "direct logit effect; use analysis.encoder_attribution.encoder_direct_attribution",
+        "direct logit effect; use analysis.readouts.post_norm.encoder_direct_attribution",
     )
     layer = _checks.layer_index(model, layer)
     neuron = _checks.neuron_index(model, neuron)

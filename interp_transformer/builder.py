@@ -16,7 +16,7 @@ call                                    spec (``model.cfg``)              model
 positions="alibi", ...))``: the architecture behind each spec is registered by the library, so
 hooks, capabilities, ``run_with_cache``, verification, weight processing, the report and the
 analysis tools read the result as they read a shipped family. The fields and what each picks:
-``interp_transformer.architectures.composed`` and ``composed_stacks``; the part behind each name:
+``interp_transformer.families.composed`` and ``composed_stacks``; the part behind each name:
 ``architectures.composed_parts``. The parts the shipped families use are ``DecoderSpec`` fields too, named as
 their Hugging Face configs name them (``n_key_value_heads``, ``parallel_residual``, ``qk_norm``,
 ``sliding_window`` with ``layer_types``, ``rotary_dim``, ``rotary_base_local``, ``attn_softcap``,
@@ -39,13 +39,13 @@ from typing import Optional, Union
 
 import torch
 
-from .architectures.composed import DecoderSpec
-from .architectures.composed_parts import ExpertSpec
-from .architectures.composed_stacks import EncoderDecoderSpec, EncoderSpec
-from .encoder import EncoderTransformer
-from .encoder_decoder import EncoderDecoderTransformer
-from .loading.from_modules import load_from_modules, weights_from_modules
-from .models.decoder import DemoTransformer
+from interp_transformer.families.composed import DecoderSpec
+from interp_transformer.families.composed_parts import ExpertSpec
+from interp_transformer.families.composed_stacks import EncoderDecoderSpec, EncoderSpec
+from interp_transformer.loading.from_modules import load_from_modules, weights_from_modules
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.models.encoder import EncoderTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
 Device = Union[str, torch.device, None]
 

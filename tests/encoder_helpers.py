@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp_transformer.encoder import EncoderTransformer
+from interp_transformer.models.encoder import EncoderTransformer
 
 # the tiny BERT of the random-weight tests (2 layers, d_model 32, vocab 61)
 TINY_BERT = dict(

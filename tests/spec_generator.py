@@ -18,11 +18,11 @@ from typing import Callable, Optional
 
 import torch
 
-from interp_transformer.architectures import composed, composed_parts as parts
-from interp_transformer.architectures.composed import DecoderSpec
-from interp_transformer.architectures.composed_stacks import EncoderDecoderSpec, EncoderSpec
+from interp_transformer.families import composed, composed_parts as parts
+from interp_transformer.families.composed import DecoderSpec
+from interp_transformer.families.composed_stacks import EncoderDecoderSpec, EncoderSpec
 from interp_transformer.builder import build_decoder, build_encoder, build_encoder_decoder
-from interp_transformer.components.activations import ACTIVATIONS
+from interp_transformer.parts.activations import ACTIVATIONS
 
 KINDS = {"decoder": build_decoder, "encoder": build_encoder, "encoder_decoder": build_encoder_decoder}
 KIND_WEIGHTS = {"decoder": 6, "encoder": 2, "encoder_decoder": 2}  # decoders have the most fields

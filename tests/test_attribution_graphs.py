@@ -31,12 +31,12 @@ from analysis.attribution_graphs import (
 )
 from analysis.attribution_graphs.graph import AttributionGraph
 from analysis.attribution_graphs.pruning import compute_influence, normalize_matrix
-from interp_transformer.architectures.gemma import GemmaConfig
-from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
-from interp_transformer.architectures.gptj import GPTJConfig
-from interp_transformer.architectures.moe import MoEConfig
-from interp_transformer.architectures.olmo2 import Olmo2Config
-from interp_transformer.components import Attention
+from interp_transformer.families.gemma import GemmaConfig
+from interp_transformer.families.gpt_neox import GPTNeoXConfig
+from interp_transformer.families.gptj import GPTJConfig
+from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.olmo2 import Olmo2Config
+from interp_transformer.parts import Attention
 from interp_transformer.models.processing import fold_ln
 from interp_transformer.sae import SAE, run_with_cache_with_saes
 from interp_transformer.sae.processing import ProcessingMismatch

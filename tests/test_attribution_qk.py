@@ -14,12 +14,12 @@ import torch
 from analysis.attribution_graphs import ReplacementModel, attribute, random_transcoders
 from analysis.attribution_graphs.qk import qk_attribution, stream_components
 from interp_transformer import TransformerConfig
-from interp_transformer.architectures.bloom import BloomConfig
-from interp_transformer.architectures.gemma import GemmaConfig
-from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
-from interp_transformer.architectures.llama import LlamaConfig
-from interp_transformer.architectures.olmo2 import Olmo2Config
-from interp_transformer.components.layer_norm import LayerNorm
+from interp_transformer.families.bloom import BloomConfig
+from interp_transformer.families.gemma import GemmaConfig
+from interp_transformer.families.gpt_neox import GPTNeoXConfig
+from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.olmo2 import Olmo2Config
+from interp_transformer.parts.layer_norm import LayerNorm
 from interp_transformer.models.processing import fold_ln
 
 from .attribution_graph_helpers import PROMPT, transcoders

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp_transformer.architectures.llama import preset
+from interp_transformer.families.llama import preset
 from interp_transformer.loading.llama import config_from_hf
 
 from .gguf_helpers import tiny_llama, tiny_vocabulary, write_llama_gguf

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp_transformer.encoder import EncoderTokens, EncoderTransformer
+from interp_transformer.models.encoder import EncoderTokens, EncoderTransformer
 from interp_transformer.loading.bert import hf_reference_activations
 
 transformers = pytest.importorskip("transformers")

@@ -29,7 +29,7 @@ from interp_transformer.builder import (
     load_from_modules,
     weights_from_modules,
 )
-from interp_transformer.loading.strict import CheckpointError
+from interp_transformer.core.strict import CheckpointError
 from interp_transformer.models import processing
 
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE, perturb

@@ -12,16 +12,16 @@
 import pytest
 import torch
 
-from interp_transformer.architectures.composed import DecoderSpec
+from interp_transformer.families.composed import DecoderSpec
 from interp_transformer.builder import build_decoder
-from interp_transformer.components import ParallelBlock
-from interp_transformer.components.all_heads_norm import AllHeadsRMSNorm
-from interp_transformer.components.gemma_norm import GemmaRMSNorm
-from interp_transformer.components.output_norm_block import OutputNormBlock
-from interp_transformer.components.pre_post_norm_block import PrePostNormBlock
-from interp_transformer.components.rms_norm import RMSNorm
-from interp_transformer.components.scaled_embed import ScaledEmbed
-from interp_transformer.components.softcap import SoftCappedAttention, SoftCappedUnembed
+from interp_transformer.parts import ParallelBlock
+from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
+from interp_transformer.parts.gemma_norm import GemmaRMSNorm
+from interp_transformer.parts.output_norm_block import OutputNormBlock
+from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
+from interp_transformer.parts.rms_norm import RMSNorm
+from interp_transformer.parts.scaled_embed import ScaledEmbed
+from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed
 from interp_transformer.loading import from_pretrained
 
 from .classic_helpers import tiny_hf_model as tiny_classic
@@ -151,7 +151,7 @@ def test_every_hook_name_in_the_table_is_a_hook_of_the_model(fields):
 
 def test_grouped_keys_and_values_count_in_the_size_check():
     """``check_fits`` counts keys and values once per key/value head: a spec that fits only grouped is built."""
-    from interp_transformer.architectures.composed_parts import weight_counts
+    from interp_transformer.families.composed_parts import weight_counts
 
     full, grouped = DecoderSpec(**SHAPE), DecoderSpec(**SHAPE, n_key_value_heads=1)
     label = "n_layers x (n_heads x d_head + d_mlp) x d_model (blocks)"

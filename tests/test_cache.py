@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer import DemoTransformer, TransformerConfig, get_act_name
-from interp_transformer.models.losses import lm_loss
+from interp_transformer.core.losses import lm_loss
 
 from .test_components import random_tokens, randomize, single_thread  # noqa: F401
 from .test_hooks import assert_no_hooks

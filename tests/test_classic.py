@@ -11,7 +11,7 @@ hook with ``verify_against_hf`` in float32 (1e-4) and float64 (1e-10); Hugging F
 import pytest
 import torch
 
-from interp_transformer.models.kv_cache import KeyValueCache
+from interp_transformer.core.kv_cache import KeyValueCache
 from interp_transformer.loading import architecture_module, from_pretrained
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 

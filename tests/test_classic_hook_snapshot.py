@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.architectures.bloom import BloomConfig
-from interp_transformer.architectures.gpt_neox import GPTNeoXConfig
-from interp_transformer.architectures.gptj import GPTJConfig
-from interp_transformer.architectures.opt import OPTPostNormConfig
+from interp_transformer.families.bloom import BloomConfig
+from interp_transformer.families.gpt_neox import GPTNeoXConfig
+from interp_transformer.families.gptj import GPTJConfig
+from interp_transformer.families.opt import OPTPostNormConfig
 
 from .test_hook_snapshot import to_json
 

@@ -18,11 +18,11 @@ from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.gptj import modeling_gptj
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from interp_transformer.architectures.bloom import BloomConfig as OurBloomConfig
-from interp_transformer.architectures.gpt_neox import GPTNeoXConfig as OurNeoXConfig
-from interp_transformer.architectures.gptj import GPTJConfig as OurGPTJConfig
-from interp_transformer.architectures.opt import OPTConfig as OurOPTConfig
-from interp_transformer.components import (
+from interp_transformer.families.bloom import BloomConfig as OurBloomConfig
+from interp_transformer.families.gpt_neox import GPTNeoXConfig as OurNeoXConfig
+from interp_transformer.families.gptj import GPTJConfig as OurGPTJConfig
+from interp_transformer.families.opt import OPTConfig as OurOPTConfig
+from interp_transformer.parts import (
     ALiBi,
     Attention,
     LayerNorm,
@@ -32,11 +32,11 @@ from interp_transformer.components import (
     TokenLayout,
     UnbiasedLayerNorm,
 )
-from interp_transformer.components.activations import ACTIVATIONS
-from interp_transformer.components.alibi import alibi_slopes
-from interp_transformer.components.rotary import Rotary
-from interp_transformer.components.sinusoidal import sinusoidal_table
-from interp_transformer.models.kv_cache import LayerKVCache
+from interp_transformer.parts.activations import ACTIVATIONS
+from interp_transformer.parts.alibi import alibi_slopes
+from interp_transformer.parts.rotary import Rotary
+from interp_transformer.parts.sinusoidal import sinusoidal_table
+from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.loading import CheckpointError, architecture_module, from_pretrained
 from interp_transformer.verify import verify_against_hf
 
@@ -160,7 +160,7 @@ def test_alibi_takes_other_slopes_and_its_attention_is_a_from_scratch_alibis():
 def test_a_clipped_relative_bias_is_its_from_scratch_formula_padded_and_cached():
     """Shaw-style clipped offsets: our attention equals softmax(q k / sqrt(d) + W_rel[clip(j - i, -2, 2) + 2, h])
     written here; a left-padded row gets what it gets alone, and a key/value cache changes nothing."""
-    from interp_transformer.components import ClippedRelativeBias
+    from interp_transformer.parts import ClippedRelativeBias
 
     cfg = OurBloomConfig(d_model=24, n_layers=1, n_heads=3, d_head=8, d_mlp=32, d_vocab=10, n_ctx=16)
     attn = Attention(cfg, score_bias=ClippedRelativeBias(3, max_distance=2)).double()

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer.components import attention as attention_module
-from interp_transformer.components import gelu_new
+from interp_transformer.parts import attention as attention_module
+from interp_transformer.parts import gelu_new
 
 
 # --- references --------------------------------------------------------------------------

@@ -7,8 +7,10 @@ and each finder is tried on a known-bad snippet so that a count of zero means so
 import ast
 from pathlib import Path
 
+import pytest
+
 import interp_transformer
-from interp_transformer.architectures import hf_converters, registered
+from interp_transformer.families import hf_converters, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(interp_transformer.__file__).parent
@@ -52,11 +54,11 @@ def model_type_tables(source: str, model_types: set) -> int:
 def test_attention_has_two_z_bodies_and_one_forward_body():
     bodies = {str(path.relative_to(ROOT)): z_bodies(path.read_text()) for path in python_files("interp_transformer")}
     assert {path: names for path, names in bodies.items() if names} == {
-        "interp_transformer/components/attention.py": ["_explicit_z", "_fused_z"]
+        "interp_transformer/parts/attention.py": ["_explicit_z", "_fused_z"]
     }
     forwards = {str(p.relative_to(ROOT)): query_projections(p.read_text()) for p in python_files("interp_transformer")}
     assert {path: names for path, names in forwards.items() if names} == {
-        "interp_transformer/components/attention.py": ["attend"]
+        "interp_transformer/parts/attention.py": ["attend"]
     }
 
 
@@ -96,7 +98,7 @@ def test_capabilities_hold_no_family_field():
     """What one family brings (output norms, a soft-cap, experts, cross-attention) is said by its parts."""
     from dataclasses import fields
 
-    from interp_transformer.models.capabilities import Capabilities
+    from interp_transformer.core.capabilities import Capabilities
 
     assert {field.name for field in fields(Capabilities)} == GENERIC_CAPABILITIES
 
@@ -141,22 +143,39 @@ def test_the_package_reads_as_a_table_of_contents():
     loose = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(loose) <= 10, loose
     packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
-    assert {"hooks", "models", "text", "circuits", "verify", "pretrained", "compat", "components"} <= packages
+    assert {
+        "core",
+        "hooks",
+        "parts",
+        "families",
+        "models",
+        "text",
+        "circuits",
+        "verify",
+        "pretrained",
+        "compat",
+    } <= packages
 
 
-def test_moved_modules_keep_their_old_import_paths():
+def test_no_shim_keeps_an_old_module_path_and_transformerlens_paths_stay():
+    """Old paths raise ``ModuleNotFoundError`` (CHANGELOG.md names the new import); TransformerLens' paths import."""
     import importlib
+    import sys
 
-    for old, new in interp_transformer.MOVED_MODULES.items():
-        assert importlib.import_module(f"interp_transformer.{old}") is importlib.import_module(
-            f"interp_transformer.{new}"
-        )
+    assert not any(type(finder).__module__.startswith("interp_transformer") for finder in sys.meta_path)
+    for old in ("tokens", "model", "shape_checks", "models.config", "components", "architectures", "encoder"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"interp_transformer.{old}")
+    hook_points = importlib.import_module("interp_transformer.hook_points")
+    assert hook_points.HookPoint is importlib.import_module("interp_transformer.hooks").HookPoint
+    factored = importlib.import_module("interp_transformer.FactoredMatrix")
+    assert factored.FactoredMatrix is interp_transformer.FactoredMatrix
 
 
 def test_no_inheritance_chain_packs_a_class():
     """The cache and the factored matrix hold their helpers (composition), not inherit them for length."""
     from interp_transformer.circuits.factored_matrix import FactoredMatrix
-    from interp_transformer.hooks.cache import ActivationCache
+    from interp_transformer.cache.activations import ActivationCache
 
     assert ActivationCache.__bases__ == (object,) and FactoredMatrix.__bases__ == (object,)
 

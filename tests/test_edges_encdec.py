@@ -26,9 +26,9 @@ from analysis.discovery import (
     run_circuit,
 )
 from analysis.discovery.report import _patterns, circuit_report
-from interp_transformer.architectures.bart import BartConfig
-from interp_transformer.architectures.t5 import T5Config
-from interp_transformer.encoder_decoder.model import EncoderDecoderTransformer
+from interp_transformer.families.bart import BartConfig
+from interp_transformer.families.t5 import T5Config
+from interp_transformer.models.encoder_decoder.model import EncoderDecoderTransformer
 from interp_transformer.pretrained import load_shipped
 from interp_transformer.pretrained.translation import encode_numbers
 

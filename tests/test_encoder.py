@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp_transformer.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
+from interp_transformer.models.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
 from interp_transformer.loading import CheckpointError
 from interp_transformer.loading import bert as bert_loading
 
@@ -447,7 +447,7 @@ def test_gelu_is_exact_erf_gelu_in_bert():
     # BERT's "gelu" is the erf form; gelu_new (GPT-2) is the tanh approximation
     assert bert_loading.config_from_hf(transformers.BertConfig(hidden_act="gelu")).act_fn == "gelu"
     x = torch.linspace(-4, 4, 101, dtype=torch.float64)
-    from interp_transformer.components.activations import ACTIVATIONS
+    from interp_transformer.parts.activations import ACTIVATIONS
 
     torch.testing.assert_close(ACTIVATIONS["gelu"](x), 0.5 * x * (1 + torch.erf(x / 2**0.5)))
     assert (ACTIVATIONS["gelu"](x) - F.gelu(x, approximate="tanh")).abs().max() > 1e-5

@@ -9,7 +9,7 @@ import torch
 
 from analysis import patching
 from analysis.readouts import attention, circuits, neurons
-from interp_transformer.encoder import EncoderTokens
+from interp_transformer.models.encoder import EncoderTokens
 
 from .encoder_helpers import SENTENCES, minilm, random_mlm
 

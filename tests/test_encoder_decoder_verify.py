@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from interp_transformer.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
 from interp_transformer.verify import verify_against_hf, verify_against_module
 
 from .encoder_decoder_helpers import DECODER_INPUT, FAMILIES, SOURCE, SOURCE_MASK, converted, inputs

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from analysis.cli import EXIT_OK, EXIT_USAGE, main
-from interp_transformer.encoder import EncoderTransformer
+from interp_transformer.models.encoder import EncoderTransformer
 from interp_transformer.verify import DEFAULT_ENCODER_PROMPTS, verify_against_hf
 
 from .encoder_helpers import SENTENCES, minilm, minilm_path, random_mlm

@@ -12,8 +12,8 @@ import torch
 import transformers
 
 from interp_transformer.models import processing
-from interp_transformer.architectures.gemma import PRESETS, preset
-from interp_transformer.models.kv_cache import KeyValueCache
+from interp_transformer.families.gemma import PRESETS, preset
+from interp_transformer.core.kv_cache import KeyValueCache
 from interp_transformer.loading import from_pretrained
 from interp_transformer.loading.gemma import config_from_hf, hf_reference_activations
 from interp_transformer.verify import verify_against_hf, verify_pretrained

@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm, Gemma2TextScaledWordEmbedding
 
-from interp_transformer.architectures.gemma import GemmaConfig
-from interp_transformer.architectures.moe import MoEConfig
-from interp_transformer.components.gemma_norm import GemmaRMSNorm
-from interp_transformer.components.layout import TokenLayout
-from interp_transformer.components.moe import MixtureOfExperts, Routing
-from interp_transformer.components.scaled_embed import ScaledEmbed
-from interp_transformer.components.softcap import SoftCappedAttention, SoftCappedUnembed, soft_cap
+from interp_transformer.families.gemma import GemmaConfig
+from interp_transformer.families.moe import MoEConfig
+from interp_transformer.parts.gemma_norm import GemmaRMSNorm
+from interp_transformer.parts.layout import TokenLayout
+from interp_transformer.parts.moe import MixtureOfExperts, Routing
+from interp_transformer.parts.scaled_embed import ScaledEmbed
+from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed, soft_cap
 from interp_transformer.hooks import HookedRootModule
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

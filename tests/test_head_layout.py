@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.architectures.llama import LlamaConfig
-from interp_transformer.components.attention import Attention
-from interp_transformer.components.head_projection import (
+from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.parts.attention import Attention
+from interp_transformer.parts.head_projection import (
     DEFAULT_HEAD_LAYOUT,
     HEAD_LAYOUTS,
     heads_side_by_side,
@@ -23,7 +23,7 @@ from interp_transformer.components.head_projection import (
     set_head_layout,
     side_by_side_matrix,
 )
-from interp_transformer.models.config import TransformerConfig
+from interp_transformer.families.gpt2 import TransformerConfig
 from interp_transformer.loading import from_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

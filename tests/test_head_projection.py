@@ -9,8 +9,8 @@ import einops
 import pytest
 import torch
 
-from interp_transformer.components import head_projection
-from interp_transformer.components.head_projection import (
+from interp_transformer.parts import head_projection
+from interp_transformer.parts.head_projection import (
     heads_side_by_side,
     new_head_weight,
     placed,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer.models.losses import lm_loss
+from interp_transformer.core.losses import lm_loss
 
 from .test_components import random_tokens, randomize, single_thread  # noqa: F401
 

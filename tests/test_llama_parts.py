@@ -17,14 +17,14 @@ from transformers.models.gptj import modeling_gptj
 
 from interp_transformer import Capabilities, DemoTransformer
 from interp_transformer.models import processing
-from interp_transformer.architectures import Architecture, DecoderParts, register, unregister
-from interp_transformer.architectures.llama import HOOK_NAMES, LlamaConfig
-from interp_transformer.components import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask
-from interp_transformer.components import TokenLayout, TransformerBlock, Unembed
-from interp_transformer.components.gated_mlp import GatedMLP
-from interp_transformer.components.rms_norm import RMSNorm
-from interp_transformer.components.rotary import RopeScaling, Rotary, rotary_frequencies
-from interp_transformer.models.kv_cache import LayerKVCache
+from interp_transformer.families import Architecture, DecoderParts, register, unregister
+from interp_transformer.families.llama import HOOK_NAMES, LlamaConfig
+from interp_transformer.parts import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask
+from interp_transformer.parts import TokenLayout, TransformerBlock, Unembed
+from interp_transformer.parts.gated_mlp import GatedMLP
+from interp_transformer.parts.rms_norm import RMSNorm
+from interp_transformer.parts.rotary import RopeScaling, Rotary, rotary_frequencies
+from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.loading import CheckpointError
 from interp_transformer.loading.llama import config_from_hf, convert_state_dict
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from interp_transformer.components import MLP
-from interp_transformer.components.moe import MixtureOfExperts
+from interp_transformer.parts import MLP
+from interp_transformer.parts.moe import MixtureOfExperts
 
 
 class ScratchMoE(nn.Module):

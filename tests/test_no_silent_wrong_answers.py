@@ -16,9 +16,9 @@ from safetensors.torch import load_file, save_file
 
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer import DemoTransformer, KeyValueCache, TransformerConfig
-from interp_transformer.architectures.seq2seq import Seq2SeqConfig
+from interp_transformer.families.seq2seq import Seq2SeqConfig
 from interp_transformer.compat import HookedTransformer, HookedTransformerConfig
-from interp_transformer.encoder_decoder import EncoderDecoderTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.text.generate import generate
 from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.loading.sources import open_weights, read_bin_file

@@ -16,8 +16,8 @@ PACKAGES = ("interp_transformer", "analysis")
 MODEL_CLASSES = ("DemoTransformer", "EncoderTransformer", "EncoderDecoderTransformer")
 CLASS_QUESTIONS = ("is_encoder", "is_post_norm", "require_decoder")
 TOOLS = (
-    "interp_transformer.hooks.cache",
-    "interp_transformer.hooks.caching",
+    "interp_transformer.cache.activations",
+    "interp_transformer.cache.caching",
     "interp_transformer.verify",
     "interp_transformer.hooks",
 )

@@ -165,7 +165,7 @@ def test_on_a_linear_model_eap_ig_is_eap_and_its_logits_edges_sum_to_the_total_e
 def test_a_stream_norm_whose_output_no_hook_holds_is_refused_by_name():
     """The parts after a stream norm read its output: with no hook on it (``NoNorm`` in a post-norm block's place),
     edges through it cannot be followed."""
-    from interp_transformer.components import NoNorm
+    from interp_transformer.parts import NoNorm
 
     model = decoder("post_norm_experts")
     model.blocks[1].ln1 = NoNorm()

@@ -10,9 +10,9 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer.architectures.llama import LlamaConfig
-from interp_transformer.architectures.seq2seq import Seq2SeqConfig
-from interp_transformer.encoder_decoder import EncoderDecoderTransformer
+from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained.translation import VOCAB
 from interp_transformer.training import (
     InductionTask,

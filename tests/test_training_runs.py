@@ -13,7 +13,7 @@ import torch
 
 from analysis.cli import main as cli_main
 from interp_transformer import DemoTransformer
-from interp_transformer.encoder_decoder import EncoderDecoderTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained import PRETRAINED_DIR, load_shipped, load_shipped_metadata
 from interp_transformer.training import example_config, plan_from_config
 from interp_transformer.training.cli import load_trained, run_config

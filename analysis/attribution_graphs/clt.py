@@ -38,8 +38,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from interp_transformer.files import atomic_write
-from interp_transformer.loading.strict import check_checkpoint, check_finite, state_dict_shapes
+from interp_transformer.core.files import atomic_write
+from interp_transformer.core.strict import check_checkpoint, check_finite, state_dict_shapes
 
 from .folder_files import read_metadata, read_tensors
 

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp_transformer.files import atomic_write_text, read_json_object
+from interp_transformer.core.files import atomic_write_text, read_json_object
 
 from .graph import AttributionGraph
 from .pruning import prune_graph

@@ -46,7 +46,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer.components.writers import Writer
+from interp_transformer.parts.writers import Writer
 from interp_transformer.hooks.thread_state import restores_thread_state
 
 from .. import _checks

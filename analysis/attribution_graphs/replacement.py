@@ -40,7 +40,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer.hooks.thread_state import attach_forward_hooks, restores_thread_state, with_parameters_detached
-from interp_transformer.sae.splice import SPECIAL_TOKEN_ATTRIBUTES, special_token_ids
+from interp_transformer.text.special_tokens import SPECIAL_TOKEN_ATTRIBUTES, special_token_ids
 
 from .. import _checks
 from .transcoders import LayerTranscoder, mlp_slots, transcoder_layers

@@ -35,7 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_transformer.architectures.validation import check_positive_int
+from interp_transformer.families.validation import check_positive_int
 from interp_transformer.sae import SAE
 from interp_transformer.sae.data import keep_mask, token_batches
 from interp_transformer.sae.processing import ProcessingMismatch

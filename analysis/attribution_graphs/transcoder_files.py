@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Optional, Union
 
-from interp_transformer.files import atomic_write_text
+from interp_transformer.core.files import atomic_write_text
 from interp_transformer.sae import SAE
 
 from .clt import CrossLayerTranscoder

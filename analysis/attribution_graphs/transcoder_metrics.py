@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-from interp_transformer.models.losses import lm_loss
+from interp_transformer.core.losses import lm_loss
 from interp_transformer.sae.data import keep_mask
 
 from .interventions import splice_transcoders

@@ -31,8 +31,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from torch import Tensor, nn
 
-from interp_transformer.components.writers import StreamNorm
-from interp_transformer.loading.strict import check_finite
+from interp_transformer.parts.writers import StreamNorm
+from interp_transformer.core.strict import check_finite
 from interp_transformer.sae import SAE
 from interp_transformer.sae.processing import ProcessingMismatch, check_processing
 

@@ -62,7 +62,7 @@ import einops
 import torch
 from torch import Tensor, nn
 
-from interp_transformer.components.writers import Writer
+from interp_transformer.parts.writers import Writer
 
 Reader = Callable[[str], Tensor]  # an activation by hook name
 SIDES = {"attn": "attn", "cross_attn": "cross", "mlp": "mlp"}  # a writer's sublayer -> the side its nodes are on

@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from interp_transformer.encoder_decoder.inputs import check_decoder_input
+from interp_transformer.models.encoder_decoder.inputs import check_decoder_input
 
 from .. import _checks
 from .batched import _start

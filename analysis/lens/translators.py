@@ -29,7 +29,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-from interp_transformer.components.softcap import soft_cap
+from interp_transformer.parts.softcap import soft_cap
 
 from .. import _checks
 

@@ -42,7 +42,7 @@ from jaxtyping import Float, Int, Shaped
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.models.shape_checks import shape_checked
+from interp_transformer.core.shape_checks import shape_checked
 
 from .. import _checks
 

@@ -49,8 +49,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.components.softcap import soft_cap
-from interp_transformer.components.writers import (
+from interp_transformer.parts.softcap import soft_cap
+from interp_transformer.parts.writers import (
     LayerTerms,
     Writer,
     direct_path,

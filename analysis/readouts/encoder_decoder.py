@@ -27,7 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
+from interp_transformer.parts.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
 from .. import _checks
 from .cross_attention import require_cross_attention

@@ -2,7 +2,7 @@
 
 A mixture's block ``L`` writes ``mlp_out = sum_E w_E expert_E(x) (+ g * shared(x))`` with
 ``w_E`` the routing weight of expert ``E`` (0 where the router did not choose it; see
-``interp_transformer.components.moe``). Given the cache, the routing weights and the shared
+``interp_transformer.parts.moe``). Given the cache, the routing weights and the shared
 expert's gate ``g`` are constants, so everything linear in the experts' outputs splits
 exactly over experts, and over each expert's neurons:
 

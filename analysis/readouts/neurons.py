@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_transformer import ActivationCache
-from interp_transformer.models.shape_checks import shape_checked
+from interp_transformer.core.shape_checks import shape_checked
 
 from .. import _checks
 

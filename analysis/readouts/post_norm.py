@@ -60,7 +60,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.components.writers import direct_path, direct_path_hooks, read_along, stack_terms
+from interp_transformer.parts.writers import direct_path, direct_path_hooks, read_along, stack_terms
 
 from .. import _checks
 

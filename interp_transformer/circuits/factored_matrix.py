@@ -43,8 +43,8 @@ import einops
 import torch
 from jaxtyping import Complex, Float, Int
 
-from . import factored_spectra as spectra
-from .factored_spectra import SVD
+from interp_transformer.circuits import factored_spectra as spectra
+from interp_transformer.circuits.factored_spectra import SVD
 
 Scalar = Union[int, float, torch.Tensor]
 AxisIndex = Union[int, slice, list, torch.Tensor]

@@ -12,17 +12,17 @@ value the core computes. What differs from
 TransformerLens on purpose is listed in ``docs/from_transformerlens.md``.
 """
 
-from .architecture import ARCHITECTURE
-from .cache import ActivationCache
-from .config import HookedTransformerConfig
-from .factored_matrix import FactoredMatrix
-from .kv_cache import (
+from interp_transformer.compat.architecture import ARCHITECTURE
+from interp_transformer.compat.cache import ActivationCache
+from interp_transformer.compat.config import HookedTransformerConfig
+from interp_transformer.compat.factored_matrix import FactoredMatrix
+from interp_transformer.compat.kv_cache import (
     HookedTransformerKeyValueCache,
     HookedTransformerKeyValueCacheEntry,
     TransformerLensKeyValueCache,
     TransformerLensKeyValueCacheEntry,
 )
-from .model import HookedTransformer, Output
+from interp_transformer.compat.model import HookedTransformer, Output
 
 __all__ = [
     "ARCHITECTURE",

@@ -47,18 +47,39 @@ config                         part
 
 from types import SimpleNamespace
 
-from ..architectures import Architecture, DecoderParts, register
-from ..models.capabilities import Capabilities
-from ..components import MLP, AttnOnlyBlock, CausalMask, Embed, GatedMLP, LayerNorm, LayerNormPre, NoNorm, PaddingMask
-from ..components import ParallelBlock, RMSNorm, RMSNormPre, Rotary, SlidingWindowMask, TransformerBlock
-from ..components.alibi import ALiBi
-from ..components.pre_post_norm_block import PrePostNormBlock
-from ..components.activations import ACTIVATIONS
-from ..hooks.names import BLOCK_HOOKS, HookNames
-from .config import HookedTransformerConfig
-from .errors import CompatValueError
-from .parts import HookedBlock, HookedUnembed, PositionalEmbedding, SplitInputAttention, share_state
-from .softcap_parts import SoftCappedHookedUnembed, SoftCappedSplitInputAttention
+from interp_transformer.compat.config import HookedTransformerConfig
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.parts import (
+    HookedBlock,
+    HookedUnembed,
+    PositionalEmbedding,
+    SplitInputAttention,
+    share_state,
+)
+from interp_transformer.compat.softcap_parts import SoftCappedHookedUnembed, SoftCappedSplitInputAttention
+from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.families import Architecture, DecoderParts, register
+from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
+from interp_transformer.parts import (
+    MLP,
+    AttnOnlyBlock,
+    CausalMask,
+    Embed,
+    GatedMLP,
+    LayerNorm,
+    LayerNormPre,
+    NoNorm,
+    PaddingMask,
+    ParallelBlock,
+    RMSNorm,
+    RMSNormPre,
+    Rotary,
+    SlidingWindowMask,
+    TransformerBlock,
+)
+from interp_transformer.parts.activations import ACTIVATIONS
+from interp_transformer.parts.alibi import ALiBi
+from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 
 # hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
 TOGGLE_HOOKS = {

@@ -1,7 +1,7 @@
 """TransformerLens' ``ActivationCache``: ours, with TransformerLens' remainder at ``layer=0`` and its error classes.
 
 ``HookedTransformer.run_with_cache`` returns this cache (``HookedTransformer.cache_class``).
-It is the core ``ActivationCache`` (``interp_transformer.hooks.cache``) with two of
+It is the core ``ActivationCache`` (``interp_transformer.cache.activations``) with two of
 TransformerLens' conventions:
 
 - ``stack_head_results(layer=0, incl_remainder=True)`` and ``stack_neuron_results(layer=0,
@@ -15,10 +15,10 @@ TransformerLens' conventions:
 
 from torch import Tensor
 
-from ..hooks.cache import RESIDUAL_TOOLS
-from ..hooks.cache import ActivationCache as CoreActivationCache
-from ..hooks.residual_stacks import ResidualStacks
-from .errors import assertion_compatible_methods
+from interp_transformer.compat.errors import assertion_compatible_methods
+from interp_transformer.cache.activations import RESIDUAL_TOOLS
+from interp_transformer.cache.activations import ActivationCache as CoreActivationCache
+from interp_transformer.cache.residual_stacks import ResidualStacks
 
 
 class TransformerLensStacks(ResidualStacks):

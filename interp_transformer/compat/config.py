@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from .errors import CompatValueError
+from interp_transformer.compat.errors import CompatValueError
 
 # TransformerLens' activation names; "solu_ln"/"gelu_ln" are accepted here and refused when a model is built
 SUPPORTED_ACTIVATIONS = (

@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 import torch
 from jaxtyping import Float
 
-from ..circuits.factored_matrix import FactoredMatrix as CoreFactoredMatrix
-from ..circuits.factored_matrix import _keep_axis
-from .errors import assertion_compatible_methods
+from interp_transformer.circuits.factored_matrix import FactoredMatrix as CoreFactoredMatrix
+from interp_transformer.circuits.factored_matrix import _keep_axis
+from interp_transformer.compat.errors import assertion_compatible_methods
 
 
 class SVDV(NamedTuple):

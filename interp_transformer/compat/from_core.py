@@ -21,8 +21,8 @@ from typing import Optional
 
 from torch import Tensor, nn
 
-from .config import HookedTransformerConfig
-from .errors import CompatValueError
+from interp_transformer.compat.config import HookedTransformerConfig
+from interp_transformer.compat.errors import CompatValueError
 
 # why a HookedTransformerConfig cannot describe a family's models (the config class's name -> the reason)
 NOT_DESCRIBED = {
@@ -38,11 +38,11 @@ GEMMA_ARCHITECTURES = {1: "GemmaForCausalLM", 2: "Gemma2ForCausalLM", 3: "Gemma3
 
 def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a loaded model's config (see the module docstring)."""
-    from ..architectures.gemma import GemmaConfig
-    from ..architectures.gpt2 import TransformerConfig
-    from ..architectures.gpt_neox import GPTNeoXConfig
-    from ..architectures.llama import LlamaConfig
-    from ..architectures.opt import OPTConfig
+    from interp_transformer.families.gemma import GemmaConfig
+    from interp_transformer.families.gpt2 import TransformerConfig
+    from interp_transformer.families.gpt_neox import GPTNeoXConfig
+    from interp_transformer.families.llama import LlamaConfig
+    from interp_transformer.families.opt import OPTConfig
 
     common = dict(
         d_model=core_cfg.d_model,

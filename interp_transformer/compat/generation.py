@@ -16,7 +16,7 @@ prepend_bos=None, padding_side=None, return_type="input", verbose=True)``:
   any other Hugging Face keyword is ignored with a ``UserWarning``.
 
 With the cache, the prompt runs once and every later step feeds one token; the padding the
-prompt had stays masked (``interp_transformer.models.kv_cache``).
+prompt had stays masked (``interp_transformer.core.kv_cache``).
 """
 
 import warnings
@@ -26,10 +26,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..models.kv_cache import KeyValueCache
-from ..models.token_checks import is_text
-from .errors import CompatValueError
-from .losses import get_attention_mask, sample_logits
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.losses import get_attention_mask, sample_logits
+from interp_transformer.core.kv_cache import KeyValueCache
+from interp_transformer.core.token_checks import is_text
 
 RETURN_TYPES = ("input", "str", "tokens", "embeds")
 
@@ -168,7 +168,7 @@ class GenerationMethods:
 
     def _logits_from_embeds(self, embeds: Tensor, mask: Tensor) -> Tensor:
         """Logits of a sequence given as token embeddings: positions added as the model adds them, then every block."""
-        from ..components import TokenLayout
+        from interp_transformer.parts import TokenLayout
 
         layout = TokenLayout.from_attention_mask(mask)
         shortformer = None

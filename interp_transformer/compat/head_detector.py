@@ -23,8 +23,8 @@ from typing import Dict, List, Literal, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from .errors import CompatValueError
-from .utils_tensors import is_lower_triangular, is_square
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.utils_tensors import is_lower_triangular, is_square
 
 HeadName = Literal["previous_token_head", "duplicate_token_head", "induction_head"]
 HEAD_NAMES: List[str] = ["previous_token_head", "duplicate_token_head", "induction_head"]

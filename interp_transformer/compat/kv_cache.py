@@ -6,7 +6,7 @@ padding), so later tokens never attend to earlier padding. ``freeze()`` keeps th
 as it is while runs still read it (many continuations of one prefix); ``unfreeze()`` lets
 runs append again. ``HookedTransformer.forward(..., past_kv_cache=cache)`` reads and fills
 it; each entry's ``append(keys, values)`` is what our attention calls, so the entries plug
-into our blocks directly (the same protocol as ``interp_transformer.models.kv_cache``).
+into our blocks directly (the same protocol as ``interp_transformer.core.kv_cache``).
 """
 
 from dataclasses import dataclass
@@ -16,8 +16,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..models.kv_cache import KeyShape, LayerKVCache, check_key_shapes
-from .errors import CompatValueError
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.core.kv_cache import KeyShape, LayerKVCache, check_key_shapes
 
 # how to build a cache that fits a model
 MAKE_CACHE = "HookedTransformerKeyValueCache.init_cache(model.cfg, device, batch_size)"
@@ -139,7 +139,7 @@ class HookedTransformerKeyValueCache:
         """``ValueError`` unless there is one entry per block, all holding the same positions.
 
         ``key_shapes``: per block, the ``(n_key_value_heads, d_head)`` its keys must have
-        (``interp_transformer.models.kv_cache.check_key_shapes``).
+        (``interp_transformer.core.kv_cache.check_key_shapes``).
         """
         if len(self.entries) != n_layers:
             raise CompatValueError(

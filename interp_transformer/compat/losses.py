@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .errors import CompatValueError
+from interp_transformer.compat.errors import CompatValueError
 
 
 def lm_cross_entropy_loss(

@@ -22,24 +22,30 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..components import TokenLayout
-from ..hooks import HookPoint
-from ..models.kv_cache import KeyValueCache, require_kv_cache
-from ..models.decoder import DemoTransformer
-from ..hooks.slices import Slice
-from ..models.token_checks import as_id_tensor, check_attention_mask, is_text
-from . import architecture  # noqa: F401  (registers the architecture HookedTransformerConfig builds)
-from .cache import ActivationCache
-from .config import HookedTransformerConfig
-from .errors import CompatValueError, assertion_compatible_methods
-from .factored_matrix import FactoredMatrix
-from .generation import GenerationMethods
-from .kv_cache import MAKE_CACHE, HookedTransformerKeyValueCache
-from .losses import get_attention_mask, lm_cross_entropy_loss
-from .parts import ShortformerLayout
-from .pretrained import PretrainedMethods
-from .text import TransformerLensTextMethods, load_tokenizer, prepare_tokenizer, warn_ignored_padding_side
-from .toggles import ToggleMethods
+# registers the architecture HookedTransformerConfig builds
+from interp_transformer.compat import architecture  # noqa: F401
+from interp_transformer.compat.cache import ActivationCache
+from interp_transformer.compat.config import HookedTransformerConfig
+from interp_transformer.compat.errors import CompatValueError, assertion_compatible_methods
+from interp_transformer.compat.factored_matrix import FactoredMatrix
+from interp_transformer.compat.generation import GenerationMethods
+from interp_transformer.compat.kv_cache import MAKE_CACHE, HookedTransformerKeyValueCache
+from interp_transformer.compat.losses import get_attention_mask, lm_cross_entropy_loss
+from interp_transformer.compat.parts import ShortformerLayout
+from interp_transformer.compat.pretrained import PretrainedMethods
+from interp_transformer.compat.text import (
+    TransformerLensTextMethods,
+    load_tokenizer,
+    prepare_tokenizer,
+    warn_ignored_padding_side,
+)
+from interp_transformer.compat.toggles import ToggleMethods
+from interp_transformer.core.kv_cache import KeyValueCache, require_kv_cache
+from interp_transformer.core.token_checks import as_id_tensor, check_attention_mask, is_text
+from interp_transformer.hooks import HookPoint
+from interp_transformer.hooks.slices import Slice
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.parts import TokenLayout
 
 RETURN_TYPES = ("logits", "loss", "both", None)
 # hooks whose position axis is third from last ([batch, pos, head_index, ...]); every other hook's is second from last
@@ -369,7 +375,7 @@ class HookedTransformer(
         """Composition scores of every pair of heads (``mode`` ``"Q"``, ``"K"`` or ``"V"``), zero unless the right
         head's
         layer is after the left head's."""
-        from .utils_tensors import composition_scores
+        from interp_transformer.compat.utils_tensors import composition_scores
 
         right = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: self.OV}.get(mode)
         if right is None:
@@ -393,7 +399,7 @@ class HookedTransformer(
     def init_weights(self, seed: Optional[int] = None) -> None:
         """TransformerLens' init: ``cfg.init_mode`` (``"gpt2"``: N(0, initializer_range^2); ``"xavier_*"``,
         ``"kaiming_*"``)."""
-        from .utils_init import init_model_weights
+        from interp_transformer.compat.utils_init import init_model_weights
 
         if self.cfg.init_mode == "gpt2":
             return super().init_weights(seed)

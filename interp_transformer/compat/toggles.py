@@ -11,11 +11,11 @@ Adding a hook to a point a toggle has not created raises ``KeyError`` naming the
 hook points (TransformerLens: ``AssertionError``).
 """
 
-from ..components import AttnOnlyBlock, TransformerBlock
-from ..components.pre_post_norm_block import PrePostNormBlock
-from .architecture import block_flags
-from .errors import CompatValueError
-from .parts import HookedBlock
+from interp_transformer.compat.architecture import block_flags
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.parts import HookedBlock
+from interp_transformer.parts import AttnOnlyBlock, TransformerBlock
+from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 
 
 class ToggleMethods:

@@ -21,17 +21,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .architecture import TOGGLE_HOOKS
-from .errors import assertion_compatible
-from .losses import get_attention_mask, get_cumsum_along_dim, lm_accuracy, lm_cross_entropy_loss, sample_logits
-from .utils_init import (
+from interp_transformer.compat.architecture import TOGGLE_HOOKS
+from interp_transformer.compat.errors import assertion_compatible
+from interp_transformer.compat.losses import (
+    get_attention_mask,
+    get_cumsum_along_dim,
+    lm_accuracy,
+    lm_cross_entropy_loss,
+    sample_logits,
+)
+from interp_transformer.compat.utils_init import (
     calc_fan_in_and_fan_out,
     init_kaiming_normal_,
     init_kaiming_uniform_,
     init_xavier_normal_,
     init_xavier_uniform_,
 )
-from .utils_tensors import (
+from interp_transformer.compat.utils_tensors import (
     composition_scores,
     filter_dict_by_prefix,
     get_corner,
@@ -48,7 +54,7 @@ from .utils_tensors import (
     to_numpy,
     transpose,
 )
-from .utils_text import (
+from interp_transformer.compat.utils_text import (
     USE_DEFAULT_VALUE,
     LocallyOverridenDefaults,
     get_input_with_manually_prepended_bos,
@@ -59,9 +65,9 @@ from .utils_text import (
     test_prompt,
     tokenize_and_concatenate,
 )
-from ..components.activations import gelu_fast, gelu_new
-from ..hooks.names import BLOCK_HOOKS, HookNames, split_compact_name
-from ..hooks.slices import Slice, SliceInput
+from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames, split_compact_name
+from interp_transformer.hooks.slices import Slice, SliceInput
+from interp_transformer.parts.activations import gelu_fast, gelu_new
 
 # every hook name a TransformerLens-compatible model may have
 ACT_NAMES = HookNames(

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .errors import CompatValueError
+from interp_transformer.compat.errors import CompatValueError
 
 
 def calc_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:

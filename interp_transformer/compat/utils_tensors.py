@@ -13,8 +13,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..circuits.factored_matrix import FactoredMatrix
-from .errors import CompatValueError
+from interp_transformer.circuits.factored_matrix import FactoredMatrix
+from interp_transformer.compat.errors import CompatValueError
 
 
 def to_numpy(tensor) -> np.ndarray:

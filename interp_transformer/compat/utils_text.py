@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from .errors import CompatValueError
-from .losses import get_cumsum_along_dim
+from interp_transformer.compat.errors import CompatValueError
+from interp_transformer.compat.losses import get_cumsum_along_dim
 
 USE_DEFAULT_VALUE = None  # TransformerLens' sentinel: "use the model's default"
 

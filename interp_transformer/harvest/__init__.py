@@ -25,13 +25,13 @@ group), ``run`` (``harvest`` itself), ``dataset`` (reading back), ``saelens``
 (export to SAELens' cached-activations layout) and ``cli`` (the command line).
 """
 
-from .contexts import iter_contexts, make_contexts
-from .corpus import Corpus, as_corpus
-from .dataset import ActivationShards, ActivationStream, ShardShuffleSampler
-from .manifest import Manifest, ShardRecord
-from .run import harvest
-from .saelens import export_saelens
-from .selection import select_hooks
+from interp_transformer.harvest.contexts import iter_contexts, make_contexts
+from interp_transformer.harvest.corpus import Corpus, as_corpus
+from interp_transformer.harvest.dataset import ActivationShards, ActivationStream, ShardShuffleSampler
+from interp_transformer.harvest.manifest import Manifest, ShardRecord
+from interp_transformer.harvest.run import harvest
+from interp_transformer.harvest.saelens import export_saelens
+from interp_transformer.harvest.selection import select_hooks
 
 __all__ = [
     "ActivationShards",

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .selection import HookLayout
+from interp_transformer.harvest.selection import HookLayout
 
 SHARD_TARGET_BYTES = 128 * 2**20  # default shard size, when neither the caller nor the budget fixes it
 MAX_AUTO_BATCH = 4096

@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _corpus(args: argparse.Namespace):
-    from .corpus import Corpus, as_corpus
+    from interp_transformer.harvest.corpus import Corpus, as_corpus
 
     if args.hf_loader is not None:
         return Corpus.from_hf_files(args.hf_loader, args.corpus, args.text_field)
@@ -202,9 +202,9 @@ def _corpus(args: argparse.Namespace):
 
 def run_harvest(args: argparse.Namespace) -> int:
     """Run a harvest from parsed arguments; returns the exit code (errors propagate)."""
-    from ..models import processing
-    from .run import harvest
-    from .source import load_model
+    from interp_transformer.harvest.run import harvest
+    from interp_transformer.harvest.source import load_model
+    from interp_transformer.models import processing
 
     if args.batch_size is None and args.memory_budget is None:
         raise ValueError("give --batch-size, or --memory-budget to choose it")
@@ -237,7 +237,7 @@ def run_harvest(args: argparse.Namespace) -> int:
             f"hooks, {len(manifest.shards)} shards -> {manifest.out_dir}"
         )
         if args.export_saelens is not None:
-            from .saelens import export_saelens
+            from interp_transformer.harvest.saelens import export_saelens
 
             print(
                 "SAELens layout -> "

@@ -36,7 +36,7 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .corpus import Document
+from interp_transformer.harvest.corpus import Document
 
 TOKENIZE_BATCH = 256  # documents sent to the tokenizer at once
 

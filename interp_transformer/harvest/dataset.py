@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
-from .manifest import Manifest, ShardRecord
+from interp_transformer.harvest.manifest import Manifest, ShardRecord
 
 
 def _chosen_hooks(manifest: Manifest, hooks: Optional[Sequence[str]]) -> list[str]:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Union
 
-from .fingerprint import differences
-from .storage import MANIFEST_FILE, TOKENS_FILE, atomic_write_json, read_json, sha256_of_file
+from interp_transformer.harvest.fingerprint import differences
+from interp_transformer.harvest.storage import MANIFEST_FILE, TOKENS_FILE, atomic_write_json, read_json, sha256_of_file
 
 FORMAT = "interp_transformer.harvest/1"
 

@@ -30,15 +30,22 @@ from typing import Optional, Union
 import torch
 from tqdm.auto import tqdm
 
-from .budget import BatchPlan, current_rss_bytes, peak_rss_bytes, plan_batches, reset_peak_rss
-from .contexts import make_contexts, special_tokens, tokenize_documents
-from .corpus import CorpusLike, as_corpus
-from .distributed import DistContext, init_distributed
-from .fingerprint import content_hash, make_fingerprint, tensor_sha256
-from .manifest import FORMAT, Manifest, ShardRecord
-from .selection import HookLayout, HookSelection, forward_output_bytes, hook_layouts, select_hooks, stop_at_layer_for
-from .source import ModelSource, load_model
-from .storage import (
+from interp_transformer.harvest.budget import BatchPlan, current_rss_bytes, peak_rss_bytes, plan_batches, reset_peak_rss
+from interp_transformer.harvest.contexts import make_contexts, special_tokens, tokenize_documents
+from interp_transformer.harvest.corpus import CorpusLike, as_corpus
+from interp_transformer.harvest.distributed import DistContext, init_distributed
+from interp_transformer.harvest.fingerprint import content_hash, make_fingerprint, tensor_sha256
+from interp_transformer.harvest.manifest import FORMAT, Manifest, ShardRecord
+from interp_transformer.harvest.selection import (
+    HookLayout,
+    HookSelection,
+    forward_output_bytes,
+    hook_layouts,
+    select_hooks,
+    stop_at_layer_for,
+)
+from interp_transformer.harvest.source import ModelSource, load_model
+from interp_transformer.harvest.storage import (
     RUNS_FILE,
     TOKENS_FILE,
     atomic_write_json,

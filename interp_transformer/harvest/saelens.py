@@ -28,15 +28,16 @@ import einops
 import torch
 from safetensors import safe_open
 
-from .fingerprint import dtype_name
-from .manifest import Manifest
+from interp_transformer.harvest.fingerprint import dtype_name
+from interp_transformer.harvest.manifest import Manifest
 
 ARROW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64"}
 
 
 def saelens_features(manifest: Manifest, hooks: Sequence[str], dtype: torch.dtype):
     """The ``datasets.Features`` SAELens expects for ``hooks`` of this harvest."""
-    from datasets import Array2D, Features, Sequence as HFSequence, Value
+    from datasets import Array2D, Features, Value
+    from datasets import Sequence as HFSequence
 
     context_length = manifest.context_length
     features = {}

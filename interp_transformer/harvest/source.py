@@ -5,7 +5,7 @@ from typing import Union
 
 import torch
 
-from ..pretrained import SHIPPED_MODELS, load_shipped
+from interp_transformer.pretrained import SHIPPED_MODELS, load_shipped
 
 ModelSource = Union[str, Path, torch.nn.Module]
 
@@ -34,7 +34,7 @@ def load_model(source: ModelSource, *, dtype: torch.dtype, device: torch.device)
             f"the model must be a hooked model (hook_dict, run_with_cache), a transformers model, a shipped model name "
             f"{list(SHIPPED_MODELS)} or a Hugging Face directory; received a {type(source).__name__}"
         )
-    from ..loading import from_pretrained
+    from interp_transformer.loading import from_pretrained
 
     model = from_pretrained(source, dtype=dtype, device=device).eval()
     if isinstance(source, (str, Path)):

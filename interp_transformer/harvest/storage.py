@@ -27,8 +27,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from ..files import TEMP_MARKER, atomic_write, atomic_write_text, read_json_object
-from ..text.tokens import sha256_of_file
+from interp_transformer.core.files import TEMP_MARKER, atomic_write, atomic_write_text, read_json_object
+from interp_transformer.text.tokens import sha256_of_file
 
 MANIFEST_FILE = "manifest.json"
 TOKENS_FILE = "tokens.safetensors"

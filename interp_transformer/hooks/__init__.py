@@ -38,8 +38,9 @@ from typing import Callable, Iterable, Iterator, Literal, Optional, Union
 import torch
 from torch import nn
 
-from .introspection import HookIntrospectionMixin, NamesFilter  # noqa: F401  (TransformerLens' hook_points names)
-from .thread_state import _THREAD, forget_parts, hook_frames, remove_tool_hooks
+# TransformerLens' hook_points names
+from interp_transformer.hooks.introspection import HookIntrospectionMixin, NamesFilter  # noqa: F401
+from interp_transformer.hooks.thread_state import _THREAD, forget_parts, hook_frames, remove_tool_hooks
 
 HookFn = Callable[..., Optional[torch.Tensor]]
 NameFilter = NamesFilter  # None, a name, a list of names, or a predicate on names

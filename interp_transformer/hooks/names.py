@@ -3,7 +3,7 @@
 ``HookNames`` maps a short name and a layer to the full name of a hook point:
 ``("pattern", 0) -> "blocks.0.attn.hook_pattern"``, ``("normalized", 0, "ln1") ->
 "blocks.0.ln1.hook_normalized"``, ``"scale" -> "ln_final.hook_scale"``. Each architecture
-module (``interp_transformer.architectures``) declares its table; a model answers
+module (``interp_transformer.families``) declares its table; a model answers
 ``model.hook_names`` and ``model.act_name(...)``, the cache resolves ``cache["pattern", 0]``
 through it, and ``analysis`` asks it instead of spelling hook paths.
 

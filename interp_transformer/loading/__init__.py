@@ -8,7 +8,7 @@ its config and dispatches to the converter the architecture registry names for i
 
 The converters
 --------------
-Each family's one ``register(...)`` line (``interp_transformer.architectures``) names its
+Each family's one ``register(...)`` line (``interp_transformer.families``) names its
 converter module here and the Hugging Face ``model_type`` values it reads;
 ``architectures.hf_converters()`` gives that table, and a converter is imported only when
 used. Adding an architecture is adding its modules and that one line. A converter must define:
@@ -59,11 +59,11 @@ from typing import Optional, Union
 
 import torch
 
-from ..architectures import hf_converters
-from .devices import checked_device
-from .gguf_source import resolve_gguf
-from .sources import ResolvedSource, Source, resolve_source
-from .strict import CheckpointError
+from interp_transformer.core.devices import checked_device
+from interp_transformer.core.strict import CheckpointError
+from interp_transformer.families import hf_converters
+from interp_transformer.loading.gguf_source import resolve_gguf
+from interp_transformer.loading.sources import ResolvedSource, Source, resolve_source
 
 REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
 

@@ -25,8 +25,15 @@ import einops
 import torch
 from torch import Tensor
 
-from ..architectures.bart import POSITION_OFFSET, BartConfig
-from .encoder_decoder_common import (
+from interp_transformer.core.strict import (
+    CheckpointError,
+    build_on_meta,
+    check_checkpoint,
+    load_strict,
+    state_dict_shapes,
+)
+from interp_transformer.families.bart import POSITION_OFFSET, BartConfig
+from interp_transformer.loading.encoder_decoder_common import (
     attention_shapes,
     attention_weights,
     fresh,
@@ -35,8 +42,7 @@ from .encoder_decoder_common import (
     special_token_ids,
     strip_prefix,
 )
-from .reference import Recorder, run_reference, split_heads
-from .strict import CheckpointError, build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from interp_transformer.loading.reference import Recorder, run_reference, split_heads
 
 SUPPORTED_MODEL_TYPES = ("bart",)
 VERIFY_PADDED = True  # verify on a padded batch by default: the source mask must match too
@@ -228,7 +234,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BartConfig) -> 
 
 def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
     """An ``EncoderDecoderTransformer`` holding ``state_dict``, built on the meta device and loaded strictly."""
-    from ..encoder_decoder import EncoderDecoderTransformer
+    from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
     model = build_on_meta(lambda: EncoderDecoderTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state_dict, dtype=dtype, device=device)

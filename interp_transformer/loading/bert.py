@@ -45,10 +45,7 @@ import einops
 import torch
 from torch import Tensor
 
-from ..architectures.bert import EncoderConfig
-from ..encoder import EncoderTransformer
-from .reference import Recorder, run_reference, split_heads
-from .strict import (
+from interp_transformer.core.strict import (
     DECODER_SHAPE_FIELDS,
     build_on_meta,
     check_checkpoint,
@@ -57,6 +54,9 @@ from .strict import (
     require_config_fields,
     state_dict_shapes,
 )
+from interp_transformer.families.bert import EncoderConfig
+from interp_transformer.loading.reference import Recorder, run_reference, split_heads
+from interp_transformer.models.encoder import EncoderTransformer
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 VERIFY_PADDED = True  # verify_pretrained compares on a padded batch by default: the mask must match too

@@ -24,8 +24,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.bloom import BloomConfig
-from .common import (
+from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.families.bloom import BloomConfig
+from interp_transformer.loading.common import (
     build_model,
     fresh,
     fused_qkv_activation,
@@ -35,8 +36,7 @@ from .common import (
     split_fused_qkv,
     without_prefix,
 )
-from .reference import Recorder, patched, run_reference, split_heads, unsupported_transformers
-from .strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.loading.reference import Recorder, patched, run_reference, split_heads, unsupported_transformers
 
 DEFAULT_N_CTX = 2048  # BLOOM's training context
 

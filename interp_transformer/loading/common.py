@@ -6,9 +6,9 @@ import einops
 import torch
 from torch import Tensor
 
-from ..components.head_projection import placed_copy
-from .gpt2 import ACTIVATIONS as GPT2_ACTIVATIONS
-from .strict import state_dict_shapes
+from interp_transformer.core.strict import state_dict_shapes
+from interp_transformer.loading.gpt2 import ACTIVATIONS as GPT2_ACTIVATIONS
+from interp_transformer.parts.head_projection import placed_copy
 
 # Hugging Face activation names -> ours (components.activations). gelu_pytorch_tanh is the formula of gelu_new.
 HF_ACTIVATIONS = {**GPT2_ACTIVATIONS, "gelu_fast": "gelu_fast", "quick_gelu": "quick_gelu"}
@@ -89,8 +89,8 @@ def fused_qkv_activation(which: int, d_head: int):
 
 def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
     """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from ..models.decoder import DemoTransformer
-    from .strict import build_on_meta, load_strict
+    from interp_transformer.core.strict import build_on_meta, load_strict
+    from interp_transformer.models.decoder import DemoTransformer
 
     model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state_dict, dtype=dtype, device=device)

@@ -45,7 +45,7 @@ import einops
 import torch
 from torch import Tensor, nn
 
-from .strict import load_strict
+from interp_transformer.core.strict import load_strict
 
 Source = Union[nn.Module, Tensor, Sequence[Union[nn.Module, Tensor]]]
 

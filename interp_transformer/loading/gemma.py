@@ -28,21 +28,23 @@ from typing import Mapping, Optional
 
 from torch import Tensor
 
-from ..architectures.gemma import GemmaConfig
-from .gpt2 import ACTIVATIONS
-from .gemma_reference import hf_reference_activations
-from .common import fresh
-from .llama import (
+from interp_transformer.core.strict import require_config_fields
+from interp_transformer.families.gemma import GemmaConfig
+from interp_transformer.loading.common import fresh
+from interp_transformer.loading.gemma_reference import hf_reference_activations
+from interp_transformer.loading.gpt2 import ACTIVATIONS
+from interp_transformer.loading.llama import (
     CheckedCheckpoint,
     build_model,
     convert_attention,
     convert_gated_mlp,
     convert_read_out,
-    expected_hf_shapes as llama_shapes,
     load_hf_model,
     rope_from_parameters,
 )
-from .strict import require_config_fields
+from interp_transformer.loading.llama import (
+    expected_hf_shapes as llama_shapes,
+)
 
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 PER_LAYER_WINDOWS = ("gemma2", "gemma3_text")  # model types whose attention reads layer_types and sliding_window

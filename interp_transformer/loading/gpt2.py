@@ -18,9 +18,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..models.config import TransformerConfig
-from .reference import Recorder, patched, run_reference, split_heads, with_positions
-from .strict import (
+from interp_transformer.core.strict import (
     build_on_meta,
     check_checkpoint,
     check_layer_count,
@@ -28,6 +26,8 @@ from .strict import (
     require_config_fields,
     state_dict_shapes,
 )
+from interp_transformer.families.gpt2 import TransformerConfig
+from interp_transformer.loading.reference import Recorder, patched, run_reference, split_heads, with_positions
 
 # Hugging Face activation names -> ours. gelu_pytorch_tanh is the same formula as gelu_new.
 ACTIVATIONS = {
@@ -192,7 +192,7 @@ def build_model(
     cfg: TransformerConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None
 ):
     """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from ..models.decoder import DemoTransformer
+    from interp_transformer.models.decoder import DemoTransformer
 
     model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state_dict, dtype=dtype, device=device)
@@ -202,7 +202,7 @@ def fallback_tokenizer(hf_config):
     """GPT-2's own tokenizer (built offline) when the source has none and the vocabulary is GPT-2's."""
     if hf_config.vocab_size != GPT2_VOCAB_SIZE:
         return None
-    from ..text.tokens import offline_gpt2_tokenizer
+    from interp_transformer.text.tokens import offline_gpt2_tokenizer
 
     return offline_gpt2_tokenizer()
 

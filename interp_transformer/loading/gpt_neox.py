@@ -23,9 +23,14 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.gpt_neox import GPTNeoXConfig
-from ..components.rotary import RopeScaling
-from .common import (
+from interp_transformer.core.strict import (
+    DECODER_SHAPE_FIELDS,
+    check_checkpoint,
+    check_layer_count,
+    require_config_fields,
+)
+from interp_transformer.families.gpt_neox import GPTNeoXConfig
+from interp_transformer.loading.common import (
     activation,
     build_model,
     fresh,
@@ -36,8 +41,8 @@ from .common import (
     split_fused_qkv,
     without_prefix,
 )
-from .reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
-from .strict import DECODER_SHAPE_FIELDS, check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.loading.reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
+from interp_transformer.parts.rotary import RopeScaling
 
 IGNORED_KEYS = re.compile(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)")
 SUPPORTED_ROPE_TYPES = ("default", "linear")

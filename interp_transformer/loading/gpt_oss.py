@@ -36,20 +36,22 @@ from typing import Mapping
 import einops
 from torch import Tensor
 
-from ..architectures.gpt_oss import LAYER_TYPES, GptOssConfig
-from ..components.rotary import RopeScaling
-from .common import fresh, linear_to_ours
-from .gpt_oss_reference import hf_reference_activations
-from .llama import (
+from interp_transformer.core.strict import require_config_fields
+from interp_transformer.families.gpt_oss import LAYER_TYPES, GptOssConfig
+from interp_transformer.loading.common import fresh, linear_to_ours
+from interp_transformer.loading.gpt_oss_reference import hf_reference_activations
+from interp_transformer.loading.llama import (
     CheckedCheckpoint,
     build_model,
     convert_attention,
     convert_read_out,
-    expected_hf_shapes as llama_shapes,
     load_hf_model,
     rope_from_parameters,
 )
-from .strict import require_config_fields
+from interp_transformer.loading.llama import (
+    expected_hf_shapes as llama_shapes,
+)
+from interp_transformer.parts.rotary import RopeScaling
 
 MODEL_TYPES = ("gpt_oss",)
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")

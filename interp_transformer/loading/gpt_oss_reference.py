@@ -26,10 +26,10 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from ..components.moe import routing_dtype
-from .llama_reference import llama_float64_patches, record_llama_block
-from .moe_reference import eager_experts
-from .reference import Recorder, reference_activations
+from interp_transformer.loading.llama_reference import llama_float64_patches, record_llama_block
+from interp_transformer.loading.moe_reference import eager_experts
+from interp_transformer.loading.reference import Recorder, reference_activations
+from interp_transformer.parts.moe import routing_dtype
 
 
 def gpt_oss_float64_patches(hf_model: nn.Module) -> list[ContextManager]:

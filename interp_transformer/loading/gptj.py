@@ -18,10 +18,25 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.gptj import GPTJConfig
-from .common import activation, build_model, fresh, heads_in, heads_out, hf_model_loader, linear_to_ours, without_prefix
-from .reference import Recorder, run_reference, split_heads, unsupported_transformers, with_positions
-from .strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.families.gptj import GPTJConfig
+from interp_transformer.loading.common import (
+    activation,
+    build_model,
+    fresh,
+    heads_in,
+    heads_out,
+    hf_model_loader,
+    linear_to_ours,
+    without_prefix,
+)
+from interp_transformer.loading.reference import (
+    Recorder,
+    run_reference,
+    split_heads,
+    unsupported_transformers,
+    with_positions,
+)
 
 IGNORED_KEYS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 

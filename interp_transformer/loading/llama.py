@@ -30,12 +30,18 @@ from typing import Callable, Mapping, Optional
 import torch
 from torch import Tensor
 
-from ..architectures.llama import LlamaConfig
-from ..components.rotary import RopeScaling
-from .common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
-from .gpt2 import ACTIVATIONS
-from .llama_reference import hf_reference_activations
-from .strict import DECODER_SHAPE_FIELDS, check_checkpoint, check_layer_count, require_config_fields, state_dict_shapes
+from interp_transformer.core.strict import (
+    DECODER_SHAPE_FIELDS,
+    check_checkpoint,
+    check_layer_count,
+    require_config_fields,
+    state_dict_shapes,
+)
+from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.loading.common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
+from interp_transformer.loading.gpt2 import ACTIVATIONS
+from interp_transformer.loading.llama_reference import hf_reference_activations
+from interp_transformer.parts.rotary import RopeScaling
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)

@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from .reference import (
+from interp_transformer.loading.reference import (
     FROM_HEADS_FIRST,
     Recorder,
     forward_patch,

@@ -14,9 +14,9 @@ from typing import Mapping, Optional
 import torch
 from torch import Tensor
 
-from ..architectures.marian import MarianConfig
-from ..components.sinusoidal import sinusoidal_table
-from .bart import (
+from interp_transformer.core.strict import CheckpointError
+from interp_transformer.families.marian import MarianConfig
+from interp_transformer.loading.bart import (
     build_model,
     check_model_type,
     common_config_fields,
@@ -24,8 +24,8 @@ from .bart import (
     record_bart_family,
     run_seq2seq,
 )
-from .reference import Recorder
-from .strict import CheckpointError
+from interp_transformer.loading.reference import Recorder
+from interp_transformer.parts.sinusoidal import sinusoidal_table
 
 SUPPORTED_MODEL_TYPES = ("marian",)
 VERIFY_PADDED = True

@@ -29,10 +29,11 @@ import einops
 import torch
 from torch import Tensor
 
-from ..architectures.moe import MoEConfig
-from .gpt2 import ACTIVATIONS
-from .common import fresh, linear_to_ours
-from .llama import (
+from interp_transformer.core.strict import require_config_fields
+from interp_transformer.families.moe import MoEConfig
+from interp_transformer.loading.common import fresh, linear_to_ours
+from interp_transformer.loading.gpt2 import ACTIVATIONS
+from interp_transformer.loading.llama import (
     CheckedCheckpoint,
     _rope_scaling,
     _sliding_window,
@@ -40,11 +41,12 @@ from .llama import (
     convert_attention,
     convert_gated_mlp,
     convert_read_out,
-    expected_hf_shapes as llama_shapes,
     load_hf_model,
 )
-from .moe_reference import hf_reference_activations
-from .strict import require_config_fields
+from interp_transformer.loading.llama import (
+    expected_hf_shapes as llama_shapes,
+)
+from interp_transformer.loading.moe_reference import hf_reference_activations
 
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
 # Hugging Face's per-expert file names: (module of the mixture, gate, up, down)

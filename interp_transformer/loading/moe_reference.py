@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from ..components.moe import routing_dtype
-from .llama_reference import llama_float64_patches, record_gated_mlp, record_llama_block
-from .reference import Recorder, current_experts, forward_patch, reference_activations
+from interp_transformer.loading.llama_reference import llama_float64_patches, record_gated_mlp, record_llama_block
+from interp_transformer.loading.reference import Recorder, current_experts, forward_patch, reference_activations
+from interp_transformer.parts.moe import routing_dtype
 
 
 def _router_in_input_dtype(router, hidden_states: Tensor):

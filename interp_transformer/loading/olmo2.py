@@ -27,9 +27,10 @@ from typing import Mapping, Optional
 
 from torch import Tensor
 
-from ..architectures.olmo2 import LAYER_TYPES, Olmo2Config
-from .common import HF_ACTIVATIONS, fresh
-from .llama import (
+from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
+from interp_transformer.families.olmo2 import LAYER_TYPES, Olmo2Config
+from interp_transformer.loading.common import HF_ACTIVATIONS, fresh
+from interp_transformer.loading.llama import (
     CheckedCheckpoint,
     build_model,
     convert_attention,
@@ -38,8 +39,7 @@ from .llama import (
     load_hf_model,
     rope_from_parameters,
 )
-from .olmo2_reference import hf_reference_activations
-from .strict import DECODER_SHAPE_FIELDS, require_config_fields
+from interp_transformer.loading.olmo2_reference import hf_reference_activations
 
 MODEL_TYPES = ("olmo2", "olmo3")
 # Hugging Face norm -> ours, per block

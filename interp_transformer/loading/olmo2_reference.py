@@ -18,8 +18,8 @@ Llama family's patch) and runs the eager attention with its softmax in float64.
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from .llama_reference import llama_float64_patches, record_gated_mlp
-from .reference import Recorder, norm_eps, norm_scale, reference_activations, split_heads
+from interp_transformer.loading.llama_reference import llama_float64_patches, record_gated_mlp
+from interp_transformer.loading.reference import Recorder, norm_eps, norm_scale, reference_activations, split_heads
 
 
 def record_all_heads_norm(rec: Recorder, norm: nn.Module, prefix: str, d_head: int) -> None:

@@ -31,8 +31,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.opt import OPTConfig, OPTPostNormConfig
-from .common import (
+from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.families.opt import OPTConfig, OPTPostNormConfig
+from interp_transformer.loading.common import (
     activation,
     build_model,
     fresh,
@@ -43,8 +44,7 @@ from .common import (
     per_head_bias,
     without_prefix,
 )
-from .reference import Recorder, run_reference, split_heads
-from .strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.loading.reference import Recorder, run_reference, split_heads
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
 

@@ -36,14 +36,14 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.phi3 import Phi3Config
-from ..components.rotary import RopeScaling
-from .common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
-from .gpt2 import ACTIVATIONS
-from .llama import CheckedCheckpoint, convert_read_out, load_hf_model
-from .llama_reference import llama_float64_patches
-from .reference import Recorder, reference_activations, split_heads
-from .strict import DECODER_SHAPE_FIELDS, require_config_fields
+from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
+from interp_transformer.families.phi3 import Phi3Config
+from interp_transformer.loading.common import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
+from interp_transformer.loading.gpt2 import ACTIVATIONS
+from interp_transformer.loading.llama import CheckedCheckpoint, convert_read_out, load_hf_model
+from interp_transformer.loading.llama_reference import llama_float64_patches
+from interp_transformer.loading.reference import Recorder, reference_activations, split_heads
+from interp_transformer.parts.rotary import RopeScaling
 
 MODEL_TYPES = ("phi3",)
 SUPPORTED_ROPE_TYPES = ("default", "longrope")

@@ -42,7 +42,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from .versions import SUPPORTED_TRANSFORMERS, installed_transformers
+from interp_transformer.loading.versions import SUPPORTED_TRANSFORMERS, installed_transformers
 
 FLOAT64_ATTENTION = "interp_transformer_eager_in_input_dtype"
 SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"

@@ -22,11 +22,11 @@ from typing import Mapping
 from jaxtyping import Int
 from torch import Tensor
 
-from ..architectures.smollm3 import SmolLM3Config
-from .common import build_model
-from .llama import convert_state_dict as llama_convert_state_dict
-from .llama import expected_hf_shapes, llama_fields, load_hf_model
-from .llama_reference import hf_reference_activations as llama_reference_activations
+from interp_transformer.families.smollm3 import SmolLM3Config
+from interp_transformer.loading.common import build_model
+from interp_transformer.loading.llama import convert_state_dict as llama_convert_state_dict
+from interp_transformer.loading.llama import expected_hf_shapes, llama_fields, load_hf_model
+from interp_transformer.loading.llama_reference import hf_reference_activations as llama_reference_activations
 
 MODEL_TYPES = ("smollm3",)
 LAYER_TYPES = ("full_attention", "sliding_attention")

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 import torch
 from torch import Tensor
 
-from ..files import read_json_object
+from interp_transformer.core.files import read_json_object
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"

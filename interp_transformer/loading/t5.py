@@ -32,9 +32,10 @@ import einops
 import torch
 from torch import Tensor
 
-from ..architectures.t5 import T5Config
-from .bart import HF_ACTIVATIONS, check_model_type, run_seq2seq
-from .encoder_decoder_common import (
+from interp_transformer.core.strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from interp_transformer.families.t5 import T5Config
+from interp_transformer.loading.bart import HF_ACTIVATIONS, check_model_type, run_seq2seq
+from interp_transformer.loading.encoder_decoder_common import (
     attention_shapes,
     attention_weights,
     fresh,
@@ -43,8 +44,7 @@ from .encoder_decoder_common import (
     special_token_ids,
     zero_attention_biases,
 )
-from .reference import Recorder, split_heads
-from .strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from interp_transformer.loading.reference import Recorder, split_heads
 
 SUPPORTED_MODEL_TYPES = ("t5",)
 VERIFY_PADDED = True
@@ -173,7 +173,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: T5Config) -> di
 
 def build_model(cfg: T5Config, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
     """An ``EncoderDecoderTransformer`` holding ``state_dict``, built on the meta device and loaded strictly."""
-    from ..encoder_decoder import EncoderDecoderTransformer
+    from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
     model = build_on_meta(lambda: EncoderDecoderTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
     return load_strict(model, state_dict, dtype=dtype, device=device)

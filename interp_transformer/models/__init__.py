@@ -14,6 +14,6 @@
 ``token_checks``    checks of token ids and ``stop_at_layer``
 ==================  ===================================================================
 
-``EncoderTransformer`` and ``EncoderDecoderTransformer`` live in ``interp_transformer.encoder``
-and ``interp_transformer.encoder_decoder``, with their inputs.
+``EncoderTransformer`` and ``EncoderDecoderTransformer`` live in ``interp_transformer.models.encoder``
+and ``interp_transformer.models.encoder_decoder``, with their inputs.
 """

@@ -6,7 +6,7 @@ from ``self.architecture.build(cfg)``, calls ``self.finish_init(...)`` and write
 forward; everything below comes with it:
 
 - ``architecture``, ``capabilities``, ``hook_names``, ``act_name(...)``, ``final_norm``,
-  ``read_out``: the facts tools ask (``interp_transformer.models.capabilities``);
+  ``read_out``: the facts tools ask (``interp_transformer.core.capabilities``);
 - stacked weights over layers (``W_Q [layer, head_index, d_model, d_head]``, ...,
   ``W_in``, ...) and the model-level ones (``W_E``, ``W_pos``, ``W_U``, ``b_U``), each read
   where its part keeps it (``WeightView``); ``QK`` and ``OV`` as factored matrices;
@@ -24,14 +24,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..architectures import Architecture, architecture_of
-from ..hooks.caching import CachingMixin
-from .capabilities import Capabilities
-from ..hooks.names import HookNames
-from ..hooks import HookedRootModule
-from .losses import lm_loss
-from ..text.methods import TextMethods
-from .token_checks import check_stop_at_layer
+from interp_transformer.cache.caching import CachingMixin
+from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.core.losses import lm_loss
+from interp_transformer.core.services import service
+from interp_transformer.core.token_checks import check_stop_at_layer
+from interp_transformer.families import Architecture, architecture_of
+from interp_transformer.hooks import HookedRootModule
+from interp_transformer.hooks.names import HookNames
+from interp_transformer.text.methods import TextMethods
 
 # why a model may lack the part a weight lives in
 MISSING_PART = {
@@ -220,9 +221,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         A checkpoint of another kind raises ``ValueError`` naming the class that loads it;
         ``interp_transformer.from_pretrained`` returns whatever the checkpoint holds.
         """
-        from ..loading import from_pretrained
-
-        model = from_pretrained(source, **kwargs)
+        model = service("from_pretrained")(source, **kwargs)
         if not isinstance(model, cls):
             a = lambda word: ("an " if word[0].lower() in "aeiou" else "a ") + word  # noqa: E731
             raise ValueError(
@@ -270,36 +269,30 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
     @property
     def QK(self):
         """``W_Q W_K^T`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from ..circuits.factored_matrix import FactoredMatrix
+        from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     @property
     def OV(self):
         """``W_V W_O`` per layer and head, as a ``FactoredMatrix [layer, head_index, d_model, d_model]``."""
-        from ..circuits.factored_matrix import FactoredMatrix
+        from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_V, self.W_O)
 
     # --- sparse autoencoders (interp_transformer.sae): the splice verbs as methods ---------------
     def saes(self, saes, **kwargs):
         """``with model.saes([sae], use_error_term=...):``, the SAEs spliced in for the body (``sae.splice_saes``)."""
-        from ..sae.splice import splice_saes
-
-        return splice_saes(self, saes, **kwargs)
+        return service("splice_saes")(self, saes, **kwargs)
 
     def run_with_saes(self, *model_args, saes, **kwargs):
         """``model(*model_args)`` with ``saes`` spliced in for this one call (``sae.run_with_saes``)."""
-        from ..sae.splice import run_with_saes
-
-        return run_with_saes(self, *model_args, saes=saes, **kwargs)
+        return service("run_with_saes")(self, *model_args, saes=saes, **kwargs)
 
     def run_with_cache_with_saes(self, *model_args, saes, **kwargs):
         """``run_with_cache`` with ``saes`` spliced in: ``(output, cache)``, their activations cached
         (``sae.run_with_cache_with_saes``)."""
-        from ..sae.splice import run_with_cache_with_saes
-
-        return run_with_cache_with_saes(self, *model_args, saes=saes, **kwargs)
+        return service("run_with_cache_with_saes")(self, *model_args, saes=saes, **kwargs)
 
     def tokens_to_residual_directions(self, tokens) -> Float[Tensor, "... d_model"]:
         """Unembedding directions ``W_U[:, token]``, shape ``tokens.shape + (d_model,)``."""

@@ -6,15 +6,15 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from ..architectures import DecoderParts
-from .base import HookedTransformerBase
-from ..components import TokenLayout
-from ..hooks import HookPoint
-from .kv_cache import KeyShape, KeyValueCache, check_rotations_current, require_kv_cache
-from .shape_checks import shape_checked
-from .stack import ResidualStack, hold_no_parts
-from ..text.methods import DecoderText, PromptMethods
-from .token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
+from interp_transformer.core.kv_cache import KeyShape, KeyValueCache, check_rotations_current, require_kv_cache
+from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.core.token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
+from interp_transformer.families import DecoderParts
+from interp_transformer.hooks import HookPoint
+from interp_transformer.models.base import HookedTransformerBase
+from interp_transformer.models.stack import ResidualStack, hold_no_parts
+from interp_transformer.parts import TokenLayout
+from interp_transformer.text.methods import DecoderText, PromptMethods
 
 TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
 
@@ -23,7 +23,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
     """A causal decoder with explicit per-head weights and a hook point on every activation.
 
     ``DemoTransformer(cfg)`` builds the parts ``cfg``'s architecture picks (GPT-2 for a
-    ``TransformerConfig``; see ``interp_transformer.architectures``) and runs them as the one
+    ``TransformerConfig``; see ``interp_transformer.families``) and runs them as the one
     residual stack (``interp_transformer.models.stack``), then reads the logits out::
 
         residual = hook_embed(embed(tokens)) + hook_pos_embed(pos_embed(positions))

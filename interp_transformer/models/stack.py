@@ -20,8 +20,8 @@ from typing import Callable, Optional
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..components import TokenLayout
-from ..components.relative_position_bias import BiasedLayout
+from interp_transformer.parts import TokenLayout
+from interp_transformer.parts.relative_position_bias import BiasedLayout
 
 STACK_PARTS = ("token_type_embed", "pos_embed", "embed_ln", "rel_pos_bias")  # each None where a stack has none
 

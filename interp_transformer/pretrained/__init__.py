@@ -23,14 +23,14 @@ from typing import Callable, Optional, Union
 import torch
 from safetensors.torch import save_file
 
-from ..architectures.seq2seq import Seq2SeqConfig
-from ..models.config import TransformerConfig
-from ..encoder_decoder import EncoderDecoderTransformer
-from ..files import read_json_object
-from ..loading.devices import checked_device
-from ..loading.sources import LazyStateDict, open_safetensors_file
-from ..loading.strict import build_on_meta, load_strict
-from ..models.decoder import DemoTransformer
+from interp_transformer.core.devices import checked_device
+from interp_transformer.core.files import read_json_object
+from interp_transformer.core.strict import build_on_meta, load_strict
+from interp_transformer.families.gpt2 import TransformerConfig
+from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.loading.sources import LazyStateDict, open_safetensors_file
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
 
 def _read_safetensors(path: Path) -> LazyStateDict:
@@ -40,7 +40,7 @@ def _read_safetensors(path: Path) -> LazyStateDict:
 
 
 def _number_tokenizer():
-    from .translation import NumberTokenizer
+    from interp_transformer.pretrained.translation import NumberTokenizer
 
     return NumberTokenizer.create()
 

@@ -20,10 +20,10 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..models.config import TransformerConfig
-from ..models.losses import lm_loss
-from ..models.decoder import DemoTransformer
-from ..models.shape_checks import shape_checking
+from interp_transformer.core.losses import lm_loss
+from interp_transformer.core.shape_checks import shape_checking
+from interp_transformer.families.gpt2 import TransformerConfig
+from interp_transformer.models.decoder import DemoTransformer
 
 BOS_TOKEN = 0  # reserved: random tokens are drawn from 1 .. d_vocab-1
 

@@ -31,10 +31,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from ..architectures.seq2seq import Seq2SeqConfig
-from ..models.losses import IGNORE_INDEX
-from ..encoder_decoder import EncoderDecoderTransformer
-from ..models.shape_checks import shape_checking
+from interp_transformer.core.losses import IGNORE_INDEX
+from interp_transformer.core.shape_checks import shape_checking
+from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
 UNITS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")

@@ -24,12 +24,12 @@ analysis side: ``analysis.sae_features``.
 See ``docs/saes.md``.
 """
 
-from .architectures import ARCHITECTURES
-from .config import SAEConfig
-from .processing import ProcessingMismatch, check_processing
-from .sae import SAE
-from .splice import run_with_cache_with_saes, run_with_saes, splice_saes
-from .train import SAETrainingConfig, TrainedSAE, train_sae
+from interp_transformer.sae.architectures import ARCHITECTURES
+from interp_transformer.sae.config import SAEConfig
+from interp_transformer.sae.processing import ProcessingMismatch, check_processing
+from interp_transformer.sae.sae import SAE
+from interp_transformer.sae.splice import run_with_cache_with_saes, run_with_saes, splice_saes
+from interp_transformer.sae.train import SAETrainingConfig, TrainedSAE, train_sae
 
 __all__ = [
     "ARCHITECTURES",

@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..models.shape_checks import shape_checked
+from interp_transformer.core.shape_checks import shape_checked
 
 # Shape of every tensor an architecture may hold, in named axes.
 PARAMETER_AXES: dict[str, tuple[str, ...]] = {

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from .architectures import ARCHITECTURES, UNSUPPORTED_ARCHITECTURES, architecture_named
+from interp_transformer.sae.architectures import ARCHITECTURES, UNSUPPORTED_ARCHITECTURES, architecture_named
 
 # Input normalizations SAELens runs at inference (see normalization.py for the math).
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")

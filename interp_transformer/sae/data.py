@@ -27,10 +27,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..harvest.contexts import iter_contexts, special_tokens, tokenize_documents
-from ..harvest.corpus import Corpus, as_corpus
-from ..harvest.selection import stop_at_layer_for
-from .splice import special_token_ids
+from interp_transformer.harvest.contexts import iter_contexts, special_tokens, tokenize_documents
+from interp_transformer.harvest.corpus import Corpus, as_corpus
+from interp_transformer.harvest.selection import stop_at_layer_for
+from interp_transformer.text.special_tokens import special_token_ids
 
 TokenSource = Union[Int[Tensor, "n_texts pos"], Iterable[Int[Tensor, "batch pos"]], Corpus, str, Sequence]
 

@@ -27,10 +27,10 @@ from typing import Mapping, Optional, Union
 import torch
 from torch import Tensor
 
-from ..files import atomic_write, read_json_object
-from ..loading.sources import read_bin_file
-from .architectures import architecture_named
-from .config import SAEConfig, parse_dtype
+from interp_transformer.core.files import atomic_write, read_json_object
+from interp_transformer.loading.sources import read_bin_file
+from interp_transformer.sae.architectures import architecture_named
+from interp_transformer.sae.config import SAEConfig, parse_dtype
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"

@@ -22,8 +22,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..models.losses import lm_loss
-from .data import keep_mask
+from interp_transformer.core.losses import lm_loss
+from interp_transformer.sae.data import keep_mask
 
 
 def l0(acts: Float[Tensor, "n d_sae"]) -> float:

@@ -38,7 +38,7 @@ expects: a missing step can be applied (by the caller, or here with
 
 from typing import Callable
 
-from ..models import processing as steps
+from interp_transformer.models import processing as steps
 
 # Hook-name leaves (the last dotted part) whose values each processing step changes.
 CHANGES: dict[str, frozenset[str]] = {

@@ -32,13 +32,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..hooks import HookedRootModule, HookPoint
-from ..loading.devices import checked_device
-from ..loading.strict import check_checkpoint, check_finite, state_dict_shapes
-from .architectures import architecture_named, linear
-from .config import SAEConfig, parse_dtype
-from .loading import prepare_tensors, read_sae_folder, save_sae
-from .normalization import InputStats, denormalize, denormalize_affine, normalize
+from interp_transformer.core.devices import checked_device
+from interp_transformer.core.strict import check_checkpoint, check_finite, state_dict_shapes
+from interp_transformer.hooks import HookedRootModule, HookPoint
+from interp_transformer.sae.architectures import architecture_named, linear
+from interp_transformer.sae.config import SAEConfig, parse_dtype
+from interp_transformer.sae.loading import prepare_tensors, read_sae_folder, save_sae
+from interp_transformer.sae.normalization import InputStats, denormalize, denormalize_affine, normalize
 
 # Hook points of an SAE, in the order they fire.
 HOOK_NAMES = (

@@ -44,13 +44,11 @@ from typing import Iterator, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from .processing import check_processing
-from .sae import HOOK_NAMES, SAE
+from interp_transformer.sae.processing import check_processing
+from interp_transformer.sae.sae import HOOK_NAMES, SAE
+from interp_transformer.text.special_tokens import SpecialTokens, special_token_ids
 
 SAEs = Union[SAE, Sequence[SAE]]
-SpecialTokens = Union[bool, Sequence[int]]
-# Tokenizer attributes of the "structural" special tokens, as SAELens reads them.
-SPECIAL_TOKEN_ATTRIBUTES = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")
 
 
 def _hook_point(model, name: str, role: str):
@@ -58,38 +56,6 @@ def _hook_point(model, name: str, role: str):
         close = difflib.get_close_matches(name, list(model.hook_dict), n=3, cutoff=0.5)
         raise KeyError(f"the SAE's {role} {name!r} is not a hook point of this model; closest: {close}")
     return model.hook_dict[name]
-
-
-def special_token_ids(model, exclude: SpecialTokens) -> Optional[list[int]]:
-    """The token ids whose positions bypass the SAEs (None: no position does)."""
-    if exclude is False:
-        return None
-    if exclude is True:
-        tokenizer = getattr(model, "tokenizer", None)
-        if tokenizer is None:
-            raise ValueError(
-                "exclude_special_tokens=True reads the special tokens from the model's tokenizer, and this model "
-                "has none; pass the token ids instead, e.g. exclude_special_tokens=[0]"
-            )
-        ids = sorted(
-            {
-                getattr(tokenizer, attr)
-                for attr in SPECIAL_TOKEN_ATTRIBUTES
-                if getattr(tokenizer, attr, None) is not None
-            }
-        )
-        if not ids:
-            raise ValueError(
-                f"exclude_special_tokens=True, but the tokenizer defines none of {list(SPECIAL_TOKEN_ATTRIBUTES)}"
-            )
-        return ids
-    if (
-        isinstance(exclude, (str, bytes))
-        or not isinstance(exclude, Sequence)
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in exclude)
-    ):
-        raise TypeError(f"exclude_special_tokens must be a bool or a list of token ids, got {exclude!r}")
-    return list(exclude)
 
 
 class _BypassMask:

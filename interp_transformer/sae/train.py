@@ -45,10 +45,10 @@ from typing import Optional, Union
 import torch
 from tqdm.auto import tqdm
 
-from .data import TokenBatches, token_batches
-from .metrics import SAEMetrics, ce_loss_recovered, measure
-from .sae import SAE
-from .training_data import TrainingActivations, from_harvest, from_model
+from interp_transformer.sae.data import TokenBatches, token_batches
+from interp_transformer.sae.metrics import SAEMetrics, ce_loss_recovered, measure
+from interp_transformer.sae.sae import SAE
+from interp_transformer.sae.training_data import TrainingActivations, from_harvest, from_model
 
 TRAINABLE = ("standard", "topk")
 TRAINING_FILE = "training.json"
@@ -190,7 +190,7 @@ def fit(sae: SAE, x, config: SAETrainingConfig, generator: torch.Generator, prog
 
 
 def _metadata(model, config: SAETrainingConfig, data: TrainingActivations) -> dict:
-    from .processing import CHANGES
+    from interp_transformer.sae.processing import CHANGES
 
     metadata = {"hook_name": config.hook_name, "dataset_path": data.description}
     if model is not None:

@@ -16,7 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .data import TokenBatches, activation_at, keep_mask
+from interp_transformer.sae.data import TokenBatches, activation_at, keep_mask
 
 
 @dataclass
@@ -127,7 +127,7 @@ def from_harvest(
 ) -> TrainingActivations:
     """The activations at ``hook_name`` stored in a harvest folder (``interp_transformer.harvest``), split by
     context."""
-    from ..harvest.dataset import ActivationShards
+    from interp_transformer.harvest.dataset import ActivationShards
 
     _check_split(eval_every, max_tokens)
     shards = ActivationShards(folder, hooks=[hook_name])

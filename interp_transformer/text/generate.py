@@ -11,7 +11,7 @@ sequence:
 
 With ``use_kv_cache`` (default) the prompt runs once and each later step feeds
 only the new token, reusing the keys and values of earlier positions
-(``interp_transformer.models.kv_cache``); the result is the same as re-running the
+(``interp_transformer.core.kv_cache``); the result is the same as re-running the
 whole sequence every step, only faster. Hooks attached to the model run during
 generation: with the cache, a hook sees the prompt once, then one position per
 step. A model whose rotation changes with the sequence's length (LongRoPE, past its
@@ -27,8 +27,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..models.kv_cache import KeyValueCache, crossed_thresholds
-from ..models.token_checks import check_attention_mask, is_text
+from interp_transformer.core.kv_cache import KeyValueCache, crossed_thresholds
+from interp_transformer.core.token_checks import check_attention_mask, is_text
 
 
 def sample_next_token(

@@ -77,7 +77,7 @@ class DecoderText:
     """A decoder's text (see the module docstring)."""
 
     def encode(self, tokenizer, text, n_ctx: int, prepend_bos: bool = True, padding_side: str = "right"):
-        from . import tokens as tok
+        from interp_transformer.text import tokens as tok
 
         return tok.to_tokens_and_mask(tokenizer, text, prepend_bos=prepend_bos, padding_side=padding_side)
 
@@ -91,12 +91,12 @@ class DecoderText:
         return None
 
     def str_tokens(self, model, tokens_or_text, prepend_bos: bool = True):
-        from . import tokens as tok
+        from interp_transformer.text import tokens as tok
 
         return tok.to_str_tokens(model._require_tokenizer(), tokens_or_text, prepend_bos=prepend_bos)
 
     def decode(self, tokenizer, tokens, cfg):
-        from . import tokens as tok
+        from interp_transformer.text import tokens as tok
 
         return tok.to_string(tokenizer, tokens)
 
@@ -106,18 +106,18 @@ class PromptMethods:
 
     def generate(self, tokens_or_text, *args, **kwargs):
         """Sample a continuation; see ``interp_transformer.text.generate.generate``."""
-        from .generate import generate
+        from interp_transformer.text.generate import generate
 
         return generate(self, tokens_or_text, *args, **kwargs)
 
     def test_prompt(self, prompt: str, answer: str, **kwargs):
         """Rank and probability of ``answer`` after ``prompt``; see ``interp_transformer.text.prompts.test_prompt``."""
-        from .prompts import test_prompt
+        from interp_transformer.text.prompts import test_prompt
 
         return test_prompt(self, prompt, answer, **kwargs)
 
     def get_token_position(self, single_token, tokens_or_text, mode: str = "first", prepend_bos: bool = True) -> int:
-        from . import tokens as tok
+        from interp_transformer.text import tokens as tok
 
         return tok.get_token_position(
             self._require_tokenizer(), single_token, tokens_or_text, mode=mode, prepend_bos=prepend_bos

@@ -41,7 +41,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 # GPT-2's offline tokenizer lives in its own module; its names stay importable from here
-from .gpt2_tokenizer import (  # noqa: F401
+from interp_transformer.text.gpt2_tokenizer import (  # noqa: F401
     END_OF_TEXT,
     GPT2_ENCODER_JSON_SHA256,
     GPT2_N_CTX,

@@ -32,13 +32,22 @@ A model retrained in a few lines (``docs/training.md`` has more):
 (4, [2, 4], ['first_half_loss', 'repeated_half_loss'])
 """
 
-from .checkpoint import load_checkpoint
-from .config_file import TrainingPlan, example_config, plan_from_config
-from .loop import TrainingRun, train
-from .param_groups import parameter_groups, parameter_roles
-from .schedules import cosine, inverse_sqrt, learning_rate
-from .settings import TrainSettings
-from .tasks import IGNORE_INDEX, TASKS, Batch, InductionTask, TranslationTask, check_task, make_task, token_loss
+from interp_transformer.training.checkpoint import load_checkpoint
+from interp_transformer.training.config_file import TrainingPlan, example_config, plan_from_config
+from interp_transformer.training.loop import TrainingRun, train
+from interp_transformer.training.param_groups import parameter_groups, parameter_roles
+from interp_transformer.training.schedules import cosine, inverse_sqrt, learning_rate
+from interp_transformer.training.settings import TrainSettings
+from interp_transformer.training.tasks import (
+    IGNORE_INDEX,
+    TASKS,
+    Batch,
+    InductionTask,
+    TranslationTask,
+    check_task,
+    make_task,
+    token_loss,
+)
 
 __all__ = [
     "Batch",

@@ -17,8 +17,8 @@ from typing import Optional
 
 import torch
 
-from ..files import atomic_write
-from .settings import TrainSettings
+from interp_transformer.core.files import atomic_write
+from interp_transformer.training.settings import TrainSettings
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 1

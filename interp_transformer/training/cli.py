@@ -26,15 +26,15 @@ from typing import Optional, Sequence
 import torch
 from safetensors.torch import save_file
 
-from ..architectures import registered
-from ..files import read_json_object
-from ..harvest.distributed import init_distributed
-from ..loading.sources import LazyStateDict, open_safetensors_file
-from ..loading.strict import build_on_meta, load_strict
-from ..pretrained import inside_package, save_shipped
-from .config_file import TrainingPlan, model_class_of, plan_from_config
-from .loop import TrainingRun, train
-from .tasks import task_settings
+from interp_transformer.core.files import read_json_object
+from interp_transformer.core.strict import build_on_meta, load_strict
+from interp_transformer.families import registered
+from interp_transformer.harvest.distributed import init_distributed
+from interp_transformer.loading.sources import LazyStateDict, open_safetensors_file
+from interp_transformer.pretrained import inside_package, save_shipped
+from interp_transformer.training.config_file import TrainingPlan, model_class_of, plan_from_config
+from interp_transformer.training.loop import TrainingRun, train
+from interp_transformer.training.tasks import task_settings
 
 EXIT_OK, EXIT_USAGE = 0, 2
 MODEL_FILE = "model"  # model.safetensors and model.json, for a model of an architecture

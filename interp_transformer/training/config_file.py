@@ -34,15 +34,15 @@ from typing import Optional, Union
 
 import torch
 
-from ..architectures import DecoderParts, architecture_of, registered
-from ..architectures.bert import EncoderParts
-from ..architectures.encoder_decoder import EncoderDecoderParts
-from ..encoder import EncoderTransformer
-from ..encoder_decoder import EncoderDecoderTransformer
-from ..models.decoder import DemoTransformer
-from ..pretrained import PRETRAINED_DIR, SHIPPED, shipped_config
-from .settings import TrainSettings, unknown_key_message
-from .tasks import TASKS, make_task
+from interp_transformer.families import DecoderParts, architecture_of, registered
+from interp_transformer.families.bert import EncoderParts
+from interp_transformer.families.encoder_decoder import EncoderDecoderParts
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.models.encoder import EncoderTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
+from interp_transformer.pretrained import PRETRAINED_DIR, SHIPPED, shipped_config
+from interp_transformer.training.settings import TrainSettings, unknown_key_message
+from interp_transformer.training.tasks import TASKS, make_task
 
 TABLES = ("model", "data", "training", "output")
 MODEL_KEYS = ("shipped", "architecture", "config")

@@ -35,13 +35,13 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from ..harvest.distributed import DistContext, init_distributed
-from ..models.shape_checks import shape_checking
-from .checkpoint import check_same_run, config_record, load_checkpoint, save_checkpoint
-from .param_groups import parameter_groups
-from .schedules import learning_rate
-from .settings import TrainSettings
-from .tasks import Batch, check_task, task_settings, token_loss
+from interp_transformer.core.shape_checks import shape_checking
+from interp_transformer.harvest.distributed import DistContext, init_distributed
+from interp_transformer.training.checkpoint import check_same_run, config_record, load_checkpoint, save_checkpoint
+from interp_transformer.training.param_groups import parameter_groups
+from interp_transformer.training.schedules import learning_rate
+from interp_transformer.training.settings import TrainSettings
+from interp_transformer.training.tasks import Batch, check_task, task_settings, token_loss
 
 
 @dataclass

@@ -24,7 +24,7 @@ on the same curve.
 import math
 from typing import Callable
 
-from .settings import TrainSettings
+from interp_transformer.training.settings import TrainSettings
 
 
 def _check_step(step: int) -> None:

@@ -47,9 +47,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..models.losses import IGNORE_INDEX
-from ..pretrained import induction, translation
-from .settings import SMOOTHING_OVER, check_choice, unknown_key_message
+from interp_transformer.core.losses import IGNORE_INDEX
+from interp_transformer.pretrained import induction, translation
+from interp_transformer.training.settings import SMOOTHING_OVER, check_choice, unknown_key_message
 
 IGNORE = IGNORE_INDEX  # the earlier name of IGNORE_INDEX
 TASK_METHODS = ("check_model", "batch", "evaluate")

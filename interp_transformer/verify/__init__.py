@@ -53,10 +53,10 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from ..loading import architecture_module, load_with_source, resolve_dtype
-from ..loading.versions import warn_if_untested_transformers
-from .checks import check_vocabularies, real_part, skipped_hooks
-from .report import VerifyReport, VerifyRow
+from interp_transformer.loading import architecture_module, load_with_source, resolve_dtype
+from interp_transformer.loading.versions import warn_if_untested_transformers
+from interp_transformer.verify.checks import check_vocabularies, real_part, skipped_hooks
+from interp_transformer.verify.report import VerifyReport, VerifyRow
 
 DEFAULT_TOLERANCES = {  # dtype -> (atol, rtol)
     torch.float64: (1e-9, 1e-10),

@@ -18,7 +18,7 @@ from interp_transformer.circuits.factored_matrix import FactoredMatrix as CoreFa
 from interp_transformer.compat import FactoredMatrix, head_detector, patching
 from interp_transformer.compat.errors import CompatKeyError, CompatValueError, assertion_compatible
 from interp_transformer.hooks import HookedRootModule
-from interp_transformer.hooks.cache import ActivationCache as CoreActivationCache
+from interp_transformer.cache.activations import ActivationCache as CoreActivationCache
 
 from ..gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from interp_transformer import ActivationCache
-from interp_transformer.models.losses import lm_loss
+from interp_transformer.core.losses import lm_loss
 
 from ... import plots
 from ...readouts import attention

@@ -1,0 +1,168 @@
+"""The Llama family (Llama, Mistral, Qwen2, Qwen3, SmolLM2): config, presets, parts, capabilities, hook names.
+
+A pre-norm causal decoder like GPT-2, with four parts changed:
+
+- ``RMSNorm`` instead of LayerNorm (no centring, no bias);
+- no positional embedding: queries and keys are rotated by their positions inside
+  attention (``Rotary``, the half-split convention), so ``hook_pos_embed`` does not exist
+  and the residual stream entering block 0 is ``hook_embed`` alone;
+- grouped-query attention: ``n_key_value_heads`` key/value heads, each shared by
+  ``n_heads / n_key_value_heads`` query heads (``hook_k``/``hook_v`` have
+  ``n_key_value_heads`` heads; ``model.W_K``/``W_V`` are given per query head);
+- a gated MLP (SwiGLU): ``post = silu(x W_gate) * (x W_in + b_in)``.
+
+The variants are fields, not classes: Mistral's ``sliding_window`` (a ``SlidingWindowMask``
+in every block), Qwen3's ``qk_norm`` (an RMSNorm over ``d_head`` on each head's q and k,
+before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
+``n_heads * d_head``.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.rotary_decoder import (
+    RotaryDecoderConfig,
+    attention_params,
+    embedding_params,
+    find_preset,
+    validate_rotary_decoder,
+)
+from interp_transformer.families.validation import check_bools, check_positive_int
+from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
+from interp_transformer.parts import (
+    Attention,
+    CausalMask,
+    Embed,
+    PaddingMask,
+    SlidingWindowMask,
+    TransformerBlock,
+    Unembed,
+)
+from interp_transformer.parts.gated_mlp import GatedMLP
+from interp_transformer.parts.rms_norm import RMSNorm
+from interp_transformer.parts.rotary import RopeScaling, Rotary
+
+
+@dataclass(frozen=True)
+class LlamaConfig(RotaryDecoderConfig):
+    """Shape and numerics of a Llama-family decoder (defaults: SmolLM2-135M's shape)."""
+
+    d_model: int = 576  # width of the residual stream
+    n_layers: int = 30  # number of transformer blocks
+    n_heads: int = 9  # query heads per block
+    n_key_value_heads: int = 3  # key/value heads per block, each shared by n_heads / n_key_value_heads query heads
+    d_head: int = 64  # width of each head's query/key/value; need not be d_model / n_heads
+    d_mlp: int = 1536  # hidden width of the gated MLP (neurons per layer)
+    d_vocab: int = 49152  # vocabulary size
+    n_ctx: int = 8192  # longest sequence (Hugging Face's max_position_embeddings)
+    act_fn: str = "silu"  # the gate's activation (SwiGLU: silu)
+    rms_norm_eps: float = 1e-5  # added to mean(x^2) inside every RMSNorm
+    rotary_base: float = 100000.0  # rotary theta: the wavelength scale of the position rotations
+    rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies (Llama 3.1's "llama3", "linear")
+    sliding_window: Optional[int] = None  # Mistral: each query sees at most this many keys (itself included)
+    qk_norm: bool = False  # Qwen3: RMSNorm over d_head on each head's q and k before the rotation
+    attn_biases: tuple[str, ...] = ()  # projections the checkpoint has biases for: ("q", "k", "v") in Qwen2
+    tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding (no lm_head.weight)
+    init_range: float = 0.02  # std of the normal init of weight matrices
+    name: str = "custom"  # free-form label shown in reports
+
+    def __post_init__(self) -> None:
+        validate_rotary_decoder(
+            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+        )
+        if self.sliding_window is not None:
+            check_positive_int("sliding_window", self.sliding_window)
+        check_bools(self, ("qk_norm", "tied_embeddings"))
+
+    def n_params(self, hugging_face: bool = False) -> int:
+        """Number of parameters of a ``DemoTransformer`` built from this config.
+
+        ``hugging_face=True`` counts the way Hugging Face reports the checkpoint: only the
+        attention biases in ``attn_biases``, no MLP or unembedding biases, and no read-out
+        matrix of its own when ``tied_embeddings`` (SmolLM2-135M: 134,515,008).
+        """
+        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
+        block = 2 * self.d_model + attention_params(self, hugging_face, self.qk_norm) + mlp
+        return self.n_layers * block + embedding_params(self, hugging_face)
+
+
+# Parameter counts as Hugging Face reports them, n_params(hugging_face=True).
+PRESETS: dict[str, LlamaConfig] = {
+    "SmolLM2-135M": LlamaConfig(init_range=0.041666666666666664, name="SmolLM2-135M"),  # 134,515,008
+}
+
+
+def preset(name: str) -> LlamaConfig:
+    """The config of a named Llama-family model, e.g. ``preset("SmolLM2-135M")``."""
+    return find_preset(PRESETS, name)
+
+
+def rotary_attention(cfg) -> Attention:
+    """Llama's attention: rotary, grouped keys/values, Mistral's window and Qwen3's q/k RMSNorms where ``cfg`` asks.
+
+    ``cfg`` is any config with Llama's attention fields (``LlamaConfig``, ``MoEConfig``).
+    """
+    window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
+    head_norms = (
+        {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
+        if cfg.qk_norm
+        else {}
+    )
+    rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
+    return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
+
+
+def build(cfg: LlamaConfig) -> DecoderParts:
+    """Llama's parts: RMSNorm pre-norm blocks of rotary grouped-query attention and a gated MLP; no positional
+    embedding."""
+
+    def norm(width: int) -> RMSNorm:
+        return RMSNorm(width, cfg.rms_norm_eps)
+
+    return DecoderParts(
+        embed=Embed(cfg),
+        pos_embed=None,  # positions act inside attention
+        blocks=[
+            TransformerBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
+            for _ in range(cfg.n_layers)
+        ],
+        ln_final=norm(cfg.d_model),
+        unembed=Unembed(cfg),
+    )
+
+
+CAPABILITIES = Capabilities(
+    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
+)
+
+HOOK_NAMES = HookNames(
+    layer_keys={
+        **BLOCK_HOOKS,
+        "rot_q": "blocks.{layer}.attn.hook_rot_q",
+        "rot_k": "blocks.{layer}.attn.hook_rot_k",
+        "pre_linear": "blocks.{layer}.mlp.hook_pre_linear",
+    },
+    global_keys={"embed": "hook_embed", "scale": "ln_final.hook_scale", "normalized": "ln_final.hook_normalized"},
+    input_writers=("embed",),
+    unavailable={
+        "pos_embed": "a Llama-family model has no positional embedding: its positions rotate q and k inside attention "
+        "(cache['rot_q', L], cache['rot_k', L])",
+    },
+)
+
+ARCHITECTURE = Architecture(
+    name="llama", config_class=LlamaConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+)
+
+__all__ = [
+    "ARCHITECTURE",
+    "CAPABILITIES",
+    "HOOK_NAMES",
+    "LlamaConfig",
+    "PRESETS",
+    "build",
+    "preset",
+    "rotary_attention",
+]

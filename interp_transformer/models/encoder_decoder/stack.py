@@ -1,0 +1,123 @@
+"""The two stacks of an encoder-decoder: embeddings in, blocks, a final norm.
+
+Each stack adds its positions to the token embedding it is given, normalizes the sum if
+the architecture says so (BART's ``embed_ln``), turns a relative position bias into the
+``BiasedLayout`` every layer reads (T5), runs its blocks and its final norm::
+
+    residual = hook_embed(embed) + hook_pos_embed(pos_embed(positions))      (positions: if any)
+    residual = embed_ln(residual)                                            (if any)
+    residual = block(residual, layout[, source, kv_cache])                   for each block
+    output   = ln_final(residual)                                            (NoNorm in post-norm stacks)
+
+``DecoderStack`` passes each block the encoder's output (``CrossAttentionSource``) and its
+key/value cache. Both stacks expose their weights stacked over blocks, like a model does:
+``stack.W_Q [layer, head_index, d_model, d_head]`` ...; the decoder also its
+cross-attention's, ``stack.W_Q_cross`` ... and the factored ``QK_cross``/``OV_cross``.
+"""
+
+from typing import Optional
+
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.families.encoder_decoder import StackParts
+from interp_transformer.hooks import HookPoint
+from interp_transformer.models.base import WeightView
+from interp_transformer.models.encoder_decoder.kv_cache import EncoderDecoderKVCache
+from interp_transformer.models.stack import ResidualStack, hold_no_parts
+from interp_transformer.parts import TokenLayout
+from interp_transformer.parts.cross_attention import CrossAttentionSource
+
+HEAD_SHAPE = "layer head_index d_model d_head"
+OUT_SHAPE = "layer head_index d_head d_model"
+BIAS_SHAPE = "layer head_index d_head"
+
+
+class EncoderStack(ResidualStack, nn.Module):
+    """The encoder: bidirectional blocks over the source (see the module docstring)."""
+
+    def __init__(self, parts: StackParts):
+        super().__init__()
+        if not isinstance(parts, StackParts):
+            raise TypeError(f"a stack is built from StackParts, got {type(parts).__name__}")
+        self.hook_embed = HookPoint()
+        self.pos_embed = parts.pos_embed
+        if parts.pos_embed is not None:
+            self.hook_pos_embed = HookPoint()
+        self.embed_ln = parts.embed_ln
+        self.rel_pos_bias = parts.rel_pos_bias
+        hold_no_parts(self, "token_type_embed")
+        self.blocks = nn.ModuleList(parts.blocks)
+        self.ln_final = parts.ln_final
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    @shape_checked
+    def forward(
+        self, embed: Float[Tensor, "batch pos d_model"], tokens: Int[Tensor, "batch pos"], layout: TokenLayout
+    ) -> Float[Tensor, "batch pos d_model"]:
+        residual, layout = self.enter_stream(embed, tokens, layout)
+        return self.ln_final(self.run_blocks(residual, layout))
+
+    # stacked weights, as a model gives them
+    W_Q = WeightView("attn", "W_Q", HEAD_SHAPE, stacked=True)
+    W_K = WeightView("attn", "W_K", HEAD_SHAPE, stacked=True)
+    W_V = WeightView("attn", "W_V", HEAD_SHAPE, stacked=True)
+    W_O = WeightView("attn", "W_O", OUT_SHAPE, stacked=True)
+    b_Q = WeightView("attn", "b_Q", BIAS_SHAPE, stacked=True)
+    b_K = WeightView("attn", "b_K", BIAS_SHAPE, stacked=True)
+    b_V = WeightView("attn", "b_V", BIAS_SHAPE, stacked=True)
+    b_O = WeightView("attn", "b_O", "layer d_model", stacked=True)
+    W_in = WeightView("mlp", "W_in", "layer d_model d_mlp", stacked=True)
+    b_in = WeightView("mlp", "b_in", "layer d_mlp", stacked=True)
+    W_out = WeightView("mlp", "W_out", "layer d_mlp d_model", stacked=True)
+    b_out = WeightView("mlp", "b_out", "layer d_model", stacked=True)
+
+
+class DecoderStack(EncoderStack):
+    """The decoder: causal blocks over the target, each reading the source through cross-attention."""
+
+    @shape_checked
+    def forward(
+        self,
+        embed: Float[Tensor, "batch pos d_model"],
+        tokens: Int[Tensor, "batch pos"],
+        layout: TokenLayout,
+        source: CrossAttentionSource,
+        kv_cache: Optional[EncoderDecoderKVCache] = None,
+    ) -> Float[Tensor, "batch pos d_model"]:
+        residual, layout = self.enter_stream(embed, tokens, layout)
+        residual = self.run_blocks(
+            residual, layout, block_inputs=lambda layer: (source, kv_cache[layer] if kv_cache is not None else None)
+        )
+        return self.ln_final(residual)
+
+    W_Q_cross = WeightView("cross_attn", "W_Q", HEAD_SHAPE, stacked=True)
+    W_K_cross = WeightView("cross_attn", "W_K", HEAD_SHAPE, stacked=True)
+    W_V_cross = WeightView("cross_attn", "W_V", HEAD_SHAPE, stacked=True)
+    W_O_cross = WeightView("cross_attn", "W_O", OUT_SHAPE, stacked=True)
+    b_Q_cross = WeightView("cross_attn", "b_Q", BIAS_SHAPE, stacked=True)
+    b_K_cross = WeightView("cross_attn", "b_K", BIAS_SHAPE, stacked=True)
+    b_V_cross = WeightView("cross_attn", "b_V", BIAS_SHAPE, stacked=True)
+    b_O_cross = WeightView("cross_attn", "b_O", "layer d_model", stacked=True)
+
+    @property
+    def QK_cross(self):
+        """``W_Q_cross W_K_cross^T`` per layer and head: ``FactoredMatrix [layer, head_index, d_model, d_model]``,
+        rows reading the decoder's stream (queries), columns the encoder's output (keys)."""
+        from interp_transformer.circuits.factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_Q_cross, self.W_K_cross.transpose(-2, -1))
+
+    @property
+    def OV_cross(self):
+        """``W_V_cross W_O_cross`` per layer and head: from the encoder's output to the decoder's stream."""
+        from interp_transformer.circuits.factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_V_cross, self.W_O_cross)
+
+
+__all__ = ["DecoderStack", "EncoderStack"]

@@ -1,0 +1,33 @@
+from typing import Optional
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from interp_transformer.core.shape_checks import shape_checked
+
+
+class PosEmbed(nn.Module):
+    """Learned absolute positions: ``pos_embed[b, p] = W_pos[positions[b, p]]``.
+
+    ``positions`` defaults to ``offset, offset + 1, ...`` in every row, where ``offset`` is
+    the number of positions already processed (non-zero only when generating with a
+    key/value cache). The result is a new tensor, never a view of ``W_pos``, so a hook
+    that edits it in place cannot write into the weights.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
+
+    def output_weights(self) -> list[Tensor]:
+        """``W_pos``: what this part writes to the residual stream (``d_model`` last)."""
+        return [self.W_pos]
+
+    @shape_checked
+    def forward(
+        self, tokens: Int[Tensor, "batch pos"], offset: int = 0, positions: Optional[Int[Tensor, "batch pos"]] = None
+    ) -> Float[Tensor, "batch pos d_model"]:
+        if positions is None:
+            positions = torch.arange(offset, offset + tokens.shape[1], device=self.W_pos.device).expand(tokens.shape)
+        return self.W_pos[positions]

@@ -78,7 +78,7 @@ def _as_tensor(value: Any) -> Any:
         return value
 
 
-def _keep_axis(index: AxisIndex) -> Union[slice, torch.Tensor]:
+def _keep_axis(index: AxisIndex) -> slice | torch.Tensor:
     """Turn a row/column selector into one that keeps the axis (an int ``i`` becomes ``[i]``)."""
     if isinstance(index, slice):
         return index
@@ -399,7 +399,7 @@ class FactoredMatrix:
         if self.ldim != self.rdim:
             raise ValueError(f"{what} needs a square AB (ldim == rdim), got shape {_shape(self)}")
 
-    def _operand(self, other: Any) -> Union[torch.Tensor, None]:
+    def _operand(self, other: Any) -> torch.Tensor | None:
         """``other`` as a tensor of this matrix's dtype and device (what ``torch.as_tensor`` takes: a numpy array,
         nested lists), or None where it is no vector or matrix (then ``other``'s own operator may answer)."""
         other = _as_tensor(other)

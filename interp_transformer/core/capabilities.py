@@ -45,10 +45,10 @@ class Capabilities:
 
     causal: bool
     norm_placement: str
-    final_norm: Optional[str]
-    read_out: Optional[str]
+    final_norm: str | None
+    read_out: str | None
     next_token_logits: bool
-    embedding_norm: Optional[str] = None
+    embedding_norm: str | None = None
 
     def __post_init__(self) -> None:
         if self.norm_placement not in NORM_PLACEMENTS:

@@ -16,7 +16,7 @@ DeviceLike = Union[str, int, torch.device, None]
 EXAMPLES = "expected e.g. 'cpu', 'cuda', 'cuda:0'"
 
 
-def checked_device(device: DeviceLike, name: str = "device") -> Optional[torch.device]:
+def checked_device(device: DeviceLike, name: str = "device") -> torch.device | None:
     """``device`` as a ``torch.device`` (``None`` stays ``None``); see the module docstring for what is refused."""
     if device is None:
         return None

@@ -9,8 +9,9 @@ crash. ``read_json_object(path)`` reads a file that must hold one JSON object, w
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 TEMP_MARKER = ".tmp-"  # in the name of a temporary file a killed writer may leave behind
 
@@ -29,7 +30,7 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(
-    path: Path, write: Callable[[Path], None], before_rename: Optional[Callable[[Path], None]] = None
+    path: Path, write: Callable[[Path], None], before_rename: Callable[[Path], None] | None = None
 ) -> None:
     """Write ``path`` through ``write(temp_path)``, fsync it, and rename it into place.
 

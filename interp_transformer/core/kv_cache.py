@@ -5,7 +5,8 @@ token only computes its own query, key and value. Positions continue from
 ``n_positions`` (the positional embedding and causal mask are offset by it).
 """
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -18,8 +19,8 @@ class LayerKVCache:
     """Keys and values of one attention layer: ``[batch, pos_so_far, head_index, d_head]``."""
 
     def __init__(self) -> None:
-        self.keys: Optional[Tensor] = None
-        self.values: Optional[Tensor] = None
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
 
     @property
     def n_positions(self) -> int:
@@ -60,7 +61,7 @@ class KeyValueCache:
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
             raise ValueError(f"n_layers must be a positive int (the model's cfg.n_layers), got {n_layers!r}")
         self.layers = [LayerKVCache() for _ in range(n_layers)]
-        self.key_is_real: Optional[Tensor] = None
+        self.key_is_real: Tensor | None = None
 
     def __getitem__(self, layer: int) -> LayerKVCache:
         return self.layers[layer]
@@ -72,7 +73,7 @@ class KeyValueCache:
     def n_positions(self) -> int:
         return self.layers[0].n_positions if self.layers else 0
 
-    def check_fits(self, n_layers: int, key_shapes: Optional[Sequence[Optional[KeyShape]]] = None) -> None:
+    def check_fits(self, n_layers: int, key_shapes: Sequence[KeyShape | None] | None = None) -> None:
         """``ValueError`` unless this cache has one layer per block and every layer holds the same positions.
 
         ``key_shapes``: per block, the ``(n_key_value_heads, d_head)`` of the keys it caches
@@ -94,7 +95,7 @@ class KeyValueCache:
             check_key_shapes(self.layers, key_shapes, f"KeyValueCache({n_layers})")
 
 
-def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[Optional[KeyShape]], make: str) -> None:
+def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[KeyShape | None], make: str) -> None:
     """``ValueError`` unless each layer's keys are ``[batch, pos, n_key_value_heads, d_head]`` as ``key_shapes`` says.
 
     ``key_shapes[i]`` is ``(n_key_value_heads, d_head)`` of block ``i`` (``None``: not

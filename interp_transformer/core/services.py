@@ -6,7 +6,7 @@ builds model classes and the SAE splice runs them, so neither can sit below the 
 ``provide`` when ``interp_transformer`` is imported. Nothing here imports the package.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 SERVICES = {
     "from_pretrained": "interp_transformer.loading.from_pretrained",

@@ -26,7 +26,8 @@ dicts) always get the full check.
 import collections
 import contextlib
 import functools
-from typing import Any, Callable, Hashable, Iterator, Optional, TypeVar
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Optional, TypeVar
 
 import torch
 from jaxtyping import jaxtyped
@@ -64,7 +65,7 @@ MAX_REMEMBERED_SIGNATURES = 512  # per checked function; the oldest is forgotten
 _VALUE_TYPES = (int, bool, str, float, type(None))
 
 
-def _describe(value: Any) -> Optional[Hashable]:
+def _describe(value: Any) -> Hashable | None:
     """What the check of ``value`` depends on, or None when that cannot be summarized."""
     if isinstance(value, torch.Tensor):
         return (tuple(value.shape), value.dtype)
@@ -75,7 +76,7 @@ def _describe(value: Any) -> Optional[Hashable]:
     return type(value)
 
 
-def _call_signature(args: tuple, kwargs: dict) -> Optional[Hashable]:
+def _call_signature(args: tuple, kwargs: dict) -> Hashable | None:
     """The summary of a call's arguments, or None when one of them cannot be summarized."""
     keywords = sorted(kwargs)
     described = [(None, _describe(value)) for value in args] + [(name, _describe(kwargs[name])) for name in keywords]
@@ -112,7 +113,7 @@ def shape_checked(fn: F) -> F:
     """
     checked = jaxtyped(typechecker=typechecked)(fn)
     check_result = _return_checker(fn)
-    passed: "collections.OrderedDict[Hashable, Optional[Hashable]]" = collections.OrderedDict()
+    passed: collections.OrderedDict[Hashable, Hashable | None] = collections.OrderedDict()
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

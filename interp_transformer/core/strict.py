@@ -11,7 +11,8 @@ NaN or inf (``check_finite``): a damaged checkpoint must not load and compute Na
 
 import math
 import re
-from typing import Callable, Iterable, Mapping, Optional, Union
+from collections.abc import Callable, Iterable, Mapping
+from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +36,7 @@ class CheckpointError(ValueError):
         what: str,
         missing: Iterable[str] = (),
         unexpected: Iterable[str] = (),
-        mis_shaped: Optional[Mapping[str, tuple[Shape, Shape]]] = None,
+        mis_shaped: Mapping[str, tuple[Shape, Shape]] | None = None,
     ):
         self.missing = sorted(missing)
         self.unexpected = sorted(unexpected)
@@ -73,7 +74,7 @@ def check_checkpoint(
     *,
     what: str = "checkpoint",
     optional: Iterable[str] = (),
-    ignored: Optional[re.Pattern] = None,
+    ignored: re.Pattern | None = None,
 ) -> None:
     """Raise ``CheckpointError`` unless ``received`` has exactly the ``expected`` names and shapes.
 
@@ -171,8 +172,8 @@ def load_strict(
     model: nn.Module,
     state_dict: Mapping[str, Tensor],
     *,
-    dtype: Optional[torch.dtype] = None,
-    device: Union[str, torch.device, None] = None,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
 ) -> nn.Module:
     """Load ``state_dict`` into ``model`` (typically built with ``build_on_meta``), strictly.
 

@@ -11,7 +11,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 
-def check_stop_at_layer(stop_at_layer: Optional[int], n_layers: int) -> int:
+def check_stop_at_layer(stop_at_layer: int | None, n_layers: int) -> int:
     """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""
     if stop_at_layer is None:
         return n_layers

@@ -32,8 +32,9 @@ module under TransformerLens' name.
 
 import contextlib
 import difflib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import torch
 from torch import nn
@@ -42,7 +43,7 @@ from torch import nn
 from interp_transformer.hooks.introspection import HookIntrospectionMixin, NamesFilter  # noqa: F401
 from interp_transformer.hooks.thread_state import _THREAD, forget_parts, hook_frames, remove_tool_hooks
 
-HookFn = Callable[..., Optional[torch.Tensor]]
+HookFn = Callable[..., torch.Tensor | None]
 NameFilter = NamesFilter  # None, a name, a list of names, or a predicate on names
 Direction = Literal["fwd", "bwd"]
 
@@ -56,7 +57,7 @@ class _Hook:
     fn: HookFn
     direction: Direction
     is_permanent: bool = False
-    level: Optional[int] = None  # the context level it was added at (TransformerLens' context_level)
+    level: int | None = None  # the context level it was added at (TransformerLens' context_level)
     tensor_handles: list = field(default_factory=list)  # gradient hooks on past forwards' tensors (bwd only)
 
     def remove_tensor_hooks(self) -> None:
@@ -66,7 +67,7 @@ class _Hook:
 
     # TransformerLens' LensHandle spellings
     @property
-    def context_level(self) -> Optional[int]:
+    def context_level(self) -> int | None:
         return self.level
 
     @property
@@ -85,7 +86,7 @@ class HookPoint(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name: Optional[str] = None
+        self.name: str | None = None
         self._hooks: list[_Hook] = []  # seen by every thread
         self.ctx: dict = {}  # free space for hook functions to share state (TransformerLens' hook.ctx)
 
@@ -110,7 +111,7 @@ class HookPoint(nn.Module):
             hook.tensor_handles.append(x.register_hook(lambda grad: self._call(hook.fn, grad, backward=True)))
         return x
 
-    def _call(self, fn: HookFn, tensor: torch.Tensor, backward: bool = False) -> Optional[torch.Tensor]:
+    def _call(self, fn: HookFn, tensor: torch.Tensor, backward: bool = False) -> torch.Tensor | None:
         result = fn(tensor, hook=self)
         if backward and isinstance(result, tuple) and len(result) == 1:
             result = result[0]  # TransformerLens' backward hooks may return (grad,), as torch's module hooks do
@@ -132,7 +133,7 @@ class HookPoint(nn.Module):
         return result
 
     @staticmethod
-    def _new_hook(fn: HookFn, dir: str, is_permanent: bool = False, level: Optional[int] = None) -> _Hook:
+    def _new_hook(fn: HookFn, dir: str, is_permanent: bool = False, level: int | None = None) -> _Hook:
         if not callable(fn):
             raise TypeError(f"a hook function must be callable, got {type(fn).__name__}")
         if dir not in ("fwd", "bwd"):
@@ -144,7 +145,7 @@ class HookPoint(nn.Module):
         fn: HookFn,
         dir: Direction = "fwd",
         is_permanent: bool = False,
-        level: Optional[int] = None,
+        level: int | None = None,
         prepend: bool = False,
     ) -> _Hook:
         """Attach ``fn(activation, hook) -> Tensor | None`` for every thread; returns the hook (``remove_hook`` takes
@@ -165,7 +166,7 @@ class HookPoint(nn.Module):
         self,
         dir: Literal["fwd", "bwd", "both"] = "both",
         including_permanent: bool = False,
-        level: Optional[int] = None,
+        level: int | None = None,
     ) -> None:
         """Remove this point's hooks of direction ``dir`` (permanent ones only if asked; only ``level``'s if given)."""
         if dir not in ("fwd", "bwd", "both"):
@@ -193,7 +194,7 @@ class HookPoint(nn.Module):
             hooks.clear()
 
     def has_hooks(
-        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: Optional[int] = None
+        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: int | None = None
     ) -> bool:
         """Whether this thread's forward runs a hook of direction ``dir`` here (permanent ones only if asked; only
         ``level``'s if given)."""
@@ -294,11 +295,11 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
 
     def add_hook(
         self,
-        name: Union[str, Callable[[str], bool]],
+        name: str | Callable[[str], bool],
         fn: HookFn,
         dir: Direction = "fwd",
         is_permanent: bool = False,
-        level: Optional[int] = None,
+        level: int | None = None,
         prepend: bool = False,
     ) -> list[_Hook]:
         """Attach ``fn`` to the hook point ``name``, or to every hook point a predicate selects (every thread runs
@@ -307,9 +308,7 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
             self.hook_dict[n].add_hook(fn, dir, is_permanent, level, prepend) for n in self.resolve_hook_names(name)
         ]
 
-    def add_perma_hook(
-        self, name: Union[str, Callable[[str], bool]], fn: HookFn, dir: Direction = "fwd"
-    ) -> list[_Hook]:
+    def add_perma_hook(self, name: str | Callable[[str], bool], fn: HookFn, dir: Direction = "fwd") -> list[_Hook]:
         return self.add_hook(name, fn, dir, is_permanent=True)
 
     def reset_hooks(
@@ -317,7 +316,7 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
         including_permanent: bool = False,
         direction: Literal["fwd", "bwd", "both"] = "both",
         clear_contexts: bool = True,
-        level: Optional[int] = None,
+        level: int | None = None,
     ) -> None:
         """Remove hooks from every hook point (permanent ones only if asked), and this thread's open blocks' hooks.
 
@@ -345,7 +344,7 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
         self,
         direction: Literal["fwd", "bwd", "both"] = "both",
         including_permanent: bool = False,
-        level: Optional[int] = None,
+        level: int | None = None,
     ) -> None:
         """Remove hooks from every hook point, keeping contexts (TransformerLens' name)."""
         self.reset_hooks(including_permanent, direction, clear_contexts=False, level=level)

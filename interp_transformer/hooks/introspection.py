@@ -24,7 +24,8 @@ HookPoint(name='hook_a', 1 fwd)
 """
 
 import difflib
-from typing import Callable, Literal, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Literal, Union
 
 NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
@@ -46,7 +47,7 @@ class HookIntrospectionMixin:
         """
         if dir not in ("fwd", "bwd", "both"):
             raise ValueError(f"dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
-        hook_dict = getattr(self, "hook_dict")
+        hook_dict = self.hook_dict
         if name_filter is None:
             selected = list(hook_dict)
         elif callable(name_filter):

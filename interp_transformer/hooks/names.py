@@ -16,8 +16,9 @@ through it, and ``analysis`` asks it instead of spelling hook paths.
 """
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Optional
 
 # TransformerLens spellings that name the same activations
 ALIASES: dict[str, str] = {
@@ -84,7 +85,7 @@ class HookNames:
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
     def full_name(
-        self, name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None
+        self, name: str, layer: int | None = None, sub: str | None = None, n_layers: int | None = None
     ) -> str:
         """Full hook name of a short key; ``KeyError`` naming the valid keys for anything else.
 
@@ -133,7 +134,7 @@ def _names_its_part(template: str, sub: str) -> bool:
     return SUB_ALIASES.get(sub) == part
 
 
-def split_compact_name(name: str) -> Optional[tuple[str, int, Optional[str]]]:
+def split_compact_name(name: str) -> tuple[str, int, str | None] | None:
     """TransformerLens' compact spelling ``"k6a"`` -> ``("k", 6, "a")``, ``"scale4ln1"`` -> ``("scale", 4, "ln1")``.
 
     The name is read as letters, then the layer's digits, then an optional sub-layer;
@@ -161,9 +162,7 @@ DECODER_HOOK_NAMES = HookNames(
 )
 
 
-def get_act_name(
-    name: str, layer: Optional[int] = None, sub: Optional[str] = None, n_layers: Optional[int] = None
-) -> str:
+def get_act_name(name: str, layer: int | None = None, sub: str | None = None, n_layers: int | None = None) -> str:
     """Full hook name of a short key in a GPT-2-style decoder: ``get_act_name("pattern", 0) ==
     "blocks.0.attn.hook_pattern"``.
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 SliceInput = Optional[
-    Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int], List[int], slice, torch.Tensor, np.ndarray]
+    int | tuple[int] | tuple[int, int] | tuple[int, int, int] | list[int] | slice | torch.Tensor | np.ndarray
 ]
 
 
@@ -77,7 +77,7 @@ class Slice:
         index[dim] = selection
         return tensor[tuple(index)]
 
-    def indices(self, max_ctx: Optional[int] = None) -> np.ndarray:
+    def indices(self, max_ctx: int | None = None) -> np.ndarray:
         """The indices this selection keeps on an axis of length ``max_ctx`` (not needed for an int)."""
         if self.mode == "int":
             return np.array([self.slice], dtype=np.int64)

@@ -23,8 +23,9 @@ before the call does anything and puts it back in a ``finally``, every part of i
 import contextlib
 import functools
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import Optional, TypeVar
 
 import torch
 from torch import nn
@@ -61,7 +62,7 @@ class ToolHook:
     a tool attaches to ``module`` for one call: it runs in the thread that attached it only (elsewhere the part runs
     as it is) and ``reset_hooks`` removes it."""
 
-    def __init__(self, module: nn.Module, before: Optional[Callable] = None, after: Optional[Callable] = None):
+    def __init__(self, module: nn.Module, before: Callable | None = None, after: Callable | None = None):
         self.module, self.before, self.after = module, before, after
         self.thread = threading.current_thread()
         self.record: list = []  # its thread's record of attached tool hooks, once attached
@@ -97,7 +98,7 @@ class ToolHook:
 
 
 def attach_forward_hooks(
-    stack: contextlib.ExitStack, module: nn.Module, before: Optional[Callable] = None, after: Optional[Callable] = None
+    stack: contextlib.ExitStack, module: nn.Module, before: Callable | None = None, after: Callable | None = None
 ) -> ToolHook:
     """``before``/``after`` on ``module`` in this thread until ``stack`` closes (``ToolHook``). The removal is on the
     stack before anything is attached, so no interrupt can leave the hooks without it."""

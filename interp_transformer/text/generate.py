@@ -20,7 +20,8 @@ cache, at the step where a row grows past that length, as Hugging Face's Phi-3 d
 """
 
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -34,9 +35,9 @@ from interp_transformer.core.token_checks import check_attention_mask, is_text
 def sample_next_token(
     logits: Float[Tensor, "batch d_vocab"],
     temperature: float = 1.0,
-    top_k: Optional[int] = None,
-    top_p: Optional[float] = None,
-    generator: Optional[torch.Generator] = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
 ) -> Int[Tensor, "batch"]:
     """One token per row of ``logits``; see the module docstring for the rule."""
     if temperature == 0:
@@ -87,9 +88,7 @@ def _check_arguments(max_new_tokens, temperature, top_k, top_p, seed) -> None:
         raise ValueError(f"seed must be an int or None, received {seed!r}")
 
 
-def _prompt_tokens(
-    model, tokens_or_text, prepend_bos: bool, attention_mask
-) -> tuple[Tensor, Optional[Tensor], bool, int]:
+def _prompt_tokens(model, tokens_or_text, prepend_bos: bool, attention_mask) -> tuple[Tensor, Tensor | None, bool, int]:
     """``[batch, pos]`` prompt ids, their padding mask (None: none), whether the input was text, BOS tokens added.
 
     Texts of different lengths are padded on the left with their mask, so every row's
@@ -106,7 +105,7 @@ def _prompt_tokens(
     return tokens, attention_mask, False, 0
 
 
-def _grows_past(thresholds, tokens: Tensor, mask: Optional[Tensor]) -> bool:
+def _grows_past(thresholds, tokens: Tensor, mask: Tensor | None) -> bool:
     """Whether running the last token of ``tokens`` on a cache of the others grows a row past a threshold."""
     if not thresholds:
         return False
@@ -118,20 +117,20 @@ def _grows_past(thresholds, tokens: Tensor, mask: Optional[Tensor]) -> bool:
 @torch.no_grad()
 def generate(
     model,
-    tokens_or_text: Union[str, Sequence[str], Int[Tensor, "batch pos"], Int[Tensor, "pos"]],
+    tokens_or_text: str | Sequence[str] | Int[Tensor, "batch pos"] | Int[Tensor, "pos"],
     max_new_tokens: int = 10,
     temperature: float = 1.0,
-    top_k: Optional[int] = None,
-    top_p: Optional[float] = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
     stop_at_eos: bool = True,
-    eos_token_id: Union[int, Sequence[int], None] = None,
-    seed: Optional[int] = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    seed: int | None = None,
     use_kv_cache: bool = True,
     verbose: bool = False,
     *,
     prepend_bos: bool = True,
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-) -> Union[Tensor, str, list[str]]:
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
+) -> Tensor | str | list[str]:
     """Extend ``tokens_or_text`` by up to ``max_new_tokens`` tokens.
 
     Tokens in (``[batch, pos]``, or ``[pos]``; a padded batch with its ``attention_mask``),

@@ -25,7 +25,7 @@ END_OF_TEXT = "<|endoftext|>"  # GPT-2's only special token: BOS, EOS and (by co
 GPT2_N_CTX = 1024  # GPT-2's context length, the tokenizer's model_max_length
 
 
-def sha256_of_file(path: Union[str, Path]) -> str:
+def sha256_of_file(path: str | Path) -> str:
     """Hex sha256 digest of the file at ``path``."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -34,7 +34,7 @@ def sha256_of_file(path: Union[str, Path]) -> str:
     return digest.hexdigest()
 
 
-def check_sha256(path: Union[str, Path], expected: str) -> None:
+def check_sha256(path: str | Path, expected: str) -> None:
     """Raise ``ValueError`` unless the file at ``path`` has sha256 ``expected``."""
     received = sha256_of_file(path)
     if received != expected.lower():
@@ -44,7 +44,7 @@ def check_sha256(path: Union[str, Path], expected: str) -> None:
         )
 
 
-def _require_file(path: Union[str, Path], what: str) -> Path:
+def _require_file(path: str | Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: expected a file at {path}")
@@ -81,11 +81,11 @@ def _read_merges(path: Path) -> list[tuple[str, str]]:
 
 
 def gpt2_tokenizer_from_files(
-    vocab_path: Union[str, Path],
-    merges_path: Union[str, Path],
+    vocab_path: str | Path,
+    merges_path: str | Path,
     *,
-    vocab_sha256: Union[str, None] = None,
-    merges_sha256: Union[str, None] = None,
+    vocab_sha256: str | None = None,
+    merges_sha256: str | None = None,
     model_max_length: int = GPT2_N_CTX,
 ) -> GPT2TokenizerFast:
     """Build a GPT-2 byte-level BPE tokenizer from local files, without any download.

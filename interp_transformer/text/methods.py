@@ -62,7 +62,7 @@ class TextMethods:
         return self.text_inputs.decode(self._require_tokenizer(), tokens, self.cfg)
 
 
-def padded_rows_problem(attention_mask: Tensor) -> Optional[str]:
+def padded_rows_problem(attention_mask: Tensor) -> str | None:
     """Why ids alone would lose the padding of these rows, or None when every position is real."""
     if bool(attention_mask.bool().all()):
         return None
@@ -81,7 +81,7 @@ class DecoderText:
 
         return tok.to_tokens_and_mask(tokenizer, text, prepend_bos=prepend_bos, padding_side=padding_side)
 
-    def why_not_ids_alone(self, encoded, prepend_bos: bool = True, padding_side: str = "right") -> Optional[str]:
+    def why_not_ids_alone(self, encoded, prepend_bos: bool = True, padding_side: str = "right") -> str | None:
         if padding_side == "left" and not bool(encoded.attention_mask.all()):
             return (
                 "left-padded ids without their attention mask would shift every position of the shorter texts: use "

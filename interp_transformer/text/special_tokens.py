@@ -3,14 +3,15 @@
 SAE tools leave their positions out: the splice lets them bypass the SAEs, the feature readers skip them.
 """
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 SpecialTokens = Union[bool, Sequence[int]]
 # Tokenizer attributes of the "structural" special tokens, as SAELens reads them.
 SPECIAL_TOKEN_ATTRIBUTES = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")
 
 
-def special_token_ids(model, exclude: SpecialTokens) -> Optional[list[int]]:
+def special_token_ids(model, exclude: SpecialTokens) -> list[int] | None:
     """The token ids whose positions bypass the SAEs (None: no position does)."""
     if exclude is False:
         return None

@@ -33,7 +33,8 @@ tensor([[50256, 15496,   995]])
 """
 
 import numbers
-from typing import Literal, NamedTuple, Sequence, Union
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, Union
 
 import torch
 from jaxtyping import Int
@@ -99,7 +100,7 @@ def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
     )
 
 
-def _as_text_list(text: Union[str, Sequence[str]]) -> list[str]:
+def _as_text_list(text: str | Sequence[str]) -> list[str]:
     if isinstance(text, str):
         text = [text]
     if not isinstance(text, (list, tuple)):
@@ -161,7 +162,7 @@ def _decode_each(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[str
     return tokenizer.batch_decode([[token] for token in ids], clean_up_tokenization_spaces=False)
 
 
-def _single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str, int]) -> int:
+def _single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: str | int) -> int:
     if _is_int(single_token):
         rows, _ = _as_id_rows(tokenizer, [int(single_token)], "single_token")
         return rows[0][0]
@@ -175,7 +176,7 @@ def _single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str
     return ids[0]
 
 
-def single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: Union[str, int]) -> int:
+def single_token_id(tokenizer: PreTrainedTokenizerBase, single_token: str | int) -> int:
     """The id of a string that is exactly one token (or an id, range-checked); ``ValueError`` naming the pieces
     otherwise."""
     _check_tokenizer(tokenizer)
@@ -193,10 +194,10 @@ def _describe_str_tokens(str_tokens: list[str]) -> str:
 
 def to_tokens_and_mask(
     tokenizer: PreTrainedTokenizerBase,
-    text: Union[str, list[str]],
+    text: str | list[str],
     prepend_bos: bool = True,
     padding_side: Literal["right", "left"] = "right",
-    max_length: Union[int, None] = None,
+    max_length: int | None = None,
 ) -> TokensAndMask:
     """Tokenize ``text`` into padded ``tokens [batch pos]`` and ``attention_mask [batch pos]``.
 
@@ -243,10 +244,10 @@ def to_tokens_and_mask(
 
 def to_tokens(
     tokenizer: PreTrainedTokenizerBase,
-    text: Union[str, list[str]],
+    text: str | list[str],
     prepend_bos: bool = True,
     padding_side: Literal["right", "left"] = "right",
-    max_length: Union[int, None] = None,
+    max_length: int | None = None,
 ) -> Int[Tensor, "batch pos"]:
     """Token ids ``[batch pos]`` (int64) of ``text``; see ``to_tokens_and_mask`` for the rules.
 
@@ -261,9 +262,9 @@ def to_tokens(
 
 def to_str_tokens(
     tokenizer: PreTrainedTokenizerBase,
-    tokens_or_text: Union[str, list[str], TokensLike],
+    tokens_or_text: str | list[str] | TokensLike,
     prepend_bos: bool = True,
-) -> Union[list[str], list[list[str]]]:
+) -> list[str] | list[list[str]]:
     """Each token as its own piece of text, e.g. ``['<|endoftext|>', 'Hello', ' world']``.
 
     Accepts a str (tokenized with ``prepend_bos``), a list of str (one list per text,
@@ -286,7 +287,7 @@ def to_str_tokens(
     return _decode_each(tokenizer, rows[0])
 
 
-def to_string(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike) -> Union[str, list[str]]:
+def to_string(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike) -> str | list[str]:
     """Decode token ids to text: ``[pos]`` (or a list of ints) gives a str, ``[batch pos]`` a list of str.
 
     Special tokens are kept and spaces are not "cleaned up", so for GPT-2
@@ -301,8 +302,8 @@ def to_string(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike) -> Union[s
 
 def get_token_position(
     tokenizer: PreTrainedTokenizerBase,
-    single_token: Union[str, int],
-    tokens_or_text: Union[str, TokensLike],
+    single_token: str | int,
+    tokens_or_text: str | TokensLike,
     mode: Literal["first", "last"] = "first",
     prepend_bos: bool = True,
 ) -> int:

@@ -20,15 +20,16 @@ the model's capabilities (``model.capabilities``), never by its class.
 import difflib
 import functools
 import logging
-from typing import Iterable, Iterator, Optional, Union
+from collections.abc import Iterable, Iterator
+from typing import Optional, Union
 
 import einops
 import torch
 from torch import Tensor
 
-from interp_transformer.hooks.names import ALIASES, split_compact_name
 from interp_transformer.cache.residual_norms import ResidualNorms
 from interp_transformer.cache.residual_stacks import ResidualStacks
+from interp_transformer.hooks.names import ALIASES, split_compact_name
 from interp_transformer.hooks.slices import Slice, SliceInput
 
 
@@ -144,7 +145,7 @@ class ActivationCache:
         return held_bytes(self.cache_dict.values())
 
     # --- per-head results, computed from z and W_O ------------------------------------------
-    def _result_layer(self, name: str) -> Optional[int]:
+    def _result_layer(self, name: str) -> int | None:
         """The block whose per-head results ``name`` names, when the model's table has them; else None."""
         if "result" not in self.model.hook_names.layer_keys:
             return None
@@ -180,9 +181,7 @@ class ActivationCache:
             self.cache_dict[self.model.act_name("result", layer)] = self._head_results(layer)
 
     # --- batch axis, device, dtype ------------------------------------------------------------
-    def to(
-        self, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None
-    ) -> "ActivationCache":
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> "ActivationCache":
         """A copy of the cache on another device and/or in another dtype."""
         moved = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in self.items()}
         return type(self)(moved, self.model, self.has_batch_dim)
@@ -204,7 +203,7 @@ class ActivationCache:
         self.has_batch_dim = False
         return self
 
-    def apply_slice_to_batch_dim(self, batch_slice: Union[Slice, SliceInput]) -> "ActivationCache":
+    def apply_slice_to_batch_dim(self, batch_slice: Slice | SliceInput) -> "ActivationCache":
         """A new cache holding the batch rows ``batch_slice`` selects (an int removes the batch axis)."""
         batch_slice = Slice(batch_slice)
         if not self.has_batch_dim and batch_slice.mode != "identity":

@@ -5,15 +5,16 @@ A model that mixes in ``CachingMixin`` (beside ``HookedRootModule``) gets
 activation is decided by ``_ActivationKeeper``; ``held_bytes`` counts the memory it holds.
 """
 
-from typing import Callable, Optional, Union
+from collections.abc import Callable
+from typing import Optional, Union
 
 import torch
 
-from interp_transformer.hooks import HookFn, HookPoint, NameFilter
 from interp_transformer.cache.activations import ActivationCache, held_bytes, storage_id
+from interp_transformer.hooks import HookFn, HookPoint, NameFilter
 
 
-def check_storage_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
+def check_storage_dtype(dtype: torch.dtype | None) -> torch.dtype | None:
     """``dtype`` if it can store activations: a floating torch dtype (or None, keep each one's own)."""
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(
@@ -23,7 +24,7 @@ def check_storage_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
     return dtype
 
 
-def check_device(device) -> Optional[torch.device]:
+def check_device(device) -> torch.device | None:
     """``device`` as a ``torch.device`` (None stays None); ``ValueError`` naming what came for anything else."""
     if device is None:
         return None
@@ -43,7 +44,7 @@ class _ActivationKeeper:
     and shared, so converting a cache never duplicates storage.
     """
 
-    def __init__(self, device, dtype: Optional[torch.dtype], remove_batch_dim: bool, force_copy: bool = False):
+    def __init__(self, device, dtype: torch.dtype | None, remove_batch_dim: bool, force_copy: bool = False):
         self.device = check_device(device)
         self.dtype = check_storage_dtype(dtype)
         self.remove_batch_dim = remove_batch_dim
@@ -87,11 +88,11 @@ class CachingMixin:
         self,
         *model_args,
         names_filter: NameFilter = None,
-        device: Union[str, torch.device, None] = None,
-        dtype: Optional[torch.dtype] = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
         remove_batch_dim: bool = False,
         incl_bwd: bool = False,
-        backward_metric: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        backward_metric: Callable[[torch.Tensor], torch.Tensor] | None = None,
         **model_kwargs,
     ):
         """Run the model and keep the activations ``names_filter`` selects.
@@ -162,8 +163,8 @@ class CachingMixin:
         batch: int,
         pos: int,
         names_filter: NameFilter = None,
-        dtype: Optional[torch.dtype] = None,
-        device: Union[str, torch.device, None] = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
         remove_batch_dim: bool = False,
     ) -> int:
         """Bytes ``run_with_cache`` will hold for a ``[batch, pos]`` input, before running it.

@@ -37,7 +37,7 @@ class ResidualNorms:
         if not self.model.capabilities.additive_residual:
             raise _not_additive(self.model, what)
 
-    def _input_layer(self, layer: Optional[int]) -> int:
+    def _input_layer(self, layer: int | None) -> int:
         """``layer`` as a block input in ``0 .. n_layers``; ``None`` and ``-1`` mean ``n_layers`` (the final
         residual)."""
         n_layers = self.model.cfg.n_layers
@@ -72,7 +72,7 @@ class ResidualNorms:
             return norm, None
         return norm, (self.cache[name] if name in self.model.hook_dict else None)
 
-    def _reader_norm_name(self, layer: int, mlp_input: bool) -> Optional[str]:
+    def _reader_norm_name(self, layer: int, mlp_input: bool) -> str | None:
         """The attribute name of the norm block ``layer``'s attention reads (``ln1``), or with ``mlp_input`` its MLP
         (``ln2``; GPT-J's shared ``ln1``), as the block's ``norm_readers()`` say; None where that part reads the
         stream unnormalized (OLMo's blocks, whose only norms are on the sublayers' outputs)."""
@@ -83,7 +83,7 @@ class ResidualNorms:
         norm = next((norm for norm, reader in block.norm_readers() if reader is part), None)
         return None if norm is None else next(name for name, child in block.named_children() if child is norm)
 
-    def _output_scale(self, writer, pos_slice: Slice) -> Optional[Tensor]:
+    def _output_scale(self, writer, pos_slice: Slice) -> Tensor | None:
         """The cached scale of the norm ``writer``'s output passes through before the stream (Gemma 2's
         ``ln1_post``), at ``pos_slice``; None when the output is added as it is."""
         return None if writer.output_norm is None else pos_slice.apply(self.cache[writer.scale_hook], dim=-2)
@@ -91,7 +91,7 @@ class ResidualNorms:
     def apply_ln_to_stack(
         self,
         residual_stack: Float[Tensor, "component ... d_model"],
-        layer: Optional[int] = None,
+        layer: int | None = None,
         mlp_input: bool = False,
         pos_slice: SliceLike = None,
         batch_slice: SliceLike = None,
@@ -124,8 +124,8 @@ class ResidualNorms:
     def logit_attrs(
         self,
         residual_stack: Float[Tensor, "component ... d_model"],
-        tokens: Union[str, int, Int[Tensor, "..."]],
-        incorrect_tokens: Union[None, str, int, Int[Tensor, "..."]] = None,
+        tokens: str | int | Int[Tensor, "..."],
+        incorrect_tokens: None | str | int | Int[Tensor, "..."] = None,
         pos_slice: SliceLike = None,
         batch_slice: SliceLike = None,
         has_batch_dim: bool = True,

@@ -66,7 +66,7 @@ class ResidualStacks:
             raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")
         return self.cache._has_hook("resid_mid", layer)
 
-    def _empty(self, pos_slice: Slice, last: Optional[int] = None) -> Tensor:
+    def _empty(self, pos_slice: Slice, last: int | None = None) -> Tensor:
         """A stack of no components, shaped like the embeddings after ``pos_slice`` (last axis ``last`` if given)."""
         like = pos_slice.apply(self.cache[self.model.hook_names.input_writers[0]], dim=-2)
         shape = like.shape if last is None else (*like.shape[:-1], last)
@@ -79,7 +79,7 @@ class ResidualStacks:
     # --- stacks -----------------------------------------------------------------------------------
     def accumulated_resid(
         self,
-        layer: Optional[int] = None,
+        layer: int | None = None,
         incl_mid: bool = False,
         apply_ln: bool = False,
         pos_slice: SliceLike = None,
@@ -117,7 +117,7 @@ class ResidualStacks:
 
     def decompose_resid(
         self,
-        layer: Optional[int] = None,
+        layer: int | None = None,
         mlp_input: bool = False,
         mode: str = "all",
         apply_ln: bool = False,
@@ -160,7 +160,7 @@ class ResidualStacks:
 
     def stack_head_results(
         self,
-        layer: Optional[int] = -1,
+        layer: int | None = -1,
         return_labels: bool = False,
         incl_remainder: bool = False,
         pos_slice: SliceLike = None,
@@ -198,7 +198,7 @@ class ResidualStacks:
         return self._finish(stack, labels, return_labels)
 
     def stack_activation(
-        self, activation_name: str, layer: Optional[int] = -1, sublayer_type: Optional[str] = None
+        self, activation_name: str, layer: int | None = -1, sublayer_type: str | None = None
     ) -> Tensor:
         """``cache[activation_name, L, sublayer_type]`` stacked over the blocks before ``layer`` (None/-1: all)."""
         return torch.stack(
@@ -210,7 +210,7 @@ class ResidualStacks:
         layer: int,
         neuron_slice: SliceLike = None,
         pos_slice: SliceLike = None,
-        project_output_onto: Optional[Tensor] = None,
+        project_output_onto: Tensor | None = None,
     ) -> Tensor:
         """Each neuron's write ``post[n] * W_out[n]`` in block ``layer``: ``[..., neuron, d_model]``.
 
@@ -247,13 +247,13 @@ class ResidualStacks:
 
     def stack_neuron_results(
         self,
-        layer: Optional[int],
+        layer: int | None,
         pos_slice: SliceLike = None,
         neuron_slice: SliceLike = None,
         return_labels: bool = False,
         incl_remainder: bool = False,
         apply_ln: bool = False,
-        project_output_onto: Optional[Tensor] = None,
+        project_output_onto: Tensor | None = None,
     ):
         """Each MLP neuron's write to the residual, ``post[n] * W_out[n]``, for the blocks before ``layer``.
 
@@ -300,13 +300,13 @@ class ResidualStacks:
 
     def get_full_resid_decomposition(
         self,
-        layer: Optional[int] = None,
+        layer: int | None = None,
         mlp_input: bool = False,
         expand_neurons: bool = True,
         apply_ln: bool = False,
         pos_slice: SliceLike = None,
         return_labels: bool = False,
-        project_output_onto: Optional[Tensor] = None,
+        project_output_onto: Tensor | None = None,
     ):
         """Every write into block ``layer``'s input: each head, each neuron (or MLP layer), the embeddings, the biases.
 
@@ -377,7 +377,7 @@ class ResidualStacks:
         return total.detach()
 
 
-def _as_columns(project: Optional[Tensor]) -> tuple[Optional[Tensor], bool]:
+def _as_columns(project: Tensor | None) -> tuple[Tensor | None, bool]:
     """A projection as ``[d_model, n_outs]`` columns, and whether it was one ``[d_model]`` vector."""
     if project is None:
         return None, False

@@ -15,8 +15,9 @@ positions, no embedding LayerNorm).
 """
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from torch import nn
 
@@ -74,10 +75,10 @@ def build_post_norm(
     pos_embed: Callable[[], nn.Module],
     embed_ln: bool,
     final_norm: bool = False,
-    norm: Optional[Callable[[], nn.Module]] = None,
-    self_attention: Optional[Callable[[bool], nn.Module]] = None,
-    cross_attention: Optional[Callable[[], nn.Module]] = None,
-    rel_pos_bias: Optional[Callable[[bool], Optional[nn.Module]]] = None,
+    norm: Callable[[], nn.Module] | None = None,
+    self_attention: Callable[[bool], nn.Module] | None = None,
+    cross_attention: Callable[[], nn.Module] | None = None,
+    rel_pos_bias: Callable[[bool], nn.Module | None] | None = None,
 ) -> EncoderDecoderParts:
     """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, ``norm()`` each norm
     (``LayerNorm`` by default); the attention parts as ``seq2seq.build_pre_norm`` takes them."""

@@ -111,8 +111,8 @@ class EncoderParts:
     token_type_embed: nn.Module
     embed_ln: nn.Module
     blocks: list
-    mlm_head: Optional[nn.Module]
-    pooler: Optional[nn.Module]
+    mlm_head: nn.Module | None
+    pooler: nn.Module | None
 
 
 def build(cfg: EncoderConfig) -> EncoderParts:

@@ -80,10 +80,10 @@ class DecoderSpec:
     d_model: int = 64  # width of the residual stream
     n_layers: int = 2  # number of blocks
     n_heads: int = 4  # attention heads per block
-    d_mlp: Optional[int] = 256  # MLP hidden width (one expert's, with experts); None: attention-only (pre-norm)
+    d_mlp: int | None = 256  # MLP hidden width (one expert's, with experts); None: attention-only (pre-norm)
     d_vocab: int = 100  # vocabulary size
     n_ctx: int = 64  # longest sequence
-    d_head: Optional[int] = None  # width of each head; None: d_model // n_heads
+    d_head: int | None = None  # width of each head; None: d_model // n_heads
     norm: str = "layer"  # "layer", "layer_unbiased", "rms" or "none" (composed_parts.NORMS)
     norm_eps: float = parts.NORM_EPS  # eps of every norm (1e-5 in all three specs)
     placement: str = "pre"  # "pre": norms read by the sublayers; "post": norms renormalize the stream after each sum;
@@ -91,30 +91,30 @@ class DecoderSpec:
     final_norm: bool = True  # a norm between the last block and the read-out
     causal: bool = True  # False: every query sees every real key (a masked language model)
     positions: str = "learned"  # composed_parts.POSITIONS
-    rotary_base: Optional[float] = None  # positions="rotary": theta (None: 10000)
-    rotary_interleaved: Optional[bool] = None  # positions="rotary": pairs (2i, 2i+1) instead of the two halves
-    alibi_slopes: Optional[tuple[float, ...]] = None  # positions="alibi": one slope per head (None: 2^(-8(h+1)/H))
-    max_distance: Optional[int] = None  # positions="relative_clipped": the offset the learned bias is clipped at
-    attn_scale: Optional[float] = None  # what q k^T is multiplied by (None: 1/sqrt(d_head); T5: 1.0)
+    rotary_base: float | None = None  # positions="rotary": theta (None: 10000)
+    rotary_interleaved: bool | None = None  # positions="rotary": pairs (2i, 2i+1) instead of the two halves
+    alibi_slopes: tuple[float, ...] | None = None  # positions="alibi": one slope per head (None: 2^(-8(h+1)/H))
+    max_distance: int | None = None  # positions="relative_clipped": the offset the learned bias is clipped at
+    attn_scale: float | None = None  # what q k^T is multiplied by (None: 1/sqrt(d_head); T5: 1.0)
     activation: str = "gelu"  # the MLP's activation (components.activations)
     gated_mlp: bool = False  # act(x W_gate) * (x W_in + b_in) instead of act(x W_in + b_in)
-    experts: Optional[ExpertSpec] = None  # a mixture of experts in place of each MLP (an ExpertSpec, or a dict)
+    experts: ExpertSpec | None = None  # a mixture of experts in place of each MLP (an ExpertSpec, or a dict)
     attn_bias: bool = True  # False: b_Q, b_K, b_V, b_O held at zero
     mlp_bias: bool = True  # False: b_in, b_out (and the experts') held at zero
     readout_bias: bool = True  # False: b_U held at zero
-    embed_scale: Union[None, float, str] = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
+    embed_scale: None | float | str = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
     init_range: float = 0.02  # std of the normal init of weight matrices
     # the parts the shipped families use, named as their Hugging Face configs name them (module docstring)
-    n_key_value_heads: Optional[int] = None  # key/value heads, each serving n_heads / n_key_value_heads query heads
+    n_key_value_heads: int | None = None  # key/value heads, each serving n_heads / n_key_value_heads query heads
     parallel_residual: bool = False  # attention and the MLP both read the block's input (GPT-NeoX's ParallelBlock)
-    qk_norm: Optional[str] = None  # "per_head" (Qwen3, Gemma 3) or "all_heads" (OLMo 2): an RMSNorm on q and k
-    sliding_window: Optional[int] = None  # keys a sliding layer's query sees, itself included (causal only)
-    layer_types: Optional[tuple[str, ...]] = None  # "full_attention"/"sliding_attention" per block (None: a window,
+    qk_norm: str | None = None  # "per_head" (Qwen3, Gemma 3) or "all_heads" (OLMo 2): an RMSNorm on q and k
+    sliding_window: int | None = None  # keys a sliding layer's query sees, itself included (causal only)
+    layer_types: tuple[str, ...] | None = None  # "full_attention"/"sliding_attention" per block (None: a window,
     # if given, is every layer's)
-    rotary_dim: Optional[int] = None  # positions="rotary": leading dimensions of each head that rotate (None: d_head)
-    rotary_base_local: Optional[float] = None  # positions="rotary": the sliding layers' theta (None: rotary_base)
-    attn_softcap: Optional[float] = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2)
-    final_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
+    rotary_dim: int | None = None  # positions="rotary": leading dimensions of each head that rotate (None: d_head)
+    rotary_base_local: float | None = None  # positions="rotary": the sliding layers' theta (None: rotary_base)
+    attn_softcap: float | None = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2)
+    final_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
     post_norms: bool = False  # placement="pre": a norm on each sublayer's output too (Gemma 2/3's PrePostNormBlock)
     name: str = "custom"  # free-form label shown in reports
 

@@ -186,7 +186,7 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
             relative_bias(spec, bidirectional=True), relative_bias(spec, bidirectional=False)
 
 
-def machine_memory() -> Optional[int]:
+def machine_memory() -> int | None:
     """Bytes of physical memory on this machine (None where the platform does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -268,7 +268,7 @@ class ExpertSpec:
         check_choice("expert_mlp", self.expert_mlp, EXPERT_MLPS)
 
 
-def as_expert_spec(experts: Union[None, dict, ExpertSpec]) -> Optional[ExpertSpec]:
+def as_expert_spec(experts: None | dict | ExpertSpec) -> ExpertSpec | None:
     """``experts`` as an ``ExpertSpec`` (a dict of its fields is read by name; unknown names are refused)."""
     if experts is None or isinstance(experts, ExpertSpec):
         return experts
@@ -295,7 +295,7 @@ def token_embed(spec) -> nn.Module:
     return ScaledEmbed(spec, None if spec.embed_scale == SQRT_D_MODEL else float(spec.embed_scale))
 
 
-def position_embed(spec) -> Optional[nn.Module]:
+def position_embed(spec) -> nn.Module | None:
     """The part adding positions to the residual stream, or None where positions act inside attention or are none."""
     if spec.positions == "learned":
         return PosEmbed(spec)
@@ -355,7 +355,7 @@ def qk_norms(spec, n_key_value_heads: int) -> dict[str, nn.Module]:
     return {}
 
 
-def relative_bias(spec, bidirectional: bool) -> Optional[RelativePositionBias]:
+def relative_bias(spec, bidirectional: bool) -> RelativePositionBias | None:
     """A stack's T5 relative position bias (``positions="relative_bucketed"``; bidirectional in an encoder), or
     None for other positions."""
     if spec.positions != "relative_bucketed":

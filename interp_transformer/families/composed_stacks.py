@@ -80,7 +80,7 @@ class EncoderSpec(_PartNames):
     d_mlp: int = 256  # MLP hidden width
     d_vocab: int = 100  # vocabulary size
     n_ctx: int = 64  # longest sequence
-    d_head: Optional[int] = None  # width of each head; None: d_model // n_heads
+    d_head: int | None = None  # width of each head; None: d_model // n_heads
     n_token_types: int = 2  # segment ids: 0 for sentence A, 1 for sentence B
     norm: str = "layer"  # "layer", "layer_unbiased" or "rms": every norm of the stack
     norm_eps: float = parts.NORM_EPS  # eps of every norm (1e-5 in all three specs; BERT's is 1e-12)
@@ -89,7 +89,7 @@ class EncoderSpec(_PartNames):
     activation: str = "gelu"  # the MLP's (and the MLM head's) activation
     mlm_head: bool = True  # BERT's MLM head: act(x W_transform + b) -> LayerNorm -> W_U
     pooler: bool = False  # tanh(x[CLS] W_pool + b_pool)
-    embed_scale: Union[None, float, str] = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
+    embed_scale: None | float | str = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
     init_range: float = 0.02  # std of the normal init of weight matrices
     name: str = "custom"  # free-form label shown in reports
 
@@ -152,23 +152,23 @@ class EncoderDecoderSpec(_PartNames):
     d_mlp: int = 256  # MLP hidden width
     d_vocab: int = 100  # the target's vocabulary size (the read-out's), and the source's unless d_vocab_source
     n_ctx: int = 64  # longest source or target
-    d_head: Optional[int] = None  # width of each head; None: d_model // n_heads
-    d_vocab_source: Optional[int] = None  # the source's vocabulary size (None: d_vocab); needs separate_embeddings
+    d_head: int | None = None  # width of each head; None: d_model // n_heads
+    d_vocab_source: int | None = None  # the source's vocabulary size (None: d_vocab); needs separate_embeddings
     norm: str = "layer"  # "layer", "layer_unbiased" or "rms": every norm of both stacks
     norm_eps: float = parts.NORM_EPS  # eps of every norm (1e-5 in all three specs)
     placement: str = "post"  # "post": the original Transformer's blocks; "pre": norms read by the sublayers
     final_norm: bool = True  # each stack ends in a norm (nn.Transformer's encoder and decoder norms)
     positions: str = "sinusoidal"  # composed_parts.ENCODER_DECODER_POSITIONS (see the module docstring)
     share_positions: bool = False  # positions="learned": one table read by both stacks (False: one per stack)
-    n_buckets: Optional[int] = None  # positions="relative_bucketed": buckets of each stack's table (None: 32)
-    max_distance: Optional[int] = None  # positions="relative_bucketed": where the last bucket starts (None: 128)
-    attn_scale: Optional[float] = None  # what q k^T is multiplied by (None: 1/sqrt(d_head); T5: 1.0)
+    n_buckets: int | None = None  # positions="relative_bucketed": buckets of each stack's table (None: 32)
+    max_distance: int | None = None  # positions="relative_bucketed": where the last bucket starts (None: 128)
+    attn_scale: float | None = None  # what q k^T is multiplied by (None: 1/sqrt(d_head); T5: 1.0)
     separate_embeddings: bool = False  # the target has its own token embedding (decoder_embed)
     attn_bias: bool = True  # False: every attention's b_Q, b_K, b_V, b_O held at zero
     mlp_bias: bool = True  # False: b_in, b_out held at zero
     readout_bias: bool = True  # False: b_U held at zero
     activation: str = "relu"  # the MLPs' activation
-    embed_scale: Union[None, float, str] = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
+    embed_scale: None | float | str = None  # W_E[tokens] * scale: a number, or "sqrt_d_model"
     init_range: float = 0.02  # std of the normal init of weight matrices
     pad_token_id: int = 0
     eos_token_id: int = 1

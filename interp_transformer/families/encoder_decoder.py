@@ -29,8 +29,9 @@ stack too, so nothing is guessed (``EncoderDecoderHookNames``):
 """
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 from torch import nn
 
@@ -50,9 +51,9 @@ class StackParts:
     """The parts of one stack, in forward order. ``pos_embed``, ``embed_ln`` and ``rel_pos_bias`` may be None;
     ``ln_final`` is ``NoNorm`` when the stack ends in its last block's own norm (post-norm)."""
 
-    pos_embed: Optional[nn.Module]
-    embed_ln: Optional[nn.Module]
-    rel_pos_bias: Optional[nn.Module]
+    pos_embed: nn.Module | None
+    embed_ln: nn.Module | None
+    rel_pos_bias: nn.Module | None
     blocks: list
     ln_final: nn.Module
 
@@ -66,7 +67,7 @@ class EncoderDecoderParts:
     encoder: StackParts
     decoder: StackParts
     unembed: nn.Module
-    decoder_embed: Optional[nn.Module] = None  # the target's own token embedding (None: the decoder reads ``embed``)
+    decoder_embed: nn.Module | None = None  # the target's own token embedding (None: the decoder reads ``embed``)
 
 
 def validate_encoder_decoder_fields(cfg) -> None:
@@ -152,7 +153,7 @@ class EncoderDecoderHookNames:
         }
 
     def full_name(
-        self, name: str, layer=None, sub: Optional[str] = None, n_layers: Union[None, int, Mapping[str, int]] = None
+        self, name: str, layer=None, sub: str | None = None, n_layers: None | int | Mapping[str, int] = None
     ) -> str:
         """Full hook name of ``(name, layer, sub)``; ``KeyError`` naming what is valid for anything else.
 
@@ -190,7 +191,7 @@ class EncoderDecoderHookNames:
             raise KeyError(f"layer {layer} counts from the end: give n_layers too")
         return keys[name].format(layer=layer, sub=norm)
 
-    def _stack_of(self, name: str, layer: int, sub) -> tuple[str, Optional[str]]:
+    def _stack_of(self, name: str, layer: int, sub) -> tuple[str, str | None]:
         """``(stack, norm)`` of a layer key's ``sub``."""
         if name in NORM_KEYS:
             stack, _, norm = (sub or "").partition(".")

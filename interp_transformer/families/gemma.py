@@ -65,15 +65,15 @@ class GemmaConfig(RotaryDecoderConfig):
     act_fn: str = "gelu_new"  # the gate's activation: GeGLU with the tanh GELU
     rms_norm_eps: float = 1e-6  # added to mean(x^2) inside every norm
     rotary_base: float = 10000.0  # rotary theta of every layer, or (with rotary_base_local) of the global layers
-    rotary_base_local: Optional[float] = None  # Gemma 3: sliding layers' rotary theta (unscaled); None: the global one
-    rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies (Gemma 3 4B and up: linear, factor 8)
-    query_pre_attn_scalar: Optional[float] = 256.0  # scores scaled by its -1/2 power; None: d_head's (Gemma 1)
+    rotary_base_local: float | None = None  # Gemma 3: sliding layers' rotary theta (unscaled); None: the global one
+    rope_scaling: RopeScaling | None = None  # stretched rotary frequencies (Gemma 3 4B and up: linear, factor 8)
+    query_pre_attn_scalar: float | None = 256.0  # scores scaled by its -1/2 power; None: d_head's (Gemma 1)
     post_norms: bool = True  # Gemma 2/3: a norm after attention and after the MLP too
     qk_norm: bool = False  # Gemma 3: GemmaRMSNorm over d_head on each head's q and k, before the rotation
-    attn_softcap: Optional[float] = 50.0  # Gemma 2: scores -> cap * tanh(scores / cap) before the softmax
-    final_softcap: Optional[float] = 30.0  # Gemma 2: logits -> cap * tanh(logits / cap)
-    sliding_window: Optional[int] = 4096  # keys a sliding query sees (itself included); None: all global
-    global_every: Optional[int] = 2  # layer L is global when (L + 1) % global_every == 0; None: every layer slides
+    attn_softcap: float | None = 50.0  # Gemma 2: scores -> cap * tanh(scores / cap) before the softmax
+    final_softcap: float | None = 30.0  # Gemma 2: logits -> cap * tanh(logits / cap)
+    sliding_window: int | None = 4096  # keys a sliding query sees (itself included); None: all global
+    global_every: int | None = 2  # layer L is global when (L + 1) % global_every == 0; None: every layer slides
     attn_biases: tuple[str, ...] = ()  # projections with biases in the checkpoint (attention_bias: q, k, v, o)
     tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding
     init_range: float = 0.02  # std of the normal init of weight matrices

@@ -41,7 +41,7 @@ class TransformerConfig:
     n_layers: int = 12  # number of transformer blocks
     n_heads: int = 12  # attention heads per block
     d_head: int = 64  # width of each head's query/key/value; d_model == n_heads * d_head
-    d_mlp: Optional[int] = 3072  # MLP hidden width (4 * d_model in GPT-2); None = attention-only
+    d_mlp: int | None = 3072  # MLP hidden width (4 * d_model in GPT-2); None = attention-only
     d_vocab: int = 50257  # vocabulary size (GPT-2's byte-level BPE)
     n_ctx: int = 1024  # longest sequence; rows of the positional embedding
     act_fn: str = "gelu_new"  # GPT-2 uses the tanh approximation of GELU

@@ -39,7 +39,7 @@ class GPTNeoXConfig:
     n_ctx: int = 2048  # longest sequence (Hugging Face's max_position_embeddings)
     rotary_dim: int = 16  # leading dimensions of each head that rotate (Pythia: 25% of d_head)
     rotary_base: float = 10000.0  # rotary theta: the wavelength scale of the position rotations
-    rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies ("linear")
+    rope_scaling: RopeScaling | None = None  # stretched rotary frequencies ("linear")
     parallel_residual: bool = True  # attention and MLP read the same input (False: GPT-2's sequential block)
     attn_bias: bool = True  # the checkpoint has attention biases (without them ours are zeros)
     tied_embeddings: bool = False  # the checkpoint's read-out is its token embedding (no lm_head.weight)

@@ -70,9 +70,9 @@ class GptOssConfig(RotaryDecoderConfig):
     n_ctx: int = 131072  # longest sequence (Hugging Face's max_position_embeddings)
     rms_norm_eps: float = 1e-5  # added to mean(x^2) inside every RMSNorm
     rotary_base: float = 150000.0  # rotary theta
-    rope_scaling: Optional[RopeScaling] = GPT_OSS_ROPE  # stretched rotary frequencies (YaRN, factor 32)
-    sliding_window: Optional[int] = 128  # keys a sliding block's query sees (itself included)
-    layer_types: Optional[tuple[str, ...]] = None  # per block; None: even blocks sliding_attention, odd full_attention
+    rope_scaling: RopeScaling | None = GPT_OSS_ROPE  # stretched rotary frequencies (YaRN, factor 32)
+    sliding_window: int | None = 128  # keys a sliding block's query sees (itself included)
+    layer_types: tuple[str, ...] | None = None  # per block; None: even blocks sliding_attention, odd full_attention
     swiglu_alpha: float = 1.702  # the experts' gate: g * sigmoid(swiglu_alpha * g)
     swiglu_limit: float = 7.0  # the experts' gate is clipped above at it, the up projection to [-it, it]
     attn_biases: tuple[str, ...] = ("q", "k", "v", "o")  # projections with biases in the checkpoint

@@ -37,7 +37,7 @@ class GPTJConfig:
     d_mlp: int = 16384  # MLP hidden width (neurons per layer)
     d_vocab: int = 50400  # vocabulary size (GPT-2's BPE, padded)
     n_ctx: int = 2048  # longest sequence (Hugging Face's n_positions)
-    rotary_dim: Optional[int] = 64  # leading dimensions of each head that rotate; None: all of them
+    rotary_dim: int | None = 64  # leading dimensions of each head that rotate; None: all of them
     tied_embeddings: bool = False  # the checkpoint's read-out weight is its token embedding (no lm_head.weight)
     act_fn: str = "gelu_new"  # GPT-2's tanh GELU
     layer_norm_eps: float = 1e-5  # added to the variance inside every LayerNorm

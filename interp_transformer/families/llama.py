@@ -60,8 +60,8 @@ class LlamaConfig(RotaryDecoderConfig):
     act_fn: str = "silu"  # the gate's activation (SwiGLU: silu)
     rms_norm_eps: float = 1e-5  # added to mean(x^2) inside every RMSNorm
     rotary_base: float = 100000.0  # rotary theta: the wavelength scale of the position rotations
-    rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies (Llama 3.1's "llama3", "linear")
-    sliding_window: Optional[int] = None  # Mistral: each query sees at most this many keys (itself included)
+    rope_scaling: RopeScaling | None = None  # stretched rotary frequencies (Llama 3.1's "llama3", "linear")
+    sliding_window: int | None = None  # Mistral: each query sees at most this many keys (itself included)
     qk_norm: bool = False  # Qwen3: RMSNorm over d_head on each head's q and k before the rotation
     attn_biases: tuple[str, ...] = ()  # projections the checkpoint has biases for: ("q", "k", "v") in Qwen2
     tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding (no lm_head.weight)

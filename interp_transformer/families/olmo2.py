@@ -63,11 +63,11 @@ class Olmo2Config(RotaryDecoderConfig):
     act_fn: str = "silu"  # the gate's activation (SwiGLU: silu)
     rms_norm_eps: float = 1e-6  # added to mean(x^2) inside every norm (the q/k norms included)
     rotary_base: float = 500000.0  # rotary theta of the full-attention layers
-    rope_scaling: Optional[RopeScaling] = None  # stretched rotary frequencies of the full-attention layers
-    layer_types: Optional[tuple[str, ...]] = None  # OLMo 3: "full_attention" or "sliding_attention" per block
-    sliding_window: Optional[int] = None  # OLMo 3: keys a sliding layer's query sees (itself included)
-    rotary_base_local: Optional[float] = None  # OLMo 3: the sliding layers' rotary theta; None: rotary_base
-    rope_scaling_local: Optional[RopeScaling] = None  # OLMo 3: the sliding layers' rotary scaling; None: unscaled
+    rope_scaling: RopeScaling | None = None  # stretched rotary frequencies of the full-attention layers
+    layer_types: tuple[str, ...] | None = None  # OLMo 3: "full_attention" or "sliding_attention" per block
+    sliding_window: int | None = None  # OLMo 3: keys a sliding layer's query sees (itself included)
+    rotary_base_local: float | None = None  # OLMo 3: the sliding layers' rotary theta; None: rotary_base
+    rope_scaling_local: RopeScaling | None = None  # OLMo 3: the sliding layers' rotary scaling; None: unscaled
     attn_biases: tuple[str, ...] = ()  # projections with biases in the checkpoint (attention_bias: q, k, v, o)
     tied_embeddings: bool = False  # the checkpoint's read-out is its token embedding (no lm_head.weight)
     init_range: float = 0.02  # std of the normal init of weight matrices

@@ -55,7 +55,7 @@ class _OPTFields:
     n_ctx: int = 2048  # longest sequence: rows of W_pos
     act_fn: str = "relu"  # OPT's MLP activation
     layer_norm_eps: float = 1e-5  # added to the variance inside every LayerNorm (fixed in OPT's code)
-    d_embed: Optional[int] = None  # the checkpoint's embedding width if not d_model (folded into W_E, W_U)
+    d_embed: int | None = None  # the checkpoint's embedding width if not d_model (folded into W_E, W_U)
     biases: bool = True  # the checkpoint has attention and MLP biases (enable_bias; without them ours are zeros)
     norm_weights: bool = True  # the checkpoint's norms have w and b (layer_norm_elementwise_affine; else 1 and 0)
     tied_embeddings: bool = True  # the checkpoint's read-out is its token embedding (no lm_head.weight)

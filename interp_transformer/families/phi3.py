@@ -55,12 +55,12 @@ class Phi3Config(RotaryDecoderConfig):
     d_mlp: int = 8192  # hidden width of the gated MLP (neurons per layer)
     d_vocab: int = 32064  # vocabulary size
     n_ctx: int = 4096  # longest sequence (Hugging Face's max_position_embeddings)
-    rotary_dim: Optional[int] = None  # leading dimensions of each head that rotate (None: all of d_head)
+    rotary_dim: int | None = None  # leading dimensions of each head that rotate (None: all of d_head)
     act_fn: str = "silu"  # the gate's activation (SwiGLU: silu)
     rms_norm_eps: float = 1e-5  # added to mean(x^2) inside every RMSNorm
     rotary_base: float = 10000.0  # rotary theta: the wavelength scale of the position rotations
-    rope_scaling: Optional[RopeScaling] = None  # LongRoPE ("longrope"): short and long frequencies, attention factor
-    sliding_window: Optional[int] = None  # each query sees at most this many keys (itself included), in every layer
+    rope_scaling: RopeScaling | None = None  # LongRoPE ("longrope"): short and long frequencies, attention factor
+    sliding_window: int | None = None  # each query sees at most this many keys (itself included), in every layer
     tied_embeddings: bool = False  # the checkpoint's read-out is its token embedding (no lm_head.weight; Phi-4-mini)
     attn_biases: tuple[str, ...] = ()  # Phi-3's projections have no biases: always ()
     init_range: float = 0.02  # std of the normal init of weight matrices

@@ -8,8 +8,9 @@ and one ``register`` call, never a branch in an existing forward (see
 ``docs/architecture.md``).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from torch import nn
 
@@ -25,7 +26,7 @@ class DecoderParts:
     """
 
     embed: nn.Module
-    pos_embed: Optional[nn.Module]
+    pos_embed: nn.Module | None
     blocks: list
     ln_final: nn.Module
     unembed: nn.Module
@@ -43,17 +44,17 @@ class Architecture:
     config_class: type
     build: Callable[[Any], Any]
     capabilities: Callable[[Any], Capabilities]
-    hook_names: Union[HookNames, Callable[[Any], HookNames]]
+    hook_names: HookNames | Callable[[Any], HookNames]
     # the converter module in interp_transformer.loading that reads its checkpoints, and the Hugging Face model_types
     # it reads (given on the architecture's one register line)
-    converter: Optional[str] = None
+    converter: str | None = None
     hf_model_types: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[type, Architecture] = {}
 
 
-def register(architecture: Architecture, *, converter: Optional[str] = None, hf_model_types=()) -> Architecture:
+def register(architecture: Architecture, *, converter: str | None = None, hf_model_types=()) -> Architecture:
     """Make ``architecture`` the one that builds models from configs of its ``config_class``.
 
     ``converter`` names its module in ``interp_transformer.loading`` (e.g. ``"llama"``) and

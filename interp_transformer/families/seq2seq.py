@@ -18,8 +18,9 @@ attribution through the decoder's and the cross-attention's heads is exact. The 
 """
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from torch import nn
 
@@ -79,13 +80,13 @@ def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:
 def build_pre_norm(
     cfg,
     embed: nn.Module,
-    pos_embed: Callable[[], Optional[nn.Module]],
-    decoder_embed: Optional[nn.Module] = None,
-    norm: Optional[Callable[[], nn.Module]] = None,
+    pos_embed: Callable[[], nn.Module | None],
+    decoder_embed: nn.Module | None = None,
+    norm: Callable[[], nn.Module] | None = None,
     final_norm: bool = True,
-    self_attention: Optional[Callable[[bool], nn.Module]] = None,
-    cross_attention: Optional[Callable[[], nn.Module]] = None,
-    rel_pos_bias: Optional[Callable[[bool], Optional[nn.Module]]] = None,
+    self_attention: Callable[[bool], nn.Module] | None = None,
+    cross_attention: Callable[[], nn.Module] | None = None,
+    rel_pos_bias: Callable[[bool], nn.Module | None] | None = None,
 ) -> EncoderDecoderParts:
     """Pre-norm stacks: ``pos_embed()`` builds each stack's positions, ``norm()`` each norm (``LayerNorm`` by
     default); each stack ends in a final norm unless ``final_norm=False`` (then ``NoNorm``). The parts

@@ -60,8 +60,8 @@ class SmolLM3Config(LlamaConfig):
     n_ctx: int = 32768  # longest sequence (Hugging Face's max_position_embeddings)
     rms_norm_eps: float = 1e-6  # added to mean(x^2) inside every RMSNorm
     rotary_base: float = 2000000.0  # rotary theta of the rotary layers
-    nope_layers: Optional[tuple[int, ...]] = None  # layers without rotary positions; None: every fourth (3, 7, ...)
-    sliding_layers: Optional[tuple[int, ...]] = None  # with sliding_window, the layers that slide (None: all)
+    nope_layers: tuple[int, ...] | None = None  # layers without rotary positions; None: every fourth (3, 7, ...)
+    sliding_layers: tuple[int, ...] | None = None  # with sliding_window, the layers that slide (None: all)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,7 +76,7 @@ class SmolLM3Config(LlamaConfig):
             return (layer + 1) % NOPE_INTERVAL != 0
         return layer not in self.nope_layers
 
-    def window(self, layer: int) -> Optional[int]:
+    def window(self, layer: int) -> int | None:
         """The sliding window of block ``layer``, or None where it sees every earlier key."""
         slides = self.sliding_layers is None or layer in self.sliding_layers
         return self.sliding_window if slides else None

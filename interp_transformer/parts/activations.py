@@ -21,7 +21,7 @@ weights sees at once.
 """
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -116,8 +116,8 @@ class AdapterBlock(StreamBlock):
     def forward(
         self,
         resid_pre: Float[Tensor, "batch pos d_model"],
-        layout: Optional[TokenLayout] = None,
-        kv_cache: Optional[LayerKVCache] = None,
+        layout: TokenLayout | None = None,
+        kv_cache: LayerKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre), layout, kv_cache))

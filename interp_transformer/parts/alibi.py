@@ -30,7 +30,8 @@ holds no parameters and hooks its bias as ``hook_bias``
 """
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import einops
 import torch
@@ -84,7 +85,7 @@ class ALiBi(nn.Module):
     design whose sequence starts elsewhere passes its own, e.g. ``2 ** (-8 * torch.arange(n_heads) / n_heads)``
     (starting at 1)."""
 
-    def __init__(self, n_heads: int, slopes: Optional[Sequence[float]] = None):
+    def __init__(self, n_heads: int, slopes: Sequence[float] | None = None):
         super().__init__()
         self.n_heads = n_heads
         # float32, not a buffer: fixed numbers, like the rotary frequencies

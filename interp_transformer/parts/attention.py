@@ -1,6 +1,7 @@
 import contextlib
 import math
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Optional
 
 import einops
 import torch
@@ -95,15 +96,15 @@ class Attention(HeadWrites, nn.Module):
     def __init__(
         self,
         cfg,
-        masks: Optional[Sequence[nn.Module]] = None,
+        masks: Sequence[nn.Module] | None = None,
         *,
-        scale: Optional[float] = None,
-        n_key_value_heads: Optional[int] = None,
-        rotary: Optional[nn.Module] = None,
-        q_norm: Optional[nn.Module] = None,
-        k_norm: Optional[nn.Module] = None,
-        score_bias: Optional[nn.Module] = None,
-        sinks: Optional[nn.Module] = None,
+        scale: float | None = None,
+        n_key_value_heads: int | None = None,
+        rotary: nn.Module | None = None,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        score_bias: nn.Module | None = None,
+        sinks: nn.Module | None = None,
         head_layout: str = DEFAULT_HEAD_LAYOUT,
     ):
         super().__init__()
@@ -182,7 +183,7 @@ class Attention(HeadWrites, nn.Module):
         """Weights whose last axis is ``d_model``: what this part writes to the residual stream."""
         return [self.W_O, self.b_O]
 
-    def key_window(self) -> Optional[int]:
+    def key_window(self) -> int | None:
         """The most keys one query may see, where a mask part bounds it (a sliding window, which declares
         ``window``); None where every allowed key may be seen."""
         windows = [mask.window for mask in self.masks if getattr(mask, "window", None) is not None]
@@ -205,7 +206,7 @@ class Attention(HeadWrites, nn.Module):
         return self.use_fused_attention
 
     @property
-    def given_pattern(self) -> Optional[Tensor]:
+    def given_pattern(self) -> Tensor | None:
         """The pattern this thread's forwards use in place of ``softmax(attn_scores)`` (``pattern_given``), or None."""
         return thread_table(GIVEN_PATTERNS).get(self)
 
@@ -232,9 +233,9 @@ class Attention(HeadWrites, nn.Module):
     def forward(
         self,
         normalized: Float[Tensor, "batch pos d_model"],
-        layout: Optional[TokenLayout] = None,
-        kv_cache: Optional[LayerKVCache] = None,
-        kv_input: Optional[Float[Tensor, "batch key_pos d_model"]] = None,
+        layout: TokenLayout | None = None,
+        kv_cache: LayerKVCache | None = None,
+        kv_input: Float[Tensor, "batch key_pos d_model"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         if kv_input is not None and self.rotary is not None:
             raise ValueError(
@@ -246,10 +247,10 @@ class Attention(HeadWrites, nn.Module):
     def attend(
         self,
         query_input: Tensor,
-        key_input: Optional[Tensor],
-        value_input: Optional[Tensor],
-        layout: Optional[TokenLayout] = None,
-        kv_cache: Optional[LayerKVCache] = None,
+        key_input: Tensor | None,
+        value_input: Tensor | None,
+        layout: TokenLayout | None = None,
+        kv_cache: LayerKVCache | None = None,
     ) -> Tensor:
         """The formula of the class docstring, with queries, keys and values each read from their own input.
 
@@ -361,7 +362,7 @@ class Attention(HeadWrites, nn.Module):
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         return einops.rearrange(z, "batch head_index pos d_head -> batch pos head_index d_head")
 
-    def _score_bias(self, layout: TokenLayout, dtype: torch.dtype) -> Optional[Tensor]:
+    def _score_bias(self, layout: TokenLayout, dtype: torch.dtype) -> Tensor | None:
         """The ``score_bias`` part's ``[batch, head_index, query_pos, key_pos]`` bias, or None without one."""
         return None if self.score_bias is None else self.score_bias(layout, dtype)
 
@@ -402,7 +403,7 @@ class Attention(HeadWrites, nn.Module):
         return affine(z_heads, W_O_heads, self.b_O)
 
 
-def additive_mask(allowed: Optional[Tensor], bias: Tensor) -> Tensor:
+def additive_mask(allowed: Tensor | None, bias: Tensor) -> Tensor:
     """``bias`` where ``allowed`` (None: everywhere), ``-inf`` elsewhere: one tensor to add to the scores."""
     return bias if allowed is None else bias.masked_fill(allowed.logical_not(), float("-inf"))
 
@@ -411,8 +412,8 @@ def masked_scores(
     q: Float[Tensor, "batch query_pos head_index d_head"],
     k: Float[Tensor, "batch key_pos head_index d_head"],
     scale: float,
-    allowed: Optional[Tensor],
-    score_bias: Optional[Tensor] = None,
+    allowed: Tensor | None,
+    score_bias: Tensor | None = None,
 ) -> Float[Tensor, "batch head_index query_pos key_pos"]:
     """``attn_scores = einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head ->
     batch head_index query_pos key_pos") * scale + score_bias``, set to ``-inf`` where ``allowed`` is False.

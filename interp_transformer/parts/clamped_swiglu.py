@@ -57,7 +57,7 @@ class ClampedSwiGLU(NeuronWrites, nn.Module):
         self.hook_pre_linear = HookPoint()
         self.hook_post = HookPoint()
 
-    def input_weights(self) -> list[tuple[Tensor, Optional[Tensor]]]:
+    def input_weights(self) -> list[tuple[Tensor, Tensor | None]]:
         """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites."""
         return [(self.W_gate, self.b_gate), (self.W_in, self.b_in)]
 

@@ -42,8 +42,8 @@ class CrossAttentionSource:
     source padding (None: no padding).
     """
 
-    encoder_out: Optional[Float[Tensor, "batch key_pos d_model"]]
-    key_is_real: Optional[Bool[Tensor, "batch key_pos"]] = None
+    encoder_out: Float[Tensor, "batch key_pos d_model"] | None
+    key_is_real: Bool[Tensor, "batch key_pos"] | None = None
 
     def layout(self, queries: TokenLayout) -> TokenLayout:
         """The layout cross-attention's mask reads: the target's queries, the source's padding.
@@ -75,14 +75,14 @@ class CrossAttention(Attention):
 
     reads_kv_input = True
 
-    def __init__(self, cfg, *, scale: Optional[float] = None):
+    def __init__(self, cfg, *, scale: float | None = None):
         super().__init__(cfg, masks=(PaddingMask(),), scale=scale)
 
     def input_weights(self) -> list[tuple[Tensor, Tensor]]:
         """``(W_Q, b_Q)``: the only weights that read the decoder's stream (``W_K``, ``W_V`` read the encoder's)."""
         return [(self.W_Q, self.b_Q)]
 
-    def _new_keys_and_values(self, key_input: Optional[Tensor], value_input: Optional[Tensor], kv_cache):
+    def _new_keys_and_values(self, key_input: Tensor | None, value_input: Tensor | None, kv_cache):
         if kv_cache is not None and kv_cache.keys is not None:  # computed at the first step of generation
             return kv_cache.keys, kv_cache.values
         if key_input is None:

@@ -32,7 +32,7 @@ from interp_transformer.parts.layout import TokenLayout
 from interp_transformer.parts.writers import Step, StreamBlock, StreamNorm, Writer
 
 
-def _caches(kv_cache: Optional[DecoderLayerKVCache]):
+def _caches(kv_cache: DecoderLayerKVCache | None):
     return (None, None) if kv_cache is None else (kv_cache.self_attn, kv_cache.cross_attn)
 
 
@@ -84,7 +84,7 @@ class CrossAttentionBlock(StreamBlock):
         resid_pre: Float[Tensor, "batch pos d_model"],
         layout: TokenLayout,
         source: CrossAttentionSource,
-        kv_cache: Optional[DecoderLayerKVCache] = None,
+        kv_cache: DecoderLayerKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         self_cache, cross_cache = _caches(kv_cache)
         source = _check_source(source)
@@ -138,7 +138,7 @@ class PostNormCrossAttentionBlock(StreamBlock):
         resid_pre: Float[Tensor, "batch pos d_model"],
         layout: TokenLayout,
         source: CrossAttentionSource,
-        kv_cache: Optional[DecoderLayerKVCache] = None,
+        kv_cache: DecoderLayerKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         self_cache, cross_cache = _caches(kv_cache)
         source = _check_source(source)

@@ -41,7 +41,7 @@ class GatedMLP(NeuronWrites, nn.Module):
         self.hook_pre_linear = HookPoint()
         self.hook_post = HookPoint()
 
-    def input_weights(self) -> list[tuple[Tensor, Optional[Tensor]]]:
+    def input_weights(self) -> list[tuple[Tensor, Tensor | None]]:
         """``(W, b)`` pairs that read this part's input: what folding a norm into it rewrites.
 
         The gate has no bias (``None``): a norm with a bias cannot be folded into it, and

@@ -97,7 +97,7 @@ class GemmaRMSNorm(nn.Module):
         return F.rms_norm(wide, gain.shape, gain, self.eps).to(x.dtype)
 
     def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out."""
         weighted = direction * self.w
@@ -108,7 +108,7 @@ class GemmaRMSNorm(nn.Module):
         return direction.new_zeros(direction.shape[:-1])
 
     @torch.no_grad()
-    def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
+    def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
         """In place: ``W <- diag(w) W`` (``w = 1 + w_offset``) for ``W [..., d_model, d_out]``; ``b_next`` is left as it
         is.
 

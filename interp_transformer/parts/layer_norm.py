@@ -76,7 +76,7 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
 
     def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         """``g = (w * d - mean(w * d)) / scale``, so that ``apply_frozen(x, scale) . d = x . g``.
 

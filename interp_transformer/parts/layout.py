@@ -29,7 +29,7 @@ class TokenLayout:
 
     positions: Int[Tensor, "batch pos"]
     offset: int = 0
-    key_is_real: Optional[Bool[Tensor, "batch key_pos"]] = None
+    key_is_real: Bool[Tensor, "batch key_pos"] | None = None
 
     @classmethod
     def contiguous(
@@ -37,8 +37,8 @@ class TokenLayout:
         batch: int,
         pos: int,
         offset: int = 0,
-        device: Union[str, torch.device, None] = None,
-        key_is_real: Optional[Bool[Tensor, "batch key_pos"]] = None,
+        device: str | torch.device | None = None,
+        key_is_real: Bool[Tensor, "batch key_pos"] | None = None,
     ) -> "TokenLayout":
         """``pos`` new tokens per row after ``offset`` cached ones: positions ``offset .. offset + pos - 1`` in every
         row."""
@@ -47,7 +47,7 @@ class TokenLayout:
 
     @classmethod
     def from_attention_mask(
-        cls, attention_mask: Int[Tensor, "batch pos"], past_key_is_real: Optional[Bool[Tensor, "batch offset"]] = None
+        cls, attention_mask: Int[Tensor, "batch pos"], past_key_is_real: Bool[Tensor, "batch offset"] | None = None
     ) -> "TokenLayout":
         """The layout of a padded batch: ``attention_mask`` is 1 on real tokens, 0 on padding.
 

@@ -18,7 +18,8 @@ when the only restriction is a plain causal mask, which lets it skip the masked 
 =====================  =====================================================
 """
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from jaxtyping import Bool
 from torch import Tensor, nn
@@ -66,7 +67,7 @@ class SlidingWindowMask(nn.Module):
 class PaddingMask(nn.Module):
     """``allowed[b, k] = key_is_real[b, k]``: padding keys take no attention (None without padding)."""
 
-    def allowed(self, layout: TokenLayout) -> Optional[Bool[Tensor, "batch 1 1 key_pos"]]:
+    def allowed(self, layout: TokenLayout) -> Bool[Tensor, "batch 1 1 key_pos"] | None:
         if layout.key_is_real is None:
             return None
         return layout.key_is_real[:, None, None, :]
@@ -78,7 +79,7 @@ class PaddingMask(nn.Module):
         return False
 
 
-def allowed_keys(masks: Sequence[nn.Module], layout: TokenLayout) -> Optional[Tensor]:
+def allowed_keys(masks: Sequence[nn.Module], layout: TokenLayout) -> Tensor | None:
     """Where every mask allows the key, broadcastable to ``[batch, head_index, query_pos, key_pos]``; None: anywhere.
 
     A query left with no key at all (a padding token before the first real one of its

@@ -102,11 +102,11 @@ class MixtureOfExperts(nn.Module):
         experts_per_token: int,
         act_fn: str,
         normalize_routing: bool,
-        d_mlp_shared: Optional[int] = None,
+        d_mlp_shared: int | None = None,
         *,
         expert_part: type = GatedMLP,
         router_bias: bool = False,
-        expert_settings: Optional[dict] = None,
+        expert_settings: dict | None = None,
         routing_order: str = "softmax_then_top_k",
     ):
         super().__init__()
@@ -146,7 +146,7 @@ class MixtureOfExperts(nn.Module):
         self.hook_routing_weights = HookPoint()
         expert = SimpleNamespace(**(expert_settings or {}), d_model=d_model, d_mlp=d_mlp, act_fn=act_fn)
         self.experts = nn.ModuleList(expert_part(expert) for _ in range(n_experts))
-        self.shared_expert: Optional[GatedMLP] = None
+        self.shared_expert: GatedMLP | None = None
         if d_mlp_shared is not None:
             self.shared_expert = GatedMLP(SimpleNamespace(d_model=d_model, d_mlp=d_mlp_shared, act_fn=act_fn))
             self.W_shared_gate = nn.Parameter(torch.empty(d_model, 1))
@@ -171,9 +171,9 @@ class MixtureOfExperts(nn.Module):
             "[expert, ...]), and the router's model.blocks[L].mlp.W_router [d_model, expert]"
         )
 
-    def input_weights(self) -> list[tuple[Tensor, Optional[Tensor]]]:
+    def input_weights(self) -> list[tuple[Tensor, Tensor | None]]:
         """``(W, b)`` pairs reading this part's input (the router, every expert, the shared expert and its gate)."""
-        pairs: list[tuple[Tensor, Optional[Tensor]]] = [(self.W_router, self.b_router)]
+        pairs: list[tuple[Tensor, Tensor | None]] = [(self.W_router, self.b_router)]
         for expert in self.experts:
             pairs += expert.input_weights()
         if self.shared_expert is not None:

@@ -22,7 +22,7 @@ class NoNorm(nn.Module):
         return x
 
     def apply_frozen(
-        self, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, x: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         return x
 
@@ -30,14 +30,14 @@ class NoNorm(nn.Module):
         return x
 
     def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         return direction
 
     def bias_term(self, direction: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
         return direction.new_zeros(direction.shape[:-1])
 
-    def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
+    def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
         if center:
             raise ValueError("centring the weights that read an unnormalized stream would change the output")
 

@@ -63,7 +63,7 @@ class _WeightlessNorm(nn.Module):
         return self._centre(x) / scale
 
     def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         """``g = centre(d) / scale``, so that ``apply_frozen(x, scale) . d = x . g``."""
         pulled = self._centre(direction)
@@ -74,7 +74,7 @@ class _WeightlessNorm(nn.Module):
         return direction.new_zeros(direction.shape[:-1])
 
     @torch.no_grad()
-    def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
+    def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
         """Nothing to fold; with ``center`` (only where the norm removes the mean) the reading weights lose their
         mean."""
         if center and not self.removes_mean:

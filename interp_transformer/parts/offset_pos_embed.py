@@ -31,7 +31,7 @@ class OffsetPosEmbed(nn.Module):
 
     @shape_checked
     def forward(
-        self, tokens: Int[Tensor, "batch pos"], offset: int = 0, positions: Optional[Int[Tensor, "batch pos"]] = None
+        self, tokens: Int[Tensor, "batch pos"], offset: int = 0, positions: Int[Tensor, "batch pos"] | None = None
     ) -> Float[Tensor, "batch pos d_model"]:
         if positions is None:
             positions = torch.arange(offset, offset + tokens.shape[1], device=self.W_pos.device).expand(tokens.shape)

@@ -69,8 +69,8 @@ class PrePostNormBlock(StreamBlock):
     def forward(
         self,
         resid_pre: Float[Tensor, "batch pos d_model"],
-        layout: Optional[TokenLayout] = None,
-        kv_cache: Optional[LayerKVCache] = None,
+        layout: TokenLayout | None = None,
+        kv_cache: LayerKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self.ln1_post(self.attn(self.ln1(resid_pre), layout, kv_cache)))

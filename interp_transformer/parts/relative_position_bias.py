@@ -91,7 +91,7 @@ class BiasedLayout(TokenLayout):
     """A ``TokenLayout`` that also carries the bias every layer adds to its scores, ``[1 or batch, head_index,
     query_pos, key_pos]``."""
 
-    score_bias: Optional[Tensor] = None
+    score_bias: Tensor | None = None
 
     @classmethod
     def of(cls, layout: TokenLayout, score_bias: Tensor) -> "BiasedLayout":

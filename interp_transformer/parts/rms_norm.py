@@ -75,7 +75,7 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.w.shape, self.w, self.eps)
 
     def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None
+        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
     ) -> Float[Tensor, "... d_model"]:
         """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out to divide
         later."""
@@ -87,7 +87,7 @@ class RMSNorm(nn.Module):
         return direction.new_zeros(direction.shape[:-1])
 
     @torch.no_grad()
-    def fold_into(self, W: Tensor, b_next: Optional[Tensor], center: bool = False) -> None:
+    def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
         """In place: ``W <- diag(w) W`` for ``W [..., d_model, d_out]``; ``b_next`` is left as it is (no bias to fold).
 
         ``center`` is refused: RMSNorm does not subtract the mean, so the mean over

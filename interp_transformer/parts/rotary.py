@@ -80,7 +80,7 @@ class RopeScaling:
     original_max_position_embeddings: int = 8192  # llama3, longrope and yarn: the pretraining context
     short_factor: tuple[float, ...] = ()  # longrope only: one divisor per frequency, rows up to the original context
     long_factor: tuple[float, ...] = ()  # longrope only: one divisor per frequency, rows longer than it
-    attention_factor: Optional[float] = None  # longrope and yarn: multiplies cos and sin (None: from factor, see below)
+    attention_factor: float | None = None  # longrope and yarn: multiplies cos and sin (None: from factor, see below)
     beta_fast: float = 32.0  # yarn only: pairs turning more than this often over the original context are kept
     beta_slow: float = 1.0  # yarn only: pairs turning less than this often are divided by factor
     truncate: bool = True  # yarn only: the ramp's ends rounded outwards to whole pairs
@@ -156,7 +156,7 @@ class RopeScaling:
         return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_position_embeddings))
 
 
-def rotary_frequencies(rotary_dim: int, base: float, scaling: Optional[RopeScaling] = None) -> Float[Tensor, "half"]:
+def rotary_frequencies(rotary_dim: int, base: float, scaling: RopeScaling | None = None) -> Float[Tensor, "half"]:
     """``inv_freq [rotary_dim / 2]`` in float32: ``base^(-2i / rotary_dim)``, rescaled by ``scaling``.
 
     Written in the same float32 operations as Hugging Face's ``compute_default_rope_parameters``
@@ -202,10 +202,10 @@ class Rotary(nn.Module):
     def __init__(
         self,
         d_head: int,
-        rotary_dim: Optional[int] = None,
+        rotary_dim: int | None = None,
         base: float = 10000.0,
         interleaved: bool = False,
-        scaling: Optional[RopeScaling] = None,
+        scaling: RopeScaling | None = None,
     ):
         super().__init__()
         rotary_dim = d_head if rotary_dim is None else rotary_dim

@@ -32,7 +32,7 @@ def embedding_scale(scale: float, dtype: torch.dtype, device=None) -> Tensor:
 class ScaledEmbed(Embed):
     """``embed = W_E[tokens] * scale``, ``sqrt(d_model)`` by default (see the module docstring)."""
 
-    def __init__(self, cfg, scale: Optional[float] = None, round_scale: bool = False):
+    def __init__(self, cfg, scale: float | None = None, round_scale: bool = False):
         super().__init__(cfg)
         if scale is not None and (
             isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)

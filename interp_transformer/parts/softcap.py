@@ -21,7 +21,8 @@ eager attention.
 """
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Float
@@ -62,7 +63,7 @@ class SoftCappedAttention(Attention):
     with ``hook_attn_scores_uncapped`` firing just before ``hook_attn_scores``.
     """
 
-    def __init__(self, cfg, masks: Optional[Sequence[nn.Module]] = None, *, softcap: float, **parts):
+    def __init__(self, cfg, masks: Sequence[nn.Module] | None = None, *, softcap: float, **parts):
         super().__init__(cfg, masks, **parts)
         self.softcap = check_softcap(softcap)
         self.hook_attn_scores_uncapped = HookPoint()

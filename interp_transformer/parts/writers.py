@@ -36,8 +36,9 @@ hidden-state direction), pulling the direction back through every frozen norm on
 reads each writer's contribution along it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -89,11 +90,11 @@ class Writer:
     sublayer: str
     part: nn.Module
     output: str
-    output_norm: Optional[nn.Module] = None
+    output_norm: nn.Module | None = None
     reads_source: bool = False  # cross-attention: its keys and values come from another stack's output
 
     @property
-    def units(self) -> Optional[Units]:
+    def units(self) -> Units | None:
         return self.part.write_units()
 
     @property
@@ -101,7 +102,7 @@ class Writer:
         return self.part.routes_tokens
 
     @property
-    def scale_hook(self) -> Optional[str]:
+    def scale_hook(self) -> str | None:
         """The hook of ``output_norm``'s scale, or None without an output norm."""
         return None if self.output_norm is None else self.output_norm.hook_scale.name
 
@@ -112,7 +113,7 @@ class Writer:
         """What the part's biases write (``[d_model]``, or ``[..., d_model]`` where routing picks them)."""
         return self.part.bias_write(at)
 
-    def to_stream(self, written: Tensor, scale: Optional[Tensor]) -> Tensor:
+    def to_stream(self, written: Tensor, scale: Tensor | None) -> Tensor:
         """What ``written`` (part of the part's output) adds to the stream: through ``output_norm``, scale frozen."""
         return written if self.output_norm is None else self.output_norm.apply_frozen(written, scale)
 
@@ -131,7 +132,7 @@ class StreamNorm:
 
     name: str
     norm: nn.Module
-    reads: Optional[str] = None
+    reads: str | None = None
 
     @property
     def scale_hook(self) -> str:
@@ -151,7 +152,7 @@ class StreamBlock(nn.Module):
         """The parts whose outputs are added to the residual stream, in forward order."""
         return [step for step in self.stream() if isinstance(step, Writer)]
 
-    def writer(self, sublayer: str) -> Optional[Writer]:
+    def writer(self, sublayer: str) -> Writer | None:
         """The writer labelled ``sublayer`` (``"attn"``, ``"mlp"``, ...), or None if the block has none."""
         return next((writer for writer in self.writers() if writer.sublayer == sublayer), None)
 
@@ -201,7 +202,7 @@ class WriterTerms:
     whole: Tensor
     bias: Tensor
     norm_bias: Tensor
-    units: Optional[Tensor] = None
+    units: Tensor | None = None
 
 
 @dataclass
@@ -211,7 +212,7 @@ class LayerTerms:
     writers: list[WriterTerms]
     norm_biases: dict[str, Tensor]
 
-    def of(self, sublayer: str) -> Optional[WriterTerms]:
+    def of(self, sublayer: str) -> WriterTerms | None:
         return next((terms for terms in self.writers if terms.writer.sublayer == sublayer), None)
 
 
@@ -280,7 +281,7 @@ def _writer_terms(writer: Writer, direction: Tensor, at: Reader, neurons: bool) 
     return WriterTerms(writer, whole, bias, norm_bias, units)
 
 
-def stack_terms(layers: list[LayerTerms], sublayer: str, field: str) -> Optional[Tensor]:
+def stack_terms(layers: list[LayerTerms], sublayer: str, field: str) -> Tensor | None:
     """One field of one sublayer's terms stacked over the blocks that have it: ``[layer, ...]`` (None if none)."""
     values = [getattr(terms, field) for layer in layers if (terms := layer.of(sublayer)) is not None]
     values = [value for value in values if value is not None]

@@ -91,11 +91,11 @@ def architecture_module(model_type: str) -> ModuleType:
 def from_pretrained(
     source: Source,
     *,
-    dtype: Union[torch.dtype, str] = torch.float32,
-    device: Union[str, torch.device, None] = None,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device | None = None,
     tokenizer=None,
     hf_config=None,
-    revision: Optional[str] = None,
+    revision: str | None = None,
     cache_dir=None,
     local_files_only: bool = False,
 ):
@@ -131,7 +131,7 @@ def from_pretrained(
     return model
 
 
-def resolve_dtype(dtype: Union[torch.dtype, str]) -> torch.dtype:
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     """A torch dtype from a dtype or its name (``"float32"``, ``"bfloat16"``, ...)."""
     names = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if isinstance(dtype, str) and dtype.removeprefix("torch.") in names:

@@ -19,7 +19,8 @@ The same module names hold for Marian (``loading.marian``), which reuses this co
 pieces. Anything missing, unexpected or mis-shaped raises one ``CheckpointError``.
 """
 
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Optional
 
 import einops
 import torch
@@ -247,7 +248,7 @@ def load_hf_model(directory, *, dtype=torch.float32):
     return BartForConditionalGeneration.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
 
 
-def record_bart_family(recorder: Recorder, body, n_heads: int, batch: int, embed_scale: Optional[float]) -> None:
+def record_bart_family(recorder: Recorder, body, n_heads: int, batch: int, embed_scale: float | None) -> None:
     """Hooks on a BART-family body (BART, Marian) recording each of our hooks' values.
 
     ``embed_scale``: the factor the stacks multiply ``embed_tokens``'s output by (Marian),
@@ -307,7 +308,7 @@ def run_seq2seq(hf_model, recorder: Recorder, tokens: Tensor, attention_mask, de
 
 
 def hf_reference_activations(
-    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+    hf_model, tokens: Tensor, attention_mask: Tensor | None = None, decoder_input: Tensor | None = None
 ) -> dict[str, Tensor]:
     """Hugging Face BART's value for each of our hooks, read with torch hooks on its modules, and ``"logits"``.
 

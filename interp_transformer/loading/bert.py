@@ -39,7 +39,8 @@ tensor that is missing, unexpected or mis-shaped raises one ``CheckpointError`` 
 """
 
 import re
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import einops
 import torch
@@ -328,7 +329,7 @@ def load_hf_model(directory, *, dtype: torch.dtype = torch.float32):
 
 
 def hf_reference_activations(
-    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, token_type_ids: Optional[Tensor] = None
+    hf_model, tokens: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
 ) -> dict[str, Tensor]:
     """Hugging Face's activations under our hook names, read with torch forward hooks.
 

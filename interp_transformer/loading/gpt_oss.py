@@ -31,7 +31,7 @@ and ``output_router_logits`` concern its training loss and extra outputs, and
 """
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import einops
 from torch import Tensor

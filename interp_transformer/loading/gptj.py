@@ -12,7 +12,8 @@ dimensions of each head (all of them when ``rotary_dim`` is None), theta 10000.
 """
 
 import re
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import torch
 from jaxtyping import Int
@@ -139,7 +140,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
 load_hf_model = hf_model_loader("GPTJForCausalLM", attn_implementation="eager")
 
 
-def rotate_like_gptj(x: Tensor, sin: Tensor, cos: Tensor, rotary_dim: Optional[int]) -> Tensor:
+def rotate_like_gptj(x: Tensor, sin: Tensor, cos: Tensor, rotary_dim: int | None) -> Tensor:
     """Hugging Face GPT-J's rotation of q or k ``[batch, pos, head_index, d_head]``, by its ``apply_rotary_pos_emb``.
 
     ``sin``/``cos`` ``[batch, pos, rotary_dim / 2]`` are what the model's ``rotary_emb`` gave its

@@ -25,7 +25,8 @@ Variants not computed here are refused by ``config_from_hf`` with a ``ValueError
 naming them, before any weight is read.
 """
 
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -59,7 +60,7 @@ def _attn_biases(hf_config) -> tuple[str, ...]:
     return ("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else ()
 
 
-def _rope_scaling(hf_config, d_head: int) -> tuple[float, Optional[RopeScaling]]:
+def _rope_scaling(hf_config, d_head: int) -> tuple[float, RopeScaling | None]:
     """``(rotary_base, rope_scaling)`` from Hugging Face's ``rope_parameters``; ``ValueError`` for what we do not
     compute."""
     what = f"{hf_config.model_type} config"
@@ -79,7 +80,7 @@ def _rope_scaling(hf_config, d_head: int) -> tuple[float, Optional[RopeScaling]]
 
 def rope_from_parameters(
     parameters: dict, what: str, default_base: float = 10000.0
-) -> tuple[float, Optional[RopeScaling]]:
+) -> tuple[float, RopeScaling | None]:
     """``(rotary_base, rope_scaling)`` from one set of Hugging Face ``rope_parameters``; ``ValueError`` naming an
     unknown rope type."""
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))

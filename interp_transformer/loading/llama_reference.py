@@ -21,7 +21,8 @@ the same two formulas in float64, each norm's ``weight * (x * rsqrt(mean(x^2) + 
 the eager attention with its softmax in the input's dtype.
 """
 
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from typing import ContextManager
 
 import einops
 import torch

@@ -9,7 +9,8 @@ token embedding must be shared by both stacks (``share_encoder_decoder_embedding
 default); separate source and target vocabularies are refused.
 """
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -85,7 +86,7 @@ def load_hf_model(directory, *, dtype=torch.float32):
 
 
 def hf_reference_activations(
-    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+    hf_model, tokens: Tensor, attention_mask: Tensor | None = None, decoder_input: Tensor | None = None
 ) -> dict[str, Tensor]:
     """Hugging Face Marian's value for each of our hooks (every one but the attention scores), and ``"logits"``."""
     body = getattr(hf_model, "model", hf_model)

@@ -23,7 +23,8 @@ down_proj`` in Qwen), while a model in memory stacks them (``mlp.experts.gate_up
 (the transposed ``gate.weight``). Attention and norms are the Llama family's.
 """
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import einops
 import torch
@@ -171,7 +172,7 @@ def _file_family(names) -> str:
 
 
 def convert_state_dict(
-    hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, model_type: Optional[str] = None
+    hf_state_dict: Mapping[str, Tensor], cfg: MoEConfig, model_type: str | None = None
 ) -> dict[str, Tensor]:
     """Hugging Face mixture-of-experts state dict (either layout) -> ours. Pure; each input tensor is read once.
 

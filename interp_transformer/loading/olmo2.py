@@ -23,7 +23,8 @@ layer type other than full or sliding attention, sliding layers without a window
 training, and so not part of what a model in eval mode computes: ``attention_dropout``.
 """
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 from torch import Tensor
 
@@ -56,7 +57,7 @@ def _head_dim(hf_config, problems: list[str]) -> int:
     return d_head
 
 
-def _layers(hf_config, problems: list[str]) -> tuple[Optional[tuple[str, ...]], Optional[int]]:
+def _layers(hf_config, problems: list[str]) -> tuple[tuple[str, ...] | None, int | None]:
     """OLMo 3's ``(layer_types, sliding_window)``; OLMo 2's attention reads neither: ``(None, None)``."""
     if hf_config.model_type != "olmo3":
         return None, None
@@ -76,7 +77,7 @@ def _layers(hf_config, problems: list[str]) -> tuple[Optional[tuple[str, ...]], 
     return layer_types, window
 
 
-def _rope(parameters: dict, what: str, default_base: float, problems: list[str]) -> Optional[tuple]:
+def _rope(parameters: dict, what: str, default_base: float, problems: list[str]) -> tuple | None:
     """``(base, scaling)`` of one set of ``rope_parameters``; None (and a problem) for what is not computed."""
     factor = parameters.get("partial_rotary_factor")
     if factor is not None and float(factor) != 1.0:

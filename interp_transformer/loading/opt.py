@@ -24,7 +24,7 @@ Without ``enable_bias`` the biases are ours at zero; without ``layer_norm_elemen
 the norms' ``w`` and ``b`` are 1 and 0. The read-out has no bias, so ``b_U = 0``.
 """
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import einops
 import torch

@@ -29,7 +29,8 @@ factor or attention factor, an activation we do not have.
 """
 
 import math
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import einops
 import torch
@@ -87,7 +88,7 @@ def _rotary(hf_config, d_head: int, problems: list[str]) -> dict:
     return dict(rotary_dim=rotary_dim, rotary_base=float(base) if _is_number(base) else base, rope_scaling=scaling)
 
 
-def _long_rope(hf_config, parameters: dict, rotary_dim: int, problems: list[str]) -> Optional[RopeScaling]:
+def _long_rope(hf_config, parameters: dict, rotary_dim: int, problems: list[str]) -> RopeScaling | None:
     """LongRoPE's ``RopeScaling`` as Hugging Face's ``_compute_longrope_parameters`` reads ``rope_parameters``."""
     found = len(problems)
     original = parameters.get("original_max_position_embeddings")

@@ -35,7 +35,8 @@ import contextlib
 import functools
 import sys
 import types
-from typing import Callable, ContextManager, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import ContextManager, Optional
 
 import einops
 import torch
@@ -65,7 +66,7 @@ def norm_eps(norm: nn.Module) -> float:
     return norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
 
 
-def norm_scale(x: Tensor, eps: float, *, centred: bool, mean_square_dtype: Optional[torch.dtype] = None) -> Tensor:
+def norm_scale(x: Tensor, eps: float, *, centred: bool, mean_square_dtype: torch.dtype | None = None) -> Tensor:
     """Our ``hook_scale`` of a norm's input ``x``, over the last axis, ``[..., 1]``.
 
     ``centred``: a LayerNorm's ``sqrt(mean((x - mean(x))^2) + eps)``; otherwise an RMSNorm's
@@ -136,7 +137,7 @@ class Recorder:
         *,
         centred: bool,
         transform: Callable = same,
-        mean_square_dtype: Optional[torch.dtype] = None,
+        mean_square_dtype: torch.dtype | None = None,
     ) -> None:
         """``prefix + "hook_scale"`` from a norm's input (``norm_scale``) and ``prefix + "hook_normalized"``, its
         output.
@@ -163,7 +164,7 @@ def unsupported_transformers(what: str) -> str:
     )
 
 
-def _implementation(hf_model, field: str, what: str) -> Optional[str]:
+def _implementation(hf_model, field: str, what: str) -> str | None:
     value = getattr(hf_model.config, field, None)
     if value is not None and not isinstance(value, str):
         raise ValueError(unsupported_transformers(f"the {what} implementation ({type(value).__name__})"))
@@ -180,7 +181,7 @@ def current_attention(hf_model) -> str:
     return _implementation(hf_model, "_attn_implementation", "attention") or "eager"
 
 
-def current_experts(hf_model) -> Optional[str]:
+def current_experts(hf_model) -> str | None:
     """The experts implementation of a Hugging Face mixture of experts (``config._experts_implementation``, read
     here and nowhere else), to restore after a reference run; ``set_experts_implementation`` sets it."""
     return _implementation(hf_model, "_experts_implementation", "experts")
@@ -278,7 +279,7 @@ def reference_run(
     hf_model,
     float64_patches: Patches = no_patches,
     *,
-    attention: Optional[str] = FLOAT64_ATTENTION,
+    attention: str | None = FLOAT64_ATTENTION,
     patches: Sequence[ContextManager] = (),
 ):
     """Eval mode, no gradients and eager attention for the call (see the module docstring); restored afterwards.

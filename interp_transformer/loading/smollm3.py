@@ -17,7 +17,7 @@ training. ``config_from_hf`` refuses, before any weight is read, what it does no
 naming every feature in one ``ValueError``.
 """
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from jaxtyping import Int
 from torch import Tensor

@@ -24,9 +24,10 @@ they are read, so loading holds about one copy of the weights.
 
 import json
 import pickle
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -66,7 +67,7 @@ class LazyStateDict(Mapping[str, Tensor]):
         self,
         loaders: Mapping[str, Callable[[], Tensor]],
         shapes: Mapping[str, tuple[int, ...]],
-        dtype: Optional[torch.dtype] = None,
+        dtype: torch.dtype | None = None,
         description: str = "state dict",
     ):
         self._loaders = dict(loaders)
@@ -89,7 +90,7 @@ class LazyStateDict(Mapping[str, Tensor]):
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self._shapes)
 
-    def with_dtype(self, dtype: Optional[torch.dtype]) -> "LazyStateDict":
+    def with_dtype(self, dtype: torch.dtype | None) -> "LazyStateDict":
         """The same tensors, cast to ``dtype`` when read."""
         return LazyStateDict(self._loaders, self._shapes, dtype, self.description)
 
@@ -129,7 +130,7 @@ def open_safetensors_file(path: Path) -> tuple[dict, dict]:
     return {name: loader(name) for name in names}, shapes
 
 
-def read_bin_file(path: Union[str, Path]) -> dict[str, Tensor]:
+def read_bin_file(path: str | Path) -> dict[str, Tensor]:
     """Tensors of a PyTorch ``.bin`` checkpoint, read with ``torch.load(weights_only=True)``.
 
     ``weights_only=True`` rebuilds only tensors and plain containers, never arbitrary
@@ -187,7 +188,7 @@ def _read_index(path: Path) -> dict[str, str]:
     return weight_map
 
 
-def open_weights(directory: Union[str, Path], dtype: Optional[torch.dtype] = None) -> LazyStateDict:
+def open_weights(directory: str | Path, dtype: torch.dtype | None = None) -> LazyStateDict:
     """The weights in a Hugging Face model directory, as a ``LazyStateDict``.
 
     Looks for ``model.safetensors``, ``model.safetensors.index.json``,
@@ -220,7 +221,7 @@ def open_weights(directory: Union[str, Path], dtype: Optional[torch.dtype] = Non
     return LazyStateDict(loaders, shapes, dtype, description=str(path))
 
 
-def state_dict_of_model(hf_model, dtype: Optional[torch.dtype] = None) -> LazyStateDict:
+def state_dict_of_model(hf_model, dtype: torch.dtype | None = None) -> LazyStateDict:
     """An in-memory model's state dict as a ``LazyStateDict`` (tensors cast only when read)."""
     tensors = hf_model.state_dict()
     return LazyStateDict(
@@ -234,7 +235,7 @@ def state_dict_of_model(hf_model, dtype: Optional[torch.dtype] = None) -> LazySt
 # ---------------------------------------------------------------- configs and tokenizers
 
 
-def read_config_dict(directory: Union[str, Path]) -> dict[str, Any]:
+def read_config_dict(directory: str | Path) -> dict[str, Any]:
     """The raw ``config.json`` of a model directory (``ValueError`` if absent or invalid)."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
@@ -245,11 +246,11 @@ def read_config_dict(directory: Union[str, Path]) -> dict[str, Any]:
     return config
 
 
-def has_tokenizer_files(directory: Union[str, Path]) -> bool:
+def has_tokenizer_files(directory: str | Path) -> bool:
     return any((Path(directory) / name).is_file() for name in TOKENIZER_FILES)
 
 
-def load_tokenizer(directory: Union[str, Path]):
+def load_tokenizer(directory: str | Path):
     """``AutoTokenizer.from_pretrained(directory)``, or ``None`` when it holds no tokenizer files."""
     if not has_tokenizer_files(directory):
         return None
@@ -271,8 +272,8 @@ def _is_pathlike(text: str) -> bool:
 def download_from_hub(
     repo_id: str,
     *,
-    revision: Optional[str] = None,
-    cache_dir: Union[str, Path, None] = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
     local_files_only: bool = False,
 ) -> Path:
     """Local snapshot directory of a Hub model: config, tokenizer and weights (safetensors if any).
@@ -326,12 +327,12 @@ class ResolvedSource:
 
     description: str
     model_type: str
-    directory: Optional[Path] = None
+    directory: Path | None = None
     hf_model: Any = None
     _hf_config: Any = field(default=None, repr=False)
-    weights: Optional[Callable[[Optional[torch.dtype]], LazyStateDict]] = field(default=None, repr=False)
+    weights: Callable[[torch.dtype | None], LazyStateDict] | None = field(default=None, repr=False)
     tokenizer: Any = field(default=None, repr=False)
-    reference: Optional[Callable[[torch.dtype], Any]] = field(default=None, repr=False)
+    reference: Callable[[torch.dtype], Any] | None = field(default=None, repr=False)
 
     @property
     def hf_config(self):
@@ -347,7 +348,7 @@ class ResolvedSource:
                 raise ValueError(f"cannot read the config of {self.description}: {detail}") from error
         return self._hf_config
 
-    def open_state_dict(self, dtype: Optional[torch.dtype] = None) -> LazyStateDict:
+    def open_state_dict(self, dtype: torch.dtype | None = None) -> LazyStateDict:
         if self.weights is not None:
             return self.weights(dtype)
         if self.hf_model is not None:
@@ -365,8 +366,8 @@ def resolve_source(
     source: Source,
     *,
     hf_config=None,
-    revision: Optional[str] = None,
-    cache_dir: Union[str, Path, None] = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
     local_files_only: bool = False,
 ) -> ResolvedSource:
     """Find what ``source`` names (see the module docstring); read no weights yet.

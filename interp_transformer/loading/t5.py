@@ -26,7 +26,8 @@ holds as in every other model. Relative position biases of layers other than 0 a
 absent from T5 checkpoints; one would be refused as unexpected.
 """
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import einops
 import torch
@@ -227,7 +228,7 @@ def _record_t5(recorder: Recorder, hf_model, gated: bool) -> None:
 
 
 def hf_reference_activations(
-    hf_model, tokens: Tensor, attention_mask: Optional[Tensor] = None, decoder_input: Optional[Tensor] = None
+    hf_model, tokens: Tensor, attention_mask: Tensor | None = None, decoder_input: Tensor | None = None
 ) -> dict[str, Tensor]:
     """Hugging Face T5's value for each of our hooks (every one but the attention scores), and ``"logits"``.
 

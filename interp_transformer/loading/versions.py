@@ -24,7 +24,7 @@ def installed_transformers() -> str:
     return transformers.__version__
 
 
-def transformers_version_problem(version: Optional[str] = None) -> Optional[str]:
+def transformers_version_problem(version: str | None = None) -> str | None:
     """``None`` when ``version`` (default: the installed ``transformers``) is in the supported range, else why not."""
     if version is None:
         version = installed_transformers()

@@ -112,7 +112,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
                 f"{type(tokenizer).__name__}: {tokenizer!r:.60}"
             )
 
-    def finish_init(self, seed: Optional[int], dtype: torch.dtype, device: Union[str, torch.device, None]) -> None:
+    def finish_init(self, seed: int | None, dtype: torch.dtype, device: str | torch.device | None) -> None:
         """Initialize the weights, place them, and name every hook point: the end of each ``__init__``."""
         self.init_weights(seed)
         self.to(device=device, dtype=dtype)
@@ -128,7 +128,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
             )
         return parts
 
-    def init_weights(self, seed: Optional[int] = None) -> None:
+    def init_weights(self, seed: int | None = None) -> None:
         """GPT-2's init: weight matrices (``W_*``) ~ N(0, init_range^2), biases 0, norm weights ``w`` = 1."""
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         with torch.no_grad():
@@ -151,25 +151,25 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         names = self.architecture.hook_names
         return names(self.cfg) if callable(names) else names  # a table, or one per config (as capabilities)
 
-    def act_name(self, name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
+    def act_name(self, name: str, layer: int | None = None, sub: str | None = None) -> str:
         """The full hook name of a short one in this model: ``act_name("pattern", 0) ==
         "blocks.0.attn.hook_pattern"``."""
         return self.hook_names.full_name(name, layer, sub, n_layers=self.cfg.n_layers)
 
     @property
-    def final_norm(self) -> Optional[nn.Module]:
+    def final_norm(self) -> nn.Module | None:
         """The norm that reads the final residual stream before the read-out, or None."""
         path = self.capabilities.final_norm
         return operator.attrgetter(path)(self) if path is not None else None
 
     @property
-    def read_out(self) -> Optional[nn.Module]:
+    def read_out(self) -> nn.Module | None:
         """The linear map from the final norm's output to the logits, or None."""
         path = self.capabilities.read_out
         return operator.attrgetter(path)(self) if path is not None else None
 
     @property
-    def logit_softcap(self) -> Optional[float]:
+    def logit_softcap(self) -> float | None:
         """The read-out's soft-cap: logits are ``cap * tanh(read_out(x) / cap)`` (Gemma 2), or None."""
         read_out = self.read_out
         return None if read_out is None else read_out.softcap
@@ -201,7 +201,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         """Some block attends to another stack's output (an encoder-decoder's decoder)."""
         return bool(self.writers_that("reads_source"))
 
-    def check_stop_at_layer(self, stop_at_layer: Optional[int]) -> int:
+    def check_stop_at_layer(self, stop_at_layer: int | None) -> int:
         """How many blocks to run: ``n_layers`` for None, else ``stop_at_layer`` (negative counts from the end)."""
         return check_stop_at_layer(stop_at_layer, self.cfg.n_layers)
 

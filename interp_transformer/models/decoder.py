@@ -54,8 +54,8 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         cfg,
         tokenizer=None,
         dtype: torch.dtype = torch.float32,
-        device: Union[str, torch.device, None] = None,
-        seed: Optional[int] = None,
+        device: str | torch.device | None = None,
+        seed: int | None = None,
     ):
         super().__init__(cfg, tokenizer)
         parts = self.build_parts(DecoderParts)
@@ -74,9 +74,9 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         self,
         tokens: TokensLike,
         *,
-        attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-        stop_at_layer: Optional[int] = None,
-        kv_cache: Optional[KeyValueCache] = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        kv_cache: KeyValueCache | None = None,
     ) -> Float[Tensor, "batch pos d_out"]:
         n_blocks = self.check_stop_at_layer(stop_at_layer)
         if kv_cache is not None:
@@ -101,7 +101,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         found = {t for part in self.modules() if hasattr(part, "length_thresholds") for t in part.length_thresholds()}
         return tuple(sorted(found))
 
-    def kv_cache_key_shapes(self) -> list[Optional[KeyShape]]:
+    def kv_cache_key_shapes(self) -> list[KeyShape | None]:
         """Per block, the ``(n_key_value_heads, d_head)`` of the keys and values it puts in a key/value cache.
 
         ``None`` for a block whose attention does not say (it is then not checked).
@@ -119,7 +119,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         tokens: Int[Tensor, "batch pos"],
         layout: TokenLayout,
         n_blocks: int,
-        kv_cache: Optional[KeyValueCache],
+        kv_cache: KeyValueCache | None,
         return_residual: bool = False,
     ) -> Float[Tensor, "batch pos d_out"]:
         residual, layout = self.enter_stream(self.embed(tokens), tokens, layout)
@@ -130,7 +130,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         return self.unembed(self.ln_final(residual))
 
     def prepare_inputs(
-        self, tokens: TokensLike, attention_mask: Optional[Tensor] = None, kv_cache: Optional[KeyValueCache] = None
+        self, tokens: TokensLike, attention_mask: Tensor | None = None, kv_cache: KeyValueCache | None = None
     ) -> tuple[Int[Tensor, "batch pos"], TokenLayout]:
         """Checked ``[batch, pos]`` ids on the model's device and their ``TokenLayout``.
 

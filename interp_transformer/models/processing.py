@@ -207,9 +207,9 @@ def process_weights(
     model,
     *,
     fold_ln: bool = True,
-    center_writing_weights: Optional[bool] = None,
-    center_unembed: Optional[bool] = None,
-    fold_value_biases: Optional[bool] = None,
+    center_writing_weights: bool | None = None,
+    center_unembed: bool | None = None,
+    fold_value_biases: bool | None = None,
 ):
     """Apply the chosen steps in the order that keeps each exact (``fold_ln`` first).
 

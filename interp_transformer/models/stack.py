@@ -15,7 +15,8 @@ The holder sets every part attribute, None where it has no such part, and keeps 
 composition and its forward: the read-out differs (logits, an MLM head, the decoder's logits).
 """
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -34,7 +35,7 @@ class ResidualStack:
         embed: Float[Tensor, "batch pos d_model"],
         tokens: Int[Tensor, "batch pos"],
         layout: TokenLayout,
-        token_type_ids: Optional[Int[Tensor, "batch pos"]] = None,
+        token_type_ids: Int[Tensor, "batch pos"] | None = None,
     ) -> tuple[Float[Tensor, "batch pos d_model"], TokenLayout]:
         """The residual stream entering block 0, and the layout every block reads."""
         residual = self.hook_embed(embed)
@@ -56,7 +57,7 @@ class ResidualStack:
         residual: Float[Tensor, "batch pos d_model"],
         layout: TokenLayout,
         layers: slice = slice(None),
-        block_inputs: Optional[Callable[[int], tuple]] = None,
+        block_inputs: Callable[[int], tuple] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         """The blocks ``layers`` selects, in order; block ``L`` also reads ``block_inputs(L)``."""
         for layer, block in list(enumerate(self.blocks))[layers]:

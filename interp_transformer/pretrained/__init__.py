@@ -16,9 +16,10 @@ trainer (``interp-transformer train``, ``interp_transformer.training``).
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from safetensors.torch import save_file
@@ -51,7 +52,7 @@ class ShippedKind:
 
     config_class: type
     model_class: type
-    tokenizer: Optional[Callable[[], object]]
+    tokenizer: Callable[[], object] | None
     retrain: str
 
 
@@ -78,7 +79,7 @@ def inside_package(directory: Path) -> bool:
 
 
 def save_shipped(
-    model: Union[DemoTransformer, EncoderDecoderTransformer], name: str, metadata: dict, directory: Path
+    model: DemoTransformer | EncoderDecoderTransformer, name: str, metadata: dict, directory: Path
 ) -> tuple[Path, Path]:
     """Write ``model``'s weights (safetensors) and ``{config, **metadata}`` (JSON) into ``directory``.
 
@@ -133,9 +134,9 @@ def shipped_config(name: str, directory: Path = PRETRAINED_DIR):
 def load_shipped(
     name: str = "induction-2l",
     dtype: torch.dtype = torch.float32,
-    device: Union[str, torch.device, None] = None,
-    directory: Optional[Path] = None,
-) -> Union[DemoTransformer, EncoderDecoderTransformer]:
+    device: str | torch.device | None = None,
+    directory: Path | None = None,
+) -> DemoTransformer | EncoderDecoderTransformer:
     """Load a shipped model by name, e.g. ``load_shipped("induction-2l")`` or ``load_shipped("translate-tiny")``.
 
     A ``device`` torch cannot read raises ``ValueError`` before anything is read (``checked_device``).

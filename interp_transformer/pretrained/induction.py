@@ -36,7 +36,7 @@ def induction_config() -> TransformerConfig:
 
 
 def repeated_tokens(
-    batch: int, seq_len: int, d_vocab: int, generator: Optional[torch.Generator] = None
+    batch: int, seq_len: int, d_vocab: int, generator: torch.Generator | None = None
 ) -> Int[Tensor, "batch pos"]:
     """``[BOS, x_1..x_n, x_1..x_n]`` with ``x`` uniform over ``1 .. d_vocab-1``; pos = 2n+1."""
     half = torch.randint(1, d_vocab, (batch, seq_len), generator=generator)
@@ -74,7 +74,7 @@ def train_induction_model(
     min_seq_len: int = 8,
     lr: float = 1e-3,
     seed: int = 0,
-    cfg: Optional[TransformerConfig] = None,
+    cfg: TransformerConfig | None = None,
     progress: bool = True,
     log_every: int = 25,
 ) -> InductionTraining:

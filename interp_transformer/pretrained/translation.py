@@ -22,8 +22,9 @@ accuracy on them.
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Int
@@ -122,7 +123,7 @@ class NumberTokenizer(PreTrainedTokenizerFast):
             raise ValueError(f"unknown words {unknown} in {text!r}: the vocabulary is {list(WORDS)} and the digits 0-9")
         return super().__call__(text, *args, **kwargs)
 
-    def alignment(self, source: Sequence[int], target: Sequence[int]) -> Optional[list[int]]:
+    def alignment(self, source: Sequence[int], target: Sequence[int]) -> list[int] | None:
         """For each target position (the decoder's input, from ``<s>``), the source position its next token comes from.
 
         The decoder at position ``t`` predicts target token ``t + 1``, so entry ``t`` is the source
@@ -263,7 +264,7 @@ def train_translation_model(
     batch: int = 128,
     lr: float = 2e-3,
     seed: int = 0,
-    cfg: Optional[Seq2SeqConfig] = None,
+    cfg: Seq2SeqConfig | None = None,
     progress: bool = True,
     log_every: int = 100,
     n_eval: int = 256,

@@ -40,7 +40,7 @@ def check_token_type_ids(token_type_ids, tokens: Tensor, cfg: EncoderConfig) -> 
     return token_type_ids.long()
 
 
-def encode(tokenizer, text: Union[str, list], text_pair: Union[str, list, None], n_ctx: int) -> EncoderTokens:
+def encode(tokenizer, text: str | list, text_pair: str | list | None, n_ctx: int) -> EncoderTokens:
     """Tokenize with the tokenizer's own special tokens (BERT: ``[CLS] a [SEP] b [SEP]``), right-padded."""
     for name, value in (("text", text), ("text_pair", text_pair)):
         if value is None and name == "text_pair":
@@ -77,12 +77,12 @@ class EncoderText:
         """``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for pairs), right-padded; never truncated."""
         return encode(tokenizer, text, text_pair, n_ctx)
 
-    def why_not_ids_alone(self, encoded: EncoderTokens, text_pair=None) -> Optional[str]:
+    def why_not_ids_alone(self, encoded: EncoderTokens, text_pair=None) -> str | None:
         if bool(encoded.token_type_ids.any()):
             return "a text pair has segment ids, which ids alone would lose: use to_tokens_and_mask(text, text_pair)"
         return padded_rows_problem(encoded.attention_mask)
 
-    def str_tokens(self, model, tokens_or_text) -> Union[list[str], list[list[str]]]:
+    def str_tokens(self, model, tokens_or_text) -> list[str] | list[list[str]]:
         """WordPiece strings, e.g. ``['[CLS]', 'hello', 'world', '[SEP]']``; text without its padding, ids as given."""
         tokenizer = model._require_tokenizer()
         if isinstance(tokens_or_text, EncoderTokens):
@@ -98,7 +98,7 @@ class EncoderText:
         pieces = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
         return pieces[0] if len(pieces) == 1 else pieces
 
-    def decode(self, tokenizer, tokens: Tensor, cfg) -> Union[str, list[str]]:
+    def decode(self, tokenizer, tokens: Tensor, cfg) -> str | list[str]:
         """Special tokens kept."""
         texts = tokenizer.batch_decode(check_tokens(tokens, cfg).tolist(), skip_special_tokens=False)
         return texts[0] if tokens.ndim == 1 else texts

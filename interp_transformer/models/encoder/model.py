@@ -88,8 +88,8 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
         cfg: EncoderConfig,
         tokenizer=None,
         dtype: torch.dtype = torch.float32,
-        device: Union[str, torch.device, None] = None,
-        seed: Optional[int] = None,
+        device: str | torch.device | None = None,
+        seed: int | None = None,
     ):
         super().__init__(cfg, tokenizer)
         parts = self.build_parts(EncoderParts)
@@ -110,11 +110,11 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
     def forward(
         self,
         tokens: TokensLike,
-        attention_mask: Optional[Tensor] = None,
-        token_type_ids: Optional[Tensor] = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
         *,
-        return_type: Optional[str] = None,
-        stop_at_layer: Optional[int] = None,
+        return_type: str | None = None,
+        stop_at_layer: int | None = None,
     ) -> Float[Tensor, "batch ..."]:
         if return_type is None:
             return_type = "hidden" if self.mlm_head is None or stop_at_layer is not None else "mlm_logits"
@@ -138,7 +138,7 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
     def _forward(
         self,
         tokens: Int[Tensor, "batch pos"],
-        key_is_real: Optional[Bool[Tensor, "batch pos"]],
+        key_is_real: Bool[Tensor, "batch pos"] | None,
         token_type_ids: Int[Tensor, "batch pos"],
         n_blocks: int,
         return_type: str,
@@ -182,8 +182,8 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
 
     # --- input checks ----------------------------------------------------------------------
     def prepare_inputs(
-        self, tokens: TokensLike, attention_mask: Optional[Tensor] = None, token_type_ids: Optional[Tensor] = None
-    ) -> tuple[Tensor, Optional[Tensor], Tensor]:
+        self, tokens: TokensLike, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
         """Check the inputs; return ``(tokens, key_is_real, token_type_ids)`` on the model's device.
 
         ``tokens`` int64 ``[batch, pos]``; ``key_is_real`` bool ``[batch, pos]`` (or None:
@@ -212,7 +212,7 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
         )
         return tokens.to(device), key_is_real, token_type_ids.to(device)
 
-    def prepare_tokens(self, tokens: Union[Tensor, str, list, EncoderTokens]) -> Int[Tensor, "batch pos"]:
+    def prepare_tokens(self, tokens: Tensor | str | list | EncoderTokens) -> Int[Tensor, "batch pos"]:
         """Token ids ``[batch, pos]`` (int64, on the model's device) of inputs that need no padding mask.
 
         Text goes through ``to_tokens`` (``[CLS] ... [SEP]``; texts that would need padding

@@ -24,7 +24,8 @@ The ids equal Hugging Face's ``generate`` with the same settings:
 Returned ids start with the decoder start token: ``[batch, 1 + generated]``.
 """
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Int
@@ -81,7 +82,7 @@ class _Decoder:
             self.kv_cache.reorder(rows)
 
 
-def _force_eos(scores: Tensor, forced_eos: Optional[int], length: int, max_length: int) -> Tensor:
+def _force_eos(scores: Tensor, forced_eos: int | None, length: int, max_length: int) -> Tensor:
     """At the step that reaches ``max_length``, every score but ``forced_eos``'s becomes ``-inf`` (and its 0)."""
     if forced_eos is None or length != max_length - 1:
         return scores
@@ -96,7 +97,7 @@ def greedy_search(
     max_new_tokens: int,
     eos: Tensor,
     pad: int,
-    forced_eos: Optional[int],
+    forced_eos: int | None,
     progress: bool,
 ) -> Int[Tensor, "batch pos"]:
     """See the module docstring: argmax per step, finished rows padded."""
@@ -128,7 +129,7 @@ def beam_search(
     num_beams: int,
     length_penalty: float,
     early_stopping: bool,
-    forced_eos: Optional[int],
+    forced_eos: int | None,
     progress: bool,
 ) -> Int[Tensor, "batch pos"]:
     """See the module docstring. ``start`` holds each source's start token once per beam, ``[batch * num_beams, 1]``."""
@@ -203,19 +204,19 @@ def beam_search(
 def generate(
     model,
     tokens,
-    attention_mask: Optional[Tensor] = None,
+    attention_mask: Tensor | None = None,
     *,
-    max_new_tokens: Optional[int] = None,
+    max_new_tokens: int | None = None,
     num_beams: int = 1,
-    eos_token_id: Union[None, int, Sequence[int]] = None,
-    decoder_start_token_id: Optional[int] = None,
-    pad_token_id: Optional[int] = None,
-    forced_eos_token_id: Optional[int] = None,
+    eos_token_id: None | int | Sequence[int] = None,
+    decoder_start_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    forced_eos_token_id: int | None = None,
     length_penalty: float = 1.0,
     early_stopping: bool = False,
     use_kv_cache: bool = True,
     verbose: bool = False,
-) -> Union[Int[Tensor, "batch pos"], str, list[str]]:
+) -> Int[Tensor, "batch pos"] | str | list[str]:
     """Translate ``tokens`` (the source: ids ``[batch, key_pos]`` with their ``attention_mask``, a ``SourceTokens``, or
     text).
 

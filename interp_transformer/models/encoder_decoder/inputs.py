@@ -31,7 +31,7 @@ def source_vocab(cfg) -> int:
 
 def check_source(
     tokens, attention_mask, cfg, allow_meta: bool = False
-) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
+) -> tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"] | None]:
     """``(tokens [batch, pos] int64, key_is_real [batch, pos] or None)``; see the module docstring.
 
     ``allow_meta``: tokens on the ``meta`` device (``hook_shapes``) are checked for shape only.
@@ -87,10 +87,10 @@ class SourceText:
             )
         return SourceTokens(tokens, mask)
 
-    def why_not_ids_alone(self, encoded: SourceTokens) -> Optional[str]:
+    def why_not_ids_alone(self, encoded: SourceTokens) -> str | None:
         return padded_rows_problem(encoded.attention_mask)
 
-    def str_tokens(self, model, tokens) -> Union[list[str], list[list[str]]]:
+    def str_tokens(self, model, tokens) -> list[str] | list[list[str]]:
         """``[pos]`` or ``[1, pos]`` ids (or text) give a list, ``[batch, pos]`` a list of lists."""
         tokenizer = model._require_tokenizer()
         if isinstance(tokens, str):
@@ -99,7 +99,7 @@ class SourceText:
         pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows.tolist()]
         return pieces[0] if len(pieces) == 1 else pieces
 
-    def decode(self, tokenizer, tokens: Tensor, cfg) -> Union[str, list[str]]:
+    def decode(self, tokenizer, tokens: Tensor, cfg) -> str | list[str]:
         """Special tokens left out."""
         texts = tokenizer.batch_decode(
             (tokens[None] if tokens.ndim == 1 else tokens).tolist(), skip_special_tokens=True

@@ -74,8 +74,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         cfg,
         tokenizer=None,
         dtype: torch.dtype = torch.float32,
-        device: Union[str, torch.device, None] = None,
-        seed: Optional[int] = None,
+        device: str | torch.device | None = None,
+        seed: int | None = None,
     ):
         super().__init__(cfg, tokenizer)
         parts = self.build_parts(EncoderDecoderParts)
@@ -90,13 +90,13 @@ class EncoderDecoderTransformer(HookedTransformerBase):
     def forward(
         self,
         tokens: TokensLike,
-        decoder_input: Optional[Int[Tensor, "batch pos"]] = None,
+        decoder_input: Int[Tensor, "batch pos"] | None = None,
         *,
-        attention_mask: Optional[Int[Tensor, "batch key_pos"]] = None,
+        attention_mask: Int[Tensor, "batch key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_vocab"]:
         return self.decode(decoder_input, self.encode(tokens, attention_mask))
 
-    def encode(self, tokens: TokensLike, attention_mask: Optional[Tensor] = None) -> CrossAttentionSource:
+    def encode(self, tokens: TokensLike, attention_mask: Tensor | None = None) -> CrossAttentionSource:
         """Run the encoder: its output ``[batch, key_pos, d_model]`` with the source's padding, as cross-attention reads
         them."""
         tokens, key_is_real = self.prepare_source(tokens, attention_mask)
@@ -105,9 +105,9 @@ class EncoderDecoderTransformer(HookedTransformerBase):
 
     def decode(
         self,
-        decoder_input: Optional[Int[Tensor, "batch pos"]],
+        decoder_input: Int[Tensor, "batch pos"] | None,
         source: CrossAttentionSource,
-        kv_cache: Optional[EncoderDecoderKVCache] = None,
+        kv_cache: EncoderDecoderKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_vocab"]:
         """Run the decoder on ``decoder_input`` reading ``source`` (from ``encode``); with ``kv_cache``, after its
         positions.
@@ -138,7 +138,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         self,
         decoder_input: Int[Tensor, "batch pos"],
         source: CrossAttentionSource,
-        kv_cache: Optional[EncoderDecoderKVCache],
+        kv_cache: EncoderDecoderKVCache | None,
         offset: int,
     ) -> Float[Tensor, "batch pos d_vocab"]:
         layout = TokenLayout.contiguous(decoder_input.shape[0], decoder_input.shape[1], offset, decoder_input.device)
@@ -147,7 +147,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         return self.unembed(residual)
 
     # --- inputs --------------------------------------------------------------------------------
-    def prepare_source(self, tokens: TokensLike, attention_mask: Optional[Tensor] = None):
+    def prepare_source(self, tokens: TokensLike, attention_mask: Tensor | None = None):
         """``(tokens [batch, key_pos], key_is_real [batch, key_pos] or None)`` on the model's device, checked."""
         if isinstance(tokens, SourceTokens):
             if attention_mask is not None:
@@ -168,7 +168,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         ``prepare_source``)."""
         return self.prepare_source(tokens)[0]
 
-    def act_name(self, name: str, layer=None, sub: Optional[str] = None) -> str:
+    def act_name(self, name: str, layer=None, sub: str | None = None) -> str:
         """The full hook name of a short key: ``act_name("pattern", 0, "cross") ==
         "decoder.blocks.0.cross_attn.hook_pattern"``."""
         counts = {"encoder": self.cfg.n_layers, "decoder": self.cfg.n_decoder_layers}

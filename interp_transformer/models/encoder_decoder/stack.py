@@ -87,7 +87,7 @@ class DecoderStack(EncoderStack):
         tokens: Int[Tensor, "batch pos"],
         layout: TokenLayout,
         source: CrossAttentionSource,
-        kv_cache: Optional[EncoderDecoderKVCache] = None,
+        kv_cache: EncoderDecoderKVCache | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         residual, layout = self.enter_stream(embed, tokens, layout)
         residual = self.run_blocks(

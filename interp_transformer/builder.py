@@ -51,21 +51,21 @@ Device = Union[str, torch.device, None]
 
 
 def build_decoder(
-    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: Optional[int] = None, tokenizer=None, **fields
+    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: int | None = None, tokenizer=None, **fields
 ) -> DemoTransformer:
     """``DemoTransformer(DecoderSpec(**fields))``: a decoder (causal or not) of the parts ``fields`` name."""
     return DemoTransformer(DecoderSpec(**fields), tokenizer=tokenizer, dtype=dtype, device=device, seed=seed)
 
 
 def build_encoder(
-    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: Optional[int] = None, tokenizer=None, **fields
+    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: int | None = None, tokenizer=None, **fields
 ) -> EncoderTransformer:
     """``EncoderTransformer(EncoderSpec(**fields))``: a BERT-style encoder of the parts ``fields`` name."""
     return EncoderTransformer(EncoderSpec(**fields), tokenizer=tokenizer, dtype=dtype, device=device, seed=seed)
 
 
 def build_encoder_decoder(
-    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: Optional[int] = None, tokenizer=None, **fields
+    *, dtype: torch.dtype = torch.float32, device: Device = None, seed: int | None = None, tokenizer=None, **fields
 ) -> EncoderDecoderTransformer:
     """``EncoderDecoderTransformer(EncoderDecoderSpec(**fields))``: an encoder-decoder of the parts ``fields``
     name."""

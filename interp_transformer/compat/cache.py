@@ -15,10 +15,10 @@ TransformerLens' conventions:
 
 from torch import Tensor
 
-from interp_transformer.compat.errors import assertion_compatible_methods
 from interp_transformer.cache.activations import RESIDUAL_TOOLS
 from interp_transformer.cache.activations import ActivationCache as CoreActivationCache
 from interp_transformer.cache.residual_stacks import ResidualStacks
+from interp_transformer.compat.errors import assertion_compatible_methods
 
 
 class TransformerLensStacks(ResidualStacks):

@@ -55,23 +55,23 @@ class HookedTransformerConfig:
     n_layers: int
     n_ctx: int
     n_heads: int = -1
-    d_mlp: Optional[int] = None
+    d_mlp: int | None = None
     d_vocab: int = -1
-    device: Optional[str] = None
+    device: str | None = None
     use_attn_result: bool = False
     use_split_qkv_input: bool = False
     default_prepend_bos: bool = True
     positional_embedding_type: str = "standard"
-    n_key_value_heads: Optional[int] = None
+    n_key_value_heads: int | None = None
     attn_only: bool = False
     gated_mlp: bool = False
     uses_rms_norm: bool = False
     eps: float = 1e-5
     layer_norm_folding: bool = False
-    act_fn: Optional[str] = "relu"
-    normalization_type: Optional[str] = "LN"
-    num_experts: Optional[int] = None
-    experts_per_token: Optional[int] = None
+    act_fn: str | None = "relu"
+    normalization_type: str | None = "LN"
+    num_experts: int | None = None
+    experts_per_token: int | None = None
     final_rms: bool = False
     dtype: torch.dtype = torch.float32
     model_name: str = "custom"
@@ -82,30 +82,30 @@ class HookedTransformerConfig:
     use_qk_norm: bool = False
     use_local_attn: bool = False
     ungroup_grouped_query_attention: bool = False
-    original_architecture: Optional[str] = None
+    original_architecture: str | None = None
     from_checkpoint: bool = False
-    checkpoint_index: Optional[int] = None
-    checkpoint_label_type: Optional[str] = None
-    checkpoint_value: Optional[int] = None
-    tokenizer_name: Optional[str] = None
-    window_size: Optional[int] = None
-    attn_types: Optional[List] = None
+    checkpoint_index: int | None = None
+    checkpoint_label_type: str | None = None
+    checkpoint_value: int | None = None
+    tokenizer_name: str | None = None
+    window_size: int | None = None
+    attn_types: list | None = None
     init_mode: str = "gpt2"
     n_devices: int = 1
     attention_dir: str = "causal"
-    seed: Optional[int] = None
+    seed: int | None = None
     initializer_range: float = -1.0
     init_weights: bool = True
     scale_attn_by_inverse_layer_idx: bool = False
     d_vocab_out: int = -1
     parallel_attn_mlp: bool = False
-    rotary_dim: Optional[int] = None
-    n_params: Optional[int] = None
+    rotary_dim: int | None = None
+    n_params: int | None = None
     use_hook_tokens: bool = False
-    tokenizer_prepends_bos: Optional[bool] = None
+    tokenizer_prepends_bos: bool | None = None
     post_embedding_ln: bool = False
-    rotary_base: Union[float, int] = 10000
-    rotary_base_local: Optional[Union[float, int]] = None
+    rotary_base: float | int = 10000
+    rotary_base_local: float | int | None = None
     rotary_adjacent_pairs: bool = False
     trust_remote_code: bool = False
     load_in_4bit: bool = False
@@ -185,7 +185,7 @@ class HookedTransformerConfig:
 
     # --- TransformerLens' helpers -------------------------------------------------------------------
     @classmethod
-    def unwrap(cls, config: Union[Dict, "HookedTransformerConfig"]) -> "HookedTransformerConfig":
+    def unwrap(cls, config: Union[dict, "HookedTransformerConfig"]) -> "HookedTransformerConfig":
         """A config from a dict of its fields, or the config itself."""
         if isinstance(config, dict):
             return cls.from_dict(config)
@@ -194,7 +194,7 @@ class HookedTransformerConfig:
         raise TypeError(f"expected a HookedTransformerConfig or a dict of its fields, got {type(config).__name__}")
 
     @classmethod
-    def from_dict(cls, config_dict: Dict[str, Any]) -> "HookedTransformerConfig":
+    def from_dict(cls, config_dict: dict[str, Any]) -> "HookedTransformerConfig":
         """A config from a dict; unknown keys raise ``TypeError`` naming the closest fields."""
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(config_dict) - known)
@@ -205,7 +205,7 @@ class HookedTransformerConfig:
             raise TypeError(f"HookedTransformerConfig has no fields {unknown}; closest: {close}")
         return cls(**config_dict)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return self.__dict__
 
     def replace(self, **changes) -> "HookedTransformerConfig":

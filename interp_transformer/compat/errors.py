@@ -17,7 +17,7 @@ through unchanged.
 
 import functools
 import inspect
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 class CompatValueError(ValueError, AssertionError):

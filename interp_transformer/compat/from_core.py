@@ -36,7 +36,7 @@ NOT_DESCRIBED = {
 GEMMA_ARCHITECTURES = {1: "GemmaForCausalLM", 2: "Gemma2ForCausalLM", 3: "Gemma3ForCausalLM"}
 
 
-def config_from_core(core_cfg, name: str, default_prepend_bos: Optional[bool]) -> HookedTransformerConfig:
+def config_from_core(core_cfg, name: str, default_prepend_bos: bool | None) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a loaded model's config (see the module docstring)."""
     from interp_transformer.families.gemma import GemmaConfig
     from interp_transformer.families.gpt2 import TransformerConfig

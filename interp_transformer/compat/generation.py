@@ -20,7 +20,8 @@ prompt had stays masked (``interp_transformer.core.kv_cache``).
 """
 
 import warnings
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -40,19 +41,19 @@ class GenerationMethods:
     @torch.no_grad()
     def generate(
         self,
-        input: Union[str, list, Tensor] = "",
+        input: str | list | Tensor = "",
         max_new_tokens: int = 10,
         stop_at_eos: bool = True,
-        eos_token_id: Union[int, Sequence[int], None] = None,
+        eos_token_id: int | Sequence[int] | None = None,
         do_sample: bool = True,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
         temperature: float = 1.0,
         freq_penalty: float = 0.0,
         use_past_kv_cache: bool = True,
-        prepend_bos: Optional[bool] = None,
-        padding_side: Optional[str] = None,
-        return_type: Optional[str] = "input",
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        return_type: str | None = "input",
         verbose: bool = True,
         **generation_kwargs,
     ):

@@ -27,10 +27,10 @@ from interp_transformer.compat.errors import CompatValueError
 from interp_transformer.compat.utils_tensors import is_lower_triangular, is_square
 
 HeadName = Literal["previous_token_head", "duplicate_token_head", "induction_head"]
-HEAD_NAMES: List[str] = ["previous_token_head", "duplicate_token_head", "induction_head"]
+HEAD_NAMES: list[str] = ["previous_token_head", "duplicate_token_head", "induction_head"]
 ErrorMeasure = Literal["abs", "mul"]
-LayerHeadTuple = Tuple[int, int]
-LayerToHead = Dict[int, List[int]]
+LayerHeadTuple = tuple[int, int]
+LayerToHead = dict[int, list[int]]
 
 SEQ_LEN_ERR = "The sequence must be non-empty and must fit within the model's context window."
 DET_PAT_NOT_SQUARE_ERR = (
@@ -42,9 +42,9 @@ DET_PAT_NOT_SQUARE_ERR = (
 
 def detect_head(
     model,
-    seq: Union[str, List[str]],
-    detection_pattern: Union[Tensor, str],
-    heads: Optional[Union[List[LayerHeadTuple], LayerToHead]] = None,
+    seq: str | list[str],
+    detection_pattern: Tensor | str,
+    heads: list[LayerHeadTuple] | LayerToHead | None = None,
     cache=None,
     *,
     exclude_bos: bool = False,

@@ -9,8 +9,9 @@ it; each entry's ``append(keys, values)`` is what our attention calls, so the en
 into our blocks directly (the same protocol as ``interp_transformer.core.kv_cache``).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -44,7 +45,7 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
 
     @classmethod
     def init_cache_entry(
-        cls, cfg, device: Union[torch.device, str, None], batch_size: int = 1
+        cls, cfg, device: torch.device | str | None, batch_size: int = 1
     ) -> "HookedTransformerKeyValueCacheEntry":
         """An empty entry for ``cfg`` (``n_key_value_heads`` heads when set, else ``n_heads``), in ``cfg.dtype``."""
         n_heads = cfg.n_key_value_heads if getattr(cfg, "n_key_value_heads", None) is not None else cfg.n_heads
@@ -74,13 +75,13 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
 class HookedTransformerKeyValueCache:
     """One ``HookedTransformerKeyValueCacheEntry`` per block and the attention mask of the cached positions."""
 
-    entries: List[HookedTransformerKeyValueCacheEntry]
+    entries: list[HookedTransformerKeyValueCacheEntry]
     previous_attention_mask: Int[Tensor, "batch pos_so_far"]
     frozen: bool = False
 
     @classmethod
     def init_cache(
-        cls, cfg, device: Union[torch.device, str, None] = None, batch_size: int = 1
+        cls, cfg, device: torch.device | str | None = None, batch_size: int = 1
     ) -> "HookedTransformerKeyValueCache":
         """An empty cache for a model with config ``cfg`` and ``batch_size`` sequences."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -128,13 +129,13 @@ class HookedTransformerKeyValueCache:
     def batch_size(self) -> int:
         return self.previous_attention_mask.shape[0]
 
-    def past_key_is_real(self) -> Optional[Tensor]:
+    def past_key_is_real(self) -> Tensor | None:
         """``[batch, pos_so_far]`` bools, False on cached padding; None when every cached position is real."""
         mask = self.previous_attention_mask.bool()
         return None if bool(mask.all()) else mask
 
     def check_fits(
-        self, n_layers: int, d_head: Optional[int] = None, key_shapes: Optional[Sequence[Optional[KeyShape]]] = None
+        self, n_layers: int, d_head: int | None = None, key_shapes: Sequence[KeyShape | None] | None = None
     ) -> None:
         """``ValueError`` unless there is one entry per block, all holding the same positions.
 
@@ -160,7 +161,7 @@ class HookedTransformerKeyValueCache:
             check_key_shapes(self.entries, key_shapes, MAKE_CACHE)
 
 
-def get_pos_offset(past_kv_cache: Optional[HookedTransformerKeyValueCache], batch_size: int) -> int:
+def get_pos_offset(past_kv_cache: HookedTransformerKeyValueCache | None, batch_size: int) -> int:
     """Positions already in ``past_kv_cache`` (0 without one): where the new tokens' positions start."""
     if past_kv_cache is None:
         return 0

@@ -19,7 +19,7 @@ from interp_transformer.compat.errors import CompatValueError
 def lm_cross_entropy_loss(
     logits: Float[Tensor, "batch pos d_vocab"],
     tokens: Int[Tensor, "batch pos"],
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
     per_token: bool = False,
 ) -> Tensor:
     """Next-token cross-entropy: position ``p`` predicts ``tokens[:, p + 1]``.
@@ -50,7 +50,7 @@ def lm_cross_entropy_loss(
 
 def lm_accuracy(
     logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
-) -> Union[Tensor, Float[Tensor, ""]]:
+) -> Tensor | Float[Tensor, ""]:
     """Top-1 next-token accuracy: the fraction of positions whose argmax is the next token (``per_token``: the
     booleans)."""
     correct = logits.argmax(dim=-1)[:, :-1] == tokens[:, 1:].to(logits.device)
@@ -66,7 +66,7 @@ def get_cumsum_along_dim(tensor: Tensor, dim: int, reverse: bool = False) -> Ten
 
 
 def get_attention_mask(
-    tokenizer, tokens: Int[Tensor, "batch pos"], prepend_bos: bool, padding_side: Optional[str] = None
+    tokenizer, tokens: Int[Tensor, "batch pos"], prepend_bos: bool, padding_side: str | None = None
 ) -> Tensor:
     """The mask TransformerLens infers from pad tokens: 0 on the leading (left padding) or trailing (right padding)
     pads.
@@ -95,12 +95,12 @@ def get_attention_mask(
 
 def sample_logits(
     final_logits: Float[Tensor, "batch d_vocab"],
-    top_k: Optional[int] = None,
-    top_p: Optional[float] = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
     temperature: float = 1.0,
     freq_penalty: float = 0.0,
-    tokens: Optional[Int[Tensor, "batch pos"]] = None,
-    generator: Optional[torch.Generator] = None,
+    tokens: Int[Tensor, "batch pos"] | None = None,
+    generator: torch.Generator | None = None,
 ) -> Int[Tensor, "batch"]:
     """One token per row: greedy at ``temperature=0``, else sampled from ``softmax(logits / temperature)``.
 

@@ -80,10 +80,10 @@ class HookedTransformer(
 
     def __init__(
         self,
-        cfg: Union[HookedTransformerConfig, dict],
+        cfg: HookedTransformerConfig | dict,
         tokenizer=None,
         move_to_device: bool = True,
-        default_padding_side: Optional[str] = None,
+        default_padding_side: str | None = None,
     ):
         if isinstance(cfg, str):
             raise CompatValueError(
@@ -129,18 +129,18 @@ class HookedTransformer(
     def forward(
         self,
         input,
-        return_type: Optional[str] = "logits",
+        return_type: str | None = "logits",
         loss_per_token: bool = False,
-        prepend_bos: Optional[bool] = None,
-        padding_side: Optional[str] = None,
-        start_at_layer: Optional[int] = None,
-        tokens: Optional[Int[Tensor, "batch pos"]] = None,
-        shortformer_pos_embed: Optional[Float[Tensor, "batch pos d_model"]] = None,
-        attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-        stop_at_layer: Optional[int] = None,
-        past_kv_cache: Optional[HookedTransformerKeyValueCache] = None,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        start_at_layer: int | None = None,
+        tokens: Int[Tensor, "batch pos"] | None = None,
+        shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
         *,
-        kv_cache: Optional[KeyValueCache] = None,
+        kv_cache: KeyValueCache | None = None,
     ):
         """Logits ``[batch, pos, d_vocab_out]`` (or the loss, both, None, or the residual with ``stop_at_layer``).
 
@@ -183,7 +183,7 @@ class HookedTransformer(
         loss = self.loss_fn(logits, tokens, loss_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else Output(logits, loss)
 
-    def _block_slice(self, start_at_layer: Optional[int], stop_at_layer: Optional[int]) -> slice:
+    def _block_slice(self, start_at_layer: int | None, stop_at_layer: int | None) -> slice:
         n_layers = self.cfg.n_layers
         for name, value in (("start_at_layer", start_at_layer), ("stop_at_layer", stop_at_layer)):
             if value is not None and (
@@ -225,7 +225,7 @@ class HookedTransformer(
                 residual = residual + pos_embed
         return residual, tokens, layout, attention_mask
 
-    def _layout(self, shape, new_mask: Optional[Tensor], cache, device, store: bool) -> TokenLayout:
+    def _layout(self, shape, new_mask: Tensor | None, cache, device, store: bool) -> TokenLayout:
         """The layout of ``shape = [batch, pos]`` new tokens after ``cache``'s; with ``store``, the cache keeps the
         mask."""
         batch, pos = shape
@@ -275,10 +275,10 @@ class HookedTransformer(
     def input_to_embed(
         self,
         input,
-        prepend_bos: Optional[bool] = None,
-        padding_side: Optional[str] = None,
-        attention_mask: Optional[Tensor] = None,
-        past_kv_cache: Optional[HookedTransformerKeyValueCache] = None,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        attention_mask: Tensor | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
     ):
         """TransformerLens' ``(residual, tokens, shortformer_pos_embed, attention_mask)`` of ``input``.
 
@@ -302,7 +302,7 @@ class HookedTransformer(
         return residual, tokens, shortformer, mask
 
     def loss_fn(
-        self, logits: Tensor, tokens: Tensor, attention_mask: Optional[Tensor] = None, per_token: bool = False
+        self, logits: Tensor, tokens: Tensor, attention_mask: Tensor | None = None, per_token: bool = False
     ) -> Tensor:
         """``utils.lm_cross_entropy_loss``: next-token cross-entropy, masked where ``attention_mask`` is 0."""
         return lm_cross_entropy_loss(logits, tokens.to(logits.device), attention_mask, per_token)
@@ -396,7 +396,7 @@ class HookedTransformer(
         self.cfg.dtype = self.W_E.dtype
         return self
 
-    def init_weights(self, seed: Optional[int] = None) -> None:
+    def init_weights(self, seed: int | None = None) -> None:
         """TransformerLens' init: ``cfg.init_mode`` (``"gpt2"``: N(0, initializer_range^2); ``"xavier_*"``,
         ``"kaiming_*"``)."""
         from interp_transformer.compat.utils_init import init_model_weights

@@ -48,7 +48,7 @@ class ShortformerLayout(TokenLayout):
     """A ``TokenLayout`` carrying the positional embedding ``[batch, pos, d_model]`` that shortformer blocks add
     to their query and key inputs (the residual stream never holds it)."""
 
-    pos_embed: Optional[Tensor] = None
+    pos_embed: Tensor | None = None
 
 
 class PositionalEmbedding(PosEmbed):
@@ -65,9 +65,9 @@ class PositionalEmbedding(PosEmbed):
         self,
         tokens: Tensor,
         offset: int = 0,
-        positions: Optional[Tensor] = None,
+        positions: Tensor | None = None,
         *,
-        attention_mask: Optional[Tensor] = None,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         if attention_mask is None:
             return super().forward(tokens, offset, positions)
@@ -111,16 +111,16 @@ class SplitInputAttention(Attention):
 
     def forward(
         self,
-        normalized: Optional[Tensor] = None,
-        layout: Optional[TokenLayout] = None,
+        normalized: Tensor | None = None,
+        layout: TokenLayout | None = None,
         kv_cache=None,
-        kv_input: Optional[Tensor] = None,
+        kv_input: Tensor | None = None,
         *,
-        query_input: Optional[Tensor] = None,
-        key_input: Optional[Tensor] = None,
-        value_input: Optional[Tensor] = None,
+        query_input: Tensor | None = None,
+        key_input: Tensor | None = None,
+        value_input: Tensor | None = None,
         past_kv_cache_entry=None,
-        attention_mask: Optional[Tensor] = None,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         if query_input is None:
             if normalized is None:
@@ -151,7 +151,7 @@ class SplitInputAttention(Attention):
         query_input: Tensor,
         key_input: Tensor,
         value_input: Tensor,
-        layout: Optional[TokenLayout] = None,
+        layout: TokenLayout | None = None,
         kv_cache=None,
     ) -> Tensor:
         """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs: ``Attention.attend``.
@@ -256,15 +256,15 @@ class HookedBlock(StreamBlock):
         self,
         ln1: nn.Module,
         attn: SplitInputAttention,
-        ln2: Optional[nn.Module] = None,
-        mlp: Optional[nn.Module] = None,
+        ln2: nn.Module | None = None,
+        mlp: nn.Module | None = None,
         *,
         attn_in: bool = False,
         split_qkv_input: bool = False,
         mlp_in: bool = False,
         shortformer: bool = False,
-        ln1_post: Optional[nn.Module] = None,
-        ln2_post: Optional[nn.Module] = None,
+        ln1_post: nn.Module | None = None,
+        ln2_post: nn.Module | None = None,
     ):
         super().__init__()
         if (ln2 is None) != (mlp is None):
@@ -336,7 +336,7 @@ class HookedBlock(StreamBlock):
         )
         return [Writer("attn", self.attn, self.hook_attn_out.name, output_norm=post["ln1_post"])] + mlp
 
-    def forward(self, resid_pre: Tensor, layout: Optional[TokenLayout] = None, kv_cache=None) -> Tensor:
+    def forward(self, resid_pre: Tensor, layout: TokenLayout | None = None, kv_cache=None) -> Tensor:
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self._post_norm("ln1_post", self._attention(resid_pre, layout, kv_cache)))
         if not hasattr(self, "mlp"):
@@ -351,7 +351,7 @@ class HookedBlock(StreamBlock):
         norm = getattr(self, name, None)
         return out if norm is None else norm(out)
 
-    def _positions(self, layout: Optional[TokenLayout]) -> Optional[Tensor]:
+    def _positions(self, layout: TokenLayout | None) -> Tensor | None:
         if not self.shortformer:
             return None
         pos_embed = getattr(layout, "pos_embed", None)
@@ -363,7 +363,7 @@ class HookedBlock(StreamBlock):
             )
         return pos_embed
 
-    def _attention(self, resid_pre: Tensor, layout: Optional[TokenLayout], kv_cache) -> Tensor:
+    def _attention(self, resid_pre: Tensor, layout: TokenLayout | None, kv_cache) -> Tensor:
         pos = self._positions(layout)
         per_head = self._per_head_inputs(resid_pre)
         if per_head is None:  # the shared path: one normalized stream, as in TransformerBlock
@@ -376,7 +376,7 @@ class HookedBlock(StreamBlock):
             q_in, k_in = q_in + pos[:, :, None], k_in + pos[:, :, None]
         return self.attn.forward_inputs(q_in, k_in, v_in, layout, kv_cache)
 
-    def _per_head_inputs(self, resid_pre: Tensor) -> Optional[tuple]:
+    def _per_head_inputs(self, resid_pre: Tensor) -> tuple | None:
         """The hooked per-head inputs ``(q_in, k_in, v_in)``, or None when no hook changed them (the shared path)."""
         hooks = [
             getattr(self, name)

@@ -34,8 +34,9 @@ as in TransformerLens.
 """
 
 import itertools
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import einops
 import torch
@@ -69,7 +70,7 @@ def generic_activation_patch(
     patching_metric: Callable[[Tensor], Tensor],
     patch_setter: Callable[[Tensor, Sequence[int], Tensor], Tensor],
     activation_name: str,
-    index_axis_names: Optional[Sequence[str]] = None,
+    index_axis_names: Sequence[str] | None = None,
     index_df=None,
     return_index_df: bool = False,
 ):

@@ -110,7 +110,7 @@ def get_official_model_name(model_name: str) -> str:
 
 
 def get_pretrained_model_config(
-    model_name: str, default_prepend_bos: Optional[bool] = None, device=None, dtype=torch.float32, **kwargs
+    model_name: str, default_prepend_bos: bool | None = None, device=None, dtype=torch.float32, **kwargs
 ) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a GPT-2 or Gemma model, from its known shape (no download).
 
@@ -146,16 +146,16 @@ class PretrainedMethods:
         center_writing_weights: bool = True,
         center_unembed: bool = True,
         refactor_factored_attn_matrices: bool = False,
-        checkpoint_index: Optional[int] = None,
-        checkpoint_value: Optional[int] = None,
+        checkpoint_index: int | None = None,
+        checkpoint_value: int | None = None,
         hf_model=None,
-        device: Union[str, torch.device, None] = None,
+        device: str | torch.device | None = None,
         n_devices: int = 1,
         tokenizer=None,
         move_to_device: bool = True,
         fold_value_biases: bool = True,
-        default_prepend_bos: Optional[bool] = None,
-        default_padding_side: Optional[str] = None,
+        default_prepend_bos: bool | None = None,
+        default_padding_side: str | None = None,
         dtype="float32",
         **from_pretrained_kwargs,
     ):

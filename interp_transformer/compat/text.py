@@ -77,7 +77,7 @@ def check_tokenizer(tokenizer) -> None:
         )
 
 
-def prepare_tokenizer(tokenizer, default_padding_side: Optional[str] = None):
+def prepare_tokenizer(tokenizer, default_padding_side: str | None = None):
     """A copy of ``tokenizer`` as TransformerLens sets it up: padding side set, pad/BOS/EOS tokens filled in."""
     check_tokenizer(tokenizer)
     if default_padding_side not in ("right", "left", None):
@@ -103,7 +103,7 @@ class TransformerLensTextMethods:
         """A Hugging Face tokenizer, or any object with TransformerLens' tokenizer methods (``check_tokenizer``)."""
         check_tokenizer(tokenizer)
 
-    def set_tokenizer(self, tokenizer, default_padding_side: Optional[str] = None) -> None:
+    def set_tokenizer(self, tokenizer, default_padding_side: str | None = None) -> None:
         """Use ``tokenizer`` (a copy, set up as ``prepare_tokenizer`` does); ``d_vocab = -1`` is taken from it."""
         self.tokenizer = prepare_tokenizer(tokenizer, default_padding_side)
         self.cfg.tokenizer_prepends_bos = len(self.tokenizer.encode("")) > 0
@@ -112,7 +112,7 @@ class TransformerLensTextMethods:
         if self.cfg.d_vocab_out == -1:
             self.cfg.d_vocab_out = self.cfg.d_vocab
 
-    def _defaults(self, prepend_bos: Optional[bool], padding_side: Optional[str]) -> tuple[bool, str]:
+    def _defaults(self, prepend_bos: bool | None, padding_side: str | None) -> tuple[bool, str]:
         tokenizer = self._require_tokenizer()
         prepend_bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         padding_side = tokenizer.padding_side if padding_side is None else padding_side
@@ -126,9 +126,9 @@ class TransformerLensTextMethods:
 
     def to_tokens(
         self,
-        input: Union[str, list],
-        prepend_bos: Optional[bool] = None,
-        padding_side: Optional[Literal["left", "right"]] = None,
+        input: str | list,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
         move_to_device: bool = True,
         truncate: bool = True,
     ) -> Int[Tensor, "batch pos"]:
@@ -154,7 +154,7 @@ class TransformerLensTextMethods:
         tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), longest)
         return tokens.to(self.cfg.device) if move_to_device else tokens
 
-    def to_string(self, tokens) -> Union[str, list]:
+    def to_string(self, tokens) -> str | list:
         """Ids to text: ``[pos]`` (or a list of ints, or one id) gives a str, ``[batch, pos]`` a list of str."""
         tokenizer = self._require_tokenizer()
         tokens = _as_tensor(tokens)
@@ -164,7 +164,7 @@ class TransformerLensTextMethods:
             return tokenizer.batch_decode(tokens.tolist(), clean_up_tokenization_spaces=False)
         return tokenizer.decode(tokens.reshape(-1).tolist(), clean_up_tokenization_spaces=False)
 
-    def to_str_tokens(self, input, prepend_bos: Optional[bool] = None, padding_side: Optional[str] = None):
+    def to_str_tokens(self, input, prepend_bos: bool | None = None, padding_side: str | None = None):
         """Each token as text. A str is tokenized; ids are one sequence (``[pos]`` or ``[1, pos]``); a list of texts
         (or of sequences) gives one list per element."""
         tokenizer = self._require_tokenizer()
@@ -197,8 +197,8 @@ class TransformerLensTextMethods:
         single_token,
         input,
         mode: str = "first",
-        prepend_bos: Optional[bool] = None,
-        padding_side: Optional[str] = None,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
     ) -> int:
         """The first (or last) position of ``single_token`` (a single-token str, an id or a 1-element tensor) in
         ``input``.
@@ -247,7 +247,7 @@ def _as_tensor(tokens) -> Tensor:
     raise TypeError(f"token ids must be a tensor, a numpy array, an int or a list of ints, got {type(tokens).__name__}")
 
 
-def warn_ignored_padding_side(default_padding_side: Optional[str]) -> None:
+def warn_ignored_padding_side(default_padding_side: str | None) -> None:
     if default_padding_side is not None:
         logging.warning("default_padding_side is explicitly given but ignored because tokenizer is not set.")
 

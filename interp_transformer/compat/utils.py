@@ -91,7 +91,7 @@ ACT_NAMES = HookNames(
 
 
 @assertion_compatible  # an unknown short name: CompatKeyError (a KeyError, and TransformerLens' AssertionError)
-def get_act_name(name: str, layer: Optional[Union[int, str]] = None, layer_type: Optional[str] = None) -> str:
+def get_act_name(name: str, layer: int | str | None = None, layer_type: str | None = None) -> str:
     """The full hook name of a short one: ``get_act_name("k", 6, "a") == "blocks.6.attn.hook_k"``.
 
     A full name (with a ``.`` or starting ``hook_``, and no layer) is returned as is; ``"k6a"``-style

@@ -124,7 +124,7 @@ def get_tokenizer_with_bos(tokenizer: PreTrainedTokenizerBase) -> PreTrainedToke
     return with_bos
 
 
-def get_input_with_manually_prepended_bos(bos_token: str, input: Union[str, list]) -> Union[str, list]:
+def get_input_with_manually_prepended_bos(bos_token: str, input: str | list) -> str | list:
     """``bos_token + text`` for a text or each of a list of texts."""
     return bos_token + input if isinstance(input, str) else [bos_token + text for text in input]
 
@@ -148,11 +148,11 @@ def get_tokens_with_bos_removed(tokenizer: PreTrainedTokenizerBase, tokens: Tens
 @torch.no_grad()
 def test_prompt(
     prompt: str,
-    answer: Union[str, list],
+    answer: str | list,
     model,
     prepend_space_to_answer: bool = True,
     print_details: bool = True,
-    prepend_bos: Optional[bool] = None,
+    prepend_bos: bool | None = None,
     top_k: int = 10,
 ) -> None:
     """Print how the model ranks ``answer`` (or each of several one-token answers) after ``prompt``, as TransformerLens

@@ -19,9 +19,10 @@ that minimum.
 
 import math
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -61,9 +62,9 @@ def plan_batches(
     context_length: int,
     dtype: torch.dtype,
     n_contexts: int,
-    batch_size: Optional[int],
-    memory_budget_bytes: Optional[int],
-    shard_contexts: Optional[int] = None,
+    batch_size: int | None,
+    memory_budget_bytes: int | None,
+    shard_contexts: int | None = None,
     output_bytes_per_context: int = 0,
 ) -> BatchPlan:
     """Choose (or check) the batch size and the shard size; ``ValueError`` when the budget cannot hold them."""
@@ -125,7 +126,7 @@ def _largest_fitting_batch(held, budget: int, upper: int) -> int:
     return low
 
 
-def _too_small(budget: int, needed: int, what: str, minimum: Optional[int] = None) -> str:
+def _too_small(budget: int, needed: int, what: str, minimum: int | None = None) -> str:
     floor = (
         ""
         if minimum is None
@@ -146,7 +147,7 @@ def _check_positive(name: str, value) -> None:
 # ---- measuring what the budget bounds (Linux /proc; elsewhere the process-lifetime peak) -------------
 
 
-def _status_bytes(field: str) -> Optional[int]:
+def _status_bytes(field: str) -> int | None:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(field + ":"):
@@ -156,7 +157,7 @@ def _status_bytes(field: str) -> Optional[int]:
     return None
 
 
-def current_rss_bytes() -> Optional[int]:
+def current_rss_bytes() -> int | None:
     """Resident memory of this process now (``VmRSS``), or None where ``/proc`` is absent."""
     return _status_bytes("VmRSS")
 

@@ -8,8 +8,9 @@ from the parsed arguments; ``main(argv)`` is the stand-alone entry point.
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -257,7 +258,7 @@ def _one_line(error: BaseException) -> str:
     return " ".join(message.split()) or type(error).__name__
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: bad input is reported in one line with exit code 2."""
     args = build_parser().parse_args(argv)
     try:

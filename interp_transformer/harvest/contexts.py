@@ -26,8 +26,9 @@ processes, so the index is global: shards, datasets and exports all use it.
 [[0, 5, 6], [0, 7, 1], [0, 8, 9]]
 """
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Optional
 
 import einops
 import numpy as np
@@ -45,7 +46,7 @@ TOKENIZE_BATCH = 256  # documents sent to the tokenizer at once
 class SpecialTokens:
     """The ids the convention uses: BOS (None when ``prepend_bos=False``) and the document separator."""
 
-    bos_token_id: Optional[int]
+    bos_token_id: int | None
     separator_token_id: int
 
 
@@ -60,7 +61,7 @@ class Contexts:
 
 
 def special_tokens(
-    tokenizer, prepend_bos: bool, bos_token_id: Optional[int], separator_token_id: Optional[int]
+    tokenizer, prepend_bos: bool, bos_token_id: int | None, separator_token_id: int | None
 ) -> SpecialTokens:
     """Resolve the BOS and separator ids: given ids first, then the tokenizer's, else a ``ValueError``."""
     if tokenizer is not None:
@@ -131,7 +132,7 @@ def _check_ids(ids, index: int, d_vocab: int) -> np.ndarray:
 
 
 def make_contexts(
-    documents_ids: Iterable, context_length: int, bos_token_id: Optional[int], separator_token_id: int
+    documents_ids: Iterable, context_length: int, bos_token_id: int | None, separator_token_id: int
 ) -> Contexts:
     """Join documents with the separator and cut the stream into contexts (see the module docstring)."""
     pieces: list[np.ndarray] = []
@@ -160,7 +161,7 @@ def make_contexts(
 
 
 def iter_contexts(
-    documents_ids: Iterable, context_length: int, bos_token_id: Optional[int], separator_token_id: int
+    documents_ids: Iterable, context_length: int, bos_token_id: int | None, separator_token_id: int
 ) -> Iterator[np.ndarray]:
     """The contexts of ``make_contexts``, one ``[context_length]`` int64 array at a time, as the documents stream in.
 

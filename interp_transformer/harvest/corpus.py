@@ -25,13 +25,14 @@ would be the file names).
 """
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, Union
+from typing import Union
 
 Document = Union[str, list[int]]
 CorpusLike = Union[
-    "Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[Union[str, Path]], "datasets.Dataset"
+    "Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[str | Path], "datasets.Dataset"
 ]  # noqa: F821
 HF_LOADERS = ("json", "text")
 
@@ -52,13 +53,13 @@ class Corpus:
         return cls(f"{description} ({len(documents)})", lambda: iter(documents))
 
     @classmethod
-    def from_text_files(cls, paths: Sequence[Union[str, Path]], allow_empty_files: bool = True) -> "Corpus":
+    def from_text_files(cls, paths: Sequence[str | Path], allow_empty_files: bool = True) -> "Corpus":
         paths = [_existing_file(p, allow_empty_files) for p in paths]
         return cls(f"text files {[str(p) for p in paths]}", lambda: (p.read_text(encoding="utf-8") for p in paths))
 
     @classmethod
     def from_jsonl(
-        cls, paths: Sequence[Union[str, Path]], text_field: str = "text", allow_empty_files: bool = True
+        cls, paths: Sequence[str | Path], text_field: str = "text", allow_empty_files: bool = True
     ) -> "Corpus":
         paths = [_existing_file(p, allow_empty_files) for p in paths]
         return cls(
@@ -85,7 +86,7 @@ class Corpus:
         return cls(f"{description} column {text_field!r} ({len(dataset)} rows)", documents)
 
     @classmethod
-    def from_disk(cls, directory: Union[str, Path], text_field: str = "text") -> "Corpus":
+    def from_disk(cls, directory: str | Path, text_field: str = "text") -> "Corpus":
         """A dataset folder written by ``datasets.Dataset.save_to_disk``."""
         import datasets
 
@@ -101,7 +102,7 @@ class Corpus:
         return cls.from_hf_dataset(dataset, text_field, description=f"datasets folder {directory}")
 
     @classmethod
-    def from_hf_files(cls, loader: str, paths: Sequence[Union[str, Path]], text_field: str = "text") -> "Corpus":
+    def from_hf_files(cls, loader: str, paths: Sequence[str | Path], text_field: str = "text") -> "Corpus":
         """Local files read by ``datasets.load_dataset(loader, data_files=paths, split="train")``."""
         if loader not in HF_LOADERS:
             raise ValueError(f"the datasets loader must be one of {HF_LOADERS}, received {loader!r}")
@@ -112,7 +113,7 @@ class Corpus:
         return cls.from_hf_dataset(dataset, text_field, description=f"load_dataset({loader!r}, {paths})")
 
 
-def _existing_file(path: Union[str, Path], allow_empty: bool = True) -> Path:
+def _existing_file(path: str | Path, allow_empty: bool = True) -> Path:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")

@@ -14,8 +14,9 @@ for the same seed and epoch, and reading stays within a few shards at a time.
 
 import bisect
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Union
 
 import torch
 from safetensors import safe_open
@@ -24,7 +25,7 @@ from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 from interp_transformer.harvest.manifest import Manifest, ShardRecord
 
 
-def _chosen_hooks(manifest: Manifest, hooks: Optional[Sequence[str]]) -> list[str]:
+def _chosen_hooks(manifest: Manifest, hooks: Sequence[str] | None) -> list[str]:
     if hooks is None:
         return manifest.hook_names
     hooks = [hooks] if isinstance(hooks, str) else list(hooks)
@@ -45,7 +46,7 @@ class ActivationShards(Dataset):
     first. Each DataLoader worker opens its own file handles.
     """
 
-    def __init__(self, out_dir: Union[str, Path], hooks: Optional[Sequence[str]] = None, check_hashes: bool = False):
+    def __init__(self, out_dir: str | Path, hooks: Sequence[str] | None = None, check_hashes: bool = False):
         self.manifest = _open_manifest(out_dir, check_hashes)
         self.hooks = _chosen_hooks(self.manifest, hooks)
         self.shards: list[ShardRecord] = sorted(self.manifest.shards, key=lambda s: s.first_context)
@@ -122,8 +123,8 @@ class ActivationStream(IterableDataset):
 
     def __init__(
         self,
-        out_dir: Union[str, Path],
-        hooks: Optional[Sequence[str]] = None,
+        out_dir: str | Path,
+        hooks: Sequence[str] | None = None,
         *,
         unit: Literal["context", "token"] = "context",
         shuffle: bool = True,

@@ -15,8 +15,9 @@ message instead of leaving them waiting at a barrier.
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -38,7 +39,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
-    backend: Optional[str] = None  # None: a single process, no group
+    backend: str | None = None  # None: a single process, no group
     owns_group: bool = False  # True when init_distributed created the group (and close() destroys it)
 
     @property
@@ -68,7 +69,7 @@ class DistContext:
     def on_rank0(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on rank 0 only; every rank returns its result or raises its error."""
         outcome: tuple = ("ok", None)
-        original: Optional[BaseException] = None
+        original: BaseException | None = None
         if self.is_rank0:
             try:
                 outcome = ("ok", fn())
@@ -104,7 +105,7 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an integer, received {value!r}") from None
 
 
-def init_distributed(device: Optional[torch.device] = None) -> DistContext:
+def init_distributed(device: torch.device | None = None) -> DistContext:
     """Join (or create) the process group ``torchrun`` describes; a single process without it.
 
     The device is ``device`` if given, else ``cuda:LOCAL_RANK`` when CUDA is

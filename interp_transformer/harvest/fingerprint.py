@@ -69,7 +69,7 @@ def tokenizer_sha256(tokenizer) -> str:
         merges = sorted(getattr(tokenizer, "bpe_ranks", {}).items(), key=lambda item: item[1])
         text = json.dumps({"vocab": vocab, "merges": [list(pair) for pair, _ in merges]}, ensure_ascii=False)
     specials = json.dumps(getattr(tokenizer, "special_tokens_map", {}), sort_keys=True)
-    return hashlib.sha256(f"{type(tokenizer).__name__}\n{specials}\n{text}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{type(tokenizer).__name__}\n{specials}\n{text}".encode()).hexdigest()
 
 
 def library_versions() -> dict[str, str]:
@@ -89,7 +89,7 @@ def make_fingerprint(
     hooks: list[str],
     context_length: int,
     prepend_bos: bool,
-    bos_token_id: Optional[int],
+    bos_token_id: int | None,
     separator_token_id: int,
     dtype: torch.dtype,
 ) -> dict:

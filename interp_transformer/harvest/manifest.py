@@ -54,7 +54,7 @@ class Manifest:
 
     # ---- reading and writing ------------------------------------------------------------
     @classmethod
-    def read(cls, out_dir: Union[str, Path]) -> "Manifest":
+    def read(cls, out_dir: str | Path) -> "Manifest":
         out_dir = Path(out_dir)
         path = out_dir / MANIFEST_FILE
         if not path.is_file():
@@ -69,7 +69,7 @@ class Manifest:
         return cls(out_dir=out_dir, shards=shards, **data)
 
     @classmethod
-    def exists(cls, out_dir: Union[str, Path]) -> bool:
+    def exists(cls, out_dir: str | Path) -> bool:
         return (Path(out_dir) / MANIFEST_FILE).is_file()
 
     def to_json(self) -> dict:

@@ -68,21 +68,21 @@ KILL_ENV = "INTERP_TRANSFORMER_HARVEST_KILL_AT"
 def harvest(
     model_or_source: ModelSource,
     corpus: CorpusLike,
-    out_dir: Union[str, Path],
+    out_dir: str | Path,
     *,
     hooks: HookSelection,
     context_length: int,
-    batch_size: Optional[int],
+    batch_size: int | None,
     dtype: torch.dtype = torch.float32,
     prepend_bos: bool = True,
-    memory_budget_bytes: Optional[int] = None,
+    memory_budget_bytes: int | None = None,
     progress: bool = True,
-    shard_contexts: Optional[int] = None,
+    shard_contexts: int | None = None,
     text_field: str = "text",
-    bos_token_id: Optional[int] = None,
-    separator_token_id: Optional[int] = None,
+    bos_token_id: int | None = None,
+    separator_token_id: int | None = None,
     model_dtype: torch.dtype = torch.float32,
-    device: Union[str, torch.device, None] = None,
+    device: str | torch.device | None = None,
 ) -> Manifest:
     """Harvest the activations of ``hooks`` over ``corpus`` into ``out_dir``; returns the manifest.
 
@@ -413,7 +413,7 @@ def _append_run_log(out_dir: Path, all_stats: list[dict], plan: BatchPlan, ctx: 
     atomic_write_text(path, previous + json.dumps(entry) + "\n")
 
 
-def _kill_point(rank: int) -> tuple[Optional[int], str]:
+def _kill_point(rank: int) -> tuple[int | None, str]:
     """``(N, stage)`` from ``KILL_ENV`` when it names this rank, else ``(None, "")``."""
     spec = os.environ.get(KILL_ENV)
     if not spec:

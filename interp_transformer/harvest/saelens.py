@@ -21,8 +21,9 @@ Arrow has no bfloat16, so bfloat16 activations are exported as float32 (exactly)
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -55,7 +56,7 @@ def _d_in(shape: tuple[int, ...]) -> int:
     return d_in
 
 
-def _export_dtype(manifest: Manifest, dtype: Optional[torch.dtype]) -> torch.dtype:
+def _export_dtype(manifest: Manifest, dtype: torch.dtype | None) -> torch.dtype:
     stored = getattr(torch, manifest.fingerprint["dtype"])
     if dtype is None:
         dtype = torch.float32 if stored == torch.bfloat16 else stored
@@ -65,11 +66,11 @@ def _export_dtype(manifest: Manifest, dtype: Optional[torch.dtype]) -> torch.dty
 
 
 def export_saelens(
-    harvest_dir: Union[str, Path],
-    dest: Union[str, Path],
+    harvest_dir: str | Path,
+    dest: str | Path,
     *,
-    hooks: Optional[Sequence[str]] = None,
-    dtype: Optional[torch.dtype] = None,
+    hooks: Sequence[str] | None = None,
+    dtype: torch.dtype | None = None,
     check_hashes: bool = True,
     progress: bool = True,
 ) -> Path:

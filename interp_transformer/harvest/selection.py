@@ -11,8 +11,9 @@ import difflib
 import fnmatch
 import inspect
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Union
 
 HookSelection = Union[str, Sequence[str], Callable[[str], bool]]
 _GLOB_CHARS = set("*?[")
@@ -56,7 +57,7 @@ def _match(names: list[str], pattern: str) -> list[str]:
     raise KeyError(f"no hook point named {pattern!r}; closest: {close}{hint}")
 
 
-def forward_output_bytes(model, context_length: int, stop_at_layer: Optional[int]) -> int:
+def forward_output_bytes(model, context_length: int, stop_at_layer: int | None) -> int:
     """Bytes of what the forward returns for one context (logits, or the residual when it stops early).
 
     The output of every batch is held next to its cache until the batch is stored,
@@ -72,7 +73,7 @@ def forward_output_bytes(model, context_length: int, stop_at_layer: Optional[int
     return output.numel() * output.element_size()
 
 
-def stop_at_layer_for(model, hooks: Sequence[str]) -> Optional[int]:
+def stop_at_layer_for(model, hooks: Sequence[str]) -> int | None:
     """The number of blocks to run so that every hook in ``hooks`` fires, or ``None`` for the whole model.
 
     Hooks inside ``blocks.L`` need ``L + 1`` blocks; embedding hooks need none;

@@ -24,8 +24,8 @@ order of operations follow SAELens 6 (``sae_lens/saes/*.py``).
 A new architecture is an encoder function and one ``ARCHITECTURES`` entry.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from jaxtyping import Float

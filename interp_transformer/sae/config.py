@@ -28,8 +28,9 @@ ignored, as SAELens ignores them.
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -89,7 +90,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     return next(name for name, value in DTYPES.items() if value == dtype)
 
 
-def _format_major(raw: Mapping[str, Any]) -> Optional[int]:
+def _format_major(raw: Mapping[str, Any]) -> int | None:
     """The major SAELens version that wrote ``raw``, or None when it does not say."""
     metadata = raw.get("metadata")
     version = raw.get("sae_lens_version") or (
@@ -176,7 +177,7 @@ class SAEConfig:
     apply_b_dec_to_input: bool = True  # subtract b_dec from the input before encoding
     normalize_activations: str = "none"  # one of NORMALIZATIONS
     reshape_activations: str = "none"  # "hook_z": flatten [.., head_index, d_head] to d_in and back
-    k: Optional[int] = None  # features kept per position (top-k architectures only)
+    k: int | None = None  # features kept per position (top-k architectures only)
     rescale_acts_by_decoder_norm: bool = False  # top-k: rank features by pre * |W_dec[f]|
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -216,17 +217,17 @@ class SAEConfig:
 
     # --- the metadata splicing reads --------------------------------------------------
     @property
-    def hook_name(self) -> Optional[str]:
+    def hook_name(self) -> str | None:
         """Where the SAE reads (and, unless a transcoder, writes), e.g. ``blocks.8.hook_resid_pre``."""
         return self.metadata.get("hook_name")
 
     @property
-    def hook_name_out(self) -> Optional[str]:
+    def hook_name_out(self) -> str | None:
         """Where a transcoder writes (``None``: the SAE writes at ``hook_name``)."""
         return self.metadata.get("hook_name_out")
 
     @property
-    def hook_head_index(self) -> Optional[int]:
+    def hook_head_index(self) -> int | None:
         """The one head an SAE on ``[..., head_index, d_head]`` activations reads, or None."""
         return self.metadata.get("hook_head_index")
 
@@ -236,15 +237,15 @@ class SAEConfig:
         return dict(self.metadata.get("model_from_pretrained_kwargs") or {})
 
     @property
-    def prepend_bos(self) -> Optional[bool]:
+    def prepend_bos(self) -> bool | None:
         return self.metadata.get("prepend_bos")
 
     @property
-    def context_size(self) -> Optional[int]:
+    def context_size(self) -> int | None:
         return self.metadata.get("context_size")
 
     @property
-    def model_name(self) -> Optional[str]:
+    def model_name(self) -> str | None:
         return self.metadata.get("model_name")
 
     # --- reading and writing ------------------------------------------------------------

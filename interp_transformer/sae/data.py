@@ -19,8 +19,9 @@ document and one batch, whatever the corpus' size.
 
 import difflib
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -83,10 +84,10 @@ def token_batches(
     source: TokenSource,
     *,
     batch_size: int = 16,
-    context_length: Optional[int] = None,
+    context_length: int | None = None,
     prepend_bos: bool = True,
-    bos_token_id: Optional[int] = None,
-    separator_token_id: Optional[int] = None,
+    bos_token_id: int | None = None,
+    separator_token_id: int | None = None,
     text_field: str = "text",
     progress: bool = False,
 ) -> TokenBatches:

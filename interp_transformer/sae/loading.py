@@ -21,8 +21,9 @@ is dropped (any other value is refused), and a JumpReLU ``log_threshold`` become
 """
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -38,7 +39,7 @@ PICKLE_WEIGHTS_FILES = ("sae_weights.pt", "sae_weights.bin")  # read with weight
 SPARSITY_FILE = "sparsity.safetensors"
 
 
-def read_config(folder: Union[str, Path]) -> dict:
+def read_config(folder: str | Path) -> dict:
     """The raw ``cfg.json`` of an SAE folder."""
     path = Path(folder) / CFG_FILE
     if not path.is_file():
@@ -47,7 +48,7 @@ def read_config(folder: Union[str, Path]) -> dict:
     return read_json_object(path, "a JSON object (an SAE config)")
 
 
-def read_safetensors(path: Path, dtype: Optional[torch.dtype] = None) -> dict[str, Tensor]:
+def read_safetensors(path: Path, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """Every tensor of a safetensors file, each cast to ``dtype`` as it is read."""
     from safetensors import SafetensorError, safe_open
 
@@ -64,7 +65,7 @@ def read_safetensors(path: Path, dtype: Optional[torch.dtype] = None) -> dict[st
     return tensors
 
 
-def read_weights(folder: Union[str, Path], dtype: Optional[torch.dtype] = None) -> dict[str, Tensor]:
+def read_weights(folder: str | Path, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """The tensors of an SAE folder: safetensors, else a pickle read with ``weights_only=True``."""
     folder = Path(folder)
     if (folder / WEIGHTS_FILE).is_file():
@@ -98,7 +99,7 @@ def prepare_tensors(cfg: SAEConfig, tensors: Mapping[str, Tensor]) -> dict[str, 
     return tensors
 
 
-def read_sae_folder(folder: Union[str, Path], *, dtype=None) -> tuple[SAEConfig, dict, Optional[Tensor]]:
+def read_sae_folder(folder: str | Path, *, dtype=None) -> tuple[SAEConfig, dict, Tensor | None]:
     """An SAE folder (see the module docstring) as ``(config, prepared tensors, sparsity or None)``.
 
     ``dtype`` overrides the config's dtype; tensors are cast as they are read. ``SAE.load``
@@ -122,7 +123,7 @@ def read_sae_folder(folder: Union[str, Path], *, dtype=None) -> tuple[SAEConfig,
     return cfg, tensors, sparsity
 
 
-def save_sae(sae, folder: Union[str, Path]) -> Path:
+def save_sae(sae, folder: str | Path) -> Path:
     """Write ``sae`` to ``folder`` in SAELens' format (cfg format 6.x); returns the folder.
 
     Each file is written to a temporary name and renamed, so an interrupted save

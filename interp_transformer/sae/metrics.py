@@ -15,8 +15,9 @@ feature activations ``acts [n, d_sae]``:
   keep their activation in both runs, as the splice's ``exclude_special_tokens`` does.
 """
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Float, Int
@@ -63,7 +64,7 @@ class CELossRecovered:
         return float("nan") if gap == 0 else (self.zero_ablated - self.spliced) / gap
 
 
-def _zero_where(mask: Tensor, head: Optional[int]):
+def _zero_where(mask: Tensor, head: int | None):
     """A hook setting the activation (one head's, for ``head``) to zero at the ``[batch, pos]`` positions in
     ``mask``."""
 
@@ -109,7 +110,7 @@ class SAEMetrics:
     mse: float  # mean over vectors of ||x - x_hat||^2
     dead_features: int
     d_sae: int
-    ce_loss: Optional[CELossRecovered] = None
+    ce_loss: CELossRecovered | None = None
 
     @property
     def dead_fraction(self) -> float:

@@ -40,7 +40,7 @@ class InputStats(NamedTuple):
     """
 
     scale: Tensor
-    shift: Optional[Tensor] = None
+    shift: Tensor | None = None
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
@@ -52,7 +52,7 @@ def needs_stats(mode: str) -> bool:
     return mode in ("constant_norm_rescale", "layer_norm")
 
 
-def normalize(mode: str, x: Tensor) -> tuple[Tensor, Optional[InputStats]]:
+def normalize(mode: str, x: Tensor) -> tuple[Tensor, InputStats | None]:
     """``x [..., d_in]`` normalized as ``mode`` says, and the statistics to undo it (see the module docstring)."""
     if mode == "constant_norm_rescale":
         coefficient = x.shape[-1] ** 0.5 / x.norm(dim=-1, keepdim=True)
@@ -65,7 +65,7 @@ def normalize(mode: str, x: Tensor) -> tuple[Tensor, Optional[InputStats]]:
     return x, None
 
 
-def denormalize(mode: str, y: Tensor, stats: Optional[InputStats]) -> Tensor:
+def denormalize(mode: str, y: Tensor, stats: InputStats | None) -> Tensor:
     """Map a reconstruction ``y [..., d_in]`` back to the input's scale (``mode`` as in ``normalize``)."""
     if not needs_stats(mode):
         return y
@@ -85,7 +85,7 @@ def denormalize(mode: str, y: Tensor, stats: Optional[InputStats]) -> Tensor:
     return y * stats.scale + stats.shift
 
 
-def denormalize_affine(mode: str, stats: Optional[InputStats]) -> tuple[Optional[Tensor], Optional[Tensor]]:
+def denormalize_affine(mode: str, stats: InputStats | None) -> tuple[Tensor | None, Tensor | None]:
     """``(multiplier, shift)`` with ``denormalize(mode, y, stats) == y * multiplier + shift``; ``None`` stands for 1 and
     0.
 

@@ -36,7 +36,7 @@ expects: a missing step can be applied (by the caller, or here with
 ``apply=True``), a step applied that the SAE did not expect cannot be undone.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 from interp_transformer.models import processing as steps
 

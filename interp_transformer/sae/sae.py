@@ -23,9 +23,10 @@ them once: call ``encode(x)`` right before ``decode(feature_acts)``.
 ``forward`` and splicing keep nothing between calls.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 import einops
 import torch
@@ -59,8 +60,8 @@ ActivationOut = Union[Float[Tensor, "*batch d_out"], Float[Tensor, "*batch head_
 class EncodeState:
     """What decoding one input needs besides its features: normalization statistics, head width."""
 
-    stats: Optional[InputStats]
-    d_head: Optional[int]  # hook_z SAEs only
+    stats: InputStats | None
+    d_head: int | None  # hook_z SAEs only
 
 
 class SAE(HookedRootModule):
@@ -84,8 +85,8 @@ class SAE(HookedRootModule):
         tensors: Mapping[str, Tensor],
         *,
         dtype: DTypeLike = None,
-        device: Union[str, torch.device, None] = None,
-        sparsity: Optional[Tensor] = None,
+        device: str | torch.device | None = None,
+        sparsity: Tensor | None = None,
     ):
         super().__init__()
         if not isinstance(cfg, SAEConfig):
@@ -114,15 +115,13 @@ class SAE(HookedRootModule):
         self.register_buffer("sparsity", None if sparsity is None else sparsity.to(device), persistent=False)
         for name in HOOK_NAMES:
             setattr(self, name, HookPoint())
-        self.d_head: Optional[int] = None  # hook_z: head width of the last input encoded
-        self._pending: Optional[EncodeState] = None  # what the last encode() left for decode()
+        self.d_head: int | None = None  # hook_z: head width of the last input encoded
+        self._pending: EncodeState | None = None  # what the last encode() left for decode()
         self.setup()
 
     # --- building ---------------------------------------------------------------------
     @classmethod
-    def load(
-        cls, folder: Union[str, Path], *, dtype: DTypeLike = None, device: Union[str, torch.device, None] = None
-    ) -> "SAE":
+    def load(cls, folder: str | Path, *, dtype: DTypeLike = None, device: str | torch.device | None = None) -> "SAE":
         """Load a folder in SAELens' format (``cfg.json``, ``sae_weights.safetensors``); see ``sae.loading``.
 
         ``device`` defaults to the CPU (a ``"device"`` written in ``cfg.json`` is ignored, as
@@ -136,11 +135,11 @@ class SAE(HookedRootModule):
     @classmethod
     def from_dict(
         cls,
-        cfg: Union[Mapping[str, Any], SAEConfig],
+        cfg: Mapping[str, Any] | SAEConfig,
         tensors: Mapping[str, Tensor],
         *,
         dtype: DTypeLike = None,
-        device: Union[str, torch.device, None] = None,
+        device: str | torch.device | None = None,
     ) -> "SAE":
         """An SAE from a ``cfg.json`` dict (either generation) and its tensors, checked strictly.
 
@@ -149,7 +148,7 @@ class SAE(HookedRootModule):
         config = cfg if isinstance(cfg, SAEConfig) else SAEConfig.from_dict(cfg)
         return cls(config, prepare_tensors(config, tensors), dtype=dtype, device=device)
 
-    def save(self, folder: Union[str, Path]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """Write ``cfg.json`` (format 6.x) and ``sae_weights.safetensors`` (and ``sparsity``) to ``folder``."""
         return save_sae(self, folder)
 
@@ -171,11 +170,11 @@ class SAE(HookedRootModule):
         return self.arch.transcoder
 
     @property
-    def hook_name(self) -> Optional[str]:
+    def hook_name(self) -> str | None:
         return self.cfg.hook_name
 
     @property
-    def hook_name_out(self) -> Optional[str]:
+    def hook_name_out(self) -> str | None:
         return self.cfg.hook_name_out
 
     @property
@@ -251,7 +250,7 @@ class SAE(HookedRootModule):
         offset = self.b_dec * multiplier
         return directions, multiplier, offset if shift is None else offset + shift
 
-    def skip_term(self, x: Tensor) -> Optional[Tensor]:
+    def skip_term(self, x: Tensor) -> Tensor | None:
         """``x W_skip^T [..., d_out]`` for a skip transcoder, None for any other SAE."""
         if not self.arch.skip:
             return None

@@ -39,7 +39,8 @@ removed). A model is not meant to be spliced from two threads at once.
 
 import contextlib
 import difflib
-from typing import Iterator, Optional, Sequence, Union
+from collections.abc import Iterator, Sequence
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -64,7 +65,7 @@ class _BypassMask:
     def __init__(self, model, token_ids: list[int]):
         self.model = model
         self.token_ids = torch.tensor(token_ids, dtype=torch.long)
-        self.mask: Optional[Tensor] = None
+        self.mask: Tensor | None = None
 
     def before_forward(self, module, args, kwargs) -> None:
         tokens = args[0] if args else kwargs.get("tokens")
@@ -89,7 +90,7 @@ class _BypassMask:
         return self.mask.to(activation.device).reshape(*self.mask.shape, *([1] * (activation.ndim - 2)))
 
 
-def spliced_output(sae: SAE, x: Tensor, activation: Tensor, use_error_term: bool, bypass: Optional[Tensor]) -> Tensor:
+def spliced_output(sae: SAE, x: Tensor, activation: Tensor, use_error_term: bool, bypass: Tensor | None) -> Tensor:
     """What flows on where ``sae`` writes, given its input ``x`` and the model's ``activation`` there."""
     sae.check_input(x)
     out = sae.reconstruct(x)
@@ -126,7 +127,7 @@ def weights_on_meta(sae: SAE) -> Iterator[None]:
 class _Splice:
     """One SAE in one model: its hook points attached, its reading and writing hooks added."""
 
-    def __init__(self, model, sae: SAE, use_error_term: bool, bypass: Optional[_BypassMask]):
+    def __init__(self, model, sae: SAE, use_error_term: bool, bypass: _BypassMask | None):
         if sae.hook_name is None:
             raise ValueError("the SAE's config has no metadata.hook_name: it does not say where it belongs in a model")
         self.sae, self.use_error_term, self.bypass = sae, use_error_term, bypass
@@ -139,7 +140,7 @@ class _Splice:
         head = sae.cfg.hook_head_index
         if head is not None and (not isinstance(head, int) or isinstance(head, bool) or sae.is_transcoder):
             raise ValueError(f"hook_head_index must be an int, on an SAE that is not a transcoder; got {head!r}")
-        self.captured: Optional[Tensor] = None
+        self.captured: Tensor | None = None
         self.added: list = []  # (hook point, handle) of the hooks this splice added to the model
         self.sae_hooks_before = {name: list(getattr(sae, name)._hooks) for name in HOOK_NAMES}
 

@@ -60,7 +60,7 @@ class SAETrainingConfig:
 
     hook_name: str  # where the SAE reads and writes, e.g. "blocks.1.hook_resid_pre"
     architecture: str = "topk"  # "topk" or "standard"
-    d_sae: Optional[int] = None  # number of features; None: expansion_factor * d_in
+    d_sae: int | None = None  # number of features; None: expansion_factor * d_in
     expansion_factor: int = 8
     k: int = 32  # top-k: features active per vector
     l1_coefficient: float = 5.0  # standard: weight of the decoder-norm-weighted L1 penalty
@@ -68,13 +68,13 @@ class SAETrainingConfig:
     batch_size: int = 256  # activation vectors per step
     lr: float = 1e-3
     seed: int = 0
-    aux_k: Optional[int] = None  # top-k: dead features the AuxK loss uses; None: d_in // 2
+    aux_k: int | None = None  # top-k: dead features the AuxK loss uses; None: d_in // 2
     aux_coefficient: float = 1 / 32
     dead_window: int = 200  # steps without firing after which a feature counts as dead for AuxK
-    context_length: Optional[int] = None  # tokens per context cut from a corpus, BOS included; None: min(n_ctx, 128)
+    context_length: int | None = None  # tokens per context cut from a corpus, BOS included; None: min(n_ctx, 128)
     model_batch_size: int = 8  # contexts per forward pass
     eval_every: int = 8  # context i is held out when i % eval_every == eval_every - 1
-    max_tokens: Optional[int] = None  # training vectors to read at most
+    max_tokens: int | None = None  # training vectors to read at most
     exclude_special_tokens: bool = True  # leave BOS / separator positions out, and let them bypass the splice
 
     def __post_init__(self) -> None:
@@ -111,7 +111,7 @@ class TrainedSAE:
     losses: list[float] = field(default_factory=list)  # mean loss per step (on scaled inputs)
     scaling_factor: float = 1.0  # the c folded into the weights
 
-    def save(self, folder: Union[str, Path]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """The SAE in SAELens' format (``SAE.save``) plus ``training.json`` (config and metrics)."""
         folder = self.sae.save(folder)
         record = {

@@ -7,9 +7,10 @@ separator of a corpus) are left out of both. Training vectors stop being read on
 ``max_tokens`` are held; everything read is kept in memory, ``[n, d_in]`` float32.
 """
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -31,7 +32,7 @@ class TrainingActivations:
     hook_name: str
     train: Float[Tensor, "n d_in"]
     eval: Float[Tensor, "m d_in"]
-    eval_tokens: Optional[Int[Tensor, "context pos"]]
+    eval_tokens: Int[Tensor, "context pos"] | None
     excluded_ids: tuple[int, ...]
     description: str
 
@@ -40,7 +41,7 @@ class TrainingActivations:
         return self.train.shape[-1]
 
 
-def _check_split(eval_every: int, max_tokens: Optional[int]) -> None:
+def _check_split(eval_every: int, max_tokens: int | None) -> None:
     if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 2:
         raise ValueError(
             f"eval_every must be an int >= 2 (every eval_every-th context is held out), got {eval_every!r}"
@@ -62,7 +63,7 @@ def _split(
     hook_name: str,
     excluded: Sequence[int],
     eval_every: int,
-    max_tokens: Optional[int],
+    max_tokens: int | None,
     description: str,
 ) -> TrainingActivations:
     """Fill the train and eval sets from ``(activation [pos, d], token_ids [pos])`` per context, in context order."""
@@ -99,7 +100,7 @@ def from_model(
     hook_name: str,
     *,
     eval_every: int = 8,
-    max_tokens: Optional[int] = None,
+    max_tokens: int | None = None,
     exclude_special_tokens: bool = True,
     progress: bool = False,
 ) -> TrainingActivations:
@@ -117,11 +118,11 @@ def from_model(
 
 
 def from_harvest(
-    folder: Union[str, Path],
+    folder: str | Path,
     hook_name: str,
     *,
     eval_every: int = 8,
-    max_tokens: Optional[int] = None,
+    max_tokens: int | None = None,
     exclude_special_tokens: bool = True,
     progress: bool = False,
 ) -> TrainingActivations:

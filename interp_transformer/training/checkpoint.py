@@ -40,7 +40,7 @@ def save_checkpoint(folder: Path, state: dict) -> Path:
     return path
 
 
-def load_checkpoint(folder: Optional[Path]) -> Optional[dict]:
+def load_checkpoint(folder: Path | None) -> dict | None:
     """The checkpoint in ``folder``, or None when there is none; a file of another format raises ``ValueError``."""
     if folder is None or not (Path(folder) / CHECKPOINT_FILE).is_file():
         return None

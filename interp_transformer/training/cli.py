@@ -19,9 +19,10 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from safetensors.torch import save_file
@@ -113,7 +114,7 @@ def load_trained(directory: Path, dtype: torch.dtype = torch.float32) -> torch.n
     return load_strict(model, LazyStateDict(loaders, shapes, description=str(directory)), dtype=dtype).eval()
 
 
-def run_config(config: Path, out_dir: Optional[Path] = None, progress: bool = True, until: Optional[int] = None):
+def run_config(config: Path, out_dir: Path | None = None, progress: bool = True, until: int | None = None):
     """Train as the config file says and save the result (process 0); returns a ``Trained``."""
     plan = plan_from_config(config, out_dir)
     if inside_package(plan.out_dir):
@@ -189,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: bad input is reported in one line with exit code 2."""
     args = build_parser().parse_args(argv)
     try:

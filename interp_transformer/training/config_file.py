@@ -60,7 +60,7 @@ class TrainingPlan:
     """What a config file asks for: how to build the model, the task, the settings and the output folder."""
 
     source: str  # the config file
-    shipped: Optional[str]  # the shipped model retrained, or None
+    shipped: str | None  # the shipped model retrained, or None
     architecture: str  # the registered architecture's name
     config: object  # its config
     task: object
@@ -82,7 +82,7 @@ class TrainingPlan:
         return model_class(self.config, tokenizer=tokenizer, seed=self.settings.seed)
 
 
-def _name(shipped: Optional[str], cfg, architecture: str) -> str:
+def _name(shipped: str | None, cfg, architecture: str) -> str:
     return shipped or getattr(cfg, "name", None) or architecture
 
 
@@ -93,7 +93,7 @@ def example_config(name: str) -> Path:
     return PRETRAINED_DIR / f"{name}.train.toml"
 
 
-def read_config_file(path: Union[str, Path]) -> dict:
+def read_config_file(path: str | Path) -> dict:
     """The tables of a ``.toml`` or ``.json`` config file."""
     path = Path(path)
     if not path.is_file():
@@ -151,7 +151,7 @@ def model_class_of(cfg) -> type:
     raise TypeError(f"architecture {architecture.name!r} builds {type(parts).__name__}, which no model class composes")
 
 
-def _model(table: dict, where: str) -> tuple[Optional[str], str, object]:
+def _model(table: dict, where: str) -> tuple[str | None, str, object]:
     _check_keys(table, MODEL_KEYS, f"{where} [model]")
     if ("shipped" in table) == ("architecture" in table):
         raise KeyError(f"{where} [model]: give exactly one of 'shipped' (one of {list(SHIPPED)}) or 'architecture'")
@@ -176,7 +176,7 @@ def _model(table: dict, where: str) -> tuple[Optional[str], str, object]:
     return None, architecture.name, cfg
 
 
-def plan_from_config(path: Union[str, Path], out_dir: Optional[Path] = None) -> TrainingPlan:
+def plan_from_config(path: str | Path, out_dir: Path | None = None) -> TrainingPlan:
     """Read and check a config file (see the module docstring); ``out_dir`` overrides its ``[output] dir``."""
     values = read_config_file(path)
     where = str(path)

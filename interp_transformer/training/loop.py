@@ -121,7 +121,7 @@ def _sum_across_processes(parameters: list, loss_sum: torch.Tensor) -> torch.Ten
 class _Run:
     """The state of one run between steps; ``train`` drives it."""
 
-    def __init__(self, model, task, settings: TrainSettings, context: DistContext, checkpoint_dir: Optional[Path]):
+    def __init__(self, model, task, settings: TrainSettings, context: DistContext, checkpoint_dir: Path | None):
         self.model, self.task, self.settings, self.context = model, task, settings, context
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.parameters = [p for p in model.parameters() if p.requires_grad]
@@ -224,10 +224,10 @@ def train(
     task,
     settings: TrainSettings,
     *,
-    checkpoint_dir: Optional[Path] = None,
-    until: Optional[int] = None,
+    checkpoint_dir: Path | None = None,
+    until: int | None = None,
     progress: bool = True,
-    context: Optional[DistContext] = None,
+    context: DistContext | None = None,
 ) -> TrainingRun:
     """Train ``model`` on ``task`` under ``settings`` (see the module docstring); returns the ``TrainingRun``.
 

@@ -22,7 +22,7 @@ on the same curve.
 """
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from interp_transformer.training.settings import TrainSettings
 

@@ -84,22 +84,22 @@ class TrainSettings:
     batch: int  # sequences per optimizer step, all processes together
     micro_batches: int = 1  # forward/backward passes per step on each process (gradient accumulation)
     schedule: str = "cosine"  # "cosine" or "inverse_sqrt"
-    lr: Optional[float] = None  # peak learning rate of "cosine"; "inverse_sqrt" computes its own
+    lr: float | None = None  # peak learning rate of "cosine"; "inverse_sqrt" computes its own
     warmup_steps: int = 100  # steps of the linear warmup (both schedules)
     min_lr_ratio: float = 0.0  # "cosine" ends at min_lr_ratio * lr
     lr_scale: float = 1.0  # "inverse_sqrt": the factor in front of d_model^-0.5 * min(...)
     weight_decay: float = 0.01  # AdamW's, on weight matrices only (parameter_groups)
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW's; the original Transformer used (0.9, 0.98)
     adam_eps: float = 1e-8  # AdamW's eps (PyTorch's default); the original Transformer used 1e-9
-    max_grad_norm: Optional[float] = None  # clip the global gradient norm to this; None: no clipping
+    max_grad_norm: float | None = None  # clip the global gradient norm to this; None: no clipping
     label_smoothing: float = 0.0  # 0: cross-entropy; the original Transformer used 0.1 (with "others")
     label_smoothing_over: str = "vocab"  # "vocab": e/V on every token (PyTorch's); "others": e/(V-1) off the label
     accumulation_mean: str = "tokens"  # "tokens": per labelled position of the batch; "micro_batches": of their means
     precision: str = "float32"  # "float32", or autocast to "bfloat16" (CPU, GPU) or "float16" (GPU)
     seed: int = 0  # the weights' (seed) and the data's (seed + 1)
     log_every: int = 25  # steps between entries of the training curve
-    checkpoint_every: Optional[int] = None  # steps between checkpoints; None: only at the end
-    threads: Optional[int] = None  # CPU threads while training (1: the same result on any machine); None: torch's
+    checkpoint_every: int | None = None  # steps between checkpoints; None: only at the end
+    threads: int | None = None  # CPU threads while training (1: the same result on any machine); None: torch's
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "micro_batches", "log_every"):
@@ -162,7 +162,7 @@ class TrainSettings:
         check_choice("accumulation_mean", self.accumulation_mean, ACCUMULATION_MEANS)
 
     @property
-    def autocast_dtype(self) -> Optional[torch.dtype]:
+    def autocast_dtype(self) -> torch.dtype | None:
         """The dtype autocast runs the forward pass in, or None (float32 throughout)."""
         return PRECISIONS[self.precision]
 

@@ -240,7 +240,7 @@ class TranslationTask:
 TASKS = {task.name: task for task in (InductionTask, TranslationTask)}
 
 
-def make_task(name: str, options: Optional[dict] = None, where: str = "data"):
+def make_task(name: str, options: dict | None = None, where: str = "data"):
     """The task ``name`` with ``options`` (a config file's ``[data]`` table); unknown names and keys are refused."""
     if name not in TASKS:
         raise ValueError(f"{where}: task must be one of {list(TASKS)}, got {name!r}")

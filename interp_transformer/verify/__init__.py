@@ -48,7 +48,8 @@ of logits.
 
 import copy
 import difflib
-from typing import Callable, Mapping, Optional, Union
+from collections.abc import Callable, Mapping
+from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -161,9 +162,9 @@ def verify_against_hf(
     hf_model,
     tokens,
     *,
-    atol: Optional[float] = None,
-    rtol: Optional[float] = None,
-    float64_recheck: Union[bool, str] = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    float64_recheck: bool | str = True,
     **forward_kwargs,
 ) -> VerifyReport:
     """Compare ``model`` with ``hf_model`` on ``tokens`` hook by hook; see the module docstring.
@@ -278,10 +279,10 @@ def verify_against_module(
     hook_map: Mapping[str, str],
     *,
     logits: bool = True,
-    atol: Optional[float] = None,
-    rtol: Optional[float] = None,
-    float64_recheck: Union[bool, str] = True,
-    reference_kwargs: Optional[Mapping] = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    float64_recheck: bool | str = True,
+    reference_kwargs: Mapping | None = None,
     **forward_kwargs,
 ) -> VerifyReport:
     """Compare ``model`` hook by hook with any ``nn.Module`` that computes the same thing (your own model, say).
@@ -314,12 +315,12 @@ def verify_against_module(
 
 def verify_pretrained(
     source,
-    prompt: Union[None, str, list[str]] = None,
+    prompt: None | str | list[str] = None,
     *,
-    dtype: Union[torch.dtype, str] = torch.float32,
-    atol: Optional[float] = None,
-    rtol: Optional[float] = None,
-    float64_recheck: Union[bool, str] = True,
+    dtype: torch.dtype | str = torch.float32,
+    atol: float | None = None,
+    rtol: float | None = None,
+    float64_recheck: bool | str = True,
     **load_kwargs,
 ) -> VerifyReport:
     """Load ``source`` both as our model and as the Hugging Face model, and verify one against the other.
@@ -376,7 +377,7 @@ def random_ids(d_vocab: int, length: int, avoid: set = frozenset(), seed: int = 
 
 
 def run_verify(
-    source: str, prompt: Union[None, str, list[str]] = None, dtype: Union[torch.dtype, str] = torch.float32
+    source: str, prompt: None | str | list[str] = None, dtype: torch.dtype | str = torch.float32
 ) -> VerifyReport:
     """Entry point for ``interp-transformer verify SOURCE``: ``verify_pretrained`` with the CLI's arguments."""
     return verify_pretrained(source, prompt, dtype=dtype)

@@ -34,7 +34,7 @@ def skipped_hooks(names: list[str], processing: list[str]) -> set[str]:
     }
 
 
-def real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
+def real_part(name: str, value: Tensor, is_real: Tensor | None) -> Tensor:
     """``value`` at real positions only: ``[n_real, ...]`` (query rows for attention patterns)."""
     if is_real is None:
         return value
@@ -44,7 +44,7 @@ def real_part(name: str, value: Tensor, is_real: Optional[Tensor]) -> Tensor:
     return value.movedim(axis, 1)[is_real.to(value.device)]
 
 
-def hf_vocabulary_size(hf_model) -> Optional[int]:
+def hf_vocabulary_size(hf_model) -> int | None:
     """Rows of the Hugging Face model's input embedding (``get_input_embeddings()``), else ``config.vocab_size``."""
     get_embeddings = getattr(hf_model, "get_input_embeddings", None)
     try:

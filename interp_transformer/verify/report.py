@@ -29,7 +29,7 @@ class VerifyReport:
     skipped: list[str] = field(default_factory=list)
     processing: list[str] = field(default_factory=list)
     float64: Optional["VerifyReport"] = None
-    real_positions: Optional[int] = None  # positions compared when padding is excluded (None: no padding)
+    real_positions: int | None = None  # positions compared when padding is excluded (None: no padding)
 
     @property
     def within_tolerance(self) -> bool:
@@ -42,12 +42,12 @@ class VerifyReport:
         return self.within_tolerance or (self.float64 is not None and self.float64.ok)
 
     @property
-    def first_divergence(self) -> Optional[str]:
+    def first_divergence(self) -> str | None:
         """The first hook, in forward order, beyond tolerance at this report's dtype (None if none)."""
         return next((row.hook for row in self.rows if not row.ok), None)
 
     @property
-    def logits_max_diff(self) -> Optional[float]:
+    def logits_max_diff(self) -> float | None:
         """Max absolute difference of the logits (log-probs after ``center_unembed``), if compared."""
         return next((row.max_abs_diff for row in self.rows if row.hook in ("logits", "log_probs")), None)
 

@@ -14,7 +14,8 @@ Every tool reports bad input the same way:
 """
 
 import numbers
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -122,7 +123,7 @@ def require_neurons(model: AnyModel, layer: int, what: str) -> None:
 
 
 def require_hooks(
-    cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Optional[Sequence[str]] = None
+    cache: ActivationCache, names: Sequence[str], analysis: str, all_needed: Sequence[str] | None = None
 ) -> None:
     """Raise ``KeyError`` if the cache lacks any of ``names``, saying how to cache them."""
     missing = [name for name in names if name not in cache.cache_dict]
@@ -140,7 +141,7 @@ def cached(cache: ActivationCache, name: str) -> Tensor:
     return activation if cache.has_batch_dim else activation.unsqueeze(0)
 
 
-def check_labels(labels: Optional[Sequence], size: int, axis: str) -> Optional[list[str]]:
+def check_labels(labels: Sequence | None, size: int, axis: str) -> list[str] | None:
     """``labels`` as a list of str, one per entry of ``axis``; ``None`` stays ``None``."""
     if labels is None:
         return None
@@ -189,7 +190,7 @@ def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:
     return pos.long() % n_pos
 
 
-def finite_metric(values, tool: str, where: Optional[Callable[[int], str]] = None, shown: int = 4):
+def finite_metric(values, tool: str, where: Callable[[int], str] | None = None, shown: int = 4):
     """``values`` (a metric's output: a tensor or a number) unless one is NaN or infinite.
 
     Every tool calls it on its metric's output where that enters: a NaN or inf would make every score computed from it
@@ -213,9 +214,7 @@ def _is_count(value, minimum: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= minimum
 
 
-def count(
-    value, name: str, *, minimum: int = 0, available: Optional[int] = None, expected: Optional[str] = None
-) -> int:
+def count(value, name: str, *, minimum: int = 0, available: int | None = None, expected: str | None = None) -> int:
     """``value`` as a count: an int (not a bool) of at least ``minimum``, else ``ValueError`` naming the range and the
     value (``expected``: the whole range phrase, in place of ``"<name> must be an int >= <minimum>"``).
 
@@ -227,7 +226,7 @@ def count(
     return int(value) if available is None else min(int(value), available)
 
 
-def strict_count(value, name: str, *, minimum: int, most: int, expected: Optional[str] = None) -> int:
+def strict_count(value, name: str, *, minimum: int, most: int, expected: str | None = None) -> int:
     """``value`` as an int in ``[minimum, most]`` (not a bool), else ``ValueError`` naming the range and the value."""
     expected = expected or f"{name} must be an int in [{minimum}, {most}]"
     if _is_count(value, minimum) and value <= most:
@@ -235,7 +234,7 @@ def strict_count(value, name: str, *, minimum: int, most: int, expected: Optiona
     raise ValueError(f"{expected}, got {value!r}")
 
 
-def within(values: Tensor, low: int, high: Optional[int], name: str, context: str, high_name: str = "") -> Tensor:
+def within(values: Tensor, low: int, high: int | None, name: str, context: str, high_name: str = "") -> Tensor:
     """``values`` (an int tensor) unless one lies outside ``[low, high)``: ``ValueError`` naming the range, ``context``
     (what sets it) and the values outside. ``high=None``: only ``low`` is checked (the bound, ``high_name``, is known
     later)."""

@@ -43,18 +43,18 @@ from .attribute import attribute, salient_logits
 from .batched import attribute_prompts, plan_prompts
 from .circuit_tracer_files import load_circuit_tracer, save_circuit_tracer
 from .clt import CLTConfig, CrossLayerTranscoder
-from .figure import graph_figure
 from .feature_info import FeatureInfo, feature_info_from
+from .figure import graph_figure
 from .graph import AttributionGraph
 from .interventions import FeatureEdit, edit_features, generate_with_edits, parse_feature_edit, splice_transcoders
 from .memory import MemoryBudgetError, MemoryPlan, plan_memory
 from .neuronpedia import NeuronpediaGraph, to_neuronpedia
-from .qk import QKAttribution, QKTerm, StreamComponents, qk_attribution, stream_components
 from .pruning import GraphScores, PruneResult, graph_scores, node_influence, prune_graph
+from .qk import QKAttribution, QKTerm, StreamComponents, qk_attribution, stream_components
 from .replacement import ReplacementModel, ReplacementRun
+from .training import TrainedTranscoders, TranscoderTrainingConfig, reference_corpus, train_transcoders
 from .transcoder_files import load_transcoders, save_transcoders, training_record
 from .transcoder_metrics import TranscoderMetrics, transcoder_metrics
-from .training import TrainedTranscoders, TranscoderTrainingConfig, reference_corpus, train_transcoders
 from .transcoders import LayerTranscoder, random_transcoders, transcoder_layers
 from .view import graph_view, intervention_command, logit_path_sums, node_id
 

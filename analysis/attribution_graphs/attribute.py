@@ -72,8 +72,8 @@ def attribute(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
     batch_size: int = 32,
-    memory_budget: Optional[int] = None,
-    max_feature_nodes: Optional[int] = None,
+    memory_budget: int | None = None,
+    max_feature_nodes: int | None = None,
     exclude_special_tokens=None,
     progress: bool = False,
 ) -> AttributionGraph:
@@ -106,7 +106,7 @@ def attribute(
     return _build_selected(replacement, logit_tokens, probabilities, batch, n_selected, progress)
 
 
-def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[Optional[int], int, Tensor]]:
+def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[int | None, int, Tensor]]:
     """Every target as ``(layer or None for a logit, position, the direction it reads)``: features, then logits."""
     W_U = replacement.model.read_out.W_U.detach()
     demeaned = W_U[:, logit_tokens] - W_U.mean(dim=1, keepdim=True)
@@ -118,14 +118,14 @@ def _targets(replacement: ReplacementModel, logit_tokens: Tensor) -> list[tuple[
     return targets + [(None, replacement.n_pos - 1, demeaned[:, j]) for j in range(len(logit_tokens))]
 
 
-def _reads(chunk: list[tuple[Optional[int], int, Tensor]]) -> list[tuple[Optional[int], Tensor, Tensor, Tensor]]:
+def _reads(chunk: list[tuple[int | None, int, Tensor]]) -> list[tuple[int | None, Tensor, Tensor, Tensor]]:
     """A chunk of targets, one per row from row 0, grouped by where they read (``group_reads``)."""
     return group_reads([(layer, row, pos, direction) for row, (layer, pos, direction) in enumerate(chunk)])
 
 
 def group_reads(
-    items: list[tuple[Optional[int], int, int, Tensor]],
-) -> list[tuple[Optional[int], Tensor, Tensor, Tensor]]:
+    items: list[tuple[int | None, int, int, Tensor]],
+) -> list[tuple[int | None, Tensor, Tensor, Tensor]]:
     """Targets given as ``(layer or None for a logit, row, position, direction)``, grouped by where they read:
     ``(layer, rows, positions, directions)``, what ``Gradients.of`` takes."""
     groups: dict = {}

@@ -24,7 +24,8 @@ than a pass has rows, little where each fills many passes alone (``benchmarks/be
 """
 
 import contextlib
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -32,6 +33,7 @@ from tqdm.auto import tqdm
 
 from interp_transformer.hooks.thread_state import restores_thread_state
 
+from .. import _checks
 from .attribute import (
     _bias_and_values,
     _build,
@@ -43,7 +45,6 @@ from .attribute import (
     salient_logits,
     source_edges,
 )
-from .. import _checks
 from .graph import AttributionGraph
 from .memory import MemoryPlan, check_budget, plan_for, plan_memory
 from .replacement import Gradients, ReplacementModel
@@ -60,7 +61,7 @@ def attribute_prompts(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
     batch_size: int = 32,
-    memory_budget: Optional[int] = None,
+    memory_budget: int | None = None,
     exclude_special_tokens=None,
     max_padding: float = PADDING,
     progress: bool = False,

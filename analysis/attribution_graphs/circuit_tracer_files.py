@@ -45,7 +45,7 @@ ACTIVATION_OF = {
 }
 
 
-def save_circuit_tracer(model, saes, folder: Union[str, Path], *, scan: Optional[str] = None) -> Path:
+def save_circuit_tracer(model, saes, folder: str | Path, *, scan: str | None = None) -> Path:
     """Write one transcoder ``SAE`` per layer of ``model`` (in layer order) in circuit-tracer's layout (module
     docstring); the hooks are written relative to their block, as the model's blocks name them."""
     saes = list(saes)
@@ -137,7 +137,7 @@ def _read_config(folder: Path) -> dict:
     return config
 
 
-def load_circuit_tracer(model, folder: Union[str, Path], *, dtype: Optional[torch.dtype] = None) -> list[SAE]:
+def load_circuit_tracer(model, folder: str | Path, *, dtype: torch.dtype | None = None) -> list[SAE]:
     """The per-layer transcoders of a folder in circuit-tracer's layout, as SAEs reading and writing ``model``'s hook
     points (module docstring)."""
     folder = Path(folder)

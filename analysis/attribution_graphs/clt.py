@@ -29,9 +29,10 @@ reading ``hook_resid_mid`` and writing ``hook_mlp_out``, circuit-tracer's defaul
 """
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -54,7 +55,7 @@ class CLTConfig:
     d_transcoder: int  # features per layer
     d_model: int
     activation: str = "relu"  # one of ACTIVATIONS
-    k: Optional[int] = None  # features kept per position and layer (topk only)
+    k: int | None = None  # features kept per position and layer (topk only)
     input_hook: str = "hook_resid_mid"  # what layer l's features read: blocks.{l}.<input_hook>
     output_hook: str = "hook_mlp_out"  # what out_l replaces: blocks.{l}.<output_hook>
 
@@ -189,7 +190,7 @@ class CrossLayerTranscoder(nn.Module):
             raise ValueError(f"{name} must be [n_layers={self.cfg.n_layers}, ..., width], got {received}")
 
     # --- files -------------------------------------------------------------------------------
-    def save(self, folder: Union[str, Path]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """Write circuit-tracer's layout (module docstring) to ``folder``; returns the folder."""
         from safetensors.torch import save_file
 
@@ -209,11 +210,11 @@ class CrossLayerTranscoder(nn.Module):
     @classmethod
     def load(
         cls,
-        folder: Union[str, Path],
+        folder: str | Path,
         *,
-        input_hook: Optional[str] = None,
-        output_hook: Optional[str] = None,
-        dtype: Optional[torch.dtype] = None,
+        input_hook: str | None = None,
+        output_hook: str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> "CrossLayerTranscoder":
         """Read circuit-tracer's layout from ``folder``; ``input_hook``/``output_hook`` override what the files say.
 

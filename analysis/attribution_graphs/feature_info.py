@@ -64,7 +64,7 @@ def kept_features(graph: AttributionGraph, pruned: PruneResult) -> list[tuple[in
     return list(dict.fromkeys((int(layer), int(feature)) for layer, _, feature in kept.tolist()))
 
 
-def checked_feature_info(graph: AttributionGraph, feature_info: Optional[Mapping]) -> dict[tuple[int, int], dict]:
+def checked_feature_info(graph: AttributionGraph, feature_info: Mapping | None) -> dict[tuple[int, int], dict]:
     """``feature_info`` checked against ``graph`` (module docstring), as plain lists of ``[str, float]`` pairs.
 
     Keys are ``(layer, feature)`` pairs of the graph's active features (``KeyError`` for any other key, naming
@@ -130,9 +130,9 @@ def feature_info_from(
     model,
     transcoders,
     graph: AttributionGraph,
-    source: Union[TokenBatches, TokenSource],
+    source: TokenBatches | TokenSource,
     *,
-    pruned: Optional[PruneResult] = None,
+    pruned: PruneResult | None = None,
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
     k: int = 5,
@@ -140,7 +140,7 @@ def feature_info_from(
     left: int = 8,
     right: int = 4,
     batch_size: int = 16,
-    context_length: Optional[int] = None,
+    context_length: int | None = None,
     exclude_special_tokens: bool = True,
 ) -> dict[tuple[int, int], FeatureInfo]:
     """``{(layer, feature): FeatureInfo}`` for the kept features of ``graph`` (module docstring).

@@ -51,11 +51,11 @@ def _hover(graph: AttributionGraph, node: int, influence: float) -> str:
 
 def graph_figure(
     graph: AttributionGraph,
-    prune: Optional[PruneResult] = None,
+    prune: PruneResult | None = None,
     *,
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> go.Figure:
     """The graph's kept nodes and edges (``prune``, or ``prune_graph(graph, node_threshold, edge_threshold)``)."""
     prune = prune if prune is not None else prune_graph(graph, node_threshold, edge_threshold)

@@ -35,7 +35,7 @@ def inside_folder(folder: Path, name, what: str, *, kind: str = "file") -> Path:
     return path
 
 
-def read_tensors(folder: Path, name: str, what: str, dtype: Optional[torch.dtype] = None) -> dict[str, Tensor]:
+def read_tensors(folder: Path, name: str, what: str, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """Every tensor of the safetensors file ``name`` inside ``folder`` (floats cast to ``dtype``)."""
     return read_safetensors(inside_folder(folder, name, what), dtype)
 

@@ -49,12 +49,12 @@ class AttributionGraph:
     bias: Float[Tensor, "node"]  # 0 for errors and tokens
     n_layers: int
     prompt: str = ""
-    str_tokens: Optional[list[str]] = None  # the prompt's tokens as text, when the model has a tokenizer
-    logit_str_tokens: Optional[list[str]] = None
-    scan: Optional[str] = None  # a name for the transcoders (Neuronpedia's "scan")
-    d_transcoder: Optional[int] = None  # the widest layer's number of features
-    selected_features: Optional[Int[Tensor, "feature"]] = None  # rows among all active features; None: all
-    unselected_effect: Optional[Float[Tensor, "node"]] = None  # direct effect of active features left out
+    str_tokens: list[str] | None = None  # the prompt's tokens as text, when the model has a tokenizer
+    logit_str_tokens: list[str] | None = None
+    scan: str | None = None  # a name for the transcoders (Neuronpedia's "scan")
+    d_transcoder: int | None = None  # the widest layer's number of features
+    selected_features: Int[Tensor, "feature"] | None = None  # rows among all active features; None: all
+    unselected_effect: Float[Tensor, "node"] | None = None  # direct effect of active features left out
 
     def __post_init__(self) -> None:
         if self.selected_features is None:

@@ -28,8 +28,9 @@ import contextlib
 import math
 import numbers
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -44,9 +45,9 @@ class FeatureEdit:
 
     layer: int
     feature: int
-    scale: Optional[float] = 0.0
-    value: Optional[float] = None
-    positions: Optional[tuple[int, ...]] = None
+    scale: float | None = 0.0
+    value: float | None = None
+    positions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("layer", "feature"):
@@ -169,7 +170,7 @@ def _writers(layers: list[LayerTranscoder], out_layer: int) -> Iterator[LayerTra
 
 
 @contextlib.contextmanager
-def splice_transcoders(model, transcoders, keep: Optional[Tensor] = None) -> Iterator[None]:
+def splice_transcoders(model, transcoders, keep: Tensor | None = None) -> Iterator[None]:
     """Every MLP output replaced by the transcoders' reconstruction (module docstring); ``keep [batch, pos]``: where
     False, the MLP's own output stays."""
     layers = transcoder_layers(model, transcoders)

@@ -67,7 +67,7 @@ class MemoryPlan:
     prompt: int
     graph: int
     backward: int
-    n_selected: Optional[int] = None  # max_feature_nodes, where it keeps fewer features than are active
+    n_selected: int | None = None  # max_feature_nodes, where it keeps fewer features than are active
     influence: int = 0  # the visited rows' normalized copy (max_feature_nodes)
     assembly: int = 0  # the kept graph's matrix, made after the passes (max_feature_nodes)
     accelerator: bool = False  # the model is on an accelerator: the device holds prompt, graph and backward
@@ -120,7 +120,7 @@ def plan_memory(
     n_features: int,
     batch_size: int,
     n_logits: int = 10,
-    max_feature_nodes: Optional[int] = None,
+    max_feature_nodes: int | None = None,
 ) -> MemoryPlan:
     """The planned peak of ``attribute`` on a prompt of ``n_pos`` tokens with ``n_features`` active features,
     ``batch_size`` targets per backward pass, ``n_logits`` logit nodes and ``max_feature_nodes`` (module docstring).
@@ -143,8 +143,8 @@ def plan_for(
     *,
     batch_size: int,
     n_logits: int,
-    n_features: Optional[int] = None,
-    n_selected: Optional[int] = None,
+    n_features: int | None = None,
+    n_selected: int | None = None,
 ) -> MemoryPlan:
     """The plan for ``replacement``'s prompt (its own feature count unless ``n_features`` is given)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

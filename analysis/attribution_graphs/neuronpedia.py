@@ -31,9 +31,10 @@ collide (error node ``0_L_p`` beside layer 0's feature ``L`` at position ``p``),
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -247,13 +248,13 @@ class NeuronpediaGraph:
     def from_json(cls, text: str) -> "NeuronpediaGraph":
         return cls.from_dict(json.loads(text))
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         path = Path(path)
         atomic_write_text(path, self.to_json())
         return path
 
     @classmethod
-    def load(cls, path: Union[str, Path]) -> "NeuronpediaGraph":
+    def load(cls, path: str | Path) -> "NeuronpediaGraph":
         return cls.from_dict(read_json_object(Path(path), "a Neuronpedia graph (a JSON object)"))
 
     def node_ids(self) -> list[str]:
@@ -272,11 +273,11 @@ def to_neuronpedia(
     graph: AttributionGraph,
     *,
     slug: str = "graph",
-    scan: Optional[str] = None,
+    scan: str | None = None,
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
     transcoder_list: Sequence[str] = (),
-    num_features: Optional[int] = None,
+    num_features: int | None = None,
 ) -> NeuronpediaGraph:
     """``graph``, pruned (``prune_graph``), in Neuronpedia's layout. ``num_features`` (a transcoder's width) makes a
     feature's ``feature`` field ``f + 10^ceil(log10(num_features)) * layer``, as for a preset scan; else ``f``.

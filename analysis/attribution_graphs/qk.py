@@ -46,8 +46,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_transformer.parts.writers import Writer
 from interp_transformer.hooks.thread_state import restores_thread_state
+from interp_transformer.parts.writers import Writer
 
 from .. import _checks
 from .replacement import ReplacementModel
@@ -107,7 +107,7 @@ class QKAttribution:
     score: float
     scale: float
 
-    def top_terms(self, n: int = 10, kinds: Optional[tuple[str, str]] = ("feature", "feature")) -> list[QKTerm]:
+    def top_terms(self, n: int = 10, kinds: tuple[str, str] | None = ("feature", "feature")) -> list[QKTerm]:
         """The ``n`` largest terms by absolute value, largest first, among query components of kind ``kinds[0]``
         and key components of kind ``kinds[1]`` (``None``: every term). Returns a list of ``QKTerm``."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:

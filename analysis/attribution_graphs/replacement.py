@@ -31,8 +31,9 @@ sources as leaves of a graph whose gradients give direct effects (``attribute``)
 """
 
 import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Optional
 
 import einops
 import torch
@@ -169,7 +170,7 @@ class ReplacementModel:
         skip = self.layers[out_layer].skip_term(x)
         return torch.zeros_like(x) if skip is None else skip
 
-    def _written(self, out_layer: int, feature_scale: Optional[Tensor] = None) -> Tensor:
+    def _written(self, out_layer: int, feature_scale: Tensor | None = None) -> Tensor:
         """``b_dec`` plus what the active features write to MLP output ``out_layer``: ``[pos, d_model]``, or
         ``[row, pos, d_model]`` with each feature's write scaled by ``feature_scale [row, feature]``."""
         shape = (self.n_pos, self.model.cfg.d_model)
@@ -194,7 +195,7 @@ class ReplacementModel:
     # --- the frozen forward ------------------------------------------------------------------------
     @contextlib.contextmanager
     def _frozen_forward(
-        self, embed: Tensor, mlp_out: Callable[[int, Tensor], Tensor], frozen: Optional[dict[str, Tensor]] = None
+        self, embed: Tensor, mlp_out: Callable[[int, Tensor], Tensor], frozen: dict[str, Tensor] | None = None
     ) -> Iterator[dict]:
         """Hooks making the model this replacement model: ``embed`` enters block 0, MLP output ``o`` is
         ``mlp_out(o, x_o)`` with ``x_o`` what layer ``o``'s features read (kept in the yielded dict by layer).
@@ -229,7 +230,7 @@ class ReplacementModel:
             stack.enter_context(self.model.hooks(hooks))
             yield inputs
 
-    def _forward(self, rows: int, tokens: Optional[Tensor] = None) -> Tensor:
+    def _forward(self, rows: int, tokens: Tensor | None = None) -> Tensor:
         """The final norm's output ``[rows, pos, d_model]`` (scale frozen), inside ``_frozen_forward``; ``tokens``
         (default: the prompt's, on every row) only set the shape, as the embedding is replaced. The weights are read
         detached, in this thread only: autograd keeps nothing for their gradients, and another thread training the
@@ -247,9 +248,9 @@ class ReplacementModel:
     @torch.no_grad()
     def run(
         self,
-        feature_scale: Optional[Float[Tensor, "row feature"]] = None,
-        error_scale: Optional[Float[Tensor, "row layer pos"]] = None,
-        token_scale: Optional[Float[Tensor, "row pos"]] = None,
+        feature_scale: Float[Tensor, "row feature"] | None = None,
+        error_scale: Float[Tensor, "row layer pos"] | None = None,
+        token_scale: Float[Tensor, "row pos"] | None = None,
         all_positions: bool = False,
     ) -> ReplacementRun:
         """The replacement model with each source's value multiplied by its scale (1 where a scale is not given).
@@ -422,7 +423,7 @@ class Gradients:
         self.embed = self.normed = None
         self.outs, self.inputs = [], []
 
-    def of(self, reads: list[tuple[Optional[int], Tensor, Tensor, Tensor]]) -> tuple[Tensor, list[Tensor]]:
+    def of(self, reads: list[tuple[int | None, Tensor, Tensor, Tensor]]) -> tuple[Tensor, list[Tensor]]:
         """Gradients ``(at embed [batch, pos, d_model], at each MLP output)`` of ``sum over targets of x[row, pos] .
         direction``; ``reads`` holds ``(layer or None for the final norm's output, rows, positions, directions)``."""
         total = self.embed.new_zeros(())

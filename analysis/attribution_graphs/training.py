@@ -351,7 +351,7 @@ class TrainedTranscoders:
         return save_transcoders(self.transcoders, folder, self.record())
 
 
-def train_transcoders(model, source, config: Optional[TranscoderTrainingConfig] = None, progress: bool = True):
+def train_transcoders(model, source, config: TranscoderTrainingConfig | None = None, progress: bool = True):
     """``TrainedTranscoders``: per-layer transcoders (or a cross-layer transcoder) trained on ``model``'s MLPs over
     ``source`` (module docstring). The model must have ``fold_ln`` applied when they read the MLP's input."""
     from .transcoder_metrics import transcoder_metrics

@@ -22,7 +22,7 @@ RECORD = "training.json"
 LAYER_FOLDER = re.compile(r"^layer_(\d+)$")
 
 
-def save_transcoders(transcoders, folder: Union[str, Path], record: Optional[dict] = None) -> Path:
+def save_transcoders(transcoders, folder: str | Path, record: dict | None = None) -> Path:
     """Write ``transcoders`` (a ``CrossLayerTranscoder``, or one SAE per layer in layer order) to ``folder``, with
     ``record`` as ``training.json`` when given (module docstring). Returns the folder."""
     folder = Path(folder)
@@ -39,7 +39,7 @@ def save_transcoders(transcoders, folder: Union[str, Path], record: Optional[dic
     return folder
 
 
-def load_transcoders(folder: Union[str, Path]):
+def load_transcoders(folder: str | Path):
     """What ``save_transcoders`` wrote: a ``CrossLayerTranscoder`` (the folder holds ``W_enc_0.safetensors``) or the
     list of SAEs in ``layer_0``, ``layer_1``, ...; ``FileNotFoundError`` naming what was looked for."""
     folder = Path(folder)
@@ -66,7 +66,7 @@ def load_transcoders(folder: Union[str, Path]):
     return [SAE.load(inside_folder(folder, path.name, f"{folder}'s layer {n}", kind="folder")) for n, path in layers]
 
 
-def training_record(folder: Union[str, Path]) -> Optional[dict]:
+def training_record(folder: str | Path) -> dict | None:
     """``training.json`` of a saved set, or None when there is none."""
     path = Path(folder) / RECORD
     return json.loads(path.read_text()) if path.is_file() else None

@@ -25,14 +25,15 @@ non-finite weights, and SAE settings under which a feature's activation is not i
 """
 
 import difflib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Optional
 
 from torch import Tensor, nn
 
-from interp_transformer.parts.writers import StreamNorm
 from interp_transformer.core.strict import check_finite
+from interp_transformer.parts.writers import StreamNorm
 from interp_transformer.sae import SAE
 from interp_transformer.sae.processing import ProcessingMismatch, check_processing
 
@@ -72,7 +73,7 @@ class LayerTranscoder:
     b_enc: Tensor  # [d_transcoder]
     decoders: Tensor  # [d_transcoder, n_out, d_model]
     b_dec: Tensor  # [d_model]
-    skip: Optional[Tensor] = None
+    skip: Tensor | None = None
     name: str = ""  # how errors and exports name the transcoder
 
     @property
@@ -88,7 +89,7 @@ class LayerTranscoder:
         """``x W_enc + b_enc``: the features' pre-activations."""
         return x @ self.W_enc + self.b_enc
 
-    def skip_term(self, x: Tensor) -> Optional[Tensor]:
+    def skip_term(self, x: Tensor) -> Tensor | None:
         return None if self.skip is None else x @ self.skip
 
     def parameters(self) -> dict[str, Tensor]:
@@ -190,7 +191,7 @@ def _check_processing(model, transcoder) -> None:
         raise ProcessingMismatch(f"{message} (an attribution graph reads the model and never changes it)") from None
 
 
-def _check_hooks(what: str, reads: Optional[str], writes: Optional[str], slot: MLPSlot) -> None:
+def _check_hooks(what: str, reads: str | None, writes: str | None, slot: MLPSlot) -> None:
     if reads not in slot.inputs:
         raise ValueError(
             f"{what} reads {reads!r}; layer {slot.layer}'s MLP reads {slot.inputs[0]!r}"
@@ -309,7 +310,7 @@ def random_transcoders(
     d_transcoder: int,
     *,
     architecture: str = "jumprelu_transcoder",
-    k: Optional[int] = None,
+    k: int | None = None,
     reads: str = "input",
     seed: int = 0,
     threshold: float = 0.0,

@@ -91,8 +91,8 @@ def intervention_command(
     graph: AttributionGraph,
     features: Sequence[str],
     scale: float = 0.0,
-    model_name: Optional[str] = None,
-    prompt: Optional[str] = None,
+    model_name: str | None = None,
+    prompt: str | None = None,
 ) -> str:
     """The command that runs the intervention on the real model, ``features`` given by their ids (``node_id``).
 
@@ -114,7 +114,7 @@ def intervention_command(
     return f"{prefix} {STEER_OPTION} {' '.join(f'{f}={value}' for f, value in zip(features, values))}"
 
 
-def _command_prefix(graph: AttributionGraph, model_name: Optional[str], prompt: Optional[str]) -> str:
+def _command_prefix(graph: AttributionGraph, model_name: str | None, prompt: str | None) -> str:
     model = shlex.quote(model_name) if model_name else "MODEL"
     text = prompt if prompt is not None else graph.prompt or " ".join(str(int(t)) for t in graph.tokens)
     return f"{COMMAND} --model {model} --prompt {shlex.quote(text)}"
@@ -130,13 +130,13 @@ def _short_number(value: float) -> str:
 def graph_view(
     graph: AttributionGraph,
     *,
-    pruned: Optional[PruneResult] = None,
-    feature_info: Optional[Mapping] = None,
+    pruned: PruneResult | None = None,
+    feature_info: Mapping | None = None,
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
-    model_name: Optional[str] = None,
-    prompt: Optional[str] = None,
-    title: Optional[str] = None,
+    model_name: str | None = None,
+    prompt: str | None = None,
+    title: str | None = None,
 ) -> View:
     """The pruned graph as an interactive view (module docstring): ``view.save(path)`` writes a standalone page,
     and a notebook shows it inline.

@@ -27,7 +27,7 @@ def is_shipped(source: str) -> bool:
     return source in SHIPPED_MODELS
 
 
-def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Optional[Path] = None):
+def load_model(source: str, dtype: torch.dtype = torch.float32, weights_dir: Path | None = None):
     """``(model, metadata)``: a shipped model by name (with its training record), else ``from_pretrained``.
 
     ``from_pretrained`` dispatches on the checkpoint's architecture: a ``DemoTransformer``

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from .. import _checks
-from .common import EXIT_OK, UserError, load_model, prompt_tokens
 from ..discovery import (
     COMPONENTS,
     attribution_patching,
@@ -27,6 +26,7 @@ from ..discovery import (
     patching_figure,
     sites,
 )
+from .common import EXIT_OK, UserError, load_model, prompt_tokens
 
 DEFAULT_OUT = "interp_transformer_patching.html"
 

@@ -28,11 +28,13 @@ without a traceback.
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
+from .benchmark import add_benchmark_parser
 from .common import (
     EXIT_MISMATCH,
     EXIT_OK,
@@ -40,16 +42,15 @@ from .common import (
     UserError,
     error_message,
     is_shipped,
-    positive_int,
     load_model,
+    positive_int,
     prompt_tokens,
 )
-from .benchmark import add_benchmark_parser
 from .discovery import add_circuit_parser, add_patch_parser
 from .graphs import add_graph_parsers
 from .lens import add_lens_parser
-from .steer import add_steer_parser
 from .probe import add_probe_parser
+from .steer import add_steer_parser
 from .training import add_training_parsers
 
 DEFAULT_REPORT = "interp_transformer_report.html"
@@ -302,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script passes it to ``sys.exit``)."""
     args = build_parser().parse_args(argv)
     try:

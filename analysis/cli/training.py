@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from .common import EXIT_OK, UserError, positive_int, load_model
+from .common import EXIT_OK, UserError, load_model, positive_int
 
 
 def add_training_parsers(commands) -> None:
@@ -44,8 +44,8 @@ def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
 
 
 def cmd_train_induction(args: argparse.Namespace) -> int:
-    from interp_transformer.pretrained.induction import train_induction_model
     from interp_transformer.pretrained import save_shipped
+    from interp_transformer.pretrained.induction import train_induction_model
 
     settings = _training_settings("induction-2l", train_induction_model, args)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"

@@ -24,14 +24,6 @@ much of the behaviour the strongest ``n`` edges carry (``run_circuits``: many ci
 """
 
 from .attribution_patching import attribution_patching
-from .edges import EdgeScores, edge_attribution_patching
-from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit, run_circuits
-from .graph import build_graph
-from .metrics import logit_diff_per_row
-from .runs import SourceTarget
-from .seq2seq_tasks import Seq2SeqTask, load_seq2seq_task
-from .selection import circuit_nodes, greedy_edges, prune, threshold_edges, top_edges
-from .tasks import Task, greater_than_metric, greater_than_task, induction_task, ioi_task, load_task, write_csv
 from .batched import (
     COMPONENTS,
     Site,
@@ -41,6 +33,14 @@ from .batched import (
     sae_feature_sites,
     sites,
 )
+from .edges import EdgeScores, edge_attribution_patching
+from .faithfulness import FaithfulnessCurve, faithfulness_curve, run_circuit, run_circuits
+from .graph import build_graph
+from .metrics import logit_diff_per_row
+from .runs import SourceTarget
+from .selection import circuit_nodes, greedy_edges, prune, threshold_edges, top_edges
+from .seq2seq_tasks import Seq2SeqTask, load_seq2seq_task
+from .tasks import Task, greater_than_metric, greater_than_task, induction_task, ioi_task, load_task, write_csv
 
 __all__ = [
     "COMPONENTS",

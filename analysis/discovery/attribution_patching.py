@@ -19,7 +19,8 @@ apply to these sites, which are after the pattern. Use ``patch_sites`` to confir
 AtP ranks first.
 """
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Float, Int
@@ -74,7 +75,7 @@ def attribution_patching(
     sites_: Sequence[Site],
     *,
     grad_drop: bool = False,
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, "site batch"]:
     """``atp[s, b]``: the first-order estimate of patching site ``s`` clean on prompt ``b`` (module docstring).
 

@@ -24,8 +24,9 @@ is one query head; an encoder's metric reads its masked-LM logits). The metric a
 (``logit_diff_per_row``) and the check every tool reads it through (``row_values``) are ``metrics``.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -50,11 +51,11 @@ class Site:
     hook: str
     layer: int
     index: tuple[int, ...]
-    pos: Optional[int]
+    pos: int | None
     label: str
 
 
-def _positions(positions, n_pos: Optional[int]) -> list[Optional[int]]:
+def _positions(positions, n_pos: int | None) -> list[int | None]:
     if positions is None:
         return [None]
     if positions == "each":
@@ -72,10 +73,10 @@ def sites(
     model: _checks.AnyModel,
     component: str,
     *,
-    positions: Union[None, str, int, Sequence[int]] = None,
-    n_pos: Optional[int] = None,
-    layers: Optional[Sequence[int]] = None,
-    units: Optional[Sequence[int]] = None,
+    positions: None | str | int | Sequence[int] = None,
+    n_pos: int | None = None,
+    layers: Sequence[int] | None = None,
+    units: Sequence[int] | None = None,
 ) -> list[Site]:
     """The sites of one ``component`` (``COMPONENTS``) in ``layers`` (default all), at ``positions``.
 
@@ -119,9 +120,9 @@ def sae_feature_sites(
     model: _checks.AnyModel,
     sae,
     *,
-    features: Optional[Sequence[int]] = None,
-    positions: Union[None, str, int, Sequence[int]] = None,
-    n_pos: Optional[int] = None,
+    features: Sequence[int] | None = None,
+    positions: None | str | int | Sequence[int] = None,
+    n_pos: int | None = None,
 ) -> list[Site]:
     """Sites of an SAE's (or transcoder's) features, ``<hook>.hook_sae_acts_post[..., feature]``.
 
@@ -146,7 +147,7 @@ def sae_feature_sites(
     return found
 
 
-def _paired(model, clean, corrupted, attention_mask) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+def _paired(model, clean, corrupted, attention_mask) -> tuple[Tensor, Tensor, Tensor | None]:
     """Clean and corrupted ids ``[batch, pos]`` and their one mask, refusing pairs whose token lengths differ."""
     texts = isinstance(clean, str) or (
         isinstance(clean, list) and bool(clean) and all(isinstance(t, str) for t in clean)
@@ -241,8 +242,8 @@ def patch_sites(
     metric: RowMetric,
     sites_: Sequence[Site],
     *,
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-    sites_per_chunk: Optional[int] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
+    sites_per_chunk: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool = True,
 ) -> Float[Tensor, "site batch"]:
@@ -278,7 +279,7 @@ def patch_sites(
     return by_order[torch.tensor(order).argsort()]
 
 
-def _block_inputs(model, corrupted: Tensor, mask: Optional[Tensor]) -> Optional[list[Tensor]]:
+def _block_inputs(model, corrupted: Tensor, mask: Tensor | None) -> list[Tensor] | None:
     """The corrupted run's stream entering every block (None where the model is not a decoder stack)."""
     if not all(callable(getattr(model, part, None)) for part in STACK_STEPS):
         return None
@@ -288,7 +289,7 @@ def _block_inputs(model, corrupted: Tensor, mask: Optional[Tensor]) -> Optional[
     return [cache[name] for name in names]
 
 
-def _run_from(model, tokens: Tensor, mask: Optional[Tensor], hooks: list, layer: int, starts) -> Tensor:
+def _run_from(model, tokens: Tensor, mask: Tensor | None, hooks: list, layer: int, starts) -> Tensor:
     """The logits of ``tokens`` with ``hooks``, the blocks before ``layer`` skipped where they cannot differ.
 
     Every row of a chunk is the corrupted run until its site's block: each row group enters block
@@ -312,7 +313,7 @@ def patch_sites_one_by_one(
     metric: RowMetric,
     sites_: Sequence[Site],
     *,
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
     progress: bool = True,
 ) -> Float[Tensor, "site batch"]:
     """The reference ``patch_sites`` must equal: one whole forward per site, ``batch`` rows, nothing skipped."""
@@ -345,7 +346,7 @@ def _start(model, clean_tokens, corrupted_tokens, metric, attention_mask):
     return model, clean, corrupted, mask
 
 
-def _clean_activations(model, clean: Tensor, mask: Optional[Tensor], sites_: Sequence[Site]) -> dict[str, Tensor]:
+def _clean_activations(model, clean: Tensor, mask: Tensor | None, sites_: Sequence[Site]) -> dict[str, Tensor]:
     names = list(dict.fromkeys(site.hook for site in sites_))
     kwargs = {} if mask is None else {"attention_mask": mask}
     _, cache = model.run_with_cache(clean, names_filter=names, **kwargs)

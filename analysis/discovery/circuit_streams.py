@@ -24,7 +24,7 @@ from torch import Tensor
 from .graph import Graph
 
 
-def mean_writes(writes: Tensor, mask: Optional[Tensor]) -> Tensor:
+def mean_writes(writes: Tensor, mask: Tensor | None) -> Tensor:
     """Each node's write averaged over prompts at each position (real tokens only), for every prompt."""
     if mask is None:
         return writes.mean(dim=1, keepdim=True).expand_as(writes)
@@ -40,7 +40,7 @@ class DenseOffsets:
     def __init__(self, corrupt: Tensor, dropped: Tensor):
         self.corrupt, self.dropped = corrupt, dropped
         self.current: list[Tensor] = []  # this run's writes, in upstream order, as they are computed
-        self.carried: Optional[tuple[int, int, Tensor]] = None  # (since, first reader, [reader, ...]) past a norm
+        self.carried: tuple[int, int, Tensor] | None = None  # (since, first reader, [reader, ...]) past a norm
 
     @property
     def done(self) -> int:
@@ -100,12 +100,12 @@ class GroupedOffsets:
         self.slot_at = self.upstream_at[self.slot_nodes]
         sign = torch.where(in_total, 1.0, -1.0)[..., None].to(corrupt.dtype)
         self.slot_weight = (correction.to(corrupt.dtype) * sign)[:, self.slot_nodes].to(corrupt.device)  # [G, slot, r]
-        self.buffer: Optional[Tensor] = None  # [G, slot, batch, pos, d_model]: the slots' differences
-        self.total: Optional[Tensor] = None  # [G, batch, pos, d_model]
+        self.buffer: Tensor | None = None  # [G, slot, batch, pos, d_model]: the slots' differences
+        self.total: Tensor | None = None  # [G, batch, pos, d_model]
         self.pending: list[tuple[int, int, Tensor, Tensor]] = []  # (first step, last step, diff, weight) not in total
         self.summed_up_to = 0  # the latest step of a node in ``total``
         self.done, self.since = 0, 0
-        self.carried: Optional[tuple[int, Tensor]] = None
+        self.carried: tuple[int, Tensor] | None = None
 
     @staticmethod
     def slots_needed(dropped: Tensor, steps: tuple[list[int], list[int]]) -> int:

@@ -54,11 +54,11 @@ import einops
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-
-from .. import _checks
-from interp_transformer.hooks.thread_state import restores_thread_state
 from tqdm.auto import tqdm
 
+from interp_transformer.hooks.thread_state import restores_thread_state
+
+from .. import _checks
 from .graph import BlockPlan, Graph, build_graph
 from .metrics import RowMetric, row_values
 from .runs import Runs, start
@@ -333,8 +333,8 @@ def edge_attribution_patching(
     method: str = "EAP",
     steps: int = 5,
     ig_on: str = "inputs",
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-    progress: Optional[bool] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
+    progress: bool | None = None,
 ) -> EdgeScores:
     """Every edge's score (module docstring): ``method`` ``"EAP"`` or ``"EAP-IG"`` with ``steps`` interpolations of
     the inputs (``ig_on="inputs"``: every stream's input together) or of each writer's output in turn

@@ -28,8 +28,9 @@ asked): CPR, the area under the curve (higher is better), and CMD, the area of `
 corrupted prompts instead of each prompt's own.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -193,7 +194,7 @@ def _row_bytes(prepared: _Prepared, dropped: Tensor) -> int:
     return total
 
 
-def _chunks(prepared: _Prepared, kept: Tensor, memory_budget: int, per_chunk: Optional[int]) -> list[list[int]]:
+def _chunks(prepared: _Prepared, kept: Tensor, memory_budget: int, per_chunk: int | None) -> list[list[int]]:
     """The circuits (indices into ``kept``) of each grouped forward, fewest edges first: as many as fit
     ``memory_budget`` (``_row_bytes``), or ``per_chunk`` each."""
     order = kept.flatten(1).sum(dim=1).argsort(stable=True).tolist()
@@ -233,7 +234,7 @@ def run_circuit(
     kept: Bool[Tensor, "upstream reader"],
     *,
     ablation: str = "corrupted",
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, "batch"]:
     """The metric of the circuit ``kept`` (``[upstream, reader]``, as ``EdgeScores.edge`` is laid out).
 
@@ -255,9 +256,9 @@ def run_circuits(
     kept: Bool[Tensor, "circuit upstream reader"],
     *,
     ablation: str = "corrupted",
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    circuits_per_chunk: Optional[int] = None,
+    circuits_per_chunk: int | None = None,
     progress: bool = False,
 ) -> Float[Tensor, "circuit batch"]:
     """``result[c, b]``: the metric on prompt ``b`` of the circuit ``kept[c]`` (``run_circuit`` of each), many
@@ -304,7 +305,7 @@ def faithfulness_curve(
     *,
     selection: str = "top",
     ablation: str = "corrupted",
-    attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
     one_at_a_time: bool = False,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool = False,

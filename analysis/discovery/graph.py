@@ -55,8 +55,9 @@ stream norm that does not say which hook holds its input, or has no hook on its 
 in a parallel block.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import einops
 import torch
@@ -88,19 +89,19 @@ class BlockPlan:
     (``events``) and the hook holding the stream where each part reads it, before its own norm (``reads_at``)."""
 
     attn: nn.Module
-    attn_norm: Optional[nn.Module]
-    mlp: Optional[nn.Module]
-    mlp_norm: Optional[nn.Module]
+    attn_norm: nn.Module | None
+    mlp: nn.Module | None
+    mlp_norm: nn.Module | None
     sequential: bool  # the MLP reads the stream after this block's attention
     attn_nodes: WriterNodes
-    mlp_nodes: Optional[WriterNodes]
+    mlp_nodes: WriterNodes | None
     events: tuple  # ("read", "attn"|"cross"|"mlp"), ("write", WriterNodes), ("norm", StreamNorm)
     reads_at: dict[str, str] = field(default_factory=dict)
-    cross: Optional[nn.Module] = None  # cross-attention: its queries read this stream, its keys and values another
-    cross_norm: Optional[nn.Module] = None
-    cross_nodes: Optional[WriterNodes] = None
-    mlp_reads: Optional[str] = None  # where the MLP's input is reached (module docstring); None without an MLP
-    mlp_output_norm: Optional[nn.Module] = None  # the norm the MLP's output passes before the stream (Gemma 2)
+    cross: nn.Module | None = None  # cross-attention: its queries read this stream, its keys and values another
+    cross_norm: nn.Module | None = None
+    cross_nodes: WriterNodes | None = None
+    mlp_reads: str | None = None  # where the MLP's input is reached (module docstring); None without an MLP
+    mlp_output_norm: nn.Module | None = None  # the norm the MLP's output passes before the stream (Gemma 2)
 
     def mlp_write_from(self, stream: Tensor) -> Tensor:
         """What the MLP adds to the stream when it reads ``stream`` (the stream before its own norm): the part run
@@ -126,7 +127,7 @@ class End:
     values of the encoder's output)."""
 
     names: tuple[str, ...]
-    norm: Optional[nn.Module] = None
+    norm: nn.Module | None = None
     projections: tuple = ()
 
 
@@ -331,7 +332,7 @@ def _events(block, sequential: bool, nodes: dict[str, WriterNodes]) -> tuple[tup
     return tuple(events), reads_at
 
 
-def _mlp_reads(norm: Optional[nn.Module], part: nn.Module) -> str:
+def _mlp_reads(norm: nn.Module | None, part: nn.Module) -> str:
     """Where an MLP's input is reached (module docstring): asked of its norm's hooks and its part's."""
     if getattr(norm, "hook_normalized", None) is not None:
         return "norm"

@@ -82,7 +82,7 @@ def mib_graph(gt: GroundTruth, scores: EdgeScores) -> dict:
     return {"cfg": header, "nodes": nodes, "edges": edges}
 
 
-def write_mib(directory: Union[str, Path], method: str, gt: GroundTruth, scores: EdgeScores) -> Path:
+def write_mib(directory: str | Path, method: str, gt: GroundTruth, scores: EdgeScores) -> Path:
     """Writes ``<directory>/<method>/<task>_<model>/importances.json`` (module docstring); returns its path."""
     folder = Path(directory) / method / f"{gt.task}_{gt.name}"
     folder.mkdir(parents=True, exist_ok=True)

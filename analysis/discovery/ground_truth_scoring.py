@@ -37,8 +37,9 @@ against the known circuit (positives) and the rest of the graph (negatives):
 
 import math
 import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -217,7 +218,7 @@ class Score:
 
 
 def score(
-    scores: EdgeScores, gt: GroundTruth, percentages: Sequence[float] = MIB_PERCENTAGES, method: Optional[str] = None
+    scores: EdgeScores, gt: GroundTruth, percentages: Sequence[float] = MIB_PERCENTAGES, method: str | None = None
 ) -> Score:
     """``scores`` (a method's, on ``gt``'s model) against ``gt``'s known circuit: AUROC, precision at the known size,
     and MIB's CPR and CMD over ``percentages`` (``check_sizes``)."""

@@ -31,9 +31,10 @@ patching, whatever the textbook mechanism says; they are not in the known circui
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Union
 
 import torch
 from jaxtyping import Bool, Int
@@ -102,7 +103,7 @@ def known_mask(model, edges: Iterable[Edge]) -> Bool[Tensor, "upstream reader"]:
     return mask
 
 
-def read_edges(path: Union[str, Path]) -> tuple[Edge, ...]:
+def read_edges(path: str | Path) -> tuple[Edge, ...]:
     """A known circuit from a JSON file: a list of ``[upstream, reader]`` pairs (checked against a model by
     ``known_mask``)."""
     path = Path(path)

@@ -7,7 +7,8 @@ EAP, faithfulness curves and the tasks read any metric, refusing a wrong shape, 
 """
 
 import numbers
-from typing import Callable, Optional, Union
+from collections.abc import Callable
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -38,9 +39,9 @@ def _per_prompt(value, name: str) -> Tensor:
 
 
 def logit_diff_per_row(
-    correct: Union[int, Int[Tensor, "batch"]],
-    incorrect: Union[int, Int[Tensor, "batch"]],
-    pos: Union[int, Int[Tensor, "batch"]] = -1,
+    correct: int | Int[Tensor, "batch"],
+    incorrect: int | Int[Tensor, "batch"],
+    pos: int | Int[Tensor, "batch"] = -1,
 ) -> RowMetric:
     """``metric(logits, prompt)[r] = logits[r, pos_p, correct_p] - logits[r, pos_p, incorrect_p]``, ``p = prompt[r]``.
 
@@ -83,7 +84,7 @@ def logit_diff_per_row(
 
 
 def row_values(
-    metric: RowMetric, logits: Tensor, prompt: Tensor, tool: str, where: Optional[Callable[[int], str]] = None
+    metric: RowMetric, logits: Tensor, prompt: Tensor, tool: str, where: Callable[[int], str] | None = None
 ) -> Tensor:
     """``metric(logits, prompt)``, refused unless it is one finite value per row (still differentiable).
 

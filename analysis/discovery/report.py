@@ -19,9 +19,10 @@ holding the numbers (``report["circuit"].data``) and:
 import csv
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import plotly.graph_objects as go
 import torch
@@ -43,7 +44,7 @@ DEFAULT_EDGES = 50  # the drawn circuit when no size is asked: tens of edges, a 
 TARGET = 0.8  # the faithfulness whose smallest circuit on the curve the summary names
 
 
-def circuit_sizes(sizes: Union[str, Sequence[Union[int, str]]], n_edges: Optional[int] = None) -> list[int]:
+def circuit_sizes(sizes: str | Sequence[int | str], n_edges: int | None = None) -> list[int]:
     """Edge counts from ``sizes``: a comma list (``"50,200,1%,5%"``) or a sequence of ints and ``"P%"`` strings.
 
     An int is a count of edges, in ``[1, n_edges]``; ``"P%"`` is ``P`` percent of the graph's edges, ``P`` in
@@ -75,7 +76,7 @@ def circuit_sizes(sizes: Union[str, Sequence[Union[int, str]]], n_edges: Optiona
     return sorted(set(counts))
 
 
-def write_edge_scores(scores: EdgeScores, kept: Tensor, path: Union[str, Path]) -> Path:
+def write_edge_scores(scores: EdgeScores, kept: Tensor, path: str | Path) -> Path:
     """Every edge's mean score over prompts as CSV (``upstream,reader,score,in_circuit``), strongest first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,8 +108,8 @@ class CircuitData(SectionData):
     cmd: float
     counts: list[int] = field(default_factory=list)  # the curve's circuit sizes
     curve: list[float] = field(default_factory=list)  # their faithfulness
-    smallest_faithful: Optional[int] = None  # the smallest of ``counts`` reaching ``TARGET`` (None: none does)
-    scores: Optional[EdgeScores] = None  # every edge's scores (``write_edge_scores``)
+    smallest_faithful: int | None = None  # the smallest of ``counts`` reaching ``TARGET`` (None: none does)
+    scores: EdgeScores | None = None  # every edge's scores (``write_edge_scores``)
 
 
 def node_figure(scores: EdgeScores, title: str = "node scores"):
@@ -164,7 +165,7 @@ def edge_figure(scores: EdgeScores, kept: torch.Tensor, title: str = "edge score
     return fig
 
 
-def _patterns(model, task, nodes: list[str]) -> tuple[Optional[list[str]], dict]:
+def _patterns(model, task, nodes: list[str]) -> tuple[list[str] | None, dict]:
     """The first prompt's tokens and the attention pattern of each head among ``nodes`` (of a whole attention
     sublayer's node, ``L3.attn``, its heads' mean pattern). An encoder-decoder's: its decoder's self-attention heads
     over the first target."""
@@ -199,19 +200,19 @@ def _patterns(model, task, nodes: list[str]) -> tuple[Optional[list[str]], dict]
 
 def circuit_report(
     model,
-    task: Union[Task, Seq2SeqTask],
+    task: Task | Seq2SeqTask,
     *,
-    metric: Optional[RowMetric] = None,
+    metric: RowMetric | None = None,
     method: str = "EAP-IG",
     steps: int = 5,
     ig_on: str = "inputs",
-    edges: Optional[int] = None,
-    fraction: Optional[float] = None,
-    sizes: Union[None, str, Sequence[Union[int, str]]] = None,
+    edges: int | None = None,
+    fraction: float | None = None,
+    sizes: None | str | Sequence[int | str] = None,
     selection: str = "top",
     ablation: str = "corrupted",
-    title: Optional[str] = None,
-    scores_file: Optional[str] = None,
+    title: str | None = None,
+    scores_file: str | None = None,
     progress: bool = False,
 ) -> Report:
     """Find the circuit of ``edges`` edges (default ``DEFAULT_EDGES``) or ``fraction`` of the graph's for ``task``

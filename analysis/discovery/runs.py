@@ -41,7 +41,7 @@ class Runs:
     model: object
     clean: tuple
     corrupted: tuple
-    mask: Optional[Tensor]
+    mask: Tensor | None
     stream_masks: tuple
     batch: int
 
@@ -67,7 +67,7 @@ def _pair(value, what: str) -> SourceTarget:
     )
 
 
-def _source(model, source, attention_mask, what: str) -> tuple[Tensor, Optional[Tensor]]:
+def _source(model, source, attention_mask, what: str) -> tuple[Tensor, Tensor | None]:
     texts = isinstance(source, str) or (isinstance(source, list) and bool(source) and isinstance(source[0], str))
     if texts and attention_mask is not None:
         raise ValueError(f"{what}: a source given as text is padded with its own mask; pass ids to give a mask")

@@ -48,7 +48,7 @@ class Seq2SeqTask:
     name: str
     source: Int[Tensor, "batch key_pos"]
     corrupted_source: Int[Tensor, "batch key_pos"]
-    source_mask: Optional[Int[Tensor, "batch key_pos"]]
+    source_mask: Int[Tensor, "batch key_pos"] | None
     target: Int[Tensor, "batch pos"]
     corrupted_target: Int[Tensor, "batch pos"]
     answer: Int[Tensor, "batch"]
@@ -84,7 +84,7 @@ class Seq2SeqTask:
         return SourceTarget(self.corrupted_source, self.corrupted_target)
 
     @property
-    def attention_mask(self) -> Optional[Int[Tensor, "batch key_pos"]]:
+    def attention_mask(self) -> Int[Tensor, "batch key_pos"] | None:
         """The sources' padding mask (the same for the clean and the corrupted sources)."""
         return self.source_mask
 
@@ -94,7 +94,7 @@ class Seq2SeqTask:
         return logit_diff_per_row(self.answer, self.wrong, self.pos)
 
     @torch.no_grad()
-    def evaluate(self, model, metric: Optional[RowMetric] = None, corrupted: bool = False) -> Float[Tensor, "batch"]:
+    def evaluate(self, model, metric: RowMetric | None = None, corrupted: bool = False) -> Float[Tensor, "batch"]:
         """``metric`` (default ``self.metric``) on the model's run of the clean (or corrupted) pairs."""
         source, target = self.corrupted if corrupted else self.clean
         logits = model(source, target, attention_mask=self.source_mask)
@@ -118,7 +118,7 @@ def _one_token(tokenizer, text: str, what: str) -> int:
     return ids[0]
 
 
-def load_seq2seq_task(model, path_or_rows: Union[str, Path, list], name: Optional[str] = None) -> Seq2SeqTask:
+def load_seq2seq_task(model, path_or_rows: str | Path | list, name: str | None = None) -> Seq2SeqTask:
     """A task from a ``.csv``/``.json`` file or a list of dicts with the columns ``source,corrupted_source,target,
     answer,wrong`` and optionally ``corrupted_target`` (module docstring); ``name``: default the file's stem.
 

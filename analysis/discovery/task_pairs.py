@@ -33,16 +33,16 @@ class Task:
     name: str
     clean: Int[Tensor, "batch pos"]
     corrupted: Int[Tensor, "batch pos"]
-    attention_mask: Optional[Int[Tensor, "batch pos"]]
+    attention_mask: Int[Tensor, "batch pos"] | None
     answer: Int[Tensor, "batch"]
     wrong: Int[Tensor, "batch"]
     pos: Int[Tensor, "batch"]
-    clean_text: Optional[tuple[str, ...]] = None
-    corrupted_text: Optional[tuple[str, ...]] = None
-    answer_text: Optional[tuple[str, ...]] = None
-    wrong_text: Optional[tuple[str, ...]] = None
-    threshold: Optional[Int[Tensor, "batch"]] = None
-    vocab_size: Optional[int] = None
+    clean_text: tuple[str, ...] | None = None
+    corrupted_text: tuple[str, ...] | None = None
+    answer_text: tuple[str, ...] | None = None
+    wrong_text: tuple[str, ...] | None = None
+    threshold: Int[Tensor, "batch"] | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self):
         if self.clean.ndim != 2:
@@ -116,7 +116,7 @@ class Task:
 
     @torch.no_grad()
     def evaluate(
-        self, model: _checks.AnyModel, metric: Optional[RowMetric] = None, corrupted: bool = False
+        self, model: _checks.AnyModel, metric: RowMetric | None = None, corrupted: bool = False
     ) -> Float[Tensor, "batch"]:
         """``metric`` (default ``self.metric``) on the model's run of the clean (or corrupted) prompts; a model whose
         tokenizer is not the task's is refused (``check_model``)."""

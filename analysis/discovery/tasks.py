@@ -25,8 +25,9 @@ Built for any tokenizer (names, nouns and years are kept only where they are one
 import csv
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -37,12 +38,82 @@ from .metrics import RowMetric
 from .task_pairs import Task, _decoder, _from_prompts, _ids, _tokenizer, _vocab_size  # Task re-exported (__all__)
 
 # Common first names; a tokenizer keeps those that are one token after a space.
-NAMES = (
-    "Mary John Alice Bob James Sarah Michael Emma David Laura Daniel Anna Paul Kate Mark Lisa Peter Jane Tom Amy "
-    "George Emily Robert Rachel Richard Jessica Thomas Susan Charles Karen Steven Nancy Kevin Helen Brian Linda "
-    "Eric Julia Jason Maria Adam Diana Ryan Rose Scott Claire Frank Grace Henry Alex Jack Lucy Sam Ruth Max Anne "
-    "Carl Joan Dan Sophie Ben Kelly Tim Ann Andrew Amanda Matthew Nicole Joseph Sandra Patrick Megan Justin Olivia"
-).split()
+NAMES = [
+    "Mary",
+    "John",
+    "Alice",
+    "Bob",
+    "James",
+    "Sarah",
+    "Michael",
+    "Emma",
+    "David",
+    "Laura",
+    "Daniel",
+    "Anna",
+    "Paul",
+    "Kate",
+    "Mark",
+    "Lisa",
+    "Peter",
+    "Jane",
+    "Tom",
+    "Amy",
+    "George",
+    "Emily",
+    "Robert",
+    "Rachel",
+    "Richard",
+    "Jessica",
+    "Thomas",
+    "Susan",
+    "Charles",
+    "Karen",
+    "Steven",
+    "Nancy",
+    "Kevin",
+    "Helen",
+    "Brian",
+    "Linda",
+    "Eric",
+    "Julia",
+    "Jason",
+    "Maria",
+    "Adam",
+    "Diana",
+    "Ryan",
+    "Rose",
+    "Scott",
+    "Claire",
+    "Frank",
+    "Grace",
+    "Henry",
+    "Alex",
+    "Jack",
+    "Lucy",
+    "Sam",
+    "Ruth",
+    "Max",
+    "Anne",
+    "Carl",
+    "Joan",
+    "Dan",
+    "Sophie",
+    "Ben",
+    "Kelly",
+    "Tim",
+    "Ann",
+    "Andrew",
+    "Amanda",
+    "Matthew",
+    "Nicole",
+    "Joseph",
+    "Sandra",
+    "Patrick",
+    "Megan",
+    "Justin",
+    "Olivia",
+]
 IOI_TEMPLATES = (  # {A} and {B} are the two names, in either order; {S} the subject's second mention
     "When {A} and {B} went to the store, {S} gave a drink to",
     "Then, {A} and {B} went to the park. {S} gave a ball to",
@@ -53,10 +124,32 @@ IOI_TEMPLATES = (  # {A} and {B} are the two names, in either order; {S} the sub
     "After {A} and {B} went to the garden, {S} gave a flower to",
     "Then, {A} and {B} were thinking about going to the school. {S} wanted to give a bag to",
 )
-NOUNS = (
-    "war reign trip project study campaign treaty drought voyage siege famine journey conflict expedition "
-    "marriage alliance plague festival occupation rebellion construction dispute program tradition"
-).split()
+NOUNS = [
+    "war",
+    "reign",
+    "trip",
+    "project",
+    "study",
+    "campaign",
+    "treaty",
+    "drought",
+    "voyage",
+    "siege",
+    "famine",
+    "journey",
+    "conflict",
+    "expedition",
+    "marriage",
+    "alliance",
+    "plague",
+    "festival",
+    "occupation",
+    "rebellion",
+    "construction",
+    "dispute",
+    "program",
+    "tradition",
+]
 CENTURIES = range(11, 18)  # start years 1100..1799, as in EAP-IG's data
 GREATER_THAN_TEMPLATE = "The {noun} lasted from the year {century}{yy} to the year {century}"
 
@@ -223,7 +316,7 @@ def induction_task(model: _checks.AnyModel, n_prompts: int, seq_len: int, seed: 
     return Task("induction", clean, corrupted, None, first[:, -1], wrong, pos, vocab_size=_vocab_size(model))
 
 
-def write_csv(task: Task, path: Union[str, Path], layout: str = "generic") -> Path:
+def write_csv(task: Task, path: str | Path, layout: str = "generic") -> Path:
     """Write ``task`` as CSV and return the path; ``load_task`` reads it back to an equal task.
 
     ``"generic"``: columns ``clean,corrupted,answer,wrong`` (text). ``"eap-ig"``: EAP-IG's
@@ -278,7 +371,7 @@ def _int(row: dict, index: int, column: str) -> int:
         raise ValueError(f"row {index}: column {column!r} must be an integer, got {row[column]!r}") from None
 
 
-def load_task(model: _checks.AnyModel, path_or_rows, name: Optional[str] = None) -> Task:
+def load_task(model: _checks.AnyModel, path_or_rows, name: str | None = None) -> Task:
     """A task from a ``.csv``/``.json`` file or a list of dicts, in either ``write_csv`` layout.
 
     ``clean,corrupted,answer,wrong`` (text; ``answer`` and ``wrong`` one token each, with their

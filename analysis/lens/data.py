@@ -41,12 +41,12 @@ class LensContexts:
 def lens_contexts(
     model,
     corpus,
-    context_length: Optional[int] = None,
+    context_length: int | None = None,
     *,
-    bos_token_id: Optional[int] = None,
-    separator_token_id: Optional[int] = None,
+    bos_token_id: int | None = None,
+    separator_token_id: int | None = None,
     text_field: str = "text",
-    max_contexts: Optional[int] = None,
+    max_contexts: int | None = None,
     progress: bool = False,
 ) -> LensContexts:
     """``corpus`` as contexts for ``model`` (module docstring); ``ValueError`` when it gives none."""

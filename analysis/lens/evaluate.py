@@ -88,7 +88,7 @@ def evaluate_lens(
     batch_size: int = 8,
     chunk_tokens: int = 512,
     progress: bool = False,
-    description: Optional[str] = None,
+    description: str | None = None,
 ) -> LensEvaluation:
     """``LensEvaluation`` of ``lens`` and of the logit lens on ``contexts`` (module docstring)."""
     lens.check_model(model)

@@ -48,7 +48,7 @@ class ReadOutKL(torch.autograd.Function):
     """``kl [N]`` of the read-out of ``z [N, d_model]`` to ``target``; backward returns the saved ``d kl / d z``."""
 
     @staticmethod
-    def forward(ctx, z: Tensor, W_U: Tensor, b_U: Tensor, cap: Optional[float], target: FinalDistribution):
+    def forward(ctx, z: Tensor, W_U: Tensor, b_U: Tensor, cap: float | None, target: FinalDistribution):
         dtype = _at_least_float32(z.dtype)
         logits = (z.detach().to(W_U.dtype) @ W_U).to(dtype) + b_U.to(dtype)
         tanh = None
@@ -70,7 +70,7 @@ class ReadOutKL(torch.autograd.Function):
         return grad_kl[:, None] * grad_z, None, None, None, None
 
 
-def read_out_kl(model, z: Tensor, target: FinalDistribution, W_U: Optional[Tensor] = None) -> Tensor:
+def read_out_kl(model, z: Tensor, target: FinalDistribution, W_U: Tensor | None = None) -> Tensor:
     """``KL(target || read-out of z)`` per row of ``z [N, d_model]`` (the final norm's output), differentiable in
     ``z``; ``W_U`` is the model's read-out matrix, or a copy of it in a cheaper dtype."""
     return ReadOutKL.apply(z, model.W_U if W_U is None else W_U, model.b_U, model.read_out.softcap, target)

@@ -33,7 +33,7 @@ def summary_lines(evaluation: LensEvaluation) -> list[str]:
     ]
 
 
-def lens_page(evaluation: LensEvaluation, title: str, training: Optional[dict] = None) -> Report:
+def lens_page(evaluation: LensEvaluation, title: str, training: dict | None = None) -> Report:
     """The page: a summary, the figure (``plot_lens_comparison``), the per-layer table and, given ``training``
     (``training.json``'s record), how the lens was trained."""
     summary = summary_lines(evaluation)

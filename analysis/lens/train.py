@@ -43,14 +43,14 @@ TRAINING_FILE = "training.json"
 class LensTrainingConfig:
     """How a lens is trained (module docstring); validated on construction."""
 
-    context_length: Optional[int] = None  # tokens per context, the BOS included (default: min(n_ctx, 128))
+    context_length: int | None = None  # tokens per context, the BOS included (default: min(n_ctx, 128))
     batch_size: int = 4  # contexts per step
     epochs: int = 1
-    max_steps: Optional[int] = None  # stop after this many steps, whatever the epochs
+    max_steps: int | None = None  # stop after this many steps, whatever the epochs
     lr: float = 1e-3  # Adam's peak learning rate (decays linearly to 0)
     weight_decay: float = 0.0  # AdamW's decay of the translators, towards the identity map
     held_out_every: int = 5  # hold out every N-th context
-    max_contexts: Optional[int] = None  # read at most this many contexts from the corpus (before the split)
+    max_contexts: int | None = None  # read at most this many contexts from the corpus (before the split)
     seed: int = 0
     bias: bool = True
     matmul_dtype: str = "float32"  # the two products with W_U during training: "float32" or "bfloat16"
@@ -94,7 +94,7 @@ class LensTraining:
         """Training tokens (times epochs) per second of training, evaluation excluded."""
         return self.notes.get("tokens_per_second", float("nan"))
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         """The lens (``params.pt``, ``config.json``) and ``training.json`` (settings, losses, held-out scores)."""
         folder = self.lens.save(path)
         record = {
@@ -113,12 +113,12 @@ class LensTraining:
 def train_tuned_lens(
     model,
     corpus,
-    config: Optional[LensTrainingConfig] = None,
+    config: LensTrainingConfig | None = None,
     *,
-    lens: Optional[TunedLens] = None,
-    bos_token_id: Optional[int] = None,
+    lens: TunedLens | None = None,
+    bos_token_id: int | None = None,
     text_field: str = "text",
-    base_model_name_or_path: Optional[str] = None,
+    base_model_name_or_path: str | None = None,
     progress: bool = True,
 ) -> LensTraining:
     """Train a lens on ``corpus`` (anything ``harvest`` reads, or a ``[context, pos]`` tensor of ids) and judge it

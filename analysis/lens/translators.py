@@ -50,8 +50,8 @@ class TunedLensConfig:
     d_model: int
     num_hidden_layers: int
     bias: bool = True
-    base_model_revision: Optional[str] = None
-    unembed_hash: Optional[str] = None
+    base_model_revision: str | None = None
+    unembed_hash: str | None = None
     lens_type: str = LENS_TYPE
 
     @classmethod
@@ -110,7 +110,7 @@ class TunedLens(nn.Module):
         self.layer_translators = nn.ModuleList([zero_translator() for _ in range(config.num_hidden_layers)])
 
     @classmethod
-    def for_model(cls, model, bias: bool = True, base_model_name_or_path: Optional[str] = None) -> "TunedLens":
+    def for_model(cls, model, bias: bool = True, base_model_name_or_path: str | None = None) -> "TunedLens":
         """An identity lens (the logit lens) for ``model``: ``d_model`` and the layer count from ``model.cfg``."""
         check_read_out(model)
         name = base_model_name_or_path or getattr(model.cfg, "name", None) or type(model).__name__
@@ -155,7 +155,7 @@ class TunedLens(nn.Module):
 
     # ---- files -----------------------------------------------------------------------------
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write ``params.pt`` and ``config.json`` into the folder ``path`` (created); returns the folder."""
         folder = Path(path)
         if folder.exists() and not folder.is_dir():
@@ -167,7 +167,7 @@ class TunedLens(nn.Module):
         return folder
 
     @classmethod
-    def load(cls, path: Union[str, Path], model=None) -> "TunedLens":
+    def load(cls, path: str | Path, model=None) -> "TunedLens":
         """Read a lens folder (ours or ``tuned-lens``'s); with ``model``, refuse it unless it fits the model."""
         folder = Path(path)
         for name in (CONFIG_FILE, PARAMS_FILE):

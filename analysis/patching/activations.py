@@ -13,7 +13,8 @@ two runs already agree gives the corrupted one. Clean and corrupted prompts must
 have the same shape so that positions line up.
 """
 
-from typing import Callable, Optional, Union
+from collections.abc import Callable
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -24,12 +25,12 @@ from interp_transformer import ActivationCache
 
 from .. import _checks
 
-Metric = Callable[[Tensor], Union[Tensor, float]]
+Metric = Callable[[Tensor], Tensor | float]
 RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
 
 def logit_diff_metric(
-    correct: Union[int, Int[Tensor, "batch"]], incorrect: Union[int, Int[Tensor, "batch"]], pos: int = -1
+    correct: int | Int[Tensor, "batch"], incorrect: int | Int[Tensor, "batch"], pos: int = -1
 ) -> Metric:
     """``metric(logits) = mean_batch(logits[b, pos, correct_b] - logits[b, pos, incorrect_b])``.
 
@@ -75,7 +76,7 @@ def _prepare(model: _checks.AnyModel, clean_tokens, corrupted_tokens, metric) ->
     return clean, corrupted
 
 
-def _clean_activations(model, clean, clean_cache: Optional[ActivationCache], names: list[str], analysis: str) -> dict:
+def _clean_activations(model, clean, clean_cache: ActivationCache | None, names: list[str], analysis: str) -> dict:
     if clean_cache is None:
         _, clean_cache = model.run_with_cache(clean, names_filter=names)
     _checks.check_cache(clean_cache)
@@ -111,9 +112,9 @@ def patch_residual(
     *,
     kind: str = "resid_pre",
     per_position: bool = True,
-    clean_cache: Optional[ActivationCache] = None,
+    clean_cache: ActivationCache | None = None,
     progress: bool = True,
-) -> Union[Float[Tensor, "layer pos"], Float[Tensor, "layer"]]:
+) -> Float[Tensor, "layer pos"] | Float[Tensor, "layer"]:
     """Patch the clean ``hook_{kind}`` into the corrupted run, one (layer, position) at a time.
 
     ``kind`` is ``resid_pre`` (default), ``resid_mid``, ``resid_post``, ``attn_out`` or
@@ -150,7 +151,7 @@ def patch_head_outputs(
     corrupted_tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     *,
-    clean_cache: Optional[ActivationCache] = None,
+    clean_cache: ActivationCache | None = None,
     progress: bool = True,
 ) -> Float[Tensor, "layer head_index"]:
     """Patch each head's clean output into the corrupted run, at every position at once.

@@ -32,7 +32,7 @@ from .. import _checks
 from ..readouts.cross_attention import require_cross_attention
 
 
-def _single(model, source, decoder_input, attention_mask) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+def _single(model, source, decoder_input, attention_mask) -> tuple[Tensor, Tensor, Tensor | None]:
     _checks.check_model(model)
     require_cross_attention(model, "source patching")
     tokens, key_is_real = model.prepare_source(source, attention_mask)
@@ -57,8 +57,8 @@ def source_word_effects(
     decoder_input: Int[Tensor, "1 pos"],
     replacement: int,
     *,
-    attention_mask: Optional[Int[Tensor, "1 key_pos"]] = None,
-    positions: Optional[list[int]] = None,
+    attention_mask: Int[Tensor, "1 key_pos"] | None = None,
+    positions: list[int] | None = None,
     progress: bool = False,
 ) -> Float[Tensor, "key_pos pos"]:
     """``effect[s, t]``: the fall of the clean prediction's logit at target ``t`` when source word ``s`` is replaced.
@@ -93,7 +93,7 @@ def patch_source_positions(
     corrupted_source: Int[Tensor, "1 key_pos"],
     decoder_input: Int[Tensor, "1 pos"],
     *,
-    attention_mask: Optional[Int[Tensor, "1 key_pos"]] = None,
+    attention_mask: Int[Tensor, "1 key_pos"] | None = None,
     progress: bool = False,
 ) -> Float[Tensor, "key_pos pos"]:
     """``result[s, t]``: the clean-minus-corrupted prediction's logit difference at target ``t``, with the encoder's

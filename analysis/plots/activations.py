@@ -1,6 +1,7 @@
 """Figures of neurons, logit lens, direct logit attribution and patching (re-exported by ``analysis.plots``)."""
 
-from typing import Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Optional, Union
 
 import plotly.graph_objects as go
 from jaxtyping import Float
@@ -10,9 +11,9 @@ from . import base
 
 
 def plot_token_activations(
-    values: Union[Float[Tensor, "pos"], Float[Tensor, "text pos"]],
-    str_tokens: Union[Sequence[str], Sequence[Sequence[str]]],
-    title: Optional[str] = None,
+    values: Float[Tensor, "pos"] | Float[Tensor, "text pos"],
+    str_tokens: Sequence[str] | Sequence[Sequence[str]],
+    title: str | None = None,
     colorbar_title: str = "activation",
 ) -> go.Figure:
     """Each token of one text (``values [pos]``, ``str_tokens`` a list of str) or of several
@@ -43,7 +44,7 @@ def plot_token_activations(
 
 def plot_neuron_summary(
     values: Float[Tensor, "layer d_mlp"],
-    title: Optional[str] = None,
+    title: str | None = None,
     signed: bool = True,
     colorbar_title: str = "activation",
 ) -> go.Figure:
@@ -62,7 +63,7 @@ def plot_neuron_summary(
 def plot_token_values(
     values: Float[Tensor, "k"],
     token_labels: Sequence[str],
-    title: Optional[str] = None,
+    title: str | None = None,
     x_title: str = "direct logit effect",
 ) -> go.Figure:
     """Horizontal bars, one per token (e.g. a neuron's most promoted and suppressed tokens),
@@ -86,11 +87,11 @@ def plot_token_values(
 
 def plot_logit_lens(
     values: Float[Tensor, "layer pos"],
-    layer_labels: Optional[Sequence[str]] = None,
-    pos_labels: Optional[Sequence[str]] = None,
-    cell_text: Optional[Sequence[Sequence[str]]] = None,
+    layer_labels: Sequence[str] | None = None,
+    pos_labels: Sequence[str] | None = None,
+    cell_text: Sequence[Sequence[str]] | None = None,
     signed: bool = False,
-    title: Optional[str] = None,
+    title: str | None = None,
     colorbar_title: str = "value",
 ) -> go.Figure:
     """A ``layer x pos`` heatmap of a logit-lens quantity (e.g. the probability of the next
@@ -111,9 +112,9 @@ def plot_logit_lens(
 
 def plot_layer_attribution(
     lines: Mapping[str, Float[Tensor, "layer"]],
-    title: Optional[str] = None,
+    title: str | None = None,
     y_title: str = "direct logit attribution",
-    layer_labels: Optional[Sequence[str]] = None,
+    layer_labels: Sequence[str] | None = None,
 ) -> go.Figure:
     """One line per series over layers, e.g. ``{"attn": attr.attn.mean(-1), "mlp": attr.mlp.mean(-1)}``."""
     if not isinstance(lines, Mapping) or not lines:
@@ -140,8 +141,8 @@ def plot_layer_attribution(
 
 def plot_residual_patching(
     values: Float[Tensor, "layer pos"],
-    pos_labels: Optional[Sequence[str]] = None,
-    title: Optional[str] = None,
+    pos_labels: Sequence[str] | None = None,
+    title: str | None = None,
     colorbar_title: str = "metric",
 ) -> go.Figure:
     """``patch_residual`` results as a ``layer x pos`` heatmap (RdBu centred at 0)."""
@@ -158,7 +159,7 @@ def plot_residual_patching(
 
 
 def plot_head_patching(
-    values: Float[Tensor, "layer head_index"], title: Optional[str] = None, colorbar_title: str = "metric"
+    values: Float[Tensor, "layer head_index"], title: str | None = None, colorbar_title: str = "metric"
 ) -> go.Figure:
     """``patch_head_outputs`` results as a ``layer x head_index`` heatmap (RdBu centred at 0)."""
     return base.heatmap(

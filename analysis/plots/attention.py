@@ -1,7 +1,8 @@
 """Figures of attention patterns, per-head scores and QK/OV circuits (re-exported by ``analysis.plots``)."""
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go
@@ -14,8 +15,8 @@ from . import base
 
 def plot_attention_pattern(
     pattern: Float[Tensor, "query_pos key_pos"],
-    str_tokens: Optional[Sequence[str]] = None,
-    title: Optional[str] = None,
+    str_tokens: Sequence[str] | None = None,
+    title: str | None = None,
 ) -> go.Figure:
     """One head's pattern: rows ``query_pos``, columns ``key_pos``, both labelled with the tokens.
 
@@ -44,10 +45,10 @@ def plot_attention_pattern(
 
 def plot_attention_heads(
     patterns: Float[Tensor, "head_index query_pos key_pos"],
-    str_tokens: Optional[Sequence[str]] = None,
-    layer: Optional[int] = None,
+    str_tokens: Sequence[str] | None = None,
+    layer: int | None = None,
     n_cols: int = 4,
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> go.Figure:
     """A grid with the pattern of every head of one layer (one shared colour scale, 0 to 1)."""
     array = base.check_ndim(patterns, 3, "head_index, query_pos, key_pos", "plot_attention_heads")
@@ -83,7 +84,7 @@ def plot_attention_heads(
 
 def plot_head_scores(
     scores: Float[Tensor, "layer head_index"],
-    title: Optional[str] = None,
+    title: str | None = None,
     signed: bool = False,
     colorbar_title: str = "score",
 ) -> go.Figure:
@@ -102,10 +103,10 @@ def plot_head_scores(
 
 def plot_circuit(
     values: Float[Tensor, "rows cols"],
-    row_labels: Optional[Sequence[str]] = None,
-    col_labels: Optional[Sequence[str]] = None,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
     kind: str = "qk",
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> go.Figure:
     """A block of a full QK (``kind="qk"``: query x key tokens) or OV (``"ov"``: source x
     output tokens) circuit, e.g. from ``circuit_on_tokens``, with token labels (RdBu, 0-centred)."""
@@ -129,8 +130,8 @@ def plot_circuit(
 def plot_composition_scores(
     scores: Float[Tensor, "layer head_index layer head_index"],
     kind: str = "",
-    title: Optional[str] = None,
-    readers: Optional[Sequence[tuple[int, int]]] = None,
+    title: str | None = None,
+    readers: Sequence[tuple[int, int]] | None = None,
 ) -> go.Figure:
     """Composition scores ``[layer, head_index, layer, head_index]`` as a writer x reader heatmap.
 

@@ -9,7 +9,8 @@ axis glossary: ``layer``, ``head_index``, ``query_pos``, ``key_pos``, ``pos``,
 """
 
 import html
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go
@@ -40,13 +41,13 @@ def display_label(label: str) -> str:
     return html.escape(str(label).replace("\n", "\\n"), quote=False)
 
 
-def labels(values: Optional[Sequence], size: int, axis: str) -> Optional[list[str]]:
+def labels(values: Sequence | None, size: int, axis: str) -> list[str] | None:
     """Check that there is one label per entry of ``axis`` and make them displayable."""
     checked = _checks.check_labels(values, size, axis)
     return None if checked is None else [display_label(label) for label in checked]
 
 
-def colour_kwargs(signed: bool, zmin: Optional[float] = None, zmax: Optional[float] = None) -> dict:
+def colour_kwargs(signed: bool, zmin: float | None = None, zmax: float | None = None) -> dict:
     """Colour-scale keywords of a heatmap trace: RdBu centred at 0 for signed values, else Blues."""
     if signed:
         return dict(colorscale=DIVERGING, zmid=0.0)
@@ -58,7 +59,7 @@ def colour_kwargs(signed: bool, zmin: Optional[float] = None, zmax: Optional[flo
     return kwargs
 
 
-def set_ticks(fig: go.Figure, axis: str, tick_labels: Optional[list[str]], title: str, **where) -> None:
+def set_ticks(fig: go.Figure, axis: str, tick_labels: list[str] | None, title: str, **where) -> None:
     """Axis title, and tick text at the integer positions when labels are given."""
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
     update(title_text=title, **where)
@@ -71,14 +72,14 @@ def heatmap(
     *,
     x_title: str,
     y_title: str,
-    x_labels: Optional[Sequence] = None,
-    y_labels: Optional[Sequence] = None,
+    x_labels: Sequence | None = None,
+    y_labels: Sequence | None = None,
     signed: bool,
-    title: Optional[str] = None,
-    colorbar_title: Optional[str] = None,
-    cell_text: Optional[Sequence[Sequence[str]]] = None,
-    zmin: Optional[float] = None,
-    zmax: Optional[float] = None,
+    title: str | None = None,
+    colorbar_title: str | None = None,
+    cell_text: Sequence[Sequence[str]] | None = None,
+    zmin: float | None = None,
+    zmax: float | None = None,
     what: str = "heatmap",
 ) -> go.Figure:
     """A 2-d heatmap ``values[row, col]`` with rows top to bottom, as ``imshow`` draws them."""

@@ -6,7 +6,8 @@ columns source positions (``key_pos``, labelled with the source tokens); the cel
 drawn on top as open circles (one per aligned target position).
 """
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go
@@ -40,10 +41,10 @@ def _alignment_trace(alignment, n_target: int, n_source: int) -> go.Scatter:
 
 def plot_cross_attention(
     pattern: Float[Tensor, "query_pos key_pos"],
-    source_tokens: Optional[Sequence[str]] = None,
-    target_tokens: Optional[Sequence[str]] = None,
-    alignment: Optional[Int[Tensor, "query_pos"]] = None,
-    title: Optional[str] = None,
+    source_tokens: Sequence[str] | None = None,
+    target_tokens: Sequence[str] | None = None,
+    alignment: Int[Tensor, "query_pos"] | None = None,
+    title: str | None = None,
 ) -> go.Figure:
     """One cross-attention head's pattern: target rows, source columns, token labels; ``alignment`` circled.
 
@@ -75,9 +76,9 @@ def plot_cross_attention(
 
 def plot_source_effects(
     effects: Float[Tensor, "key_pos pos"],
-    source_tokens: Optional[Sequence[str]] = None,
-    target_tokens: Optional[Sequence[str]] = None,
-    title: Optional[str] = None,
+    source_tokens: Sequence[str] | None = None,
+    target_tokens: Sequence[str] | None = None,
+    title: str | None = None,
     colorbar_title: str = "logit change",
 ) -> go.Figure:
     """Source position x target position effects (corrupting or patching source words), transposed to the
@@ -98,9 +99,9 @@ def plot_source_effects(
 
 def plot_cross_attention_heads(
     patterns: Float[Tensor, "layer head_index query_pos key_pos"],
-    source_tokens: Optional[Sequence[str]] = None,
-    target_tokens: Optional[Sequence[str]] = None,
-    alignment: Optional[Int[Tensor, "query_pos"]] = None,
+    source_tokens: Sequence[str] | None = None,
+    target_tokens: Sequence[str] | None = None,
+    alignment: Int[Tensor, "query_pos"] | None = None,
     initial: tuple[int, int] = (0, 0),
 ) -> go.Figure:
     """Every cross-attention head's pattern in one figure; a menu shows one head at a time (``initial`` first)."""

@@ -4,7 +4,8 @@ Re-exported by ``analysis.plots``. Axis titles from the glossary plus ``expert``
 of a mixture) and ``layer`` (the mixtures' blocks, labelled by their block index).
 """
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import plotly.graph_objects as go
 from jaxtyping import Float
@@ -15,8 +16,8 @@ from . import base
 
 def plot_expert_usage(
     values: Float[Tensor, "layer expert"],
-    layer_labels: Optional[Sequence] = None,
-    title: Optional[str] = None,
+    layer_labels: Sequence | None = None,
+    title: str | None = None,
     colorbar_title: str = "share of tokens",
 ) -> go.Figure:
     """One value per layer and expert (``ExpertUsage.fraction()``: the share of tokens routed to it) as a heatmap.
@@ -40,7 +41,7 @@ def plot_expert_usage(
 def plot_token_routing(
     weights: Float[Tensor, "pos expert"],
     str_tokens: Sequence[str],
-    title: Optional[str] = None,
+    title: str | None = None,
     colorbar_title: str = "routing weight",
 ) -> go.Figure:
     """Each token's routing weight for every expert of one layer (0 where not chosen): tokens down, experts across."""
@@ -61,8 +62,8 @@ def plot_token_routing(
 
 def plot_expert_attribution(
     values: Float[Tensor, "layer expert"],
-    layer_labels: Optional[Sequence] = None,
-    title: Optional[str] = None,
+    layer_labels: Sequence | None = None,
+    title: str | None = None,
     colorbar_title: str = "logit",
 ) -> go.Figure:
     """Each expert's direct logit attribution (``ExpertAttribution.experts[..., b]``), signed, RdBu centred at 0."""

@@ -13,7 +13,7 @@ from . import base
 def plot_feature_histogram(
     edges: Float[Tensor, "edge"],
     counts: Int[Tensor, "bin"],
-    title: Optional[str] = None,
+    title: str | None = None,
     x_title: str = "activation",
 ) -> go.Figure:
     """One feature's histogram: ``counts[i]`` values in ``[edges[i], edges[i + 1])`` (``len(edges) = len(counts) + 1``),

@@ -110,7 +110,7 @@ def subject_number() -> list[dict]:
     return records
 
 
-def write_jsonl(records: list[dict], path: Union[str, Path]) -> Path:
+def write_jsonl(records: list[dict], path: str | Path) -> Path:
     """Write records one JSON object per line (what ``interp-transformer probe --data`` reads)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

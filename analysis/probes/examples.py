@@ -34,8 +34,8 @@ class Site:
     """One place a probe reads: a full hook name, its block (None for a hook outside the blocks) and head."""
 
     hook: str
-    layer: Optional[int]
-    head: Optional[int] = None
+    layer: int | None
+    head: int | None = None
 
     @property
     def label(self) -> str:
@@ -190,7 +190,7 @@ def collect(
         by_length.setdefault(len(ids), []).append(i)
     batches = [group[s : s + batch_size] for group in by_length.values() for s in range(0, len(group), batch_size)]
     per_example = [torch.nonzero(rows.example == i).flatten() for i in range(len(tokens))]
-    features: dict[Site, Optional[Tensor]] = dict.fromkeys(sites)
+    features: dict[Site, Tensor | None] = dict.fromkeys(sites)
     kwargs = {} if stop is None else {"stop_at_layer": stop}
     for batch in tqdm(batches, desc="caching activations", unit="batch", disable=not progress):
         with torch.no_grad():
@@ -218,7 +218,7 @@ def _site_activation(cache, site: Site) -> Tensor:
 
 
 def split_examples(
-    n_examples: int, fractions: Sequence[float], seed: int, strata: Optional[Tensor] = None
+    n_examples: int, fractions: Sequence[float], seed: int, strata: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Train, validation and test example indices (stratified by ``strata`` where given), seeded."""
     if len(fractions) != 3 or any(not 0 < f < 1 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:

@@ -53,13 +53,13 @@ class Probe:
     val_accuracy: float
     test_accuracy: float
     majority: float
-    control_accuracy: Optional[float] = None
-    control_l2: Optional[float] = None
+    control_accuracy: float | None = None
+    control_l2: float | None = None
     classes: tuple = ()
-    site: Optional[Site] = None
+    site: Site | None = None
 
     @property
-    def selectivity(self) -> Optional[float]:
+    def selectivity(self) -> float | None:
         """Test accuracy minus the control task's (None when no control task was fitted)."""
         return None if self.control_accuracy is None else selectivity(self.test_accuracy, self.control_accuracy)
 
@@ -82,7 +82,7 @@ class Probe:
         return self.logits(features).argmax(-1)
 
 
-def _train(x: Tensor, y: Tensor, n_classes: int, l2: float, start: Optional[tuple]) -> tuple[Tensor, Tensor]:
+def _train(x: Tensor, y: Tensor, n_classes: int, l2: float, start: tuple | None) -> tuple[Tensor, Tensor]:
     weight = torch.zeros(n_classes, x.shape[1], dtype=x.dtype) if start is None else start[0].clone()
     bias = torch.zeros(n_classes, dtype=x.dtype) if start is None else start[1].clone()
     weight.requires_grad_(True), bias.requires_grad_(True)
@@ -143,10 +143,10 @@ def fit_probe(
     train: Tensor,
     val: Tensor,
     test: Tensor,
-    control: Optional[Tensor] = None,
+    control: Tensor | None = None,
     l2_grid: Sequence[float] = L2_GRID,
     classes: tuple = (),
-    site: Optional[Site] = None,
+    site: Site | None = None,
 ) -> Probe:
     """A probe of ``features [row, d]`` for the class indices ``targets [row]``; ``train``/``val``/``test`` are
     row indices. With ``control [row]`` (the control task's class indices) the control probe is fitted the same

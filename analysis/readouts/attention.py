@@ -62,8 +62,8 @@ def _patterns(cache: ActivationCache, analysis: str):
 
 
 def attention_pattern(
-    cache: ActivationCache, layer: int, head: Optional[int] = None
-) -> Union[Float[Tensor, "batch head_index query_pos key_pos"], Float[Tensor, "batch query_pos key_pos"]]:
+    cache: ActivationCache, layer: int, head: int | None = None
+) -> Float[Tensor, "batch head_index query_pos key_pos"] | Float[Tensor, "batch query_pos key_pos"]:
     """The attention pattern of ``layer`` (all heads) or of one ``head``, with a batch axis.
 
     ``pattern[b, h, q, k]`` is the softmax weight query position ``q`` puts on key position ``k``.
@@ -149,8 +149,8 @@ def repeated_random_tokens(
     seq_len: int,
     batch: int = 1,
     seed: int = 0,
-    bos: Optional[int] = None,
-    eos: Optional[int] = None,
+    bos: int | None = None,
+    eos: int | None = None,
 ) -> Int[Tensor, "batch pos"]:
     """``[bos?, x_1 .. x_n, x_1 .. x_n, eos?]``: ``n = seq_len`` uniform random tokens, repeated.
 
@@ -211,7 +211,7 @@ def _check_target(target: Tensor, batch: int, n_pos: int, causal: bool) -> Tenso
     return target
 
 
-def _check_mask(attention_mask, batch: int, n_pos: int) -> Optional[Tensor]:
+def _check_mask(attention_mask, batch: int, n_pos: int) -> Tensor | None:
     """``attention_mask`` ``[batch, pos]`` of 0/1 (or bool) as a bool tensor; ``None`` stays ``None``."""
     if attention_mask is None:
         return None
@@ -232,7 +232,7 @@ def detect_head(
     target: Shaped[Tensor, "*batch query_pos key_pos"],
     exclude_bos: bool = False,
     exclude_current_token: bool = False,
-    attention_mask: Optional[Tensor] = None,
+    attention_mask: Tensor | None = None,
 ) -> Float[Tensor, "layer head_index"]:
     """Score every head against a target pattern (see the module docstring for the formula).
 
@@ -267,7 +267,7 @@ def detect_head(
 
 
 def previous_token_scores(
-    cache: ActivationCache, attention_mask: Optional[Tensor] = None
+    cache: ActivationCache, attention_mask: Tensor | None = None
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just before it (queries ``q >= 1``)."""
     n_pos = next(_patterns(cache, "previous_token_scores"))[1].shape[-1]
@@ -275,7 +275,7 @@ def previous_token_scores(
 
 
 def next_token_scores(
-    cache: ActivationCache, attention_mask: Optional[Tensor] = None
+    cache: ActivationCache, attention_mask: Tensor | None = None
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key just after it: encoders only (a decoder never sees it)."""
     _checks.check_cache(cache)
@@ -287,7 +287,7 @@ def next_token_scores(
     return detect_head(cache, next_token_target(n_pos), attention_mask=attention_mask)
 
 
-def _tokens_and_mask(tokens, attention_mask) -> tuple[Tensor, Optional[Tensor]]:
+def _tokens_and_mask(tokens, attention_mask) -> tuple[Tensor, Tensor | None]:
     """A tokenizer result (``TokensAndMask``, ``EncoderTokens``) brings its own mask; plain ids take
     ``attention_mask`` (default: no padding)."""
     if isinstance(tokens, tuple) and hasattr(tokens, "attention_mask"):
@@ -312,9 +312,9 @@ def _tokens_of_cache(cache: ActivationCache, tokens) -> Tensor:
 
 def duplicate_token_scores(
     cache: ActivationCache,
-    tokens: Union[Int[Tensor, "batch pos"], tuple],
-    attention_mask: Optional[Tensor] = None,
-    bidirectional: Optional[bool] = None,
+    tokens: Int[Tensor, "batch pos"] | tuple,
+    attention_mask: Tensor | None = None,
+    bidirectional: bool | None = None,
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention to other copies of the query's token, over queries that have one.
 
@@ -330,7 +330,7 @@ def duplicate_token_scores(
 
 
 def induction_scores(
-    cache: ActivationCache, tokens: Union[Int[Tensor, "batch pos"], tuple], attention_mask: Optional[Tensor] = None
+    cache: ActivationCache, tokens: Int[Tensor, "batch pos"] | tuple, attention_mask: Tensor | None = None
 ) -> Float[Tensor, "layer head_index"]:
     """Mean attention to the token after an earlier copy of the query's token.
 
@@ -344,7 +344,7 @@ def induction_scores(
 
 
 def induction_head_scores(
-    model: _checks.AnyModel, seq_len: int = 20, batch: int = 4, seed: int = 0, bos: Optional[int] = None
+    model: _checks.AnyModel, seq_len: int = 20, batch: int = 4, seed: int = 0, bos: int | None = None
 ) -> Float[Tensor, "layer head_index"]:
     """Run ``model`` on ``repeated_random_tokens(model, seq_len, batch, seed, bos)`` and score induction."""
     tokens = repeated_random_tokens(model, seq_len, batch, seed, bos)

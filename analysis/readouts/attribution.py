@@ -85,7 +85,7 @@ def attribution_hook_names(model: _checks.AnyModel, neurons: bool = False) -> li
 
 
 @torch.no_grad()
-def logit_lens(cache: ActivationCache, pos_slice: Union[None, int, slice] = None, return_labels: bool = False):
+def logit_lens(cache: ActivationCache, pos_slice: None | int | slice = None, return_labels: bool = False):
     """``LN_final(r) W_U + b_U`` for the residual ``r`` entering every block and the final one.
 
     Shape ``[layer + 1, batch, pos, d_vocab]`` (``pos_slice`` selects positions first; an
@@ -131,11 +131,11 @@ class LogitAttribution:
     pos_embed: Float[Tensor, "batch"]
     heads: Float[Tensor, "layer head_index batch"]
     attn_bias: Float[Tensor, "layer batch"]
-    mlp: Optional[Float[Tensor, "layer batch"]]
-    mlp_bias: Optional[Float[Tensor, "layer batch"]]
+    mlp: Float[Tensor, "layer batch"] | None
+    mlp_bias: Float[Tensor, "layer batch"] | None
     ln_final_bias: Float[Tensor, "batch"]
     unembed_bias: Float[Tensor, "batch"]
-    logit_softcap: Optional[float] = None  # the model's logits are cap * tanh(uncapped / cap): total() is uncapped
+    logit_softcap: float | None = None  # the model's logits are cap * tanh(uncapped / cap): total() is uncapped
     other_writers: dict[str, Float[Tensor, "layer batch"]] = field(default_factory=dict)
 
     @property
@@ -188,7 +188,7 @@ class _Readout:
         return _checks.cached(self.cache, name)[self.batch_index, self.pos]
 
     def read(
-        self, vectors: Float[Tensor, "... batch d_model"], direction: Optional[Tensor] = None
+        self, vectors: Float[Tensor, "... batch d_model"], direction: Tensor | None = None
     ) -> Float[Tensor, "... batch"]:
         """``vectors . c / scale`` (``direction`` instead of ``c``: one pulled back through an output norm)."""
         return (vectors * (self.centred if direction is None else direction)).sum(dim=-1) / self.scale
@@ -200,7 +200,7 @@ class _Readout:
 
 @torch.no_grad()
 def direct_logit_attribution(
-    cache: ActivationCache, tokens: TokenArg, incorrect_tokens: Optional[TokenArg] = None, pos: PosArg = -1
+    cache: ActivationCache, tokens: TokenArg, incorrect_tokens: TokenArg | None = None, pos: PosArg = -1
 ) -> LogitAttribution:
     """Direct contribution of every component to ``logit(tokens) - logit(incorrect_tokens)``.
 
@@ -245,9 +245,9 @@ def _other_writers(layers: list[LayerTerms]) -> dict[str, Tensor]:
 def neuron_logit_attribution(
     cache: ActivationCache,
     tokens: TokenArg,
-    incorrect_tokens: Optional[TokenArg] = None,
+    incorrect_tokens: TokenArg | None = None,
     pos: PosArg = -1,
-    layer: Optional[int] = None,
+    layer: int | None = None,
 ) -> Float[Tensor, "*layer d_mlp batch"]:
     """Direct contribution of each neuron, ``post_n W_out[n] . c / scale`` (``b_out`` excluded).
 

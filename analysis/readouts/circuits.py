@@ -32,10 +32,10 @@ one (``W_OV = W_V W_O``, ``W_QK = W_Q W_K^T``, all ``d_model x d_model``)::
 """
 
 import numbers
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import einops
-from typing import Optional, Sequence, Union
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -62,7 +62,7 @@ READ_OUTS = ("unembed", "embed")
 MAX_DENSE_ENTRIES = 2**24
 
 
-def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head: Optional[int]) -> Tensor:
+def _select(model: _checks.AnyModel, weight: Tensor, layer: int | None, head: int | None) -> Tensor:
     """Index a ``[layer, head_index, ...]`` weight; ``None`` keeps the axis."""
     if layer is not None:
         weight = weight[_checks.layer_index(model, layer)]
@@ -75,7 +75,7 @@ def _select(model: _checks.AnyModel, weight: Tensor, layer: Optional[int], head:
 
 
 @torch.no_grad()
-def full_qk_circuit(model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None) -> FactoredMatrix:
+def full_qk_circuit(model: _checks.AnyModel, layer: int | None = None, head: int | None = None) -> FactoredMatrix:
     """``W_E W_Q W_K^T W_E^T`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
     ``W_E`` here is what each token writes (``token_writes``: scaled in Gemma, normalized in BLOOM).
@@ -119,7 +119,7 @@ def _read_out_matrix(model: _checks.AnyModel, read_out: str) -> Tensor:
 
 @torch.no_grad()
 def full_ov_circuit(
-    model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None, read_out: str = "unembed"
+    model: _checks.AnyModel, layer: int | None = None, head: int | None = None, read_out: str = "unembed"
 ) -> FactoredMatrix:
     """``W_E W_V W_O W_U`` of one head, or of all heads (``None`` keeps the layer/head axis).
 
@@ -133,7 +133,7 @@ def full_ov_circuit(
     return token_writes(model) @ ov @ _read_out_matrix(model, read_out)
 
 
-def _token_index(tokens, size: int, name: str) -> Union[slice, Tensor]:
+def _token_index(tokens, size: int, name: str) -> slice | Tensor:
     if tokens is None:
         return slice(None)
     if isinstance(tokens, numbers.Integral) and not isinstance(tokens, bool):
@@ -148,8 +148,8 @@ def _token_index(tokens, size: int, name: str) -> Union[slice, Tensor]:
 
 def circuit_on_tokens(
     circuit: FactoredMatrix,
-    row_tokens: Union[None, int, list, Int[Tensor, "n"]] = None,
-    col_tokens: Union[None, int, list, Int[Tensor, "m"]] = None,
+    row_tokens: None | int | list | Int[Tensor, "n"] = None,
+    col_tokens: None | int | list | Int[Tensor, "m"] = None,
     allow_large: bool = False,
 ) -> Float[Tensor, "*batch n m"]:
     """The dense block ``circuit[..., row_tokens, col_tokens]`` (``None``: every token on that side).
@@ -194,7 +194,7 @@ def diagonal_ranks(circuit: FactoredMatrix, chunk_size: int = 1024) -> Int[Tenso
 
 @torch.no_grad()
 def copying_scores(
-    model: _checks.AnyModel, layer: Optional[int] = None, head: Optional[int] = None, read_out: str = "unembed"
+    model: _checks.AnyModel, layer: int | None = None, head: int | None = None, read_out: str = "unembed"
 ) -> Float[Tensor, "*layer_head"]:
     """Copying score of each head's full OV circuit: ``sum_i Re(l_i) / sum_i |l_i|``.
 
@@ -224,7 +224,7 @@ def _as_factored(matrix, name: str) -> FactoredMatrix:
 
 @torch.no_grad()
 def composition_score(
-    left: Union[FactoredMatrix, Float[Tensor, "*batch a b"]], right: Union[FactoredMatrix, Float[Tensor, "*batch b c"]]
+    left: FactoredMatrix | Float[Tensor, "*batch a b"], right: FactoredMatrix | Float[Tensor, "*batch b c"]
 ) -> Float[Tensor, "*batch"]:
     """``||left @ right||_F / (||left||_F ||right||_F)``, from the factors (batch axes broadcast)."""
     left, right = _as_factored(left, "left"), _as_factored(right, "right")
@@ -233,7 +233,7 @@ def composition_score(
 
 @torch.no_grad()
 def composition_scores(
-    model: _checks.AnyModel, kind: str, readers: Optional[Sequence[tuple[int, int]]] = None
+    model: _checks.AnyModel, kind: str, readers: Sequence[tuple[int, int]] | None = None
 ) -> Float[Tensor, "layer head_index layer head_index"]:
     """Q-, K- or V-composition (``kind`` = ``"q"``, ``"k"``, ``"v"``) of every pair of heads.
 

@@ -107,7 +107,7 @@ def diagonal_alignment(n_target: int, source_lengths: Int[Tensor, "batch"]) -> I
 
 
 def diagonality_scores(
-    cache: ActivationCache, attention_mask: Optional[Int[Tensor, "batch key_pos"]] = None, window: int = 1
+    cache: ActivationCache, attention_mask: Int[Tensor, "batch key_pos"] | None = None, window: int = 1
 ) -> Float[Tensor, "layer head_index"]:
     """Each head's attention mass within ``window`` source positions of the proportional diagonal (see the module
     docstring).

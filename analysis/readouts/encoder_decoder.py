@@ -126,9 +126,9 @@ def attribution_hook_names(model) -> list[str]:
 @torch.no_grad()
 def decoder_logit_attribution(
     cache: ActivationCache,
-    tokens: Union[int, Int[Tensor, "batch"]],
-    incorrect_tokens: Union[None, int, Int[Tensor, "batch"]] = None,
-    pos: Union[int, Int[Tensor, "batch"]] = -1,
+    tokens: int | Int[Tensor, "batch"],
+    incorrect_tokens: None | int | Int[Tensor, "batch"] = None,
+    pos: int | Int[Tensor, "batch"] = -1,
 ) -> DecoderLogitAttribution:
     """Direct contribution of every decoder component to ``logit(tokens) - logit(incorrect_tokens)`` at target ``pos``.
 
@@ -187,7 +187,7 @@ def predicted_logit_attribution(
     return decoder_logit_attribution(expanded, predicted, pos=torch.arange(n_pos)), predicted
 
 
-def optional_attribution(model) -> Optional[str]:
+def optional_attribution(model) -> str | None:
     """Why ``decoder_logit_attribution`` does not apply to ``model`` (None when it does)."""
     try:
         _require_additive(model, "direct logit attribution")

@@ -29,8 +29,9 @@ With soft-capped logits the attributions are of the logit before the cap, as in
 listed by ``moe_layers``; their neurons are ordinary ones.
 """
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -110,7 +111,7 @@ class ExpertUsage:
 
     layers: list[int]
     weights: Float[Tensor, "layer batch pos expert"]
-    is_real: Optional[Tensor] = None  # [batch, pos]: False at padding, left out of the shares
+    is_real: Tensor | None = None  # [batch, pos]: False at padding, left out of the shares
 
     @property
     def chosen(self) -> Tensor:
@@ -132,7 +133,7 @@ class ExpertUsage:
         return (values * mask).sum(dim=(1, 2)) / mask.sum(dim=(1, 2))
 
 
-def expert_usage(cache: ActivationCache, attention_mask: Optional[Int[Tensor, "batch pos"]] = None) -> ExpertUsage:
+def expert_usage(cache: ActivationCache, attention_mask: Int[Tensor, "batch pos"] | None = None) -> ExpertUsage:
     """Every mixture's routing weight per token and expert, from the cached router hooks (``routing_names(model)``)."""
     _checks.check_cache(cache)
     model = cache.model
@@ -153,8 +154,8 @@ def expert_usage(cache: ActivationCache, attention_mask: Optional[Int[Tensor, "b
 
 
 def expert_neuron_activations(
-    cache: ActivationCache, layer: int, expert: int, neuron: Optional[int] = None
-) -> Union[Float[Tensor, "batch pos d_mlp"], Float[Tensor, "batch pos"]]:
+    cache: ActivationCache, layer: int, expert: int, neuron: int | None = None
+) -> Float[Tensor, "batch pos d_mlp"] | Float[Tensor, "batch pos"]:
     """Expert ``expert``'s ``hook_post`` in block ``layer``: every neuron, or one; on every token (chosen or not)."""
     _checks.check_cache(cache)
     name = expert_hook_name(cache.model, layer, expert)
@@ -208,10 +209,10 @@ def expert_usage_of(cache: ActivationCache, layer: int) -> Tensor:
 
 def expert_top_activations(
     model: _checks.AnyModel,
-    tokens: Union[Int[Tensor, "n_texts pos"], Iterable[Int[Tensor, "batch pos"]]],
+    tokens: Int[Tensor, "n_texts pos"] | Iterable[Int[Tensor, "batch pos"]],
     layer: int,
     expert: int,
-    neurons: Union[None, int, Sequence[int], Tensor] = None,
+    neurons: None | int | Sequence[int] | Tensor = None,
     k: int = 10,
     batch_size: int = 16,
     chosen_only: bool = True,
@@ -283,8 +284,8 @@ class ExpertAttribution:
 
     layers: list[int]
     experts: Float[Tensor, "layer expert batch"]
-    shared: Optional[Float[Tensor, "layer batch"]]
-    logit_softcap: Optional[float] = None  # set: contributions to the logit before the cap
+    shared: Float[Tensor, "layer batch"] | None
+    logit_softcap: float | None = None  # set: contributions to the logit before the cap
 
     def total(self) -> Float[Tensor, "layer batch"]:
         total = self.experts.sum(dim=1)
@@ -319,7 +320,7 @@ def _routing_at_pos(readout: _Readout, layer: int) -> Tensor:
 
 @torch.no_grad()
 def expert_logit_attribution(
-    cache: ActivationCache, tokens: TokenArg, incorrect_tokens: Optional[TokenArg] = None, pos: PosArg = -1
+    cache: ActivationCache, tokens: TokenArg, incorrect_tokens: TokenArg | None = None, pos: PosArg = -1
 ) -> ExpertAttribution:
     """Each expert's direct contribution to ``logit(tokens) - logit(incorrect_tokens)`` (see the module docstring)."""
     readout = _readout(cache, tokens, incorrect_tokens, pos, "expert_logit_attribution")
@@ -346,7 +347,7 @@ def expert_logit_attribution(
 
 @torch.no_grad()
 def expert_neuron_logit_attribution(
-    cache: ActivationCache, tokens: TokenArg, layer: int, incorrect_tokens: Optional[TokenArg] = None, pos: PosArg = -1
+    cache: ActivationCache, tokens: TokenArg, layer: int, incorrect_tokens: TokenArg | None = None, pos: PosArg = -1
 ) -> Float[Tensor, "expert d_mlp batch"]:
     """Each expert neuron's direct contribution in block ``layer``: ``w_E post_E[n] W_out[E][n] . c / scale``.
 

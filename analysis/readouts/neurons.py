@@ -15,8 +15,9 @@ non-linear head, so ``neuron_logit_effect`` refuses it; ``analysis.readouts.post
 gives exact direct contributions to a chosen output direction instead.
 """
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -37,8 +38,8 @@ def post_hook_names(model: _checks.AnyModel, layers=None) -> list[str]:
 
 
 def neuron_activations(
-    cache: ActivationCache, layer: int, neuron: Optional[int] = None
-) -> Union[Float[Tensor, "batch pos d_mlp"], Float[Tensor, "batch pos"]]:
+    cache: ActivationCache, layer: int, neuron: int | None = None
+) -> Float[Tensor, "batch pos d_mlp"] | Float[Tensor, "batch pos"]:
     """``hook_post`` of ``layer``: every neuron ``[batch, pos, d_mlp]``, or one ``[batch, pos]``."""
     _checks.check_cache(cache)
     model = cache.model
@@ -90,7 +91,7 @@ class StreamingTopK:
     The result equals ``topk`` over the whole activation tensor (up to the order of ties).
     """
 
-    def __init__(self, k: int, neurons: Union[int, Sequence[int], Tensor]):
+    def __init__(self, k: int, neurons: int | Sequence[int] | Tensor):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         neurons = torch.arange(neurons) if isinstance(neurons, int) else torch.as_tensor(neurons, dtype=torch.long)
@@ -138,9 +139,9 @@ def _batches(tokens, batch_size: int) -> Iterable[Tensor]:
 
 def top_activations(
     model: _checks.AnyModel,
-    tokens: Union[Int[Tensor, "n_texts pos"], Iterable[Int[Tensor, "batch pos"]]],
+    tokens: Int[Tensor, "n_texts pos"] | Iterable[Int[Tensor, "batch pos"]],
     layer: int,
-    neurons: Union[None, int, Sequence[int], Tensor] = None,
+    neurons: None | int | Sequence[int] | Tensor = None,
     k: int = 10,
     batch_size: int = 16,
     progress: bool = False,

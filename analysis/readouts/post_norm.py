@@ -51,8 +51,9 @@ positions, and head outputs are terms here), so each position's split stands alo
 """
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import einops
 import torch
@@ -106,7 +107,7 @@ class EncoderAttribution:
     mlp_bias: Float[Tensor, "layer *where"]
     ln2_bias: Float[Tensor, "layer *where"]
     value: Float[Tensor, "*where"]
-    neurons: Optional[Float[Tensor, "layer d_mlp *where"]] = None
+    neurons: Float[Tensor, "layer d_mlp *where"] | None = None
 
     @property
     def attn(self) -> Float[Tensor, "layer *where"]:
@@ -196,9 +197,9 @@ def _require_post_norm(model, what: str) -> None:
 @torch.no_grad()
 def encoder_direct_attribution(
     cache: ActivationCache,
-    direction: Union[Float[Tensor, "d_model"], Float[Tensor, "batch d_model"], Float[Tensor, "batch pos d_model"]],
+    direction: Float[Tensor, "d_model"] | Float[Tensor, "batch d_model"] | Float[Tensor, "batch pos d_model"],
     pos: PosArg = None,
-    attention_mask: Optional[Tensor] = None,
+    attention_mask: Tensor | None = None,
     neurons: bool = False,
 ) -> EncoderAttribution:
     """Split ``f = h . d`` (``h`` the final hidden state) exactly over the encoder's components.
@@ -247,7 +248,7 @@ def encoder_direct_attribution(
 
 
 def sentence_embedding_direction(
-    cache: ActivationCache, attention_mask: Optional[Tensor] = None
+    cache: ActivationCache, attention_mask: Tensor | None = None
 ) -> Float[Tensor, "batch d_model"]:
     """The unit mean-pooled sentence embedding ``e / |e|``, ``e = mean over real tokens of h``: ``[batch, d_model]``.
 

@@ -34,7 +34,8 @@ heads, and the effect of corrupting each source word.
 """
 
 import numbers
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Int
@@ -123,14 +124,14 @@ def _token_labeller(model: _checks.AnyModel):
 @torch.no_grad()
 def build_report(
     model: _checks.AnyModel,
-    tokens: Union[Int[Tensor, "pos"], Int[Tensor, "1 pos"], str],
+    tokens: Int[Tensor, "pos"] | Int[Tensor, "1 pos"] | str,
     *,
     title: str = "interp_transformer report",
-    str_tokens: Optional[Sequence[str]] = None,
-    metadata: Optional[dict] = None,
-    bos: Union[int, None, str] = FIRST_TOKEN,
+    str_tokens: Sequence[str] | None = None,
+    metadata: dict | None = None,
+    bos: int | None | str = FIRST_TOKEN,
     progress: bool = False,
-    decoder_input: Optional[Tensor] = None,
+    decoder_input: Tensor | None = None,
 ) -> Report:
     """Analyse ``model`` on one prompt and return the ``Report`` (call ``.save(path)`` for the HTML).
 

@@ -7,8 +7,9 @@ dataclass of the numbers behind it (what tests and the written interpretation re
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Callable, Optional
+from typing import Optional
 
 import plotly.graph_objects as go
 from torch import Tensor
@@ -49,7 +50,7 @@ class ReportSection:
     title: str
     paragraphs: list[str] = field(default_factory=list)
     figures: list[go.Figure] = field(default_factory=list)
-    data: Optional[SectionData] = None
+    data: SectionData | None = None
     html: str = ""
 
 
@@ -71,12 +72,12 @@ class ReportContext:
     cache: ActivationCache
     logits: Tensor
     token_label: Callable[[int], str]
-    bos: Optional[int]
+    bos: int | None
     metadata: dict = field(default_factory=dict)
     sections: dict = field(default_factory=dict)
-    eos: Optional[int] = None
-    decoder_input: Optional[Tensor] = None
-    target_str_tokens: Optional[list[str]] = None
+    eos: int | None = None
+    decoder_input: Tensor | None = None
+    target_str_tokens: list[str] | None = None
 
     @property
     def n_pos(self) -> int:
@@ -102,7 +103,7 @@ def ranked_heads(scores: Tensor) -> list[tuple[int, int, float]]:
     return [(i // n_heads, i % n_heads, float(scores.flatten()[i])) for i in order]
 
 
-def sized(fig: go.Figure, height: int, width: Optional[int] = None) -> go.Figure:
+def sized(fig: go.Figure, height: int, width: int | None = None) -> go.Figure:
     fig.update_layout(height=height, width=width, margin=dict(l=60, r=20, t=70, b=50), title_font_size=14)
     return fig
 

@@ -15,8 +15,8 @@ from torch import Tensor
 from .context import ReportContext
 from .sections.cross_attention import cross_attention_section
 from .sections.decoder_attribution import decoder_attribution_section
-from .sections.model_card import model_section
 from .sections.interpretation import interpretation_section
+from .sections.model_card import model_section
 from .sections.omitted import omitted_section
 from .sections.source_alignment import alignment_section
 from .sections.source_patching import source_patching_section
@@ -35,7 +35,7 @@ ENCODER_DECODER_PAGE_ORDER = (
 MAX_REPORT_TARGET = 64  # longest translation the report generates
 
 
-def encoder_decoder_inputs(model, tokens: Tensor, decoder_input: Optional[Tensor]) -> dict:
+def encoder_decoder_inputs(model, tokens: Tensor, decoder_input: Tensor | None) -> dict:
     """The forward's extra inputs: ``{"decoder_input": ...}`` for an encoder-decoder, ``{}`` for any other model."""
     if not model.writers_that("reads_source"):
         if decoder_input is not None:

@@ -90,7 +90,7 @@ class Report:
             f"<body><h1>{title}</h1><nav>{nav}</nav>\n" + "\n".join(body) + "\n</body></html>\n"
         )
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write ``to_html()`` to ``path`` (parent directories are created); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,9 @@ what the SAE misses, and ``write`` the DLA of the hook's whole activation: for a
 contribution of the whole residual stream there.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -47,7 +48,7 @@ class FeatureAttribution:
     tokens: Int[Tensor, "pos"]
     pos: int
     token: int
-    incorrect_token: Optional[int]
+    incorrect_token: int | None
     metric: float  # the metric on the prompt
     acts: Float[Tensor, "pos d_sae"]
     act_times_grad: Float[Tensor, "pos d_sae"]
@@ -116,11 +117,11 @@ def _run(model, sae: SAE, tokens: Tensor, metric: Metric) -> tuple[dict, Tensor,
 def feature_attribution(
     model: _checks.AnyModel,
     sae: SAE,
-    tokens: Union[str, Int[Tensor, "pos"], Int[Tensor, "1 pos"]],
+    tokens: str | Int[Tensor, "pos"] | Int[Tensor, "1 pos"],
     token: int,
-    incorrect_token: Optional[int] = None,
+    incorrect_token: int | None = None,
     pos: int = -1,
-    metric: Optional[Metric] = None,
+    metric: Metric | None = None,
 ) -> FeatureAttribution:
     """Activation x gradient and exact DLA of ``sae``'s features on one prompt (module docstring).
 

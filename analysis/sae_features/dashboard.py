@@ -16,9 +16,10 @@ the views' script are embedded once in the page head, and nothing is fetched (no
 font). The page HTML is built in ``dashboard_html``.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import plotly.graph_objects as go
 from torch import Tensor
@@ -74,7 +75,7 @@ class FeatureDashboard:
     def histogram_figure(self) -> go.Figure:
         return plot_feature_histogram(self.edges, self.counts, title=f"feature {self.feature}: nonzero activations")
 
-    def logits_figure(self) -> Optional[go.Figure]:
+    def logits_figure(self) -> go.Figure | None:
         if not self.promoted:
             return None
         rows = self.promoted + self.suppressed[::-1]
@@ -88,12 +89,12 @@ class FeatureDashboard:
         """One ``activation_view`` per example: the window coloured by the feature's activation."""
         return [activation_view(example.tokens, example.acts, [f"feature {self.feature}"]) for example in self.examples]
 
-    def to_html(self, index_link: Optional[str] = None) -> str:
+    def to_html(self, index_link: str | None = None) -> str:
         from .dashboard_html import feature_page
 
         return feature_page(self, index_link)
 
-    def save(self, path: Union[str, Path], index_link: Optional[str] = None) -> Path:
+    def save(self, path: str | Path, index_link: str | None = None) -> Path:
         """Write the page (parent directories are created); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +129,7 @@ class FeatureDashboards:
 
         return index_page(self.dashboards, self.page_name)
 
-    def save(self, folder: Union[str, Path]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """Write ``feature_<f>.html`` for each feature and ``index.html``; returns the index's path."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,7 @@ def build_dashboards(
     model: _checks.AnyModel,
     sae: SAE,
     reading: FeatureReading,
-    effect: Optional[FeatureLogitEffect] = None,
+    effect: FeatureLogitEffect | None = None,
     logits_note: str = "",
 ) -> FeatureDashboards:
     """Dashboards from a ``read_features`` result and (optionally) ``feature_logit_effect`` of the same features."""
@@ -208,8 +209,8 @@ def build_dashboards(
 def feature_dashboards(
     model: _checks.AnyModel,
     sae: SAE,
-    source: Union[TokenBatches, TokenSource],
-    features: Union[None, int, Sequence[int], Tensor] = None,
+    source: TokenBatches | TokenSource,
+    features: None | int | Sequence[int] | Tensor = None,
     *,
     n_logits: int = 10,
     progress: bool = True,

@@ -8,7 +8,8 @@ library. Every number a reader sees is also in the DOM as data (``data-value``,
 """
 
 import html
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
@@ -117,7 +118,7 @@ def _page(title: str, body: str, scripts: bool) -> str:
     )
 
 
-def feature_page(dashboard, index_link: Optional[str] = None) -> str:
+def feature_page(dashboard, index_link: str | None = None) -> str:
     """One feature's page (see ``dashboard.FeatureDashboard``)."""
     nav = ["<nav>"]
     if index_link is not None:

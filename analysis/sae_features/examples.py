@@ -70,7 +70,7 @@ class StreamingTopExamples:
         self,
         acts: Float[Tensor, "batch pos feature"],
         tokens: Int[Tensor, "batch pos"],
-        eligible: Optional[Bool[Tensor, "batch pos"]] = None,
+        eligible: Bool[Tensor, "batch pos"] | None = None,
     ) -> None:
         """Merge the next ``batch`` texts: their feature activations (the followed features, in order) and tokens.
 

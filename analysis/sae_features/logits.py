@@ -16,8 +16,9 @@ divides by the real scale at a position. ``b_U`` is no feature's and is left out
 Needs ``model.capabilities.linear_logits`` (a pre-norm decoder).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -34,7 +35,7 @@ from .writes import residual_write
 VOCAB_CHUNK = 8192  # unembedding columns pulled back at a time: bounded memory for any vocabulary
 
 
-def feature_indices(sae: SAE, features: Union[None, int, Sequence[int], Tensor]) -> Tensor:
+def feature_indices(sae: SAE, features: None | int | Sequence[int] | Tensor) -> Tensor:
     """``features`` (None: all) as a ``[feature]`` int64 tensor, each checked to lie in ``[0, d_sae)``."""
     if features is None:
         return torch.arange(sae.d_sae)
@@ -67,7 +68,7 @@ class FeatureLogitEffect:
     bottom_values: Float[Tensor, "feature k"]
 
 
-def why_no_logit_effect(model: _checks.AnyModel, sae: SAE) -> Optional[str]:
+def why_no_logit_effect(model: _checks.AnyModel, sae: SAE) -> str | None:
     """Why ``sae``'s features have no input-independent direct logit effect in ``model``, or None when they have one."""
     if not model.capabilities.linear_logits:
         return f"feature_logit_effect needs {_checks.NEEDS['linear_logits']}; this model {POST_NORM_INSTEAD}"
@@ -99,7 +100,7 @@ def feature_residual_directions(
 
 @torch.no_grad()
 def feature_logit_effect(
-    model: _checks.AnyModel, sae: SAE, features: Union[None, int, Sequence[int], Tensor] = None, k: int = 10
+    model: _checks.AnyModel, sae: SAE, features: None | int | Sequence[int] | Tensor = None, k: int = 10
 ) -> FeatureLogitEffect:
     """Direct effect of one unit of each feature on every logit (module docstring), and its top and bottom ``k``
     tokens."""

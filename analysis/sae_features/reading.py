@@ -8,8 +8,9 @@ with the corpus. Positions holding a special token (the BOS, the document separa
 left out of both, unless ``exclude_special_tokens=False``; they still show in windows.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -38,15 +39,15 @@ class FeatureReading:
 def read_features(
     model: _checks.AnyModel,
     sae: SAE,
-    source: Union[TokenBatches, TokenSource],
-    features: Union[None, int, Sequence[int], Tensor] = None,
+    source: TokenBatches | TokenSource,
+    features: None | int | Sequence[int] | Tensor = None,
     *,
     k: int = 10,
     left: int = 8,
     right: int = 4,
     n_bins: int = 40,
     batch_size: int = 16,
-    context_length: Optional[int] = None,
+    context_length: int | None = None,
     exclude_special_tokens: bool = True,
     progress: bool = True,
 ) -> FeatureReading:

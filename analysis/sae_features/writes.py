@@ -49,7 +49,7 @@ class ResidualWrite:
 
     hook_name: str
     kind: str  # "stream", "z" or "post"
-    matrix: Optional[Float[Tensor, "d_out d_model"]]
+    matrix: Float[Tensor, "d_out d_model"] | None
 
     def to_residual(self, vectors: Float[Tensor, "... d_out"]) -> Float[Tensor, "... d_model"]:
         return vectors if self.matrix is None else vectors @ self.matrix
@@ -116,7 +116,7 @@ class DecodedTerms:
     offset: Tensor
     skip: Tensor
     output: Tensor
-    error: Optional[Tensor]
+    error: Tensor | None
 
     def feature_sum(self) -> Tensor:
         """``sum_f acts_f * m * directions[f]``: what the features write, ``[*batch, d_out]``."""
@@ -131,7 +131,7 @@ def flat(sae: SAE, vectors: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def decoded_terms(sae: SAE, x: Tensor, activation: Optional[Tensor] = None) -> DecodedTerms:
+def decoded_terms(sae: SAE, x: Tensor, activation: Tensor | None = None) -> DecodedTerms:
     """Split ``sae``'s output on input ``x`` into its terms; ``activation`` (what the model has at the write hook) gives
     the error."""
     sae.check_input(x)

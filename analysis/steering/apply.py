@@ -30,7 +30,8 @@ wrong width, dtype or rank, a non-finite vector or strength, a hook name the mod
 import contextlib
 import math
 import numbers
-from typing import Iterator, Optional, Sequence, Union
+from collections.abc import Iterator, Sequence
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -81,7 +82,7 @@ def check_vector(model, vector, what: str = "steering vector") -> Tensor:
     return vector.detach().to(model.W_E.device)
 
 
-def check_positions(positions: Positions, vector: Tensor, n_positions: Optional[int] = None) -> Optional[list[int]]:
+def check_positions(positions: Positions, vector: Tensor, n_positions: int | None = None) -> list[int] | None:
     """``positions`` as a list of ints (``None``: every position, for a ``[d_model]`` vector).
 
     A ``[n, d_model]`` vector needs ``n`` positions (default ``0..n-1``). With ``n_positions`` (the prompt's length)
@@ -116,7 +117,7 @@ def check_positions(positions: Positions, vector: Tensor, n_positions: Optional[
     return positions
 
 
-def check_steering(model, vector, hook: str, strength, positions: Positions = None, n_positions: Optional[int] = None):
+def check_steering(model, vector, hook: str, strength, positions: Positions = None, n_positions: int | None = None):
     """``(vector, hook, strength, positions)`` checked (see the ``check_*`` functions): the one place a steering
     call's input is checked."""
     hook = check_hook(model, hook)
@@ -124,7 +125,7 @@ def check_steering(model, vector, hook: str, strength, positions: Positions = No
     return vector, hook, check_strength(strength), check_positions(positions, vector, n_positions)
 
 
-def steering_hook(vector: Tensor, strength: float, positions: Optional[list[int]], hook_name: str):
+def steering_hook(vector: Tensor, strength: float, positions: list[int] | None, hook_name: str):
     """The hook function: ``activation + strength * vector`` at ``positions`` (every position when None)."""
     delta = strength * vector
 
@@ -155,7 +156,7 @@ def steering_hook(vector: Tensor, strength: float, positions: Optional[list[int]
 def steering(
     model,
     vector: Tensor,
-    hook: Union[str, Sequence[str]],
+    hook: str | Sequence[str],
     strength: float = 1.0,
     positions: Positions = None,
 ) -> Iterator[None]:
@@ -181,7 +182,7 @@ def steered_generate(
     hook: str,
     strength: float = 1.0,
     positions: Positions = None,
-    attention_mask: Optional[Tensor] = None,
+    attention_mask: Tensor | None = None,
     max_new_tokens: int = 20,
     **generate_kwargs,
 ) -> Tensor:

@@ -24,8 +24,9 @@ distributions with and without the prefix. The unsteered model (strength 0) is r
 
 import contextlib
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -45,7 +46,7 @@ class Measured:
     concept: float
     perplexity: float
     kl: float
-    similarity: Optional[float] = None
+    similarity: float | None = None
     continuations: list[str] = field(default_factory=list)
 
 
@@ -72,8 +73,8 @@ class SteeringSweep:
         return torch.tensor([[math.nan if v is None else v for v in row] for row in values], dtype=torch.float64)
 
     def best(
-        self, metric: str = "concept", max_perplexity: Optional[float] = None, max_kl: float = 1.0
-    ) -> Optional[tuple[int, int]]:
+        self, metric: str = "concept", max_perplexity: float | None = None, max_kl: float = 1.0
+    ) -> tuple[int, int] | None:
         """``(vector, strength)`` indices of the highest ``metric`` among the acceptable settings: perplexity at most
         ``max_perplexity`` (default: twice the unsteered perplexity) and KL on the neutral prompts at most ``max_kl``
         nats. None when no setting is acceptable. (Low perplexity alone is no proof of fluency: the unsteered model
@@ -101,7 +102,7 @@ def _target_ids(model, targets) -> list[int]:
     return ids
 
 
-def _continue(model, rows: list[Tensor], new: int, steer: Optional[tuple], one_by_one: bool):
+def _continue(model, rows: list[Tensor], new: int, steer: tuple | None, one_by_one: bool):
     """``[(tokens [b, prompt+new], mask, prompt_length)]`` per batch: greedy continuations, steered by
     ``steer = (vector, hook, strength)`` if given."""
     batches = [[row] for row in rows] if one_by_one else [rows]
@@ -173,11 +174,11 @@ def steering_sweep(
     prompts: Sequence,
     neutral: Sequence,
     prefix,
-    targets: Optional[Sequence[int]] = None,
+    targets: Sequence[int] | None = None,
     *,
     max_new_tokens: int = 16,
-    similarity: Optional[Scorer] = None,
-    threads: Optional[int] = None,
+    similarity: Scorer | None = None,
+    threads: int | None = None,
     progress: bool = True,
 ) -> SteeringSweep:
     """Measure every vector at every strength, the prompt-only baseline and the unsteered model (module

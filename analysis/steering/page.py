@@ -11,7 +11,7 @@ from .evaluate import Measured, SteeringSweep
 from .figure import sweep_figure
 
 
-def _number(value: Optional[float]) -> str:
+def _number(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.4g}"
 
 
@@ -58,7 +58,7 @@ def summary_lines(sweep: SteeringSweep) -> list[str]:
     return lines
 
 
-def sweep_report(sweep: SteeringSweep, title: str, metadata: Optional[dict] = None) -> Report:
+def sweep_report(sweep: SteeringSweep, title: str, metadata: dict | None = None) -> Report:
     """The page: the summary, the figure, the table of every setting (with the first prompt's continuation)."""
     summary = summary_lines(sweep)
     overview = ReportSection(

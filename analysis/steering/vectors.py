@@ -23,8 +23,9 @@ tokenizer). Texts of different lengths run together, padded on the left with the
 last tokens sit at the same negative positions.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -162,7 +163,7 @@ def actadd_vector(model, positive: Text, negative: Text, hook: str) -> SteeringV
     return _finish(model, cache[hook][0] - cache[hook][1], hook, "ActAdd")
 
 
-def feature_vector(source, feature: int, hook: Optional[str] = None, model=None) -> SteeringVector:
+def feature_vector(source, feature: int, hook: str | None = None, model=None) -> SteeringVector:
     """A dictionary feature's decoder direction (module docstring).
 
     ``source`` is an ``interp_transformer.sae.SAE`` (the direction ``W_dec[feature]``, added at ``hook_name_out``

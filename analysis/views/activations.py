@@ -1,6 +1,7 @@
 """``activation_view``: a text coloured by a per-token value (a neuron, an SAE feature, any scalar)."""
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float
@@ -10,7 +11,7 @@ from . import colours, inputs
 from .view import View
 
 
-def column_scale(column: np.ndarray, signed: Optional[bool]) -> dict:
+def column_scale(column: np.ndarray, signed: bool | None) -> dict:
     """The colour scale of one column: diverging over ``[-m, m]`` when signed, else sequential over ``[0, m]``.
 
     ``m`` is the column's largest magnitude (1 for an all-zero column). ``signed=None``
@@ -25,10 +26,10 @@ def column_scale(column: np.ndarray, signed: Optional[bool]) -> dict:
 
 def activation_view(
     tokens: Sequence[str],
-    values: Union[Float[Tensor, "pos"], Float[Tensor, "pos n"], np.ndarray],
-    names: Optional[Sequence[str]] = None,
+    values: Float[Tensor, "pos"] | Float[Tensor, "pos n"] | np.ndarray,
+    names: Sequence[str] | None = None,
     *,
-    signed: Optional[bool] = None,
+    signed: bool | None = None,
     initial_column: int = 0,
 ) -> View:
     """The text, each token coloured by its value in one column of ``values``.

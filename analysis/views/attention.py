@@ -1,6 +1,7 @@
 """``attention_view``: a text coloured by how much a head attends from, or to, one of its tokens."""
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float
@@ -12,8 +13,8 @@ from .view import View
 
 def attention_view(
     tokens: Sequence[str],
-    pattern: Union[Float[Tensor, "head_index query_pos key_pos"], Float[Tensor, "query_pos key_pos"], np.ndarray],
-    head_names: Optional[Sequence[str]] = None,
+    pattern: Float[Tensor, "head_index query_pos key_pos"] | Float[Tensor, "query_pos key_pos"] | np.ndarray,
+    head_names: Sequence[str] | None = None,
     *,
     initial_head: int = 0,
     initial_token: int = -1,

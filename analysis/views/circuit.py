@@ -18,8 +18,8 @@ pixels wide, in the diverging scale's positive end (orange) when ``m > 0`` and i
 
 import difflib
 import re
-from collections.abc import Mapping
-from typing import NamedTuple, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 from jaxtyping import Bool, Float
@@ -59,9 +59,9 @@ class NodeName(NamedTuple):
 
     node: str
     kind: str
-    layer: Optional[int]
+    layer: int | None
     index: int
-    port: Optional[str]
+    port: str | None
 
 
 def parse_node(name: str) -> NodeName:
@@ -93,12 +93,12 @@ def parse_node(name: str) -> NodeName:
 
 def circuit_view(
     scores,
-    kept: Union[Bool[Tensor, "upstream reader"], np.ndarray, None] = None,
+    kept: Bool[Tensor, "upstream reader"] | np.ndarray | None = None,
     *,
-    tokens: Optional[Sequence[str]] = None,
-    patterns: Optional[Mapping[str, Union[Float[Tensor, "query_pos key_pos"], np.ndarray]]] = None,
+    tokens: Sequence[str] | None = None,
+    patterns: Mapping[str, Float[Tensor, "query_pos key_pos"] | np.ndarray] | None = None,
     prompt: int = 0,
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> View:
     """The kept edges of ``scores`` (an ``EdgeScores``) as a graph of the nodes they join.
 
@@ -346,7 +346,7 @@ def _node_title(node: dict, kept_means: dict[str, list[float]], groups: dict, pr
     return f"{node['id']}: {what}. " + "; ".join(parts) + f" (mean scores over {prompts})"
 
 
-def _attention_data(patterns, tokens, upstream: list[str], drawn: list[str], what: str) -> Optional[dict]:
+def _attention_data(patterns, tokens, upstream: list[str], drawn: list[str], what: str) -> dict | None:
     """``attention_view``'s data for the drawn heads with a pattern, or None without ``patterns``."""
     if patterns is None:
         if tokens is not None:

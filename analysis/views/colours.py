@@ -19,7 +19,7 @@ against ``colour_of`` here.
 """
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 RGB = tuple[int, int, int]
 Stops = Sequence[tuple[float, RGB]]

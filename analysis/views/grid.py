@@ -1,6 +1,7 @@
 """``pattern_grid``: every head's attention pattern as a thumbnail; one enlarges on a click."""
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float
@@ -11,9 +12,9 @@ from .view import View
 
 
 def pattern_grid(
-    pattern: Union[Float[Tensor, "head_index query_pos key_pos"], Float[Tensor, "query_pos key_pos"], np.ndarray],
+    pattern: Float[Tensor, "head_index query_pos key_pos"] | Float[Tensor, "query_pos key_pos"] | np.ndarray,
     tokens: Sequence[str],
-    head_names: Optional[Sequence[str]] = None,
+    head_names: Sequence[str] | None = None,
 ) -> View:
     """A thumbnail of each head's ``[query_pos, key_pos]`` pattern (rows queries, columns keys).
 

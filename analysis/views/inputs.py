@@ -7,7 +7,8 @@ pick one row (``pattern[0]``), since a view shows one text.
 
 import math
 import numbers
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import einops
 import numpy as np
@@ -62,7 +63,7 @@ def str_tokens(tokens, what: str) -> list[str]:
     return list(tokens)
 
 
-def labels(names: Optional[Sequence], count: int, axis: str, default_prefix: str) -> list[str]:
+def labels(names: Sequence | None, count: int, axis: str, default_prefix: str) -> list[str]:
     """One str label per entry of ``axis``: ``names`` checked, or ``[default_prefix + i]``."""
     if names is None:
         return [f"{default_prefix}{i}" for i in range(count)]

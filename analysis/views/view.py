@@ -15,10 +15,11 @@ import hashlib
 import html
 import json
 import uuid
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 GLOBAL_NAME = "interpTransformerViews"
 PENDING_NAME = "interpTransformerViewsPending"
@@ -92,7 +93,7 @@ class View:
     def __repr__(self) -> str:
         return f"<View {self.kind}: {self.description}>"
 
-    def to_html(self, full_page: bool = False, *, include_script: bool = True, title: Optional[str] = None) -> str:
+    def to_html(self, full_page: bool = False, *, include_script: bool = True, title: str | None = None) -> str:
         """The view as HTML.
 
         ``full_page=False`` (the default) gives a fragment to place in a page or a
@@ -122,12 +123,12 @@ class View:
     def _repr_html_(self) -> str:
         return self.to_html()
 
-    def save(self, path: Union[str, Path], title: Optional[str] = None) -> Path:
+    def save(self, path: str | Path, title: str | None = None) -> Path:
         """Write a standalone HTML page with this view (parent directories are created); returns the path."""
         return save_page([self], path, title=title)
 
 
-def page_html(views: Sequence[View], title: Optional[str] = None) -> str:
+def page_html(views: Sequence[View], title: str | None = None) -> str:
     """A whole HTML page with ``views`` in order, the shared script embedded once in its head."""
     views = list(views)
     bad = [type(v).__name__ for v in views if not isinstance(v, View)]
@@ -145,7 +146,7 @@ def page_html(views: Sequence[View], title: Optional[str] = None) -> str:
     )
 
 
-def save_page(views: Sequence[View], path: Union[str, Path], title: Optional[str] = None) -> Path:
+def save_page(views: Sequence[View], path: str | Path, title: str | None = None) -> Path:
     """Write ``page_html(views, title)`` to ``path`` (parent directories are created); returns the path."""
     text = page_html(views, title=title)
     path = Path(path)

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from ... import plots
-from ...readouts import attention
 from ...plots import base as plots_base
+from ...readouts import attention
 from ...views import attention_view
 from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, sized
 from .detectors import DETECTOR_TITLES

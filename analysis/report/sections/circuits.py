@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from ... import _checks, plots
-from ...readouts import circuits
 from ...plots import base as plots_base
+from ...readouts import circuits
 from ..context import ReportContext, ReportSection, SectionData, head_figure, head_name, ranked_heads, square_figure
 from .detectors import DETECTOR_TITLES
 

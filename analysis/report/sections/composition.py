@@ -15,8 +15,8 @@ NAMED_SCORE = 0.4  # the interpretation's threshold
 
 @dataclass
 class CompositionData(SectionData):
-    scores: Optional[dict[str, Tensor]]  # kind -> [layer, head_index, layer, head_index]; None with one layer
-    readers: Optional[list[tuple[int, int]]] = None  # the reader heads computed (None: all; the others are NaN)
+    scores: dict[str, Tensor] | None  # kind -> [layer, head_index, layer, head_index]; None with one layer
+    readers: list[tuple[int, int]] | None = None  # the reader heads computed (None: all; the others are NaN)
 
 
 def detector_heads(ctx: ReportContext) -> list[tuple[int, int]]:

@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from ... import plots
-from ...readouts import cross_attention
 from ...plots import cross_attention as plots_cross_attention
+from ...readouts import cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, sized
 
 

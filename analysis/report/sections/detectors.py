@@ -42,16 +42,16 @@ class DetectorsData(SectionData):
     the next-token loss on each half of the repeated sequences (None without next-token logits).
     """
 
-    random: dict[str, Optional[Tensor]]
-    prompt: dict[str, Optional[Tensor]]
+    random: dict[str, Tensor | None]
+    prompt: dict[str, Tensor | None]
     random_tokens: Tensor
     seq_len: int
     lead: str
-    first_half_loss: Optional[float] = None
-    repeated_half_loss: Optional[float] = None
+    first_half_loss: float | None = None
+    repeated_half_loss: float | None = None
 
 
-def detector_scores(cache: ActivationCache, tokens: Tensor, names) -> dict[str, Optional[Tensor]]:
+def detector_scores(cache: ActivationCache, tokens: Tensor, names) -> dict[str, Tensor | None]:
     """Scores of each detector in ``names`` whose target marks at least one position of ``tokens``, else ``None``."""
     bidirectional = not cache.model.capabilities.causal
     has_target = {

@@ -23,7 +23,7 @@ class ExpertsData(SectionData):
     layers: list[int]  # the blocks with a mixture of experts
     fraction: Tensor  # [layer, expert]: share of the prompt's tokens routed to each expert
     token_weights: Tensor  # [pos, expert]: routing weights of the last mixture's experts per token
-    attribution: Optional[ExpertAttribution] = None  # to the predicted token at the last position
+    attribution: ExpertAttribution | None = None  # to the predicted token at the last position
 
 
 @dataclass
@@ -31,7 +31,7 @@ class ExpertNeuronsData(SectionData):
     summary: Tensor  # [layer, expert, d_mlp]: max activation over the tokens routed to each expert (NaN: unused)
     top_neuron: tuple[int, int, int]  # (layer, expert, neuron)
     activations: Tensor  # [pos] of the top neuron
-    logit_effect: Optional[NeuronLogitEffect] = None
+    logit_effect: NeuronLogitEffect | None = None
 
 
 def _layer_labels(layers: list[int]) -> list[str]:

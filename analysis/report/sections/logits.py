@@ -23,9 +23,9 @@ class LogitsData(SectionData):
     predicted: int  # the top token at the last position
     predicted_prob: float
     logit: float
-    lens_next_token_prob: Optional[Tensor] = None  # [layer + 1, pos - 1]: p(actual next token) per read-out
-    attribution: Optional[LogitAttribution] = None
-    attribution_total: Optional[float] = None
+    lens_next_token_prob: Tensor | None = None  # [layer + 1, pos - 1]: p(actual next token) per read-out
+    attribution: LogitAttribution | None = None
+    attribution_total: float | None = None
 
 
 def logits_section(ctx: ReportContext) -> ReportSection:

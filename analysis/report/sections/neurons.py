@@ -10,7 +10,6 @@ from ... import plots
 from ...readouts import neurons
 from ...readouts.neurons import NeuronLogitEffect
 from ...views import activation_view
-
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 MAX_VIEW_NEURONS = 8  # the most active neurons shown on the text
@@ -19,10 +18,10 @@ MAX_VIEW_NEURONS = 8  # the most active neurons shown on the text
 @dataclass
 class NeuronsData(SectionData):
     skipped: bool  # True for an attention-only model
-    summary: Optional[Tensor] = None  # [layer, d_mlp] max activation on the prompt
-    top_neuron: Optional[tuple[int, int]] = None  # (layer, neuron)
-    activations: Optional[Tensor] = None  # [pos] of the top neuron
-    logit_effect: Optional[NeuronLogitEffect] = None  # only where logits are linear in the residual stream
+    summary: Tensor | None = None  # [layer, d_mlp] max activation on the prompt
+    top_neuron: tuple[int, int] | None = None  # (layer, neuron)
+    activations: Tensor | None = None  # [pos] of the top neuron
+    logit_effect: NeuronLogitEffect | None = None  # only where logits are linear in the residual stream
 
 
 def neurons_section(ctx: ReportContext) -> ReportSection:

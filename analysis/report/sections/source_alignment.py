@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from ... import plots
-from ...readouts import cross_attention
 from ...plots import cross_attention as plots_cross_attention
+from ...readouts import cross_attention
 from ..context import ReportContext, ReportSection, SectionData, head_figure, ranked_heads, sized
 
 
@@ -24,7 +24,7 @@ class AlignmentData(SectionData):
     best: tuple[int, int, float]  # (layer, head, score)
     best_per_layer: list[tuple[int, int, float]]
     pattern: Tensor  # the best head's [query_pos, key_pos]
-    alignment: Optional[list[int]]
+    alignment: list[int] | None
 
 
 def alignment_section(ctx: ReportContext) -> ReportSection:

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from ...plots import cross_attention as plots_cross_attention
 from ...patching import source_word_effects
+from ...plots import cross_attention as plots_cross_attention
 from ..context import ReportContext, ReportSection, SectionData, sized
 
 

@@ -13,7 +13,7 @@ class TranslationData(SectionData):
     source_tokens: list[str]
     target: list[int]  # the decoder's input, from the start token
     target_tokens: list[str]
-    alignment: Optional[list[int]]  # per target position, the source position its next token comes from (-1: none)
+    alignment: list[int] | None  # per target position, the source position its next token comes from (-1: none)
 
 
 def _tokens_html(ids: list[int], labels: list[str]) -> str:
@@ -24,7 +24,7 @@ def _tokens_html(ids: list[int], labels: list[str]) -> str:
     return f'<div class="tokens">{spans}</div>'
 
 
-def known_alignment(ctx: ReportContext) -> Optional[list[int]]:
+def known_alignment(ctx: ReportContext) -> list[int] | None:
     """The task's alignment of this source and target, if the model's tokenizer knows it (``tokenizer.alignment``)."""
     answer = getattr(ctx.model.tokenizer, "alignment", None)
     if not callable(answer):

@@ -60,7 +60,7 @@ def _shape_name(name: str) -> str:
     return name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hf_stand_in(name: str) -> GPT2LMHeadModel:
     """A random Hugging Face GPT-2 of ``name``'s shape (cached: read-only use only)."""
     name = _shape_name(name)

@@ -405,7 +405,7 @@ class Attention(nn.Module):
         self.b_Q = nn.Parameter(t.zeros((cfg.n_heads, cfg.d_head)))
         self.b_K = nn.Parameter(t.zeros((cfg.n_heads, cfg.d_head)))
         self.b_V = nn.Parameter(t.zeros((cfg.n_heads, cfg.d_head)))
-        self.b_O = nn.Parameter(t.zeros((cfg.d_model)))
+        self.b_O = nn.Parameter(t.zeros(cfg.d_model))
         self.register_buffer("IGNORE", t.tensor(float("-inf"), dtype=t.float32))
 
     def forward(self, normalized_resid_pre):
@@ -424,8 +424,8 @@ class MLP(nn.Module):
         super().__init__()
         self.W_in = nn.Parameter(t.empty((cfg.d_model, cfg.d_mlp)))
         self.W_out = nn.Parameter(t.empty((cfg.d_mlp, cfg.d_model)))
-        self.b_in = nn.Parameter(t.zeros((cfg.d_mlp)))
-        self.b_out = nn.Parameter(t.zeros((cfg.d_model)))
+        self.b_in = nn.Parameter(t.zeros(cfg.d_mlp))
+        self.b_out = nn.Parameter(t.zeros(cfg.d_model))
 
     def forward(self, normalized_resid_mid):
         pre = einops.einsum(normalized_resid_mid, self.W_in, "b p dm, dm dmlp -> b p dmlp") + self.b_in
@@ -453,7 +453,7 @@ class DemoTransformer(nn.Module):
         self.ln_final = LayerNorm(cfg)
         self.unembed = nn.Module()
         self.unembed.W_U = nn.Parameter(t.empty((cfg.d_model, cfg.d_vocab)))
-        self.unembed.b_U = nn.Parameter(t.zeros((cfg.d_vocab)))
+        self.unembed.b_U = nn.Parameter(t.zeros(cfg.d_vocab))
 
     def forward(self, tokens):
         residual = self.embed.W_E[tokens] + self.pos_embed.W_pos[: tokens.shape[1]]

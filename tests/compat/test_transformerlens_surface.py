@@ -14,11 +14,11 @@ import torch
 
 import interp_transformer
 from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerConfig, TransformerConfig, utils
+from interp_transformer.cache.activations import ActivationCache as CoreActivationCache
 from interp_transformer.circuits.factored_matrix import FactoredMatrix as CoreFactoredMatrix
 from interp_transformer.compat import FactoredMatrix, head_detector, patching
 from interp_transformer.compat.errors import CompatKeyError, CompatValueError, assertion_compatible
 from interp_transformer.hooks import HookedRootModule
-from interp_transformer.cache.activations import ActivationCache as CoreActivationCache
 
 from ..gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 
@@ -51,9 +51,8 @@ def test_compat_errors_are_also_assertion_errors_with_the_core_message(model):
     assert "blocks.0.hook_resid_pre" in str(compat.value)  # the closest name
     with pytest.raises(CompatKeyError):
         model.add_hook("hook_embedd", lambda x, hook: x)
-    with pytest.raises(CompatKeyError):
-        with model.hooks([("hook_embedd", print)]):
-            pass
+    with pytest.raises(CompatKeyError), model.hooks([("hook_embedd", print)]):
+        pass
 
     a, b = torch.randn(3, 2), torch.randn(2, 4)
     with pytest.raises(ValueError) as core:

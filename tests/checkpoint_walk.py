@@ -12,8 +12,9 @@ each family's hooks, and a tensor that changes no logit on either side changes n
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -122,7 +123,7 @@ def hf_logits(hf_model, inputs: dict) -> torch.Tensor:
     return logits
 
 
-def compare(family: Family, hf_model) -> Optional[str]:
+def compare(family: Family, hf_model) -> str | None:
     """``None`` when ours matches ``hf_model`` or refuses it by ``ValueError``; else what went wrong."""
     from interp_transformer.loading import from_pretrained
 

@@ -94,7 +94,7 @@ def hf_class(family: str):
     return classes.get(family, transformers.T5ForConditionalGeneration)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def random_hf(family: str, dtype: torch.dtype = torch.float64, seed: int = 0, scale: float = 0.0):
     """A perturbed ``BartForConditionalGeneration``, ``MarianMTModel`` or ``T5ForConditionalGeneration`` (eval mode);
     tests must not change it. ``scale`` 0 means the family's default: 0.3, or 0.1 for T5, whose unscaled scores and
@@ -109,7 +109,7 @@ def random_hf(family: str, dtype: torch.dtype = torch.float64, seed: int = 0, sc
     return hf.to(dtype)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def converted(family: str, dtype: torch.dtype = torch.float64, seed: int = 0):
     """``(ours, hf)`` for a random family model."""
     from interp_transformer.loading import from_pretrained

@@ -39,7 +39,7 @@ def minilm_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def minilm(dtype: torch.dtype = torch.float32):
     """``(ours, hf)``: all-MiniLM-L6-v2 as an ``EncoderTransformer`` and as HF's eager ``BertModel``."""
     import transformers
@@ -50,7 +50,7 @@ def minilm(dtype: torch.dtype = torch.float32):
     return ours, hf
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def random_mlm(seed: int = 0, dtype: torch.dtype = torch.float64):
     """``(ours, hf)``: a tiny random ``BertForMaskedLM`` (2 layers, d_model 32, vocab 61) with perturbed weights."""
     import transformers

@@ -6,8 +6,9 @@ call gives (``changes`` describe it otherwise, to show a wrong description is ca
 them hook by hook with ``verify_against_module``.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -60,7 +61,7 @@ class Design:
     hooks: Callable[[int], dict]
     top: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)  # our forward's other arguments
-    reference_inputs: Optional[dict] = None  # the reference's (None: the same as ours)
+    reference_inputs: dict | None = None  # the reference's (None: the same as ours)
     tokens: torch.Tensor = TOKENS
     logits: bool = True  # the reference returns logits (else log-probabilities)
 

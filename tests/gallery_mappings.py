@@ -187,7 +187,7 @@ def torch_layer_hooks(ours: str, theirs: str, post: bool, cross: bool = False) -
     return found
 
 
-def scratch_hooks(layer: int, extra: Optional[dict] = None) -> dict:
+def scratch_hooks(layer: int, extra: dict | None = None) -> dict:
     ours, theirs = f"blocks.{layer}", f"layers.{layer}"
     found = {
         f"{ours}.hook_resid_pre": f"{theirs}:input",

@@ -129,9 +129,9 @@ def write_family_gguf(
     hf_model,
     arch: str,
     *,
-    types: Optional[dict[str, Q]] = None,
-    tokens: Optional[tuple[list[str], list[int]]] = None,
-    extra_metadata: Optional[dict] = None,
+    types: dict[str, Q] | None = None,
+    tokens: tuple[list[str], list[int]] | None = None,
+    extra_metadata: dict | None = None,
 ) -> dict[str, torch.Tensor]:
     """Write ``hf_model`` as llama.cpp's converter would for ``arch``; return what each tensor should read back as."""
     config = hf_model.config
@@ -185,7 +185,7 @@ def write_family_gguf(
     return _write_tensors(writer, hf_model, arch, types)
 
 
-def _write_gpt2(path: Path, hf_model, types: Optional[dict[str, Q]]) -> dict[str, torch.Tensor]:
+def _write_gpt2(path: Path, hf_model, types: dict[str, Q] | None) -> dict[str, torch.Tensor]:
     """GPT-2's metadata as llama.cpp writes it; its converter writes output.weight (a copy of wte) too."""
     config = hf_model.config
     writer = gguf.GGUFWriter(str(path), "gpt2")
@@ -198,7 +198,7 @@ def _write_gpt2(path: Path, hf_model, types: Optional[dict[str, Q]]) -> dict[str
     return _write_tensors(writer, hf_model, "gpt2", types)
 
 
-def _write_tensors(writer, hf_model, arch: str, types: Optional[dict[str, Q]]) -> dict[str, torch.Tensor]:
+def _write_tensors(writer, hf_model, arch: str, types: dict[str, Q] | None) -> dict[str, torch.Tensor]:
     config = hf_model.config
     expected = {}
     for seed, (name, tensor) in enumerate(hf_model.state_dict().items()):

@@ -147,12 +147,12 @@ def write_llama_gguf(
     path: Path,
     hf_model: LlamaForCausalLM,
     *,
-    types: Optional[dict[str, Q]] = None,
+    types: dict[str, Q] | None = None,
     architecture: str = "llama",
     pre: str = "gpt2",
     tokenizer_model: str = "gpt2",
-    extra_metadata: Optional[dict] = None,
-    respell: Optional[dict[str, str]] = None,
+    extra_metadata: dict | None = None,
+    respell: dict[str, str] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Write ``hf_model`` as llama.cpp would; return what each Hugging Face tensor should read back as.
 

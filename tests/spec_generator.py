@@ -13,15 +13,17 @@ only where ``DecoderSpec`` has it, so the generator runs over the fields of the 
 """
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
-from interp_transformer.families import composed, composed_parts as parts
+from interp_transformer.builder import build_decoder, build_encoder, build_encoder_decoder
+from interp_transformer.families import composed
+from interp_transformer.families import composed_parts as parts
 from interp_transformer.families.composed import DecoderSpec
 from interp_transformer.families.composed_stacks import EncoderDecoderSpec, EncoderSpec
-from interp_transformer.builder import build_decoder, build_encoder, build_encoder_decoder
 from interp_transformer.parts.activations import ACTIVATIONS
 
 KINDS = {"decoder": build_decoder, "encoder": build_encoder, "encoder_decoder": build_encoder_decoder}
@@ -263,7 +265,7 @@ def draw_encoder_decoder(rng: random.Random) -> dict:
 DRAW = {"decoder": draw_decoder, "encoder": draw_encoder, "encoder_decoder": draw_encoder_decoder}
 
 
-def draw_spec(seed: int, kind: Optional[str] = None) -> RandomSpec:
+def draw_spec(seed: int, kind: str | None = None) -> RandomSpec:
     """The spec of ``seed`` (of ``kind``, or a kind drawn by ``KIND_WEIGHTS``); the builder validates it here, so a
     draw the builder refuses is a bug of this generator and raises."""
     rng = random.Random(seed)
@@ -274,7 +276,7 @@ def draw_spec(seed: int, kind: Optional[str] = None) -> RandomSpec:
     return drawn
 
 
-def draw_specs(n: int, seed: int = 0, kind: Optional[str] = None) -> list[RandomSpec]:
+def draw_specs(n: int, seed: int = 0, kind: str | None = None) -> list[RandomSpec]:
     """``n`` specs, the same for the same ``seed``: spec ``i`` is ``draw_spec(seed * 100_003 + i)``."""
     return [draw_spec(seed * 100_003 + i, kind) for i in range(n)]
 

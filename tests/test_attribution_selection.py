@@ -118,7 +118,7 @@ def test_special_token_positions_have_no_features_and_the_graph_stays_exact():
     special = int(PROMPT[0])
     graph = attribute(model, tc, PROMPT, batch_size=8, exclude_special_tokens=[special])
     everything = attribute(model, tc, PROMPT, batch_size=8, exclude_special_tokens=False)
-    excluded = PROMPT == special
+    excluded = special == PROMPT
     assert excluded.any() and not excluded[graph.active_features[:, 1]].any()
     assert set(map(tuple, graph.active_features.tolist())) == {
         tuple(f) for f in everything.active_features.tolist() if not excluded[f[1]]

@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.readouts.attribution import direct_logit_attribution
 from analysis.discovery import attribution_patching, edge_attribution_patching, logit_diff_per_row, sites
 from analysis.patching import logit_diff_metric, patch_residual
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.report import build_report
 from interp_transformer.builder import (
     DecoderSpec,

@@ -12,8 +12,9 @@
 import pytest
 import torch
 
-from interp_transformer.families.composed import DecoderSpec
 from interp_transformer.builder import build_decoder
+from interp_transformer.families.composed import DecoderSpec
+from interp_transformer.loading import from_pretrained
 from interp_transformer.parts import ParallelBlock
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
@@ -22,7 +23,6 @@ from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.scaled_embed import ScaledEmbed
 from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed
-from interp_transformer.loading import from_pretrained
 
 from .classic_helpers import tiny_hf_model as tiny_classic
 from .gemma_helpers import tiny_gemma

@@ -12,8 +12,8 @@ import torch
 from analysis import patching
 from analysis.readouts import attribution
 from analysis.report import DISPLAY_ORDER, build_report
-from interp_transformer.models import processing
 from interp_transformer.loading import architecture_module, from_pretrained
+from interp_transformer.models import processing
 
 from .classic_helpers import FAMILIES, POST_NORM, float64_copy, random_tokens, tiny_hf_model
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from analysis.cli import DEFAULT_REPORT, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, main
 from analysis.readouts import attention
 from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from interp_transformer import DemoTransformer
-from analysis.cli import DEFAULT_REPORT, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, main
-from interp_transformer.pretrained.induction import BOS_TOKEN, train_induction_model
 from interp_transformer.pretrained import load_shipped, shipped_paths
+from interp_transformer.pretrained.induction import BOS_TOKEN, train_induction_model
 from interp_transformer.verify import VerifyReport, VerifyRow
 
 from .gpt2_helpers import one_thread, tiny_gpt2  # noqa: F401 (autouse fixture)

@@ -15,8 +15,17 @@ import pytest
 from interp_transformer.loading import from_pretrained
 from interp_transformer.verify import verify_against_hf
 
-from .config_fuzz_helpers import FAMILIES, MASK, PADDED, SEEDS, VOCAB, assert_same_logits, draw
-from .config_fuzz_helpers import field_names, hf_model_of
+from .config_fuzz_helpers import (
+    FAMILIES,
+    MASK,
+    PADDED,
+    SEEDS,
+    VOCAB,
+    assert_same_logits,
+    draw,
+    field_names,
+    hf_model_of,
+)
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 
 SMALL = dict(

@@ -174,8 +174,8 @@ def test_no_shim_keeps_an_old_module_path_and_transformerlens_paths_stay():
 
 def test_no_inheritance_chain_packs_a_class():
     """The cache and the factored matrix hold their helpers (composition), not inherit them for length."""
-    from interp_transformer.circuits.factored_matrix import FactoredMatrix
     from interp_transformer.cache.activations import ActivationCache
+    from interp_transformer.circuits.factored_matrix import FactoredMatrix
 
     assert ActivationCache.__bases__ == (object,) and FactoredMatrix.__bases__ == (object,)
 

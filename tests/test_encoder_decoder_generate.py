@@ -25,7 +25,7 @@ WIDER_INIT = {
 MAX_NEW = 10
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def generation_models(family: str):
     """``(ours, hf, eos, row)`` in float64 (no near-ties between candidates): greedy ends ``row`` with ``eos`` at step
     2."""

@@ -17,10 +17,10 @@ import pytest
 import torch
 from plotly.offline import get_plotlyjs
 
+from analysis.cli import EXIT_OK, main
 from analysis.readouts import attention
 from analysis.readouts.post_norm import encoder_direct_attribution
 from analysis.report import ENCODER_DISPLAY_ORDER, build_report
-from analysis.cli import EXIT_OK, main
 
 from .encoder_helpers import minilm, minilm_path, random_mlm
 

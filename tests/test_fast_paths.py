@@ -14,9 +14,9 @@ from jaxtyping import Float, TypeCheckError
 from torch import Tensor
 
 from interp_transformer import DemoTransformer, TransformerConfig
+from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.parts import Attention, LayerNorm
 from interp_transformer.parts.affine import affine
-from interp_transformer.core.shape_checks import shape_checked
 
 from .test_components import randomize, single_thread  # noqa: F401
 
@@ -206,9 +206,9 @@ def test_remembered_signatures_are_bounded():
 
 
 # --- one Attention, every mask: the fused kernel against the explicit formula ---------------
+from interp_transformer.core.kv_cache import LayerKVCache  # noqa: E402
 from interp_transformer.parts import CausalMask, PaddingMask, SlidingWindowMask, TokenLayout  # noqa: E402
 from interp_transformer.parts.attention import masked_scores  # noqa: E402
-from interp_transformer.core.kv_cache import LayerKVCache  # noqa: E402
 
 PADDED = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])  # a left-padded and a right-padded row
 MASK_CASES = {

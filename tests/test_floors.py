@@ -1,7 +1,8 @@
 """The package has floors: the folder import graph is acyclic and no folder imports a floor above its own."""
 
-from . import floors
 import pytest
+
+from . import floors
 
 
 def test_every_folder_has_a_floor_and_the_ground_floor_imports_nothing():

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from interp_transformer import KeyValueCache
+from interp_transformer.loading import from_pretrained
 from interp_transformer.text import prompts
 from interp_transformer.text.generate import generate, sample_next_token
-from interp_transformer.loading import from_pretrained
 
 from .gpt2_helpers import one_thread, random_tokens, tiny_gpt2  # noqa: F401 (autouse fixture)
 

@@ -15,6 +15,7 @@ import torch
 
 from interp_transformer.loading.gguf import find_smollm2, read_gguf, unpermute_rotary_rows
 from interp_transformer.loading.gguf_format import read_header, read_tensor
+
 from .gguf_helpers import Q, gguf, hand_dequantize, tiny_llama, tiny_vocabulary, write_llama_gguf
 
 transformers = pytest.importorskip("transformers")

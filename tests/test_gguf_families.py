@@ -11,9 +11,10 @@ import torch
 
 from interp_transformer import from_pretrained
 from interp_transformer.loading.gguf import read_gguf
-from interp_transformer.loading.gguf_tokenizer import tokenizer_from_gguf_metadata
 from interp_transformer.loading.gguf_format import read_header
+from interp_transformer.loading.gguf_tokenizer import tokenizer_from_gguf_metadata
 from interp_transformer.verify import verify_against_hf
+
 from .gguf_family_helpers import gemma_vocabulary, write_family_gguf
 from .gguf_helpers import Q
 

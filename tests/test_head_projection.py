@@ -9,6 +9,7 @@ import einops
 import pytest
 import torch
 
+from interp_transformer.loading import from_pretrained
 from interp_transformer.parts import head_projection
 from interp_transformer.parts.head_projection import (
     heads_side_by_side,
@@ -18,7 +19,6 @@ from interp_transformer.parts.head_projection import (
     project_heads,
     side_by_side_matrix,
 )
-from interp_transformer.loading import from_pretrained
 from interp_transformer.verify import verify_against_hf
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

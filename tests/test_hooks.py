@@ -176,20 +176,21 @@ def test_hooks_are_removed_when_the_forward_raises(model, toks):
     with pytest.raises(RuntimeError, match="boom"):
         model.run_with_hooks(toks, fwd_hooks=[("hook_embed", lambda t, hook: None), ("blocks.1.mlp.hook_pre", explode)])
     assert_no_hooks(model)
-    with pytest.raises(RuntimeError, match="boom"):
-        with model.hooks([("blocks.0.hook_resid_mid", explode)]):
-            model.run_with_cache(toks)
+    with pytest.raises(RuntimeError, match="boom"), model.hooks([("blocks.0.hook_resid_mid", explode)]):
+        model.run_with_cache(toks)
     assert_no_hooks(model)
     assert model.blocks[1].attn.uses_fused_path()  # the pattern hook is gone, so is the explicit path
     torch.testing.assert_close(model(toks), model(toks))
 
 
 def test_a_bad_hook_list_adds_nothing(model, toks):
-    with pytest.raises(KeyError):
-        with model.hooks(
+    with (
+        pytest.raises(KeyError),
+        model.hooks(
             [("blocks.0.hook_attn_out", lambda t, hook: None), ("blocks.0.hook_atn_out", lambda t, hook: None)]
-        ):
-            pass
+        ),
+    ):
+        pass
     assert_no_hooks(model)
     with pytest.raises(TypeError, match="pairs"):
         model.run_with_hooks(toks, fwd_hooks=["blocks.0.hook_attn_out"])

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from interp_transformer.models import processing
 from interp_transformer.loading import from_pretrained
+from interp_transformer.models import processing
 
 from .gpt2_helpers import one_thread, random_tokens, tiny_gpt2  # noqa: F401 (autouse fixture)
 

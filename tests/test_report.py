@@ -12,9 +12,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis.readouts import attention
 from analysis.report import DISPLAY_ORDER, build_report
-from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from analysis.report.sections.circuits import MAX_CIRCUIT_TOKENS
 from analysis.report.sections.detectors import RANDOM_BATCH
+from analysis.report.sections.interpretation import HEAD_SCORE_THRESHOLD
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.text.tokens import offline_gpt2_tokenizer
 

@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer.harvest import harvest
+from interp_transformer.pretrained import load_shipped
 from interp_transformer.pretrained.induction import repeated_tokens
 from interp_transformer.sae import SAE
 from interp_transformer.sae.data import token_batches
 from interp_transformer.sae.train import SAETrainingConfig, train_sae
 from interp_transformer.sae.training_data import from_harvest, from_model
-from interp_transformer.pretrained import load_shipped
 
 from .sae_helpers import gpt2_with_tokenizer, prose_files
 

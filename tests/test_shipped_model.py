@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from analysis.readouts.attention import induction_scores, previous_token_scores, repeated_random_tokens
-from interp_transformer.pretrained.induction import BOS_TOKEN, half_losses, train_induction_model
 from interp_transformer.pretrained import load_induction_model, load_shipped_metadata
+from interp_transformer.pretrained.induction import BOS_TOKEN, half_losses, train_induction_model
 
 SEQ_LEN = 15
 

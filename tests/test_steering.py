@@ -132,10 +132,9 @@ def test_hooks_are_gone_after_the_block_also_on_an_exception(planted, interrupt)
     tokens = torch.tensor([[1, 2, 3]])
     clean = model(tokens)
     grad_mode = torch.is_grad_enabled()
-    with pytest.raises(type(interrupt), match="inside"):
-        with steering(model, d, LAST, 3.0):
-            assert not torch.equal(model(tokens), clean)
-            raise interrupt
+    with pytest.raises(type(interrupt), match="inside"), steering(model, d, LAST, 3.0):
+        assert not torch.equal(model(tokens), clean)
+        raise interrupt
     assert torch.is_grad_enabled() == grad_mode
     assert not any(point.has_hooks() for point in model.hook_dict.values())
     assert torch.equal(model(tokens), clean)
@@ -221,9 +220,8 @@ def test_the_sweep_measures_concept_fluency_and_side_effects(planted):
 )
 def test_bad_steering_input_is_refused_by_name(planted, vector, hook, strength, positions, error, message):
     model, _ = planted
-    with pytest.raises(error, match=message):
-        with steering(model, vector, hook, strength, positions):
-            pass
+    with pytest.raises(error, match=message), steering(model, vector, hook, strength, positions):
+        pass
     assert not any(point.has_hooks() for point in model.hook_dict.values())
 
 

@@ -43,7 +43,8 @@ from interp_transformer.pretrained import load_shipped
 from interp_transformer.text.gpt2_tokenizer import gpt2_tokenizer_from_files
 from interp_transformer.text.tokens import offline_gpt2_tokenizer, offline_gpt2_tokenizer_paths
 
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
 
 METRIC = logit_diff_per_row(*ANSWERS)
 

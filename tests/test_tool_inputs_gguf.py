@@ -15,6 +15,7 @@ import pytest
 from analysis.cli import main
 from analysis.cli.common import EXIT_USAGE
 from interp_transformer.loading.gguf import read_gguf
+
 from .gguf_family_helpers import write_family_gguf
 from .gguf_helpers import tiny_llama, tiny_vocabulary, write_llama_gguf
 from .test_gguf_families import tiny

@@ -7,9 +7,9 @@ the field, the file or the index (on the command line: one line on stderr and ex
 """
 
 import json
-import re
 import math
 import os
+import re
 
 import pytest
 import torch

@@ -33,7 +33,7 @@ FORCED = [
 ALL = SPECS + FORCED
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _case(index: int):
     return make_case(ALL[index])
 

@@ -18,8 +18,8 @@ from torch import nn
 from analysis.report import build_report
 from interp_transformer import Capabilities, DemoTransformer
 from interp_transformer.families import Architecture, DecoderParts, register, unregister
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, NoNorm, PosEmbed, PostNormBlock, Unembed
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
+from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, NoNorm, PosEmbed, PostNormBlock, Unembed
 from interp_transformer.verify import verify_against_module
 
 

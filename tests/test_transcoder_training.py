@@ -26,6 +26,7 @@ from analysis.attribution_graphs.training import fit, harvest_mlp_activations, t
 from analysis.cli import main
 from analysis.cli.common import EXIT_OK, EXIT_USAGE
 from interp_transformer.sae.processing import ProcessingMismatch
+
 from .attribution_graph_helpers import CONFIGS, folded
 from .gpt2_helpers import tiny_gpt2
 from .perturbed import perturbed_decoder

@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 
-from analysis.readouts.attribution import logit_lens, logit_lens_hook_names
 from analysis.cli import main
 from analysis.lens import (
     LensTrainingConfig,
@@ -18,6 +17,7 @@ from analysis.lens import (
     train_tuned_lens,
 )
 from analysis.lens.objective import FinalDistribution, read_out_kl
+from analysis.readouts.attribution import logit_lens, logit_lens_hook_names
 from interp_transformer.builder import build_decoder
 
 D = 8

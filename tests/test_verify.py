@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from interp_transformer.models import processing
 from interp_transformer.loading import from_pretrained
+from interp_transformer.models import processing
 from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import VerifyReport, run_verify, verify_against_hf, verify_pretrained
 

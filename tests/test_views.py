@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.views import View, activation_view, attention_view, library_script, page_html, pattern_grid
-from analysis.views import colours, view as view_module
+from analysis.views import View, activation_view, attention_view, colours, library_script, page_html, pattern_grid
+from analysis.views import view as view_module
 
 TOKENS = ["<bos>", "When", " Mary", " and", " John", " went"]
 

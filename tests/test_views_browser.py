@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.views import activation_view, attention_view, page_html, pattern_grid
-from analysis.views import colours
+from analysis.views import activation_view, attention_view, colours, page_html, pattern_grid
 from tests.browser import BrowserSession, require_browser
 
 TOKENS = ["<bos>", "When", " Mary", " and", " John", " went", " to", "\n", " the"]

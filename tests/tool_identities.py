@@ -20,13 +20,12 @@ itself is a failure, never a refusal.
 import copy
 import re
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 
-from analysis.readouts import attribution
-from analysis.attribution_graphs.transcoders import mlp_slots
 from analysis.attribution_graphs import (
     CLTConfig,
     CrossLayerTranscoder,
@@ -34,7 +33,7 @@ from analysis.attribution_graphs import (
     attribute,
     random_transcoders,
 )
-from interp_transformer.models.processing import fold_ln
+from analysis.attribution_graphs.transcoders import mlp_slots
 from analysis.discovery import (
     SourceTarget,
     attribution_patching,
@@ -46,6 +45,8 @@ from analysis.discovery import (
     run_circuit,
     sites,
 )
+from analysis.readouts import attribution
+from interp_transformer.models.processing import fold_ln
 
 from .spec_generator import N_POS, RandomSpec, prompts
 
@@ -261,7 +262,7 @@ def check_attribution_patching(case: Case) -> None:
     nonzero(atp, "attribution_patching")
 
 
-def node_site(case: Case, name: str) -> tuple[str, Optional[int]]:
+def node_site(case: Case, name: str) -> tuple[str, int | None]:
     """The hook a node of the edge graph writes from, and its head (None: the whole activation)."""
     stack = "encoder" if name.startswith("enc.") else "decoder"
     bare, pre = name.removeprefix("enc."), case.prefix(stack)
@@ -441,7 +442,7 @@ TOOLS: dict[str, Callable[[Case], None]] = {
 }
 
 
-def check(tool: str, drawn: RandomSpec, case: Optional[Case] = None) -> Outcome:
+def check(tool: str, drawn: RandomSpec, case: Case | None = None) -> Outcome:
     """Run ``TOOLS[tool]`` on ``drawn`` (or its ``case``, built once for several tools) and say what came of it."""
     torch.manual_seed(0)
     try:

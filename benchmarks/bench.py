@@ -35,9 +35,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -80,7 +81,7 @@ class BenchModel:
     shapes: tuple[tuple[int, int], ...]  # (batch, pos) of forward, cache and FLOP/s
     quick_shapes: tuple[tuple[int, int], ...]  # the same with --quick
     targets: dict  # ratio targets, see GPT2_TARGETS / LLAMA_TARGETS / DECODER_TARGETS
-    gguf: Optional[str] = None  # GGUF file or name the load section reads (ours and transformers')
+    gguf: str | None = None  # GGUF file or name the load section reads (ours and transformers')
 
 
 BENCH_MODELS = {

@@ -42,7 +42,6 @@ from analysis.discovery import (
     sites,
     top_edges,
 )
-
 from analysis.discovery.edges import memory_estimate
 from analysis.discovery.report import FRACTIONS
 from interp_transformer import from_pretrained

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-
 from bench_report import Table
 from bench_sections import LOGITS_TOLERANCE
 from bench_timing import meets
@@ -100,7 +99,7 @@ def gguf_float32_nbytes(gguf: str) -> int:
 
 
 def measure_loading(
-    source: str, model: str, threads: int, seed: int, directory: Optional[str] = None, gguf: Optional[str] = None
+    source: str, model: str, threads: int, seed: int, directory: str | None = None, gguf: str | None = None
 ) -> dict:
     """Run this file in a fresh interpreter for ``source`` (one of ``SOURCES``)."""
     command = [
@@ -135,7 +134,7 @@ def assert_same_model(model, hf_model) -> None:
         )
 
 
-def _load(source: str, hf_model, directory: Optional[str], gguf: Optional[str]):
+def _load(source: str, hf_model, directory: str | None, gguf: str | None):
     if source == "GGUF, Hugging Face":
         from transformers import AutoModelForCausalLM
 
@@ -146,7 +145,7 @@ def _load(source: str, hf_model, directory: Optional[str], gguf: Optional[str]):
     return from_pretrained({"in-memory": hf_model, "safetensors directory": directory, "GGUF": gguf}[source])
 
 
-def load_once(source: str, model: str, threads: int, seed: int, directory: Optional[str], gguf: Optional[str]) -> dict:
+def load_once(source: str, model: str, threads: int, seed: int, directory: str | None, gguf: str | None) -> dict:
     torch.set_num_threads(threads)
     family, config = model_spec(model)
     from interp_transformer import from_pretrained
@@ -186,7 +185,7 @@ def load_once(source: str, model: str, threads: int, seed: int, directory: Optio
     }
 
 
-def bench_loading(model: str, hf_model, threads: int, seed: int, targets: dict, gguf: Optional[str]) -> Table:
+def bench_loading(model: str, hf_model, threads: int, seed: int, targets: dict, gguf: str | None) -> Table:
     """Every source of ``model`` in a fresh process: the GGUF ones when ``gguf`` names a file, the others always."""
     checkpoint = weights_nbytes(hf_model)
     table = Table(

@@ -11,7 +11,6 @@ import statistics
 from typing import Optional
 
 import torch
-
 from bench_report import Table
 from bench_timing import TransformerLensWorker, interleaved_medians, meets, timed
 from hf_models import random_tokens
@@ -51,7 +50,7 @@ def bench_forward(
     model: str,
     ours,
     hf: dict,
-    tl: Optional[TransformerLensWorker],
+    tl: TransformerLensWorker | None,
     tl_note: str,
     shapes,
     rounds,
@@ -122,7 +121,7 @@ def bench_forward(
 
 
 def bench_cache(
-    model: str, ours, tl: Optional[TransformerLensWorker], shapes, rounds, warmup, seed, targets: dict
+    model: str, ours, tl: TransformerLensWorker | None, shapes, rounds, warmup, seed, targets: dict
 ) -> Table:
     n_layers = ours.cfg.n_layers
     filters = {

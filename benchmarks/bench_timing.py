@@ -13,14 +13,14 @@ import resource
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import tqdm as tqdm_module
-from tqdm import tqdm
-
 from hf_models import model_spec
+from tqdm import tqdm
 
 # tqdm's monitor thread wakes while a measurement runs and was seen to stretch a 2 ms
 # forward to 80 ms; the bars refresh between rounds without it
@@ -67,7 +67,7 @@ def interleaved_medians(
     return wall, cpu
 
 
-def timed(fn: Callable[[], object], faults: Optional[list] = None) -> Callable[[], tuple[float, float]]:
+def timed(fn: Callable[[], object], faults: list | None = None) -> Callable[[], tuple[float, float]]:
     """A contender that runs ``fn`` under ``inference_mode`` and returns its wall-clock and CPU seconds.
 
     With ``faults`` it also appends the minor page faults of each run (first touches of
@@ -177,7 +177,7 @@ class TransformerLensWorker:
 
 def start_transformer_lens(
     tl_python: str, model: str, threads: int, seed: int, shapes
-) -> tuple[Optional[TransformerLensWorker], str]:
+) -> tuple[TransformerLensWorker | None, str]:
     """The worker for ``model``, and a note for the report: its versions, or why it was not run.
 
     A model TransformerLens cannot build or run is not an error of the benchmark: the

@@ -100,7 +100,7 @@ def ablation(model, transcoders, graph, nodes: list[int]) -> dict:
     }
 
 
-def study(model, transcoders, graph, n_ablate: int, n_contexts: int, subject: Optional[str] = None) -> dict:
+def study(model, transcoders, graph, n_ablate: int, n_contexts: int, subject: str | None = None) -> dict:
     """Sections 1 and 2 of the module docstring; ``subject`` is the token whose features the second ablation removes
     (its last occurrence; default: the token before the last, ' France' in the default prompt)."""
     pruned = prune_graph(graph)

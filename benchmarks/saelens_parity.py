@@ -149,9 +149,7 @@ def randomize(sae, architecture: str, generator: torch.Generator) -> None:
             shape = param.shape
             if name == "threshold":
                 value = torch.rand(shape, generator=generator)
-            elif name == "r_mag":
-                value = 0.1 * torch.randn(shape, generator=generator)
-            elif name == "W_skip":
+            elif name == "r_mag" or name == "W_skip":
                 value = 0.1 * torch.randn(shape, generator=generator)
             elif name.startswith("W_"):
                 value = torch.randn(shape, generator=generator) / shape[0] ** 0.5

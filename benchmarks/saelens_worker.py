@@ -13,8 +13,8 @@ benchmarks/saelens_env.sh.
 import sys
 
 import torch
-from safetensors.torch import save_file
 from sae_lens.training.activations_store import ActivationsStore
+from safetensors.torch import save_file
 
 
 def main(argv: list[str]) -> int:

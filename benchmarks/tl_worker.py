@@ -69,9 +69,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer  # noqa: E402
-
 from hf_models import build_hf_model, family_of, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer  # noqa: E402
 
 MEASUREMENTS = ("forward", "cache_all", "cache_pattern", "cache_resid_post")
 SHAPE_PATTERN = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
@@ -85,7 +84,7 @@ def parse_shapes(text, max_pos):
         if match is None:
             raise ValueError(f"expected shapes like '1x128,8x128' (batch x pos), received {item!r}")
         batch, pos = int(match.group(1)), int(match.group(2))
-        if not (1 <= batch and 1 <= pos <= max_pos):
+        if not (batch >= 1 and 1 <= pos <= max_pos):
             raise ValueError(f"expected batch >= 1 and 1 <= pos <= {max_pos}, received batch={batch}, pos={pos}")
         shapes.append((batch, pos))
     return shapes

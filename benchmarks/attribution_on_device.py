@@ -28,9 +28,9 @@ from analysis.attribution_graphs import (
     random_transcoders,
 )
 from interp_transformer import DemoTransformer
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.models.processing import fold_ln
 from tests.attribution_graph_helpers import PROMPT, intervention_effects, transcoders
 from tests.perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder

@@ -24,7 +24,7 @@ import torch
 from analysis.discovery import edge_attribution_patching, logit_diff_per_row, patch_sites, patch_sites_one_by_one, sites
 from analysis.discovery.edges import memory_estimate
 from interp_transformer import DemoTransformer
-from interp_transformer.families.llama import preset
+from interp_transformer.families.llama.recipe import preset
 
 
 def timed(run, device: torch.device):

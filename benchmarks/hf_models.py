@@ -13,7 +13,7 @@ and the fields of its ``transformers`` config:
 - ``smollm2``: ``LlamaForCausalLM`` at the SmolLM2-135M shape (30 layers, d_model
   576, 9 query / 3 key-value heads of 64, SwiGLU 1536, RMSNorm eps 1e-5, rotary
   theta 100000, tied embeddings, 49152 tokens), the config of
-  ``interp_transformer.families.llama.preset("SmolLM2-135M")``;
+  ``interp_transformer.families.llama.recipe.preset("SmolLM2-135M")``;
 - ``pythia-160m``: ``GPTNeoXForCausalLM`` at the Pythia-160m shape (12 layers,
   d_model 768, 12 heads, MLP 3072 with exact GELU, rotary theta 10000 on 25% of
   each head, parallel attention and MLP, untied embeddings, 50304 tokens, 2048

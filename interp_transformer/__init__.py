@@ -38,10 +38,10 @@ from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.core.kv_cache import KeyValueCache
 from interp_transformer.core.losses import lm_loss
 from interp_transformer.core.shape_checks import set_shape_checking, shape_checking, shape_checking_enabled
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.gpt2 import PRESETS, TransformerConfig, preset
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.gpt2.recipe import PRESETS, TransformerConfig, preset
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.hooks import HookedRootModule, HookPoint
 from interp_transformer.hooks.names import get_act_name
 from interp_transformer.hooks.slices import Slice

@@ -19,8 +19,8 @@ from analysis.attribution_graphs import (
 )
 from analysis.attribution_graphs.graph import AttributionGraph
 from interp_transformer import TransformerConfig
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.models.processing import fold_ln
 
 from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder

@@ -14,7 +14,7 @@ import random
 import torch
 import transformers
 
-from interp_transformer.loading.reference import positions_from_mask
+from interp_transformer.families.reference import positions_from_mask
 
 from .llama_helpers import left_padded, perturb_
 

@@ -18,8 +18,8 @@ from analysis.attribution_graphs import (
     random_transcoders,
 )
 from analysis.attribution_graphs.batched import PaddedPrompts, length_groups, rows_per_prompt
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 
 from .attribution_graph_helpers import CONFIGS, PROMPT, folded, intervention_effects, measure_peak, transcoders
 from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder

@@ -31,11 +31,11 @@ from analysis.attribution_graphs import (
 )
 from analysis.attribution_graphs.graph import AttributionGraph
 from analysis.attribution_graphs.pruning import compute_influence, normalize_matrix
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig
-from interp_transformer.families.gptj import GPTJConfig
-from interp_transformer.families.moe import MoEConfig
-from interp_transformer.families.olmo2 import Olmo2Config
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+from interp_transformer.families.gptj.recipe import GPTJConfig
+from interp_transformer.families.moe.recipe import MoEConfig
+from interp_transformer.families.olmo2.recipe import Olmo2Config
 from interp_transformer.parts import Attention
 from interp_transformer.models.processing import fold_ln
 from interp_transformer.sae import SAE, run_with_cache_with_saes

@@ -9,8 +9,8 @@ import torch
 
 from analysis.discovery import attribution_patching, logit_diff_per_row, sites
 from interp_transformer import TransformerConfig
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 
 from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder as perturbed
 

@@ -14,11 +14,11 @@ import torch
 from analysis.attribution_graphs import ReplacementModel, attribute, random_transcoders
 from analysis.attribution_graphs.qk import qk_attribution, stream_components
 from interp_transformer import TransformerConfig
-from interp_transformer.families.bloom import BloomConfig
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.olmo2 import Olmo2Config
+from interp_transformer.families.bloom.recipe import BloomConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.olmo2.recipe import Olmo2Config
 from interp_transformer.parts.layer_norm import LayerNorm
 from interp_transformer.models.processing import fold_ln
 

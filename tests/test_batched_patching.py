@@ -16,8 +16,8 @@ from analysis.discovery import (
     sites,
 )
 from interp_transformer import TransformerConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 
 from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder as perturbed
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer.models.encoder import EncoderTokens, EncoderTransformer
-from interp_transformer.loading.bert import hf_reference_activations
+from interp_transformer.families.bert.hf import hf_reference_activations
 
 transformers = pytest.importorskip("transformers")
 

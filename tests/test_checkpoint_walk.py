@@ -103,7 +103,7 @@ def test_every_config_field_is_honoured_or_refused(label):
 
 def test_the_walk_finds_a_tensor_that_is_ignored(monkeypatch):
     """The walk itself can fail: a converter that drops the final norm's bias is caught at that tensor."""
-    from interp_transformer.loading import gpt2 as gpt2_loading
+    from interp_transformer.families.gpt2 import hf as gpt2_loading
 
     convert = gpt2_loading.convert_state_dict
 
@@ -119,7 +119,7 @@ def test_the_walk_finds_a_tensor_that_is_ignored(monkeypatch):
 
 def test_the_walk_finds_a_config_field_that_is_ignored(monkeypatch):
     """A converter that reads a fixed epsilon instead of the config's is caught at ``layer_norm_epsilon``."""
-    from interp_transformer.loading import gpt2 as gpt2_loading
+    from interp_transformer.families.gpt2 import hf as gpt2_loading
 
     config_from_hf = gpt2_loading.config_from_hf
 

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.families.bloom import BloomConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig
-from interp_transformer.families.gptj import GPTJConfig
-from interp_transformer.families.opt import OPTPostNormConfig
+from interp_transformer.families.bloom.recipe import BloomConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+from interp_transformer.families.gptj.recipe import GPTJConfig
+from interp_transformer.families.opt.recipe import OPTPostNormConfig
 
 from .test_hook_snapshot import to_json
 

@@ -18,10 +18,10 @@ from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.gptj import modeling_gptj
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from interp_transformer.families.bloom import BloomConfig as OurBloomConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig as OurNeoXConfig
-from interp_transformer.families.gptj import GPTJConfig as OurGPTJConfig
-from interp_transformer.families.opt import OPTConfig as OurOPTConfig
+from interp_transformer.families.bloom.recipe import BloomConfig as OurBloomConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig as OurNeoXConfig
+from interp_transformer.families.gptj.recipe import GPTJConfig as OurGPTJConfig
+from interp_transformer.families.opt.recipe import OPTConfig as OurOPTConfig
 from interp_transformer.parts import (
     ALiBi,
     Attention,

@@ -11,13 +11,13 @@ import torch
 
 from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row, sites
 from interp_transformer import TransformerConfig
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig
-from interp_transformer.families.gptj import GPTJConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.moe import MoEConfig
-from interp_transformer.families.olmo2 import Olmo2Config
-from interp_transformer.families.opt import OPTPostNormConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+from interp_transformer.families.gptj.recipe import GPTJConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
+from interp_transformer.families.olmo2.recipe import Olmo2Config
+from interp_transformer.families.opt.recipe import OPTPostNormConfig
 
 from .encoder_helpers import random_mlm
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
@@ -135,7 +135,7 @@ def test_the_experts_writes_are_weighted_by_routing_and_sum_to_the_mixtures_outp
 
 
 def test_models_the_graph_does_not_fit_are_refused():
-    from interp_transformer.families.adapter_decoder import AdapterDecoderConfig
+    from interp_transformer.families.adapter_decoder.recipe import AdapterDecoderConfig
 
     adapter = perturbed_decoder(AdapterDecoderConfig(**SHAPE, d_adapter=6))
     with pytest.raises(

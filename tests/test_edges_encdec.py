@@ -26,8 +26,8 @@ from analysis.discovery import (
     run_circuit,
 )
 from analysis.discovery.report import _patterns, circuit_report
-from interp_transformer.families.bart import BartConfig
-from interp_transformer.families.t5 import T5Config
+from interp_transformer.families.bart.recipe import BartConfig
+from interp_transformer.families.t5.recipe import T5Config
 from interp_transformer.models.encoder_decoder.model import EncoderDecoderTransformer
 from interp_transformer.pretrained import load_shipped
 from interp_transformer.pretrained.translation import encode_numbers

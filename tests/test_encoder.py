@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from interp_transformer.models.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
 from interp_transformer.loading import CheckpointError
-from interp_transformer.loading import bert as bert_loading
+from interp_transformer.families.bert import hf as bert_loading
 
 transformers = pytest.importorskip("transformers")
 

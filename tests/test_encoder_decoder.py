@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from analysis.readouts import cross_attention, encoder_decoder as attribution
-from interp_transformer.families.t5 import T5Config
+from interp_transformer.families.t5.recipe import T5Config
 from interp_transformer.parts.relative_position_bias import relative_position_bucket
 from interp_transformer.parts.sinusoidal import sinusoidal_table
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
@@ -217,7 +217,7 @@ def test_unsupported_encoder_decoder_checkpoints_are_refused():
 
 
 def test_a_checkpoint_with_a_missing_tensor_is_refused():
-    from interp_transformer.loading import bart as bart_loading
+    from interp_transformer.families.bart import hf as bart_loading
     from interp_transformer.core.strict import CheckpointError
 
     ours, hf = converted("bart")

@@ -15,12 +15,12 @@ from analysis.discovery import (
     sites,
 )
 from interp_transformer import TransformerConfig
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.gpt_neox import GPTNeoXConfig
-from interp_transformer.families.gptj import GPTJConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.moe import MoEConfig
-from interp_transformer.families.opt import OPTPostNormConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+from interp_transformer.families.gptj.recipe import GPTJConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
+from interp_transformer.families.opt.recipe import OPTPostNormConfig
 
 from .encoder_helpers import random_mlm
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder

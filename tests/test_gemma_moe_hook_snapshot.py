@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 
 from .test_hook_snapshot import to_json
 

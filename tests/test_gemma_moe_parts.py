@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm, Gemma2TextScaledWordEmbedding
 
-from interp_transformer.families.gemma import GemmaConfig
-from interp_transformer.families.moe import MoEConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
 from interp_transformer.parts.layout import TokenLayout
 from interp_transformer.parts.moe import MixtureOfExperts, Routing

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.parts.attention import Attention
 from interp_transformer.parts.head_projection import (
     DEFAULT_HEAD_LAYOUT,
@@ -23,7 +23,7 @@ from interp_transformer.parts.head_projection import (
     set_head_layout,
     side_by_side_matrix,
 )
-from interp_transformer.families.gpt2 import TransformerConfig
+from interp_transformer.families.gpt2.recipe import TransformerConfig
 from interp_transformer.loading import from_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 
 from .test_hook_snapshot import to_json
 

@@ -18,7 +18,7 @@ from transformers.models.gptj import modeling_gptj
 from interp_transformer import Capabilities, DemoTransformer
 from interp_transformer.models import processing
 from interp_transformer.families import Architecture, DecoderParts, register, unregister
-from interp_transformer.families.llama import HOOK_NAMES, LlamaConfig
+from interp_transformer.families.llama.recipe import HOOK_NAMES, LlamaConfig
 from interp_transformer.parts import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask
 from interp_transformer.parts import TokenLayout, TransformerBlock, Unembed
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -26,7 +26,7 @@ from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary, rotary_frequencies
 from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.loading import CheckpointError
-from interp_transformer.loading.llama import config_from_hf, convert_state_dict
+from interp_transformer.families.llama.hf import config_from_hf, convert_state_dict
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 from .llama_helpers import tiny_hf_model

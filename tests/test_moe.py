@@ -12,12 +12,12 @@ import torch
 import transformers
 
 from interp_transformer.models import processing
-from interp_transformer.families.moe import preset
+from interp_transformer.families.moe.recipe import preset
 from interp_transformer.core.kv_cache import KeyValueCache
 from interp_transformer.loading import from_pretrained
-from interp_transformer.loading.moe import config_from_hf, hf_reference_activations
-from interp_transformer.loading.moe_reference import moe_float64_patches
-from interp_transformer.loading.reference import reference_run
+from interp_transformer.families.moe.hf import config_from_hf, hf_reference_activations
+from interp_transformer.families.moe.reference import moe_float64_patches
+from interp_transformer.families.reference import reference_run
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
@@ -231,7 +231,7 @@ def test_a_checkpoint_missing_an_expert_names_it(tmp_path):
     state = {name: tensor for name, tensor in hf_model.state_dict().items()}
     state.pop("model.layers.1.mlp.experts.down_proj")
     cfg = config_from_hf(hf_model.config)
-    from interp_transformer.loading.moe import convert_state_dict
+    from interp_transformer.families.moe.hf import convert_state_dict
 
     with pytest.raises(ValueError, match=r"missing 1 tensor\(s\): layers\.1\.mlp\.experts\.down_proj"):
         convert_state_dict(state, cfg)

@@ -10,7 +10,7 @@ import torch
 from analysis.readouts import attribution
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer
-from interp_transformer.families.adapter_decoder import AdapterDecoderConfig
+from interp_transformer.families.adapter_decoder.recipe import AdapterDecoderConfig
 from interp_transformer.models.processing import center_writing_weights, fold_ln
 
 from .perturbed import perturbed_decoder

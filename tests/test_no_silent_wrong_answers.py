@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer import DemoTransformer, KeyValueCache, TransformerConfig
-from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.compat import HookedTransformer, HookedTransformerConfig
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.text.generate import generate

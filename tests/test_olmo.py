@@ -16,10 +16,10 @@ from analysis.readouts import attribution
 from analysis.patching import patch_residual
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer
-from interp_transformer.families.olmo2 import Olmo2Config as OurOlmo2Config
+from interp_transformer.families.olmo2.recipe import Olmo2Config as OurOlmo2Config
 from interp_transformer.compat import HookedTransformer
 from interp_transformer.loading import CheckpointError, from_pretrained
-from interp_transformer.loading.olmo2 import config_from_hf, convert_state_dict, hf_reference_activations
+from interp_transformer.families.olmo2.hf import config_from_hf, convert_state_dict, hf_reference_activations
 from interp_transformer.models import processing
 from interp_transformer.core.kv_cache import KeyValueCache
 from interp_transformer.verify import verify_against_hf, verify_pretrained

@@ -19,7 +19,7 @@ import torch
 
 from interp_transformer import Capabilities, DemoTransformer, TransformerConfig
 from interp_transformer.families import Architecture, DecoderParts, register, unregister
-from interp_transformer.families.opt import OPTPostNormConfig
+from interp_transformer.families.opt.recipe import OPTPostNormConfig
 from interp_transformer.parts import (
     MLP,
     Attention,

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp_transformer.loading.reference import (
+from interp_transformer.families.reference import (
     FLOAT64_ATTENTION,
     Recorder,
     current_attention,

@@ -20,7 +20,7 @@ from analysis.discovery import (
     threshold_edges,
     top_edges,
 )
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 
 from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
 

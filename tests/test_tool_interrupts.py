@@ -22,7 +22,7 @@ from analysis.attribution_graphs import ReplacementModel, attribute, attribute_p
 from analysis.attribution_graphs.qk import qk_attribution
 from analysis.discovery import edge_attribution_patching, logit_diff_per_row
 from interp_transformer import TransformerConfig
-from interp_transformer.families.llama import LlamaConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.hooks import HookPoint
 from interp_transformer.models.processing import fold_ln
 

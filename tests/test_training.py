@@ -10,8 +10,8 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from interp_transformer import DemoTransformer, TransformerConfig
-from interp_transformer.families.llama import LlamaConfig
-from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained.translation import VOCAB
 from interp_transformer.training import (

@@ -38,11 +38,11 @@ GEMMA_ARCHITECTURES = {1: "GemmaForCausalLM", 2: "Gemma2ForCausalLM", 3: "Gemma3
 
 def config_from_core(core_cfg, name: str, default_prepend_bos: bool | None) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a loaded model's config (see the module docstring)."""
-    from interp_transformer.families.gemma import GemmaConfig
-    from interp_transformer.families.gpt2 import TransformerConfig
-    from interp_transformer.families.gpt_neox import GPTNeoXConfig
-    from interp_transformer.families.llama import LlamaConfig
-    from interp_transformer.families.opt import OPTConfig
+    from interp_transformer.families.gemma.recipe import GemmaConfig
+    from interp_transformer.families.gpt2.recipe import TransformerConfig
+    from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
+    from interp_transformer.families.llama.recipe import LlamaConfig
+    from interp_transformer.families.opt.recipe import OPTConfig
 
     common = dict(
         d_model=core_cfg.d_model,

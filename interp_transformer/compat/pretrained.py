@@ -84,8 +84,8 @@ def offline_configs() -> dict:
     """Official name -> our config, for every model whose shape is known here without the hub (GPT-2's, Gemma's)."""
     from dataclasses import replace
 
-    from interp_transformer.families.gemma import PRESETS as GEMMA
-    from interp_transformer.families.gpt2 import PRESETS
+    from interp_transformer.families.gemma.recipe import PRESETS as GEMMA
+    from interp_transformer.families.gpt2.recipe import PRESETS
 
     gemma = dict(GEMMA)
     gemma["gemma-3-270m"] = replace(GEMMA["gemma-3-1b"], name="gemma-3-270m", d_model=640, n_layers=18, d_mlp=2048)

@@ -38,28 +38,25 @@ also names its Hugging Face converter (a module of ``interp_transformer.loading`
 is the recipe for adding one.
 """
 
-from interp_transformer.families import (
-    adapter_decoder,
-    bart,
-    bert,
-    bloom,
-    composed,
-    composed_stacks,
-    gemma,
-    gpt2,
-    gpt_neox,
-    gpt_oss,
-    gptj,
-    llama,
-    marian,
-    moe,
-    olmo2,
-    opt,
-    phi3,
-    seq2seq,
-    smollm3,
-    t5,
-)
+from interp_transformer.families import composed, composed_stacks
+from interp_transformer.families.adapter_decoder import recipe as adapter_decoder_recipe
+from interp_transformer.families.bart import recipe as bart_recipe
+from interp_transformer.families.bert import recipe as bert_recipe
+from interp_transformer.families.bloom import recipe as bloom_recipe
+from interp_transformer.families.gemma import recipe as gemma_recipe
+from interp_transformer.families.gpt2 import recipe as gpt2_recipe
+from interp_transformer.families.gpt_neox import recipe as gpt_neox_recipe
+from interp_transformer.families.gpt_oss import recipe as gpt_oss_recipe
+from interp_transformer.families.gptj import recipe as gptj_recipe
+from interp_transformer.families.llama import recipe as llama_recipe
+from interp_transformer.families.marian import recipe as marian_recipe
+from interp_transformer.families.moe import recipe as moe_recipe
+from interp_transformer.families.olmo2 import recipe as olmo2_recipe
+from interp_transformer.families.opt import recipe as opt_recipe
+from interp_transformer.families.phi3 import recipe as phi3_recipe
+from interp_transformer.families.seq2seq import recipe as seq2seq_recipe
+from interp_transformer.families.smollm3 import recipe as smollm3_recipe
+from interp_transformer.families.t5 import recipe as t5_recipe
 from interp_transformer.families.registry import (
     Architecture,
     DecoderParts,
@@ -72,26 +69,26 @@ from interp_transformer.families.registry import (
 
 # one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
 # reads
-register(gpt2.ARCHITECTURE, converter="gpt2", hf_model_types=("gpt2",))
-register(bert.ARCHITECTURE, converter="bert", hf_model_types=("bert",))
-register(llama.ARCHITECTURE, converter="llama", hf_model_types=("llama", "mistral", "qwen2", "qwen3"))
-register(bart.ARCHITECTURE, converter="bart", hf_model_types=("bart",))
-register(marian.ARCHITECTURE, converter="marian", hf_model_types=("marian",))
-register(seq2seq.ARCHITECTURE)
-register(t5.ARCHITECTURE, converter="t5", hf_model_types=("t5",))
+register(gpt2_recipe.ARCHITECTURE, converter="gpt2", hf_model_types=("gpt2",))
+register(bert_recipe.ARCHITECTURE, converter="bert", hf_model_types=("bert",))
+register(llama_recipe.ARCHITECTURE, converter="llama", hf_model_types=("llama", "mistral", "qwen2", "qwen3"))
+register(bart_recipe.ARCHITECTURE, converter="bart", hf_model_types=("bart",))
+register(marian_recipe.ARCHITECTURE, converter="marian", hf_model_types=("marian",))
+register(seq2seq_recipe.ARCHITECTURE)
+register(t5_recipe.ARCHITECTURE, converter="t5", hf_model_types=("t5",))
 # gemma3 (with a vision tower) is read only to be refused by name
-register(gemma.ARCHITECTURE, converter="gemma", hf_model_types=("gemma", "gemma2", "gemma3_text", "gemma3"))
-register(moe.ARCHITECTURE, converter="moe", hf_model_types=("mixtral", "qwen2_moe", "qwen3_moe"))
-register(gpt_oss.ARCHITECTURE, converter="gpt_oss", hf_model_types=("gpt_oss",))
-register(gpt_neox.ARCHITECTURE, converter="gpt_neox", hf_model_types=("gpt_neox",))
-register(gptj.ARCHITECTURE, converter="gptj", hf_model_types=("gptj",))
-register(opt.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
-register(opt.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
-register(bloom.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
-register(olmo2.ARCHITECTURE, converter="olmo2", hf_model_types=("olmo2", "olmo3"))
-register(phi3.ARCHITECTURE, converter="phi3", hf_model_types=("phi3",))  # Phi-3 and Phi-4
-register(smollm3.ARCHITECTURE, converter="smollm3", hf_model_types=("smollm3",))
-register(adapter_decoder.ARCHITECTURE)  # docs/architecture.md's worked example of a new kind of writer
+register(gemma_recipe.ARCHITECTURE, converter="gemma", hf_model_types=("gemma", "gemma2", "gemma3_text", "gemma3"))
+register(moe_recipe.ARCHITECTURE, converter="moe", hf_model_types=("mixtral", "qwen2_moe", "qwen3_moe"))
+register(gpt_oss_recipe.ARCHITECTURE, converter="gpt_oss", hf_model_types=("gpt_oss",))
+register(gpt_neox_recipe.ARCHITECTURE, converter="gpt_neox", hf_model_types=("gpt_neox",))
+register(gptj_recipe.ARCHITECTURE, converter="gptj", hf_model_types=("gptj",))
+register(opt_recipe.ARCHITECTURE, converter="opt", hf_model_types=("opt",))
+register(opt_recipe.POST_NORM_ARCHITECTURE)  # the same converter builds it, from the same model_type
+register(bloom_recipe.ARCHITECTURE, converter="bloom", hf_model_types=("bloom",))
+register(olmo2_recipe.ARCHITECTURE, converter="olmo2", hf_model_types=("olmo2", "olmo3"))
+register(phi3_recipe.ARCHITECTURE, converter="phi3", hf_model_types=("phi3",))  # Phi-3 and Phi-4
+register(smollm3_recipe.ARCHITECTURE, converter="smollm3", hf_model_types=("smollm3",))
+register(adapter_decoder_recipe.ARCHITECTURE)  # docs/architecture.md's worked example of a new kind of writer
 # models composed from parts by name (interp_transformer.builder): one architecture per model class, for every design
 register(composed.ARCHITECTURE)
 register(composed_stacks.ENCODER_ARCHITECTURE)

@@ -34,9 +34,11 @@ from types import SimpleNamespace
 from typing import Optional, Union
 
 from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families import bart, bert, seq2seq
+from interp_transformer.families.bart import recipe as bart
+from interp_transformer.families.bert import recipe as bert
+from interp_transformer.families.seq2seq import recipe as seq2seq
 from interp_transformer.families import composed_parts as parts
-from interp_transformer.families.bert import EncoderParts
+from interp_transformer.families.bert.recipe import EncoderParts
 from interp_transformer.families.encoder_decoder import (
     EncoderDecoderParts,
     encoder_decoder_capabilities,

@@ -97,7 +97,7 @@ def unregister(architecture: Architecture) -> None:
 def hf_converters() -> dict[str, str]:
     """Hugging Face ``model_type`` -> the module path of its converter, from the registered architectures."""
     return {
-        model_type: f"interp_transformer.loading.{architecture.converter}"
+        model_type: f"interp_transformer.families.{architecture.converter}.hf"
         for architecture in _REGISTRY.values()
         for model_type in architecture.hf_model_types
     }

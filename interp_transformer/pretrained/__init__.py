@@ -27,8 +27,8 @@ from safetensors.torch import save_file
 from interp_transformer.core.devices import checked_device
 from interp_transformer.core.files import read_json_object
 from interp_transformer.core.strict import build_on_meta, load_strict
-from interp_transformer.families.gpt2 import TransformerConfig
-from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.families.gpt2.recipe import TransformerConfig
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.loading.sources import LazyStateDict, open_safetensors_file
 from interp_transformer.models.decoder import DemoTransformer
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer

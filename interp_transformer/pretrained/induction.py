@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from interp_transformer.core.losses import lm_loss
 from interp_transformer.core.shape_checks import shape_checking
-from interp_transformer.families.gpt2 import TransformerConfig
+from interp_transformer.families.gpt2.recipe import TransformerConfig
 from interp_transformer.models.decoder import DemoTransformer
 
 BOS_TOKEN = 0  # reserved: random tokens are drawn from 1 .. d_vocab-1

@@ -34,7 +34,7 @@ from transformers import PreTrainedTokenizerFast
 
 from interp_transformer.core.losses import IGNORE_INDEX
 from interp_transformer.core.shape_checks import shape_checking
-from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
 UNITS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

@@ -35,7 +35,7 @@ from typing import Optional, Union
 import torch
 
 from interp_transformer.families import DecoderParts, architecture_of, registered
-from interp_transformer.families.bert import EncoderParts
+from interp_transformer.families.bert.recipe import EncoderParts
 from interp_transformer.families.encoder_decoder import EncoderDecoderParts
 from interp_transformer.models.decoder import DemoTransformer
 from interp_transformer.models.encoder import EncoderTransformer

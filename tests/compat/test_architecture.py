@@ -151,7 +151,7 @@ def test_n_params_total_and_init_modes():
 
 def test_rotary_grouped_gated_models_match_the_llama_architecture():
     """The same model through both configs: HookedTransformerConfig(RMS, rotary, grouped, gated) and LlamaConfig."""
-    from interp_transformer.families.llama import LlamaConfig
+    from interp_transformer.families.llama.recipe import LlamaConfig
 
     cfg = config(
         act_fn="silu",
@@ -203,7 +203,7 @@ def test_final_rms_and_qk_norm():
 def test_parallel_blocks_and_alibi_are_the_native_architectures_parts():
     """parallel_attn_mlp builds GPT-NeoX's parallel block, ALiBi BLOOM's score bias: same weights, same logits and
     hooks."""
-    from interp_transformer.families.gpt_neox import GPTNeoXConfig
+    from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
     from interp_transformer.parts.alibi import alibi_slopes
 
     cfg = config(

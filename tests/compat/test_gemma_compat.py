@@ -278,8 +278,8 @@ def test_offline_names_configs_and_the_hub():
 
 
 def test_what_a_transformer_lens_config_cannot_say_is_refused_by_name():
-    from interp_transformer.families.adapter_decoder import AdapterDecoderConfig
-    from interp_transformer.families.olmo2 import Olmo2Config
+    from interp_transformer.families.adapter_decoder.recipe import AdapterDecoderConfig
+    from interp_transformer.families.olmo2.recipe import Olmo2Config
 
     with pytest.raises(ValueError, match="rope scaling"):
         HookedTransformer.from_pretrained(tiny_gemma("gemma3-local-rope-capped"))

@@ -1,7 +1,7 @@
 """BERT-style encoders: post-LayerNorm blocks, bidirectional attention with a padding mask,
 token-type embeddings, and the MLM head / pooler that BERT checkpoints ship.
 
-The architecture (config, parts, capabilities, hook names) is ``interp_transformer.families.bert``;
+The architecture (config, parts, capabilities, hook names) is ``interp_transformer.families.bert.recipe``;
 ``EncoderTransformer`` composes it.
 
 >>> import torch
@@ -12,7 +12,7 @@ The architecture (config, parts, capabilities, hook names) is ``interp_transform
 torch.Size([1, 5, 32])
 """
 
-from interp_transformer.families.bert import ENCODER_PRESETS, EncoderConfig
+from interp_transformer.families.bert.recipe import ENCODER_PRESETS, EncoderConfig
 from interp_transformer.models.encoder.inputs import EncoderTokens
 from interp_transformer.models.encoder.model import RETURN_TYPES, EncoderTransformer
 from interp_transformer.parts import MLMHead, Pooler, PostNormBlock, TokenTypeEmbed

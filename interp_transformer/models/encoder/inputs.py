@@ -11,7 +11,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_transformer.core.token_checks import as_id_tensor, check_attention_mask, check_like_tokens, check_token_ids
-from interp_transformer.families.bert import EncoderConfig
+from interp_transformer.families.bert.recipe import EncoderConfig
 from interp_transformer.text.methods import padded_rows_problem
 
 

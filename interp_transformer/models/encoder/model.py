@@ -45,7 +45,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from interp_transformer.core.shape_checks import shape_checked
-from interp_transformer.families.bert import EncoderConfig, EncoderParts
+from interp_transformer.families.bert.recipe import EncoderConfig, EncoderParts
 from interp_transformer.hooks import HookPoint
 from interp_transformer.models.base import HookedTransformerBase, WeightView, unembedding_directions
 from interp_transformer.models.encoder.inputs import (

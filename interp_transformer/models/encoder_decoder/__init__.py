@@ -13,9 +13,9 @@ The architectures (config, parts, capabilities, hook names) are in
 (torch.Size([1, 3, 40]), torch.Size([1, 4, 3, 4]))
 """
 
-from interp_transformer.families.bart import BartConfig
-from interp_transformer.families.marian import MarianConfig
-from interp_transformer.families.seq2seq import Seq2SeqConfig
+from interp_transformer.families.bart.recipe import BartConfig
+from interp_transformer.families.marian.recipe import MarianConfig
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.models.encoder_decoder.inputs import SourceTokens
 from interp_transformer.models.encoder_decoder.kv_cache import EncoderDecoderKVCache
 from interp_transformer.models.encoder_decoder.model import EncoderDecoderTransformer

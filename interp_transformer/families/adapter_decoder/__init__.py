@@ -1,0 +1,1 @@
+"""The adapter_decoder family, whole: recipe.py."""

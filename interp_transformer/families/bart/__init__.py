@@ -1,0 +1,1 @@
+"""The bart family, whole: hf.py, recipe.py."""

@@ -1,0 +1,133 @@
+"""BART: a post-LayerNorm encoder-decoder with learned positions read at an offset of 2 and an embedding LayerNorm.
+
+Parts of each stack (``EncoderDecoderTransformer`` composes them)::
+
+    x = embed_ln(W_E[tokens] * embed_scale + W_pos[positions + 2])     OffsetPosEmbed, LayerNorm
+    encoder blocks: PostNormBlock(Attention(PaddingMask), LayerNorm, MLP, LayerNorm)
+    decoder blocks: PostNormCrossAttentionBlock(Attention(causal), LayerNorm, CrossAttention, LayerNorm, MLP, LayerNorm)
+    logits = x W_U + b_U                                              (lm_head, final_logits_bias)
+
+``embed_scale`` is ``sqrt(d_model)`` when ``scale_embedding`` (off in BART's own
+checkpoints). There is no final norm: each stack ends in its last block's ``ln3``/``ln2``.
+The token embedding is shared by both stacks, as in every BART checkpoint.
+``build_post_norm`` is reused by Marian, which differs in its parts only (sinusoidal
+positions, no embedding LayerNorm).
+"""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from interp_transformer.families.encoder_decoder import (
+    EncoderDecoderParts,
+    StackParts,
+    encoder_decoder_capabilities,
+    encoder_decoder_hook_names,
+    validate_encoder_decoder_fields,
+)
+from interp_transformer.families.registry import Architecture
+from interp_transformer.families.seq2seq.recipe import default_attention
+from interp_transformer.parts import MLP, Embed, LayerNorm, NoNorm, PostNormBlock, Unembed
+from interp_transformer.parts.cross_attention_blocks import PostNormCrossAttentionBlock
+from interp_transformer.parts.offset_pos_embed import OffsetPosEmbed
+from interp_transformer.parts.sinusoidal import ScaledEmbed
+
+POSITION_OFFSET = 2  # BART reads position p from row p + 2 of its table
+
+
+@dataclass(frozen=True)
+class BartConfig:
+    """Shape, numerics and special tokens of a BART model (``facebook/bart-base`` by default)."""
+
+    d_model: int = 768  # width of the residual stream
+    n_layers: int = 6  # encoder blocks
+    n_decoder_layers: int = 6  # decoder blocks
+    n_heads: int = 12  # attention heads per block (self- and cross-attention)
+    d_head: int = 64  # d_model == n_heads * d_head
+    d_mlp: int = 3072  # MLP hidden width
+    d_vocab: int = 50265  # BART's byte-level BPE vocabulary
+    n_ctx: int = 1024  # longest source or target; the position table has n_ctx + 2 rows
+    act_fn: str = "gelu"  # exact (erf) GELU
+    layer_norm_eps: float = 1e-5  # PyTorch's LayerNorm default, which BART uses
+    init_range: float = 0.02  # std of the normal init of weight matrices
+    scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model)
+    pad_token_id: int = 1
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 2  # the first token the decoder reads
+    name: str = "custom"  # free-form label shown in reports
+
+    def __post_init__(self) -> None:
+        validate_encoder_decoder_fields(self)
+        if not isinstance(self.scale_embedding, bool):
+            raise TypeError(f"scale_embedding must be a bool, got {self.scale_embedding!r}")
+
+    def replace(self, **changes) -> "BartConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def build_post_norm(
+    cfg,
+    embed: nn.Module,
+    pos_embed: Callable[[], nn.Module],
+    embed_ln: bool,
+    final_norm: bool = False,
+    norm: Callable[[], nn.Module] | None = None,
+    self_attention: Callable[[bool], nn.Module] | None = None,
+    cross_attention: Callable[[], nn.Module] | None = None,
+    rel_pos_bias: Callable[[bool], nn.Module | None] | None = None,
+) -> EncoderDecoderParts:
+    """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, ``norm()`` each norm
+    (``LayerNorm`` by default); the attention parts as ``seq2seq.build_pre_norm`` takes them."""
+    if norm is None:
+
+        def norm() -> LayerNorm:
+            return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    self_attention, cross_attention, rel_pos_bias = default_attention(
+        cfg, self_attention, cross_attention, rel_pos_bias
+    )
+
+    def encoder_block() -> PostNormBlock:
+        return PostNormBlock(self_attention(False), norm(), MLP(cfg), norm())
+
+    def decoder_block() -> PostNormCrossAttentionBlock:
+        return PostNormCrossAttentionBlock(self_attention(True), norm(), cross_attention(), norm(), MLP(cfg), norm())
+
+    def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:
+        return StackParts(
+            pos_embed(),
+            norm() if embed_ln else None,
+            rel_pos_bias(bidirectional),
+            [block() for _ in range(n_blocks)],
+            norm() if final_norm else NoNorm(),
+        )
+
+    encoder, decoder = stack(encoder_block, cfg.n_layers, True), stack(decoder_block, cfg.n_decoder_layers, False)
+    return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg))
+
+
+def token_embedding(cfg, scale_embedding: bool) -> nn.Module:
+    """``W_E[tokens] * sqrt(d_model)`` when ``scale_embedding``, else ``W_E[tokens]``."""
+    return ScaledEmbed(cfg) if scale_embedding else Embed(cfg)
+
+
+def build(cfg: BartConfig) -> EncoderDecoderParts:
+    """BART's parts: offset learned positions and an embedding LayerNorm in each stack, post-norm blocks."""
+    return build_post_norm(
+        cfg, token_embedding(cfg, cfg.scale_embedding), lambda: OffsetPosEmbed(cfg, POSITION_OFFSET), embed_ln=True
+    )
+
+
+CAPABILITIES = encoder_decoder_capabilities("post", final_norm=False, embedding_norm=True)
+HOOK_NAMES = encoder_decoder_hook_names(post_norm=True, pos_embed=True, embed_ln=True, final_norm=False)
+
+ARCHITECTURE = Architecture(
+    name="bart", config_class=BartConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
+)
+
+
+__all__ = ["ARCHITECTURE", "BartConfig", "POSITION_OFFSET", "build", "build_post_norm", "token_embedding"]

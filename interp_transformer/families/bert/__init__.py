@@ -1,0 +1,1 @@
+"""The bert family, whole: hf.py, recipe.py."""

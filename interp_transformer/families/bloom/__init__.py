@@ -1,0 +1,1 @@
+"""The bloom family, whole: hf.py, recipe.py."""

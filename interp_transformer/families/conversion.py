@@ -1,0 +1,128 @@
+"""Small pieces every converter uses: activation names, prefixes, fresh tensors, fused q/k/v, linear weights."""
+
+from collections.abc import Mapping
+
+import einops
+import torch
+from torch import Tensor
+
+from interp_transformer.core.strict import state_dict_shapes
+from interp_transformer.families.gpt2.hf import ACTIVATIONS as GPT2_ACTIVATIONS
+from interp_transformer.parts.head_projection import placed_copy
+
+# Hugging Face activation names -> ours (components.activations). gelu_pytorch_tanh is the formula of gelu_new.
+HF_ACTIVATIONS = {**GPT2_ACTIVATIONS, "gelu_fast": "gelu_fast", "quick_gelu": "quick_gelu"}
+
+
+def activation(hf_name, what: str, field: str) -> str:
+    """Our activation for Hugging Face's ``hf_name`` (the config's ``field``); ``ValueError`` naming the field and the
+    supported ones otherwise."""
+    if hf_name not in HF_ACTIVATIONS:
+        raise ValueError(
+            f"{what} activation {hf_name!r} is not supported ({field}={hf_name!r}); supported: {sorted(HF_ACTIVATIONS)}"
+        )
+    return HF_ACTIVATIONS[hf_name]
+
+
+def fresh(tensor: Tensor) -> Tensor:
+    """A contiguous copy: our weights never alias the source's (weight processing edits them in place)."""
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
+def without_prefix(
+    hf_state_dict: Mapping[str, Tensor], prefix: str
+) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
+    """``(names, shapes)`` keyed by name with ``prefix`` removed (a ``*ForCausalLM`` body's); ``names`` maps back."""
+    strip = lambda name: name[len(prefix) :] if name.startswith(prefix) else name  # noqa: E731
+    names = {strip(name): name for name in hf_state_dict}
+    shapes = {strip(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+    return names, shapes
+
+
+def linear_to_ours(weight: Tensor) -> Tensor:
+    """``nn.Linear``'s ``[d_out, d_in]`` weight as ours, ``[d_in, d_out]``."""
+    return fresh(einops.rearrange(weight, "d_out d_in -> d_in d_out"))
+
+
+def heads_in(weight: Tensor, d_head: int) -> Tensor:
+    """An ``nn.Linear`` weight ``[(head_index d_head), d_model]`` as ``W_Q``/``W_K``/``W_V`` ``[head_index, d_model,
+    d_head]``."""
+    return placed_copy(
+        einops.rearrange(weight, "(head_index d_head) d_model -> head_index d_model d_head", d_head=d_head)
+    )
+
+
+def heads_out(weight: Tensor, d_head: int) -> Tensor:
+    """An ``nn.Linear`` weight ``[d_model, (head_index d_head)]`` as ``W_O`` ``[head_index, d_head, d_model]``."""
+    return fresh(einops.rearrange(weight, "d_model (head_index d_head) -> head_index d_head d_model", d_head=d_head))
+
+
+def per_head_bias(bias: Tensor, d_head: int) -> Tensor:
+    """``[(head_index d_head)]`` as ``[head_index, d_head]``."""
+    return fresh(einops.rearrange(bias, "(head_index d_head) -> head_index d_head", d_head=d_head))
+
+
+def split_fused_qkv(weight: Tensor, bias: Tensor, d_head: int, prefix: str) -> dict[str, Tensor]:
+    """GPT-NeoX's and BLOOM's fused ``query_key_value``: per head, q, k and v side by side.
+
+    Its ``nn.Linear`` weight is ``[(head_index qkv d_head), d_model]`` and its bias
+    ``[(head_index qkv d_head)]``; returns ``prefix + W_Q`` ... ``prefix + b_V``.
+    """
+    W = einops.rearrange(
+        weight, "(head_index qkv d_head) d_model -> qkv head_index d_model d_head", qkv=3, d_head=d_head
+    )
+    b = einops.rearrange(bias, "(head_index qkv d_head) -> qkv head_index d_head", qkv=3, d_head=d_head)
+    out = {}
+    for index, letter in enumerate("QKV"):
+        out[prefix + f"W_{letter}"] = placed_copy(W[index])
+        out[prefix + f"b_{letter}"] = fresh(b[index])
+    return out
+
+
+def fused_qkv_activation(which: int, d_head: int):
+    """The ``which``-th of q, k, v (0, 1, 2) from a fused ``query_key_value`` output ``[batch, pos, (head_index qkv
+    d_head)]``."""
+    return lambda out: einops.rearrange(
+        out, "batch pos (head_index qkv d_head) -> qkv batch pos head_index d_head", qkv=3, d_head=d_head
+    )[which]
+
+
+def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
+    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
+    from interp_transformer.core.strict import build_on_meta, load_strict
+    from interp_transformer.models.decoder import DemoTransformer
+
+    model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
+    return load_strict(model, state_dict, dtype=dtype, device=device)
+
+
+def hf_model_loader(class_name: str, **from_pretrained_kwargs):
+    """``load_hf_model(directory, *, dtype)`` for a ``transformers`` class: the reference ``verify_pretrained`` compares
+    with."""
+
+    def load_hf_model(directory, *, dtype=torch.float32):
+        import transformers
+
+        model_class = getattr(transformers, class_name)
+        return model_class.from_pretrained(str(directory), dtype=dtype, **from_pretrained_kwargs).eval()
+
+    load_hf_model.__doc__ = (
+        f"The Hugging Face reference model of a directory: ``transformers.{class_name}`` in eval mode."
+    )
+    return load_hf_model
+
+
+__all__ = [
+    "HF_ACTIVATIONS",
+    "activation",
+    "build_model",
+    "hf_model_loader",
+    "fresh",
+    "fused_qkv_activation",
+    "heads_in",
+    "heads_out",
+    "linear_to_ours",
+    "per_head_bias",
+    "split_fused_qkv",
+    "without_prefix",
+]

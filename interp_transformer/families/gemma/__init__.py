@@ -1,0 +1,1 @@
+"""The gemma family, whole: hf.py, recipe.py, reference.py."""

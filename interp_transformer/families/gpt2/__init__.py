@@ -1,0 +1,1 @@
+"""The gpt2 family, whole: hf.py, recipe.py."""

@@ -1,0 +1,1 @@
+"""The gpt_neox family, whole: hf.py, recipe.py."""

@@ -1,0 +1,1 @@
+"""The gpt_oss family, whole: hf.py, recipe.py, reference.py."""

@@ -1,0 +1,1 @@
+"""The gptj family, whole: hf.py, recipe.py."""

@@ -1,0 +1,1 @@
+"""The llama family, whole: hf.py, recipe.py, reference.py."""

@@ -1,0 +1,348 @@
+"""The Llama family from Hugging Face (Llama, Mistral, Qwen2, Qwen3): config, pure converter, strict build, reference.
+
+One converter serves four ``model_type`` values, because their checkpoints share one
+layout (``model.layers.{L}.self_attn.q_proj`` ...) and differ only in what
+``LlamaConfig`` already expresses:
+
+==========  ====================================  ===============================================
+model_type  what differs                          in our config
+==========  ====================================  ===============================================
+llama       ``attention_bias`` (q, k, v, o)       ``attn_biases``; Llama 3.1 ``rope_scaling``
+mistral     sliding-window attention              ``sliding_window``
+qwen2       q, k, v biases (always)               ``attn_biases=("q", "k", "v")``
+qwen3       per-head RMSNorm of q and k           ``qk_norm=True``; ``attention_bias`` (q, k, v, o)
+==========  ====================================  ===============================================
+
+Hugging Face's ``nn.Linear`` weights are ``[d_out, d_in]``: ``q_proj.weight``
+``[(head_index d_head), d_model]`` becomes ``W_Q [head_index, d_model, d_head]``,
+``k_proj``/``v_proj`` (``n_key_value_heads`` heads) become ``W_K``/``W_V`` (stored as
+``_W_K``/``_W_V`` when grouped), ``o_proj`` becomes ``W_O [head_index, d_head, d_model]``,
+``gate_proj``/``up_proj``/``down_proj`` become ``W_gate``/``W_in``/``W_out`` (transposed),
+the norms' ``weight`` our ``w``. Biases the checkpoint lacks are ours at zero. With tied
+embeddings (no ``lm_head.weight``) ``W_U`` is the transposed token embedding.
+
+Variants not computed here are refused by ``config_from_hf`` with a ``ValueError``
+naming them, before any weight is read.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from interp_transformer.core.strict import (
+    DECODER_SHAPE_FIELDS,
+    check_checkpoint,
+    check_layer_count,
+    require_config_fields,
+    state_dict_shapes,
+)
+from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.families.conversion import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
+from interp_transformer.families.gpt2.hf import ACTIVATIONS
+from interp_transformer.families.llama.reference import hf_reference_activations
+from interp_transformer.parts.rotary import RopeScaling
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# model types whose attention biases are fixed, not set by attention_bias (which puts them on q, k, v and o)
+FIXED_BIASES = {"mistral": (), "qwen2": ("q", "k", "v")}
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+# model types whose attention slides over sliding_window keys on every layer / on the layers layer_types names
+WINDOW_EVERY_LAYER = ("mistral", "mixtral", "qwen3_moe")
+WINDOW_BY_LAYER_TYPE = ("qwen2", "qwen3", "qwen2_moe")
+
+
+def _attn_biases(hf_config) -> tuple[str, ...]:
+    model_type = hf_config.model_type
+    if model_type in FIXED_BIASES:
+        return FIXED_BIASES[model_type]
+    return ("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else ()
+
+
+def _rope_scaling(hf_config, d_head: int) -> tuple[float, RopeScaling | None]:
+    """``(rotary_base, rope_scaling)`` from Hugging Face's ``rope_parameters``; ``ValueError`` for what we do not
+    compute."""
+    what = f"{hf_config.model_type} config"
+    parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
+    if parameters and all(isinstance(value, dict) for value in parameters.values()):
+        raise ValueError(
+            f"{what} has rope_parameters per layer type ({sorted(parameters)}); one set for every layer is supported"
+        )
+    factor = parameters.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None))
+    if factor is not None and float(factor) != 1.0:
+        raise ValueError(
+            f"{what} has partial_rotary_factor={factor}: Hugging Face's {hf_config.model_type} rotates whole heads "
+            f"(d_head={d_head}), so a partial factor is not a variant this family computes"
+        )
+    return rope_from_parameters(parameters, what, default_base=getattr(hf_config, "rope_theta", 10000.0))
+
+
+def rope_from_parameters(
+    parameters: dict, what: str, default_base: float = 10000.0
+) -> tuple[float, RopeScaling | None]:
+    """``(rotary_base, rope_scaling)`` from one set of Hugging Face ``rope_parameters``; ``ValueError`` naming an
+    unknown rope type."""
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(f"{what} has rope_type={rope_type!r}; supported: {list(SUPPORTED_ROPE_TYPES)}")
+    base = float(parameters.get("rope_theta", default_base))
+    if rope_type == "default":
+        return base, None
+    if rope_type == "linear":
+        return base, RopeScaling("linear", float(parameters["factor"]))
+    return base, RopeScaling(
+        "llama3",
+        float(parameters["factor"]),
+        low_freq_factor=float(parameters["low_freq_factor"]),
+        high_freq_factor=float(parameters["high_freq_factor"]),
+        original_max_position_embeddings=int(parameters["original_max_position_embeddings"]),
+    )
+
+
+def _sliding_window(hf_config):
+    """The window every layer uses, or None; mixed full and sliding layers are refused.
+
+    Read as Hugging Face's model of the ``model_type`` reads it: Llama's attention has no
+    window (a ``sliding_window`` or ``layer_types`` in its config changes nothing there),
+    Mistral's, Mixtral's and Qwen3-MoE's apply ``sliding_window`` to every layer whatever
+    ``layer_types`` says, Qwen2's, Qwen3's and Qwen2-MoE's slide on the layers ``layer_types`` names.
+    """
+    model_type = hf_config.model_type
+    if model_type not in WINDOW_EVERY_LAYER + WINDOW_BY_LAYER_TYPE:
+        return None
+    window = getattr(hf_config, "sliding_window", None)
+    layer_types = getattr(hf_config, "layer_types", None)
+    if layer_types is not None and model_type in WINDOW_BY_LAYER_TYPE:
+        kinds = sorted(set(layer_types))
+        unknown = [kind for kind in kinds if kind not in ("full_attention", "sliding_attention")]
+        if unknown:
+            raise ValueError(
+                f"{model_type} config has layer_types {unknown}; supported: full_attention, sliding_attention"
+            )
+        if len(kinds) > 1:
+            raise ValueError(
+                f"{model_type} config mixes full_attention and sliding_attention layers "
+                f"(layer_types={list(layer_types)}); one kind of attention for every layer is supported"
+            )
+        if kinds != ["sliding_attention"]:
+            return None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(
+            f"{model_type} config slides its attention with sliding_window={window!r}; a positive int is supported"
+        )
+    return window
+
+
+def config_from_hf(hf_config) -> LlamaConfig:
+    """Our config from a ``LlamaConfig``/``MistralConfig``/``Qwen2Config``/``Qwen3Config`` of ``transformers``.
+
+    ``ValueError`` naming the field for what is not computed here: MLP biases, an
+    activation we do not have, rope types other than default/linear/llama3, partial
+    rotary, per-layer rope parameters, a mix of full and sliding-window layers.
+    """
+    model_type = hf_config.model_type
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    return LlamaConfig(
+        **llama_fields(hf_config), sliding_window=_sliding_window(hf_config), qk_norm=model_type == "qwen3"
+    )
+
+
+def llama_fields(hf_config) -> dict:
+    """The fields of ``LlamaConfig`` every Llama-like config gives alike: all but ``sliding_window`` and ``qk_norm``.
+
+    ``ValueError`` naming the field for MLP biases, an activation we do not have, rope types
+    other than default/linear/llama3, partial rotary and per-layer rope parameters.
+    """
+    model_type = hf_config.model_type
+    require_config_fields(
+        hf_config,
+        model_type,
+        positive_ints=DECODER_SHAPE_FIELDS,
+        positive_floats=("rms_norm_eps",),
+    )
+    if getattr(hf_config, "mlp_bias", False):
+        raise ValueError(
+            f"{model_type} config has mlp_bias=True (biases on gate/up/down projections); only "
+            "mlp_bias=False is supported"
+        )
+    activation = hf_config.hidden_act
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{model_type} hidden_act={activation!r} is not supported; supported: {sorted(ACTIVATIONS)}")
+    d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    rotary_base, rope_scaling = _rope_scaling(hf_config, d_head)
+    return dict(
+        d_model=hf_config.hidden_size,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=hf_config.num_attention_heads,
+        n_key_value_heads=hf_config.num_key_value_heads or hf_config.num_attention_heads,
+        d_head=d_head,
+        d_mlp=hf_config.intermediate_size,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.max_position_embeddings,
+        act_fn=ACTIVATIONS[activation],
+        rms_norm_eps=float(hf_config.rms_norm_eps),
+        rotary_base=rotary_base,
+        rope_scaling=rope_scaling,
+        attn_biases=_attn_biases(hf_config),
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        init_range=float(hf_config.initializer_range),
+        name=getattr(hf_config, "name_or_path", "") or model_type,
+    )
+
+
+def expected_hf_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``model.`` prefix removed)."""
+    d_model, d_head, d_mlp = cfg.d_model, cfg.d_head, cfg.d_mlp
+    widths = {"q": cfg.n_heads * d_head, "k": cfg.n_key_value_heads * d_head, "v": cfg.n_key_value_heads * d_head}
+    shapes = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
+    for layer in range(cfg.n_layers):
+        p = f"layers.{layer}."
+        shapes[p + "input_layernorm.weight"] = (d_model,)
+        for letter, width in widths.items():
+            shapes[p + f"self_attn.{letter}_proj.weight"] = (width, d_model)
+        shapes[p + "self_attn.o_proj.weight"] = (d_model, widths["q"])
+        for letter in cfg.attn_biases:
+            shapes[p + f"self_attn.{letter}_proj.bias"] = (widths.get(letter, d_model),)
+        if cfg.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d_head,)
+        shapes[p + "post_attention_layernorm.weight"] = (d_model,)
+        shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (d_mlp, d_model)
+        shapes[p + "mlp.down_proj.weight"] = (d_model, d_mlp)
+    shapes["norm.weight"] = (d_model,)
+    shapes["lm_head.weight"] = (cfg.d_vocab, d_model)
+    return shapes
+
+
+def _strip_prefix(name: str) -> str:
+    # *ForCausalLM checkpoints prefix the body with "model."; the bare *Model ones do not.
+    return name[len("model.") :] if name.startswith("model.") else name
+
+
+def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
+    """Hugging Face Llama-family state dict -> ours. Pure: the input is not changed, the output shares no memory with
+    it.
+
+    Every name and shape is checked first (``CheckpointError`` listing every missing,
+    unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
+    ``cfg.tied_embeddings``. Each input tensor is read once.
+    """
+    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
+    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
+    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
+    for layer in range(cfg.n_layers):
+        m, q = f"layers.{layer}.", f"blocks.{layer}."
+        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
+        ours.update(convert_attention(read, cfg, layer, dtype, device))
+        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
+        ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
+    ours["ln_final.w"] = fresh(read("norm.weight"))
+    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
+    return ours
+
+
+class CheckedCheckpoint:
+    """A Hugging Face state dict whose names and shapes were checked: ``read(name)`` (without the ``model.`` prefix).
+
+    On construction, the layer count and then every name and shape are compared with
+    ``expected_shapes(names)`` (``CheckpointError`` listing every problem); ``lm_head.weight``
+    may be absent only when ``cfg.tied_embeddings``. No tensor is read before that.
+    """
+
+    def __init__(self, hf_state_dict: Mapping[str, Tensor], cfg, expected_shapes: Callable[[set], dict]):
+        self.hf_state_dict = hf_state_dict
+        self.names = {_strip_prefix(name): name for name in hf_state_dict}
+        shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+        check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
+        optional = ["lm_head.weight"] if cfg.tied_embeddings else []
+        check_checkpoint(shapes, expected_shapes(set(self.names)), what=f"{cfg.name} checkpoint", optional=optional)
+
+    def __call__(self, name: str) -> Tensor:
+        return self.hf_state_dict[self.names[name]]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+
+def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:
+    """One Llama-style attention (``layers.L.self_attn.{q,k,v,o}_proj``, q/k norms) under our names; zeros for absent
+    biases.
+
+    ``cfg`` is any config with Llama's attention fields; the q/k norms' weights go to
+    ``attn.q_norm.w``/``k_norm.w``.
+    """
+    p, q = f"layers.{layer}.self_attn.", f"blocks.{layer}.attn."
+    kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...
+    ours = {}
+    for letter, ours_name in (("q", "W_Q"), ("k", kv + "W_K"), ("v", kv + "W_V")):
+        ours[q + ours_name] = heads_in(read(p + f"{letter}_proj.weight"), cfg.d_head)
+    ours[q + "W_O"] = heads_out(read(p + "o_proj.weight"), cfg.d_head)
+    heads = {"q": cfg.n_heads, "k": cfg.n_key_value_heads, "v": cfg.n_key_value_heads}
+    for letter, ours_name in (("q", "b_Q"), ("k", kv + "b_K"), ("v", kv + "b_V")):
+        bias = (
+            read(p + f"{letter}_proj.bias")
+            if letter in cfg.attn_biases
+            else torch.zeros(heads[letter] * cfg.d_head, dtype=dtype, device=device)
+        )
+        ours[q + ours_name] = per_head_bias(bias, cfg.d_head)
+    ours[q + "b_O"] = (
+        fresh(read(p + "o_proj.bias"))
+        if "o" in cfg.attn_biases
+        else torch.zeros(cfg.d_model, dtype=dtype, device=device)
+    )
+    if cfg.qk_norm:
+        ours[q + "q_norm.w"] = fresh(read(p + "q_norm.weight"))
+        ours[q + "k_norm.w"] = fresh(read(p + "k_norm.weight"))
+    return ours
+
+
+def convert_gated_mlp(
+    read: Callable[[str], Tensor], hf_prefix: str, prefix: str, dtype: torch.dtype, device
+) -> dict[str, Tensor]:
+    """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases) as ``W_gate``, ``W_in``,
+    ``W_out`` (zero biases)."""
+    W_out = linear_to_ours(read(hf_prefix + "down_proj.weight"))
+    d_mlp, d_model = W_out.shape
+    return {
+        prefix + "W_gate": linear_to_ours(read(hf_prefix + "gate_proj.weight")),
+        prefix + "W_in": linear_to_ours(read(hf_prefix + "up_proj.weight")),
+        prefix + "b_in": torch.zeros(d_mlp, dtype=dtype, device=device),
+        prefix + "W_out": W_out,
+        prefix + "b_out": torch.zeros(d_model, dtype=dtype, device=device),
+    }
+
+
+def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
+    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding;
+    ``b_U = 0``."""
+    lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
+    return {
+        "unembed.W_U": linear_to_ours(lm_head),
+        "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    }
+
+
+def load_hf_model(directory, *, dtype=torch.float32):
+    """The Hugging Face reference model of a decoder directory (Llama family, Gemma, mixtures of experts), eager
+    attention."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager").eval()
+
+
+__all__ = [
+    "CheckedCheckpoint",
+    "MODEL_TYPES",
+    "build_model",
+    "config_from_hf",
+    "convert_attention",
+    "convert_gated_mlp",
+    "convert_read_out",
+    "convert_state_dict",
+    "expected_hf_shapes",
+    "hf_reference_activations",
+    "llama_fields",
+    "load_hf_model",
+    "rope_from_parameters",
+]

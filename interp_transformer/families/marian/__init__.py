@@ -1,0 +1,1 @@
+"""The marian family, whole: hf.py, recipe.py."""

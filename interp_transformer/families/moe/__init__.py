@@ -1,0 +1,1 @@
+"""The moe family, whole: hf.py, recipe.py, reference.py."""

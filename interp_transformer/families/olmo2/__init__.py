@@ -1,0 +1,1 @@
+"""The olmo2 family, whole: hf.py, recipe.py, reference.py."""

@@ -1,0 +1,1 @@
+"""The opt family, whole: hf.py, recipe.py."""

@@ -1,0 +1,1 @@
+"""The phi3 family, whole: hf.py, recipe.py."""

@@ -1,0 +1,1 @@
+"""The seq2seq family, whole: recipe.py."""

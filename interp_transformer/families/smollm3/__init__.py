@@ -1,0 +1,1 @@
+"""The smollm3 family, whole: hf.py, recipe.py."""

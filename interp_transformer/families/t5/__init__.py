@@ -1,0 +1,1 @@
+"""The t5 family, whole: hf.py, recipe.py."""

@@ -37,7 +37,13 @@ from interp_transformer.families.conversion import (
     split_fused_qkv,
     without_prefix,
 )
-from interp_transformer.families.reference import Recorder, patched, run_reference, split_heads, unsupported_transformers
+from interp_transformer.families.reference import (
+    Recorder,
+    patched,
+    run_reference,
+    split_heads,
+    unsupported_transformers,
+)
 
 DEFAULT_N_CTX = 2048  # BLOOM's training context
 

@@ -39,7 +39,14 @@ from interp_transformer.core.strict import (
     state_dict_shapes,
 )
 from interp_transformer.families.llama.recipe import LlamaConfig
-from interp_transformer.families.conversion import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
+from interp_transformer.families.conversion import (
+    build_model,
+    fresh,
+    heads_in,
+    heads_out,
+    linear_to_ours,
+    per_head_bias,
+)
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.reference import hf_reference_activations
 from interp_transformer.parts.rotary import RopeScaling

@@ -39,7 +39,14 @@ from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.phi3.recipe import Phi3Config
-from interp_transformer.families.conversion import build_model, fresh, heads_in, heads_out, linear_to_ours, per_head_bias
+from interp_transformer.families.conversion import (
+    build_model,
+    fresh,
+    heads_in,
+    heads_out,
+    linear_to_ours,
+    per_head_bias,
+)
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import CheckedCheckpoint, convert_read_out, load_hf_model
 from interp_transformer.families.llama.reference import llama_float64_patches

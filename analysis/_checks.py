@@ -15,7 +15,6 @@ Every tool reports bad input the same way:
 
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Optional
 
 import torch
 from torch import Tensor

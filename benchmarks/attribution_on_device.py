@@ -33,7 +33,8 @@ from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.models.processing import fold_ln
 from tests.attribution_graph_helpers import PROMPT, intervention_effects, transcoders
-from tests.perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from tests.perturbed import SMALL_SHAPE as SHAPE
+from tests.perturbed import perturbed_decoder
 
 SMALL = {
     "llama_gqa": lambda: LlamaConfig(**SHAPE, n_key_value_heads=2),

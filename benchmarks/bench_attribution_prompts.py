@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import torch
-from real_model_circuits import PROMPTS  # noqa: E402 (the study's prompts, beside this script)
 
 from analysis.attribution_graphs import attribute, attribute_prompts, load_transcoders, plan_prompts, random_transcoders
 from analysis.attribution_graphs.batched import length_groups, rows_per_prompt
 from interp_transformer import from_pretrained
 from interp_transformer.models.processing import fold_ln
+from real_model_circuits import PROMPTS  # noqa: E402 (the study's prompts, beside this script)
 
 
 def main() -> None:

@@ -27,9 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import torch
+
 from bench_report import Table
 from bench_sections import LOGITS_TOLERANCE
 from bench_timing import meets

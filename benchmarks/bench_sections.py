@@ -8,9 +8,9 @@ ratios, see ``bench.BENCH_MODELS``); each table title starts with the model's na
 
 import collections
 import statistics
-from typing import Optional
 
 import torch
+
 from bench_report import Table
 from bench_timing import TransformerLensWorker, interleaved_medians, meets, timed
 from hf_models import random_tokens

@@ -15,12 +15,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
 
 import torch
 import tqdm as tqdm_module
-from hf_models import model_spec
 from tqdm import tqdm
+
+from hf_models import model_spec
 
 # tqdm's monitor thread wakes while a measurement runs and was seen to stretch a 2 ms
 # forward to 80 ms; the bars refresh between rounds without it

@@ -69,8 +69,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from hf_models import build_hf_model, family_of, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer  # noqa: E402
+
+from hf_models import build_hf_model, family_of, model_spec, n_ctx, random_tokens, weights_sha256  # noqa: E402
 
 MEASUREMENTS = ("forward", "cache_all", "cache_pattern", "cache_resid_post")
 SHAPE_PATTERN = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")

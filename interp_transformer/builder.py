@@ -35,7 +35,7 @@ Traceback (most recent call last):
 ValueError: positions='rotary' rotates pairs of dimensions: d_head must be even, got 5
 """
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 

@@ -23,7 +23,8 @@ from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.models.processing import fold_ln
 
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
+from .perturbed import perturbed_decoder
 
 PROMPT = torch.tensor([1, 5, 9, 2, 7, 3])
 CONFIGS = {

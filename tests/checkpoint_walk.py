@@ -14,7 +14,6 @@ each family's hooks, and a tensor that changes no logit on either side changes n
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 

@@ -8,7 +8,6 @@ them hook by hook with ``verify_against_module``.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from torch import nn

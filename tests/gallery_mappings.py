@@ -5,8 +5,6 @@ the reference holding its weights (``load_from_modules`` reads it); a ``*_hooks(
 our hooks to the submodule whose output (or ``":input"``) holds the same value.
 """
 
-from typing import Optional
-
 import torch
 from torch import nn
 

@@ -10,7 +10,6 @@ the 256 byte pieces, then pieces in merge order.
 """
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch

@@ -11,7 +11,6 @@ are written as random blocks with finite scales.
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pytest

@@ -15,7 +15,6 @@ only where ``DecoderSpec`` has it, so the generator runs over the fields of the 
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Optional
 
 import torch
 

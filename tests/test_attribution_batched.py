@@ -22,7 +22,8 @@ from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 
 from .attribution_graph_helpers import CONFIGS, PROMPT, folded, intervention_effects, measure_peak, transcoders
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
+from .perturbed import perturbed_decoder
 
 # unequal lengths: the shortest is padded by 8 positions, past the 3-position sliding window, as every prompt shares
 # the passes whatever its padding (SHARE)

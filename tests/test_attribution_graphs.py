@@ -36,8 +36,8 @@ from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
 from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.families.olmo2.recipe import Olmo2Config
-from interp_transformer.parts import Attention
 from interp_transformer.models.processing import fold_ln
+from interp_transformer.parts import Attention
 from interp_transformer.sae import SAE, run_with_cache_with_saes
 from interp_transformer.sae.processing import ProcessingMismatch
 
@@ -50,7 +50,8 @@ from .attribution_graph_helpers import (
     measure_peak,
     transcoders,
 )
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
+from .perturbed import perturbed_decoder
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))

@@ -12,7 +12,8 @@ from interp_transformer import TransformerConfig
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
 
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder as perturbed
+from .perturbed import SMALL_SHAPE as SHAPE
+from .perturbed import perturbed_decoder as perturbed
 
 CLEAN = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]])
 CORRUPTED = torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 8, 1, 2, 6]])

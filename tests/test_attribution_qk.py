@@ -19,8 +19,8 @@ from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.olmo2.recipe import Olmo2Config
-from interp_transformer.parts.layer_norm import LayerNorm
 from interp_transformer.models.processing import fold_ln
+from interp_transformer.parts.layer_norm import LayerNorm
 
 from .attribution_graph_helpers import PROMPT, transcoders
 from .perturbed import SMALL_SHAPE, perturb, perturbed_decoder

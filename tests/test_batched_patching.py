@@ -19,7 +19,8 @@ from interp_transformer import TransformerConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 
-from .perturbed import SMALL_SHAPE as SHAPE, perturbed_decoder as perturbed
+from .perturbed import SMALL_SHAPE as SHAPE
+from .perturbed import perturbed_decoder as perturbed
 
 CLEAN = torch.tensor([[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6], [2, 3, 5, 7, 11, 13]])
 CORRUPTED = torch.tensor([[1, 6, 9, 2, 8, 3], [4, 5, 8, 1, 2, 6], [2, 3, 6, 7, 12, 13]])

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp_transformer.families.llama.recipe import preset
 from interp_transformer.families.llama.hf import config_from_hf
+from interp_transformer.families.llama.recipe import preset
 
 from .gguf_helpers import tiny_llama, tiny_vocabulary, write_llama_gguf
 

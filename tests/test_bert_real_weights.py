@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp_transformer.models.encoder import EncoderTokens, EncoderTransformer
 from interp_transformer.families.bert.hf import hf_reference_activations
+from interp_transformer.models.encoder import EncoderTokens, EncoderTransformer
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,10 +18,12 @@ from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.gptj import modeling_gptj
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
+from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.families.bloom.recipe import BloomConfig as OurBloomConfig
 from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig as OurNeoXConfig
 from interp_transformer.families.gptj.recipe import GPTJConfig as OurGPTJConfig
 from interp_transformer.families.opt.recipe import OPTConfig as OurOPTConfig
+from interp_transformer.loading import CheckpointError, architecture_module, from_pretrained
 from interp_transformer.parts import (
     ALiBi,
     Attention,
@@ -36,8 +38,6 @@ from interp_transformer.parts.activations import ACTIVATIONS
 from interp_transformer.parts.alibi import alibi_slopes
 from interp_transformer.parts.rotary import Rotary
 from interp_transformer.parts.sinusoidal import sinusoidal_table
-from interp_transformer.core.kv_cache import LayerKVCache
-from interp_transformer.loading import CheckpointError, architecture_module, from_pretrained
 from interp_transformer.verify import verify_against_hf
 
 from .classic_helpers import FAMILIES, left_padded, tiny_hf_model

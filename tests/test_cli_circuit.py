@@ -67,10 +67,10 @@ def test_bad_tasks_and_fractions_are_refused(model, task, capsys):
 def test_the_report_shows_a_whole_attention_sublayers_pattern_where_heads_are_no_nodes():
     """Gemma 2/3 normalize attention's output before the stream, so the node is the sublayer (``L0.attn``): the page
     shows its heads' mean pattern on a click, and the report builds."""
-    from interp_transformer import DemoTransformer
-    from interp_transformer.families.gemma.recipe import GemmaConfig
     from analysis.discovery.report import _patterns
     from analysis.discovery.tasks import induction_task
+    from interp_transformer import DemoTransformer
+    from interp_transformer.families.gemma.recipe import GemmaConfig
 
     cfg = GemmaConfig(
         d_model=32,

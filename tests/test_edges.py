@@ -20,7 +20,8 @@ from interp_transformer.families.olmo2.recipe import Olmo2Config
 from interp_transformer.families.opt.recipe import OPTPostNormConfig
 
 from .encoder_helpers import random_mlm
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
 
 METRIC = logit_diff_per_row(*ANSWERS)
 ROTARY = dict(SHAPE, n_key_value_heads=2)

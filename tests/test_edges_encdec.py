@@ -11,7 +11,7 @@ norms in both stacks) and the shipped ``translate-tiny`` (pre-LN), each with a p
 """
 
 import re
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -53,7 +53,7 @@ class Case(NamedTuple):
     model: EncoderDecoderTransformer
     clean: SourceTarget
     corrupted: SourceTarget
-    mask: Optional[torch.Tensor]
+    mask: torch.Tensor | None
     metric: object
     atol: float = 1e-10
 
@@ -92,7 +92,7 @@ def metric_of(case: Case, inputs: SourceTarget, hooks=()) -> torch.Tensor:
         return case.metric(logits, torch.arange(2)).double()
 
 
-def node_site(name: str) -> tuple[str, Optional[int]]:
+def node_site(name: str) -> tuple[str, int | None]:
     """The hook a node writes from and its head (None: the whole activation), read off the node's name."""
     stack = "encoder" if name.startswith("enc.") else "decoder"
     bare = name.removeprefix("enc.")

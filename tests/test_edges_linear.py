@@ -32,7 +32,8 @@ from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.families.opt.recipe import OPTPostNormConfig
 
 from .encoder_helpers import random_mlm
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, LinearNorm, linear_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, LinearNorm, linear_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
 
 METRIC = logit_diff_per_row(*ANSWERS)
 CONFIGS = {

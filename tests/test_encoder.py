@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp_transformer.models.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
-from interp_transformer.loading import CheckpointError
 from interp_transformer.families.bert import hf as bert_loading
+from interp_transformer.loading import CheckpointError
+from interp_transformer.models.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
 
 transformers = pytest.importorskip("transformers")
 

@@ -4,12 +4,13 @@ input."""
 import pytest
 import torch
 
-from analysis.readouts import cross_attention, encoder_decoder as attribution
+from analysis.readouts import cross_attention
+from analysis.readouts import encoder_decoder as attribution
 from interp_transformer.families.t5.recipe import T5Config
+from interp_transformer.loading import from_pretrained
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
 from interp_transformer.parts.relative_position_bias import relative_position_bucket
 from interp_transformer.parts.sinusoidal import sinusoidal_table
-from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
-from interp_transformer.loading import from_pretrained
 
 from .encoder_decoder_helpers import DECODER_INPUT, SOURCE, SOURCE_MASK, converted
 
@@ -217,8 +218,8 @@ def test_unsupported_encoder_decoder_checkpoints_are_refused():
 
 
 def test_a_checkpoint_with_a_missing_tensor_is_refused():
-    from interp_transformer.families.bart import hf as bart_loading
     from interp_transformer.core.strict import CheckpointError
+    from interp_transformer.families.bart import hf as bart_loading
 
     ours, hf = converted("bart")
     state = {

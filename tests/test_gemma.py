@@ -11,11 +11,11 @@ import pytest
 import torch
 import transformers
 
-from interp_transformer.models import processing
-from interp_transformer.families.gemma.recipe import PRESETS, preset
 from interp_transformer.core.kv_cache import KeyValueCache
-from interp_transformer.loading import from_pretrained
 from interp_transformer.families.gemma.hf import config_from_hf, hf_reference_activations
+from interp_transformer.families.gemma.recipe import PRESETS, preset
+from interp_transformer.loading import from_pretrained
+from interp_transformer.models import processing
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gemma_helpers import FAMILIES, tiny_gemma

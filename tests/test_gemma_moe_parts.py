@@ -9,12 +9,12 @@ from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm, Gemma2Text
 
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
+from interp_transformer.hooks import HookedRootModule
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
 from interp_transformer.parts.layout import TokenLayout
 from interp_transformer.parts.moe import MixtureOfExperts, Routing
 from interp_transformer.parts.scaled_embed import ScaledEmbed
 from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed, soft_cap
-from interp_transformer.hooks import HookedRootModule
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 

@@ -20,15 +20,15 @@ from transformers import GptOssForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from analysis import patching
-from analysis.readouts import attribution, experts
 from analysis.discovery import edge_attribution_patching, logit_diff_per_row
+from analysis.readouts import attribution, experts
 from analysis.report import EXPERTS_DISPLAY_ORDER, build_report
-from interp_transformer.families.gpt_oss.recipe import GPT_OSS_ROPE, PRESETS, GptOssConfig
-from interp_transformer.parts.rotary import RopeScaling, Rotary
-from interp_transformer.loading import CheckpointError, from_pretrained
-from interp_transformer.families.gpt_oss.hf import config_from_hf, convert_state_dict
-from interp_transformer.models import processing
 from interp_transformer.core.kv_cache import KeyValueCache
+from interp_transformer.families.gpt_oss.hf import config_from_hf, convert_state_dict
+from interp_transformer.families.gpt_oss.recipe import GPT_OSS_ROPE, PRESETS, GptOssConfig
+from interp_transformer.loading import CheckpointError, from_pretrained
+from interp_transformer.models import processing
+from interp_transformer.parts.rotary import RopeScaling, Rotary
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from interp_transformer import DemoTransformer
+from interp_transformer.families.gpt2.recipe import TransformerConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
+from interp_transformer.loading import from_pretrained
 from interp_transformer.parts.attention import Attention
 from interp_transformer.parts.head_projection import (
     DEFAULT_HEAD_LAYOUT,
@@ -23,11 +25,11 @@ from interp_transformer.parts.head_projection import (
     set_head_layout,
     side_by_side_matrix,
 )
-from interp_transformer.families.gpt2.recipe import TransformerConfig
-from interp_transformer.loading import from_pretrained
 
-from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
-from .gpt2_helpers import tiny_gpt2
+from .gpt2_helpers import (
+    one_thread,  # noqa: F401 (autouse fixture)
+    tiny_gpt2,
+)
 
 CONFIGS = {
     "gpt2, 3 heads": TransformerConfig(d_model=24, n_layers=2, n_heads=3, d_head=8, d_mlp=40, d_vocab=50, n_ctx=32),

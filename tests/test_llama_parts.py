@@ -10,23 +10,33 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import GPTNeoXConfig, LlamaConfig as HFLlamaConfig, MistralConfig, Qwen2Config
+from transformers import GPTNeoXConfig, MistralConfig, Qwen2Config
+from transformers import LlamaConfig as HFLlamaConfig
 from transformers.modeling_rope_utils import _compute_linear_scaling_rope_parameters, _compute_llama3_parameters
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.gptj import modeling_gptj
 
 from interp_transformer import Capabilities, DemoTransformer
-from interp_transformer.models import processing
+from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.families import Architecture, DecoderParts, register, unregister
+from interp_transformer.families.llama.hf import config_from_hf, convert_state_dict
 from interp_transformer.families.llama.recipe import HOOK_NAMES, LlamaConfig
-from interp_transformer.parts import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask
-from interp_transformer.parts import TokenLayout, TransformerBlock, Unembed
+from interp_transformer.loading import CheckpointError
+from interp_transformer.models import processing
+from interp_transformer.parts import (
+    Attention,
+    CausalMask,
+    Embed,
+    LayerNorm,
+    PaddingMask,
+    SlidingWindowMask,
+    TokenLayout,
+    TransformerBlock,
+    Unembed,
+)
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary, rotary_frequencies
-from interp_transformer.core.kv_cache import LayerKVCache
-from interp_transformer.loading import CheckpointError
-from interp_transformer.families.llama.hf import config_from_hf, convert_state_dict
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 from .llama_helpers import tiny_hf_model

@@ -11,13 +11,13 @@ import pytest
 import torch
 import transformers
 
-from interp_transformer.models import processing
-from interp_transformer.families.moe.recipe import preset
 from interp_transformer.core.kv_cache import KeyValueCache
-from interp_transformer.loading import from_pretrained
 from interp_transformer.families.moe.hf import config_from_hf, hf_reference_activations
+from interp_transformer.families.moe.recipe import preset
 from interp_transformer.families.moe.reference import moe_float64_patches
 from interp_transformer.families.reference import reference_run
+from interp_transformer.loading import from_pretrained
+from interp_transformer.models import processing
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

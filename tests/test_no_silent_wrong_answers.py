@@ -16,14 +16,14 @@ from safetensors.torch import load_file, save_file
 
 from analysis.cli import EXIT_USAGE, main
 from interp_transformer import DemoTransformer, KeyValueCache, TransformerConfig
-from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.compat import HookedTransformer, HookedTransformerConfig
-from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
-from interp_transformer.text.generate import generate
+from interp_transformer.families.seq2seq.recipe import Seq2SeqConfig
 from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.loading.sources import open_weights, read_bin_file
-from interp_transformer.sae import SAE
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained import PRETRAINED_DIR, load_shipped, save_shipped
+from interp_transformer.sae import SAE
+from interp_transformer.text.generate import generate
 from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 
@@ -154,9 +154,8 @@ def test_an_interrupt_while_hooks_are_added_leaves_none():
     with pytest.raises(KeyboardInterrupt):
         model.run_with_hooks(torch.tensor([[1, 2]]), fwd_hooks=[(interrupting_filter, lambda x, hook: None)])
     assert_no_hooks(model)
-    with pytest.raises(KeyboardInterrupt):
-        with model.hooks([("blocks.0.hook_resid_pre", lambda x, hook: None)]):
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), model.hooks([("blocks.0.hook_resid_pre", lambda x, hook: None)]):
+        raise KeyboardInterrupt
     assert_no_hooks(model)
     # a torch-level hook registered on a hook point directly (what an interrupted registration once left) is
     # cleared by reset_hooks(including_permanent=True)

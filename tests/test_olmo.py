@@ -12,16 +12,16 @@ import torch
 import transformers
 from transformers import Olmo2Config, Olmo2ForCausalLM, Olmo3Config
 
-from analysis.readouts import attribution
 from analysis.patching import patch_residual
+from analysis.readouts import attribution
 from analysis.report import DISPLAY_ORDER, build_report
 from interp_transformer import DemoTransformer
-from interp_transformer.families.olmo2.recipe import Olmo2Config as OurOlmo2Config
 from interp_transformer.compat import HookedTransformer
-from interp_transformer.loading import CheckpointError, from_pretrained
-from interp_transformer.families.olmo2.hf import config_from_hf, convert_state_dict, hf_reference_activations
-from interp_transformer.models import processing
 from interp_transformer.core.kv_cache import KeyValueCache
+from interp_transformer.families.olmo2.hf import config_from_hf, convert_state_dict, hf_reference_activations
+from interp_transformer.families.olmo2.recipe import Olmo2Config as OurOlmo2Config
+from interp_transformer.loading import CheckpointError, from_pretrained
+from interp_transformer.models import processing
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

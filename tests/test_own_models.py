@@ -18,8 +18,10 @@ import pytest
 import torch
 
 from interp_transformer import Capabilities, DemoTransformer, TransformerConfig
+from interp_transformer.core.strict import CheckpointError, load_strict
 from interp_transformer.families import Architecture, DecoderParts, register, unregister
 from interp_transformer.families.opt.recipe import OPTPostNormConfig
+from interp_transformer.hooks.names import DECODER_HOOK_NAMES
 from interp_transformer.parts import (
     MLP,
     Attention,
@@ -30,8 +32,6 @@ from interp_transformer.parts import (
     UnbiasedLayerNorm,
     Unembed,
 )
-from interp_transformer.hooks.names import DECODER_HOOK_NAMES
-from interp_transformer.core.strict import CheckpointError, load_strict
 from interp_transformer.verify import verify_against_module
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -14,15 +14,15 @@ import torch
 from transformers import Phi3Config, Phi3ForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from analysis.readouts.attribution import direct_logit_attribution
 from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row
 from analysis.patching import patch_residual
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.report import DISPLAY_ORDER, build_report
-from interp_transformer.families.phi3.recipe import Phi3Config as OurPhi3Config
-from interp_transformer.parts.rotary import RopeScaling, Rotary
-from interp_transformer.loading import from_pretrained
-from interp_transformer.families.phi3.hf import config_from_hf, hf_reference_activations
 from interp_transformer.core.kv_cache import KeyValueCache
+from interp_transformer.families.phi3.hf import config_from_hf, hf_reference_activations
+from interp_transformer.families.phi3.recipe import Phi3Config as OurPhi3Config
+from interp_transformer.loading import from_pretrained
+from interp_transformer.parts.rotary import RopeScaling, Rotary
 from interp_transformer.verify import verify_against_hf, verify_pretrained
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

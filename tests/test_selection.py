@@ -22,7 +22,8 @@ from analysis.discovery import (
 )
 from interp_transformer.families.llama.recipe import LlamaConfig
 
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
 
 METRIC = logit_diff_per_row(*ANSWERS)
 

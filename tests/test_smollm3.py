@@ -9,15 +9,15 @@ import pytest
 import torch
 from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
-from analysis.readouts.attribution import direct_logit_attribution
 from analysis.discovery import Site, attribution_patching, edge_attribution_patching, logit_diff_per_row
 from analysis.patching import patch_residual
+from analysis.readouts.attribution import direct_logit_attribution
 from analysis.report import DISPLAY_ORDER, build_report
-from interp_transformer.families.smollm3.recipe import SmolLM3Config as OurSmolLM3Config
 from interp_transformer.compat import HookedTransformer
-from interp_transformer.loading import from_pretrained
-from interp_transformer.families.smollm3.hf import config_from_hf, hf_reference_activations
 from interp_transformer.core.kv_cache import KeyValueCache
+from interp_transformer.families.smollm3.hf import config_from_hf, hf_reference_activations
+from interp_transformer.families.smollm3.recipe import SmolLM3Config as OurSmolLM3Config
+from interp_transformer.loading import from_pretrained
 from interp_transformer.verify import verify_against_hf
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)

@@ -26,7 +26,8 @@ from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.hooks import HookPoint
 from interp_transformer.models.processing import fold_ln
 
-from .perturbed import ANSWERS, CLEAN, CORRUPTED, SMALL_SHAPE as SHAPE, perturbed_decoder
+from .perturbed import ANSWERS, CLEAN, CORRUPTED, perturbed_decoder
+from .perturbed import SMALL_SHAPE as SHAPE
 from .test_hooks import assert_no_hooks
 
 PROMPT = torch.tensor([1, 5, 9, 2, 7, 3])

@@ -8,17 +8,17 @@ something else, with no error. Each now matches Hugging Face or is refused by na
 """
 
 import re
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 import transformers
 
-from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.families import versions
 from interp_transformer.families.versions import SUPPORTED_TRANSFORMERS, transformers_version_problem
+from interp_transformer.loading import CheckpointError, from_pretrained
 from interp_transformer.verify import verify_against_hf
 
 from .classic_helpers import tiny_hf_model as tiny_classic

@@ -8,7 +8,8 @@ must equal that hook at float64 precision, for every block kind the library buil
 import pytest
 import torch
 
-from analysis.readouts import attribution, post_norm as encoder_attribution
+from analysis.readouts import attribution
+from analysis.readouts import post_norm as encoder_attribution
 from interp_transformer import DemoTransformer, TransformerConfig
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
@@ -16,8 +17,8 @@ from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.families.opt.recipe import OPTPostNormConfig
-from interp_transformer.parts.writers import StreamNorm, Writer, direct_path, direct_path_hooks, read_along
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer, Seq2SeqConfig
+from interp_transformer.parts.writers import StreamNorm, Writer, direct_path, direct_path_hooks, read_along
 
 from .perturbed import perturb
 

@@ -22,7 +22,7 @@ import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 

@@ -23,8 +23,6 @@ and computes its share of the chunks; the rows are summed across ranks, so every
 equal to one process's (with ``max_feature_nodes``, each round visits ``batch_size`` targets per rank).
 """
 
-from typing import Optional
-
 import einops
 import torch
 import torch.distributed as dist

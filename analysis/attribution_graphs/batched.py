@@ -25,7 +25,6 @@ than a pass has rows, little where each fills many passes alone (``benchmarks/be
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -25,7 +25,6 @@ the two would differ.
 import json
 import re
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from safetensors.torch import save_file

@@ -32,7 +32,6 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import einops
 import torch

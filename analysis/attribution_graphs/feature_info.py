@@ -23,7 +23,7 @@ says what it must hold.
 
 import difflib
 from collections.abc import Mapping
-from typing import Optional, TypedDict, Union
+from typing import TypedDict
 
 import einops
 import torch

@@ -6,8 +6,6 @@ where it raises its target and red where it lowers it (``RdBu``, as every signed
 four steps of ``|weight|`` over the largest kept edge.
 """
 
-from typing import Optional
-
 import numpy as np
 import plotly.graph_objects as go
 

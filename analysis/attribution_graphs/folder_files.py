@@ -8,7 +8,6 @@ unreadable one raises ``ValueError`` naming the file (``interp_transformer.sae.l
 """
 
 from pathlib import Path, PurePath
-from typing import Optional
 
 import torch
 from torch import Tensor

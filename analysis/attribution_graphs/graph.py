@@ -28,7 +28,6 @@ active feature is a node).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

@@ -30,7 +30,6 @@ import numbers
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import torch
 from torch import Tensor

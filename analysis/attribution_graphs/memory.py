@@ -39,7 +39,6 @@ its attention scores (two ``[head, pos, pos]`` per row, counted then).
 
 import weakref
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 

@@ -39,7 +39,7 @@ answered silently. Refused with a ``ValueError``: a score bias (ALiBi), a key th
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import einops
 import torch

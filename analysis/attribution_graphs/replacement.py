@@ -33,7 +33,6 @@ sources as leaves of a graph whose gradients give direct effects (``attribute``)
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import torch

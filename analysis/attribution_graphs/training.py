@@ -28,7 +28,6 @@ Deterministic for a seed on one machine and thread count.
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 from jaxtyping import Float

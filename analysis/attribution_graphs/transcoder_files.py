@@ -10,7 +10,6 @@ exactly (the tensors and configs round-trip bit for bit).
 import json
 import re
 from pathlib import Path
-from typing import Optional, Union
 
 from interp_transformer.core.files import atomic_write_text
 from interp_transformer.sae import SAE

@@ -28,7 +28,6 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Optional
 
 from torch import Tensor, nn
 

@@ -27,7 +27,6 @@ real intervention on the model (``intervention_command``: ``--ablate``, or ``--s
 
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 import numpy as np
 import torch

@@ -4,7 +4,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Optional
 
 import torch
 

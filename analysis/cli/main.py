@@ -30,7 +30,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
 
 import torch
 

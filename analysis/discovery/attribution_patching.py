@@ -20,7 +20,6 @@ AtP ranks first.
 """
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

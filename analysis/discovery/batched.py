@@ -26,7 +26,6 @@ is one query head; an encoder's metric reads its masked-LM logits). The metric a
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

@@ -15,8 +15,6 @@ at its projection, its MLP's input or its end, and carries each reader's offset 
   readers to the partial nodes alone.
 """
 
-from typing import Optional
-
 import einops
 import torch
 from torch import Tensor

@@ -48,7 +48,6 @@ output reaches the metric only through the cross-attention keys and values).
 """
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import einops
 import torch

@@ -30,7 +30,6 @@ corrupted prompts instead of each prompt's own.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from jaxtyping import Bool, Float, Int

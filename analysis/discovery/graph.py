@@ -57,7 +57,6 @@ in a parallel block.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
 
 import einops
 import torch

@@ -24,7 +24,6 @@ head ``g`` is head ``g`` (``a{l}.h{g}<k>``), exactly MIB's edge.
 
 import json
 from pathlib import Path
-from typing import Union
 
 import torch
 

@@ -39,7 +39,6 @@ import math
 import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from torch import Tensor

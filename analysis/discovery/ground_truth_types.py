@@ -34,7 +34,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import torch
 from jaxtyping import Bool, Int

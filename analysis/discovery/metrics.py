@@ -8,7 +8,6 @@ EAP, faithfulness curves and the tasks read any metric, refusing a wrong shape, 
 
 import numbers
 from collections.abc import Callable
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

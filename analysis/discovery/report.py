@@ -22,7 +22,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
 
 import plotly.graph_objects as go
 import torch

@@ -15,7 +15,7 @@ token lengths, so that positions line up in both streams; a pair that does not i
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from torch import Tensor

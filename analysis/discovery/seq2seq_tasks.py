@@ -26,7 +26,6 @@ answer,wrong`` (and, where the target is corrupted too, ``corrupted_target``)::
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

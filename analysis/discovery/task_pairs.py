@@ -8,7 +8,6 @@ differ and answers that are not one token; the builders and ``load_task`` of ``t
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

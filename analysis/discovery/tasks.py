@@ -27,7 +27,6 @@ import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

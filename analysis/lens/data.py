@@ -9,7 +9,6 @@ number therefore judge the lens on text it was not trained on.
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

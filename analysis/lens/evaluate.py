@@ -10,7 +10,6 @@ for the tuned lens and for the logit lens (the same read-out with no translator)
 """
 
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -14,7 +14,6 @@ reads the exact logits (``translators.read_out``).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

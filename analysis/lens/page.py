@@ -1,7 +1,6 @@
 """A lens's evaluation as one offline page (``analysis.report.page``: plotly.js embedded, nothing fetched)."""
 
 import html
-from typing import Optional
 
 from ..report.context import ReportSection
 from ..report.page import Report

@@ -24,7 +24,6 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from tqdm.auto import tqdm

@@ -24,7 +24,6 @@ import pickle
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn

@@ -14,7 +14,6 @@ have the same shape so that positions line up.
 """
 
 from collections.abc import Callable
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

@@ -21,7 +21,6 @@ target token needs. Clean and corrupted sources must have the same length.
 """
 
 import dataclasses
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

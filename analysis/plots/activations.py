@@ -1,7 +1,6 @@
 """Figures of neurons, logit lens, direct logit attribution and patching (re-exported by ``analysis.plots``)."""
 
 from collections.abc import Mapping, Sequence
-from typing import Optional, Union
 
 import plotly.graph_objects as go
 from jaxtyping import Float

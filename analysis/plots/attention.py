@@ -2,7 +2,6 @@
 
 import math
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go

@@ -10,7 +10,6 @@ axis glossary: ``layer``, ``head_index``, ``query_pos``, ``key_pos``, ``pos``,
 
 import html
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go

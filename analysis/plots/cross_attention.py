@@ -7,7 +7,6 @@ drawn on top as open circles (one per aligned target position).
 """
 
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 import plotly.graph_objects as go

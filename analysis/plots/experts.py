@@ -5,7 +5,6 @@ of a mixture) and ``layer`` (the mixtures' blocks, labelled by their block index
 """
 
 from collections.abc import Sequence
-from typing import Optional
 
 import plotly.graph_objects as go
 from jaxtyping import Float

@@ -1,7 +1,5 @@
 """Figures of SAE features (re-exported by ``analysis.plots``)."""
 
-from typing import Optional
-
 import numpy as np
 import plotly.graph_objects as go
 from jaxtyping import Float, Int

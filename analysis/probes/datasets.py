@@ -22,7 +22,6 @@ to agree the coming verb.
 
 import json
 from pathlib import Path
-from typing import Union
 
 # singular -> plural; a few irregular ones, so the plural is not only a final "s"
 NOUNS = {

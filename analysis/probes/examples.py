@@ -17,7 +17,7 @@ d_model]``), computed on demand from the cached ``z`` and ``W_O`` (DESIGN.md sec
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor

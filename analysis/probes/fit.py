@@ -22,7 +22,6 @@ the control task's probe chosen the same way (``control.py``), and the majority 
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.nn.functional as F

@@ -34,7 +34,6 @@ an error for a decoder rather than a silent zero.
 """
 
 import numbers
-from typing import Optional, Union
 
 import einops
 import torch

@@ -42,7 +42,7 @@ contributions to a chosen direction of the hidden states, every norm's scale fro
 """
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from jaxtyping import Float, Int

@@ -33,7 +33,6 @@ one (``W_OV = W_V W_O``, ``W_QK = W_Q W_K^T``, all ``d_model x d_model``)::
 
 import numbers
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import einops
 import torch

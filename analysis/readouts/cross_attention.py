@@ -20,8 +20,6 @@ the attention mass within ``window`` source positions of it, averaged like the a
 score: 1 for a head that reads the source in step with the target, low for one that reorders.
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor

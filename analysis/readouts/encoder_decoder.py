@@ -19,7 +19,6 @@ no such sum and these tools raise, saying so.
 """
 
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import einops
 import torch

@@ -31,7 +31,6 @@ listed by ``moe_layers``; their neurons are ordinary ones.
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import einops
 import torch

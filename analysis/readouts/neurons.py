@@ -17,7 +17,6 @@ gives exact direct contributions to a chosen output direction instead.
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import einops
 import torch

@@ -53,7 +53,7 @@ positions, and head outputs are terms here), so each position's split stands alo
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Optional, Union
+from typing import Union
 
 import einops
 import torch

@@ -9,7 +9,6 @@ dataclass of the numbers behind it (what tests and the written interpretation re
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Optional
 
 import plotly.graph_objects as go
 from torch import Tensor

@@ -7,8 +7,6 @@ decoder with a final norm (``capabilities.linear_logits``); a post-norm model (B
 Marian) gets the other sections and the reason in "Not in this report".
 """
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 

@@ -3,7 +3,6 @@
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 import plotly.io as pio
 from plotly.offline import get_plotlyjs

@@ -25,7 +25,6 @@ contribution of the whole residual stream there.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

@@ -19,7 +19,6 @@ font). The page HTML is built in ``dashboard_html``.
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
 
 import plotly.graph_objects as go
 from torch import Tensor

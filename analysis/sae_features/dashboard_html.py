@@ -9,7 +9,6 @@ library. Every number a reader sees is also in the DOM as data (``data-value``,
 
 import html
 from collections.abc import Callable, Sequence
-from typing import Optional
 
 import plotly.io as pio
 from plotly.offline import get_plotlyjs

@@ -10,7 +10,6 @@ a top-``k`` over the whole activation tensor (up to the order of ties).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import torch

@@ -18,7 +18,6 @@ Needs ``model.capabilities.linear_logits`` (a pre-norm decoder).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

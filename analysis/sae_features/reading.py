@@ -10,7 +10,6 @@ left out of both, unless ``exclude_special_tokens=False``; they still show in wi
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
 
 from torch import Tensor
 from tqdm.auto import tqdm

@@ -28,7 +28,6 @@ not at all, and ``residual_write`` refuses it.
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import torch

@@ -31,7 +31,7 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterator, Sequence
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 from torch import Tensor

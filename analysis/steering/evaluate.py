@@ -26,7 +26,6 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -3,7 +3,6 @@ figure with the prompt baseline beside it, the numbers as a table, and the conti
 
 import html
 import math
-from typing import Optional
 
 from ..report.context import ReportSection
 from ..report.page import Report

@@ -25,7 +25,7 @@ last tokens sit at the same negative positions.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor

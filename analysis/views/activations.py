@@ -1,7 +1,6 @@
 """``activation_view``: a text coloured by a per-token value (a neuron, an SAE feature, any scalar)."""
 
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float

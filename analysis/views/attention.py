@@ -1,7 +1,6 @@
 """``attention_view``: a text coloured by how much a head attends from, or to, one of its tokens."""
 
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float

@@ -19,7 +19,7 @@ pixels wide, in the diverging scale's positive end (orange) when ``m > 0`` and i
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import numpy as np
 from jaxtyping import Bool, Float

@@ -1,7 +1,6 @@
 """``pattern_grid``: every head's attention pattern as a thumbnail; one enlarges on a click."""
 
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import numpy as np
 from jaxtyping import Float

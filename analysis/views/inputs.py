@@ -8,7 +8,6 @@ pick one row (``pattern[0]``), since a view shows one text.
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Optional
 
 import einops
 import numpy as np

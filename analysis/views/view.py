@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Optional, Union
 
 GLOBAL_NAME = "interpTransformerViews"
 PENDING_NAME = "interpTransformerViewsPending"

@@ -21,7 +21,6 @@ import difflib
 import functools
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Optional, Union
 
 import einops
 import torch

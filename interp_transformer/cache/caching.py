@@ -6,7 +6,6 @@ activation is decided by ``_ActivationKeeper``; ``held_bytes`` counts the memory
 """
 
 from collections.abc import Callable
-from typing import Optional, Union
 
 import torch
 

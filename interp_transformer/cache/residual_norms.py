@@ -4,7 +4,7 @@
 one); the arguments follow TransformerLens' ``ActivationCache`` as described in ``residual_stacks``.
 """
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from jaxtyping import Float, Int

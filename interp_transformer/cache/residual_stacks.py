@@ -25,8 +25,6 @@ A post-norm model (capabilities) keeps what still has a meaning there (the hidde
 entering each block, each head's and neuron's write) and raises on the rest.
 """
 
-from typing import Optional
-
 import einops
 import torch
 from torch import Tensor

@@ -23,7 +23,7 @@ import math
 import pprint
 import random
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 import torch

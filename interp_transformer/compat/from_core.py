@@ -17,7 +17,6 @@ checkpoint runs it (``writes()``). These are the weights TransformerLens' Gemma 
 """
 
 import math
-from typing import Optional
 
 from torch import Tensor, nn
 

@@ -21,7 +21,6 @@ prompt had stays masked (``interp_transformer.core.kv_cache``).
 
 import warnings
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import torch
 from torch import Tensor

@@ -18,7 +18,7 @@ plots) see ``analysis.readouts.attention``.
 
 import logging
 from collections import defaultdict
-from typing import Dict, List, Literal, Optional, Tuple, Union
+from typing import Literal
 
 import torch
 from torch import Tensor

@@ -11,7 +11,6 @@ into our blocks directly (the same protocol as ``interp_transformer.core.kv_cach
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Union
 
 import torch
 from jaxtyping import Float, Int

@@ -6,8 +6,6 @@
 True
 """
 
-from typing import Optional, Union
-
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int

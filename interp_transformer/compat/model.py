@@ -16,7 +16,7 @@ what code written for TransformerLens' classic ``HookedTransformer`` calls:
 Our own keywords still work: ``model(tokens, attention_mask=mask, kv_cache=KeyValueCache(...))``.
 """
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Float, Int

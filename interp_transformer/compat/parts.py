@@ -31,7 +31,6 @@ and projected head by head; per-head results are summed, ``attn_out = sum_h resu
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 from torch import Tensor, nn

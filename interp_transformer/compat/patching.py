@@ -36,7 +36,6 @@ as in TransformerLens.
 import itertools
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Optional
 
 import einops
 import torch

@@ -23,7 +23,6 @@ architectures raise ``ValueError`` naming why, and load natively with
 """
 
 import logging
-from typing import Optional, Union
 
 import torch
 

@@ -21,7 +21,7 @@ Errors are ours: ``ValueError``/``TypeError`` naming what came; the ``ValueError
 
 import copy
 import logging
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import numpy as np
 import torch

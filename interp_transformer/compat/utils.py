@@ -15,8 +15,6 @@ closest ones instead of building a name no model has.
 ('blocks.2.attn.hook_rot_q', 'blocks.0.ln1_post.hook_normalized', 'blocks.3.ln2_post.hook_scale')
 """
 
-from typing import Optional, Union
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor

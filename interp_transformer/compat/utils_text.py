@@ -5,7 +5,6 @@
 """
 
 import copy
-from typing import Optional, Union
 
 import numpy as np
 import torch

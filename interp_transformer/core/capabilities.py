@@ -34,7 +34,6 @@ carries its soft-cap. The model sums them up as ``model.has_experts``,
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 NORM_PLACEMENTS = ("pre", "post")
 

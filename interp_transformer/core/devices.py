@@ -8,7 +8,7 @@ refuses, with a one-line error naming what it received:
 - a CUDA device when CUDA is not available, or an index past the GPUs there are (``ValueError``).
 """
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 

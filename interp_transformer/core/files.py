@@ -11,7 +11,6 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
 
 TEMP_MARKER = ".tmp-"  # in the name of a temporary file a killed writer may leave behind
 

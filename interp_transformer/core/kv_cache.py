@@ -6,7 +6,6 @@ token only computes its own query, key and value. Positions continue from
 """
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 from torch import Tensor

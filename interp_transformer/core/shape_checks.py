@@ -27,7 +27,7 @@ import collections
 import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from jaxtyping import jaxtyped

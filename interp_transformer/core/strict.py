@@ -12,7 +12,6 @@ NaN or inf (``check_finite``): a damaged checkpoint must not load and compute Na
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn

@@ -4,8 +4,6 @@ Each raises ``TypeError``/``ValueError`` naming what was expected and what was r
 Tensors on the ``meta`` device (``hook_shapes``) are checked for shape only.
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Int
 from torch import Tensor

@@ -54,9 +54,6 @@ from interp_transformer.families.moe import recipe as moe_recipe
 from interp_transformer.families.olmo2 import recipe as olmo2_recipe
 from interp_transformer.families.opt import recipe as opt_recipe
 from interp_transformer.families.phi3 import recipe as phi3_recipe
-from interp_transformer.families.seq2seq import recipe as seq2seq_recipe
-from interp_transformer.families.smollm3 import recipe as smollm3_recipe
-from interp_transformer.families.t5 import recipe as t5_recipe
 from interp_transformer.families.registry import (
     Architecture,
     DecoderParts,
@@ -66,6 +63,9 @@ from interp_transformer.families.registry import (
     registered,
     unregister,
 )
+from interp_transformer.families.seq2seq import recipe as seq2seq_recipe
+from interp_transformer.families.smollm3 import recipe as smollm3_recipe
+from interp_transformer.families.t5 import recipe as t5_recipe
 
 # one line a family: its architecture, the converter in interp_transformer.loading, the Hugging Face model_types it
 # reads

@@ -44,7 +44,6 @@ OLMo 3), ``attn_softcap`` and ``final_softcap`` (Gemma 2's ``cap * tanh(x / cap)
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Optional, Union
 
 import torch
 

@@ -41,7 +41,6 @@ import difflib
 import math
 import os
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from torch import nn

@@ -31,13 +31,11 @@ The names (``norm``, ``positions``, ``activation``, ``embed_scale``) are those o
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Optional, Union
 
 from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.families import composed_parts as parts
 from interp_transformer.families.bart import recipe as bart
 from interp_transformer.families.bert import recipe as bert
-from interp_transformer.families.seq2seq import recipe as seq2seq
-from interp_transformer.families import composed_parts as parts
 from interp_transformer.families.bert.recipe import EncoderParts
 from interp_transformer.families.encoder_decoder import (
     EncoderDecoderParts,
@@ -46,6 +44,7 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
+from interp_transformer.families.seq2seq import recipe as seq2seq
 from interp_transformer.parts import MLP, MLMHead, Pooler, PostNormBlock, TokenTypeEmbed
 from interp_transformer.parts.cross_attention import CrossAttention
 

@@ -31,7 +31,6 @@ stack too, so nothing is guessed (``EncoderDecoderHookNames``):
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional, Union
 
 from torch import nn
 

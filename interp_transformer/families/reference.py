@@ -36,7 +36,7 @@ import functools
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import ContextManager, Optional
+from typing import ContextManager
 
 import einops
 import torch

@@ -10,7 +10,7 @@ and one ``register`` call, never a branch in an existing forward (see
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Union
+from typing import Any
 
 from torch import nn
 

@@ -9,7 +9,6 @@ Outside it, ``verify`` still runs, and says that the versions are untested.
 """
 
 import warnings
-from typing import Optional
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version

@@ -22,7 +22,6 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 

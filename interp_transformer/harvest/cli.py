@@ -10,7 +10,6 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
 
 import torch
 

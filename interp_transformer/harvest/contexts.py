@@ -28,7 +28,6 @@ processes, so the index is global: shards, datasets and exports all use it.
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import numpy as np

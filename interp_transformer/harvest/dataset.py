@@ -16,7 +16,7 @@ import bisect
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import torch
 from safetensors import safe_open

@@ -17,7 +17,7 @@ import datetime
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist

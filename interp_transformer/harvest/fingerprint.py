@@ -22,7 +22,6 @@ one model and hook list share a content hash.
 import hashlib
 import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Optional
 
 import einops
 import torch

@@ -10,7 +10,6 @@ refused with the fields that differ.
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Union
 
 from interp_transformer.harvest.fingerprint import differences
 from interp_transformer.harvest.storage import MANIFEST_FILE, TOKENS_FILE, atomic_write_json, read_json, sha256_of_file

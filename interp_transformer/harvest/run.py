@@ -25,7 +25,6 @@ import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from tqdm.auto import tqdm

@@ -23,7 +23,6 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
 
 import einops
 import torch

@@ -13,7 +13,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 HookSelection = Union[str, Sequence[str], Callable[[str], bool]]
 _GLOB_CHARS = set("*?[")

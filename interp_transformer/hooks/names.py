@@ -18,7 +18,6 @@ through it, and ``analysis`` asks it instead of spelling hook paths.
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
 
 # TransformerLens spellings that name the same activations
 ALIASES: dict[str, str] = {

@@ -25,7 +25,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import TypeVar
 
 import torch
 from torch import nn

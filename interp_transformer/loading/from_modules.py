@@ -40,7 +40,7 @@ by ``load_strict`` as missing.
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Optional, Union
+from typing import Union
 
 import einops
 import torch

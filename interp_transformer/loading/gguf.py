@@ -41,7 +41,7 @@ import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import einops
 import torch

@@ -43,7 +43,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # llama.cpp tensor names -> Hugging Face names shared by the Llama-like decoders.
 GLOBAL_TENSORS = {

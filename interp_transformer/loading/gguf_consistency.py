@@ -16,7 +16,7 @@ head count (its fused q/k/v has ``3 * d_model`` rows whatever the count).
 """
 
 import itertools
-from typing import Any, Optional
+from typing import Any
 
 from interp_transformer.loading.gguf_architectures import BLOCK_NAME, metadata_int
 from interp_transformer.loading.gguf_format import GGUFHeader

@@ -15,7 +15,6 @@ import importlib.util
 import os
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 

@@ -32,7 +32,7 @@ respelled ``▁▁...``, as the text they match is.
 """
 
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 GPT2_WORDS = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_WORDS = (

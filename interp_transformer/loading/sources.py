@@ -27,7 +27,7 @@ import pickle
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 from torch import Tensor

@@ -18,7 +18,6 @@ forward; everything below comes with it:
 
 import difflib
 import operator
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float

@@ -1,6 +1,6 @@
 """DemoTransformer: a decoder whose every weight and activation you can read, of any registered architecture."""
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from jaxtyping import Float, Int

@@ -59,8 +59,6 @@ Example:
 ['fold_ln', 'center_writing_weights', 'center_unembed', 'fold_value_biases']
 """
 
-from typing import Optional
-
 import einops
 import torch
 

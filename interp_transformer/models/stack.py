@@ -16,7 +16,6 @@ composition and its forward: the read-out differs (logits, an MLM head, the deco
 """
 
 from collections.abc import Callable
-from typing import Optional
 
 from jaxtyping import Float, Int
 from torch import Tensor

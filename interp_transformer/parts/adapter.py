@@ -20,8 +20,6 @@ attribution, ``decompose_resid`` and the report split it exactly without knowing
     resid_post = resid_mid + mlp(ln2(resid_mid)) + adapter(ln2(resid_mid))
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn

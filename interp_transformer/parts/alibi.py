@@ -31,7 +31,6 @@ holds no parameters and hooks its bias as ``hook_bias``
 
 import math
 from collections.abc import Sequence
-from typing import Optional
 
 import einops
 import torch

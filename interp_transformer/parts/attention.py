@@ -1,7 +1,6 @@
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from typing import Optional
 
 import einops
 import torch

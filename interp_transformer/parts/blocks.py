@@ -12,8 +12,6 @@ they fire) and adds the residual-stream hooks of DESIGN section 3 around them.
 =====================  ============================================================
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

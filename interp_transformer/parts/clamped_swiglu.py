@@ -21,8 +21,6 @@ experts in one tensor, ``gate_up_proj [expert, d_model, 2 d_mlp]``, their column
 (gate, up, gate, up, ...); the converter splits them.
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn

@@ -22,7 +22,7 @@ norm before it may rewrite: ``W_K`` and ``W_V`` read the encoder's.
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from jaxtyping import Bool, Float
 from torch import Tensor

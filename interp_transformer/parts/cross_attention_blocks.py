@@ -20,8 +20,6 @@ attn_out + cross_attn_out + mlp_out``); in the post-norm block, as in ``PostNorm
 is renormalized after each sub-layer, so ``resid_mid_cross`` starts from ``ln1(resid_mid)``.
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

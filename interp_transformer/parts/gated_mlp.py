@@ -13,8 +13,6 @@ the gated product, one entry per neuron. Hugging Face calls the three matrices
 ``gate_proj``, ``up_proj`` and ``down_proj``.
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn

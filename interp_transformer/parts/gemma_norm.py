@@ -27,8 +27,6 @@ rounds only the product ``x_hat * (1 + w)`` to it (the difference from Llama's n
 calls out); this part does the same, and in float64 it stays in float64.
 """
 
-from typing import Optional
-
 import einops
 import torch
 import torch.nn.functional as F

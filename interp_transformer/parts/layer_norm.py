@@ -16,8 +16,6 @@ on. Each norm part answers, for itself (so no other file re-derives its formula)
 =============================  =============================================================
 """
 
-from typing import Optional
-
 import einops
 import torch
 import torch.nn.functional as F

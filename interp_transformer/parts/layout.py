@@ -16,7 +16,6 @@ token before them (0 before the first), so no position id is out of range.
 """
 
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Bool, Int

@@ -19,7 +19,6 @@ when the only restriction is a plain causal mask, which lets it skip the masked 
 """
 
 from collections.abc import Sequence
-from typing import Optional
 
 from jaxtyping import Bool
 from torch import Tensor, nn

@@ -58,7 +58,7 @@ stacked ``model.W_in`` (over layers) has no meaning here and raises, naming thes
 """
 
 from types import SimpleNamespace
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import einops
 import torch

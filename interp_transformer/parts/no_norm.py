@@ -7,8 +7,6 @@ hooks (there is no scale to observe), and its algebra is the identity's: frozen,
 ``x``; a direction pulls back to itself; nothing is folded.
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

@@ -15,8 +15,6 @@ kernel (without weights) runs while nothing observes the scale, switched off as 
 their weighted parents (``use_fused_layer_norm``, ``use_fused_rms_norm``).
 """
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float

@@ -6,8 +6,6 @@ the first two rows are never read. The table is kept whole, as the checkpoint ha
 so that ``W_pos`` is the checkpoint's tensor and the offset stays visible.
 """
 
-from typing import Optional
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn

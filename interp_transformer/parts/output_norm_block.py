@@ -20,8 +20,6 @@ Gemma 2, ``attn_out = sum_h z_h W_O[h] + b_O`` does not hold; with ``ln1_post``'
 Hugging Face calls the two norms ``post_attention_layernorm`` and ``post_feedforward_layernorm``.
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

@@ -19,8 +19,6 @@ How this differs from TransformerLens: TransformerLens' GPT-J copies ``ln1``'s w
 an ``ln2`` computed a second time; here the one norm is computed once and hooked once.
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

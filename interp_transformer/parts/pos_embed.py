@@ -1,5 +1,3 @@
-from typing import Optional
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn

@@ -18,8 +18,6 @@ With ``ln1_post``'s scale frozen (``blocks.L.ln1_post.hook_scale``) it is linear
 logit attribution splits it exactly (the writers' ``output_norm``, ``components.writers``).
 """
 
-from typing import Optional
-
 from jaxtyping import Float
 from torch import Tensor, nn
 

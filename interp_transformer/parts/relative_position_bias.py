@@ -25,7 +25,6 @@ distance on a bucket boundary lands in the same bucket.
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import torch

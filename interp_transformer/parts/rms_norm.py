@@ -19,8 +19,6 @@ TransformerLens' ``RMSNorm``: ``hook_normalized`` is taken **after** ``w`` (as f
 LayerNorm, and as Hugging Face's norm outputs), not before it.
 """
 
-from typing import Optional
-
 import einops
 import torch
 import torch.nn.functional as F

@@ -40,7 +40,6 @@ building it on the meta device must not touch them.
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import einops
 import torch

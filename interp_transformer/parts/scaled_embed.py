@@ -13,7 +13,6 @@ as Hugging Face's Marian and BART compute it; the two differ only in half precis
 """
 
 import math
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

@@ -22,8 +22,6 @@ stream, but nothing there can be centred (``output_weights()`` is empty).
 times a constant, ``embed = W_E[tokens] * scale``, ``scale = sqrt(d_model)`` by default.
 """
 
-from typing import Optional
-
 import einops
 import torch
 from jaxtyping import Float, Int

@@ -22,7 +22,6 @@ eager attention.
 
 import math
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 from jaxtyping import Float

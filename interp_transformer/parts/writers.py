@@ -38,7 +38,7 @@ reads each writer's contribution along it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import einops
 import torch

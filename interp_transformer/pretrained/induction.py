@@ -13,7 +13,6 @@ that token. Loss on the repeated half falling far below the first half's
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from jaxtyping import Int

@@ -24,7 +24,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from jaxtyping import Int

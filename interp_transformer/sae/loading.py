@@ -23,7 +23,6 @@ is dropped (any other value is refused), and a JumpReLU ``log_threshold`` become
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from torch import Tensor

@@ -17,7 +17,6 @@ feature activations ``acts [n, d_sae]``:
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int

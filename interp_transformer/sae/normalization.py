@@ -25,7 +25,7 @@ Transcoders normalize their input but, as in SAELens, never denormalize their
 output (it lives at another hook).
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from torch import Tensor
 

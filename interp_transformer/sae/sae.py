@@ -26,7 +26,7 @@ them once: call ``encode(x)`` right before ``decode(feature_acts)``.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import einops
 import torch

@@ -40,7 +40,7 @@ removed). A model is not meant to be spliced from two threads at once.
 import contextlib
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor

@@ -40,7 +40,6 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from tqdm.auto import tqdm

@@ -10,7 +10,6 @@ separator of a corpus) are left out of both. Training vectors stop being read on
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

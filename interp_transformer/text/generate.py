@@ -21,7 +21,6 @@ cache, at the step where a row grows past that length, as Hugging Face's Phi-3 d
 
 import math
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Float, Int

@@ -14,7 +14,6 @@ import hashlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import Union
 
 from transformers import GPT2TokenizerFast
 

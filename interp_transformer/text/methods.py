@@ -20,8 +20,6 @@ are ids and mask), ``why_not_ids_alone(encoded, ...)`` (None when the ids need n
 ``PromptMethods`` adds what only a decoder does with text: generate, test a prompt, find a token.
 """
 
-from typing import Optional
-
 from jaxtyping import Int
 from torch import Tensor
 

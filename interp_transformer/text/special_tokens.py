@@ -4,7 +4,7 @@ SAE tools leave their positions out: the splice lets them bypass the SAEs, the f
 """
 
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import Union
 
 SpecialTokens = Union[bool, Sequence[int]]
 # Tokenizer attributes of the "structural" special tokens, as SAELens reads them.

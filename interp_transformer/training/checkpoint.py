@@ -13,7 +13,6 @@ import dataclasses
 import json
 import pickle
 from pathlib import Path
-from typing import Optional
 
 import torch
 

@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 from safetensors.torch import save_file

@@ -30,7 +30,6 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 

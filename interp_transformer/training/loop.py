@@ -29,7 +29,6 @@ Process 0 alone shows the progress bar, evaluates and writes.
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.distributed as dist

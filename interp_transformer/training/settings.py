@@ -41,7 +41,6 @@ import dataclasses
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 

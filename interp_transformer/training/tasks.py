@@ -40,7 +40,6 @@ an object lacks, with a ``TypeError``.
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.nn.functional as F

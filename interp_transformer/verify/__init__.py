@@ -54,8 +54,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-from interp_transformer.loading import architecture_module, load_with_source, resolve_dtype
 from interp_transformer.families.versions import warn_if_untested_transformers
+from interp_transformer.loading import architecture_module, load_with_source, resolve_dtype
 from interp_transformer.verify.checks import check_vocabularies, real_part, skipped_hooks
 from interp_transformer.verify.report import VerifyReport, VerifyRow
 

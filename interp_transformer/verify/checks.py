@@ -1,8 +1,6 @@
 """What verification compares: the hooks a processing step changes, the real positions of a padded batch, and
 inputs both models can take (one vocabulary), checked before either model runs. Used by ``verify``."""
 
-from typing import Optional
-
 from torch import Tensor
 
 # Hooks whose values a processing step changes on purpose: the hook's last name component, or its last two

@@ -1,7 +1,6 @@
 """Composition scores between heads of different layers (Q-, K- and V-composition)."""
 
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import Tensor
 

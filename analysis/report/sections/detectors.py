@@ -9,7 +9,6 @@ tokens: ``[CLS]`` and ``[SEP]`` for BERT text).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -6,7 +6,6 @@ takes the place of the MLP-neuron section, since a mixture's neurons belong to o
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

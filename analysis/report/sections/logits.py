@@ -6,7 +6,6 @@ other models leave this section out and say why (``analysis.report.sections.omit
 
 import html
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import Tensor
 

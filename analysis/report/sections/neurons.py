@@ -1,7 +1,6 @@
 """The most active MLP neuron on the prompt, every neuron's peak, and the top neuron's direct logit effect."""
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -6,7 +6,6 @@ the proportional diagonal (``analysis.readouts.cross_attention``).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -2,7 +2,6 @@
 
 import html
 from dataclasses import dataclass
-from typing import Optional
 
 from ..context import ReportContext, ReportSection, SectionData
 

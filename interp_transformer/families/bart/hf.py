@@ -20,7 +20,6 @@ pieces. Anything missing, unexpected or mis-shaped raises one ``CheckpointError`
 """
 
 from collections.abc import Callable, Mapping
-from typing import Optional
 
 import einops
 import torch

@@ -17,7 +17,6 @@ positions, no embedding LayerNorm).
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import nn
 

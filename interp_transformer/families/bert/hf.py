@@ -40,7 +40,6 @@ tensor that is missing, unexpected or mis-shaped raises one ``CheckpointError`` 
 
 import re
 from collections.abc import Mapping
-from typing import Optional
 
 import einops
 import torch

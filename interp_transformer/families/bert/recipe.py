@@ -13,7 +13,6 @@ LayerNorm)`` blocks, and the heads the checkpoint ships (MLM head, pooler).
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import nn
 

@@ -25,13 +25,12 @@ naming them all in one ``ValueError``.
 """
 
 from collections.abc import Mapping
-from typing import Optional
 
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.conversion import fresh
+from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (

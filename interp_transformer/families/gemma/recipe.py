@@ -27,7 +27,6 @@ and the variants, as fields (Gemma 1 sets none of them):
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES

@@ -11,7 +11,6 @@ embeddings, blocks ``TransformerBlock(LayerNorm, Attention, LayerNorm, MLP)`` (o
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts

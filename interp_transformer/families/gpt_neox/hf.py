@@ -29,7 +29,6 @@ from interp_transformer.core.strict import (
     check_layer_count,
     require_config_fields,
 )
-from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
 from interp_transformer.families.conversion import (
     activation,
     build_model,
@@ -41,6 +40,7 @@ from interp_transformer.families.conversion import (
     split_fused_qkv,
     without_prefix,
 )
+from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
 from interp_transformer.families.reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
 from interp_transformer.parts.rotary import RopeScaling
 

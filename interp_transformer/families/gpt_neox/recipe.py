@@ -15,7 +15,6 @@ Pythia's MLP uses the exact (erf) GELU, not GPT-2's tanh approximation.
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts

@@ -21,7 +21,6 @@ in every block, like Mixtral, with these parts changed:
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.moe.recipe import HOOK_NAMES as MOE_HOOK_NAMES

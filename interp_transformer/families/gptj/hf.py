@@ -13,14 +13,12 @@ dimensions of each head (all of them when ``rotary_dim`` is None), theta 10000.
 
 import re
 from collections.abc import Mapping
-from typing import Optional
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
 from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
-from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.conversion import (
     activation,
     build_model,
@@ -31,6 +29,7 @@ from interp_transformer.families.conversion import (
     linear_to_ours,
     without_prefix,
 )
+from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.reference import (
     Recorder,
     run_reference,

@@ -14,7 +14,6 @@ rotary_dim/2)``. Attention has no biases; the MLP (tanh GELU) and the read-out d
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.gpt_neox.recipe import HOOK_NAMES as NEOX_HOOK_NAMES

@@ -18,7 +18,6 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts

@@ -10,13 +10,11 @@ default); separate source and target vocabularies are refused.
 """
 
 from collections.abc import Mapping
-from typing import Optional
 
 import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import CheckpointError
-from interp_transformer.families.marian.recipe import MarianConfig
 from interp_transformer.families.bart.hf import (
     build_model,
     check_model_type,
@@ -25,6 +23,7 @@ from interp_transformer.families.bart.hf import (
     record_bart_family,
     run_seq2seq,
 )
+from interp_transformer.families.marian.recipe import MarianConfig
 from interp_transformer.families.reference import Recorder
 from interp_transformer.parts.sinusoidal import sinusoidal_table
 

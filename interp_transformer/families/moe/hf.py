@@ -24,14 +24,12 @@ down_proj`` in Qwen), while a model in memory stacks them (``mlp.experts.gate_up
 """
 
 from collections.abc import Mapping
-from typing import Optional
 
 import einops
 import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.families.conversion import fresh, linear_to_ours
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
@@ -47,6 +45,7 @@ from interp_transformer.families.llama.hf import (
 from interp_transformer.families.llama.hf import (
     expected_hf_shapes as llama_shapes,
 )
+from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.families.moe.reference import hf_reference_activations
 
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")

@@ -21,7 +21,6 @@ meaning with experts and raise, naming the per-expert weights (``blocks[L].mlp.e
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES

@@ -24,12 +24,10 @@ training, and so not part of what a model in eval mode computes: ``attention_dro
 """
 
 from collections.abc import Mapping
-from typing import Optional
 
 from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
-from interp_transformer.families.olmo2.recipe import LAYER_TYPES, Olmo2Config
 from interp_transformer.families.conversion import HF_ACTIVATIONS, fresh
 from interp_transformer.families.llama.hf import (
     CheckedCheckpoint,
@@ -40,6 +38,7 @@ from interp_transformer.families.llama.hf import (
     load_hf_model,
     rope_from_parameters,
 )
+from interp_transformer.families.olmo2.recipe import LAYER_TYPES, Olmo2Config
 from interp_transformer.families.olmo2.reference import hf_reference_activations
 
 MODEL_TYPES = ("olmo2", "olmo3")

@@ -25,7 +25,6 @@ OLMo 2 is the config with ``layer_types=None`` (every block full attention).
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES

@@ -32,7 +32,6 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
-from interp_transformer.families.opt.recipe import OPTConfig, OPTPostNormConfig
 from interp_transformer.families.conversion import (
     activation,
     build_model,
@@ -44,6 +43,7 @@ from interp_transformer.families.conversion import (
     per_head_bias,
     without_prefix,
 )
+from interp_transformer.families.opt.recipe import OPTConfig, OPTPostNormConfig
 from interp_transformer.families.reference import Recorder, run_reference, split_heads
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2

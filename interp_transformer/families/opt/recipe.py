@@ -21,7 +21,6 @@ the rows positions ``0 .. n_ctx - 1`` read.
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts

@@ -17,7 +17,6 @@ and the gated MLP's ``hook_pre`` (gate), ``hook_pre_linear`` (up) and ``hook_pos
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.families.llama import recipe as llama
 from interp_transformer.families.registry import Architecture, DecoderParts

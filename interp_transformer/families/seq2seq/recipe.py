@@ -20,7 +20,6 @@ attribution through the decoder's and the cross-attention's heads is exact. The 
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import nn
 

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.families.smollm3.recipe import SmolLM3Config
 from interp_transformer.families.conversion import build_model
 from interp_transformer.families.llama.hf import convert_state_dict as llama_convert_state_dict
 from interp_transformer.families.llama.hf import expected_hf_shapes, llama_fields, load_hf_model
 from interp_transformer.families.llama.reference import hf_reference_activations as llama_reference_activations
+from interp_transformer.families.smollm3.recipe import SmolLM3Config
 
 MODEL_TYPES = ("smollm3",)
 LAYER_TYPES = ("full_attention", "sliding_attention")

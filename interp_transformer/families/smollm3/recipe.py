@@ -14,7 +14,6 @@ The fields of ``LlamaConfig`` keep their meaning (``qk_norm``, ``attn_biases``,
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from interp_transformer.families.llama import recipe as llama
 from interp_transformer.families.llama.recipe import LlamaConfig

@@ -27,14 +27,12 @@ absent from T5 checkpoints; one would be refused as unexpected.
 """
 
 from collections.abc import Mapping
-from typing import Optional
 
 import einops
 import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
-from interp_transformer.families.t5.recipe import T5Config
 from interp_transformer.families.bart.hf import HF_ACTIVATIONS, check_model_type, run_seq2seq
 from interp_transformer.families.encoder_decoder_conversion import (
     attention_shapes,
@@ -46,6 +44,7 @@ from interp_transformer.families.encoder_decoder_conversion import (
     zero_attention_biases,
 )
 from interp_transformer.families.reference import Recorder, split_heads
+from interp_transformer.families.t5.recipe import T5Config
 
 SUPPORTED_MODEL_TYPES = ("t5",)
 VERIFY_PADDED = True

@@ -4,7 +4,7 @@ Every check raises ``TypeError``/``ValueError`` naming what was expected and wha
 came. Tensors on the ``meta`` device (``hook_shapes``) are checked for shape only.
 """
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Int

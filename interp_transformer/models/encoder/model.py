@@ -37,7 +37,7 @@ residual stream is not a sum of component outputs here, it is renormalized twice
 block. ``analysis.readouts.post_norm`` splits an output direction exactly instead.
 """
 
-from typing import Optional, Union
+from typing import Union
 
 import einops
 import torch

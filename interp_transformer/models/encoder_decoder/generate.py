@@ -25,7 +25,6 @@ Returned ids start with the decoder start token: ``[batch, 1 + generated]``.
 """
 
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Int

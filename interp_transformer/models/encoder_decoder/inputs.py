@@ -6,7 +6,7 @@ shape or values, a source that holds the padding id but came without a mask (its
 would be read as text), a decoder input whose batch differs from the source's.
 """
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Bool, Int

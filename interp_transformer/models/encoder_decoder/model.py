@@ -16,7 +16,7 @@ The cross-attention pattern is ``[batch, head_index, query_pos, key_pos]`` with
 ``query_pos`` over the target and ``key_pos`` over the source.
 """
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from jaxtyping import Float, Int

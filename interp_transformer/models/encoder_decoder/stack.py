@@ -15,8 +15,6 @@ key/value cache. Both stacks expose their weights stacked over blocks, like a mo
 cross-attention's, ``stack.W_Q_cross`` ... and the factored ``QK_cross``/``OV_cross``.
 """
 
-from typing import Optional
-
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 

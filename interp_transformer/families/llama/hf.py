@@ -26,7 +26,6 @@ naming them, before any weight is read.
 """
 
 from collections.abc import Callable, Mapping
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -38,7 +37,6 @@ from interp_transformer.core.strict import (
     require_config_fields,
     state_dict_shapes,
 )
-from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.conversion import (
     build_model,
     fresh,
@@ -48,6 +46,7 @@ from interp_transformer.families.conversion import (
     per_head_bias,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
+from interp_transformer.families.llama.recipe import LlamaConfig
 from interp_transformer.families.llama.reference import hf_reference_activations
 from interp_transformer.parts.rotary import RopeScaling
 

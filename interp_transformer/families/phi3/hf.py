@@ -30,7 +30,6 @@ factor or attention factor, an activation we do not have.
 
 import math
 from collections.abc import Mapping
-from typing import Optional
 
 import einops
 import torch
@@ -38,7 +37,6 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
-from interp_transformer.families.phi3.recipe import Phi3Config
 from interp_transformer.families.conversion import (
     build_model,
     fresh,
@@ -50,6 +48,7 @@ from interp_transformer.families.conversion import (
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import CheckedCheckpoint, convert_read_out, load_hf_model
 from interp_transformer.families.llama.reference import llama_float64_patches
+from interp_transformer.families.phi3.recipe import Phi3Config
 from interp_transformer.families.reference import Recorder, reference_activations, split_heads
 from interp_transformer.parts.rotary import RopeScaling
 

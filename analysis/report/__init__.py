@@ -35,7 +35,6 @@ heads, and the effect of corrupting each source word.
 
 import numbers
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import torch
 from jaxtyping import Int

@@ -55,7 +55,6 @@ Example (offline, a random-weight GPT-2):
 
 import importlib
 from types import ModuleType
-from typing import Optional, Union
 
 import torch
 

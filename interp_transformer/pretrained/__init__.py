@@ -19,7 +19,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import torch
 from safetensors.torch import save_file

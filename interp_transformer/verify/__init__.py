@@ -49,7 +49,6 @@ of logits.
 import copy
 import difflib
 from collections.abc import Callable, Mapping
-from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn

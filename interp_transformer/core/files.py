@@ -29,7 +29,7 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(
-    path: Path, write: Callable[[Path], None], before_rename: Callable[[Path], None] | None = None
+    path: Path, write: Callable[[Path], object], before_rename: Callable[[Path], None] | None = None
 ) -> None:
     """Write ``path`` through ``write(temp_path)``, fsync it, and rename it into place.
 

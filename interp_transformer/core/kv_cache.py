@@ -32,7 +32,7 @@ class LayerKVCache:
         batch, ``n_key_value_heads``, ``d_head``, dtype or device: the cache was filled by
         another model, or by this one in another dtype or on another device.
         """
-        if self.keys is None:
+        if self.keys is None or self.values is None:  # both None or both set: an empty cache
             self.keys, self.values = k, v
         else:
             if k.shape[0] != self.keys.shape[0]:

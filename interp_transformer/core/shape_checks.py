@@ -65,7 +65,7 @@ MAX_REMEMBERED_SIGNATURES = 512  # per checked function; the oldest is forgotten
 _VALUE_TYPES = (int, bool, str, float, type(None))
 
 
-def _describe(value: Any) -> Hashable | None:
+def _describe(value: Any) -> Hashable | type | None:
     """What the check of ``value`` depends on, or None when that cannot be summarized."""
     if isinstance(value, torch.Tensor):
         return (tuple(value.shape), value.dtype)

@@ -133,7 +133,7 @@ class HookPoint(nn.Module):
         return result
 
     @staticmethod
-    def _new_hook(fn: HookFn, dir: str, is_permanent: bool = False, level: int | None = None) -> _Hook:
+    def _new_hook(fn: HookFn, dir: Direction, is_permanent: bool = False, level: int | None = None) -> _Hook:
         if not callable(fn):
             raise TypeError(f"a hook function must be callable, got {type(fn).__name__}")
         if dir not in ("fwd", "bwd"):
@@ -375,6 +375,7 @@ class HookedRootModule(HookIntrospectionMixin, nn.Module):
         frame: dict[int, list[_Hook]] = {}
         added: list[tuple[HookPoint, _Hook]] = []
         level = len(_frames())
+        direction: Direction
         for direction, pairs in (("fwd", fwd_hooks), ("bwd", bwd_hooks)):
             for pair in pairs:
                 if not (isinstance(pair, tuple) and len(pair) == 2):

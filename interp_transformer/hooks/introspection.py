@@ -25,13 +25,18 @@ HookPoint(name='hook_a', 1 fwd)
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
 
 class HookIntrospectionMixin:
     """``list_hooks()`` for a class with a ``hook_dict`` (an attribute or a property) of hook points."""
+
+    if TYPE_CHECKING:  # what the class using the mixin provides (a property here, so an attribute may override it)
+
+        @property
+        def hook_dict(self) -> dict[str, Any]: ...
 
     def list_hooks(
         self,

@@ -27,7 +27,7 @@ torch.Size([3, 2])
 [[0, 1, 2, 3], [8, 9, 10, 11]]
 """
 
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, TypeGuard, Union
 
 import numpy as np
 import torch
@@ -41,6 +41,8 @@ class Slice:
     """A selection along one axis (see the module docstring for the modes)."""
 
     def __init__(self, input_slice: SliceInput = None):
+        self.slice: int | slice | np.ndarray
+        self.mode: str
         if isinstance(input_slice, Slice):
             self.slice, self.mode = input_slice.slice, input_slice.mode
         elif isinstance(input_slice, tuple):
@@ -70,8 +72,8 @@ class Slice:
         """``tensor`` with this selection applied along ``dim`` (negative counts from the end)."""
         if not -tensor.ndim <= dim < tensor.ndim:
             raise ValueError(f"dim={dim} is out of range for a tensor of shape {tuple(tensor.shape)}")
-        index = [slice(None)] * tensor.ndim
-        selection = self.slice
+        index: list[Any] = [slice(None)] * tensor.ndim
+        selection: int | slice | np.ndarray | torch.Tensor = self.slice
         if self.mode == "array":
             selection = torch.as_tensor(selection, device=tensor.device)
         index[dim] = selection
@@ -88,7 +90,9 @@ class Slice:
     @property
     def removes_axis(self) -> bool:
         """True when applying this selection removes the axis (an int, or a 0-d index array)."""
-        return self.mode == "int" or (self.mode == "array" and np.ndim(self.slice) == 0)
+        return self.mode == "int" or (
+            self.mode == "array" and isinstance(self.slice, np.ndarray) and self.slice.ndim == 0
+        )
 
     @classmethod
     def unwrap(cls, slice_input: Union["Slice", SliceInput]) -> "Slice":
@@ -103,7 +107,7 @@ class Slice:
         return f"Slice: {self.slice} Mode: {self.mode} "
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 

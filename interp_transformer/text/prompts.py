@@ -106,6 +106,6 @@ def _prediction(model, token_id: int, rank: int, logits, log_probs) -> TokenPred
     return TokenPrediction(token, token_id, rank, float(logits[token_id]), float(log_probs[token_id].exp()))
 
 
-test_prompt.__test__ = False  # not a pytest test, despite the name
+test_prompt.__test__ = False  # type: ignore[attr-defined]  # not a pytest test, despite the name (a function attribute)
 
 __all__ = ["PromptTestResult", "TokenPrediction", "test_prompt"]

@@ -93,7 +93,7 @@ def mlp_out(weight: Tensor) -> Tensor:
 
 def attention_shapes(prefix: str, names: Mapping[str, str], d_model: int, bias: bool) -> dict[str, tuple[int, ...]]:
     """Shapes of one attention's four projections ``prefix + names[letter]`` (d_model in and out)."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for letter in "QKVO":
         shapes[prefix + names[letter] + ".weight"] = (d_model, d_model)
         if bias:

@@ -36,7 +36,7 @@ import functools
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import ContextManager
+from typing import Any, ContextManager
 
 import einops
 import torch
@@ -51,6 +51,9 @@ TO_HEADS_FIRST = "batch pos head_index d_head -> batch head_index pos d_head"
 FROM_HEADS_FIRST = "batch head_index pos d_head -> batch pos head_index d_head"
 
 Patches = Callable[[nn.Module], list[ContextManager]]
+# A Hugging Face module the recorders read: its parts are attributes (block.self_attn, attn.q_proj) that torch's
+# types give as `Tensor | Module` (nn.Module.__getattr__), so the recorders take them untyped
+HFModule = Any
 
 
 def same(x):
@@ -61,7 +64,7 @@ def no_patches(hf_model: nn.Module) -> list[ContextManager]:
     return []
 
 
-def norm_eps(norm: nn.Module) -> float:
+def norm_eps(norm: HFModule) -> float:
     """The epsilon of a Hugging Face norm (``variance_epsilon`` in Llama's and T5's RMSNorm, ``eps`` elsewhere)."""
     return norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
 
@@ -93,7 +96,7 @@ class Recorder:
     def keep(self, name: str, value: Tensor) -> None:
         self.acts[name] = value.detach().clone()
 
-    def output(self, module: nn.Module, name: str, transform: Callable = same, index: int = 0) -> None:
+    def output(self, module: HFModule, name: str, transform: Callable = same, index: int = 0) -> None:
         """Keep ``transform(output)`` of ``module`` (element ``index`` when it returns a tuple) as ``name``."""
         self.handles.append(
             module.register_forward_hook(
@@ -101,7 +104,7 @@ class Recorder:
             )
         )
 
-    def input(self, module: nn.Module, name: str, transform: Callable = same) -> None:
+    def input(self, module: HFModule, name: str, transform: Callable = same) -> None:
         """Keep ``transform(first input)`` of ``module`` (positional, or the ``hidden_states`` keyword) as ``name``."""
         self.handles.append(
             module.register_forward_pre_hook(
@@ -110,7 +113,7 @@ class Recorder:
             )
         )
 
-    def outputs(self, module: nn.Module, names: tuple[str, ...]) -> None:
+    def outputs(self, module: HFModule, names: tuple[str, ...]) -> None:
         """Keep each element of ``module``'s tuple output under its name (e.g. a rotary module's ``(sin, cos)``)."""
 
         def hook(m, args, out):
@@ -126,13 +129,13 @@ class Recorder:
 
         self.handles.append(module.register_forward_hook(hook))
 
-    def kwargs(self, module: nn.Module, store: Callable[[dict], None]) -> None:
+    def kwargs(self, module: HFModule, store: Callable[[dict], None]) -> None:
         """Hand ``module``'s keyword arguments to ``store`` on every call (e.g. the rotary cos/sin it was given)."""
         self.handles.append(module.register_forward_pre_hook(lambda m, args, kwargs: store(kwargs), with_kwargs=True))
 
     def norm(
         self,
-        norm: nn.Module,
+        norm: HFModule,
         prefix: str,
         *,
         centred: bool,

@@ -25,7 +25,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from interp_transformer.families.llama.reference import record_attention, record_gated_mlp
-from interp_transformer.families.reference import Recorder, forward_patch, patched, reference_activations
+from interp_transformer.families.reference import HFModule, Recorder, forward_patch, patched, reference_activations
 
 
 def _gemma_norm_in_input_dtype(norm, x: Tensor) -> Tensor:
@@ -43,7 +43,7 @@ def gemma_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     return [forward_patch(norm, _gemma_norm_in_input_dtype) for norm in norms] + [patched(embed, "embed_scale", scale)]
 
 
-def _record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+def _record_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
     rec.input(block, prefix + "hook_resid_pre")
     rec.norm(block.input_layernorm, prefix + "ln1.", centred=False)
     record_attention(rec, block.self_attn, prefix, rotary_inputs, layer, heads_first_norms=True)

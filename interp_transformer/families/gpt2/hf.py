@@ -92,7 +92,7 @@ def config_from_hf(hf_config) -> TransformerConfig:
 def expected_hf_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face GPT-2 checkpoint (``transformer.`` prefix removed)."""
     d_model, d_mlp, d_vocab = cfg.d_model, cfg.d_mlp, cfg.d_vocab
-    shapes = {"wte.weight": (d_vocab, d_model), "wpe.weight": (cfg.n_ctx, d_model)}
+    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (d_vocab, d_model), "wpe.weight": (cfg.n_ctx, d_model)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
         shapes.update(

@@ -104,7 +104,7 @@ def config_from_hf(hf_config) -> GPTNeoXConfig:
 def expected_hf_shapes(cfg: GPTNeoXConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``gpt_neox.`` prefix removed)."""
     d, d_mlp = cfg.d_model, cfg.d_mlp
-    shapes = {"embed_in.weight": (cfg.d_vocab, d)}
+    shapes: dict[str, tuple[int, ...]] = {"embed_in.weight": (cfg.d_vocab, d)}
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         for norm in ("input_layernorm", "post_attention_layernorm"):

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from interp_transformer.families.llama.reference import llama_float64_patches, record_llama_block
 from interp_transformer.families.moe.reference import eager_experts
-from interp_transformer.families.reference import Recorder, reference_activations
+from interp_transformer.families.reference import HFModule, Recorder, reference_activations
 from interp_transformer.parts.moe import routing_dtype
 
 
@@ -37,7 +37,7 @@ def gpt_oss_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     return llama_float64_patches(hf_model) + [eager_experts(hf_model)]
 
 
-def _record_sinks(rec: Recorder, attn: nn.Module, prefix: str) -> None:
+def _record_sinks(rec: Recorder, attn: HFModule, prefix: str) -> None:
     """The sinks' column of the scores, ``[batch, head_index, query_pos, 1]``, for the attention's inputs."""
 
     def keep(module, args, kwargs):
@@ -49,7 +49,7 @@ def _record_sinks(rec: Recorder, attn: nn.Module, prefix: str) -> None:
     rec.handles.append(attn.register_forward_pre_hook(keep, with_kwargs=True))
 
 
-def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) -> None:
+def _record_mixture(rec: Recorder, mixture: HFModule, prefix: str, batch: int) -> None:
     """The router's outputs and every expert's hooks (derived on every token) of one mixture."""
     per_token = lambda t: t.reshape(batch, -1, *t.shape[1:])  # noqa: E731  [(batch pos), ...] -> [batch, pos, ...]
     rec.output(mixture.router, prefix + "hook_router_logits", per_token, index=0)
@@ -75,7 +75,7 @@ def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
     """Run a Hugging Face gpt-oss model and return its value for each of our hooks (see the module docstring)."""
 
-    def record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+    def record_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
         record_llama_block(rec, block, prefix, rotary_inputs, layer)
         _record_sinks(rec, block.self_attn, prefix)
         _record_mixture(rec, block.mlp, prefix + "mlp.", tokens.shape[0])

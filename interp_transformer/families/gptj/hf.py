@@ -74,7 +74,7 @@ def config_from_hf(hf_config) -> GPTJConfig:
 def expected_hf_shapes(cfg: GPTJConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``transformer.`` prefix removed)."""
     d, d_mlp = cfg.d_model, cfg.d_mlp
-    shapes = {"wte.weight": (cfg.d_vocab, d)}
+    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (cfg.d_vocab, d)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
         shapes.update({p + "ln_1.weight": (d,), p + "ln_1.bias": (d,)})

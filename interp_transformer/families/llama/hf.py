@@ -202,7 +202,7 @@ def expected_hf_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``model.`` prefix removed)."""
     d_model, d_head, d_mlp = cfg.d_model, cfg.d_head, cfg.d_mlp
     widths = {"q": cfg.n_heads * d_head, "k": cfg.n_key_value_heads * d_head, "v": cfg.n_key_value_heads * d_head}
-    shapes = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         shapes[p + "input_layernorm.weight"] = (d_model,)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from interp_transformer.families.reference import (
     FROM_HEADS_FIRST,
+    HFModule,
     Recorder,
     forward_patch,
     reference_activations,
@@ -46,7 +47,7 @@ def rms_norm_in_input_dtype(norm, hidden_states: Tensor) -> Tensor:
 
 
 def record_attention(
-    rec: Recorder, attn: nn.Module, prefix: str, rotary_inputs: dict, layer: int, heads_first_norms: bool = False
+    rec: Recorder, attn: HFModule, prefix: str, rotary_inputs: dict, layer: int, heads_first_norms: bool = False
 ) -> None:
     """q/k/v before rotation, q/k norms, the pattern and z of one Hugging Face attention (``q_proj`` ... ``o_proj``).
 
@@ -66,7 +67,7 @@ def record_attention(
     rec.input(attn.o_proj, prefix + "attn.hook_z", split)
 
 
-def record_gated_mlp(rec: Recorder, mlp: nn.Module, prefix: str, transform: Callable = same) -> None:
+def record_gated_mlp(rec: Recorder, mlp: HFModule, prefix: str, transform: Callable = same) -> None:
     """A Hugging Face gated MLP (``gate_proj``, ``up_proj``, ``down_proj``) as our ``hook_pre``, ``hook_pre_linear``,
     ``hook_post``.
 
@@ -86,7 +87,7 @@ def llama_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     ]
 
 
-def record_llama_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+def record_llama_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
     """Everything of one Llama-family block but its MLP's insides: residual stream, norms, attention, outputs."""
     rec.input(block, prefix + "hook_resid_pre")
     rec.norm(block.input_layernorm, prefix + "ln1.", centred=False)
@@ -98,7 +99,7 @@ def record_llama_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inpu
     rec.output(block, prefix + "hook_resid_post")
 
 
-def _record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+def _record_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
     record_llama_block(rec, block, prefix, rotary_inputs, layer)
     record_gated_mlp(rec, block.mlp, prefix + "mlp.")
 

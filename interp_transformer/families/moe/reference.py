@@ -27,7 +27,13 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from interp_transformer.families.llama.reference import llama_float64_patches, record_gated_mlp, record_llama_block
-from interp_transformer.families.reference import Recorder, current_experts, forward_patch, reference_activations
+from interp_transformer.families.reference import (
+    HFModule,
+    Recorder,
+    current_experts,
+    forward_patch,
+    reference_activations,
+)
 from interp_transformer.parts.moe import routing_dtype
 
 
@@ -61,7 +67,7 @@ def moe_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
     )
 
 
-def _record_mixture(rec: Recorder, mixture: nn.Module, prefix: str, batch: int) -> None:
+def _record_mixture(rec: Recorder, mixture: HFModule, prefix: str, batch: int) -> None:
     """The router's outputs, every expert's hooks (derived on every token) and the shared expert of one mixture."""
     per_token = lambda t: t.reshape(batch, -1, *t.shape[1:])  # noqa: E731  [(batch pos), ...] -> [batch, pos, ...]
     rec.output(mixture.gate, prefix + "hook_router_logits", per_token, index=0)
@@ -90,7 +96,7 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
     """Run a Hugging Face mixture-of-experts model and return its value for each of our hooks (see the module
     docstring)."""
 
-    def record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+    def record_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
         record_llama_block(rec, block, prefix, rotary_inputs, layer)
         if hasattr(block.mlp, "experts"):
             _record_mixture(rec, block.mlp, prefix + "mlp.", tokens.shape[0])

@@ -178,7 +178,7 @@ def expected_hf_shapes(cfg: Olmo2Config) -> dict[str, tuple[int, ...]]:
     d_model, d_mlp = cfg.d_model, cfg.d_mlp
     widths = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_key_value_heads * cfg.d_head}
     widths["v"] = widths["k"]
-    shapes = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         for letter, width in widths.items():

@@ -19,17 +19,24 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from interp_transformer.families.llama.reference import llama_float64_patches, record_gated_mlp
-from interp_transformer.families.reference import Recorder, norm_eps, norm_scale, reference_activations, split_heads
+from interp_transformer.families.reference import (
+    HFModule,
+    Recorder,
+    norm_eps,
+    norm_scale,
+    reference_activations,
+    split_heads,
+)
 
 
-def record_all_heads_norm(rec: Recorder, norm: nn.Module, prefix: str, d_head: int) -> None:
+def record_all_heads_norm(rec: Recorder, norm: HFModule, prefix: str, d_head: int) -> None:
     """A Hugging Face RMSNorm over ``[batch, pos, (head_index d_head)]`` as our ``AllHeadsRMSNorm``'s two hooks."""
     eps = norm_eps(norm)
     rec.input(norm, prefix + "hook_scale", lambda x: norm_scale(x, eps, centred=False))
     rec.output(norm, prefix + "hook_normalized", split_heads(d_head=d_head))
 
 
-def record_attention(rec: Recorder, attn: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+def record_attention(rec: Recorder, attn: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
     """q/k/v before the norms and the rotation, the q/k norms, the pattern and z of one OLMo attention."""
     split = split_heads(d_head=attn.head_dim)
     for letter in "qkv":
@@ -41,7 +48,7 @@ def record_attention(rec: Recorder, attn: nn.Module, prefix: str, rotary_inputs:
     rec.input(attn.o_proj, prefix + "attn.hook_z", split)
 
 
-def _record_block(rec: Recorder, block: nn.Module, prefix: str, rotary_inputs: dict, layer: int) -> None:
+def _record_block(rec: Recorder, block: HFModule, prefix: str, rotary_inputs: dict, layer: int) -> None:
     rec.input(block, prefix + "hook_resid_pre")
     record_attention(rec, block.self_attn, prefix, rotary_inputs, layer)
     rec.norm(block.post_attention_layernorm, prefix + "ln1_post.", centred=False)

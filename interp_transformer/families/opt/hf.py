@@ -99,7 +99,10 @@ def expected_hf_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``model.decoder.`` prefix removed)."""
     d, d_mlp, d_embed = cfg.d_model, cfg.d_mlp, cfg.d_embed or cfg.d_model
     norm = lambda name: {name + ".weight": (d,), name + ".bias": (d,)} if cfg.norm_weights else {}  # noqa: E731
-    shapes = {"embed_tokens.weight": (cfg.d_vocab, d_embed), "embed_positions.weight": (cfg.n_ctx + POSITION_OFFSET, d)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "embed_tokens.weight": (cfg.d_vocab, d_embed),
+        "embed_positions.weight": (cfg.n_ctx + POSITION_OFFSET, d),
+    }
     if cfg.d_embed is not None:
         shapes.update({"project_in.weight": (d, d_embed), "project_out.weight": (d_embed, d)})
     for layer in range(cfg.n_layers):

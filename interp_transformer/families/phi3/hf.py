@@ -188,7 +188,7 @@ def expected_hf_shapes(cfg: Phi3Config) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face Phi-3 checkpoint of ``cfg`` (``model.`` prefix removed)."""
     d_model, d_mlp = cfg.d_model, cfg.d_mlp
     q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_key_value_heads * cfg.d_head
-    shapes = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (d_model,)

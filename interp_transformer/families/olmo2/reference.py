@@ -16,7 +16,7 @@ Llama family's patch) and runs the eager attention with its softmax in float64.
 """
 
 from jaxtyping import Int
-from torch import Tensor, nn
+from torch import Tensor
 
 from interp_transformer.families.llama.reference import llama_float64_patches, record_gated_mlp
 from interp_transformer.families.reference import (

@@ -9,6 +9,17 @@ import sys
 from pathlib import Path
 
 from .common import EXIT_OK, UserError, load_model, positive_int
+from .options import (
+    add_command,
+    add_corpus_option,
+    add_model_option,
+    add_progress_option,
+    add_setting,
+    add_text_field_option,
+    config_from,
+    read_corpus,
+    report_saved,
+)
 
 
 def add_training_parsers(commands) -> None:
@@ -17,8 +28,17 @@ def add_training_parsers(commands) -> None:
     from interp_transformer.training.cli import add_train_parser
 
     add_train_parser(commands)
-    add_train_induction_parser(commands)
-    add_train_translation_parser(commands)
+    _add_retrain_parser(
+        commands, "train-induction", cmd_train_induction, "induction-2l", "induction model", "sequences"
+    )
+    _add_retrain_parser(
+        commands,
+        "train-translation",
+        cmd_train_translation,
+        "translate-tiny",
+        "translation model (translate-tiny)",
+        "numbers",
+    )
     add_train_sae_parser(commands)
 
 
@@ -43,14 +63,22 @@ def _training_settings(name: str, train, args: argparse.Namespace) -> dict:
     return settings
 
 
+def _retrain(shipped: str, train, args: argparse.Namespace):
+    """``(training, out_dir)``: the shipped model trained again by ``train`` with its recorded settings, overridden by
+    the options given, and the folder to save it in."""
+    settings = _training_settings(shipped, train, args)
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / f"{shipped}-retrained"
+    print(f"training {shipped} with {settings or 'the default settings'}", file=sys.stderr)
+    return train(**settings, progress=True), out_dir
+
+
 def cmd_train_induction(args: argparse.Namespace) -> int:
+    """Train the 2-layer attention-only model on repeated random tokens (deterministic for a seed) and save it as
+    induction-2l. Options left out take the shipped model's recorded settings."""
     from interp_transformer.pretrained import save_shipped
     from interp_transformer.pretrained.induction import train_induction_model
 
-    settings = _training_settings("induction-2l", train_induction_model, args)
-    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "induction-2l-retrained"
-    print(f"training induction-2l with {settings or 'the default settings'}", file=sys.stderr)
-    training = train_induction_model(**settings, progress=True)
+    training, out_dir = _retrain("induction-2l", train_induction_model, args)
     metadata = {"training": training.settings, "curve": dataclasses.asdict(training.curve)}
     weights, meta = save_shipped(training.model, "induction-2l", metadata, directory=out_dir)
     curve = training.curve
@@ -63,15 +91,15 @@ def cmd_train_induction(args: argparse.Namespace) -> int:
 
 
 def cmd_train_translation(args: argparse.Namespace) -> int:
+    """Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a seed; a few
+    minutes on a CPU) and save it as translate-tiny with its model card. Options left out take the shipped model's
+    recorded settings."""
     from interp_transformer.pretrained import save_shipped
     from interp_transformer.pretrained.translation import train_translation_model
 
     from ..report.translation_card import translation_model_card
 
-    settings = _training_settings("translate-tiny", train_translation_model, args)
-    out_dir = Path(args.out_dir) if args.out_dir is not None else Path.cwd() / "translate-tiny-retrained"
-    print(f"training translate-tiny with {settings or 'the default settings'}", file=sys.stderr)
-    training = train_translation_model(**settings, progress=True)
+    training, out_dir = _retrain("translate-tiny", train_translation_model, args)
     card = translation_model_card(training)
     weights, meta = save_shipped(training.model, "translate-tiny", card, directory=out_dir)
     print(
@@ -83,7 +111,10 @@ def cmd_train_translation(args: argparse.Namespace) -> int:
 
 
 def cmd_train_sae(args: argparse.Namespace) -> int:
-    from interp_transformer.harvest.corpus import as_corpus
+    """Train a standard or top-k sparse autoencoder on the activations at one hook, from text (run through the model)
+    or from a harvest folder; hold out every --eval-every-th context and report L0, variance explained, dead features
+    and the CE loss recovered with the SAE spliced in; save it in SAELens' format. A small trainer for a CPU budget,
+    not a replacement for SAELens' training."""
     from interp_transformer.sae.data import token_batches
     from interp_transformer.sae.train import SAETrainingConfig, train_sae
 
@@ -91,24 +122,9 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
         raise UserError("give the activations' source once: --corpus FILE ... (with --model) or --harvest DIR")
     if args.corpus is not None and args.model is None:
         raise UserError("--corpus needs --model SOURCE: the model runs over the text to give the activations")
-    # the files through the harvest's reader, as train-transcoders reads them; checked before the model loads
-    corpus = as_corpus(list(args.corpus), args.text_field, allow_empty_files=False) if args.corpus else None
+    corpus = read_corpus(args)
     model = load_model(args.model)[0] if args.model is not None else None
-    config = SAETrainingConfig(
-        hook_name=args.hook,
-        architecture=args.architecture,
-        d_sae=args.d_sae,
-        expansion_factor=args.expansion_factor,
-        k=args.k,
-        l1_coefficient=args.l1_coefficient,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        context_length=args.context_length,
-        eval_every=args.eval_every,
-        max_tokens=args.max_tokens,
-    )
+    config = config_from(args, SAETrainingConfig, hook_name=args.hook)
     data = args.harvest
     if corpus is not None:
         data = token_batches(
@@ -126,80 +142,34 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
         )
     print(f"training a {config.architecture} SAE at {config.hook_name}", file=sys.stderr)
     trained = train_sae(model, data, config, progress=not args.no_progress)
-    folder = trained.save(args.out)
-    print(f"held out: {trained.metrics.summary()}")
-    print(f"training: {trained.train_metrics.summary()}")
-    print(f"saved {folder.resolve()} (SAELens' format; load it with interp_transformer.sae.SAE.load)")
-    return EXIT_OK
+    lines = [f"held out: {trained.metrics.summary()}", f"training: {trained.train_metrics.summary()}"]
+    return report_saved(trained, args.out, lines, "SAELens' format; load it with interp_transformer.sae.SAE.load")
 
 
-def add_train_induction_parser(commands) -> None:
-    """Mount ``interp-transformer train-induction``."""
-    train = commands.add_parser(
-        "train-induction",
-        help="retrain the shipped induction model",
-        description="Train the 2-layer attention-only model on repeated random tokens (deterministic for a seed) and "
-        "save it as induction-2l. Options left out take the shipped model's recorded settings.",
-    )
-    train.add_argument("--steps", type=positive_int, help="training steps")
-    train.add_argument("--seed", type=int, help="seed of the weights and the data")
-    train.add_argument("--lr", type=float, help="peak learning rate")
-    train.add_argument("--batch", type=positive_int, help="sequences per step")
-    train.add_argument(
+def _add_retrain_parser(commands, command: str, run, shipped: str, what: str, unit: str) -> None:
+    """Mount ``interp-transformer COMMAND``: ``run`` retrains the shipped model ``shipped`` (its docstring says how);
+    ``what`` names it in the list of commands, ``unit`` the examples of a batch."""
+    parser = add_command(commands, command, run, f"retrain the shipped {what}")
+    parser.add_argument("--steps", type=positive_int, help="training steps")
+    parser.add_argument("--seed", type=int, help="seed of the weights and the data")
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--batch", type=positive_int, help=f"{unit} per step")
+    parser.add_argument(
         "--out-dir",
         type=Path,
         metavar="DIR",
-        help="where to save induction-2l.safetensors and .json (default: ./induction-2l-retrained; "
-        "the model shipped inside the package is never overwritten; load a retrained one with "
-        "--weights-dir DIR)",
+        help=f"where to save {shipped}.safetensors and .json (default: ./{shipped}-retrained; the shipped copy is "
+        "never overwritten; load yours with --weights-dir DIR)",
     )
-    train.set_defaults(run=cmd_train_induction)
-
-
-def add_train_translation_parser(commands) -> None:
-    """Mount ``interp-transformer train-translation`` on the command line's subparsers."""
-    translation = commands.add_parser(
-        "train-translation",
-        help="retrain the shipped translation model (translate-tiny)",
-        description="Train the encoder-decoder that translates spelled-out numbers into digits (deterministic for a "
-        "seed; a few minutes on a CPU) and save it as translate-tiny with its model card. Options left out take "
-        "the shipped model's recorded settings.",
-    )
-    translation.add_argument("--steps", type=positive_int, help="training steps")
-    translation.add_argument("--seed", type=int, help="seed of the weights and the data")
-    translation.add_argument("--lr", type=float, help="peak learning rate")
-    translation.add_argument("--batch", type=positive_int, help="numbers per step")
-    translation.add_argument(
-        "--out-dir",
-        type=Path,
-        metavar="DIR",
-        help="where to save translate-tiny.safetensors and .json (default: "
-        "./translate-tiny-retrained; "
-        "the shipped copy is never overwritten; load yours with --weights-dir DIR)",
-    )
-    translation.set_defaults(run=cmd_train_translation)
 
 
 def add_train_sae_parser(commands) -> None:
     from interp_transformer.sae.train import TRAINABLE, SAETrainingConfig
 
     default = SAETrainingConfig(hook_name="")
-    sae = commands.add_parser(
-        "train-sae",
-        help="train a small SAE on a model's activations at one hook",
-        description="Train a standard or top-k sparse autoencoder on the activations at one hook, from text (run "
-        "through the model) or from a harvest folder; hold out every --eval-every-th context and report L0, variance "
-        "explained, dead features and the CE loss recovered with the SAE spliced in; save it in SAELens' "
-        "format. A small trainer for a CPU budget, not a replacement for SAELens' training.",
-    )
-    sae.add_argument(
-        "--model",
-        metavar="SOURCE",
-        help="induction-2l, a Hugging Face model directory, or a hub name in the local cache",
-    )
-    sae.add_argument(
-        "--corpus", nargs="+", type=Path, metavar="PATH", help=".txt files (one document each) or .jsonl files"
-    )
+    sae = add_command(commands, "train-sae", cmd_train_sae, "train a small SAE on a model's activations at one hook")
+    add_model_option(sae, "induction-2l, a Hugging Face model directory, or a hub name in the local cache", False)
+    add_corpus_option(sae, ".txt files (one document each) or .jsonl files")
     sae.add_argument(
         "--harvest",
         type=Path,
@@ -210,53 +180,28 @@ def add_train_sae_parser(commands) -> None:
         "--hook", required=True, metavar="NAME", help="the hook to read and reconstruct, e.g. blocks.6.hook_resid_pre"
     )
     sae.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the SAE")
-    sae.add_argument("--architecture", choices=TRAINABLE, default=default.architecture, help="default: %(default)s")
-    sae.add_argument(
-        "--k", type=positive_int, default=default.k, help="top-k: features active per token (default: %(default)s)"
-    )
-    sae.add_argument(
-        "--l1-coefficient",
-        type=float,
-        default=default.l1_coefficient,
-        help="standard: sparsity penalty (default: %(default)s)",
-    )
+    add_setting(sae, default, "architecture", type=None, choices=TRAINABLE)
+    add_setting(sae, default, "k", "top-k: features active per token")
+    add_setting(sae, default, "l1_coefficient", "standard: sparsity penalty", float)
     sae.add_argument(
         "--d-sae", type=positive_int, metavar="N", help="number of features (default: --expansion-factor x d_in)"
     )
-    sae.add_argument(
-        "--expansion-factor",
-        type=positive_int,
-        default=default.expansion_factor,
-        metavar="N",
-        help="default: %(default)s",
-    )
-    sae.add_argument("--steps", type=positive_int, default=default.steps, help="default: %(default)s")
-    sae.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=default.batch_size,
-        help="activation vectors per step (default: %(default)s)",
-    )
-    sae.add_argument("--lr", type=float, default=default.lr, help="Adam's learning rate (default: %(default)s)")
-    sae.add_argument("--seed", type=int, default=default.seed, help="default: %(default)s")
+    add_setting(sae, default, "expansion_factor", metavar="N")
+    add_setting(sae, default, "steps")
+    add_setting(sae, default, "batch_size", "activation vectors per step")
+    add_setting(sae, default, "lr", "Adam's learning rate", float)
+    add_setting(sae, default, "seed", type=int)
     sae.add_argument(
         "--context-length",
         type=positive_int,
         metavar="N",
         help="tokens per context cut from --corpus, the BOS included (default: the model's n_ctx, at most 128)",
     )
-    sae.add_argument(
-        "--eval-every",
-        type=positive_int,
-        default=default.eval_every,
-        metavar="N",
-        help="hold out every N-th context for the metrics (default: %(default)s)",
-    )
+    add_setting(sae, default, "eval_every", "hold out every N-th context for the metrics", metavar="N")
     sae.add_argument("--max-tokens", type=positive_int, metavar="N", help="stop reading after N training tokens")
     sae.add_argument("--bos-token-id", type=int, metavar="ID", help="the BOS id, for a model without a tokenizer")
-    sae.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
-    sae.add_argument("--no-progress", action="store_true", help="no progress bars")
-    sae.set_defaults(run=cmd_train_sae)
+    add_text_field_option(sae)
+    add_progress_option(sae)
 
 
 __all__ = ["add_training_parsers", "cmd_train_induction", "cmd_train_sae", "cmd_train_translation"]

@@ -11,6 +11,7 @@ Their references read Hugging Face's activations with ``reference.Recorder``, as
 """
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import einops
 import torch
@@ -31,7 +32,7 @@ def strip_prefix(name: str, prefixes: tuple[str, ...]) -> str:
 
 def special_token_ids(hf_config) -> dict[str, int]:
     """``pad_token_id``, ``eos_token_id`` and ``decoder_start_token_id`` of a Hugging Face config, one id each."""
-    special = {
+    special: dict[str, Any] = {
         name: getattr(hf_config, name, None) for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")
     }
     if isinstance(special["eos_token_id"], (list, tuple)) and len(special["eos_token_id"]) == 1:

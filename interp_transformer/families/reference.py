@@ -149,8 +149,11 @@ class Recorder:
         move a head axis where ours is).
         """
         eps = norm_eps(norm)
-        options = dict(centred=centred, mean_square_dtype=mean_square_dtype)
-        self.input(norm, prefix + "hook_scale", lambda x: transform(norm_scale(x, eps, **options)))
+        self.input(
+            norm,
+            prefix + "hook_scale",
+            lambda x: transform(norm_scale(x, eps, centred=centred, mean_square_dtype=mean_square_dtype)),
+        )
         self.output(norm, prefix + "hook_normalized", transform)
 
     def remove(self) -> None:
@@ -357,7 +360,8 @@ def reference_activations(
     final norm, the rotated q/k and the logits are recorded here.
     """
     body = hf_model.model if hasattr(hf_model, "model") else hf_model
-    rec, rotary_inputs = Recorder(), {}
+    rec = Recorder()
+    rotary_inputs: dict[int, Any] = {}
     rec.output(body.embed_tokens, "hook_embed")
     for layer, block in enumerate(body.layers):
         record_block(rec, block, f"blocks.{layer}.", rotary_inputs, layer)

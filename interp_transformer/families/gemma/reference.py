@@ -22,7 +22,7 @@ from typing import ContextManager
 
 import torch
 from jaxtyping import Int
-from torch import Tensor, nn
+from torch import Tensor
 
 from interp_transformer.families.llama.reference import record_attention, record_gated_mlp
 from interp_transformer.families.reference import HFModule, Recorder, forward_patch, patched, reference_activations
@@ -33,7 +33,7 @@ def _gemma_norm_in_input_dtype(norm, x: Tensor) -> Tensor:
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + norm.eps) * (1.0 + norm.weight)
 
 
-def gemma_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
+def gemma_float64_patches(hf_model: HFModule) -> list[ContextManager]:
     """Every Gemma norm in its input's dtype, and the embedding factor exact in float64."""
     norms = [
         module for module in hf_model.modules() if type(module).__name__.endswith("RMSNorm") and hasattr(module, "eps")

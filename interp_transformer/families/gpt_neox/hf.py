@@ -18,6 +18,7 @@ odd number of rotated dimensions, an activation we do not have.
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from jaxtyping import Int
@@ -196,7 +197,8 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
     body = hf_model.gpt_neox if hasattr(hf_model, "gpt_neox") else hf_model
     d_head = body.config.hidden_size // body.config.num_attention_heads
-    recorder, rotary_inputs = Recorder(), {}
+    recorder = Recorder()
+    rotary_inputs: dict[int, Any] = {}
     recorder.output(body.embed_in, "hook_embed")
     for layer, block in enumerate(body.layers):
         q, attn = f"blocks.{layer}.", block.attention

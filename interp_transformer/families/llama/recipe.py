@@ -18,6 +18,7 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts
@@ -104,7 +105,7 @@ def rotary_attention(cfg) -> Attention:
     ``cfg`` is any config with Llama's attention fields (``LlamaConfig``, ``MoEConfig``).
     """
     window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
-    head_norms = (
+    head_norms: dict[str, Any] = (
         {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
         if cfg.qk_norm
         else {}

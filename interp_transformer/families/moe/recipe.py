@@ -140,7 +140,7 @@ class MoEConfig(RotaryDecoderConfig):
         if self.d_mlp_shared is not None:
             moe += gated(self.d_mlp_shared) + d
         mlps = len(self.moe_layers) * moe + len(self.dense_layers) * (
-            gated(self.d_mlp_dense) if self.dense_layers else 0
+            gated(self.d_mlp_dense) if self.d_mlp_dense is not None else 0  # set exactly when dense_layers is
         )
         attention = attention_params(self, hugging_face, self.qk_norm)
         return self.n_layers * (2 * d + attention) + mlps + embedding_params(self, hugging_face)

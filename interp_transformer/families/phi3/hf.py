@@ -30,6 +30,7 @@ factor or attention factor, an activation we do not have.
 
 import math
 from collections.abc import Mapping
+from typing import TypeGuard
 
 import einops
 import torch
@@ -56,11 +57,11 @@ MODEL_TYPES = ("phi3",)
 SUPPORTED_ROPE_TYPES = ("default", "longrope")
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -14,6 +14,7 @@ The fields of ``LlamaConfig`` keep their meaning (``qk_norm``, ``attn_biases``,
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from interp_transformer.families.llama import recipe as llama
 from interp_transformer.families.llama.recipe import LlamaConfig
@@ -86,7 +87,7 @@ def smollm3_attention(cfg: SmolLM3Config, layer: int) -> Attention:
     window = cfg.window(layer)
     mask = CausalMask() if window is None else SlidingWindowMask(window)
     rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling) if cfg.uses_rotary(layer) else None
-    head_norms = (
+    head_norms: dict[str, Any] = (
         {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
         if cfg.qk_norm
         else {}

@@ -10,7 +10,8 @@ from safetensors.torch import save_file
 from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
 
 from interp_transformer import DemoTransformer
-from interp_transformer.loading import CheckpointError, from_pretrained, gpt2, supported_architectures
+from interp_transformer.families.gpt2 import hf as gpt2
+from interp_transformer.loading import CheckpointError, from_pretrained, supported_architectures
 from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 

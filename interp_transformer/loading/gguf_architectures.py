@@ -132,12 +132,12 @@ class GGUFArchitecture:
     def squeezed(self, gguf_name: str) -> bool:
         """Whether llama.cpp dropped this tensor's leading dimension of length 1."""
         match = BLOCK_NAME.fullmatch(gguf_name)
-        return bool(match) and match.group(2) in self.squeezed_tensors
+        return match is not None and match.group(2) in self.squeezed_tensors
 
     def transposed(self, gguf_name: str) -> bool:
         """Whether llama.cpp stored this weight as the transpose of Hugging Face's."""
         match = BLOCK_NAME.fullmatch(gguf_name)
-        return bool(match) and match.group(2) in self.transposed_tensors and match.group(3) == "weight"
+        return match is not None and match.group(2) in self.transposed_tensors and match.group(3) == "weight"
 
 
 def metadata_int(metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
@@ -251,7 +251,7 @@ def _gemma3_fields(metadata: Mapping[str, Any], arch: str) -> dict:
 def _moe_fields(metadata: Mapping[str, Any], arch: str) -> dict:
     """Experts from ``{arch}.expert_*``; llama.cpp makes every layer sparse and renormalises Qwen3-MoE's top-k
     routing weights (not Qwen2-MoE's), which its files do not say."""
-    fields = dict(
+    fields: dict[str, Any] = dict(
         num_experts=metadata_int(metadata, f"{arch}.expert_count"),
         num_experts_per_tok=metadata_int(metadata, f"{arch}.expert_used_count"),
         moe_intermediate_size=metadata_int(metadata, f"{arch}.expert_feed_forward_length"),
@@ -287,7 +287,7 @@ SHARED_EXPERT_TENSORS = {
     "ffn_down_shexp": "mlp.shared_expert.down_proj",
     "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
-_MOE = dict(
+_MOE: dict[str, Any] = dict(
     permuted_qk=False,
     extra_fields=_moe_fields,
     bare_tensors=MOE_BARE_TENSORS,
@@ -331,7 +331,7 @@ GPT2_GLOBAL_TENSORS = {"token_embd": "transformer.wte", "position_embd": "transf
 GPT2_GLOBAL_TENSORS["output_norm"] = "transformer.ln_f"
 GPT2_BLOCK_TENSORS = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2"}
 GPT2_BLOCK_TENSORS.update(ffn_up="mlp.c_fc", ffn_down="mlp.c_proj")
-_GEMMA = dict(permuted_qk=False, norm_offset=1.0)
+_GEMMA: dict[str, Any] = dict(permuted_qk=False, norm_offset=1.0)
 GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "llama": GGUFArchitecture(
         "LlamaConfig",

@@ -27,6 +27,7 @@ and the variants, as fields (Gemma 1 sets none of them):
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES
@@ -46,7 +47,6 @@ from interp_transformer.parts.gemma_norm import GemmaRMSNorm
 from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 from interp_transformer.parts.scaled_embed import ScaledEmbed
-from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class GemmaConfig(RotaryDecoderConfig):
         return self.n_layers * block + embedding_params(self, hugging_face)
 
 
-GEMMA_1 = dict(
+GEMMA_1: dict[str, Any] = dict(
     act_fn="gelu_new",
     query_pre_attn_scalar=None,
     post_norms=False,
@@ -131,7 +131,7 @@ GEMMA_1 = dict(
     global_every=None,
     d_vocab=256000,
 )
-GEMMA_2 = dict(
+GEMMA_2: dict[str, Any] = dict(
     query_pre_attn_scalar=256.0,
     post_norms=True,
     attn_softcap=50.0,
@@ -140,7 +140,7 @@ GEMMA_2 = dict(
     global_every=2,
     d_vocab=256000,
 )
-GEMMA_3 = dict(
+GEMMA_3: dict[str, Any] = dict(
     rotary_base=1_000_000.0,
     rotary_base_local=10000.0,
     query_pre_attn_scalar=256.0,
@@ -200,19 +200,19 @@ def build(cfg: GemmaConfig) -> DecoderParts:
 
     def attention(layer: int) -> Attention:
         sliding = cfg.is_sliding(layer)
-        window = SlidingWindowMask(cfg.sliding_window) if sliding else CausalMask()
-        local = sliding and cfg.rotary_base_local is not None  # Gemma 3's local layers: their own base, unscaled
+        # is_sliding is False without a window
+        window = SlidingWindowMask(cfg.sliding_window) if sliding and cfg.sliding_window is not None else CausalMask()
+        local_base = cfg.rotary_base_local if sliding else None  # Gemma 3's local layers: their own base, unscaled
+        local = local_base is not None
         rotary = Rotary(
             cfg.d_head,
-            base=cfg.rotary_base_local if local else cfg.rotary_base,
+            base=cfg.rotary_base if local_base is None else local_base,
             scaling=None if local else cfg.rope_scaling,
         )
-        parts = dict(scale=cfg.attention_scale, n_key_value_heads=cfg.n_key_value_heads, rotary=rotary)
+        parts: dict[str, Any] = dict(scale=cfg.attention_scale, n_key_value_heads=cfg.n_key_value_heads, rotary=rotary)
         if cfg.qk_norm:
             parts.update(q_norm=norm(cfg.d_head), k_norm=norm(cfg.d_head))
-        if cfg.attn_softcap is not None:
-            return SoftCappedAttention(cfg, (window, PaddingMask()), softcap=cfg.attn_softcap, **parts)
-        return Attention(cfg, (window, PaddingMask()), **parts)
+        return Attention(cfg, (window, PaddingMask()), softcap=cfg.attn_softcap, **parts)
 
     def block(layer: int):
         d = cfg.d_model
@@ -225,7 +225,7 @@ def build(cfg: GemmaConfig) -> DecoderParts:
         pos_embed=None,  # positions act inside attention
         blocks=[block(layer) for layer in range(cfg.n_layers)],
         ln_final=norm(cfg.d_model),
-        unembed=Unembed(cfg) if cfg.final_softcap is None else SoftCappedUnembed(cfg, cfg.final_softcap),
+        unembed=Unembed(cfg, cfg.final_softcap),
     )
 
 

@@ -35,8 +35,6 @@ Traceback (most recent call last):
 ValueError: positions='rotary' rotates pairs of dimensions: d_head must be even, got 5
 """
 
-from typing import Union
-
 import torch
 
 from interp_transformer.families.composed import DecoderSpec
@@ -47,7 +45,7 @@ from interp_transformer.models.decoder import DemoTransformer
 from interp_transformer.models.encoder import EncoderTransformer
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
-Device = Union[str, torch.device, None]
+Device = str | torch.device | None
 
 
 def build_decoder(

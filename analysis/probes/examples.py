@@ -17,7 +17,6 @@ d_model]``), computed on demand from the cached ``z`` and ``W_O`` (DESIGN.md sec
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 from torch import Tensor
@@ -245,7 +244,7 @@ def split_examples(
     return train, val, test
 
 
-Labels = Union[Sequence, Tensor]
+Labels = Sequence | Tensor
 
 
 def row_types(types, tokens: list[Tensor], rows: Rows, position: str) -> list:

@@ -42,7 +42,6 @@ contributions to a chosen direction of the hidden states, every norm's scale fro
 """
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import torch
 from jaxtyping import Float, Int
@@ -66,8 +65,8 @@ POST_NORM_INSTEAD = (
     "analysis.readouts.post_norm.encoder_direct_attribution(cache, direction) for exact direct contributions"
 )
 
-TokenArg = Union[int, Int[Tensor, "batch"]]
-PosArg = Union[int, Int[Tensor, "batch"]]
+TokenArg = int | Int[Tensor, "batch"]
+PosArg = int | Int[Tensor, "batch"]
 
 
 def logit_lens_hook_names(model: _checks.AnyModel) -> list[str]:

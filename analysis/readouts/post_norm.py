@@ -53,7 +53,6 @@ positions, and head outputs are terms here), so each position's split stands alo
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Union
 
 import einops
 import torch
@@ -65,7 +64,7 @@ from interp_transformer.parts.writers import direct_path, direct_path_hooks, rea
 
 from .. import _checks
 
-PosArg = Union[None, int, Tensor, str]
+PosArg = None | int | Tensor | str
 
 
 def _embedding_norm(model):

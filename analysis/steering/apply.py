@@ -31,12 +31,11 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterator, Sequence
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-Positions = Optional[Sequence[int]]
+Positions = Sequence[int] | None
 
 
 def check_hook(model, hook: str) -> str:

@@ -25,14 +25,13 @@ last tokens sit at the same negative positions.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 from torch import Tensor
 
 from .apply import check_hook, check_vector
 
-Text = Union[str, Sequence[int], Tensor]
+Text = str | Sequence[int] | Tensor
 READS = ("last", "mean")
 
 

@@ -4,8 +4,6 @@
 one); the arguments follow TransformerLens' ``ActivationCache`` as described in ``residual_stacks``.
 """
 
-from typing import Union
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -16,7 +14,7 @@ POST_NORM_INSTEAD = (
     "For an exact split of an output direction over embeddings, heads, MLPs and norm biases (every norm's scale frozen "
     "from the cache) use analysis.readouts.post_norm.encoder_direct_attribution(cache, direction)"
 )
-SliceLike = Union[Slice, SliceInput]
+SliceLike = Slice | SliceInput
 
 
 def _not_additive(model, what: str) -> ValueError:

@@ -46,8 +46,8 @@ from jaxtyping import Complex, Float, Int
 from interp_transformer.circuits import factored_spectra as spectra
 from interp_transformer.circuits.factored_spectra import SVD
 
-Scalar = Union[int, float, torch.Tensor]
-AxisIndex = Union[int, slice, list, torch.Tensor]
+Scalar = int | float | torch.Tensor
+AxisIndex = int | slice | list | torch.Tensor
 
 
 class TopK(NamedTuple):

@@ -8,11 +8,9 @@ refuses, with a one-line error naming what it received:
 - a CUDA device when CUDA is not available, or an index past the GPUs there are (``ValueError``).
 """
 
-from typing import Union
-
 import torch
 
-DeviceLike = Union[str, int, torch.device, None]
+DeviceLike = str | int | torch.device | None
 EXAMPLES = "expected e.g. 'cpu', 'cuda', 'cuda:0'"
 
 

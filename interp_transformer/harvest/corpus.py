@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-Document = Union[str, list[int]]
+Document = str | list[int]
 CorpusLike = Union[
     "Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[str | Path], "datasets.Dataset"
 ]  # noqa: F821

@@ -13,9 +13,8 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
-HookSelection = Union[str, Sequence[str], Callable[[str], bool]]
+HookSelection = str | Sequence[str] | Callable[[str], bool]
 _GLOB_CHARS = set("*?[")
 # Hook names of a block start with "blocks.<layer>." (DESIGN.md section 3).
 _BLOCK_PREFIX = re.compile(r"^blocks\.(\d+)\.")

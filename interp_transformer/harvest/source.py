@@ -1,13 +1,12 @@
 """The model a harvest runs: a model object, a shipped model's name, or anything ``from_pretrained`` loads."""
 
 from pathlib import Path
-from typing import Union
 
 import torch
 
 from interp_transformer.pretrained import SHIPPED_MODELS, load_shipped
 
-ModelSource = Union[str, Path, torch.nn.Module]
+ModelSource = str | Path | torch.nn.Module
 
 
 def is_hooked_model(obj) -> bool:

@@ -25,9 +25,9 @@ HookPoint(name='hook_a', 1 fwd)
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
-NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+NamesFilter = None | str | Sequence[str] | Callable[[str], bool]
 
 
 class HookIntrospectionMixin:

@@ -27,14 +27,14 @@ torch.Size([3, 2])
 [[0, 1, 2, 3], [8, 9, 10, 11]]
 """
 
-from typing import Any, List, Optional, Tuple, TypeGuard, Union
+from typing import Any, TypeGuard, Union
 
 import numpy as np
 import torch
 
-SliceInput = Optional[
-    int | tuple[int] | tuple[int, int] | tuple[int, int, int] | list[int] | slice | torch.Tensor | np.ndarray
-]
+SliceInput = (
+    int | tuple[int] | tuple[int, int] | tuple[int, int, int] | list[int] | slice | torch.Tensor | np.ndarray | None
+)
 
 
 class Slice:

@@ -40,7 +40,6 @@ by ``load_strict`` as missing.
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Union
 
 import einops
 import torch
@@ -48,7 +47,7 @@ from torch import Tensor, nn
 
 from interp_transformer.core.strict import load_strict
 
-Source = Union[nn.Module, Tensor, Sequence[nn.Module | Tensor]]
+Source = nn.Module | Tensor | Sequence[nn.Module | Tensor]
 
 
 def _has_weights(module: nn.Module) -> bool:

@@ -1,7 +1,5 @@
 """DemoTransformer: a decoder whose every weight and activation you can read, of any registered architecture."""
 
-from typing import Union
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
@@ -16,7 +14,7 @@ from interp_transformer.models.stack import ResidualStack, hold_no_parts
 from interp_transformer.parts import TokenLayout
 from interp_transformer.text.methods import DecoderText, PromptMethods
 
-TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list]
+TokensLike = Int[Tensor, "batch pos"] | Int[Tensor, "pos"] | str | list
 
 
 class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):

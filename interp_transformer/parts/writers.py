@@ -38,7 +38,6 @@ reads each writer's contribution along it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
 
 import einops
 import torch
@@ -139,7 +138,7 @@ class StreamNorm:
         return self.norm.hook_scale.name
 
 
-Step = Union[Writer, StreamNorm]
+Step = Writer | StreamNorm
 
 
 class StreamBlock(nn.Module):

@@ -21,7 +21,6 @@ import difflib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import torch
@@ -33,7 +32,7 @@ from interp_transformer.harvest.corpus import Corpus, as_corpus
 from interp_transformer.harvest.selection import stop_at_layer_for
 from interp_transformer.text.special_tokens import special_token_ids
 
-TokenSource = Union[Int[Tensor, "n_texts pos"], Iterable[Int[Tensor, "batch pos"]], Corpus, str, Sequence]
+TokenSource = Int[Tensor, "n_texts pos"] | Iterable[Int[Tensor, "batch pos"]] | Corpus | str | Sequence
 
 
 @dataclass

@@ -26,7 +26,7 @@ them once: call ``encode(x)`` right before ``decode(feature_acts)``.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import einops
 import torch
@@ -50,10 +50,10 @@ HOOK_NAMES = (
     "hook_sae_error",
     "hook_sae_output",
 )
-DTypeLike = Union[str, torch.dtype, None]
+DTypeLike = str | torch.dtype | None
 # What an SAE reads and writes: one vector per position, or one per head for hook_z SAEs.
-ActivationIn = Union[Float[Tensor, "*batch d_in"], Float[Tensor, "*batch head_index d_head"]]
-ActivationOut = Union[Float[Tensor, "*batch d_out"], Float[Tensor, "*batch head_index d_head"]]
+ActivationIn = Float[Tensor, "*batch d_in"] | Float[Tensor, "*batch head_index d_head"]
+ActivationOut = Float[Tensor, "*batch d_out"] | Float[Tensor, "*batch head_index d_head"]
 
 
 @dataclass(frozen=True)

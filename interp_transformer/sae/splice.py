@@ -40,7 +40,6 @@ removed). A model is not meant to be spliced from two threads at once.
 import contextlib
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import Union
 
 import torch
 from torch import Tensor
@@ -49,7 +48,7 @@ from interp_transformer.sae.processing import check_processing
 from interp_transformer.sae.sae import HOOK_NAMES, SAE
 from interp_transformer.text.special_tokens import SpecialTokens, special_token_ids
 
-SAEs = Union[SAE, Sequence[SAE]]
+SAEs = SAE | Sequence[SAE]
 
 
 def _hook_point(model, name: str, role: str):

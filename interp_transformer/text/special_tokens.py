@@ -4,9 +4,8 @@ SAE tools leave their positions out: the splice lets them bypass the SAEs, the f
 """
 
 from collections.abc import Sequence
-from typing import Union
 
-SpecialTokens = Union[bool, Sequence[int]]
+SpecialTokens = bool | Sequence[int]
 # Tokenizer attributes of the "structural" special tokens, as SAELens reads them.
 SPECIAL_TOKEN_ATTRIBUTES = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")
 

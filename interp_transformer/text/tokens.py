@@ -34,7 +34,7 @@ tensor([[50256, 15496,   995]])
 
 import numbers
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, Union
+from typing import Literal, NamedTuple
 
 import torch
 from jaxtyping import Int
@@ -54,7 +54,7 @@ from interp_transformer.text.gpt2_tokenizer import (  # noqa: F401
     sha256_of_file,
 )
 
-TokensLike = Union[Int[Tensor, "pos"], Int[Tensor, "batch pos"], Sequence[int], Sequence[Sequence[int]]]
+TokensLike = Int[Tensor, "pos"] | Int[Tensor, "batch pos"] | Sequence[int] | Sequence[Sequence[int]]
 # Error messages list at most this many str tokens of a sequence.
 _MAX_TOKENS_IN_MESSAGE = 64
 

@@ -37,8 +37,6 @@ residual stream is not a sum of component outputs here, it is renormalized twice
 block. ``analysis.readouts.post_norm`` splits an output direction exactly instead.
 """
 
-from typing import Union
-
 import einops
 import torch
 from jaxtyping import Bool, Float, Int
@@ -61,7 +59,7 @@ from interp_transformer.parts import TokenLayout
 RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
 
 
-TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, EncoderTokens]
+TokensLike = Int[Tensor, "batch pos"] | Int[Tensor, "pos"] | str | list | EncoderTokens
 
 
 class EncoderTransformer(ResidualStack, HookedTransformerBase):

@@ -16,8 +16,6 @@ The cross-attention pattern is ``[batch, head_index, query_pos, key_pos]`` with
 ``query_pos`` over the target and ``key_pos`` over the source.
 """
 
-from typing import Union
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -32,7 +30,7 @@ from interp_transformer.models.encoder_decoder.stack import DecoderStack, Encode
 from interp_transformer.parts import TokenLayout
 from interp_transformer.parts.cross_attention import CrossAttentionSource
 
-TokensLike = Union[Int[Tensor, "batch pos"], Int[Tensor, "pos"], str, list, SourceTokens]
+TokensLike = Int[Tensor, "batch pos"] | Int[Tensor, "pos"] | str | list | SourceTokens
 
 
 class PerStack(WeightView):

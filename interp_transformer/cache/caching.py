@@ -6,6 +6,7 @@ activation is decided by ``_ActivationKeeper``; ``held_bytes`` counts the memory
 """
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -80,6 +81,12 @@ class _ActivationKeeper:
 
 class CachingMixin:
     """``run_with_cache`` and the cache-size estimate, for a ``HookedRootModule`` model."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     cache_class = ActivationCache  # what run_with_cache returns (the compatibility layer's keeps TransformerLens' ways)
 

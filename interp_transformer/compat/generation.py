@@ -21,6 +21,7 @@ prompt had stays masked (``interp_transformer.core.kv_cache``).
 
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -36,6 +37,12 @@ RETURN_TYPES = ("input", "str", "tokens", "embeds")
 
 class GenerationMethods:
     """``HookedTransformer.generate`` (see the module docstring)."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     @torch.no_grad()
     def generate(

@@ -23,6 +23,7 @@ architectures raise ``ValueError`` naming why, and load natively with
 """
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -136,6 +137,12 @@ def get_basic_config(model_name: str, **kwargs) -> HookedTransformerConfig:
 
 class PretrainedMethods:
     """``from_pretrained``, ``from_pretrained_no_processing`` and ``process_weights_`` of ``HookedTransformer``."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     @classmethod
     def from_pretrained(

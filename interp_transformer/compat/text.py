@@ -21,7 +21,7 @@ Errors are ours: ``ValueError``/``TypeError`` naming what came; the ``ValueError
 
 import copy
 import logging
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -98,6 +98,12 @@ def prepare_tokenizer(tokenizer, default_padding_side: str | None = None):
 
 class TransformerLensTextMethods:
     """TransformerLens' tokenization methods (see the module docstring); needs ``cfg``, ``tokenizer`` and ``W_E``."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def check_tokenizer(self, tokenizer) -> None:
         """A Hugging Face tokenizer, or any object with TransformerLens' tokenizer methods (``check_tokenizer``)."""

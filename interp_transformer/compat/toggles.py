@@ -11,6 +11,8 @@ Adding a hook to a point a toggle has not created raises ``KeyError`` naming the
 hook points (TransformerLens: ``AssertionError``).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from interp_transformer.compat.architecture import block_flags
 from interp_transformer.compat.errors import CompatValueError
 from interp_transformer.compat.parts import HookedBlock
@@ -20,6 +22,12 @@ from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 
 class ToggleMethods:
     """The ``set_use_*`` methods of ``HookedTransformer``."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """Hook each head's write to the residual stream at ``blocks.L.attn.hook_result`` ``[batch, pos, head_index,

@@ -20,6 +20,8 @@ are ids and mask), ``why_not_ids_alone(encoded, ...)`` (None when the ids need n
 ``PromptMethods`` adds what only a decoder does with text: generate, test a prompt, find a token.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from jaxtyping import Int
 from torch import Tensor
 
@@ -101,6 +103,12 @@ class DecoderText:
 
 class PromptMethods:
     """What a decoder does with a prompt: sample a continuation, rank an answer, find a token."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def generate(self, tokens_or_text, *args, **kwargs):
         """Sample a continuation; see ``interp_transformer.text.generate.generate``."""

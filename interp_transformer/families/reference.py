@@ -36,7 +36,8 @@ import functools
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import einops
 import torch
@@ -50,7 +51,7 @@ SPLIT_HEADS = "batch pos (head_index d_head) -> batch pos head_index d_head"
 TO_HEADS_FIRST = "batch pos head_index d_head -> batch head_index pos d_head"
 FROM_HEADS_FIRST = "batch head_index pos d_head -> batch pos head_index d_head"
 
-Patches = Callable[[nn.Module], list[ContextManager]]
+Patches = Callable[[nn.Module], list[AbstractContextManager]]
 # A Hugging Face module the recorders read: its parts are attributes (block.self_attn, attn.q_proj) that torch's
 # types give as `Tensor | Module` (nn.Module.__getattr__), so the recorders take them untyped
 HFModule = Any
@@ -60,7 +61,7 @@ def same(x):
     return x
 
 
-def no_patches(hf_model: nn.Module) -> list[ContextManager]:
+def no_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
     return []
 
 
@@ -271,7 +272,7 @@ def patched(target, name: str, value):
             setattr(target, name, previous)
 
 
-def forward_patch(module: nn.Module, forward: Callable) -> ContextManager:
+def forward_patch(module: nn.Module, forward: Callable) -> AbstractContextManager:
     """Replace ``module.forward`` by ``forward(module, ...)`` for the run."""
     return patched(module, "forward", types.MethodType(forward, module))
 
@@ -286,7 +287,7 @@ def reference_run(
     float64_patches: Patches = no_patches,
     *,
     attention: str | None = FLOAT64_ATTENTION,
-    patches: Sequence[ContextManager] = (),
+    patches: Sequence[AbstractContextManager] = (),
 ):
     """Eval mode, no gradients and eager attention for the call (see the module docstring); restored afterwards.
 

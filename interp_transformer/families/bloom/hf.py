@@ -19,7 +19,7 @@ the config's ``seq_length`` where it has one.
 """
 
 from collections.abc import Mapping
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 from jaxtyping import Int
@@ -184,7 +184,7 @@ class _SoftmaxInInputDtype:
         return torch.nn.functional.softmax(x, dim=dim)
 
 
-def _float64_bloom(hf_model) -> list[ContextManager]:
+def _float64_bloom(hf_model) -> list[AbstractContextManager]:
     """BLOOM's module computes the ALiBi products and the softmax in float32; for a float64 run, in float64.
 
     The slopes stay the float32 numbers BLOOM defines (as ours are); only the products and

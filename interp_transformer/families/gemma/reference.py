@@ -18,7 +18,7 @@ weight)`` in float64, multiplies the embedding by the float64 ``sqrt(d_model)``,
 eager attention (soft-cap included) with its softmax in float64.
 """
 
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 from jaxtyping import Int
@@ -33,7 +33,7 @@ def _gemma_norm_in_input_dtype(norm, x: Tensor) -> Tensor:
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + norm.eps) * (1.0 + norm.weight)
 
 
-def gemma_float64_patches(hf_model: HFModule) -> list[ContextManager]:
+def gemma_float64_patches(hf_model: HFModule) -> list[AbstractContextManager]:
     """Every Gemma norm in its input's dtype, and the embedding factor exact in float64."""
     norms = [
         module for module in hf_model.modules() if type(module).__name__.endswith("RMSNorm") and hasattr(module, "eps")

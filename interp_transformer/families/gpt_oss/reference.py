@@ -19,7 +19,7 @@ eagerly. Its router and its eager attention (sinks included) already compute in 
 dtype.
 """
 
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import einops
 import torch
@@ -32,7 +32,7 @@ from interp_transformer.families.reference import HFModule, Recorder, reference_
 from interp_transformer.parts.moe import routing_dtype
 
 
-def gpt_oss_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
+def gpt_oss_float64_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
     """The Llama family's float64 norms and eager experts."""
     return llama_float64_patches(hf_model) + [eager_experts(hf_model)]
 

@@ -22,7 +22,7 @@ the eager attention with its softmax in the input's dtype.
 """
 
 from collections.abc import Callable
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import einops
 import torch
@@ -78,7 +78,7 @@ def record_gated_mlp(rec: Recorder, mlp: HFModule, prefix: str, transform: Calla
     rec.input(mlp.down_proj, prefix + "hook_post", transform)
 
 
-def llama_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
+def llama_float64_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
     """Every RMSNorm of the model computed in its input's dtype (Hugging Face's casts it to float32)."""
     return [
         forward_patch(module, rms_norm_in_input_dtype)

@@ -19,7 +19,7 @@ eagerly.
 """
 
 import contextlib
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +57,7 @@ def eager_experts(hf_model):
         hf_model.set_experts_implementation(previous)
 
 
-def moe_float64_patches(hf_model: nn.Module) -> list[ContextManager]:
+def moe_float64_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
     """The Llama family's float64 norms, every router in float64, and eager experts."""
     routers = [module for module in hf_model.modules() if type(module).__name__.endswith("TopKRouter")]
     return (

@@ -16,6 +16,7 @@ composition and its forward: the read-out differs (logits, an MLM head, the deco
 """
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -28,6 +29,12 @@ STACK_PARTS = ("token_type_embed", "pos_embed", "embed_ln", "rel_pos_bias")  # e
 
 class ResidualStack:
     """Embed → blocks (see the module docstring); mixed into a module holding the parts."""
+
+    if TYPE_CHECKING:  # a mixin of the model class: it reads that class's attributes and calls its forward
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def enter_stream(
         self,

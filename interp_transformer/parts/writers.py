@@ -38,6 +38,7 @@ reads each writer's contribution along it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import einops
 import torch
@@ -82,14 +83,19 @@ class Units:
         return terms.movedim(-1, 0)
 
 
+# A part read through the methods and hook points it has (write_units, bias_write, hook_scale, ...): torch types a
+# module's attributes as `Tensor | Module`, so parts are held untyped
+Part = Any
+
+
 @dataclass(frozen=True)
 class Writer:
     """One part that adds to the residual stream (see the module docstring)."""
 
     sublayer: str
-    part: nn.Module
+    part: Part
     output: str
-    output_norm: nn.Module | None = None
+    output_norm: Part | None = None
     reads_source: bool = False  # cross-attention: its keys and values come from another stack's output
 
     @property
@@ -120,7 +126,7 @@ class Writer:
         """``(direction the part's output is read along, output norm's bias term)`` for a stream direction."""
         if self.output_norm is None:
             return direction, direction.new_zeros(direction.shape[:-1])
-        pulled = self.output_norm.pull_back(direction, at(self.scale_hook))
+        pulled = self.output_norm.pull_back(direction, at(self.output_norm.hook_scale.name))  # the scale_hook
         return pulled, self.output_norm.bias_term(direction)
 
 
@@ -130,7 +136,7 @@ class StreamNorm:
     the hook holding the stream it normalizes."""
 
     name: str
-    norm: nn.Module
+    norm: Part
     reads: str | None = None
 
     @property
@@ -159,6 +165,12 @@ class StreamBlock(nn.Module):
 class HeadWrites:
     """The writer methods of an attention part: its output is ``sum_h z_h W_O[h] + b_O``."""
 
+    if TYPE_CHECKING:  # a mixin of the part class: it reads that class's attributes
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
     routes_tokens = False
 
     def write_units(self) -> Units:
@@ -174,6 +186,12 @@ class HeadWrites:
 
 class NeuronWrites:
     """The writer methods of an MLP part: its output is ``sum_n post_n W_out[n] + b_out``."""
+
+    if TYPE_CHECKING:  # a mixin of the part class: it reads that class's attributes
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     routes_tokens = False
 
@@ -271,10 +289,11 @@ def _writer_terms(writer: Writer, direction: Tensor, at: Reader, neurons: bool) 
     inner, norm_bias = writer.pull_back(direction, at)
     bias = read_along(writer.bias_write(at), inner)
     bias = bias.expand(norm_bias.shape) if bias.ndim < norm_bias.ndim else bias
-    if not split_units(writer, neurons):
+    spec = writer.units
+    if spec is None or not split_units(writer, neurons):
         return WriterTerms(writer, read_along(at(writer.output), direction), bias, norm_bias)
-    units = writer.units.read(at(writer.units.hook), inner)
-    whole = read_along(at(writer.output), direction) if writer.units.kind == "neuron" else None
+    units = spec.read(at(spec.hook), inner)
+    whole = read_along(at(writer.output), direction) if spec.kind == "neuron" else None
     if whole is None:
         whole = units.sum(dim=0) + bias + norm_bias
     return WriterTerms(writer, whole, bias, norm_bias, units)

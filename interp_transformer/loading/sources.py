@@ -27,7 +27,7 @@ import pickle
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from torch import Tensor
@@ -52,7 +52,10 @@ TOKENIZER_FILES = (
 # Names users most often mean; used for "did you mean" suggestions.
 KNOWN_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 
-Source = Union[str, Path, "transformers.PreTrainedModel"]  # noqa: F821
+if TYPE_CHECKING:
+    import transformers
+
+Source = Union[str, Path, "transformers.PreTrainedModel"]
 
 
 class LazyStateDict(Mapping[str, Tensor]):
@@ -225,7 +228,7 @@ def state_dict_of_model(hf_model, dtype: torch.dtype | None = None) -> LazyState
     """An in-memory model's state dict as a ``LazyStateDict`` (tensors cast only when read)."""
     tensors = hf_model.state_dict()
     return LazyStateDict(
-        {name: (lambda t=t: t.detach()) for name, t in tensors.items()},
+        {name: t.detach for name, t in tensors.items()},  # each read detaches
         {name: tuple(t.shape) for name, t in tensors.items()},
         dtype,
         description=f"in-memory {type(hf_model).__name__}",
@@ -286,7 +289,7 @@ def download_from_hub(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    common = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
+    common: dict[str, Any] = dict(revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
     base = [CONFIG_FILE, *TOKENIZER_FILES, "generation_config.json"]
     try:
         directory = Path(

@@ -79,6 +79,14 @@ class SAE(HookedRootModule):
     ``device`` torch cannot read (``ValueError``).
     """
 
+    # registered by name in __init__ (the parameters by architecture: W_skip only for skip transcoders)
+    W_enc: nn.Parameter
+    W_dec: nn.Parameter
+    b_dec: nn.Parameter
+    W_skip: nn.Parameter
+    hook_sae_acts_pre: HookPoint
+    hook_sae_output: HookPoint
+
     def __init__(
         self,
         cfg: SAEConfig,

@@ -40,8 +40,10 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_transformer.sae.data import TokenBatches, token_batches
@@ -156,7 +158,7 @@ def fit(sae: SAE, x, config: SAETrainingConfig, generator: torch.Generator, prog
     aux_k = config.aux_k or max(1, x.shape[1] // 2)
     last_fired = torch.zeros(sae.d_sae, dtype=torch.long)
     order, cursor, losses = torch.randperm(len(x), generator=generator), 0, []
-    pre_acts = {}
+    pre_acts: dict[str, Tensor] = {}
     handle = sae.hook_sae_acts_pre.add_hook(lambda pre, hook: pre_acts.__setitem__("pre", pre))
     try:
         for step in tqdm(range(config.steps), desc="training the SAE", disable=not progress):
@@ -191,7 +193,7 @@ def fit(sae: SAE, x, config: SAETrainingConfig, generator: torch.Generator, prog
 def _metadata(model, config: SAETrainingConfig, data: TrainingActivations) -> dict:
     from interp_transformer.sae.processing import CHANGES
 
-    metadata = {"hook_name": config.hook_name, "dataset_path": data.description}
+    metadata: dict[str, Any] = {"hook_name": config.hook_name, "dataset_path": data.description}
     if model is not None:
         metadata["model_name"] = getattr(model.cfg, "name", None) or type(model).__name__
         steps = [step for step in getattr(model, "processing", []) if step in CHANGES]
@@ -247,7 +249,7 @@ def train_sae(model, data, config: SAETrainingConfig, progress: bool = True) -> 
     if model is not None and config.hook_name not in model.hook_dict:
         close = difflib.get_close_matches(config.hook_name, list(model.hook_dict), n=3, cutoff=0.5)
         raise KeyError(f"{config.hook_name!r} is not a hook point of this model; closest: {close}")
-    options = dict(
+    options: dict[str, Any] = dict(
         eval_every=config.eval_every,
         max_tokens=config.max_tokens,
         exclude_special_tokens=config.exclude_special_tokens,

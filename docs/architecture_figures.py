@@ -29,7 +29,6 @@ import torch  # noqa: E402
 
 import interp_transformer  # noqa: E402
 from interp_transformer import DemoTransformer, HookPoint, TransformerConfig  # noqa: E402
-
 from tests.floors import FLOOR_NAMES, FLOORS, TOP, folder_cycle, folder_graph  # noqa: E402
 
 PACKAGE = Path(interp_transformer.__file__).resolve().parent

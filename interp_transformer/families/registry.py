@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.families.encoder_decoder import EncoderDecoderHookNames
 from interp_transformer.hooks.names import HookNames
 
 
@@ -44,7 +45,7 @@ class Architecture:
     config_class: type
     build: Callable[[Any], Any]
     capabilities: Callable[[Any], Capabilities]
-    hook_names: HookNames | Callable[[Any], HookNames]
+    hook_names: HookNames | EncoderDecoderHookNames | Callable[[Any], HookNames | EncoderDecoderHookNames]
     # the converter module in interp_transformer.loading that reads its checkpoints, and the Hugging Face model_types
     # it reads (given on the architecture's one register line)
     converter: str | None = None

@@ -29,8 +29,10 @@ from interp_transformer.core.losses import lm_loss
 from interp_transformer.core.services import service
 from interp_transformer.core.token_checks import check_stop_at_layer
 from interp_transformer.families import Architecture, architecture_of
+from interp_transformer.families.encoder_decoder import EncoderDecoderHookNames
 from interp_transformer.hooks import HookedRootModule
 from interp_transformer.hooks.names import HookNames
+from interp_transformer.parts.writers import Part
 from interp_transformer.text.methods import TextMethods
 
 # why a model may lack the part a weight lives in
@@ -146,7 +148,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         return self.architecture.capabilities(self.cfg)
 
     @property
-    def hook_names(self) -> HookNames:
+    def hook_names(self) -> HookNames | EncoderDecoderHookNames:
         names = self.architecture.hook_names
         return names(self.cfg) if callable(names) else names  # a table, or one per config (as capabilities)
 
@@ -162,7 +164,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         return operator.attrgetter(path)(self) if path is not None else None
 
     @property
-    def read_out(self) -> nn.Module | None:
+    def read_out(self) -> Part | None:
         """The linear map from the final norm's output to the logits, or None."""
         path = self.capabilities.read_out
         return operator.attrgetter(path)(self) if path is not None else None
@@ -173,7 +175,7 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
         read_out = self.read_out
         return None if read_out is None else read_out.softcap
 
-    def writer_blocks(self) -> list[nn.Module]:
+    def writer_blocks(self) -> list[Part]:
         """The blocks of the stack the logits come from (an encoder-decoder's decoder), whose writers tools read."""
         return list(self.blocks)
 

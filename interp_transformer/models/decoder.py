@@ -96,7 +96,8 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
     def rotation_thresholds(self) -> tuple[int, ...]:
         """Row lengths past which a part rotates every position differently (LongRoPE); a key/value cache filled
         before a row grew past one is stale after (``Rotary.length_thresholds``). Empty for most models."""
-        found = {t for part in self.modules() if hasattr(part, "length_thresholds") for t in part.length_thresholds()}
+        lengths = (getattr(part, "length_thresholds", None) for part in self.modules())
+        found = {t for thresholds in lengths if thresholds is not None for t in thresholds()}
         return tuple(sorted(found))
 
     def kv_cache_key_shapes(self) -> list[KeyShape | None]:

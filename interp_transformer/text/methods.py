@@ -29,7 +29,7 @@ from torch import Tensor
 class TextMethods:
     """Tokenize and decode through ``text_inputs`` (see the module docstring)."""
 
-    text_inputs = None  # each model class names its input kind
+    text_inputs: Any = None  # each model class names its input kind (DecoderText, EncoderText, SourceText)
 
     def to_tokens_and_mask(self, text, *args, **kwargs):
         """Text (or a list of texts, padded) to ids and their mask (1 real, 0 padding), on the model's device.

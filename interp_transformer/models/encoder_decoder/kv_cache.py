@@ -37,7 +37,7 @@ class EncoderDecoderKVCache:
         """Keep self-attention row ``rows[i]`` as row ``i`` (beam search: each beam continues the one it extends)."""
         for layer in self.layers:
             cache = layer.self_attn
-            if cache.keys is not None:
+            if cache.keys is not None and cache.values is not None:  # both set or both None
                 index = rows.to(cache.keys.device)
                 cache.keys, cache.values = cache.keys.index_select(0, index), cache.values.index_select(0, index)
 

@@ -97,9 +97,9 @@ class EncoderDecoderTransformer(HookedTransformerBase):
     def encode(self, tokens: TokensLike, attention_mask: Tensor | None = None) -> CrossAttentionSource:
         """Run the encoder: its output ``[batch, key_pos, d_model]`` with the source's padding, as cross-attention reads
         them."""
-        tokens, key_is_real = self.prepare_source(tokens, attention_mask)
-        layout = TokenLayout.contiguous(tokens.shape[0], tokens.shape[1], device=tokens.device, key_is_real=key_is_real)
-        return CrossAttentionSource(self.encoder(self.embed(tokens), tokens, layout), key_is_real)
+        ids, key_is_real = self.prepare_source(tokens, attention_mask)
+        layout = TokenLayout.contiguous(ids.shape[0], ids.shape[1], device=ids.device, key_is_real=key_is_real)
+        return CrossAttentionSource(self.encoder(self.embed(ids), ids, layout), key_is_real)
 
     def decode(
         self,
@@ -170,7 +170,8 @@ class EncoderDecoderTransformer(HookedTransformerBase):
         """The full hook name of a short key: ``act_name("pattern", 0, "cross") ==
         "decoder.blocks.0.cross_attn.hook_pattern"``."""
         counts = {"encoder": self.cfg.n_layers, "decoder": self.cfg.n_decoder_layers}
-        return self.hook_names.full_name(name, layer, sub, n_layers=counts)
+        # an encoder-decoder's table is an EncoderDecoderHookNames (layers counted per stack); the type is the union
+        return self.hook_names.full_name(name, layer, sub, n_layers=counts)  # type: ignore[arg-type]
 
     def default_backward_metric(self, output: Tensor, model_args: tuple) -> Tensor:
         raise ValueError(

@@ -55,11 +55,12 @@ class _ActivationKeeper:
 
     def hook(self, suffix: str) -> HookFn:
         def keep(tensor: torch.Tensor, hook: HookPoint) -> None:
-            self.kept[hook.name + suffix] = self._keep(tensor, hook.name)
+            # a hook fires only on a named point (setup() names every one): name is a str here
+            self.kept[hook.name + suffix] = self._keep(tensor, hook.name)  # type: ignore[operator]
 
         return keep
 
-    def _keep(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+    def _keep(self, tensor: torch.Tensor, name: str | None) -> torch.Tensor:
         kept = tensor.detach()
         if self.remove_batch_dim:
             if kept.shape[0] != 1:
@@ -149,7 +150,7 @@ class CachingMixin:
         buffers = {name: torch.empty_like(b, device="meta") for name, b in self.named_buffers()}
         tokens = torch.zeros(batch, pos, dtype=torch.long, device="meta")
         with self.hooks(hooks):
-            torch.func.functional_call(self, {**params, **buffers}, (tokens,))
+            torch.func.functional_call(self, {**params, **buffers}, (tokens,))  # type: ignore[arg-type]  # an nn.Module
 
     def hook_shapes(self, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
         """Shape of every hook's activation for a ``[batch, pos]`` input, in forward order.
@@ -159,7 +160,7 @@ class CachingMixin:
         shapes: dict[str, tuple[int, ...]] = {}
 
         def record(tensor: torch.Tensor, hook: HookPoint) -> None:
-            shapes[hook.name] = tuple(tensor.shape)
+            shapes[hook.name] = tuple(tensor.shape)  # type: ignore[index]  # fired on a named point: a str
 
         self._meta_forward(batch, pos, [(lambda name: True, record)])
         return shapes

@@ -51,6 +51,7 @@ class ResidualNorms:
     def _norm_and_scale(self, layer: int, mlp_input: bool):
         """The norm that reads block ``layer``'s input (``n_layers``: the final norm) and its cached scale (None if it
         has none)."""
+        key: tuple[str | int, ...]
         if layer == self.model.cfg.n_layers:
             if mlp_input:
                 raise ValueError("mlp_input=True needs a block's MLP; layer=n_layers is the final norm's input")

@@ -176,7 +176,8 @@ class ResidualStacks:
         if apply_ln or incl_remainder:
             self.norms._require_additive("stack_head_results(apply_ln=True or incl_remainder=True)")
         layer, pos_slice = self.norms._input_layer(layer), Slice(pos_slice)
-        parts, labels = [], []
+        parts: list[Tensor] = []
+        labels: list[str] = []
         for l in range(layer):
             result = pos_slice.apply(self.cache._head_results(l), dim=-3)
             writer = self.model.blocks[l].writer("attn")
@@ -285,7 +286,7 @@ class ResidualStacks:
             stack = stack / scale
         if incl_remainder:
             remainder = pos_slice.apply(self._remainder_of(layer), dim=-2)
-            if apply_ln and project is not None:
+            if apply_ln and columns is not None:  # project is None exactly when columns is
                 remainder = self.norms.apply_ln_to_stack(remainder[None], layer, pos_slice=pos_slice)[0]
                 remainder = remainder @ columns.to(remainder)
             elif project is not None:

@@ -40,7 +40,7 @@ SliceInput = (
 class Slice:
     """A selection along one axis (see the module docstring for the modes)."""
 
-    def __init__(self, input_slice: SliceInput = None):
+    def __init__(self, input_slice: Union["Slice", SliceInput] = None):
         self.slice: int | slice | np.ndarray
         self.mode: str
         if isinstance(input_slice, Slice):

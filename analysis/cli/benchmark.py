@@ -19,8 +19,7 @@ import html
 import sys
 from pathlib import Path
 
-import torch
-
+from . import options
 from .common import EXIT_OK, UserError, positive_int
 
 DEFAULT_OUT = "interp_transformer_benchmark.html"
@@ -122,8 +121,7 @@ def cmd_circuit_benchmark(args: argparse.Namespace) -> int:
     methods = check_names(args.methods or list(METHODS), METHODS, "method")  # names before any model is built
     models = check_names(args.models or list(GROUND_TRUTHS), GROUND_TRUTHS, "ground-truth model")
     sizes = _sizes(args.sizes)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    options.set_threads(args.threads)
     results = run_benchmark(
         methods, models, percentages=sizes, steps=args.steps, seed=args.seed, mib_out=args.mib_out, progress=True
     )
@@ -141,12 +139,8 @@ def add_benchmark_parser(commands) -> None:
     from ..discovery.ground_truth import GROUND_TRUTHS
     from ..discovery.ground_truth_scoring import METHODS
 
-    parser = commands.add_parser(
-        "circuit-benchmark",
-        help="score every circuit-discovery method against models whose circuits are known by construction",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "score every circuit-discovery method against models whose circuits are known by construction"
+    parser = options.add_command(commands, "circuit-benchmark", cmd_circuit_benchmark, summary, __doc__, verbatim=True)
     parser.add_argument("--methods", nargs="+", metavar="NAME", help=f"default all: {', '.join(METHODS)}")
     parser.add_argument("--models", nargs="+", metavar="NAME", help=f"default all: {', '.join(GROUND_TRUTHS)}")
     parser.add_argument("--sizes", nargs="+", metavar="PCT", help="circuit sizes, %% of edges (default: MIB's)")
@@ -154,8 +148,7 @@ def add_benchmark_parser(commands) -> None:
     parser.add_argument("--seed", type=int, default=0, help="background weights, prompts and random scores")
     parser.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="FILE", help="the HTML page")
     parser.add_argument("--mib-out", type=Path, metavar="DIR", help="also write MIB's submission files here")
-    parser.add_argument("--threads", type=positive_int, metavar="N", help="torch threads (one is often fastest)")
-    parser.set_defaults(run=cmd_circuit_benchmark)
+    options.add_threads_option(parser, "torch threads (one is often fastest)")
 
 
 __all__ = ["add_benchmark_parser", "benchmark_page", "cmd_circuit_benchmark"]

@@ -26,6 +26,7 @@ from ..discovery import (
     patching_figure,
     sites,
 )
+from . import options
 from .common import EXIT_OK, UserError, load_model, prompt_tokens
 
 DEFAULT_OUT = "interp_transformer_patching.html"
@@ -72,9 +73,13 @@ def cmd_patch(args: argparse.Namespace) -> int:
         print(f"  {chosen[index].label:>24}  {float(effect[index, 0]):+.3f}")
     what = "patched clean" if args.method == "patch" else "attribution patching (first order)"
     fig = patching_figure(effect, chosen, title=f"{args.model}: change of the logit difference, {what}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(str(args.out), include_plotlyjs=True, full_html=True)  # plotly.js inline: opens offline
-    print(f"wrote {args.out}")
+    return _write_figure(fig, args.out)
+
+
+def _write_figure(fig, out: Path) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(out), include_plotlyjs=True, full_html=True)  # plotly.js inline: opens offline
+    print(f"wrote {out}")
     return EXIT_OK
 
 
@@ -84,20 +89,12 @@ def _edges(model, clean, corrupted, metric, args: argparse.Namespace) -> int:
     print(f"edges that move it most ({method}, first order):")
     for upstream, reader, score in edges.top(args.top):
         print(f"  {upstream:>8} -> {reader:<10}  {score:+.3f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    edges.figure(max(args.top, 10)).write_html(str(args.out), include_plotlyjs=True, full_html=True)
-    print(f"wrote {args.out}")
-    return EXIT_OK
+    return _write_figure(edges.figure(max(args.top, 10)), args.out)
 
 
 def add_patch_parser(commands) -> None:
-    patch = commands.add_parser(
-        "patch",
-        help="find the sites that carry the difference between a clean and a corrupted prompt",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    patch.add_argument("--model", required=True, metavar="SOURCE", help="a shipped model, model directory or hub name")
+    summary = "find the sites that carry the difference between a clean and a corrupted prompt"
+    patch = options.add_command(commands, "patch", cmd_patch, summary, __doc__, verbatim=True, model=True)
     patch.add_argument(
         "--clean", required=True, metavar="TEXT", help="the clean prompt (token ids without a tokenizer)"
     )
@@ -117,7 +114,6 @@ def add_patch_parser(commands) -> None:
         "--top", type=int, default=10, metavar="N", help="how many sites to print, at least 1 (default: 10)"
     )
     patch.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="FILE", help="the HTML figure")
-    patch.set_defaults(run=cmd_patch)
 
 
 CIRCUIT_DOC = """interp-transformer circuit: find a task's circuit by edge attribution and check it, on one page.
@@ -196,15 +192,8 @@ def cmd_circuit(args: argparse.Namespace) -> int:
 
 
 def add_circuit_parser(commands) -> None:
-    circuit = commands.add_parser(
-        "circuit",
-        help="find a task's circuit (EAP/EAP-IG), run it and write the graph, heatmaps and faithfulness curve",
-        description=CIRCUIT_DOC,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    circuit.add_argument(
-        "--model", required=True, metavar="SOURCE", help="a shipped model, model directory or hub name"
-    )
+    summary = "find a task's circuit (EAP/EAP-IG), run it and write the graph, heatmaps and faithfulness curve"
+    circuit = options.add_command(commands, "circuit", cmd_circuit, summary, CIRCUIT_DOC, verbatim=True, model=True)
     circuit.add_argument(
         "--task", required=True, metavar="TASK", help="ioi, greater-than, induction or a CSV/JSON file (see below)"
     )
@@ -243,7 +232,6 @@ def add_circuit_parser(commands) -> None:
         "--scores-out", type=Path, default=None, metavar="FILE",
         help="every edge's score as CSV (default: next to --out, FILE_edges.csv), linked from the page",
     )  # fmt: skip
-    circuit.set_defaults(run=cmd_circuit)
 
 
 __all__ = ["add_circuit_parser", "add_patch_parser", "cmd_circuit", "cmd_patch"]

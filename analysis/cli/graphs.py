@@ -3,13 +3,13 @@
 feature ablations or steering followed by generation)."""
 
 import argparse
-import dataclasses
 import itertools
 import sys
 from pathlib import Path
 
 import torch
 
+from . import options
 from .common import EXIT_OK, UserError, load_model, positive_int, prompt_tokens
 
 
@@ -22,25 +22,23 @@ def _folded(source: str):
 
 
 def cmd_train_transcoders(args: argparse.Namespace) -> int:
-    from interp_transformer.harvest.corpus import as_corpus
-
+    """Harvest every layer's MLP input and output over a corpus (default: the Python language reference that the
+    standard library ships), train one TopK transcoder per layer or a cross-layer transcoder, and report, on held-out
+    contexts, variance explained, L0, dead features and the CE loss with every MLP replaced. fold_ln is applied to the
+    model first."""
     from ..attribution_graphs.training import TranscoderTrainingConfig, reference_corpus, train_transcoders
 
-    fields = {field.name for field in dataclasses.fields(TranscoderTrainingConfig)}
-    given = {key: value for key, value in vars(args).items() if key in fields and value is not None}
-    config = TranscoderTrainingConfig(**given)
-    source = reference_corpus()
-    if args.corpus:  # the files' text through the harvest's reader, as train-sae reads it; before the model loads
-        source = as_corpus(list(args.corpus), args.text_field, allow_empty_files=False)
+    config = options.config_from(args, TranscoderTrainingConfig)
+    source = options.read_corpus(args) if args.corpus else reference_corpus()
     model = _folded(args.model)
     kind = "a cross-layer transcoder" if config.cross_layer else "one transcoder per layer"
     print(f"training {kind} on {args.model}: {config}", file=sys.stderr)
     trained = train_transcoders(model, source, config, progress=not args.no_progress)
-    folder = trained.save(args.out)
-    print(f"held out ({trained.n_eval} positions): {trained.metrics.summary()}")
-    print(f"trained on {trained.n_train} positions of {trained.corpus} in {trained.seconds:.0f} s")
-    print(f"saved {Path(folder).resolve()} (load it with analysis.attribution_graphs.load_transcoders)")
-    return EXIT_OK
+    lines = [
+        f"held out ({trained.n_eval} positions): {trained.metrics.summary()}",
+        f"trained on {trained.n_train} positions of {trained.corpus} in {trained.seconds:.0f} s",
+    ]
+    return options.report_saved(trained, args.out, lines, "load it with analysis.attribution_graphs.load_transcoders")
 
 
 def add_train_transcoders_parser(commands) -> None:
@@ -48,25 +46,17 @@ def add_train_transcoders_parser(commands) -> None:
     from ..attribution_graphs.training import TranscoderTrainingConfig
 
     default = TranscoderTrainingConfig()
-    train = commands.add_parser(
-        "train-transcoders",
-        help="train TopK transcoders (or a cross-layer transcoder) on every MLP of a model",
-        description="Harvest every layer's MLP input and output over a corpus (default: the Python language "
-        "reference that the standard library ships), train one TopK transcoder per layer or a cross-layer "
-        "transcoder, and report, on held-out contexts, variance explained, L0, dead features and the CE loss with "
-        "every MLP replaced. fold_ln is applied to the model first.",
+    summary = "train TopK transcoders (or a cross-layer transcoder) on every MLP of a model"
+    train = options.add_command(
+        commands, "train-transcoders", cmd_train_transcoders, summary, model="e.g. smollm2-135m"
     )
-    train.add_argument("--model", required=True, metavar="SOURCE", help="e.g. smollm2-135m")
     train.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the transcoders")
-    train.add_argument(
-        "--corpus",
-        nargs="+",
-        type=Path,
-        metavar="PATH",
-        help=".txt files (one document each) or .jsonl files (one document per line), all of one kind "
-        "(default: the Python language reference)",
+    options.add_corpus_option(
+        train,
+        ".txt files (one document each) or .jsonl files (one document per line), all of one kind (default: the Python "
+        "language reference)",
     )
-    train.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
+    options.add_text_field_option(train)
     train.add_argument("--cross-layer", action="store_true", default=None, help="train a cross-layer transcoder")
     train.add_argument("--reads", choices=("input", "stream"), help=f"default: {default.reads}")
     for name, help_text in (
@@ -82,11 +72,14 @@ def add_train_transcoders_parser(commands) -> None:
         train.add_argument(option, type=positive_int, help=f"{help_text} (default: {getattr(default, name)})")
     train.add_argument("--lr", type=float, help=f"Adam's learning rate (default: {default.lr})")
     train.add_argument("--seed", type=int, help=f"default: {default.seed}")
-    train.add_argument("--no-progress", action="store_true", help="no progress bars")
-    train.set_defaults(run=cmd_train_transcoders)
+    options.add_progress_option(train)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
+    """Attribute the model's next-token prediction on PROMPT to transcoder features, errors and tokens: print the
+    candidates, the strongest inputs and the replacement and completeness scores; write the graph as an offline HTML
+    view (--out) and as Neuronpedia's JSON (--json); with --ablate/--steer, generate with and without the feature
+    edits."""
     from ..attribution_graphs import attribute, graph_scores, graph_view, load_transcoders, prune_graph, to_neuronpedia
     from ..attribution_graphs.interventions import check_feature_edits, generate_with_edits, parse_feature_edit
 
@@ -159,15 +152,13 @@ def _dashboards(model, transcoders, graph, pruned, n_contexts: int):
 
 def add_graph_parser(commands) -> None:
     """Mount ``interp-transformer graph``."""
-    graph = commands.add_parser(
+    graph = options.add_command(
+        commands,
         "graph",
-        help="the attribution graph of one prompt over a set of transcoders",
-        description="Attribute the model's next-token prediction on PROMPT to transcoder features, errors and "
-        "tokens: print the candidates, the strongest inputs and the replacement and completeness scores; write the "
-        "graph as an offline HTML view (--out) and as Neuronpedia's JSON (--json); with --ablate/--steer, generate "
-        "with and without the feature edits.",
+        cmd_graph,
+        "the attribution graph of one prompt over a set of transcoders",
+        model="e.g. smollm2-135m",
     )
-    graph.add_argument("--model", required=True, metavar="SOURCE", help="e.g. smollm2-135m")
     graph.add_argument("--prompt", required=True, help="the prompt whose next token is explained")
     graph.add_argument("--transcoders", type=Path, metavar="DIR", help="a folder written by train-transcoders")
     graph.add_argument("--out", type=Path, metavar="FILE", help="the HTML view to write")
@@ -192,7 +183,6 @@ def add_graph_parser(commands) -> None:
         metavar="N",
         help="contexts of the reference corpus whose top activations the view shows per feature (0: none; default 64)",
     )
-    graph.set_defaults(run=cmd_graph)
 
 
 def add_graph_parsers(commands) -> None:

@@ -11,69 +11,29 @@ import argparse
 import json
 from pathlib import Path
 
+from . import options
 from .common import EXIT_OK, UserError, load_model, positive_int
 
 PAGE = "lens.html"
 
 
-def _set_threads(threads) -> None:
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
-def _contexts(args, model, corpus):
-    from ..lens import lens_contexts
-
-    return lens_contexts(
-        model,
-        corpus,
-        args.context_length,
-        bos_token_id=args.bos_token_id,
-        text_field=args.text_field,
-        max_contexts=args.max_contexts,
-        progress=not args.no_progress,
-    )
-
-
-def _corpus(args):
-    """The corpus files, checked before the model loads: a missing or empty file is one line at once."""
-    from interp_transformer.harvest.corpus import as_corpus
-
-    return as_corpus(list(args.corpus), args.text_field, allow_empty_files=False)
+def _reading(args: argparse.Namespace) -> dict:
+    """How the corpus is read into contexts, in training as in evaluation."""
+    return dict(bos_token_id=args.bos_token_id, text_field=args.text_field, progress=not args.no_progress)
 
 
 def cmd_lens_train(args: argparse.Namespace) -> int:
+    """Train each layer's translator to minimise KL(final || lens) on the corpus, hold out every N-th context, and
+    write the lens, training.json and an offline page of the held-out evaluation."""
     from ..lens import LensTrainingConfig, lens_page, train_tuned_lens
 
-    _set_threads(args.threads)
-    config = LensTrainingConfig(
-        context_length=args.context_length,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        held_out_every=args.held_out_every,
-        max_contexts=args.max_contexts,
-        seed=args.seed,
-        bias=not args.no_bias,
-        matmul_dtype=args.matmul_dtype,
-    )
-    corpus = _corpus(args)  # checked before the model loads
+    options.set_threads(args.threads)
+    config = options.config_from(args, LensTrainingConfig, bias=not args.no_bias)
+    corpus = options.read_corpus(args)  # checked before the model loads
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file: a tuned lens is a folder (params.pt, config.json)")
     model, _ = load_model(args.model)
-    trained = train_tuned_lens(
-        model,
-        corpus,
-        config,
-        bos_token_id=args.bos_token_id,
-        text_field=args.text_field,
-        base_model_name_or_path=args.model,
-        progress=not args.no_progress,
-    )
+    trained = train_tuned_lens(model, corpus, config, base_model_name_or_path=args.model, **_reading(args))
     folder = trained.save(args.out)
     record = json.loads((folder / "training.json").read_text(encoding="utf-8"))
     page = lens_page(trained.held_out, f"tuned lens of {args.model}", record).save(folder / PAGE)
@@ -87,18 +47,20 @@ def cmd_lens_train(args: argparse.Namespace) -> int:
 
 
 def cmd_lens_eval(args: argparse.Namespace) -> int:
-    from ..lens import TunedLens, evaluate_lens, lens_page, split_contexts
+    """Per-layer KL to the final distribution and top-1 agreement of the lens and of the logit lens, on the corpus's
+    held-out contexts (the split lens train used), as an offline page."""
+    from ..lens import TunedLens, evaluate_lens, lens_contexts, lens_page, split_contexts
 
-    _set_threads(args.threads)
+    options.set_threads(args.threads)
     if not args.lens.is_dir():
         raise UserError(
             f"--lens {args.lens} is not a folder: give the folder lens train wrote (params.pt, config.json)"
         )
-    corpus = _corpus(args)
+    corpus = options.read_corpus(args)
     lens = TunedLens.load(args.lens)  # the files are checked before the model loads
     model, _ = load_model(args.model)
     lens.check_model(model)
-    contexts = _contexts(args, model, corpus)
+    contexts = lens_contexts(model, corpus, args.context_length, max_contexts=args.max_contexts, **_reading(args))
     if not args.all_contexts:
         contexts = split_contexts(contexts, args.held_out_every)[1]
     evaluation = evaluate_lens(model, lens, contexts, batch_size=args.batch_size, progress=not args.no_progress)
@@ -112,16 +74,11 @@ def cmd_lens_eval(args: argparse.Namespace) -> int:
 
 
 def _add_corpus_options(parser, default_batch: int) -> None:
-    parser.add_argument("--model", required=True, metavar="SOURCE", help="any SOURCE report takes (a decoder)")
-    parser.add_argument(
-        "--corpus",
-        required=True,
-        nargs="+",
-        type=Path,
-        metavar="PATH",
-        help=".txt files (one document each) or .jsonl files (one per line), read as harvest reads them",
+    options.add_model_option(parser, "any SOURCE report takes (a decoder)")
+    options.add_corpus_option(
+        parser, ".txt files (one document each) or .jsonl files (one per line), read as harvest reads them", True
     )
-    parser.add_argument("--text-field", default="text", help="the JSONL field holding each document (default: text)")
+    options.add_text_field_option(parser)
     parser.add_argument(
         "--context-length",
         type=positive_int,
@@ -140,8 +97,8 @@ def _add_corpus_options(parser, default_batch: int) -> None:
         "--batch-size", type=positive_int, default=default_batch, help="contexts per step (default: %(default)s)"
     )
     parser.add_argument("--bos-token-id", type=int, metavar="ID", help="the BOS id, for a model without a tokenizer")
-    parser.add_argument("--threads", type=positive_int, metavar="N", help="torch threads (default: torch's choice)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    options.add_threads_option(parser, "torch threads (default: torch's choice)")
+    options.add_progress_option(parser)
 
 
 def add_lens_parser(commands) -> None:
@@ -157,19 +114,16 @@ def add_lens_parser(commands) -> None:
         "tuned-lens's layout (params.pt, config.json).",
     )
     actions = lens.add_subparsers(dest="lens_command", metavar="ACTION", required=True)
-    train = actions.add_parser(
-        "train",
-        help="train a lens on a corpus and judge it on held-out contexts",
-        description="Train each layer's translator to minimise KL(final || lens) on the corpus, hold out every "
-        "N-th context, and write the lens, training.json and an offline page of the held-out evaluation.",
+    train = options.add_command(
+        actions, "train", cmd_lens_train, "train a lens on a corpus and judge it on held-out contexts"
     )
     _add_corpus_options(train, default.batch_size)
     train.add_argument("--out", required=True, type=Path, metavar="DIR", help="the lens folder to write")
-    train.add_argument("--epochs", type=positive_int, default=default.epochs, help="default: %(default)s")
+    options.add_setting(train, default, "epochs")
     train.add_argument("--max-steps", type=positive_int, metavar="N", help="stop after N steps")
-    train.add_argument("--lr", type=float, default=default.lr, help="Adam's peak learning rate (default: %(default)s)")
-    train.add_argument("--weight-decay", type=float, default=default.weight_decay, help="default: %(default)s")
-    train.add_argument("--seed", type=int, default=default.seed, help="default: %(default)s")
+    options.add_setting(train, default, "lr", "Adam's peak learning rate", float)
+    options.add_setting(train, default, "weight_decay", type=float)
+    options.add_setting(train, default, "seed", type=int)
     train.add_argument("--no-bias", action="store_true", help="translators without a bias")
     train.add_argument(
         "--matmul-dtype",
@@ -178,13 +132,9 @@ def add_lens_parser(commands) -> None:
         help="dtype of the two products with W_U while training (bfloat16: faster on CPUs with AMX; evaluation "
         "always reads exact logits; default: %(default)s)",
     )
-    train.set_defaults(run=cmd_lens_train)
 
-    evaluate = actions.add_parser(
-        "eval",
-        help="evaluate a lens beside the logit lens and write the page",
-        description="Per-layer KL to the final distribution and top-1 agreement of the lens and of the logit lens, "
-        "on the corpus's held-out contexts (the split lens train used), as an offline page.",
+    evaluate = options.add_command(
+        actions, "eval", cmd_lens_eval, "evaluate a lens beside the logit lens and write the page"
     )
     _add_corpus_options(evaluate, 8)
     evaluate.add_argument(
@@ -192,7 +142,6 @@ def add_lens_parser(commands) -> None:
     )
     evaluate.add_argument("--out", type=Path, metavar="FILE", help=f"the page (default: DIR/{PAGE})")
     evaluate.add_argument("--all-contexts", action="store_true", help="evaluate on every context, not the held-out")
-    evaluate.set_defaults(run=cmd_lens_eval)
 
 
 __all__ = ["add_lens_parser", "cmd_lens_eval", "cmd_lens_train"]

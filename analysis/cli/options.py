@@ -13,10 +13,19 @@ from .common import EXIT_OK, positive_int
 MODEL_HELP = "a shipped model, model directory or hub name"
 
 
-def add_command(commands, name: str, run, summary: str, description: str | None = None, *, verbatim: bool = False):
+def add_command(
+    commands,
+    name: str,
+    run,
+    summary: str,
+    description: str | None = None,
+    *,
+    verbatim: bool = False,
+    model: str | bool = False,
+):
     """Mount ``name`` on the command line's subparsers, to call ``run`` with the parsed options: ``summary`` in the
     list of commands, ``description`` (default: ``run``'s docstring, re-wrapped) atop its help, kept line for line
-    with ``verbatim`` (a usage block)."""
+    with ``verbatim`` (a usage block); with ``model`` (its help; True: ``MODEL_HELP``), the command's first option is ``--model SOURCE``."""
     parser = commands.add_parser(
         name,
         help=summary,
@@ -24,6 +33,8 @@ def add_command(commands, name: str, run, summary: str, description: str | None 
         formatter_class=argparse.RawDescriptionHelpFormatter if verbatim else argparse.HelpFormatter,
     )
     parser.set_defaults(run=run)
+    if model:
+        add_model_option(parser, MODEL_HELP if model is True else model)
     return parser
 
 

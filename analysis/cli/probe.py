@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from . import options
 from .common import EXIT_OK, UserError, load_model, positive_int
 
 DEFAULT_PAGE = "probes.html"
@@ -53,6 +54,10 @@ def read_records(path: Path) -> tuple[list, list, list, str]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    """Cache the hooks' activations at the labelled tokens, fit a logistic probe per layer (or per head output, with
+    --hooks result) with its L2 penalty chosen on a validation split, fit the same probes on the control task (each
+    word type's label drawn at random) and write accuracy and selectivity by layer as an offline page. See
+    docs/probes.md."""
     from ..probes import fit_probes
 
     torch.set_num_threads(args.threads)
@@ -107,15 +112,8 @@ def _layers(text: str) -> int:
 
 def add_probe_parser(commands) -> None:
     """Mount ``interp-transformer probe``."""
-    probe = commands.add_parser(
-        "probe",
-        help="fit logistic probes per layer on labelled text, with the control task's selectivity",
-        description="Cache the hooks' activations at the labelled tokens, fit a logistic probe per layer (or per "
-        "head output, with --hooks result) with its L2 penalty chosen on a validation split, fit the same probes "
-        "on the control task (each word type's label drawn at random) and write accuracy and selectivity by "
-        "layer as an offline page. See docs/probes.md.",
-    )
-    probe.add_argument("--model", required=True, metavar="SOURCE", help="e.g. smollm2-135m")
+    summary = "fit logistic probes per layer on labelled text, with the control task's selectivity"
+    probe = options.add_command(commands, "probe", cmd_probe, summary, model="e.g. smollm2-135m")
     probe.add_argument(
         "--data",
         required=True,
@@ -140,8 +138,7 @@ def add_probe_parser(commands) -> None:
     probe.add_argument(
         "--threads", type=positive_int, default=torch.get_num_threads(), metavar="N", help="torch's CPU threads"
     )
-    probe.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
-    probe.set_defaults(run=cmd_probe)
+    options.add_progress_option(probe, "no progress bars (on stderr)")
 
 
 __all__ = ["add_probe_parser", "cmd_probe", "probe_page", "read_records"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import _checks
+from . import options
 from .common import EXIT_OK, UserError, load_model, positive_int
 
 DEFAULT_OUT = "interp_transformer_steering.html"
@@ -117,13 +118,8 @@ def cmd_steer(args: argparse.Namespace) -> int:
 
 
 def add_steer_parser(commands) -> None:
-    steer = commands.add_parser(
-        "steer",
-        help="steer with a vector from contrastive texts; sweep layers x strengths beside a prompt baseline",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    steer.add_argument("--model", required=True, metavar="SOURCE", help="a shipped model, model directory or hub name")
+    summary = "steer with a vector from contrastive texts; sweep layers x strengths beside a prompt baseline"
+    steer = options.add_command(commands, "steer", cmd_steer, summary, __doc__, verbatim=True, model=True)
     steer.add_argument("--positive", required=True, nargs="+", metavar="TEXT", help="texts with the concept")
     steer.add_argument("--negative", required=True, nargs="+", metavar="TEXT", help="texts with its opposite")
     steer.add_argument(
@@ -144,9 +140,8 @@ def add_steer_parser(commands) -> None:
     steer.add_argument("--targets", nargs="+", metavar="WORD", help="single-token words of the concept (log-prob)")
     steer.add_argument("--similarity", action="store_true", help="score the text with all-MiniLM-L6-v2 too")
     steer.add_argument("--max-new-tokens", type=positive_int, default=16, metavar="N", help="(default: 16)")
-    steer.add_argument("--threads", type=positive_int, metavar="N", help="torch threads (default: torch's)")
+    options.add_threads_option(steer, "torch threads (default: torch's)")
     steer.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="FILE", help="the HTML page")
-    steer.set_defaults(run=cmd_steer)
 
 
 __all__ = ["add_steer_parser", "cmd_steer"]

@@ -8,18 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from . import options
 from .common import EXIT_OK, UserError, load_model, positive_int
-from .options import (
-    add_command,
-    add_corpus_option,
-    add_model_option,
-    add_progress_option,
-    add_setting,
-    add_text_field_option,
-    config_from,
-    read_corpus,
-    report_saved,
-)
 
 
 def add_training_parsers(commands) -> None:
@@ -122,9 +112,9 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
         raise UserError("give the activations' source once: --corpus FILE ... (with --model) or --harvest DIR")
     if args.corpus is not None and args.model is None:
         raise UserError("--corpus needs --model SOURCE: the model runs over the text to give the activations")
-    corpus = read_corpus(args)
+    corpus = options.read_corpus(args)
     model = load_model(args.model)[0] if args.model is not None else None
-    config = config_from(args, SAETrainingConfig, hook_name=args.hook)
+    config = options.config_from(args, SAETrainingConfig, hook_name=args.hook)
     data = args.harvest
     if corpus is not None:
         data = token_batches(
@@ -143,13 +133,15 @@ def cmd_train_sae(args: argparse.Namespace) -> int:
     print(f"training a {config.architecture} SAE at {config.hook_name}", file=sys.stderr)
     trained = train_sae(model, data, config, progress=not args.no_progress)
     lines = [f"held out: {trained.metrics.summary()}", f"training: {trained.train_metrics.summary()}"]
-    return report_saved(trained, args.out, lines, "SAELens' format; load it with interp_transformer.sae.SAE.load")
+    return options.report_saved(
+        trained, args.out, lines, "SAELens' format; load it with interp_transformer.sae.SAE.load"
+    )
 
 
 def _add_retrain_parser(commands, command: str, run, shipped: str, what: str, unit: str) -> None:
     """Mount ``interp-transformer COMMAND``: ``run`` retrains the shipped model ``shipped`` (its docstring says how);
     ``what`` names it in the list of commands, ``unit`` the examples of a batch."""
-    parser = add_command(commands, command, run, f"retrain the shipped {what}")
+    parser = options.add_command(commands, command, run, f"retrain the shipped {what}")
     parser.add_argument("--steps", type=positive_int, help="training steps")
     parser.add_argument("--seed", type=int, help="seed of the weights and the data")
     parser.add_argument("--lr", type=float, help="peak learning rate")
@@ -167,9 +159,13 @@ def add_train_sae_parser(commands) -> None:
     from interp_transformer.sae.train import TRAINABLE, SAETrainingConfig
 
     default = SAETrainingConfig(hook_name="")
-    sae = add_command(commands, "train-sae", cmd_train_sae, "train a small SAE on a model's activations at one hook")
-    add_model_option(sae, "induction-2l, a Hugging Face model directory, or a hub name in the local cache", False)
-    add_corpus_option(sae, ".txt files (one document each) or .jsonl files")
+    sae = options.add_command(
+        commands, "train-sae", cmd_train_sae, "train a small SAE on a model's activations at one hook"
+    )
+    options.add_model_option(
+        sae, "induction-2l, a Hugging Face model directory, or a hub name in the local cache", False
+    )
+    options.add_corpus_option(sae, ".txt files (one document each) or .jsonl files")
     sae.add_argument(
         "--harvest",
         type=Path,
@@ -180,28 +176,28 @@ def add_train_sae_parser(commands) -> None:
         "--hook", required=True, metavar="NAME", help="the hook to read and reconstruct, e.g. blocks.6.hook_resid_pre"
     )
     sae.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to save the SAE")
-    add_setting(sae, default, "architecture", type=None, choices=TRAINABLE)
-    add_setting(sae, default, "k", "top-k: features active per token")
-    add_setting(sae, default, "l1_coefficient", "standard: sparsity penalty", float)
+    options.add_setting(sae, default, "architecture", type=None, choices=TRAINABLE)
+    options.add_setting(sae, default, "k", "top-k: features active per token")
+    options.add_setting(sae, default, "l1_coefficient", "standard: sparsity penalty", float)
     sae.add_argument(
         "--d-sae", type=positive_int, metavar="N", help="number of features (default: --expansion-factor x d_in)"
     )
-    add_setting(sae, default, "expansion_factor", metavar="N")
-    add_setting(sae, default, "steps")
-    add_setting(sae, default, "batch_size", "activation vectors per step")
-    add_setting(sae, default, "lr", "Adam's learning rate", float)
-    add_setting(sae, default, "seed", type=int)
+    options.add_setting(sae, default, "expansion_factor", metavar="N")
+    options.add_setting(sae, default, "steps")
+    options.add_setting(sae, default, "batch_size", "activation vectors per step")
+    options.add_setting(sae, default, "lr", "Adam's learning rate", float)
+    options.add_setting(sae, default, "seed", type=int)
     sae.add_argument(
         "--context-length",
         type=positive_int,
         metavar="N",
         help="tokens per context cut from --corpus, the BOS included (default: the model's n_ctx, at most 128)",
     )
-    add_setting(sae, default, "eval_every", "hold out every N-th context for the metrics", metavar="N")
+    options.add_setting(sae, default, "eval_every", "hold out every N-th context for the metrics", metavar="N")
     sae.add_argument("--max-tokens", type=positive_int, metavar="N", help="stop reading after N training tokens")
     sae.add_argument("--bos-token-id", type=int, metavar="ID", help="the BOS id, for a model without a tokenizer")
-    add_text_field_option(sae)
-    add_progress_option(sae)
+    options.add_text_field_option(sae)
+    options.add_progress_option(sae)
 
 
 __all__ = ["add_training_parsers", "cmd_train_induction", "cmd_train_sae", "cmd_train_translation"]

@@ -199,14 +199,16 @@ def _graph_per_row(replacement: ReplacementModel) -> int:
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
             saved = tensor.detach()  # no grad_fn: the probe adds no reference cycle that would keep a node alive
-            packed.append(weakref.ref(saved))
+            packed.append(weakref.ref(saved))  # noqa: B023 (pack runs within this iteration's backward pass)
             return saved
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
-            with replacement.backward_pass(rows) as grads:
-                tensors = [grads.embed, grads.normed] + grads.outs + grads.inputs
-                tensors += [tensor for tensor in (ref() for ref in packed) if tensor is not None]
-                storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved),
+            replacement.backward_pass(rows) as grads,
+        ):
+            tensors = [grads.embed, grads.normed] + grads.outs + grads.inputs
+            tensors += [tensor for tensor in (ref() for ref in packed) if tensor is not None]
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
         held.append(sum(storages.values()))
     return max(held[1] - held[0], 0)
 

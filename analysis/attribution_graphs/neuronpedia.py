@@ -176,6 +176,58 @@ def _graph_node(graph: AttributionGraph, index: int, influence: float, offset: i
     )
 
 
+def _check_layout(data: Any) -> None:
+    """The graph's four parts, with their types, and its metadata's fields."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a Neuronpedia graph is a JSON object, got {type(data).__name__}")
+    missing = [key for key in ("metadata", "qParams", "nodes", "links") if key not in data]
+    if missing:
+        raise ValueError(f"a Neuronpedia graph needs metadata, qParams, nodes and links; missing {missing}")
+    for key in ("metadata", "qParams"):
+        if not isinstance(data[key], Mapping):
+            raise TypeError(f"a Neuronpedia graph's {key!r} must be an object, got {type(data[key]).__name__}")
+    for key in ("nodes", "links"):
+        if not isinstance(data[key], list):
+            raise TypeError(f"a Neuronpedia graph's {key!r} must be a list of objects, got {type(data[key]).__name__}")
+    absent = [key for key in METADATA_FIELDS if key not in data["metadata"]]
+    if absent:
+        raise ValueError(f"the graph's metadata lacks {absent} (expected {list(METADATA_FIELDS)})")
+    _check_fields(data["metadata"], METADATA_TYPES, "metadata")
+
+
+def _check_nodes(nodes: list) -> set:
+    """Each node's fields and feature type; returns the node ids, each seen once."""
+    ids = set()
+    for index, node in enumerate(nodes):
+        if not isinstance(node, Mapping):
+            raise TypeError(f"node {index} must be an object, got {type(node).__name__}")
+        name = f"node {index} ({node.get('node_id')!r})"
+        lacking = [key for key in NODE_FIELDS if key not in node]
+        if lacking:
+            raise ValueError(f"{name} lacks {lacking} (expected {list(NODE_FIELDS)})")
+        _check_fields(node, NODE_TYPES, name)
+        if node["feature_type"] not in FEATURE_TYPES:
+            raise ValueError(f"{name} has feature_type {node['feature_type']!r}; expected one of {list(FEATURE_TYPES)}")
+        if node["node_id"] in ids:
+            raise ValueError(f"node id {node['node_id']!r} appears twice: links could not say which is meant")
+        ids.add(node["node_id"])
+    return ids
+
+
+def _check_links(links: list, ids: set) -> None:
+    """Each link's fields, and both its ends among the node ids."""
+    for index, link in enumerate(links):
+        if not isinstance(link, Mapping):
+            raise TypeError(f"link {index} must be an object, got {type(link).__name__}")
+        if set(link) != {"source", "target", "weight"}:
+            raise ValueError(f"link {index} must hold source, target and weight; got {sorted(link)}")
+        name = f"link {index} ({link['source']!r} -> {link['target']!r})"
+        _check_fields(link, LINK_TYPES, name)
+        unknown = [end for end in (link["source"], link["target"]) if end not in ids]
+        if unknown:
+            raise ValueError(f"{name} names nodes not in the graph: {unknown}")
+
+
 @dataclass
 class NeuronpediaGraph:
     """A graph in Neuronpedia's JSON layout (module docstring): plain dicts and lists, as in the file."""
@@ -191,49 +243,8 @@ class NeuronpediaGraph:
         part raises ``ValueError``, a field of the wrong type ``TypeError`` and a NaN or infinite number (a link
         weight, a node's influence, activation or probability) ``ValueError``, each naming the field and the node or
         link by its index in the file."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"a Neuronpedia graph is a JSON object, got {type(data).__name__}")
-        missing = [key for key in ("metadata", "qParams", "nodes", "links") if key not in data]
-        if missing:
-            raise ValueError(f"a Neuronpedia graph needs metadata, qParams, nodes and links; missing {missing}")
-        for key in ("metadata", "qParams"):
-            if not isinstance(data[key], Mapping):
-                raise TypeError(f"a Neuronpedia graph's {key!r} must be an object, got {type(data[key]).__name__}")
-        for key in ("nodes", "links"):
-            if not isinstance(data[key], list):
-                raise TypeError(
-                    f"a Neuronpedia graph's {key!r} must be a list of objects, got {type(data[key]).__name__}"
-                )
-        absent = [key for key in METADATA_FIELDS if key not in data["metadata"]]
-        if absent:
-            raise ValueError(f"the graph's metadata lacks {absent} (expected {list(METADATA_FIELDS)})")
-        _check_fields(data["metadata"], METADATA_TYPES, "metadata")
-        ids = set()
-        for index, node in enumerate(data["nodes"]):
-            if not isinstance(node, Mapping):
-                raise TypeError(f"node {index} must be an object, got {type(node).__name__}")
-            name = f"node {index} ({node.get('node_id')!r})"
-            lacking = [key for key in NODE_FIELDS if key not in node]
-            if lacking:
-                raise ValueError(f"{name} lacks {lacking} (expected {list(NODE_FIELDS)})")
-            _check_fields(node, NODE_TYPES, name)
-            if node["feature_type"] not in FEATURE_TYPES:
-                raise ValueError(
-                    f"{name} has feature_type {node['feature_type']!r}; expected one of {list(FEATURE_TYPES)}"
-                )
-            if node["node_id"] in ids:
-                raise ValueError(f"node id {node['node_id']!r} appears twice: links could not say which is meant")
-            ids.add(node["node_id"])
-        for index, link in enumerate(data["links"]):
-            if not isinstance(link, Mapping):
-                raise TypeError(f"link {index} must be an object, got {type(link).__name__}")
-            if set(link) != {"source", "target", "weight"}:
-                raise ValueError(f"link {index} must hold source, target and weight; got {sorted(link)}")
-            name = f"link {index} ({link['source']!r} -> {link['target']!r})"
-            _check_fields(link, LINK_TYPES, name)
-            unknown = [end for end in (link["source"], link["target"]) if end not in ids]
-            if unknown:
-                raise ValueError(f"{name} names nodes not in the graph: {unknown}")
+        _check_layout(data)
+        _check_links(data["links"], _check_nodes(data["nodes"]))
         copy = json.loads(json.dumps(dict(data)))  # plain, private copies
         return cls(copy["metadata"], copy["qParams"], copy["nodes"], copy["links"])
 

@@ -76,7 +76,11 @@ def transcoder_metrics(model, transcoders, data, batch_size: int = 8, progress: 
     batches = data.eval_tokens.split(batch_size)
     for tokens in tqdm(batches, desc="CE loss", disable=not progress, leave=False):
         keep = keep_mask(tokens, data.special_token_ids)
-        zero = [(name, lambda act, hook: torch.where(keep[..., None], torch.zeros_like(act), act)) for name in writes]
+
+        def zero_kept(act, hook, keep=keep):
+            return torch.where(keep[..., None], torch.zeros_like(act), act)
+
+        zero = [(name, zero_kept) for name in writes]
         clean = model(tokens)
         with splice_transcoders(model, transcoders, keep=keep):
             spliced = model(tokens)

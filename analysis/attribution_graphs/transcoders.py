@@ -122,10 +122,7 @@ def mlp_slots(model) -> list[MLPSlot]:
         norm = next((norm for norm, part in readers if part is writer.part), None)
         steps = block.stream()
         before = [step for step in steps[: steps.index(writer)] if isinstance(step, StreamNorm)]
-        if before:
-            stream = before[-1].norm.hook_normalized.name
-        else:
-            stream = _stream_before_mlp(model, layer)
+        stream = before[-1].norm.hook_normalized.name if before else _stream_before_mlp(model, layer)
         # a norm with no output hook (NoNorm) hands the MLP the stream itself
         normalized = getattr(norm, "hook_normalized", None)
         inputs = ((normalized.name,) if normalized is not None else ()) + (stream,)

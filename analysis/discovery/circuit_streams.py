@@ -194,7 +194,7 @@ class GroupedOffsets:
         self.carried, self.since, self.total, self.summed_up_to = (first, value), self.done, None, 0
 
 
-def stream_hooks(graph: Graph, offsets) -> list:
+def stream_hooks(graph: Graph, offsets) -> list:  # noqa: C901 (its hook makers share one run's state as closures)
     """The forward hooks that give each reader of ``graph`` its own stream (module docstring), its offsets from
     ``offsets`` (``DenseOffsets`` or ``GroupedOffsets``), which the hooks feed each node's write as it comes."""
     readers = graph.readers

@@ -63,7 +63,9 @@ class TunedLensConfig:
             raise KeyError(f"{where} lacks the fields {missing}; a tuned lens's config holds {sorted(known)}")
         unknown = sorted(set(values) - known)
         if unknown:  # as tuned-lens does: extra keys are ignored, said aloud
-            warnings.warn(f"{where}: ignoring the fields {unknown} (a tuned lens's config holds {sorted(known)})")
+            warnings.warn(
+                f"{where}: ignoring the fields {unknown} (a tuned lens's config holds {sorted(known)})", stacklevel=2
+            )
         config = cls(**{key: value for key, value in values.items() if key in known})
         for name in ("d_model", "num_hidden_layers"):
             value = getattr(config, name)

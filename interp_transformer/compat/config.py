@@ -114,6 +114,17 @@ class HookedTransformerConfig:
     output_logits_soft_cap: float = -1.0
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._fill_run_defaults()
+        self._check_choices()
+        self._fill_derived_defaults()
+        if self.default_prepend_bos not in (True, False):
+            raise CompatValueError(
+                f"default_prepend_bos must be either True or False, but {self.default_prepend_bos!r} is given"
+            )
+        self.n_params = self.hidden_weight_count()
+
+    def _check_sizes(self) -> None:
         for name in ("d_model", "d_head", "n_layers", "n_ctx"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -122,12 +133,16 @@ class HookedTransformerConfig:
             if self.d_model % self.d_head:
                 raise CompatValueError(f"d_model ({self.d_model}) must be divisible by d_head ({self.d_head})")
             self.n_heads = self.d_model // self.d_head
+
+    def _fill_run_defaults(self) -> None:
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.seed is not None:
             self.set_seed_everywhere(self.seed)
+
+    def _check_choices(self) -> None:
         if not self.attn_only and self.act_fn not in SUPPORTED_ACTIVATIONS:
             raise CompatValueError(f"act_fn={self.act_fn!r} must be one of {SUPPORTED_ACTIVATIONS}")
         if self.normalization_type not in NORMALIZATION_TYPES:
@@ -145,6 +160,8 @@ class HookedTransformerConfig:
             raise CompatValueError("use_local_attn=True needs window_size and attn_types")
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise CompatValueError("num_experts and experts_per_token come together: set both or neither")
+
+    def _fill_derived_defaults(self) -> None:
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         if self.d_vocab_out == -1:
@@ -153,11 +170,6 @@ class HookedTransformerConfig:
             self.rotary_dim = self.d_head
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
-        if self.default_prepend_bos not in (True, False):
-            raise CompatValueError(
-                f"default_prepend_bos must be either True or False, but {self.default_prepend_bos!r} is given"
-            )
-        self.n_params = self.hidden_weight_count()
 
     def hidden_weight_count(self) -> int:
         """TransformerLens' ``n_params``: the attention and MLP weight matrices only (no embeddings, biases or

@@ -86,12 +86,15 @@ def generic_activation_patch(
         if unknown:
             raise CompatValueError(f"unknown axis names {unknown}; axes are {list(AXES)}")
         heads, key_value_heads = model.cfg.n_heads, n_key_value_heads(model)
-        if activation_name in KEY_VALUE_ACTIVATIONS and key_value_heads != heads:
-            if {"head", "head_index"} & set(index_axis_names):
-                raise CompatValueError(
-                    f"{activation_name!r} holds {key_value_heads} key/value heads, not {heads} query heads: "
-                    f"index it with the axis 'key_value_head', got axes {list(index_axis_names)}"
-                )
+        if (
+            activation_name in KEY_VALUE_ACTIVATIONS
+            and key_value_heads != heads
+            and {"head", "head_index"} & set(index_axis_names)
+        ):
+            raise CompatValueError(
+                f"{activation_name!r} holds {key_value_heads} key/value heads, not {heads} query heads: "
+                f"index it with the axis 'key_value_head', got axes {list(index_axis_names)}"
+            )
         sizes = {
             "layer": model.cfg.n_layers,
             "pos": corrupted_tokens.shape[-1],

@@ -17,6 +17,7 @@ Without a ``batch_size``, the largest batch that fits is chosen; when even
 that minimum.
 """
 
+import contextlib
 import math
 import resource
 from collections.abc import Sequence
@@ -163,10 +164,8 @@ def current_rss_bytes() -> int | None:
 
 def reset_peak_rss() -> None:
     """Start a new peak window: on Linux, ``5`` into ``/proc/self/clear_refs`` resets ``VmHWM``."""
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def peak_rss_bytes() -> int:

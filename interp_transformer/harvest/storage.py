@@ -90,7 +90,7 @@ def load_tensor(path: Path, name: str) -> torch.Tensor:
     """One tensor of a safetensors file (``ValueError`` if the file or the name is missing)."""
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
-            if name not in handle.keys():
+            if name not in handle.keys():  # noqa: SIM118 (a safe_open handle has no __contains__)
                 raise ValueError(f"{path} holds no tensor {name!r}; it holds {sorted(handle.keys())}")
             return handle.get_tensor(name)
     except (SafetensorError, OSError) as error:

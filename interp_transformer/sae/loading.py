@@ -54,7 +54,7 @@ def read_safetensors(path: Path, dtype: torch.dtype | None = None) -> dict[str, 
     tensors = {}
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
-            for name in handle.keys():
+            for name in handle.keys():  # noqa: SIM118 (a safe_open handle has no __iter__)
                 tensor = handle.get_tensor(name)
                 tensors[name] = tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:

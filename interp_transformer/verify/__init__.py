@@ -228,6 +228,16 @@ def _report_with_recheck(
     return report
 
 
+def _input_recorder(captured: dict, name: str) -> Callable:
+    """A forward pre-hook storing the module's first positional input under ``name``."""
+    return lambda mod, args: captured.__setitem__(name, args[0].detach())
+
+
+def _output_recorder(captured: dict, name: str) -> Callable:
+    """A forward hook storing the module's output (the first element of a tuple output) under ``name``."""
+    return lambda mod, args, out: captured.__setitem__(name, (out[0] if isinstance(out, tuple) else out).detach())
+
+
 def capture_activations(
     module: nn.Module, hook_map: Mapping[str, str], run: Callable[[], object]
 ) -> tuple[dict, object]:
@@ -252,17 +262,9 @@ def capture_activations(
             if side not in ("", "input"):
                 raise ValueError(f"{where!r}: the part after ':' must be 'input', got {side!r}")
             if side == "input":
-                hook = (lambda name: lambda mod, args: captured.__setitem__(name, args[0].detach()))(name)
-                handles.append(submodules[path].register_forward_pre_hook(hook))
+                handles.append(submodules[path].register_forward_pre_hook(_input_recorder(captured, name)))
             else:
-                hook = (
-                    lambda name: (
-                        lambda mod, args, out: captured.__setitem__(
-                            name, (out[0] if isinstance(out, tuple) else out).detach()
-                        )
-                    )
-                )(name)
-                handles.append(submodules[path].register_forward_hook(hook))
+                handles.append(submodules[path].register_forward_hook(_output_recorder(captured, name)))
         with torch.no_grad():
             result = run()
     finally:

@@ -32,7 +32,7 @@ def named_heads(ctx: ReportContext) -> list[tuple[int, int]]:
         if scores is None:
             continue
         ranked = ranked_heads(scores)
-        for layer, head, score in [entry for entry in ranked if entry[2] >= NAMED_HEAD_SCORE] or ranked[:1]:
+        for layer, head, _score in [entry for entry in ranked if entry[2] >= NAMED_HEAD_SCORE] or ranked[:1]:
             if (layer, head) not in chosen:
                 chosen.append((layer, head))
     return chosen[:MAX_VIEW_HEADS]

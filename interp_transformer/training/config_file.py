@@ -41,7 +41,7 @@ from interp_transformer.models.encoder import EncoderTransformer
 from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 from interp_transformer.pretrained import PRETRAINED_DIR, SHIPPED, shipped_config
 from interp_transformer.training.settings import TrainSettings, unknown_key_message
-from interp_transformer.training.tasks import TASKS, make_task
+from interp_transformer.training.tasks import TASKS, InductionTask, TranslationTask, make_task
 
 TABLES = ("model", "data", "training", "output")
 MODEL_KEYS = ("shipped", "architecture", "config")
@@ -62,7 +62,7 @@ class TrainingPlan:
     shipped: str | None  # the shipped model retrained, or None
     architecture: str  # the registered architecture's name
     config: object  # its config
-    task: object
+    task: InductionTask | TranslationTask
     settings: TrainSettings
     out_dir: Path
 

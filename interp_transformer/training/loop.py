@@ -29,6 +29,7 @@ Process 0 alone shows the progress bar, evaluates and writes.
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -134,22 +135,26 @@ class _Run:
         self.scaler = torch.amp.GradScaler(context.device.type, enabled=settings.precision == "float16")
         self.generator = torch.Generator().manual_seed(settings.seed + 1)
         self.lr = learning_rate(settings, model.cfg.d_model)
-        self.step, self.curve = 0, {}
+        self.step = 0
+        self.curve: dict[str, list] = {}
         self.rows = _rows_per_process(settings, context.world_size)
-        self.record = dict(settings=settings.to_dict(), task=task_settings(task), config=config_record(model.cfg))
+        self.record: dict[str, Any] = dict(
+            settings=settings.to_dict(), task=task_settings(task), config=config_record(model.cfg)
+        )
 
     def resume(self) -> None:
-        state = load_checkpoint(self.checkpoint_dir)
-        if state is None:
+        folder = self.checkpoint_dir
+        state = load_checkpoint(folder)
+        if state is None or folder is None:  # no folder: no checkpoint
             return
-        check_same_run(state, self.checkpoint_dir, **self.record)
+        check_same_run(state, folder, **self.record)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.generator.set_state(state["generator"])
         self.step, self.curve = int(state["step"]), {key: list(values) for key, values in state["curve"].items()}
 
-    def save(self) -> None:
+    def save(self, folder: Path) -> None:
         if self.context.is_rank0:
             state = dict(
                 step=self.step,
@@ -160,7 +165,7 @@ class _Run:
                 curve=self.curve,
                 **self.record,
             )
-            save_checkpoint(self.checkpoint_dir, state)
+            save_checkpoint(folder, state)
         self.context.barrier()
 
     def take_step(self) -> tuple[float, int]:
@@ -242,7 +247,7 @@ def train(
     if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= settings.steps:
         raise ValueError(f"until must be an int in [1, steps={settings.steps}], got {until!r}")
     own_context = context is None
-    context = init_distributed() if own_context else context
+    context = init_distributed() if context is None else context  # own_context
     threads = torch.get_num_threads()
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
@@ -283,7 +288,7 @@ def _steps(run: _Run, last: int, settings: TrainSettings, progress: bool) -> Non
                 run.log(loss, tokens_per_second)
             every = settings.checkpoint_every
             if run.checkpoint_dir is not None and ((every and run.step % every == 0) or run.step == last):
-                run.save()
+                run.save(run.checkpoint_dir)
 
 
 __all__ = ["TrainingRun", "train"]

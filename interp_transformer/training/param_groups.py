@@ -57,10 +57,11 @@ def is_embedding(module: nn.Module) -> bool:
 
 def _paired_biases(model: nn.Module) -> set[int]:
     """The ids of the biases ``b`` of the ``(W, b)`` pairs the parts read their inputs with."""
-    biases = set()
+    biases: set[int] = set()
     for module in model.modules():
-        if callable(getattr(module, "input_weights", None)):
-            biases.update(id(b) for _, b in module.input_weights() if b is not None)
+        input_weights = getattr(module, "input_weights", None)
+        if callable(input_weights):
+            biases.update(id(b) for _, b in input_weights() if b is not None)
     return biases
 
 

@@ -55,8 +55,11 @@ def learning_rate(settings: TrainSettings, d_model: int) -> Callable[[int], floa
     """The rate of each step (from 1) under ``settings``' schedule, for a model of width ``d_model``."""
     if settings.schedule == "inverse_sqrt":
         return lambda step: inverse_sqrt(step, d_model, settings.warmup_steps, settings.lr_scale)
-    floor = settings.lr * settings.min_lr_ratio
-    return lambda step: cosine(step, settings.lr, settings.warmup_steps, settings.steps, floor)
+    peak = settings.lr
+    if peak is None:  # TrainSettings refuses this already
+        raise ValueError("schedule 'cosine' needs lr, a finite number > 0, got lr=None")
+    floor = peak * settings.min_lr_ratio
+    return lambda step: cosine(step, peak, settings.warmup_steps, settings.steps, floor)
 
 
 __all__ = ["cosine", "inverse_sqrt", "learning_rate"]

@@ -48,15 +48,7 @@ def plot_neuron_summary(
     colorbar_title: str = "activation",
 ) -> go.Figure:
     """One value per neuron (e.g. ``neuron_summary(cache, "max")``) as a ``layer x neuron`` heatmap."""
-    return base.heatmap(
-        values,
-        x_title="neuron",
-        y_title="layer",
-        signed=signed,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_neuron_summary",
-    )
+    return base.layer_heatmap(values, "neuron", "plot_neuron_summary", signed, title, colorbar_title)
 
 
 def plot_token_values(
@@ -95,18 +87,8 @@ def plot_logit_lens(
 ) -> go.Figure:
     """A ``layer x pos`` heatmap of a logit-lens quantity (e.g. the probability of the next
     token read from each layer), optionally with each cell's top predicted token as text."""
-    return base.heatmap(
-        values,
-        x_title="pos",
-        y_title="layer",
-        x_labels=pos_labels,
-        y_labels=layer_labels,
-        signed=signed,
-        cell_text=cell_text,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_logit_lens",
-    )
+    labels = dict(x_labels=pos_labels, y_labels=layer_labels, cell_text=cell_text)
+    return base.layer_heatmap(values, "pos", "plot_logit_lens", signed, title, colorbar_title, **labels)
 
 
 def plot_layer_attribution(
@@ -145,28 +127,11 @@ def plot_residual_patching(
     colorbar_title: str = "metric",
 ) -> go.Figure:
     """``patch_residual`` results as a ``layer x pos`` heatmap (RdBu centred at 0)."""
-    return base.heatmap(
-        values,
-        x_title="pos",
-        y_title="layer",
-        x_labels=pos_labels,
-        signed=True,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_residual_patching",
-    )
+    return base.layer_heatmap(values, "pos", "plot_residual_patching", True, title, colorbar_title, x_labels=pos_labels)
 
 
 def plot_head_patching(
     values: Float[Tensor, "layer head_index"], title: str | None = None, colorbar_title: str = "metric"
 ) -> go.Figure:
     """``patch_head_outputs`` results as a ``layer x head_index`` heatmap (RdBu centred at 0)."""
-    return base.heatmap(
-        values,
-        x_title="head_index",
-        y_title="layer",
-        signed=True,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_head_patching",
-    )
+    return base.layer_heatmap(values, "head_index", "plot_head_patching", True, title, colorbar_title)

@@ -27,19 +27,8 @@ def plot_attention_pattern(
     array = base.check_ndim(pattern, 2, "query_pos, key_pos", "plot_attention_pattern")
     if array.shape[0] != array.shape[1]:
         raise ValueError(f"an attention pattern is square [query_pos, key_pos], got shape {array.shape}")
-    return base.heatmap(
-        array,
-        x_title="key_pos",
-        y_title="query_pos",
-        x_labels=str_tokens,
-        y_labels=str_tokens,
-        signed=False,
-        zmin=0.0,
-        zmax=1.0,
-        title=title,
-        colorbar_title="attention",
-        what="plot_attention_pattern",
-    )
+    axes = dict(x_title="key_pos", y_title="query_pos", x_labels=str_tokens, y_labels=str_tokens)
+    return base.pattern_heatmap(array, "plot_attention_pattern", title, **axes)
 
 
 def plot_attention_heads(
@@ -89,15 +78,7 @@ def plot_head_scores(
 ) -> go.Figure:
     """A ``layer x head_index`` heatmap: detector scores, entropies (``signed=False``) or
     attributions, copying scores and patching results (``signed=True``: RdBu centred at 0)."""
-    return base.heatmap(
-        scores,
-        x_title="head_index",
-        y_title="layer",
-        signed=signed,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_head_scores",
-    )
+    return base.layer_heatmap(scores, "head_index", "plot_head_scores", signed, title, colorbar_title)
 
 
 def plot_circuit(

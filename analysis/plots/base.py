@@ -111,3 +111,20 @@ def heatmap(
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title=dict(text=title))
     return fig
+
+
+def layer_heatmap(values, columns: str, what: str, signed: bool, title, colorbar_title, **options) -> go.Figure:
+    """``heatmap`` of one row per layer and ``columns`` across (neurons, heads, positions, experts): the figures that
+    differ only in their columns, their colours and their labels."""
+    return heatmap(
+        values, x_title=columns, y_title="layer", signed=signed, title=title, colorbar_title=colorbar_title, what=what,
+        **options,
+    )  # fmt: skip
+
+
+def pattern_heatmap(pattern, what: str, title, **axes) -> go.Figure:
+    """``heatmap`` of an attention pattern, weights from 0 to 1 (self-attention's query x key positions,
+    cross-attention's target x source positions): ``axes`` holds the titles and labels."""
+    return heatmap(
+        pattern, signed=False, zmin=0.0, zmax=1.0, title=title, colorbar_title="attention", what=what, **axes
+    )

@@ -38,6 +38,11 @@ def _alignment_trace(alignment, n_target: int, n_source: int) -> go.Scatter:
     )
 
 
+def _target_by_source(source_tokens, target_tokens) -> dict:
+    """The axes of every figure here: target positions down, source positions across, labelled by their tokens."""
+    return dict(x_title=SOURCE_AXIS, y_title=TARGET_AXIS, x_labels=source_tokens, y_labels=target_tokens)
+
+
 def plot_cross_attention(
     pattern: Float[Tensor, "query_pos key_pos"],
     source_tokens: Sequence[str] | None = None,
@@ -54,19 +59,7 @@ def plot_cross_attention(
     ('key_pos (source)', 'query_pos (target)', ['heatmap', 'scatter'])
     """
     array = base.check_ndim(pattern, 2, "query_pos, key_pos", "plot_cross_attention")
-    fig = base.heatmap(
-        array,
-        x_title=SOURCE_AXIS,
-        y_title=TARGET_AXIS,
-        x_labels=source_tokens,
-        y_labels=target_tokens,
-        signed=False,
-        zmin=0.0,
-        zmax=1.0,
-        title=title,
-        colorbar_title="attention",
-        what="plot_cross_attention",
-    )
+    fig = base.pattern_heatmap(array, "plot_cross_attention", title, **_target_by_source(source_tokens, target_tokens))
     if alignment is not None:
         fig.add_trace(_alignment_trace(alignment, *array.shape))
         fig.update_layout(legend=dict(orientation="h", y=-0.15))
@@ -83,16 +76,9 @@ def plot_source_effects(
     """Source position x target position effects (corrupting or patching source words), transposed to the
     cross-attention layout: target rows, source columns, RdBu centred at 0."""
     array = base.check_ndim(effects, 2, "key_pos, pos", "plot_source_effects").T
+    axes = _target_by_source(source_tokens, target_tokens)
     return base.heatmap(
-        array,
-        x_title=SOURCE_AXIS,
-        y_title=TARGET_AXIS,
-        x_labels=source_tokens,
-        y_labels=target_tokens,
-        signed=True,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_source_effects",
+        array, signed=True, title=title, colorbar_title=colorbar_title, what="plot_source_effects", **axes
     )
 
 

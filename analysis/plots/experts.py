@@ -13,6 +13,15 @@ from torch import Tensor
 from . import base
 
 
+def _by_expert(values, rows: str, row_labels, what: str, signed: bool, title, colorbar_title) -> go.Figure:
+    """A heatmap of an expert per column and a layer (or token) per row; unsigned values (shares, routing weights)
+    on a scale from 0."""
+    return base.heatmap(
+        values, x_title="expert", y_title=rows, y_labels=row_labels, signed=signed, zmin=None if signed else 0.0,
+        title=title, colorbar_title=colorbar_title, what=what,
+    )  # fmt: skip
+
+
 def plot_expert_usage(
     values: Float[Tensor, "layer expert"],
     layer_labels: Sequence | None = None,
@@ -24,17 +33,7 @@ def plot_expert_usage(
     ``layer_labels``: the block index of each row (``ExpertUsage.layers``), since a model's
     dense blocks have no row.
     """
-    return base.heatmap(
-        values,
-        x_title="expert",
-        y_title="layer",
-        y_labels=layer_labels,
-        signed=False,
-        zmin=0.0,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_expert_usage",
-    )
+    return _by_expert(values, "layer", layer_labels, "plot_expert_usage", False, title, colorbar_title)
 
 
 def plot_token_routing(
@@ -44,17 +43,7 @@ def plot_token_routing(
     colorbar_title: str = "routing weight",
 ) -> go.Figure:
     """Each token's routing weight for every expert of one layer (0 where not chosen): tokens down, experts across."""
-    fig = base.heatmap(
-        weights,
-        x_title="expert",
-        y_title="pos",
-        y_labels=str_tokens,
-        signed=False,
-        zmin=0.0,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_token_routing",
-    )
+    fig = _by_expert(weights, "pos", str_tokens, "plot_token_routing", False, title, colorbar_title)
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -66,16 +55,7 @@ def plot_expert_attribution(
     colorbar_title: str = "logit",
 ) -> go.Figure:
     """Each expert's direct logit attribution (``ExpertAttribution.experts[..., b]``), signed, RdBu centred at 0."""
-    return base.heatmap(
-        values,
-        x_title="expert",
-        y_title="layer",
-        y_labels=layer_labels,
-        signed=True,
-        title=title,
-        colorbar_title=colorbar_title,
-        what="plot_expert_attribution",
-    )
+    return _by_expert(values, "layer", layer_labels, "plot_expert_attribution", True, title, colorbar_title)
 
 
 __all__ = ["plot_expert_attribution", "plot_expert_usage", "plot_token_routing"]

@@ -84,7 +84,7 @@ def tiny_llama(vocab_size: int, seed: int = 0, **overrides) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(**settings)).eval()
     with torch.no_grad():  # norms start at 1: make them matter
-        for name, param in model.named_parameters():
+        for param in model.parameters():
             if param.ndim == 1:
                 param.add_(torch.randn(param.shape) * 0.1)
     return model

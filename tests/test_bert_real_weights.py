@@ -105,7 +105,9 @@ def test_every_hook_matches_hf(loaded, batch, dtype):
     tolerance = TOLERANCE[dtype]
     for name, expected in reference.items():
         # HF computes padding queries like real ones, so every position is compared
-        torch.testing.assert_close(cache[name], expected, rtol=tolerance, atol=tolerance, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            cache[name], expected, rtol=tolerance, atol=tolerance, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -54,7 +54,7 @@ def test_identities(family64):
     label, _, _ = family64
     model = model_of(family64)
     logits, cache = model.run_with_cache(TOKENS)
-    for layer, block in enumerate(model.blocks):
+    for layer in range(len(model.blocks)):
         written = cache["attn_out", layer] + cache["mlp_out", layer]
         if model.act_name("resid_mid", layer) in model.hook_dict:
             close(cache["resid_mid", layer], cache["resid_pre", layer] + cache["attn_out", layer])

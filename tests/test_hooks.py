@@ -169,9 +169,11 @@ def test_hooks_are_removed_when_the_forward_raises(model, toks):
     def explode(t, hook):
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError, match="boom"):
-        with model.hooks([("blocks.0.hook_attn_out", lambda t, hook: None), ("blocks.1.attn.hook_pattern", explode)]):
-            model(toks)
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        model.hooks([("blocks.0.hook_attn_out", lambda t, hook: None), ("blocks.1.attn.hook_pattern", explode)]),
+    ):
+        model(toks)
     assert_no_hooks(model)
     with pytest.raises(RuntimeError, match="boom"):
         model.run_with_hooks(toks, fwd_hooks=[("hook_embed", lambda t, hook: None), ("blocks.1.mlp.hook_pre", explode)])
@@ -278,9 +280,11 @@ def test_backward_hook_replacing_the_gradient_changes_upstream_grads(model, toks
     for name in downstream:
         torch.testing.assert_close(doubled[name], baseline[name], rtol=0, atol=0)
         torch.testing.assert_close(zeroed[name], baseline[name], rtol=0, atol=0)
-    with pytest.raises(ValueError, match="blocks.1.hook_resid_pre"):
-        with model.hooks(bwd_hooks=[("blocks.1.hook_resid_pre", lambda grad, hook: grad[:, :1])]):
-            lm_loss(model(toks), toks).backward()
+    with (
+        pytest.raises(ValueError, match="blocks.1.hook_resid_pre"),
+        model.hooks(bwd_hooks=[("blocks.1.hook_resid_pre", lambda grad, hook: grad[:, :1])]),
+    ):
+        lm_loss(model(toks), toks).backward()
     model.zero_grad()
     assert_no_hooks(model)
 

@@ -42,7 +42,7 @@ def check_every_hook(model: DemoTransformer, tokens: torch.Tensor, atol: float) 
     assert ("blocks.0.hook_resid_mid" in cache) == (not model.cfg.attn_only)
     for name, value in ref.items():
         got = logits if name == "logits" else cache[name]
-        torch.testing.assert_close(got, value, rtol=0, atol=atol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got, value, rtol=0, atol=atol, msg=lambda m, name=name: f"{name}: {m}")
     # the fused path (nothing observes the pattern) gives the same logits
     torch.testing.assert_close(model(tokens), ref["logits"], rtol=0, atol=atol)
 

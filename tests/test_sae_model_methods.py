@@ -67,9 +67,12 @@ def test_methods_leave_nothing_behind(model, raises):
 
     hooks = [("blocks.1.hook_resid_pre.hook_sae_acts_post", boom)] if raises else []
     tokens = TOKENS.float() if raises else TOKENS  # float tokens: the forward raises inside the splice
-    with pytest.raises(RuntimeError) if raises else contextlib.nullcontext():
-        with torch.no_grad(), model.saes(saes, exclude_special_tokens=[0]):
-            model.run_with_hooks(TOKENS, fwd_hooks=hooks)
+    with (
+        pytest.raises(RuntimeError) if raises else contextlib.nullcontext(),
+        torch.no_grad(),
+        model.saes(saes, exclude_special_tokens=[0]),
+    ):
+        model.run_with_hooks(TOKENS, fwd_hooks=hooks)
     with pytest.raises(TypeError) if raises else torch.no_grad():
         model.run_with_saes(tokens, saes=saes)
     with pytest.raises(TypeError) if raises else torch.no_grad():

@@ -213,15 +213,17 @@ def _state(model):
 def test_everything_is_restored_on_exit(model, raises):
     saes = [fixture_sae("standard"), fixture_sae("standard_hook_z")]
     before = _state(model)
-    with pytest.raises(RuntimeError) if raises else torch.no_grad():
-        with splice_saes(model, saes, exclude_special_tokens=[0]):
-            assert "blocks.1.hook_resid_pre.hook_sae_acts_post" in model.hook_dict
-            assert saes[0].hook_sae_acts_post.name == "blocks.1.hook_resid_pre.hook_sae_acts_post"
-            # never removed by the caller
-            model.add_hook("blocks.1.hook_resid_pre.hook_sae_acts_post", lambda acts, hook: None)
-            model(TOKENS)
-            if raises:
-                raise RuntimeError("body failed")
+    with (
+        pytest.raises(RuntimeError) if raises else torch.no_grad(),
+        splice_saes(model, saes, exclude_special_tokens=[0]),
+    ):
+        assert "blocks.1.hook_resid_pre.hook_sae_acts_post" in model.hook_dict
+        assert saes[0].hook_sae_acts_post.name == "blocks.1.hook_resid_pre.hook_sae_acts_post"
+        # never removed by the caller
+        model.add_hook("blocks.1.hook_resid_pre.hook_sae_acts_post", lambda acts, hook: None)
+        model(TOKENS)
+        if raises:
+            raise RuntimeError("body failed")
     after = _state(model)
     assert after[0] is before[0] and after[1:] == before[1:] and after[3] == []
     assert [name for name, _ in saes[0].named_modules()] == ["", *saes[0].hook_dict]

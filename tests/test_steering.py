@@ -227,9 +227,11 @@ def test_bad_steering_input_is_refused_by_name(planted, vector, hook, strength, 
 
 def test_positions_past_the_sequence_are_refused_at_the_forward(planted):
     model, d = planted
-    with pytest.raises(ValueError, match=r"positions \[5\] lie outside the 3 positions"):
-        with steering(model, d, LAST, 1.0, positions=[5]):
-            model(torch.tensor([[1, 2, 3]]))
+    with (
+        pytest.raises(ValueError, match=r"positions \[5\] lie outside the 3 positions"),
+        steering(model, d, LAST, 1.0, positions=[5]),
+    ):
+        model(torch.tensor([[1, 2, 3]]))
 
 
 def test_empty_contrast_sets_are_refused(embedded):

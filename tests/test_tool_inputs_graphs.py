@@ -62,12 +62,18 @@ def truncate(path) -> None:
 
 
 def test_an_edit_at_a_position_past_the_prompt_is_refused(model, saes):
-    with pytest.raises(ValueError, match=r"position 999 .* 6 positions .*0\.\.5, or -6\.\.-1"):
-        with torch.no_grad(), edit_features(model, saes, [parse_feature_edit("L0:F1@999")]):
-            model(PROMPT)
-    with pytest.raises(ValueError, match=r"position -7 .* 6 positions"):
-        with torch.no_grad(), edit_features(model, saes, [FeatureEdit(0, 1, positions=(2, -7))]):
-            model(PROMPT)
+    with (
+        pytest.raises(ValueError, match=r"position 999 .* 6 positions .*0\.\.5, or -6\.\.-1"),
+        torch.no_grad(),
+        edit_features(model, saes, [parse_feature_edit("L0:F1@999")]),
+    ):
+        model(PROMPT)
+    with (
+        pytest.raises(ValueError, match=r"position -7 .* 6 positions"),
+        torch.no_grad(),
+        edit_features(model, saes, [FeatureEdit(0, 1, positions=(2, -7))]),
+    ):
+        model(PROMPT)
 
 
 def test_a_negative_position_counts_from_the_end_of_the_prompt(model, saes):
@@ -111,9 +117,11 @@ def test_an_edit_of_a_layer_or_feature_out_of_range_is_refused(model, saes):
         FeatureEdit(-1, 0)
     with pytest.raises(TypeError, match=r"feature must be an int >= 0, got float 1.5"):
         FeatureEdit(0, 1.5)
-    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\), got 2"):
-        with edit_features(model, saes, [FeatureEdit(2, 0)]):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"layer must be in \[0, 2\), got 2"),
+        edit_features(model, saes, [FeatureEdit(2, 0)]),
+    ):
+        pass
     with pytest.raises(ValueError, match=r"finite number, got inf"):
         parse_feature_edit("L0:F1=1e999", steer=True)
     assert FeatureEdit(0, 1, positions=[2, 3]).positions == (2, 3)

@@ -212,7 +212,9 @@ def _optimizer_groups(run):
 def test_adams_eps_is_a_setting_that_reaches_the_optimizer():
     task = InductionTask(seq_len=5, min_seq_len=3, n_eval=2)
     for given, expected in (({}, 1e-8), ({"adam_eps": 1e-9}, 1e-9)):
-        seen = _optimizer_groups(lambda: train(DemoTransformer(CFG, seed=0), task, settings(**given), progress=False))
+        seen = _optimizer_groups(
+            lambda given=given: train(DemoTransformer(CFG, seed=0), task, settings(**given), progress=False)
+        )
         assert len(seen) == 1 and all(group["eps"] == expected for group in seen[0])
     assert settings(adam_eps=1e-9).to_dict()["adam_eps"] == 1e-9
     for bad in (0, -1e-8, float("nan"), float("inf"), True, "1e-9", None):

@@ -170,9 +170,11 @@ def test_bad_input_is_named(model):
         parse_feature_edit("L1:F2@3", steer=True)
     assert parse_feature_edit("L1:F2@3,4") == FeatureEdit(1, 2, positions=(3, 4))
     assert parse_feature_edit("L1:F2=-2.5", steer=True) == FeatureEdit(1, 2, scale=None, value=-2.5)
-    with pytest.raises(ValueError, match=r"feature must be in \[0, 20\) for layer 1, got 99"):
-        with edit_features(model, _random(model), [FeatureEdit(1, 99)]):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"feature must be in \[0, 20\) for layer 1, got 99"),
+        edit_features(model, _random(model), [FeatureEdit(1, 99)]),
+    ):
+        pass
 
 
 def _random(model):

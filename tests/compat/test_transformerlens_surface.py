@@ -231,7 +231,7 @@ def one_by_one(model, corrupted, clean_cache, metric, name: str, n_heads: int, p
         for where in [slice(None)] if pos is None else range(corrupted.shape[1]):
             for head in range(n_heads):
 
-                def patch(x, hook):
+                def patch(x, hook, where=where, head=head, hook_name=hook_name):
                     x = x.clone()
                     x[:, where, head] = clean_cache[hook_name][:, where, head]
                     return x

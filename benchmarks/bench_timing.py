@@ -106,8 +106,8 @@ class TransformerLensWorker:
 
     def __init__(self, python: str, model: str, threads: int, seed: int, shapes):
         shape_text = ",".join(f"{b}x{p}" for b, p in shapes)
-        # noqa: SIM115 (closed in close)
-        self.stderr = open(HERE / "results" / f"tl_worker_{model}.log", "w", encoding="utf-8")
+        log = HERE / "results" / f"tl_worker_{model}.log"
+        self.stderr = open(log, "w", encoding="utf-8")  # noqa: SIM115 (closed in close)
         self.process = subprocess.Popen(
             [
                 python,

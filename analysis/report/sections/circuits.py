@@ -71,7 +71,7 @@ def ov_read_out(model: _checks.AnyModel) -> str:
     """``"unembed"`` (``W_U``) when the model has one, else ``"embed"`` (``W_E^T``: e.g. an encoder without MLM
     head)."""
     try:
-        model.W_U
+        model.W_U  # noqa: B018 (the read raises AttributeError where the model has no unembedding)
     except AttributeError:
         return "embed"
     return "unembed"

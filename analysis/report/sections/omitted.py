@@ -33,7 +33,7 @@ def has_output_attribution(model) -> bool:
 
 def _missing_unembedding(model) -> str:
     try:
-        model.W_U
+        model.W_U  # noqa: B018 (the read raises AttributeError where the model has no unembedding)
     except AttributeError as missing:
         return str(missing).split(": ", 1)[-1]
     return ""

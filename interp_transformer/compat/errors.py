@@ -19,14 +19,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable
 
-
-class CompatValueError(ValueError, AssertionError):
-    """A ``ValueError`` that is also the ``AssertionError`` TransformerLens raises for the same input."""
-
-
-class CompatKeyError(KeyError, AssertionError):
-    """A ``KeyError`` that is also the ``AssertionError`` TransformerLens raises for the same input."""
-
+from interp_transformer.core.errors import CompatKeyError, CompatValueError  # defined below compat: parts raise them
 
 CONVERSIONS = {ValueError: CompatValueError, KeyError: CompatKeyError}
 
@@ -56,6 +49,8 @@ def assertion_compatible_methods(cls: type, names: Iterable[str]) -> type:
         if isinstance(method, (classmethod, staticmethod)):
             setattr(cls, name, type(method)(assertion_compatible(method.__func__)))
         elif isinstance(method, property):
+            if method.fget is None:
+                raise TypeError(f"{cls.__name__}.{name} is a property without a getter: there is nothing to wrap")
             setattr(cls, name, property(assertion_compatible(method.fget), method.fset, method.fdel, method.__doc__))
         elif isinstance(method, functools.cached_property):
             cached = functools.cached_property(assertion_compatible(method.func))

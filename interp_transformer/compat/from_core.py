@@ -181,8 +181,8 @@ def state_dict_from_core(core: nn.Module, model: nn.Module, copy: bool) -> dict[
     for name in model.state_dict():
         path, _, attribute = name.rpartition(".")
         part = core.get_submodule(path)
-        if attribute == "W_E" and hasattr(part, "writes"):
-            value = part.writes()  # what each token writes to the residual stream (Gemma: W_E * sqrt(d_model))
+        if attribute == "W_E" and (writes := getattr(part, "writes", None)) is not None:
+            value = writes()  # what each token writes to the residual stream (Gemma: W_E * sqrt(d_model))
         elif isinstance(getattr(part, attribute, None), Tensor):
             value = getattr(part, attribute)
         else:

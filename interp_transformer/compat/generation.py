@@ -81,7 +81,8 @@ class GenerationMethods:
         device = self.W_E.device
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         cache = KeyValueCache(self.cfg.n_layers) if use_past_kv_cache and tokens is not None else None
-        sampled, step_logits = [], []
+        sampled: list[Tensor] = []
+        step_logits: list[Tensor] = []
         self.eval()
         for step in tqdm(range(max_new_tokens), disable=not verbose):
             so_far = torch.cat([mask, torch.ones(batch, step, dtype=mask.dtype, device=device)], dim=1)

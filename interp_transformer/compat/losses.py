@@ -38,7 +38,7 @@ def lm_cross_entropy_loss(
         mask = attention_mask.to(predicted.device)
         next_token_mask = torch.logical_and(mask[:, :-1], mask[:, 1:])
         predicted = predicted * next_token_mask
-        n_tokens = next_token_mask.sum()
+        n_tokens: Tensor | int = next_token_mask.sum()
     else:
         n_tokens = predicted.numel()
     if per_token:

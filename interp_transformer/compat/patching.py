@@ -81,19 +81,20 @@ def generic_activation_patch(
     """
     if (index_axis_names is None) == (index_df is None):
         raise CompatValueError("pass exactly one of index_axis_names and index_df")
+    axis_names: Sequence[str] = index_axis_names or ()  # given exactly when index_df is not
     if index_df is None:
-        unknown = [name for name in index_axis_names if name not in AXES]
+        unknown = [name for name in axis_names if name not in AXES]
         if unknown:
             raise CompatValueError(f"unknown axis names {unknown}; axes are {list(AXES)}")
         heads, key_value_heads = model.cfg.n_heads, n_key_value_heads(model)
         if (
             activation_name in KEY_VALUE_ACTIVATIONS
             and key_value_heads != heads
-            and {"head", "head_index"} & set(index_axis_names)
+            and {"head", "head_index"} & set(axis_names)
         ):
             raise CompatValueError(
                 f"{activation_name!r} holds {key_value_heads} key/value heads, not {heads} query heads: "
-                f"index it with the axis 'key_value_head', got axes {list(index_axis_names)}"
+                f"index it with the axis 'key_value_head', got axes {list(axis_names)}"
             )
         sizes = {
             "layer": model.cfg.n_layers,
@@ -104,7 +105,7 @@ def generic_activation_patch(
             "src_pos": corrupted_tokens.shape[-1],
             "dest_pos": corrupted_tokens.shape[-1],
         }
-        shape = [sizes[name] for name in index_axis_names]
+        shape = [sizes[name] for name in axis_names]
         indices = list(itertools.product(*[range(size) for size in shape]))
         output = torch.zeros(shape)
     else:
@@ -121,7 +122,7 @@ def generic_activation_patch(
             value = float(patching_metric(model.run_with_hooks(corrupted_tokens, fwd_hooks=[(name, patch)])))
         output[tuple(index) if index_df is None else number] = value
     if return_index_df:
-        return output, index_df if index_df is not None else make_df_from_ranges(output.shape, index_axis_names)
+        return output, index_df if index_df is not None else make_df_from_ranges(output.shape, axis_names)
     return output
 
 

@@ -21,7 +21,7 @@ Errors are ours: ``ValueError``/``TypeError`` naming what came; the ``ValueError
 
 import copy
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -134,7 +134,7 @@ class TransformerLensTextMethods:
         self,
         input: str | list,
         prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
+        padding_side: str | None = None,  # "left", "right" or None (the tokenizer's), checked by _defaults
         move_to_device: bool = True,
         truncate: bool = True,
     ) -> Int[Tensor, "batch pos"]:
@@ -238,7 +238,7 @@ class TransformerLensTextMethods:
             tokens = self.to_single_token(tokens)
         elif isinstance(tokens, Tensor) and tokens.numel() == 1:
             tokens = int(tokens.item())
-        return super().tokens_to_residual_directions(tokens)
+        return super().tokens_to_residual_directions(tokens)  # type: ignore[misc]  # the model class's method
 
 
 def _as_tensor(tokens) -> Tensor:

@@ -49,7 +49,8 @@ def _kaiming_std(param: Tensor, a: float, nonlinearity: str, gain: float, mode: 
         raise CompatValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = calc_fan_in_and_fan_out(param)
     fan = fan_in if mode == "fan_in" else fan_out
-    return gain * nn.init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    # any name: torch refuses an unknown one with a ValueError naming it (its stub lists them as a Literal)
+    return gain * nn.init.calculate_gain(nonlinearity, a) / math.sqrt(fan)  # type: ignore[arg-type]
 
 
 def init_kaiming_uniform_(

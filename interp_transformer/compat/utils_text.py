@@ -203,7 +203,7 @@ def test_prompt(
     print("Ranks of the answer tokens:", [r[0] for r in ranks] if not several else ranks)
 
 
-test_prompt.__test__ = False  # not a pytest test, despite the name
+test_prompt.__test__ = False  # type: ignore[attr-defined]  # not a pytest test, despite the name (a function attribute)
 
 __all__ = [
     "LocallyOverridenDefaults",

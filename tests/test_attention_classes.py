@@ -23,7 +23,7 @@ import torch
 
 import interp_transformer
 from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerConfig
-from interp_transformer.families.gemma import GemmaConfig
+from interp_transformer.families.gemma.recipe import GemmaConfig
 
 PACKAGE = pathlib.Path(interp_transformer.__file__).parent
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "attention_classes_snapshot.json"

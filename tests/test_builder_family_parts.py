@@ -22,7 +22,6 @@ from interp_transformer.parts.output_norm_block import OutputNormBlock
 from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.scaled_embed import ScaledEmbed
-from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed
 
 from .classic_helpers import tiny_hf_model as tiny_classic
 from .gemma_helpers import tiny_gemma
@@ -103,12 +102,12 @@ def test_each_field_builds_the_part_the_family_uses():
     assert model.cfg.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
     attn = [block.attn for block in model.blocks]
     assert all(isinstance(block, PrePostNormBlock) for block in model.blocks)
-    assert all(isinstance(a, SoftCappedAttention) and a.softcap == 2.0 for a in attn)
+    assert all(a.softcap == 2.0 and not a.uses_fused_path() for a in attn)
     assert [a.key_window() for a in attn] == [2, None, 2]
     assert [a.rotary.base for a in attn] == [100.0, 1000.0, 100.0] and attn[0].rotary.rotary_dim == 2
     assert attn[0].n_key_value_heads == 2 and tuple(attn[0].stored("W_K").shape) == (2, 16, 4)
     assert isinstance(attn[0].q_norm, AllHeadsRMSNorm) and attn[0].k_norm.n_heads == 2
-    assert isinstance(model.unembed, SoftCappedUnembed) and model.logit_softcap == 3.0
+    assert model.unembed.softcap == 3.0 and model.logit_softcap == 3.0
     assert model.act_name("attn_scores_uncapped", 1) == "blocks.1.attn.hook_attn_scores_uncapped"
     assert model.act_name("logits_uncapped") == "unembed.hook_logits_uncapped"
     assert model.act_name("scale", 0, "ln2_post") == "blocks.0.ln2_post.hook_scale"

@@ -208,7 +208,7 @@ def test_remembered_signatures_are_bounded():
 # --- one Attention, every mask: the fused kernel against the explicit formula ---------------
 from interp_transformer.core.kv_cache import LayerKVCache  # noqa: E402
 from interp_transformer.parts import CausalMask, PaddingMask, SlidingWindowMask, TokenLayout  # noqa: E402
-from interp_transformer.parts.attention import masked_scores  # noqa: E402
+from interp_transformer.parts.scores import masked_scores  # noqa: E402
 
 PADDED = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])  # a left-padded and a right-padded row
 MASK_CASES = {

@@ -10,11 +10,13 @@ from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm, Gemma2Text
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.moe.recipe import MoEConfig
 from interp_transformer.hooks import HookedRootModule
+from interp_transformer.parts.attention import Attention
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
 from interp_transformer.parts.layout import TokenLayout
 from interp_transformer.parts.moe import MixtureOfExperts, Routing
 from interp_transformer.parts.scaled_embed import ScaledEmbed
-from interp_transformer.parts.softcap import SoftCappedAttention, SoftCappedUnembed, soft_cap
+from interp_transformer.parts.softcap import soft_cap
+from interp_transformer.parts.unembed import Unembed
 
 from .gpt2_helpers import one_thread  # noqa: F401 (autouse fixture)
 
@@ -115,7 +117,7 @@ def test_soft_cap_is_cap_tanh_and_keeps_masked_scores():
 
 def test_soft_capped_attention_against_its_formula():
     cfg = GemmaConfig(d_model=12, n_layers=1, n_heads=2, n_key_value_heads=1, d_head=4, d_mlp=8, d_vocab=11, n_ctx=8)
-    attn = SoftCappedAttention(cfg, softcap=0.7, n_key_value_heads=1, scale=0.3).double()
+    attn = Attention(cfg, softcap=0.7, n_key_value_heads=1, scale=0.3).double()
     with torch.no_grad():
         for param in attn.parameters():
             param.copy_(randn(*param.shape))
@@ -138,14 +140,14 @@ def test_soft_capped_attention_against_its_formula():
 
 def test_soft_capped_unembed():
     cfg = GemmaConfig(d_model=6, n_layers=1, n_heads=2, n_key_value_heads=1, d_head=4, d_mlp=8, d_vocab=11, n_ctx=8)
-    unembed = SoftCappedUnembed(cfg, 1.5).double()
+    unembed = Unembed(cfg, 1.5).double()
     with torch.no_grad():
         unembed.W_U.copy_(randn(6, 11) * 3)
     x = randn(2, 3, 6)
     uncapped = x @ unembed.W_U
     torch.testing.assert_close(unembed(x), 1.5 * torch.tanh(uncapped / 1.5))
     with pytest.raises(ValueError, match="a soft-cap must be a finite number > 0, got 0"):
-        SoftCappedUnembed(cfg, 0)
+        Unembed(cfg, 0)
 
 
 # --- the mixture of experts ----------------------------------------------------------------------

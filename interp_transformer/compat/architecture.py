@@ -27,20 +27,20 @@ config                         part
                                and ``"LNPre"``; never folded), before ``hook_attn_out`` and
                                ``hook_mlp_out``
 ``attn_scores_soft_cap``,      ``cap * tanh(x / cap)`` on the attention scores (before the
-``output_logits_soft_cap``     mask) and on the logits, where > 0 (``compat.softcap_parts``)
+``output_logits_soft_cap``     mask) and on the logits, where > 0 (``Attention``'s and ``Unembed``'s ``softcap``)
 ``gated_mlp``                  ``GatedMLP``
 ``attn_only``                  blocks without MLP
 ``parallel_attn_mlp``          ``ParallelBlock`` (GPT-NeoX): attention and MLP both read
                                ``resid_pre``; no ``hook_resid_mid``
 ``attention_dir``              ``CausalMask`` + ``PaddingMask``, or ``PaddingMask`` alone
-``use_attn_result``            ``ResultAttention`` (adds ``hook_result``)
+``use_attn_result``            ``Attention(result_hook=True)`` (adds ``hook_result``)
 ``use_split_qkv_input``,       ``HookedBlock`` with ``hook_q_input``/``k_input``/``v_input``,
 ``use_attn_in``,               ``hook_attn_in``, ``hook_mlp_in``
 ``use_hook_mlp_in``
 ``attn_scale``,                the attention's scale ``1 / attn_scale`` (1 without
 ``use_attn_scale``             ``use_attn_scale``), divided by ``layer + 1`` with
                                ``scale_attn_by_inverse_layer_idx``
-``d_vocab_out``                the unembedding's width (``HookedUnembed``: ``unembed.hook_in``,
+``d_vocab_out``                the unembedding's width (``Unembed(in_out_hooks=True)``: ``unembed.hook_in``,
                                ``unembed.hook_out``, as in TransformerLens 3)
 =============================  ==============================================================
 """
@@ -49,19 +49,13 @@ from types import SimpleNamespace
 
 from interp_transformer.compat.config import HookedTransformerConfig
 from interp_transformer.compat.errors import CompatValueError
-from interp_transformer.compat.parts import (
-    HookedBlock,
-    HookedUnembed,
-    PositionalEmbedding,
-    SplitInputAttention,
-    share_state,
-)
-from interp_transformer.compat.softcap_parts import SoftCappedHookedUnembed, SoftCappedSplitInputAttention
+from interp_transformer.compat.parts import HookedBlock, PositionalEmbedding
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families import Architecture, DecoderParts, register
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
     MLP,
+    Attention,
     AttnOnlyBlock,
     CausalMask,
     Embed,
@@ -76,6 +70,7 @@ from interp_transformer.parts import (
     Rotary,
     SlidingWindowMask,
     TransformerBlock,
+    Unembed,
 )
 from interp_transformer.parts.activations import ACTIVATIONS
 from interp_transformer.parts.alibi import ALiBi
@@ -193,11 +188,15 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
         parts.update(q_norm=RMSNorm(cfg.d_head, cfg.eps), k_norm=RMSNorm(cfg.d_head, cfg.eps))
     if cfg.attn_scores_soft_cap > 0:
         parts["softcap"] = cfg.attn_scores_soft_cap
-        kind = SoftCappedSplitInputAttention
-    else:
-        kind = SplitInputAttention
-    attn = kind(cfg, masks, scale=scale, n_key_value_heads=cfg.n_key_value_heads, **parts)
-    return attn.with_result_hook() if cfg.use_attn_result else attn
+    return Attention(
+        cfg,
+        masks,
+        scale=scale,
+        n_key_value_heads=cfg.n_key_value_heads,
+        split_inputs=True,
+        result_hook=bool(cfg.use_attn_result),
+        **parts,
+    )
 
 
 def block_flags(cfg: HookedTransformerConfig) -> dict:
@@ -240,9 +239,8 @@ def build(cfg: HookedTransformerConfig) -> DecoderParts:
 
 def _unembed(cfg: HookedTransformerConfig):
     shape = SimpleNamespace(d_model=cfg.d_model, d_vocab=cfg.d_vocab_out)
-    if cfg.output_logits_soft_cap > 0:
-        return SoftCappedHookedUnembed(shape, cfg.output_logits_soft_cap)
-    return HookedUnembed(shape)
+    softcap = cfg.output_logits_soft_cap if cfg.output_logits_soft_cap > 0 else None
+    return Unembed(shape, softcap, in_out_hooks=True)
 
 
 def capabilities(cfg: HookedTransformerConfig) -> Capabilities:
@@ -290,4 +288,4 @@ ARCHITECTURE = register(
     )
 )
 
-__all__ = ["ARCHITECTURE", "TOGGLE_HOOKS", "block_flags", "build", "build_block", "check_supported", "share_state"]
+__all__ = ["ARCHITECTURE", "TOGGLE_HOOKS", "block_flags", "build", "build_block", "check_supported"]

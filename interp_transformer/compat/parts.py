@@ -1,19 +1,11 @@
 """The parts TransformerLens-compatible models add to ours: split inputs, per-head results, shortformer positions.
 
 Each is a subclass or a block built from the same parameters as the core parts, and each
-only *adds* hook points whose values equal what the core computes (DESIGN section 3):
+only *adds* hook points whose values equal what the core computes (DESIGN section 3). TransformerLens'
+attention (split inputs, ``hook_result``) and read-out (``unembed.hook_in``/``hook_out``) are options
+of the core's ``Attention`` and ``Unembed`` (``parts.split_inputs``, ``Unembed(in_out_hooks=True)``):
 
 =========================  ==============================================================
-``SplitInputAttention``    ``Attention`` whose queries, keys and values may read different
-                           inputs, each ``[batch, pos, d_model]`` or one per head
-                           ``[batch, pos, head_index, d_model]``; also callable with
-                           TransformerLens' keywords (``query_input=``, ``key_input=``,
-                           ``value_input=``). Given one shared input it *is* ``Attention``.
-``ResultAttention``        adds ``hook_result`` ``[batch, pos, head_index, d_model]`` =
-                           ``z_h W_O[h]`` (``use_attn_result``).
-``HookedUnembed``          ``Unembed`` with TransformerLens 3's ``unembed.hook_in`` (the final
-                           normalized residual ``[batch, pos, d_model]``) and
-                           ``unembed.hook_out`` (the logits ``[batch, pos, d_vocab_out]``).
 ``HookedBlock``            a pre-norm block with TransformerLens' optional input hooks:
                            ``hook_attn_in``, ``hook_q_input``/``k_input``/``v_input``
                            (the residual stream repeated per head) and ``hook_mlp_in``;
@@ -38,7 +30,8 @@ from torch import Tensor, nn
 from interp_transformer.compat.errors import CompatValueError
 from interp_transformer.compat.utils_tensors import get_offset_position_ids
 from interp_transformer.hooks import HookPoint
-from interp_transformer.parts import Attention, PosEmbed, TokenLayout, Unembed
+from interp_transformer.parts import Attention, PosEmbed, TokenLayout
+from interp_transformer.parts.split_inputs import untouched as _untouched
 from interp_transformer.parts.writers import Step, StreamBlock, Writer
 
 
@@ -83,154 +76,6 @@ class PositionalEmbedding(PosEmbed):
         return self.W_pos[positions] * mask[:, offset:, None].to(self.W_pos.dtype)
 
 
-class HookedUnembed(Unembed):
-    """``logits = hook_out(hook_in(normalized) W_U + b_U)``: ``Unembed`` between TransformerLens 3's two hook points."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.hook_in = HookPoint()
-        self.hook_out = HookPoint()
-
-    def forward(self, normalized: Tensor) -> Tensor:
-        return self.hook_out(super().forward(self.hook_in(normalized)))
-
-
-def _untouched(hooked: Tensor, handed_in: Tensor, version: int, hook: HookPoint) -> bool:
-    """Whether a hook point left its value as it was: the same tensor, not written in place, no gradient observer."""
-    return hooked is handed_in and hooked._version == version and not hook.has_hooks("bwd")
-
-
-class SplitInputAttention(Attention):
-    """``Attention`` whose queries, keys and values may read different inputs (see the module docstring).
-
-    ``forward(normalized, layout, kv_cache)`` is ``Attention``'s. TransformerLens' call
-    ``attn(query_input=x, key_input=x, value_input=x, past_kv_cache_entry=None,
-    attention_mask=None)`` goes to ``forward_inputs``.
-    """
-
-    def forward(
-        self,
-        normalized: Tensor | None = None,
-        layout: TokenLayout | None = None,
-        kv_cache=None,
-        kv_input: Tensor | None = None,
-        *,
-        query_input: Tensor | None = None,
-        key_input: Tensor | None = None,
-        value_input: Tensor | None = None,
-        past_kv_cache_entry=None,
-        attention_mask: Tensor | None = None,
-    ) -> Tensor:
-        if query_input is None:
-            if normalized is None:
-                raise TypeError(
-                    "attention needs its input: attn(normalized) or attn(query_input=..., key_input=..., "
-                    "value_input=...)"
-                )
-            return super().forward(normalized, layout, kv_cache, kv_input)
-        if normalized is not None or kv_input is not None:
-            raise TypeError("pass the input once: positionally (normalized) or as query_input/key_input/value_input")
-        kv_cache = past_kv_cache_entry if past_kv_cache_entry is not None else kv_cache
-        if attention_mask is not None and layout is None:
-            layout = TokenLayout.from_attention_mask(attention_mask.to(query_input.device))
-        key_input = query_input if key_input is None else key_input
-        value_input = key_input if value_input is None else value_input
-        return self.forward_inputs(query_input, key_input, value_input, layout, kv_cache)
-
-    def with_result_hook(self) -> "ResultAttention":
-        """This attention with ``hook_result`` (``set_use_attn_result(True)``): the same parameters and hooks."""
-        return ResultAttention.adopt(self)
-
-    def without_result_hook(self) -> "SplitInputAttention":
-        """This attention without ``hook_result`` (``set_use_attn_result(False)``): itself, it has none."""
-        return self
-
-    def forward_inputs(
-        self,
-        query_input: Tensor,
-        key_input: Tensor,
-        value_input: Tensor,
-        layout: TokenLayout | None = None,
-        kv_cache=None,
-    ) -> Tensor:
-        """``q = query_input W_Q + b_Q``, ``k`` and ``v`` likewise from their own inputs: ``Attention.attend``.
-
-        Each input is ``[batch, pos, d_model]`` (read by every head) or
-        ``[batch, pos, head_index, d_model]`` (one per head).
-        """
-        if query_input is key_input is value_input and query_input.ndim == 3:
-            return super().forward(query_input, layout, kv_cache)
-        for name, x, heads in (
-            ("query_input", query_input, self.n_heads),
-            ("key_input", key_input, self.n_key_value_heads),
-            ("value_input", value_input, self.n_key_value_heads),
-        ):
-            if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[2] != heads):
-                raise CompatValueError(
-                    f"{name} must be [batch, pos, d_model] or one per head [batch, pos, {heads}, d_model], "
-                    f"got shape {tuple(x.shape)}"
-                )
-        if layout is None:  # a standalone call: one fresh, unpadded sequence per row
-            offset = kv_cache.n_positions if kv_cache is not None and hasattr(kv_cache, "n_positions") else 0
-            if kv_cache is not None and hasattr(kv_cache, "past_keys"):
-                offset = kv_cache.past_keys.shape[1]
-            layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
-        return self.attend(query_input, key_input, value_input, layout, kv_cache)
-
-
-class ResultAttention(SplitInputAttention):
-    """``SplitInputAttention`` with ``hook_result``: each head's write ``z_h W_O[h]`` ``[batch, pos, head_index,
-    d_model]``.
-
-    ``attn_out = sum_h result_h + b_O``. While nothing hooks ``hook_result`` the result is
-    not even formed; while hooks only read it, ``attn_out`` is the core's own product.
-    """
-
-    plain_kind = SplitInputAttention  # what it is without hook_result
-
-    @classmethod
-    def adopt(cls, attention: Attention) -> "ResultAttention":
-        """A ``ResultAttention`` holding ``attention``'s parameters, masks and hook points (the same objects)."""
-        adopted = share_state(cls, attention)
-        adopted.hook_result = HookPoint()  # registered last: it fires after hook_z
-        return adopted
-
-    def with_result_hook(self) -> "ResultAttention":
-        return self
-
-    def without_result_hook(self) -> SplitInputAttention:
-        """The same attention as ``plain_kind``, with ``hook_result`` (and the hooks on it) taken away."""
-        plain = share_state(self.plain_kind, self)
-        del plain._modules["hook_result"]
-        return plain
-
-    def _combine_heads(self, z: Tensor) -> Tensor:
-        if not self.hook_result.has_hooks():
-            return super()._combine_heads(z)
-        result = einops.einsum(
-            z, self.W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos head_index d_model"
-        )
-        version = result._version
-        hooked = self.hook_result(result)
-        if _untouched(hooked, result, version, self.hook_result):
-            return super()._combine_heads(z)
-        return einops.reduce(hooked, "batch pos head_index d_model -> batch pos d_model", "sum") + self.b_O
-
-
-def share_state(cls: type, part: nn.Module) -> nn.Module:
-    """A new ``cls`` instance with ``part``'s state: the same parameter, buffer, submodule and hook objects.
-
-    Its registries are its own dicts (adding a hook point to it leaves ``part`` alone), so a
-    part can be swapped for a subclass that adds hook points, keeping every weight (and
-    an optimizer's hold on it) and every hook already attached.
-    """
-    adopted = cls.__new__(cls)
-    adopted.__dict__.update(part.__dict__)
-    for registry in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
-        adopted.__dict__[registry] = type(part.__dict__[registry])(part.__dict__[registry])
-    return adopted
-
-
 class HookedBlock(StreamBlock):
     """A pre-norm block with TransformerLens' optional hooks on its inputs, and optional shortformer positions.
 
@@ -254,7 +99,7 @@ class HookedBlock(StreamBlock):
     def __init__(
         self,
         ln1: nn.Module,
-        attn: SplitInputAttention,
+        attn: Attention,
         ln2: nn.Module | None = None,
         mlp: nn.Module | None = None,
         *,
@@ -408,10 +253,6 @@ class HookedBlock(StreamBlock):
 
 __all__ = [
     "HookedBlock",
-    "HookedUnembed",
     "PositionalEmbedding",
-    "ResultAttention",
     "ShortformerLayout",
-    "SplitInputAttention",
-    "share_state",
 ]

@@ -3,7 +3,7 @@
 
 Each swaps parts in place and renames the hooks (``model.setup()``); none changes a value
 the model computes (``interp_transformer.compat.parts``). Turning one on puts in parts that
-share every parameter, hook point and hook already attached (``attn.with_result_hook()``,
+share every parameter, hook point and hook already attached (``attn.set_result_hook``, in place;
 ``HookedBlock.from_block``); turning it off takes the added hook points away again, with
 the hooks on them. The config field of the same name follows (``model.cfg.use_attn_result``).
 
@@ -34,11 +34,7 @@ class ToggleMethods:
         d_model]``."""
         self.cfg.use_attn_result = bool(use_attn_result)
         for block in self.blocks:
-            has = hasattr(block.attn, "hook_result")
-            if use_attn_result and not has:
-                block.attn = block.attn.with_result_hook()
-            elif not use_attn_result and has:
-                block.attn = block.attn.without_result_hook()
+            block.attn.set_result_hook(bool(use_attn_result))
         self.setup()
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:

@@ -38,7 +38,7 @@ keys and values: Llama, Mistral, Gemma), ``qk_norm`` (``"per_head"``: Qwen3, Gem
 ``sliding_window`` with ``layer_types`` (Mistral: every layer; Gemma 2/3, OLMo 3: the ``"sliding_attention"``
 ones), ``rotary_dim`` (partial rotary: GPT-NeoX), ``rotary_base_local`` (the sliding layers' rotary base: Gemma 3,
 OLMo 3), ``attn_softcap`` and ``final_softcap`` (Gemma 2's ``cap * tanh(x / cap)`` on the scores and on the logits:
-``SoftCappedAttention``, ``SoftCappedUnembed``). A combination no part makes is refused by name.
+``Attention``'s and ``Unembed``'s ``softcap``). A combination no part makes is refused by name.
 """
 
 import dataclasses
@@ -67,7 +67,6 @@ from interp_transformer.parts import (
 from interp_transformer.parts.moe import MixtureOfExperts
 from interp_transformer.parts.output_norm_block import OutputNormBlock
 from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
-from interp_transformer.parts.softcap import SoftCappedUnembed
 
 PLACEMENTS = parts.PLACEMENTS + ("output",)  # a decoder's blocks may also have norms only on their sublayers' outputs
 
@@ -235,7 +234,7 @@ def block(spec, layer: int = 0):
 
 def build(spec: DecoderSpec) -> DecoderParts:
     """The parts ``spec`` names, in forward order."""
-    unembed = Unembed(spec) if spec.final_softcap is None else SoftCappedUnembed(spec, spec.final_softcap)
+    unembed = Unembed(spec, spec.final_softcap)
     if not spec.readout_bias:
         parts.hold_at_zero(unembed, ("b_U",))
     return DecoderParts(

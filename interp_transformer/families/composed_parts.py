@@ -27,7 +27,7 @@ field           choices and the part each gives
 A decoder's attention is the one the families build (``attention(spec, causal, layer)``): grouped keys and
 values with ``n_key_value_heads``, a ``SlidingWindowMask`` in place of the ``CausalMask`` on the layers
 ``is_sliding`` says, a ``Rotary`` of ``rotary_dim`` dimensions whose base is ``rotary_base_local`` on the
-sliding layers when given, and ``SoftCappedAttention`` with ``attn_softcap``.
+sliding layers when given, and ``Attention``'s ``softcap`` with ``attn_softcap``.
 
 A bias a spec leaves out (``attn_bias=False`` ...) is a parameter held at zero: it stays in the
 state dict, so every tool reads the same weights, and ``requires_grad`` is off.
@@ -66,7 +66,6 @@ from interp_transformer.parts.activations import ACTIVATIONS
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
 from interp_transformer.parts.masks import SlidingWindowMask
 from interp_transformer.parts.relative_position_bias import RelativePositionBias, SharedScoreBias
-from interp_transformer.parts.softcap import SoftCappedAttention
 
 NORMS = {"layer": LayerNorm, "layer_unbiased": UnbiasedLayerNorm, "rms": RMSNorm, "none": NoNorm}
 PLACEMENTS = ("pre", "post")
@@ -333,11 +332,8 @@ def attention(spec, causal: bool, layer: int = 0) -> Attention:
         parts["score_bias"] = SharedScoreBias()
     n_key_value_heads = getattr(spec, "n_key_value_heads", None)
     parts.update(qk_norms(spec, n_key_value_heads or spec.n_heads))
-    softcap = getattr(spec, "attn_softcap", None)
-    kind, capped = (Attention, {}) if softcap is None else (SoftCappedAttention, {"softcap": softcap})
-    return kind(
-        spec, masks, scale=getattr(spec, "attn_scale", None), n_key_value_heads=n_key_value_heads, **capped, **parts
-    )
+    parts["softcap"] = getattr(spec, "attn_softcap", None)
+    return Attention(spec, masks, scale=getattr(spec, "attn_scale", None), n_key_value_heads=n_key_value_heads, **parts)
 
 
 def qk_norms(spec, n_key_value_heads: int) -> dict[str, nn.Module]:

@@ -16,14 +16,16 @@ from interp_transformer.parts.affine import affine
 from interp_transformer.parts.attention_sinks import with_sink_key
 from interp_transformer.parts.head_projection import (
     DEFAULT_HEAD_LAYOUT,
-    HEAD_WEIGHTS,
     checked_head_layout,
     new_head_weight,
-    placed,
+    place_assigned,
     project_heads,
 )
 from interp_transformer.parts.layout import TokenLayout
 from interp_transformer.parts.masks import CausalMask, PaddingMask, allowed_keys, fused_is_causal
+from interp_transformer.parts.scores import additive_mask, explicit_scores, masked_scores
+from interp_transformer.parts.softcap import check_softcap, soft_cap
+from interp_transformer.parts.split_inputs import attend_inputs, hooked_results_sum, transformer_lens_call
 from interp_transformer.parts.writers import HeadWrites
 
 GIVEN_PATTERNS = "given patterns"  # this thread's {attention: pattern} (Attention.pattern_given; thread_table)
@@ -60,6 +62,9 @@ class Attention(HeadWrites, nn.Module):
 
           attn_scores = q k^T * scale + score_bias          (-inf where a mask disallows)
 
+    - ``softcap`` (Gemma 2, > 0): a score step after ``score_bias``, ``attn_scores = softcap * tanh(uncapped /
+      softcap)`` (``-inf`` stays), ``hook_attn_scores_uncapped`` before it; never fused (``parts.softcap``).
+
     - ``sinks`` (gpt-oss, ``components.attention_sinks``): a learned logit per head that joins
       the softmax as one more column and is dropped after it, so a pattern row may sum to less
       than 1 (hooked by the part, ``sinks.hook_logits``)::
@@ -76,6 +81,8 @@ class Attention(HeadWrites, nn.Module):
       ``[n_key_value_heads, ...]``; ``W_K``, ``W_V``, ``b_K``, ``b_V`` then give them per query
       head (repeated, read-only copies), so ``model.W_K`` and the QK/OV circuits read the same
       as without grouping. ``hook_k`` and ``hook_v`` are ``[batch, pos, n_key_value_heads, d_head]``.
+    - ``split_inputs``, ``result_hook`` (TransformerLens', ``parts.split_inputs``): q, k and v read their own
+      inputs (``attn(query_input=...)``, ``forward_inputs``); ``hook_result`` (after ``hook_z``) each head's write.
 
     ``W_Q``, ``W_K`` and ``W_V`` lie in memory head by head or side by side as ``head_layout`` says
     (``"side_by_side"``, the default on every machine, ``"per_head"``, or ``"auto"``: by the thread
@@ -104,6 +111,9 @@ class Attention(HeadWrites, nn.Module):
         k_norm: nn.Module | None = None,
         score_bias: nn.Module | None = None,
         sinks: nn.Module | None = None,
+        softcap: float | None = None,
+        split_inputs: bool = False,
+        result_hook: bool = False,
         head_layout: str = DEFAULT_HEAD_LAYOUT,
     ):
         super().__init__()
@@ -113,6 +123,9 @@ class Attention(HeadWrites, nn.Module):
             raise ValueError(f"n_key_value_heads must be a positive int dividing n_heads={n_heads}, got {n_kv!r}")
         if (q_norm is None) != (k_norm is None):
             raise ValueError("q_norm and k_norm come together: pass both or neither")
+        for name, flag in (("split_inputs", split_inputs), ("result_hook", result_hook)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.n_heads, self.n_key_value_heads, self.d_head = n_heads, n_kv, d_head
         self.scale = 1 / math.sqrt(d_head) if scale is None else float(scale)
         kv = "" if n_kv == n_heads else "_"  # grouped keys/values are stored as _W_K ... (see the class docstring)
@@ -137,10 +150,15 @@ class Attention(HeadWrites, nn.Module):
             self.hook_rot_q = HookPoint()
             self.hook_rot_k = HookPoint()
         self.score_bias = score_bias
+        self.softcap = None if softcap is None else check_softcap(softcap)  # a score step after score_bias
+        if self.softcap is not None:
+            self.hook_attn_scores_uncapped = HookPoint()
         self.hook_attn_scores = HookPoint()
         self.sinks = sinks
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
+        self.split_inputs = split_inputs  # TransformerLens' query_input=, key_input=, value_input= call
+        self.set_result_hook(result_hook)
 
     # --- keys and values: stored per key/value head, read per query head ---------------------
     def stored(self, name: str) -> nn.Parameter:
@@ -224,24 +242,56 @@ class Attention(HeadWrites, nn.Module):
                 del patterns[self]
 
     def uses_fused_path(self) -> bool:
-        """True when the fused kernel may run: the fast kernels, and nobody observes the scores or the pattern."""
+        """True when the fused kernel may run: the fast kernels, no soft-cap (the kernel cannot cap), and nobody
+        observes the scores or the pattern."""
+        if self.softcap is not None:
+            return False
         observed = self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()
         return self.uses_fast_kernels() and not observed and self.given_pattern is None
+
+    def set_result_hook(self, enabled: bool) -> None:
+        """Add ``hook_result`` (registered last: it fires after ``hook_z``) or take it away, with the hooks on it."""
+        if enabled and "hook_result" not in self._modules:
+            self.hook_result = HookPoint()
+        elif not enabled and "hook_result" in self._modules:
+            del self._modules["hook_result"]
 
     @shape_checked
     def forward(
         self,
-        normalized: Float[Tensor, "batch pos d_model"],
+        normalized: Float[Tensor, "batch pos d_model"] | None = None,
         layout: TokenLayout | None = None,
         kv_cache: LayerKVCache | None = None,
         kv_input: Float[Tensor, "batch key_pos d_model"] | None = None,
+        *,
+        query_input: Tensor | None = None,
+        key_input: Tensor | None = None,
+        value_input: Tensor | None = None,
+        past_kv_cache_entry=None,
+        attention_mask: Tensor | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        if query_input is not None or normalized is None:  # TransformerLens' call (split_inputs)
+            kv_cache = past_kv_cache_entry if past_kv_cache_entry is not None else kv_cache
+            inputs = (query_input, key_input, value_input)
+            return transformer_lens_call(self, normalized, kv_input, layout, kv_cache, inputs, attention_mask)
         if kv_input is not None and self.rotary is not None:
             raise ValueError(
                 "rotary positions need the keys' positions, which cross-attention (kv_input) does not give"
             )
         source = kv_input if kv_input is not None or self.reads_kv_input else normalized
         return self.attend(normalized, source, source, layout, kv_cache)
+
+    def forward_inputs(
+        self,
+        query_input: Tensor,
+        key_input: Tensor,
+        value_input: Tensor,
+        layout: TokenLayout | None = None,
+        kv_cache=None,
+    ) -> Tensor:
+        """Queries, keys and values from their own inputs, each ``[batch, pos, d_model]`` or one per head
+        ``[batch, pos, head_index, d_model]`` (``parts.split_inputs.attend_inputs``)."""
+        return attend_inputs(self, query_input, key_input, value_input, layout, kv_cache)
 
     def attend(
         self,
@@ -319,7 +369,10 @@ class Attention(HeadWrites, nn.Module):
 
     def _pattern(self, q: Tensor, k: Tensor, layout: TokenLayout) -> Tensor:
         """``softmax(attn_scores)`` over the keys (``hook_attn_scores``); with sinks, their logit one more column."""
-        attn_scores = self.hook_attn_scores(self._attn_scores(q, k, layout))
+        attn_scores = self._attn_scores(q, k, layout)
+        if self.softcap is not None:
+            attn_scores = soft_cap(self.hook_attn_scores_uncapped(attn_scores), self.softcap)
+        attn_scores = self.hook_attn_scores(attn_scores)
         if self.sinks is None:
             return attn_scores.softmax(dim=-1)
         sink = self.sinks(q.shape[0], q.shape[1], attn_scores.dtype)  # joins the softmax, dropped after it
@@ -330,18 +383,7 @@ class Attention(HeadWrites, nn.Module):
         allowed, score_bias = allowed_keys(self.masks, layout), self._score_bias(layout, q.dtype)
         if self.uses_fast_kernels():  # the same formula as one product that starts from the mask
             return masked_scores(q, k, self.scale, allowed, score_bias)
-        attn_scores = (
-            einops.einsum(
-                q,
-                k,
-                "batch query_pos head_index d_head, batch key_pos head_index d_head -> "
-                "batch head_index query_pos key_pos",
-            )
-            * self.scale
-        )
-        if score_bias is not None:
-            attn_scores = attn_scores + score_bias
-        return attn_scores if allowed is None else attn_scores.masked_fill(allowed.logical_not(), float("-inf"))
+        return explicit_scores(q, k, self.scale, allowed, score_bias)
 
     def _fused_z(self, q: Tensor, k: Tensor, v: Tensor, layout: TokenLayout) -> Tensor:
         """``z`` by PyTorch's fused kernel: the same formula, without forming the scores (grouped keys read in
@@ -386,63 +428,22 @@ class Attention(HeadWrites, nn.Module):
         """Input weights loaded with ``assign=True`` are laid out as ``head_layout`` says (copied only where they are
         not)."""
         if local_metadata.get("assign_to_params_buffers", False):
-            for name in HEAD_WEIGHTS:
-                given = state_dict.get(prefix + name)
-                if name in self._parameters and given is not None and given.shape == self._parameters[name].shape:
-                    state_dict[prefix + name] = placed(given, self.head_layout)
+            place_assigned(state_dict, prefix, self._parameters, self.head_layout)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def _combine_heads(self, z: Tensor) -> Tensor:
-        """``sum_h z[h] W_O[h] + b_O``: one product over ``(head_index d_head)``.
+        """``sum_h z[h] W_O[h] + b_O``: one product over ``(head_index d_head)`` (or the hooked ``hook_result``'s sum).
 
         Same as ``einsum(z, W_O, "batch pos head_index d_head, head_index d_head d_model -> batch pos d_model") + b_O``.
         """
+        hook_result = self._modules.get("hook_result")
+        if isinstance(hook_result, HookPoint) and hook_result.has_hooks():
+            summed = hooked_results_sum(self, z)  # None where the hooks left each head's result as it was
+            if summed is not None:
+                return summed
         z_heads = einops.rearrange(z, "batch pos head_index d_head -> batch pos (head_index d_head)")
         W_O_heads = einops.rearrange(self.W_O, "head_index d_head d_model -> (head_index d_head) d_model")
         return affine(z_heads, W_O_heads, self.b_O)
 
-
-def additive_mask(allowed: Tensor | None, bias: Tensor) -> Tensor:
-    """``bias`` where ``allowed`` (None: everywhere), ``-inf`` elsewhere: one tensor to add to the scores."""
-    return bias if allowed is None else bias.masked_fill(allowed.logical_not(), float("-inf"))
-
-
-def masked_scores(
-    q: Float[Tensor, "batch query_pos head_index d_head"],
-    k: Float[Tensor, "batch key_pos head_index d_head"],
-    scale: float,
-    allowed: Tensor | None,
-    score_bias: Tensor | None = None,
-) -> Float[Tensor, "batch head_index query_pos key_pos"]:
-    """``attn_scores = einsum(q, k, "batch query_pos head_index d_head, batch key_pos head_index d_head ->
-    batch head_index query_pos key_pos") * scale + score_bias``, set to ``-inf`` where ``allowed`` is False.
-
-    ``allowed`` broadcasts to ``[batch, head_index, query_pos, key_pos]`` (None: every key);
-    ``score_bias`` (None: no bias) is ``[batch or 1, head_index, query_pos, key_pos]``.
-    Computed as one batched product that starts from the mask written as an additive bias
-    (0 or -inf) and accumulates ``scale * q k^T`` onto it: scaling and masking afterwards
-    would be two more passes over ``[batch, head_index, query_pos, key_pos]``, 48 MB per layer
-    at GPT-2 small's 1024 positions, about 5% of a forward that keeps every activation.
-    """
-    batch, n_heads = q.shape[0], q.shape[2]
-    q_heads = einops.rearrange(q, "batch query_pos head_index d_head -> (batch head_index) query_pos d_head")
-    k_heads = einops.rearrange(k, "batch key_pos head_index d_head -> (batch head_index) d_head key_pos")
-    if allowed is None and score_bias is None:
-        scores = torch.baddbmm(q_heads.new_empty(1, 1, 1), q_heads, k_heads, beta=0, alpha=scale)
-    else:
-        if score_bias is None:
-            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                allowed.logical_not(), float("-inf")
-            )
-        else:
-            bias = additive_mask(allowed, score_bias.to(q.dtype))
-        if bias.shape[0] == 1 and bias.shape[1] == 1:  # one mask for every row and head: broadcast it
-            bias = bias[0]
-        else:  # a mask per row (padding): one bias matrix per (row, head)
-            bias = einops.rearrange(
-                bias.expand(batch, n_heads, -1, -1), "batch head_index q k -> (batch head_index) q k"
-            )
-        scores = torch.baddbmm(bias, q_heads, k_heads, alpha=scale)
-    return einops.rearrange(
-        scores, "(batch head_index) query_pos key_pos -> batch head_index query_pos key_pos", batch=batch
-    )
+    def extra_repr(self) -> str:
+        return "" if self.softcap is None else f"softcap={self.softcap}"

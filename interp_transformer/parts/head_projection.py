@@ -82,6 +82,15 @@ def placed(W: Tensor, layout: str = DEFAULT_HEAD_LAYOUT) -> Tensor:
 
 
 @torch.no_grad()
+def place_assigned(state_dict: dict, prefix: str, parameters: dict, layout: str) -> None:
+    """The input weights of ``state_dict`` (loaded with ``assign=True``) laid out as ``layout`` says, copied only where
+    they are not: what ``Attention._load_from_state_dict`` does before loading."""
+    for name in HEAD_WEIGHTS:
+        given = state_dict.get(prefix + name)
+        if name in parameters and given is not None and given.shape == parameters[name].shape:
+            state_dict[prefix + name] = placed(given, layout)
+
+
 def set_head_layout(module: nn.Module, layout: str) -> nn.Module:
     """Lay out ``W_Q``/``W_K``/``W_V`` of every attention part in ``module`` (a model, a block or one part) as
     ``layout`` says, and make it the layout those parts give weights loaded later with ``assign=True``.

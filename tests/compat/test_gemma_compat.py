@@ -180,7 +180,8 @@ def test_toggles_keep_every_value_and_generation_continues_past_the_window(gemma
     try:
         toggled, cache = model.run_with_cache(TOKENS)
         assert torch.equal(toggled, logits)
-        assert type(model.blocks[0].attn).__name__ == "SoftCappedResultAttention"
+        attn = model.blocks[0].attn
+        assert attn.softcap == model.cfg.attn_scores_soft_cap and attn.split_inputs and hasattr(attn, "hook_result")
         through_post_norm = model.blocks[0].ln1_post(cache["result", 0].sum(-2) + model.blocks[0].attn.b_O)
         torch.testing.assert_close(through_post_norm, cache["attn_out", 0], rtol=0, atol=1e-6)
 
@@ -194,7 +195,8 @@ def test_toggles_keep_every_value_and_generation_continues_past_the_window(gemma
         model.set_use_attn_result(False)
         model.set_use_split_qkv_input(False)
     assert type(model.blocks[0]).__name__ == "PrePostNormBlock" and torch.equal(model(TOKENS), logits)
-    assert type(model.blocks[0].attn).__name__ == "SoftCappedSplitInputAttention"
+    attn = model.blocks[0].attn
+    assert attn.softcap == model.cfg.attn_scores_soft_cap and attn.split_inputs and not hasattr(attn, "hook_result")
     prompt = TOKENS[:1, :3]
     generated = model.generate(prompt, max_new_tokens=8, do_sample=False, stop_at_eos=False, verbose=False)
     by_hand = prompt

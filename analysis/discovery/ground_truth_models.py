@@ -91,6 +91,14 @@ def _read_out(model, at: int, n_tokens: int) -> None:
     W_U[at : at + n_tokens] = torch.eye(n_tokens, dtype=W_U.dtype)
 
 
+def _copy_truth(name: str, model, seed: int, V: int, out: int, edges: tuple, notes: str) -> GroundTruth:
+    """A copy task's ``GroundTruth``: ``W_U`` reads the subspace at ``out``; the prompts ``BOS X Y Z END`` predict
+    ``X``, corrupted with another ``X``."""
+    _read_out(model, out, V)
+    x, other, clean, corrupted = _copy_prompts(seed, V)
+    return GroundTruth(name, "copy", model, clean, corrupted, logit_diff_per_row(x, other), edges, notes)
+
+
 def _draws(seed: int, n_tokens: int, k: int, low: int = 1) -> torch.Tensor:
     """``[N_PROMPTS, k]`` distinct tokens from ``[low, n_tokens)`` per prompt (seeded)."""
     generator = torch.Generator().manual_seed(seed)
@@ -138,15 +146,13 @@ def copy_gqa(dtype=torch.float64, seed: int = 0) -> GroundTruth:
     mover = _clear_head(model, 1, 2, 1)
     _attend_by_position(mover, pos, LENGTH - 1, 1)
     _copy_token(mover, tok, out, V, 4.0)
-    _read_out(model, out, V)
-    x, other, clean, corrupted = _copy_prompts(seed, V)
     edges = (("input", "L1K1.v"), ("L1H2", "logits"))
     notes = (
         "The copied word reaches L1H2 through the values of its key/value head (L1K1.v, shared with L1H3, whose "
         "random output map makes a small background effect of its own); the query and key read positions only, the "
         "same in both prompts."
     )
-    return GroundTruth("copy-gqa", "copy", model, clean, corrupted, logit_diff_per_row(x, other), edges, notes)
+    return _copy_truth("copy-gqa", model, seed, V, out, edges, notes)
 
 
 @torch.no_grad()
@@ -203,15 +209,13 @@ def distractor(dtype=torch.float64, seed: int = 0) -> GroundTruth:
         weights = _clear_head(model, 0, head, head)
         _attend_by_position(weights, pos, LENGTH - 1, 1)
         _copy_token(weights, tok, out, V, scale)
-    _read_out(model, out, V)
-    x, other, clean, corrupted = _copy_prompts(seed, V)
     edges = (("input", "L0K0.v"), ("L0H0", "logits"))
     notes = (
         "L0H1 and L0H2 have five times the true head's write each and cancel exactly: ablating both (the complement "
         "of the circuit) changes nothing, ablating either alone moves the metric by 40. Per-edge scores, patching "
         "one edge at a time included, credit them; only a joint view does not."
     )
-    return GroundTruth("distractor", "copy", model, clean, corrupted, logit_diff_per_row(x, other), edges, notes)
+    return _copy_truth("distractor", model, seed, V, out, edges, notes)
 
 
 BUILDERS = {"induction": induction, "copy-gqa": copy_gqa, "mlp-moe": mlp_moe, "distractor": distractor}

@@ -153,18 +153,25 @@ def check_labels(labels: Sequence | None, size: int, axis: str) -> list[str] | N
     return [str(label) for label in labels]
 
 
+def _one_per_row(values, batch: int, name: str) -> Tensor:
+    """An int, a list or an integer tensor (a scalar or ``[batch]``) as a ``[batch]`` integer tensor: one id or
+    position per row."""
+    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+        values = torch.full((batch,), int(values), dtype=torch.long)
+    if isinstance(values, (list, tuple)):
+        values = torch.tensor(values, dtype=torch.long)
+    if not isinstance(values, Tensor) or values.is_floating_point() or values.dtype == torch.bool:
+        raise TypeError(f"{name} must be an int or an integer tensor [batch], got {values!r}")
+    if values.ndim == 0:
+        values = values.expand(batch)
+    if values.shape != (batch,):
+        raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(values.shape)}")
+    return values
+
+
 def token_ids(model: AnyModel, tokens, batch: int, name: str = "tokens") -> Tensor:
     """An int or ``[batch]`` tensor of token ids, checked against ``d_vocab``, as ``[batch]`` int64."""
-    if isinstance(tokens, numbers.Integral) and not isinstance(tokens, bool):
-        tokens = torch.full((batch,), int(tokens), dtype=torch.long)
-    if isinstance(tokens, (list, tuple)):
-        tokens = torch.tensor(tokens, dtype=torch.long)
-    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} must be an int or an integer tensor [batch], got {tokens!r}")
-    if tokens.ndim == 0:
-        tokens = tokens.expand(batch)
-    if tokens.shape != (batch,):
-        raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(tokens.shape)}")
+    tokens = _one_per_row(tokens, batch, name)
     if int(tokens.min()) < 0 or int(tokens.max()) >= model.cfg.d_vocab:
         raise ValueError(f"{name} must lie in [0, d_vocab={model.cfg.d_vocab}), got {tokens.tolist()}")
     return tokens.to(device=model.W_E.device, dtype=torch.long)
@@ -172,16 +179,7 @@ def token_ids(model: AnyModel, tokens, batch: int, name: str = "tokens") -> Tens
 
 def positions(pos, batch: int, n_pos: int, name: str = "pos") -> Tensor:
     """An int or ``[batch]`` tensor of positions (negative counts from the end) as ``[batch]`` int64."""
-    if isinstance(pos, numbers.Integral) and not isinstance(pos, bool):
-        pos = torch.full((batch,), int(pos), dtype=torch.long)
-    if isinstance(pos, (list, tuple)):
-        pos = torch.tensor(pos, dtype=torch.long)
-    if not isinstance(pos, Tensor) or pos.is_floating_point() or pos.dtype == torch.bool:
-        raise TypeError(f"{name} must be an int or an integer tensor [batch], got {pos!r}")
-    if pos.ndim == 0:
-        pos = pos.expand(batch)
-    if pos.shape != (batch,):
-        raise ValueError(f"{name} must be an int or have shape [batch]=[{batch}], got shape {tuple(pos.shape)}")
+    pos = _one_per_row(pos, batch, name)
     if int(pos.min()) < -n_pos or int(pos.max()) >= n_pos:
         raise ValueError(
             f"{name} must lie in [-{n_pos}, {n_pos}) for sequences of {n_pos} positions, got {pos.tolist()}"

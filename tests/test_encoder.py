@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from interp_transformer.families.bert import hf as bert_loading
-from interp_transformer.loading import CheckpointError
+from interp_transformer.loading import CheckpointError, build_model
 from interp_transformer.models.encoder import EncoderConfig, EncoderTokens, EncoderTransformer
 
 transformers = pytest.importorskip("transformers")
@@ -263,7 +263,7 @@ def test_build_model_rejects_a_state_dict_that_does_not_fit(mlm_state_dict):
     ours = bert_loading.convert_state_dict(sd, cfg)
     del ours["blocks.0.mlp.b_in"]
     with pytest.raises(CheckpointError, match="missing.*blocks.0.mlp.b_in"):
-        bert_loading.build_model(cfg, ours)
+        build_model(cfg, ours)
 
 
 def test_unsupported_architectures_list_the_supported_ones(tmp_path):

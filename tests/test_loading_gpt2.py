@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCau
 
 from interp_transformer import DemoTransformer
 from interp_transformer.families.gpt2 import hf as gpt2
-from interp_transformer.loading import CheckpointError, from_pretrained, supported_architectures
+from interp_transformer.loading import CheckpointError, build_model, from_pretrained, supported_architectures
 from interp_transformer.text.tokens import offline_gpt2_tokenizer
 from interp_transformer.verify import verify_against_hf
 
@@ -236,7 +236,7 @@ def test_build_model_is_strict():
     state = DemoTransformer(cfg, seed=0).state_dict()
     del state["blocks.0.attn.b_O"]
     with pytest.raises(CheckpointError, match="blocks.0.attn.b_O"):
-        gpt2.build_model(cfg, state)
+        build_model(cfg, state)
 
 
 class _RunsCode:

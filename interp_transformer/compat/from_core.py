@@ -16,33 +16,19 @@ Gemma's scaled embedding gives what each token writes, ``W_E * sqrt(d_model)``, 
 checkpoint runs it (``writes()``). These are the weights TransformerLens' Gemma holds.
 """
 
-import math
-
 from torch import Tensor, nn
 
 from interp_transformer.compat.config import HookedTransformerConfig
 from interp_transformer.compat.errors import CompatValueError
-
-# why a HookedTransformerConfig cannot describe a family's models (the config class's name -> the reason)
-NOT_DESCRIBED = {
-    "Olmo2Config": "its blocks normalize the outputs of attention and the MLP only, with no norm before them "
-    "(TransformerLens' blocks always normalize their inputs)",
-    "MoEConfig": "its MLPs are mixtures of experts",
-    "GptOssConfig": "its MLPs are mixtures of experts and its attention has sinks",
-    "OPTPostNormConfig": "its blocks normalize after each sublayer (post-norm)",
-}
-# the Hugging Face class each Gemma generation loads as (TransformerLens' original_architecture)
-GEMMA_ARCHITECTURES = {1: "GemmaForCausalLM", 2: "Gemma2ForCausalLM", 3: "Gemma3ForCausalLM"}
+from interp_transformer.families import lens_of
 
 
 def config_from_core(core_cfg, name: str, default_prepend_bos: bool | None) -> HookedTransformerConfig:
-    """The ``HookedTransformerConfig`` of a loaded model's config (see the module docstring)."""
-    from interp_transformer.families.gemma.recipe import GemmaConfig
-    from interp_transformer.families.gpt2.recipe import TransformerConfig
-    from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
-    from interp_transformer.families.llama.recipe import LlamaConfig
-    from interp_transformer.families.opt.recipe import OPTConfig
+    """The ``HookedTransformerConfig`` of a loaded model's config (see the module docstring).
 
+    The fields beyond the common ones are the family's TransformerLens mapping, handed in by its
+    ``register(...)`` line (``families/<name>/lens.py``); a family without one says why on that line.
+    """
     common = dict(
         d_model=core_cfg.d_model,
         d_head=core_cfg.d_head,
@@ -55,109 +41,19 @@ def config_from_core(core_cfg, name: str, default_prepend_bos: bool | None) -> H
         default_prepend_bos=True if default_prepend_bos is None else default_prepend_bos,
         init_weights=False,
     )
-    if type(core_cfg) is TransformerConfig:  # a subclass (an adapter) holds parts this config cannot say
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp if core_cfg.d_mlp is not None else 4 * core_cfg.d_model,
-            attn_only=core_cfg.d_mlp is None,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="standard",
-            original_architecture="GPT2LMHeadModel",
-            tokenizer_name=name if name == "distilgpt2" or name.startswith("gpt2") else None,
-        )
-    if type(core_cfg) is LlamaConfig:  # a subclass (SmolLM3's NoPE and sliding layers) says more than this config can
-        if core_cfg.sliding_window is not None or core_cfg.rope_scaling is not None:
-            raise CompatValueError(
-                "HookedTransformer has no sliding-window attention or rope scaling for Llama models (TransformerLens' "
-                "config cannot say them): load this checkpoint with interp_transformer.from_pretrained"
-            )
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.rms_norm_eps,
-            normalization_type="RMS",
-            positional_embedding_type="rotary",
-            rotary_base=core_cfg.rotary_base,
-            rotary_dim=core_cfg.d_head,
-            n_key_value_heads=core_cfg.n_key_value_heads if core_cfg.n_key_value_heads != core_cfg.n_heads else None,
-            gated_mlp=True,
-            use_qk_norm=core_cfg.qk_norm,
-            original_architecture="LlamaForCausalLM",
-        )
-    if type(core_cfg) is GemmaConfig:
-        return gemma_config(core_cfg, common)
-    if isinstance(core_cfg, GPTNeoXConfig):
-        if core_cfg.rope_scaling is not None:
-            raise CompatValueError(
-                "HookedTransformer has no rope scaling (TransformerLens' config cannot say it): load this "
-                "checkpoint with interp_transformer.from_pretrained"
-            )
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="rotary",
-            rotary_dim=core_cfg.rotary_dim,
-            rotary_base=core_cfg.rotary_base,
-            parallel_attn_mlp=core_cfg.parallel_residual,
-            original_architecture="GPTNeoXForCausalLM",
-        )
-    if isinstance(core_cfg, OPTConfig) and core_cfg.final_norm:
-        return HookedTransformerConfig(
-            **common,
-            d_mlp=core_cfg.d_mlp,
-            eps=core_cfg.layer_norm_eps,
-            normalization_type="LN",
-            positional_embedding_type="standard",
-            original_architecture="OPTForCausalLM",
-        )
+    # the architecture of exactly this config class: a subclass (GPT-2 with adapters, SmolLM3's NoPE and sliding
+    # layers) holds parts its parent's mapping cannot say
+    architecture = lens_of(core_cfg)
+    lens = None if architecture is None else architecture.lens
+    fields = lens(core_cfg, common) if callable(lens) else None
+    if fields is not None:
+        return HookedTransformerConfig(**common, **fields)
     kind = type(core_cfg).__name__
-    reason = f" (no HookedTransformerConfig says its parts: {NOT_DESCRIBED[kind]})" if kind in NOT_DESCRIBED else ""
+    reason = f" (no HookedTransformerConfig says its parts: {lens})" if isinstance(lens, str) else ""
     raise CompatValueError(
         "HookedTransformer holds the decoders a HookedTransformerConfig describes (GPT-2, Llama, GPT-NeoX, pre-norm "
         f"OPT and Gemma 1/2/3 families); this checkpoint is a {kind} model: load it with "
         f"interp_transformer.from_pretrained{reason}"
-    )
-
-
-def gemma_config(core_cfg, common: dict) -> HookedTransformerConfig:
-    """TransformerLens' config of a Gemma 1, 2 or 3 model (``architectures.gemma.GemmaConfig``)."""
-    if core_cfg.rope_scaling is not None:
-        raise CompatValueError(
-            f"HookedTransformer has no rope scaling (rope_scaling={core_cfg.rope_scaling!r}; TransformerLens' config "
-            "cannot say it): load this checkpoint with interp_transformer.from_pretrained"
-        )
-    local = core_cfg.sliding_window is not None
-    scalar = core_cfg.d_head if core_cfg.query_pre_attn_scalar is None else core_cfg.query_pre_attn_scalar
-    generation = 3 if core_cfg.qk_norm else 2 if core_cfg.post_norms else 1
-    return HookedTransformerConfig(
-        **common,
-        d_mlp=core_cfg.d_mlp,
-        eps=core_cfg.rms_norm_eps,
-        normalization_type="RMS",
-        final_rms=True,
-        positional_embedding_type="rotary",
-        rotary_dim=core_cfg.d_head,
-        rotary_base=core_cfg.rotary_base,
-        rotary_base_local=core_cfg.rotary_base_local,
-        rotary_adjacent_pairs=False,
-        n_key_value_heads=core_cfg.n_key_value_heads,
-        gated_mlp=True,
-        use_qk_norm=core_cfg.qk_norm,
-        use_normalization_before_and_after=core_cfg.post_norms,
-        use_attn_scale=True,
-        attn_scale=math.sqrt(scalar),
-        attn_scores_soft_cap=-1.0 if core_cfg.attn_softcap is None else core_cfg.attn_softcap,
-        output_logits_soft_cap=-1.0 if core_cfg.final_softcap is None else core_cfg.final_softcap,
-        use_local_attn=local,
-        window_size=core_cfg.sliding_window if local else None,
-        attn_types=["local" if core_cfg.is_sliding(layer) else "global" for layer in range(core_cfg.n_layers)]
-        if local
-        else None,
-        initializer_range=core_cfg.init_range,
-        original_architecture=GEMMA_ARCHITECTURES[generation],
     )
 
 
@@ -201,4 +97,4 @@ def _parameter_counts(model: nn.Module) -> dict[str, int]:
     return counts
 
 
-__all__ = ["NOT_DESCRIBED", "config_from_core", "gemma_config", "state_dict_from_core"]
+__all__ = ["config_from_core", "state_dict_from_core"]

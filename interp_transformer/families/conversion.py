@@ -87,15 +87,6 @@ def fused_qkv_activation(which: int, d_head: int):
     )[which]
 
 
-def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
-    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from interp_transformer.core.strict import build_on_meta, load_strict
-    from interp_transformer.models.decoder import DemoTransformer
-
-    model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
-
-
 def hf_model_loader(class_name: str, **from_pretrained_kwargs):
     """``load_hf_model(directory, *, dtype)`` for a ``transformers`` class: the reference ``verify_pretrained`` compares
     with."""
@@ -115,7 +106,6 @@ def hf_model_loader(class_name: str, **from_pretrained_kwargs):
 __all__ = [
     "HF_ACTIVATIONS",
     "activation",
-    "build_model",
     "hf_model_loader",
     "fresh",
     "fused_qkv_activation",

@@ -8,10 +8,12 @@ its config and dispatches to the converter the architecture registry names for i
 
 The converters
 --------------
-Each family's one ``register(...)`` line (``interp_transformer.families``) names its
-converter module here and the Hugging Face ``model_type`` values it reads;
-``architectures.hf_converters()`` gives that table, and a converter is imported only when
-used. Adding an architecture is adding its modules and that one line. A converter must define:
+Each family's one ``register(...)`` line (``families/<name>/__init__.py``) names its
+converter module (``families/<name>/hf.py``) and the Hugging Face ``model_type`` values it
+reads; ``families.hf_converters()`` gives that table, and a converter is imported only when
+used. Adding an architecture is adding its folder. A converter returns data, never a model
+(the families sit below the model classes); ``build_model`` here builds the model class the
+register line names. A converter must define:
 
 ``config_from_hf(hf_config) -> config``
     Our config from the Hugging Face config; ``ValueError`` for variants it
@@ -21,10 +23,6 @@ used. Adding an architecture is adding its modules and that one line. A converte
     return tensors sharing its input's memory; should read each input tensor
     once (the input may be a ``LazyStateDict`` reading from disk) and check
     names/shapes first with ``strict.check_checkpoint``.
-``build_model(cfg, state_dict, *, dtype, device, tokenizer) -> model``
-    Our model holding ``state_dict``; loads strictly (``strict.load_strict``:
-    missing, unexpected or mis-shaped keys raise ``CheckpointError``, a
-    ``ValueError`` listing them).
 ``hf_reference_activations(hf_model, tokens, **forward_kwargs) -> dict[str, Tensor]``
     Runs the Hugging Face model and returns its value for each of our hook
     names it can map (plus ``"logits"`` if it has a head); ``verify`` compares
@@ -32,6 +30,8 @@ used. Adding an architecture is adding its modules and that one line. A converte
 
 and may define:
 
+``config_for_weights(cfg, state_dict) -> config``
+    The config with what only the weights say (BERT's heads), before the model is built.
 ``fallback_tokenizer(hf_config) -> tokenizer | None``
     Used when neither the source nor the caller provides a tokenizer.
 ``load_hf_model(directory, *, dtype) -> transformers model``
@@ -54,17 +54,27 @@ Example (offline, a random-weight GPT-2):
 """
 
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
 
 import torch
 
 from interp_transformer.core.devices import checked_device
-from interp_transformer.core.strict import CheckpointError
-from interp_transformer.families import hf_converters
+from interp_transformer.core.strict import CheckpointError, build_on_meta, load_strict
+from interp_transformer.families import architecture_of, hf_converters
 from interp_transformer.loading.gguf_source import resolve_gguf
 from interp_transformer.loading.sources import ResolvedSource, Source, resolve_source
+from interp_transformer.models.decoder import DemoTransformer
+from interp_transformer.models.encoder import EncoderTransformer
+from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
 
-REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "build_model", "hf_reference_activations")
+REQUIRED_FUNCTIONS = ("config_from_hf", "convert_state_dict", "hf_reference_activations")
+# the model class of each kind of stack a register line names (families.registry.MODELS)
+MODEL_CLASSES = {
+    "decoder": DemoTransformer,
+    "encoder": EncoderTransformer,
+    "encoder_decoder": EncoderDecoderTransformer,
+}
 
 
 def supported_architectures() -> list[str]:
@@ -85,6 +95,21 @@ def architecture_module(model_type: str) -> ModuleType:
     if missing:
         raise TypeError(f"architecture module {module.__name__} lacks the required functions {missing}")
     return module
+
+
+def build_model(cfg, state_dict: Mapping[str, torch.Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
+    """The model class ``cfg``'s register line names, holding ``state_dict`` (our names): built on the meta device and
+    loaded strictly (``strict.load_strict``: missing, unexpected or mis-shaped keys raise ``CheckpointError``).
+
+    The family's converter may first complete ``cfg`` from the weights (``config_for_weights``: BERT's heads).
+    """
+    architecture = architecture_of(cfg)
+    if architecture.converter is not None:
+        complete = getattr(importlib.import_module(architecture.converter), "config_for_weights", None)
+        cfg = cfg if complete is None else complete(cfg, state_dict)
+    model_class = MODEL_CLASSES[architecture.model]
+    model = build_on_meta(lambda: model_class(cfg, tokenizer=tokenizer, dtype=dtype))
+    return load_strict(model, state_dict, dtype=dtype, device=device)
 
 
 def from_pretrained(
@@ -156,13 +181,14 @@ def load_with_source(source: Source, *, dtype=torch.float32, device=None, tokeni
         tokenizer = module.fallback_tokenizer(resolved.hf_config)
     # Tensors are cast as they are read, so conversion already produces the final dtype.
     state_dict = module.convert_state_dict(resolved.open_state_dict(dtype), cfg)
-    model = module.build_model(cfg, state_dict, dtype=dtype, device=device, tokenizer=tokenizer)
+    model = build_model(cfg, state_dict, dtype=dtype, device=device, tokenizer=tokenizer)
     return model, resolved
 
 
 __all__ = [
     "CheckpointError",
     "architecture_module",
+    "build_model",
     "checked_device",
     "from_pretrained",
     "load_with_source",

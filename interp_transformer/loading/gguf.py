@@ -20,7 +20,8 @@ What llama.cpp's converter changed, and is undone here:
   ``pair * d_head/2 + i`` of a head moves to ``2i + pair``. ``unpermute_rotary_rows``
   moves them back. Values are untouched, so this is exact.
 
-Architectures are rows of ``GGUF_ARCHITECTURES`` (``gguf_architectures``): the
+Architectures are the families' GGUF entries (``families.gguf_architectures()``, one
+``families/<name>/gguf.py`` each, handed in by the family's ``register`` line): the
 ``transformers`` config and model classes, whether Q/K rows are permuted, which
 block tensor is which Hugging Face tensor, what llama.cpp added to stored values
 (Gemma's norm gains are stored as ``1 + w``) and which config fields come from which
@@ -50,7 +51,9 @@ from torch import Tensor
 
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.core.strict import build_on_meta, check_checkpoint
-from interp_transformer.loading.gguf_architectures import GGUF_ARCHITECTURES, GGUFArchitecture, hf_config_fields
+from interp_transformer.families import gguf_architectures
+from interp_transformer.families.gguf_entry import GGUFArchitecture
+from interp_transformer.loading.gguf_architectures import hf_config_fields
 from interp_transformer.loading.gguf_consistency import check_header
 from interp_transformer.loading.gguf_format import (
     GGUFHeader,
@@ -121,7 +124,7 @@ def _hf_config(header: GGUFHeader, arch: str, spec: GGUFArchitecture):
 
 def hf_name(gguf_name: str, architecture: str = "llama") -> str | None:
     """The Hugging Face name of a llama.cpp tensor name in a file of ``architecture``, or ``None`` if it has none."""
-    return GGUF_ARCHITECTURES[architecture].hf_name(gguf_name)
+    return gguf_architectures()[architecture].hf_name(gguf_name)
 
 
 def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, tuple[str, ...]]:
@@ -181,7 +184,7 @@ def read_gguf(path: str | Path, dtype: torch.dtype = torch.float32, *, load_toke
     """Read the GGUF file at ``path`` as a Hugging Face checkpoint (see the module docstring).
 
     Reads the header and checks everything before any weight is read: the
-    architecture (``GGUF_ARCHITECTURES``), every tensor's type (``SUPPORTED_TYPES``),
+    architecture (``families.gguf_architectures()``), every tensor's type (``SUPPORTED_TYPES``),
     the metadata against the tensor shapes (``gguf_consistency.check_header``: the block
     count, widths and head counts, before a config is built from them), every tensor's
     name and shape (against ``model_class`` built on the meta device from
@@ -194,12 +197,13 @@ def read_gguf(path: str | Path, dtype: torch.dtype = torch.float32, *, load_toke
         raise TypeError(f"dtype must be a floating torch dtype (e.g. torch.float32), received {dtype!r}")
     header = read_header(path)
     arch = header.metadata.get("general.architecture")
-    if arch not in GGUF_ARCHITECTURES:
+    architectures = gguf_architectures()
+    if arch not in architectures:
         raise ValueError(
             f"{header.path} holds a GGUF model of architecture {arch!r}; supported architectures: "
-            f"{sorted(GGUF_ARCHITECTURES)}"
+            f"{sorted(architectures)}"
         )
-    spec = GGUF_ARCHITECTURES[arch]
+    spec = architectures[arch]
     for info in header.tensors.values():
         check_supported_type(info)
     names = _hf_names(header, spec)
@@ -257,7 +261,6 @@ def find_smollm2() -> Path:
 __all__ = [
     "GGUFArchitecture",
     "GGUFCheckpoint",
-    "GGUF_ARCHITECTURES",
     "find_smollm2",
     "hf_name",
     "read_gguf",

@@ -18,7 +18,7 @@ head count (its fused q/k/v has ``3 * d_model`` rows whatever the count).
 import itertools
 from typing import Any
 
-from interp_transformer.loading.gguf_architectures import BLOCK_NAME, metadata_int
+from interp_transformer.families.gguf_entry import BLOCK_NAME, metadata_int
 from interp_transformer.loading.gguf_format import GGUFHeader
 
 _LISTED = 10  # block numbers and tensor names listed in a message

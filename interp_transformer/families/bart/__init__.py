@@ -1,1 +1,12 @@
-"""The bart family, whole: hf.py, recipe.py."""
+"""BART, whole.
+
+* ``recipe.py``: its config, parts, capabilities and hook names
+* ``hf.py``: its Hugging Face converter
+
+Its one ``register(...)`` line below feeds loading's, GGUF's and TransformerLens' tables.
+"""
+
+from interp_transformer.families.bart import recipe
+from interp_transformer.families.registry import register
+
+register(recipe.ARCHITECTURE, converter=f"{__name__}.hf", hf_model_types=("bart",), model="encoder_decoder")

@@ -27,9 +27,7 @@ from torch import Tensor
 
 from interp_transformer.core.strict import (
     CheckpointError,
-    build_on_meta,
     check_checkpoint,
-    load_strict,
     state_dict_shapes,
 )
 from interp_transformer.families.bart.recipe import POSITION_OFFSET, BartConfig
@@ -232,14 +230,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BartConfig) -> 
     return ours
 
 
-def build_model(cfg, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
-    """An ``EncoderDecoderTransformer`` holding ``state_dict``, built on the meta device and loaded strictly."""
-    from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
-
-    model = build_on_meta(lambda: EncoderDecoderTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
-
-
 def load_hf_model(directory, *, dtype=torch.float32):
     """The Hugging Face reference of a BART directory: ``BartForConditionalGeneration``, eager attention."""
     from transformers import BartForConditionalGeneration
@@ -322,7 +312,6 @@ def hf_reference_activations(
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "hf_reference_activations",

@@ -4,7 +4,8 @@ The architecture-module contract of ``interp_transformer.loading``:
 
 * ``config_from_hf(hf_config) -> EncoderConfig`` (the body; the heads come from the weights),
 * ``convert_state_dict(hf_state_dict, cfg) -> our state dict`` (pure: no model is built),
-* ``build_model(cfg, state_dict, *, dtype, device, tokenizer) -> EncoderTransformer``,
+* ``config_for_weights(cfg, state_dict) -> EncoderConfig``: the heads the weights hold (``loading.build_model``
+  builds the model),
 * ``hf_reference_activations(hf_model, tokens, attention_mask, token_type_ids)``: HF's
   activations under our hook names (and ``"logits"`` for an MLM head), for ``verify``,
 * ``load_hf_model(directory, *, dtype)``: the matching HF reference model.
@@ -47,16 +48,13 @@ from torch import Tensor
 
 from interp_transformer.core.strict import (
     DECODER_SHAPE_FIELDS,
-    build_on_meta,
     check_checkpoint,
     check_layer_count,
-    load_strict,
     require_config_fields,
     state_dict_shapes,
 )
 from interp_transformer.families.bert.recipe import EncoderConfig
 from interp_transformer.families.reference import Recorder, run_reference, split_heads
-from interp_transformer.models.encoder import EncoderTransformer
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 VERIFY_PADDED = True  # verify_pretrained compares on a padded batch by default: the mask must match too
@@ -201,7 +199,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
 
     ``cfg`` fixes the body's shapes; the heads are whatever the checkpoint holds
     (``pooler.*`` -> our pooler, ``cls.predictions.*`` -> our MLM head), and
-    ``build_model`` sets ``cfg.has_pooler``/``has_mlm_head`` from the result. Every
+    ``config_for_weights`` sets ``cfg.has_pooler``/``has_mlm_head`` from the result. Every
     name and shape is checked before any tensor is read; each tensor is then read
     once and copied, so the result never shares memory with the input.
     """
@@ -294,22 +292,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: EncoderConfig) 
     return ours
 
 
-def build_model(
-    cfg: EncoderConfig,
-    state_dict: Mapping[str, Tensor],
-    *,
-    dtype: torch.dtype = torch.float32,
-    device=None,
-    tokenizer=None,
-) -> EncoderTransformer:
-    """An ``EncoderTransformer`` (eval mode) holding ``state_dict``; the heads follow its keys.
+def config_for_weights(cfg: EncoderConfig, state_dict: Mapping[str, Tensor]) -> EncoderConfig:
+    """``cfg`` with the heads ``state_dict`` holds: ``has_pooler`` and ``has_mlm_head`` follow its keys.
 
-    Built on the meta device and loaded strictly (``strict.load_strict``): a state dict
-    that does not fit raises ``CheckpointError`` listing every difference.
+    ``loading.build_model`` calls it before building the ``EncoderTransformer`` (eval mode) on the
+    meta device and loading it strictly (``strict.load_strict``): a state dict that does not fit
+    raises ``CheckpointError`` listing every difference.
     """
-    cfg = cfg.replace(has_pooler="pooler.W_pool" in state_dict, has_mlm_head="mlm_head.unembed.W_U" in state_dict)
-    model = build_on_meta(lambda: EncoderTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
+    return cfg.replace(has_pooler="pooler.W_pool" in state_dict, has_mlm_head="mlm_head.unembed.W_U" in state_dict)
 
 
 def load_hf_model(directory, *, dtype: torch.dtype = torch.float32):
@@ -388,7 +378,7 @@ def hf_reference_activations(
 __all__ = [
     "HF_ACTIVATIONS",
     "SUPPORTED_MODEL_TYPES",
-    "build_model",
+    "config_for_weights",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

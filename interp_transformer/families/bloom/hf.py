@@ -28,7 +28,6 @@ from torch import Tensor
 from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
 from interp_transformer.families.bloom.recipe import BloomConfig
 from interp_transformer.families.conversion import (
-    build_model,
     fresh,
     fused_qkv_activation,
     heads_out,
@@ -241,7 +240,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 __all__ = [
     "DEFAULT_N_CTX",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

@@ -35,7 +35,6 @@ from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
     CheckedCheckpoint,
-    build_model,
     convert_attention,
     convert_gated_mlp,
     convert_read_out,
@@ -277,7 +276,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GemmaConfig) ->
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

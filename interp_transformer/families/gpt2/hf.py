@@ -19,10 +19,8 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_transformer.core.strict import (
-    build_on_meta,
     check_checkpoint,
     check_layer_count,
-    load_strict,
     require_config_fields,
     state_dict_shapes,
 )
@@ -188,16 +186,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: TransformerConf
     return ours
 
 
-def build_model(
-    cfg: TransformerConfig, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None
-):
-    """A ``DemoTransformer`` holding ``state_dict`` (our names), built on the meta device and loaded strictly."""
-    from interp_transformer.models.decoder import DemoTransformer
-
-    model = build_on_meta(lambda: DemoTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
-
-
 def fallback_tokenizer(hf_config):
     """GPT-2's own tokenizer (built offline) when the source has none and the vocabulary is GPT-2's."""
     if hf_config.vocab_size != GPT2_VOCAB_SIZE:
@@ -262,7 +250,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 __all__ = [
     "ACTIVATIONS",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

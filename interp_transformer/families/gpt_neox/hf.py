@@ -32,7 +32,6 @@ from interp_transformer.core.strict import (
 )
 from interp_transformer.families.conversion import (
     activation,
-    build_model,
     fresh,
     fused_qkv_activation,
     heads_out,
@@ -231,7 +230,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 
 __all__ = [
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

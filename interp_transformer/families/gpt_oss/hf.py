@@ -42,7 +42,6 @@ from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
 from interp_transformer.families.llama.hf import (
     CheckedCheckpoint,
-    build_model,
     convert_attention,
     convert_read_out,
     load_hf_model,
@@ -251,7 +250,6 @@ def _convert_mixture(read, cfg: GptOssConfig, layer: int) -> dict[str, Tensor]:
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

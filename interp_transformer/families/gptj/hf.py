@@ -21,7 +21,6 @@ from torch import Tensor
 from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
 from interp_transformer.families.conversion import (
     activation,
-    build_model,
     fresh,
     heads_in,
     heads_out,
@@ -202,7 +201,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 
 __all__ = [
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

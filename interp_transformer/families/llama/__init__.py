@@ -1,1 +1,21 @@
-"""The llama family, whole: hf.py, recipe.py, reference.py."""
+"""Llama (and Mistral, Qwen2, Qwen3), whole.
+
+* ``recipe.py``: its config, parts, capabilities and hook names
+* ``hf.py``: its Hugging Face converter
+* ``reference.py``: its Hugging Face reference recorder
+* ``gguf.py``: its GGUF entries
+* ``lens.py``: its TransformerLens mapping
+
+Its one ``register(...)`` line below feeds loading's, GGUF's and TransformerLens' tables.
+"""
+
+from interp_transformer.families.llama import gguf, lens, recipe
+from interp_transformer.families.registry import register
+
+register(
+    recipe.ARCHITECTURE,
+    converter=f"{__name__}.hf",
+    hf_model_types=("llama", "mistral", "qwen2", "qwen3"),
+    gguf=gguf.ARCHITECTURES,
+    lens=lens.hooked_config,
+)

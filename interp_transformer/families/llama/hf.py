@@ -38,7 +38,6 @@ from interp_transformer.core.strict import (
     state_dict_shapes,
 )
 from interp_transformer.families.conversion import (
-    build_model,
     fresh,
     heads_in,
     heads_out,
@@ -340,7 +339,6 @@ def load_hf_model(directory, *, dtype=torch.float32):
 __all__ = [
     "CheckedCheckpoint",
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_attention",
     "convert_gated_mlp",

@@ -16,7 +16,6 @@ from torch import Tensor
 
 from interp_transformer.core.strict import CheckpointError
 from interp_transformer.families.bart.hf import (
-    build_model,
     check_model_type,
     common_config_fields,
     convert_body,
@@ -98,7 +97,6 @@ def hf_reference_activations(
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "hf_reference_activations",

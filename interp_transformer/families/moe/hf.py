@@ -36,7 +36,6 @@ from interp_transformer.families.llama.hf import (
     CheckedCheckpoint,
     _rope_scaling,
     _sliding_window,
-    build_model,
     convert_attention,
     convert_gated_mlp,
     convert_read_out,
@@ -234,7 +233,6 @@ def _convert_mixture(
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

@@ -31,7 +31,6 @@ from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_
 from interp_transformer.families.conversion import HF_ACTIVATIONS, fresh
 from interp_transformer.families.llama.hf import (
     CheckedCheckpoint,
-    build_model,
     convert_attention,
     convert_gated_mlp,
     convert_read_out,
@@ -219,7 +218,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Olmo2Config) ->
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

@@ -34,7 +34,6 @@ from torch import Tensor
 from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
 from interp_transformer.families.conversion import (
     activation,
-    build_model,
     fresh,
     heads_in,
     heads_out,
@@ -259,7 +258,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 __all__ = [
     "POSITION_OFFSET",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

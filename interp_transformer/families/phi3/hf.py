@@ -39,7 +39,6 @@ from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
-    build_model,
     fresh,
     heads_in,
     heads_out,
@@ -286,7 +285,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

@@ -1,1 +1,12 @@
-"""The smollm3 family, whole: hf.py, recipe.py."""
+"""SmolLM3, whole.
+
+* ``recipe.py``: its config, parts, capabilities and hook names
+* ``hf.py``: its Hugging Face converter
+
+Its one ``register(...)`` line below feeds loading's, GGUF's and TransformerLens' tables.
+"""
+
+from interp_transformer.families.registry import register
+from interp_transformer.families.smollm3 import recipe
+
+register(recipe.ARCHITECTURE, converter=f"{__name__}.hf", hf_model_types=("smollm3",))

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.families.conversion import build_model
 from interp_transformer.families.llama.hf import convert_state_dict as llama_convert_state_dict
 from interp_transformer.families.llama.hf import expected_hf_shapes, llama_fields, load_hf_model
 from interp_transformer.families.llama.reference import hf_reference_activations as llama_reference_activations
@@ -102,7 +101,6 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
 
 __all__ = [
     "MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

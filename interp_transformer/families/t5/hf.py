@@ -32,7 +32,7 @@ import einops
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import build_on_meta, check_checkpoint, load_strict, state_dict_shapes
+from interp_transformer.core.strict import check_checkpoint, state_dict_shapes
 from interp_transformer.families.bart.hf import HF_ACTIVATIONS, check_model_type, run_seq2seq
 from interp_transformer.families.encoder_decoder_conversion import (
     attention_shapes,
@@ -171,14 +171,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: T5Config) -> di
     return ours
 
 
-def build_model(cfg: T5Config, state_dict: Mapping[str, Tensor], *, dtype=torch.float32, device=None, tokenizer=None):
-    """An ``EncoderDecoderTransformer`` holding ``state_dict``, built on the meta device and loaded strictly."""
-    from interp_transformer.models.encoder_decoder import EncoderDecoderTransformer
-
-    model = build_on_meta(lambda: EncoderDecoderTransformer(cfg, tokenizer=tokenizer, dtype=dtype))
-    return load_strict(model, state_dict, dtype=dtype, device=device)
-
-
 def load_hf_model(directory, *, dtype=torch.float32):
     """The Hugging Face reference of a T5 directory: ``T5ForConditionalGeneration``, eager attention."""
     from transformers import T5ForConditionalGeneration
@@ -240,7 +232,6 @@ def hf_reference_activations(
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
-    "build_model",
     "config_from_hf",
     "convert_state_dict",
     "expected_hf_shapes",

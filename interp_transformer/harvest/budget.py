@@ -41,7 +41,7 @@ class BatchPlan:
     held_bytes: int  # cache_bytes + one full shard
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -28,12 +28,15 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import datasets
 
 Document = str | list[int]
 CorpusLike = Union[
     "Corpus", str, Path, Sequence[str], Sequence[Sequence[int]], Sequence[str | Path], "datasets.Dataset"
-]  # noqa: F821
+]
 HF_LOADERS = ("json", "text")
 
 
@@ -54,17 +57,17 @@ class Corpus:
 
     @classmethod
     def from_text_files(cls, paths: Sequence[str | Path], allow_empty_files: bool = True) -> "Corpus":
-        paths = [_existing_file(p, allow_empty_files) for p in paths]
-        return cls(f"text files {[str(p) for p in paths]}", lambda: (p.read_text(encoding="utf-8") for p in paths))
+        files = [_existing_file(p, allow_empty_files) for p in paths]
+        return cls(f"text files {[str(p) for p in files]}", lambda: (p.read_text(encoding="utf-8") for p in files))
 
     @classmethod
     def from_jsonl(
         cls, paths: Sequence[str | Path], text_field: str = "text", allow_empty_files: bool = True
     ) -> "Corpus":
-        paths = [_existing_file(p, allow_empty_files) for p in paths]
+        files = [_existing_file(p, allow_empty_files) for p in paths]
         return cls(
-            f"JSONL {[str(p) for p in paths]} field {text_field!r}",
-            lambda: _read_jsonl(paths, text_field, allow_empty_files),
+            f"JSONL {[str(p) for p in files]} field {text_field!r}",
+            lambda: _read_jsonl(files, text_field, allow_empty_files),
         )
 
     @classmethod

@@ -41,7 +41,7 @@ def weights_sha256(model: torch.nn.Module) -> str:
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     # a uint8 view reads every dtype's bytes (numpy has no bfloat16) without converting values
     flat = einops.rearrange(tensor.detach().cpu().contiguous(), "... -> (...)")
-    return memoryview(flat.view(torch.uint8).numpy())
+    return flat.view(torch.uint8).numpy().data  # the array's buffer, as a memoryview
 
 
 def tensor_sha256(tensor: torch.Tensor) -> str:

@@ -1,6 +1,7 @@
 """The model a harvest runs: a model object, a shipped model's name, or anything ``from_pretrained`` loads."""
 
 from pathlib import Path
+from typing import Any, TypeGuard
 
 import torch
 
@@ -9,14 +10,14 @@ from interp_transformer.pretrained import SHIPPED_MODELS, load_shipped
 ModelSource = str | Path | torch.nn.Module
 
 
-def is_hooked_model(obj) -> bool:
+def is_hooked_model(obj: object) -> TypeGuard[torch.nn.Module]:
     """Ours (or any model with the same surface): ``hook_dict``, ``run_with_cache`` and ``estimate_cache_bytes``."""
     return isinstance(obj, torch.nn.Module) and all(
         hasattr(obj, attribute) for attribute in ("hook_dict", "run_with_cache", "estimate_cache_bytes", "cfg")
     )
 
 
-def load_model(source: ModelSource, *, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, str]:
+def load_model(source: ModelSource, *, dtype: torch.dtype, device: torch.device) -> tuple[Any, str]:
     """``(model in eval mode on device, description)``.
 
     A hooked model object is used as given and moved to ``device`` (in place);
@@ -35,7 +36,8 @@ def load_model(source: ModelSource, *, dtype: torch.dtype, device: torch.device)
         )
     from interp_transformer.loading import from_pretrained
 
-    model = from_pretrained(source, dtype=dtype, device=device).eval()
+    # a module left here has a config: a transformers model
+    model = from_pretrained(source, dtype=dtype, device=device).eval()  # type: ignore[arg-type]
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
         description = f"directory {path.resolve()}" if path.is_dir() else f"hub model {source}"

@@ -12,6 +12,23 @@ from .context import ReportSection
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
+
+def figure_div(fig, div_id: str, default_height: int) -> str:
+    """The figure as a ``<div class="figure">`` for a page that loads plotly.js once (the report, the dashboards):
+    its own height, else ``default_height`` pixels."""
+    height = fig.layout.height or default_height
+    div = pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        div_id=div_id,
+        config=PLOT_CONFIG,
+        default_height=f"{height}px",
+    )
+    return f'<div class="figure">{div}</div>'
+
+
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto; max-width: 1200px;
        padding: 1em 2em; color: #222; }
@@ -65,17 +82,7 @@ class Report:
             parts.append(section.html)
             figures = []
             for fig in section.figures:
-                height = fig.layout.height or 450
-                div = pio.to_html(
-                    fig,
-                    full_html=False,
-                    include_plotlyjs=False,
-                    include_mathjax=False,
-                    div_id=f"figure-{figure_index}",
-                    config=PLOT_CONFIG,
-                    default_height=f"{height}px",
-                )
-                figures.append(f'<div class="figure">{div}</div>')
+                figures.append(figure_div(fig, f"figure-{figure_index}", 450))
                 figure_index += 1
             if figures:
                 parts.append(f'<div class="figures">{"".join(figures)}</div>')

@@ -10,10 +10,9 @@ library. Every number a reader sees is also in the DOM as data (``data-value``,
 import html
 from collections.abc import Callable, Sequence
 
-import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ..report.page import PLOT_CONFIG, STYLE
+from ..report.page import STYLE, figure_div
 from ..views import library_script
 
 EXTRA_STYLE = """
@@ -35,20 +34,6 @@ def _quote(token: str) -> str:
 
 def _number(value: float) -> str:
     return f"{value:.4g}"
-
-
-def _figure_div(fig, div_id: str) -> str:
-    height = fig.layout.height or 380
-    div = pio.to_html(
-        fig,
-        full_html=False,
-        include_plotlyjs=False,
-        include_mathjax=False,
-        div_id=div_id,
-        config=PLOT_CONFIG,
-        default_height=f"{height}px",
-    )
-    return f'<div class="figure">{div}</div>'
 
 
 def _logits_table(rows: Sequence[tuple[str, int, float]], table_id: str, caption: str) -> str:
@@ -88,7 +73,7 @@ def _logits_section(dashboard) -> str:
         + _logits_table(dashboard.suppressed, "suppressed", "suppressed most")
         + "</div>"
     )
-    parts.append(_figure_div(dashboard.logits_figure(), "logits-plot") + "</section>")
+    parts.append(figure_div(dashboard.logits_figure(), "logits-plot", 380) + "</section>")
     return "".join(parts)
 
 
@@ -132,7 +117,7 @@ def feature_page(dashboard, index_link: str | None = None) -> str:
         '<section id="histogram"><h2>Activation histogram</h2>'
         f"<p>Nonzero activations over the text read; the feature is zero on the other "
         f"{_number(100 * (1 - dashboard.firing_rate))}% of tokens.</p>"
-        f"{_figure_div(dashboard.histogram_figure(), 'histogram-plot')}</section>"
+        f"{figure_div(dashboard.histogram_figure(), 'histogram-plot', 380)}</section>"
         f"{_logits_section(dashboard)}{_examples_section(dashboard)}"
     )
     return _page(dashboard.title, body, scripts=True)

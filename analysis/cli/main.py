@@ -214,9 +214,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    out_help = f"where to write the report (default: ./{DEFAULT_REPORT})"
-    weights_help = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
+    _add_demo_parser(commands)
+    _add_report_parser(commands)
+    _add_verify_parser(commands)
+    add_training_parsers(commands)
+    add_patch_parser(commands)
+    add_circuit_parser(commands)
+    add_benchmark_parser(commands)
 
+    from interp_transformer.harvest.cli import add_harvest_parser
+
+    add_harvest_parser(commands)
+    add_graph_parsers(commands)
+    add_lens_parser(commands)
+    add_steer_parser(commands)
+    add_probe_parser(commands)
+    return parser
+
+
+_OUT_HELP = f"where to write the report (default: ./{DEFAULT_REPORT})"
+_WEIGHTS_HELP = "directory holding induction-2l.safetensors and .json (default: the copy inside the package)"
+
+
+def _add_demo_parser(commands) -> None:
     demo = commands.add_parser(
         "demo",
         help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
@@ -232,19 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes",
     )
     demo.add_argument("--prompt", metavar="TEXT", help=f"the text to analyse (default: {DEMO_PROMPT!r})")
-    demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
+    demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=_OUT_HELP)
     demo.add_argument(
         "--seq-len", type=positive_int, metavar="N", help="induction-2l: random tokens before the repeat (default: 15)"
     )
     demo.add_argument("--seed", type=int, default=0, help="induction-2l: seed of the random tokens (default: 0)")
-    demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=weights_help)
+    demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=_WEIGHTS_HELP)
     demo.set_defaults(run=cmd_demo)
 
+
+def _add_report_parser(commands) -> None:
     report = commands.add_parser(
         "report",
         help="write the HTML report for any model and prompt",
         epilog=EPILOG,
-        formatter_class=raw,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Analyse a model on one prompt and write a self-contained HTML report.",
     )
     report.add_argument(
@@ -259,13 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="the text to analyse; for a model without a tokenizer (induction-2l), token ids separated by spaces",
     )
-    report.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=out_help)
+    report.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=_OUT_HELP)
     report.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the weights (default: float32)"
     )
-    report.add_argument("--weights-dir", type=Path, metavar="DIR", help=f"for induction-2l: {weights_help}")
+    report.add_argument("--weights-dir", type=Path, metavar="DIR", help=f"for induction-2l: {_WEIGHTS_HELP}")
     report.set_defaults(run=cmd_report)
 
+
+def _add_verify_parser(commands) -> None:
     verify = commands.add_parser(
         "verify",
         help="compare the model with Hugging Face's, hook by hook",
@@ -286,20 +310,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")
     verify.set_defaults(run=cmd_verify)
-
-    add_training_parsers(commands)
-    add_patch_parser(commands)
-    add_circuit_parser(commands)
-    add_benchmark_parser(commands)
-
-    from interp_transformer.harvest.cli import add_harvest_parser
-
-    add_harvest_parser(commands)
-    add_graph_parsers(commands)
-    add_lens_parser(commands)
-    add_steer_parser(commands)
-    add_probe_parser(commands)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

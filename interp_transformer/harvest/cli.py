@@ -86,8 +86,14 @@ _token_id = _int_at_least(0, "a token id (an integer >= 0)")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the harvest options to ``parser``."""
-    model = parser.add_argument_group("model")
+    """Add the harvest options to ``parser``: the model, the corpus and contexts, then what to keep and how."""
+    _model_options(parser.add_argument_group("model"))
+    _corpus_options(parser.add_argument_group("corpus and contexts"))
+    _run_options(parser.add_argument_group("what to keep and how"))
+    return parser
+
+
+def _model_options(model) -> None:
     model.add_argument(
         "--model",
         required=True,
@@ -108,7 +114,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         metavar="STEP",
         help=f"apply a weight-processing step before harvesting (repeatable, in order): {', '.join(PROCESSING_STEPS)}",
     )
-    data = parser.add_argument_group("corpus and contexts")
+
+
+def _corpus_options(data) -> None:
     data.add_argument("--corpus", required=True, nargs="+", type=Path, metavar="PATH", help="the documents (see below)")
     data.add_argument(
         "--hf-loader", choices=("json", "text"), help="read --corpus with datasets.load_dataset(LOADER, data_files=...)"
@@ -129,7 +137,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         metavar="ID",
         help="the id placed between documents (default: the tokenizer's EOS, else the BOS)",
     )
-    run = parser.add_argument_group("what to keep and how")
+
+
+def _run_options(run) -> None:
     run.add_argument("--hooks", required=True, nargs="+", metavar="NAME", help="hook names or glob patterns")
     run.add_argument(
         "--dtype",
@@ -165,7 +175,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="afterwards, also write SAELens' cached-activations layout to DIR",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
 
 
 def add_harvest_parser(subparsers) -> argparse.ArgumentParser:

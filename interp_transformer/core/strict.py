@@ -12,6 +12,7 @@ NaN or inf (``check_finite``): a damaged checkpoint must not load and compute Na
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -161,19 +162,22 @@ def check_finite(name: str, tensor: Tensor, what: str) -> None:
     )
 
 
-def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
+ModuleT = TypeVar("ModuleT", bound=nn.Module)  # the model class built and loaded, given back as it is
+
+
+def build_on_meta(factory: Callable[[], ModuleT]) -> ModuleT:
     """Run ``factory()`` with the ``meta`` device as default: parameters get shapes but no memory."""
     with torch.device("meta"):
         return factory()
 
 
 def load_strict(
-    model: nn.Module,
+    model: ModuleT,
     state_dict: Mapping[str, Tensor],
     *,
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
-) -> nn.Module:
+) -> ModuleT:
     """Load ``state_dict`` into ``model`` (typically built with ``build_on_meta``), strictly.
 
     Names and shapes must match the model's exactly (``CheckpointError`` lists every

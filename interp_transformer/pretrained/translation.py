@@ -48,9 +48,9 @@ LARGEST = 999_999
 HELD_OUT_MODULUS = 31  # numbers with n * 2654435761 % 31 == 0 are held out
 
 
-def _group(value: int) -> list[tuple[str, dict[int, int]]]:
+def _group(value: int) -> list[tuple[str, set[int]]]:
     """Words of ``0 < value < 1000``, each with the places (2 hundreds, 1 tens, 0 units) whose digit it gives."""
-    words: list[tuple[str, dict]] = []
+    words: list[tuple[str, set[int]]] = []
     hundreds, rest = divmod(value, 100)
     if hundreds:
         words += [(UNITS[hundreds - 1], {2}), ("hundred", set())]
@@ -76,7 +76,7 @@ def spelled_with_places(number: int) -> list[tuple[str, set[int]]]:
     if number == 0:
         return [("zero", {0})]
     thousands, units = divmod(number, 1000)
-    words = []
+    words: list[tuple[str, set[int]]] = []
     if thousands:
         words += [(word, {place + 3 for place in places}) for word, places in _group(thousands)] + [("thousand", set())]
     if units:
@@ -191,7 +191,7 @@ def encode_numbers(numbers: Sequence[int]) -> Batch:
 def sample_numbers(n: int, generator: torch.Generator, held_out: bool = False) -> list[int]:
     """``n`` numbers, their digit count uniform (1..6, or 3..6 for the held-out set), uniform within it among
     the held-out numbers or the others."""
-    numbers = []
+    numbers: list[int] = []
     while len(numbers) < n:
         digits = int(torch.randint(3 if held_out else 1, 7, (1,), generator=generator))
         low = 0 if digits == 1 else 10 ** (digits - 1)

@@ -67,7 +67,7 @@ def _tensor_ids(model) -> tuple[int, ...]:
     if getattr(model, "tokenizer", None) is None:
         return ()
     try:
-        return tuple(special_token_ids(model, True))
+        return tuple(special_token_ids(model, True) or ())  # None only when nothing is excluded
     except ValueError:  # a tokenizer with no special token at all
         return ()
 

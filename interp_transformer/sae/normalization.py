@@ -82,6 +82,8 @@ def denormalize(mode: str, y: Tensor, stats: InputStats | None) -> Tensor:
         )
     if mode == "constant_norm_rescale":
         return y / stats.scale
+    if stats.shift is None:  # layer_norm's statistics always carry the mean
+        raise ValueError(f"decoding with normalize_activations={mode!r} needs the input's mean, got none")
     return y * stats.scale + stats.shift
 
 

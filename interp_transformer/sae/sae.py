@@ -85,6 +85,7 @@ class SAE(HookedRootModule):
     b_dec: nn.Parameter
     W_skip: nn.Parameter
     hook_sae_acts_pre: HookPoint
+    hook_sae_error: HookPoint
     hook_sae_output: HookPoint
 
     def __init__(

@@ -117,6 +117,8 @@ def weights_on_meta(sae: SAE) -> Iterator[None]:
     real = dict(sae._parameters)
     try:
         for name, weight in real.items():
+            if weight is None:  # a parameter registered as None has no weight to swap
+                continue
             sae._parameters[name] = torch.nn.Parameter(torch.empty_like(weight, device="meta"), weight.requires_grad)
         yield
     finally:
@@ -166,6 +168,7 @@ class _Splice:
         self.captured = activation
 
     def replace(self, activation: Tensor, hook) -> Tensor:
+        x: Tensor | None
         if self.read_point is self.write_point:
             x = activation
         else:

@@ -250,7 +250,8 @@ def capture_activations(
     naming the closest submodule names.
     """
     submodules = dict(module.named_modules())
-    captured, handles = {}, []
+    captured: dict[str, Tensor] = {}
+    handles: list = []
     try:
         for name, where in hook_map.items():
             path, _, side = where.partition(":")
@@ -367,7 +368,7 @@ def verify_pretrained(
     return verify_against_hf(model, hf_model, tokens, atol=atol, rtol=rtol, float64_recheck=float64_recheck)
 
 
-def random_ids(d_vocab: int, length: int, avoid: set = frozenset(), seed: int = 0) -> torch.Tensor:
+def random_ids(d_vocab: int, length: int, avoid: set | frozenset = frozenset(), seed: int = 0) -> torch.Tensor:
     """``[1, length]`` seeded random token ids in ``[0, d_vocab)``, none of them in ``avoid`` (a padding id would be
     masked)."""
     skipped = sorted(token for token in avoid if 0 <= token < d_vocab)

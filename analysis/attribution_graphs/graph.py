@@ -34,6 +34,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 
+def rows_of(name: str) -> property:
+    """A read-only size: the number of rows of the tensor attribute ``name`` (a graph's and a replacement model's
+    positions, features, logits and nodes)."""
+    return property(lambda self: getattr(self, name).shape[0], doc=f"rows of ``{name}``")
+
+
 @dataclass
 class AttributionGraph:
     """One prompt's attribution graph (module docstring)."""
@@ -62,21 +68,10 @@ class AttributionGraph:
             self.unselected_effect = torch.zeros(self.adjacency_matrix.shape[0], dtype=self.adjacency_matrix.dtype)
 
     # --- sizes and slices -----------------------------------------------------------------
-    @property
-    def n_pos(self) -> int:
-        return self.tokens.shape[0]
-
-    @property
-    def n_features(self) -> int:
-        return self.active_features.shape[0]
-
-    @property
-    def n_logits(self) -> int:
-        return self.logit_tokens.shape[0]
-
-    @property
-    def n_nodes(self) -> int:
-        return self.adjacency_matrix.shape[0]
+    n_pos = rows_of("tokens")
+    n_features = rows_of("active_features")
+    n_logits = rows_of("logit_tokens")
+    n_nodes = rows_of("adjacency_matrix")
 
     @property
     def features(self) -> slice:

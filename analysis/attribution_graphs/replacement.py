@@ -43,6 +43,7 @@ from interp_transformer.hooks.thread_state import attach_forward_hooks, restores
 from interp_transformer.text.special_tokens import SPECIAL_TOKEN_ATTRIBUTES, special_token_ids
 
 from .. import _checks
+from .graph import rows_of
 from .transcoders import LayerTranscoder, mlp_slots, transcoder_layers
 
 
@@ -134,13 +135,8 @@ class ReplacementModel:
             self.inputs = [cache[layer.reads][0] for layer in self.layers]
             self._setup_features([cache[layer.writes][0] for layer in self.layers])
 
-    @property
-    def n_pos(self) -> int:
-        return self.tokens.shape[0]
-
-    @property
-    def n_features(self) -> int:
-        return self.active_features.shape[0]
+    n_pos = rows_of("tokens")
+    n_features = rows_of("active_features")
 
     def _setup_features(self, outputs: list[Tensor]) -> None:
         """Active features, their writes and the error nodes, from the MLP inputs and outputs on the prompt."""

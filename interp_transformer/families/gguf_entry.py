@@ -50,6 +50,8 @@ class GGUFArchitecture:
     block_tensors: Mapping[str, str] = field(default_factory=lambda: LLAMA_BLOCK_TENSORS)
     # llama.cpp stores Gemma's norm gains as 1 + w; Hugging Face's Gemma norms hold w (gain 1 + w)
     norm_offset: float = 0.0
+    # its SentencePiece (tokenizer.ggml.model 'llama') vocabulary is ranked by file order, with no prefix space
+    sentencepiece_by_file_order: bool = False
     # config fields beyond the shared ones, from (metadata, arch)
     extra_fields: Callable[[Mapping[str, Any], str], dict] | None = None
     # block tensors whose ``.weight`` is a Hugging Face parameter with no ``.weight`` of its own (stacked experts)

@@ -34,6 +34,8 @@ respelled ``▁▁...``, as the text they match is.
 from collections.abc import Mapping
 from typing import Any
 
+from interp_transformer.families import gguf_architectures
+
 GPT2_WORDS = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_WORDS = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -61,8 +63,6 @@ PRE_TOKENIZER_SPLITS: dict[str, tuple[str, ...]] = {
     "qwen2": (QWEN2_WORDS,),
 }
 SUPPORTED_TOKENIZER_MODELS = ("gpt2", "llama")
-# architectures whose SentencePiece ("llama") vocabulary is ranked by file order, with no prefix space
-SENTENCEPIECE_ARCHITECTURES = ("gemma", "gemma2", "gemma3")
 SPACE = "\u2581"
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
@@ -131,7 +131,7 @@ def byte_level_backend(metadata: Mapping[str, Any], tokens: list[str], token_typ
 
     alphabet = _byte_alphabet()
     spelled = set(alphabet.values())
-    vocab = {}
+    vocab: dict[str, int] = {}
     for token_id, (token, token_type) in enumerate(zip(tokens, token_types)):
         if token_type not in (CONTROL, USER_DEFINED) and not set(token) <= spelled:
             # a plain token written as raw text: spell it in the byte alphabet, as BPE will produce it
@@ -153,7 +153,7 @@ def byte_level_backend(metadata: Mapping[str, Any], tokens: list[str], token_typ
 def sentencepiece_merges(tokens: list[str]) -> list[tuple[str, str]]:
     """The merges a SentencePiece BPE whose pieces are ranked by position applies, best first (module docstring)."""
     ids = {token: token_id for token_id, token in enumerate(tokens)}
-    merges = []
+    merges: list[tuple[str, str]] = []
     for token in tokens:
         # within one piece: the longer left part first
         merges.extend(
@@ -171,7 +171,7 @@ def sentencepiece_backend(metadata: Mapping[str, Any], tokens: list[str], token_
 
     # a run of spaces stored as raw spaces matches the normalized text's run of ▁
     tokens = [token.replace(" ", SPACE) if token and not token.strip() else token for token in tokens]
-    vocab = {}
+    vocab: dict[str, int] = {}
     for token_id, token in enumerate(tokens):
         vocab.setdefault(token, token_id)
     _check_unique(vocab, tokens)
@@ -222,10 +222,12 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: str 
             "(byte-level BPE; SentencePiece for the Gemma architectures). Read the file with load_tokenizer=False "
             "to skip the tokenizer."
         )
-    if model == "llama" and architecture not in SENTENCEPIECE_ARCHITECTURES:
+    # the architectures whose GGUF entry says their SentencePiece vocabulary is ranked by file order
+    sentencepiece = [arch for arch, entry in gguf_architectures().items() if entry.sentencepiece_by_file_order]
+    if model == "llama" and architecture not in sentencepiece:
         raise ValueError(
             f"tokenizer.ggml.model='llama' (SentencePiece) is rebuilt for the architectures "
-            f"{list(SENTENCEPIECE_ARCHITECTURES)}, whose pieces are ranked by their order in the file; received "
+            f"{sentencepiece}, whose pieces are ranked by their order in the file; received "
             f"architecture {architecture!r}. Read the file with load_tokenizer=False to skip the tokenizer."
         )
     from tokenizers import AddedToken
@@ -279,7 +281,6 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: str 
 
 __all__ = [
     "PRE_TOKENIZER_SPLITS",
-    "SENTENCEPIECE_ARCHITECTURES",
     "SUPPORTED_TOKENIZER_MODELS",
     "sentencepiece_merges",
     "tokenizer_from_gguf_metadata",

@@ -83,7 +83,7 @@ def _gemma3_fields(metadata: Mapping[str, Any], arch: str) -> dict:
     }
 
 
-_GEMMA: dict[str, Any] = dict(permuted_qk=False, norm_offset=1.0)
+_GEMMA: dict[str, Any] = dict(permuted_qk=False, norm_offset=1.0, sentencepiece_by_file_order=True)
 
 
 ARCHITECTURES = {

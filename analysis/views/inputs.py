@@ -82,6 +82,22 @@ def index(value, size: int, name: str, unit: str) -> int:
     return int(value) % size
 
 
+def _one_text(array: np.ndarray, what: str, name: str, forms: tuple[str, str], promote: str, note: str = ""):
+    """``array`` (the argument ``name``) in one of its two ``forms`` (axes as the messages write them); the one of
+    fewer axes made the fuller by the einops ``promote``. One axis more reads as a batch and is refused with a hint,
+    as is any other shape."""
+    fuller = max(forms, key=lambda form: form.count(","))
+    ndim, shape = fuller.count(",") + 1, tuple(array.shape)
+    if array.ndim == ndim + 1:
+        raise ValueError(
+            f"{what} shows one text: {name} must be {' or '.join(forms)}, got a {ndim + 1}-d shape {shape}, which "
+            f"looks like [batch, {fuller[1:]}: choose a batch row, e.g. {name}[0]"
+        )
+    if array.ndim not in (ndim - 1, ndim):
+        raise ValueError(f"{what}: {name} must be {' or '.join(forms)}{note}, got shape {shape}")
+    return einops.rearrange(array, promote) if array.ndim == ndim - 1 else array
+
+
 def attention_patterns(pattern, n_tokens: int, what: str) -> np.ndarray:
     """``pattern`` ``[head_index, query_pos, key_pos]`` or ``[query_pos, key_pos]`` as a 3-d array.
 
@@ -90,18 +106,8 @@ def attention_patterns(pattern, n_tokens: int, what: str) -> np.ndarray:
     """
     array = to_array(pattern, "pattern")
     shape = tuple(array.shape)
-    if array.ndim == 4:
-        raise ValueError(
-            f"{what} shows one text: pattern must be [head_index, query_pos, key_pos] or [query_pos, key_pos], "
-            f"got a 4-d shape {shape}, which looks like [batch, head_index, query_pos, key_pos]: "
-            "choose a batch row, e.g. pattern[0]"
-        )
-    if array.ndim not in (2, 3):
-        raise ValueError(
-            f"{what}: pattern must be [head_index, query_pos, key_pos] or [query_pos, key_pos], got shape {shape}"
-        )
-    if array.ndim == 2:
-        array = einops.rearrange(array, "query_pos key_pos -> 1 query_pos key_pos")  # one head
+    forms = ("[head_index, query_pos, key_pos]", "[query_pos, key_pos]")
+    array = _one_text(array, what, "pattern", forms, "query_pos key_pos -> 1 query_pos key_pos")  # one head
     n_heads, n_query, n_key = array.shape
     if n_query != n_key:
         raise ValueError(
@@ -132,17 +138,8 @@ def activation_values(values, n_tokens: int, what: str) -> np.ndarray:
     """``values`` ``[pos]`` or ``[pos, n]`` as a 2-d ``[pos, n]`` array, checked against ``n_tokens``."""
     array = to_array(values, "values")
     shape = tuple(array.shape)
-    if array.ndim == 3:
-        raise ValueError(
-            f"{what} shows one text: values must be [pos] or [pos, n], got a 3-d shape {shape}, which looks "
-            "like [batch, pos, n]: choose a batch row, e.g. values[0]"
-        )
-    if array.ndim not in (1, 2):
-        raise ValueError(
-            f"{what}: values must be [pos] or [pos, n] (n columns: neurons, features...), got shape {shape}"
-        )
-    if array.ndim == 1:
-        array = einops.rearrange(array, "pos -> pos 1")  # one column
+    note = " (n columns: neurons, features...)"
+    array = _one_text(array, what, "values", ("[pos]", "[pos, n]"), "pos -> pos 1", note)  # one column
     if array.shape[0] != n_tokens:
         hint = ""
         if array.shape[1] == n_tokens:

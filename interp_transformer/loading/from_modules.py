@@ -40,6 +40,7 @@ by ``load_strict`` as missing.
 
 import difflib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import einops
 import torch
@@ -158,21 +159,21 @@ def _is_whole_module(part: nn.Module, source) -> bool:
     return isinstance(source, nn.Module) and not isinstance(source, kinds) and not _same_names(part, source)
 
 
-def _mixture_entries(path: str, part: nn.Module, source: nn.Module) -> dict:
+def _mixture_entries(path: str, part: Any, source: nn.Module) -> dict:  # part: our MixtureOfExperts
     """A whole mixture-of-experts module as our entries: ``path`` its router, ``path.experts.E`` each expert."""
     n_experts = len(part.experts)
     children = dict(source.named_children())
-    lists = [
-        name
+    lists = {
+        name: child
         for name, child in children.items()
         if isinstance(child, (nn.ModuleList, nn.Sequential))
         and len(child) == n_experts
         and all(_has_weights(expert) for expert in child)
-    ]
+    }
     rest = [name for name, child in children.items() if _has_weights(child) and name not in lists]
     own = list(source.parameters(recurse=False))
     if len(lists) == 1 and len(rest) == 1 and not own and getattr(part, "shared_expert", None) is None:
-        experts = children[lists[0]]
+        (experts,) = lists.values()
         return {path: children[rest[0]], **{f"{path}.experts.{e}": expert for e, expert in enumerate(experts)}}
     came = {
         name: type(child).__name__ + (f" of {len(child)}" if isinstance(child, (nn.ModuleList, nn.Sequential)) else "")
@@ -194,7 +195,12 @@ def _entries(modules: Mapping[str, nn.Module], sources: Mapping[str, Source]):
     """``sources``' items, a whole mixture of experts given for our ``MixtureOfExperts`` spread into its entries."""
     for path, source in sources.items():
         part = modules.get(path)
-        if isinstance(getattr(part, "experts", None), nn.ModuleList) and _is_whole_module(part, source):
+        if (
+            part is not None
+            and isinstance(getattr(part, "experts", None), nn.ModuleList)
+            and isinstance(source, nn.Module)
+            and _is_whole_module(part, source)
+        ):
             yield from _mixture_entries(path, part, source).items()
         else:
             yield path, source
@@ -202,7 +208,7 @@ def _entries(modules: Mapping[str, nn.Module], sources: Mapping[str, Source]):
 
 def _fill_shared(model: nn.Module, out: dict) -> None:
     """One weight at several paths (a table both stacks read) given under one of them: every path gets it."""
-    paths_of = {}
+    paths_of: dict[int, list[str]] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         paths_of.setdefault(id(tensor), []).append(name)
     for paths in paths_of.values():

@@ -139,7 +139,8 @@ def _hf_names(header: GGUFHeader, spec: GGUFArchitecture) -> dict[str, tuple[str
         raise ValueError(f"{header.path} holds tensors with no Hugging Face counterpart: {unknown[:20]}")
     grouped: dict[str, list[str]] = {}
     for gguf_name, mapped in names.items():
-        grouped.setdefault(mapped, []).append(gguf_name)
+        if mapped is not None:  # every name has one here: the unknown ones were refused above
+            grouped.setdefault(mapped, []).append(gguf_name)
     for mapped, parts in grouped.items():
         parts.sort(key=spec.join_order)
         joined = spec.joined_tensors.get(mapped.split(".", 3)[-1], ())
@@ -248,7 +249,7 @@ def find_smollm2() -> Path:
             "file)"
         ) from None
     files = [file for file in distribution.files or () if file.name.endswith(".gguf")]
-    located = [Path(distribution.locate_file(file)) for file in files]
+    located = [Path(str(distribution.locate_file(file))) for file in files]
     present = [path for path in located if path.is_file()]
     if not present:
         raise ValueError(

@@ -15,6 +15,7 @@ What the tensors cannot say is not checked here: ``context_length`` (but for GPT
 head count (its fused q/k/v has ``3 * d_model`` rows whatever the count).
 """
 
+import builtins
 import itertools
 from typing import Any
 
@@ -43,11 +44,11 @@ class _Header:
     def int(self, name: str, default: int | None = None) -> int:
         return metadata_int(self.metadata, self.key(name), default)
 
-    def shape(self, tensor: str) -> tuple[int, ...] | None:
+    def shape(self, tensor: str) -> tuple[builtins.int, ...] | None:  # int is the method above in this class
         info = self.tensors.get(tensor)
         return None if info is None else info.shape
 
-    def contradiction(self, name: str, value: Any, evidence: str, implied: "int | None" = None) -> ValueError:
+    def contradiction(self, name: str, value: Any, evidence: str, implied: builtins.int | None = None) -> ValueError:
         hint = "" if implied is None else f"; the tensors imply {name}={implied}"
         return ValueError(
             f"{self.path}: GGUF metadata {self.key(name)}={value!r} contradicts the tensors: {evidence}{hint}"

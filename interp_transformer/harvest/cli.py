@@ -7,13 +7,13 @@ from the parsed arguments; ``main(argv)`` is the stand-alone entry point.
 
 import argparse
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-EXIT_OK, EXIT_USAGE = 0, 2
+from interp_transformer.core.command_line import EXIT_OK, mount, run_standalone, standalone_parser
+
 STORAGE_DTYPES = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -93,6 +93,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     return parser
 
 
+def _dtype_option(group, flag: str, what: str) -> None:
+    group.add_argument(flag, choices=sorted(STORAGE_DTYPES), default="float32", help=f"{what} (default: float32)")
+
+
 def _model_options(model) -> None:
     model.add_argument(
         "--model",
@@ -100,12 +104,7 @@ def _model_options(model) -> None:
         metavar="SOURCE",
         help="induction-2l (shipped), a Hugging Face model directory, or a hub name in the local cache",
     )
-    model.add_argument(
-        "--model-dtype",
-        choices=sorted(STORAGE_DTYPES),
-        default="float32",
-        help="dtype of the weights (default: float32)",
-    )
+    _dtype_option(model, "--model-dtype", "dtype of the weights")
     model.add_argument(
         "--process",
         action="append",
@@ -141,12 +140,7 @@ def _corpus_options(data) -> None:
 
 def _run_options(run) -> None:
     run.add_argument("--hooks", required=True, nargs="+", metavar="NAME", help="hook names or glob patterns")
-    run.add_argument(
-        "--dtype",
-        choices=sorted(STORAGE_DTYPES),
-        default="float32",
-        help="storage dtype of the activations (default: float32)",
-    )
+    _dtype_option(run, "--dtype", "storage dtype of the activations")
     run.add_argument(
         "--batch-size",
         type=_positive_int,
@@ -179,26 +173,12 @@ def _run_options(run) -> None:
 
 def add_harvest_parser(subparsers) -> argparse.ArgumentParser:
     """Mount ``harvest`` on another command line's subparsers; sets ``run=run_harvest``."""
-    parser = subparsers.add_parser(
-        "harvest",
-        help="store activations over a corpus, sharded and resumable (torchrun-ready)",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    configure_parser(parser)
-    parser.set_defaults(run=run_harvest)
-    return parser
+    summary = "store activations over a corpus, sharded and resumable (torchrun-ready)"
+    return mount(subparsers, "harvest", summary, DESCRIPTION, EPILOG, configure_parser, run_harvest)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m interp_transformer.harvest",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    return configure_parser(parser)
+    return standalone_parser("python -m interp_transformer.harvest", DESCRIPTION, EPILOG, configure_parser)
 
 
 def _corpus(args: argparse.Namespace):
@@ -261,16 +241,6 @@ def _is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def _one_line(error: BaseException) -> str:
-    message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    return " ".join(message.split()) or type(error).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: bad input is reported in one line with exit code 2."""
-    args = build_parser().parse_args(argv)
-    try:
-        return run_harvest(args)
-    except (ValueError, KeyError, TypeError, OSError) as error:
-        print(f"harvest: error: {_one_line(error)}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_standalone("harvest", build_parser(), run_harvest, argv)

@@ -18,7 +18,6 @@ training curve, the task's measures after the last step and the command.
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from interp_transformer.core.command_line import EXIT_OK, mount, run_standalone, standalone_parser
 from interp_transformer.core.files import read_json_object
 from interp_transformer.core.strict import build_on_meta, load_strict
 from interp_transformer.families import registered
@@ -36,7 +36,6 @@ from interp_transformer.training.config_file import TrainingPlan, model_class_of
 from interp_transformer.training.loop import TrainingRun, train
 from interp_transformer.training.tasks import task_settings
 
-EXIT_OK, EXIT_USAGE = 0, 2
 MODEL_FILE = "model"  # model.safetensors and model.json, for a model of an architecture
 
 DESCRIPTION = """\
@@ -166,38 +165,17 @@ def run_train(args: argparse.Namespace) -> int:
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
     """Mount ``train`` on another command line's subparsers; sets ``run=run_train``."""
-    parser = subparsers.add_parser(
-        "train",
-        help="train a model from a config file (retrain a shipped model, or an architecture; torchrun-ready)",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    configure_parser(parser)
-    parser.set_defaults(run=run_train)
-    return parser
+    summary = "train a model from a config file (retrain a shipped model, or an architecture; torchrun-ready)"
+    return mount(subparsers, "train", summary, DESCRIPTION, EPILOG, configure_parser, run_train)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m interp_transformer.training",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    configure_parser(parser)
-    return parser
+    return standalone_parser("python -m interp_transformer.training", DESCRIPTION, EPILOG, configure_parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: bad input is reported in one line with exit code 2."""
-    args = build_parser().parse_args(argv)
-    try:
-        return run_train(args)
-    except (ValueError, KeyError, TypeError, OSError) as error:
-        message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-        print(f"train: error: {' '.join(message.split())}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_standalone("train", build_parser(), run_train, argv)
 
 
 __all__ = ["Trained", "add_train_parser", "card", "load_trained", "main", "run_config", "save_trained"]

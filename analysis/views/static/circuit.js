@@ -66,33 +66,8 @@ lib.kinds.circuit = function (root, data) {
   var status = lib.status();
   function idle() { status.textContent = "Hover a node or an edge for its scores." + hint; }
 
-  // Hovering or focusing a node lights its edges and fades the rest; an edge lights itself.
-  function focusOn(title, lit) {
-    status.textContent = title;
-    graph.classList.add("itv-focus");
-    edgeElements.forEach(function (element, index) { element.classList.toggle("itv-lit", lit(data.edges[index])); });
-  }
-  function unfocus() {
-    graph.classList.remove("itv-focus");
-    edgeElements.forEach(function (element) { element.classList.remove("itv-lit"); });
-    idle();
-  }
-  function point(target) {
-    var edge = target.closest ? target.closest("[data-edge]") : null;
-    if (edge) {
-      var index = Number(edge.getAttribute("data-edge"));
-      focusOn(data.edges[index].title, function (other) { return other === data.edges[index]; });
-      return;
-    }
-    var element = target.closest ? target.closest("[data-node]") : null;
-    if (!element) { unfocus(); return; }
-    var node = nodeElements[element.getAttribute("data-node")].node;
-    focusOn(node.title, function (edge) { return edge.source === node.id || edge.target === node.id; });
-  }
-  graph.addEventListener("mouseover", function (event) { point(event.target); });
-  graph.addEventListener("mouseleave", unfocus);
-  graph.addEventListener("focusin", function (event) { point(event.target); });
-  graph.addEventListener("focusout", unfocus);
+  lib.edgeFocus(graph, data.edges, edgeElements, status, idle, function (edge) { return edge.title; },
+                function (id) { return nodeElements[id].node; });
 
   function swatch(colour) {
     var mark = el("span", {"class": "itv-circuit-swatch", "aria-hidden": "true"});

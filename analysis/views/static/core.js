@@ -173,6 +173,38 @@ lib.status = function () {
   return el("div", {"class": "itv-status", "aria-live": "polite"});
 };
 
+// Hovering or focusing a node of ``drawing`` lights its edges and fades the rest; an edge lights itself (the circuit
+// and the attribution graph). ``edgeElements[i]`` draws ``edges[i]``; ``status`` shows ``edgeTitle(edge)`` or the
+// node's title (``nodeOf(id)``: the node, {id, title}, of a [data-node] element); ``idle()`` resets it.
+lib.edgeFocus = function (drawing, edges, edgeElements, status, idle, edgeTitle, nodeOf) {
+  function focusOn(content, lit) {
+    status.textContent = content;
+    drawing.classList.add("itv-focus");
+    edgeElements.forEach(function (element, index) { element.classList.toggle("itv-lit", lit(edges[index])); });
+  }
+  function unfocus() {
+    drawing.classList.remove("itv-focus");
+    edgeElements.forEach(function (element) { element.classList.remove("itv-lit"); });
+    idle();
+  }
+  function point(target) {
+    var edge = target.closest ? target.closest("[data-edge]") : null;
+    if (edge) {
+      var one = edges[Number(edge.getAttribute("data-edge"))];
+      focusOn(edgeTitle(one), function (other) { return other === one; });
+      return;
+    }
+    var element = target.closest ? target.closest("[data-node]") : null;
+    if (!element) { unfocus(); return; }
+    var node = nodeOf(element.getAttribute("data-node"));
+    focusOn(node.title, function (other) { return other.source === node.id || other.target === node.id; });
+  }
+  drawing.addEventListener("mouseover", function (event) { point(event.target); });
+  drawing.addEventListener("mouseleave", unfocus);
+  drawing.addEventListener("focusin", function (event) { point(event.target); });
+  drawing.addEventListener("focusout", unfocus);
+};
+
 // views.css goes once into the document head, or into the shadow root that holds the view.
 function injectStyle(root) {
   var container = root.getRootNode ? root.getRootNode() : document;

@@ -83,32 +83,7 @@ lib.kinds.attribution_graph = function (root, data) {
 
   var status = lib.status();
   function idle() { status.textContent = "Hover a node for its value and influence; click it for its edges."; }
-  function focusOn(content, lit) {
-    status.textContent = content;
-    drawing.classList.add("itv-focus");
-    edgeElements.forEach(function (element, index) { element.classList.toggle("itv-lit", lit(data.edges[index])); });
-  }
-  function unfocus() {
-    drawing.classList.remove("itv-focus");
-    edgeElements.forEach(function (element) { element.classList.remove("itv-lit"); });
-    idle();
-  }
-  function point(target) {
-    var edge = target.closest ? target.closest("[data-edge]") : null;
-    if (edge) {
-      var one = data.edges[Number(edge.getAttribute("data-edge"))];
-      focusOn(edgeTitle(one), function (other) { return other === one; });
-      return;
-    }
-    var element = target.closest ? target.closest("[data-node]") : null;
-    if (!element) { unfocus(); return; }
-    var node = nodes[element.getAttribute("data-node")];
-    focusOn(node.title, function (other) { return other.source === node.id || other.target === node.id; });
-  }
-  drawing.addEventListener("mouseover", function (event) { point(event.target); });
-  drawing.addEventListener("mouseleave", unfocus);
-  drawing.addEventListener("focusin", function (event) { point(event.target); });
-  drawing.addEventListener("focusout", unfocus);
+  lib.edgeFocus(drawing, data.edges, edgeElements, status, idle, edgeTitle, function (id) { return nodes[id]; });
   drawing.addEventListener("click", function (event) {
     var element = event.target.closest ? event.target.closest("[data-node]") : null;
     if (!element) return;

@@ -244,43 +244,30 @@ def splice_saes(
             sae.setup()
 
 
-def run_with_saes(
-    model,
-    *model_args,
-    saes: SAEs,
-    use_error_term: bool = False,
-    exclude_special_tokens: SpecialTokens = False,
-    apply_processing: bool = False,
-    **forward_kwargs,
-):
-    """``model(*model_args, **forward_kwargs)`` with ``saes`` spliced in for this one call."""
-    with splice_saes(
-        model,
-        saes,
-        use_error_term=use_error_term,
-        exclude_special_tokens=exclude_special_tokens,
-        apply_processing=apply_processing,
-    ):
+SPLICE_OPTIONS = ("use_error_term", "exclude_special_tokens", "apply_processing")
+
+
+def _splice_for_call(model, saes: SAEs, kwargs: dict) -> tuple[contextlib.AbstractContextManager, dict]:
+    """``splice_saes`` with the splice's own options taken out of ``kwargs``; the rest go to the call."""
+    options = {name: kwargs.pop(name) for name in SPLICE_OPTIONS if name in kwargs}
+    return splice_saes(model, saes, **options), kwargs
+
+
+def run_with_saes(model, *model_args, saes: SAEs, **forward_kwargs):
+    """``model(*model_args, **forward_kwargs)`` with ``saes`` spliced in for this one call.
+
+    ``use_error_term``, ``exclude_special_tokens`` and ``apply_processing`` are ``splice_saes``'s."""
+    splice, forward_kwargs = _splice_for_call(model, saes, forward_kwargs)
+    with splice:
         return model(*model_args, **forward_kwargs)
 
 
-def run_with_cache_with_saes(
-    model,
-    *model_args,
-    saes: SAEs,
-    use_error_term: bool = False,
-    exclude_special_tokens: SpecialTokens = False,
-    apply_processing: bool = False,
-    **run_with_cache_kwargs,
-):
-    """``model.run_with_cache(...)`` with ``saes`` spliced in: ``(output, cache)``, SAE activations included."""
-    with splice_saes(
-        model,
-        saes,
-        use_error_term=use_error_term,
-        exclude_special_tokens=exclude_special_tokens,
-        apply_processing=apply_processing,
-    ):
+def run_with_cache_with_saes(model, *model_args, saes: SAEs, **run_with_cache_kwargs):
+    """``model.run_with_cache(...)`` with ``saes`` spliced in: ``(output, cache)``, SAE activations included.
+
+    ``use_error_term``, ``exclude_special_tokens`` and ``apply_processing`` are ``splice_saes``'s."""
+    splice, run_with_cache_kwargs = _splice_for_call(model, saes, run_with_cache_kwargs)
+    with splice:
         return model.run_with_cache(*model_args, **run_with_cache_kwargs)
 
 

@@ -69,16 +69,8 @@ lib.kinds.circuit = function (root, data) {
   lib.edgeFocus(graph, data.edges, edgeElements, status, idle, function (edge) { return edge.title; },
                 function (id) { return nodeElements[id].node; });
 
-  function swatch(colour) {
-    var mark = el("span", {"class": "itv-circuit-swatch", "aria-hidden": "true"});
-    mark.style.background = colour;
-    return mark;
-  }
-  var legend = el("div", {"class": "itv-legend"}, [
-    el("span", {text: "mean score"}), swatch(data.legend.positive), el("span", {text: "positive"}),
-    swatch(data.legend.negative), el("span", {text: "negative; width grows with |mean|, the widest " +
-                                                     data.legend.strongest})
-  ]);
+  var legend = lib.edgeLegend(data.legend, "mean score", "positive",
+                              "negative; width grows with |mean|, the widest " + data.legend.strongest);
 
   var panel = el("div", {"class": "itv-circuit-pattern", hidden: true});
   var attentionRoot = null;

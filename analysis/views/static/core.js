@@ -205,6 +205,20 @@ lib.edgeFocus = function (drawing, edges, edgeElements, status, idle, edgeTitle,
   drawing.addEventListener("focusout", unfocus);
 };
 
+// The legend of a view that draws signed edges: ``caption``, then the colour of ``legend.positive`` with the text
+// ``positive`` and that of ``legend.negative`` with ``negative``.
+lib.edgeLegend = function (legend, caption, positive, negative) {
+  function swatch(colour) {
+    var mark = el("span", {"class": "itv-circuit-swatch", "aria-hidden": "true"});
+    mark.style.background = colour;
+    return mark;
+  }
+  return el("div", {"class": "itv-legend"}, [
+    el("span", {text: caption}), swatch(legend.positive), el("span", {text: positive}),
+    swatch(legend.negative), el("span", {text: negative})
+  ]);
+};
+
 // views.css goes once into the document head, or into the shadow root that holds the view.
 function injectStyle(root) {
   var container = root.getRootNode ? root.getRootNode() : document;

@@ -269,16 +269,8 @@ lib.kinds.attribution_graph = function (root, data) {
     renderIntervention();
   }
 
-  function swatch(colour) {
-    var mark = el("span", {"class": "itv-circuit-swatch", "aria-hidden": "true"});
-    mark.style.background = colour;
-    return mark;
-  }
-  var legend = el("div", {"class": "itv-legend"}, [
-    el("span", {text: "edge"}), swatch(data.legend.positive), el("span", {text: "raises its target"}),
-    swatch(data.legend.negative), el("span", {text: "lowers it; width grows with |weight|, the widest " +
-                                                     number(data.legend.strongest)})
-  ]);
+  var legend = lib.edgeLegend(data.legend, "edge", "raises its target",
+                              "lowers it; width grows with |weight|, the widest " + number(data.legend.strongest));
   var scroll = el("div", {"class": "itv-circuit-scroll", style: "flex:1 1 30rem;min-width:0"}, [drawing]);
   root.appendChild(el("div", {"class": "itv-circuit-title", text: data.title}));
   root.appendChild(el("div", {style: "display:flex;flex-wrap:wrap;gap:.8rem;align-items:flex-start"}, [scroll, panel]));

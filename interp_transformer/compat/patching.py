@@ -271,17 +271,31 @@ def _pad_heads(results: Tensor, like: Tensor) -> Tensor:
     return F.pad(results, (0, like.shape[-1] - results.shape[-1]), value=float("nan"))
 
 
+# What the ``_every`` functions run, in this order: (at every position, by position) per row
+_EVERY_HEAD = (
+    (get_act_patch_attn_head_out_all_pos, get_act_patch_attn_head_out_by_pos),
+    (get_act_patch_attn_head_q_all_pos, get_act_patch_attn_head_q_by_pos),
+    (get_act_patch_attn_head_k_all_pos, get_act_patch_attn_head_k_by_pos),
+    (get_act_patch_attn_head_v_all_pos, get_act_patch_attn_head_v_by_pos),
+    (get_act_patch_attn_head_pattern_all_pos, get_act_patch_attn_head_pattern_by_pos),
+)
+
+
+def _every_head(by_pos: bool, model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
+    """Run ``_EVERY_HEAD``'s column in order and stack the results; with grouped-query attention the key and value
+    rows hold the key/value heads in their first ``n_key_value_heads`` columns and NaN after them."""
+    out, q, k, v, pattern = (row[by_pos](model, corrupted_tokens, clean_cache, metric) for row in _EVERY_HEAD)
+    if by_pos:
+        pattern = einops.rearrange(pattern, "layer head_index pos -> layer pos head_index")
+    return torch.stack([out, q, _pad_heads(k, q), _pad_heads(v, q), pattern])
+
+
 def get_act_patch_attn_head_all_pos_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
     """Every head at every position, for its output, queries, keys, values and pattern: ``[5, layer, head]``.
 
     With grouped-query attention the key and value rows hold the key/value heads in their first
     ``n_key_value_heads`` columns and NaN after them."""
-    out = get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric)
-    q = get_act_patch_attn_head_q_all_pos(model, corrupted_tokens, clean_cache, metric)
-    k = get_act_patch_attn_head_k_all_pos(model, corrupted_tokens, clean_cache, metric)
-    v = get_act_patch_attn_head_v_all_pos(model, corrupted_tokens, clean_cache, metric)
-    pattern = get_act_patch_attn_head_pattern_all_pos(model, corrupted_tokens, clean_cache, metric)
-    return torch.stack([out, q, _pad_heads(k, q), _pad_heads(v, q), pattern])
+    return _every_head(False, model, corrupted_tokens, clean_cache, metric)
 
 
 def get_act_patch_attn_head_by_pos_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:
@@ -289,13 +303,7 @@ def get_act_patch_attn_head_by_pos_every(model, corrupted_tokens: Tensor, clean_
 
     With grouped-query attention the key and value rows hold the key/value heads in their first
     ``n_key_value_heads`` columns and NaN after them."""
-    out = get_act_patch_attn_head_out_by_pos(model, corrupted_tokens, clean_cache, metric)
-    q = get_act_patch_attn_head_q_by_pos(model, corrupted_tokens, clean_cache, metric)
-    k = get_act_patch_attn_head_k_by_pos(model, corrupted_tokens, clean_cache, metric)
-    v = get_act_patch_attn_head_v_by_pos(model, corrupted_tokens, clean_cache, metric)
-    pattern = get_act_patch_attn_head_pattern_by_pos(model, corrupted_tokens, clean_cache, metric)
-    pattern = einops.rearrange(pattern, "layer head_index pos -> layer pos head_index")
-    return torch.stack([out, q, _pad_heads(k, q), _pad_heads(v, q), pattern])
+    return _every_head(True, model, corrupted_tokens, clean_cache, metric)
 
 
 def get_act_patch_block_every(model, corrupted_tokens: Tensor, clean_cache, metric) -> Tensor:

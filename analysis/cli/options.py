@@ -22,15 +22,18 @@ def add_command(
     *,
     verbatim: bool = False,
     model: str | bool = False,
+    **parser_options,
 ):
     """Mount ``name`` on the command line's subparsers, to call ``run`` with the parsed options: ``summary`` in the
     list of commands, ``description`` (default: ``run``'s docstring, re-wrapped) atop its help, kept line for line
-    with ``verbatim`` (a usage block); with ``model`` (its help; True: ``MODEL_HELP``), the command's first option is ``--model SOURCE``."""
+    with ``verbatim`` (a usage block); with ``model`` (its help; True: ``MODEL_HELP``), the command's first option
+    is ``--model SOURCE``; ``parser_options`` (an epilog) go to its parser."""
     parser = commands.add_parser(
         name,
         help=summary,
         description=run.__doc__ if description is None else description,
         formatter_class=argparse.RawDescriptionHelpFormatter if verbatim else argparse.HelpFormatter,
+        **parser_options,
     )
     parser.set_defaults(run=run)
     if model:

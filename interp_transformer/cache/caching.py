@@ -135,7 +135,7 @@ class CachingMixin:
                     params = [p for p in self.parameters() if p.requires_grad]
                     grads_before = [p.grad for p in params]
                     metric.backward()
-                    for param, grad in zip(params, grads_before):
+                    for param, grad in zip(params, grads_before, strict=True):
                         param.grad = grad
                 output = output.detach()
             else:

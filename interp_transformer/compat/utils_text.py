@@ -187,9 +187,9 @@ def test_prompt(
         sorted_probs, order = position_probs.sort(descending=True)
         target_ranks = order.argsort(-1)[torch.arange(len(targets)), targets.cpu()].tolist()
         strings = [a[index - prompt_length] for a in answer_str_tokens]
-        ranks.append(list(zip(strings, target_ranks)))
+        ranks.append(list(zip(strings, target_ranks, strict=True)))
         if print_details:
-            for i, (string, rank) in enumerate(zip(strings, target_ranks)):
+            for i, (string, rank) in enumerate(zip(strings, target_ranks, strict=True)):
                 print(
                     f"Performance on answer token: Rank: {rank: <8} Logit: "
                     f"{logits[i, index - 1, targets[i]].item():5.2f} "

@@ -101,7 +101,7 @@ def check_key_shapes(layers: Sequence[LayerKVCache], key_shapes: Sequence[KeySha
     checked); a layer holding no keys yet is not checked. ``make`` says how to build a
     cache that fits (e.g. ``"KeyValueCache(2)"``).
     """
-    for index, (layer, needed) in enumerate(zip(layers, key_shapes)):
+    for index, (layer, needed) in enumerate(zip(layers, key_shapes, strict=True)):
         keys = layer.keys
         if needed is None or keys is None:
             continue

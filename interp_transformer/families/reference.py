@@ -125,7 +125,7 @@ class Recorder:
                         f"{len(names)} tensors {names} the reference reads"
                     )
                 )
-            for name, value in zip(names, out):
+            for name, value in zip(names, out, strict=True):
                 self.keep(name, value)
 
         self.handles.append(module.register_forward_hook(hook))

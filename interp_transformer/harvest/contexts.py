@@ -116,7 +116,7 @@ def _tokenize_batch(pending: list[tuple[int, str]], tokenizer, d_vocab: int) -> 
     if not pending:
         return
     encoded = tokenizer([text for _, text in pending], add_special_tokens=False, verbose=False)["input_ids"]
-    for (index, _), ids in zip(pending, encoded):
+    for (index, _), ids in zip(pending, encoded, strict=True):
         yield _check_ids(ids, index, d_vocab)
 
 

@@ -121,7 +121,7 @@ def hook_layouts(model, hooks: Sequence[str], context_length: int) -> list[HookL
     layouts = []
     for name in hooks:
         shape, alt = shapes[name][1:], other_shapes[name][1:]
-        pos_axes = tuple(axis for axis, (a, b) in enumerate(zip(shape, alt)) if a != b)
+        pos_axes = tuple(axis for axis, (a, b) in enumerate(zip(shape, alt, strict=True)) if a != b)
         layouts.append(HookLayout(name, tuple(shape), pos_axes))
     return layouts
 

@@ -248,7 +248,7 @@ def weights_from_modules(model: nn.Module, sources: Mapping[str, Source]) -> dic
             count = len(widths)
             weight_parts = weight.split(widths) if kind == "linear" else [weight]
             bias_parts = bias.split(widths) if kind == "linear" and bias is not None else [bias] * count
-            for (name, bias_name), w, b in zip(maps[:count], weight_parts, bias_parts):
+            for (name, bias_name), w, b in zip(maps[:count], weight_parts, bias_parts, strict=True):
                 ours = getattr(part, name)
                 out[f"{path}.{name}"] = _as_ours(path, name, ours, w, "table" if kind == "gain" else kind)
                 _set_bias(path, part, bias_name, b, out)

@@ -252,7 +252,7 @@ def evaluate(model: EncoderDecoderTransformer, numbers: Sequence[int]) -> float:
     batch = encode_numbers(numbers)
     output = model.generate(batch.source, batch.attention_mask, max_new_tokens=8)
     correct = 0
-    for row, number in zip(output.tolist(), numbers):
+    for row, number in zip(output.tolist(), numbers, strict=True):
         expected = [START] + [VOCAB.index(d) for d in str(number)] + [EOS]
         correct += row[: len(expected)] == expected
     return correct / len(numbers)

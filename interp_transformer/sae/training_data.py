@@ -111,7 +111,7 @@ def from_model(
         for batch in tqdm(batches, desc=f"activations at {hook_name}", unit="batch", disable=not progress, leave=False):
             activation = activation_at(model, batch, hook_name)
             _vectors(activation, hook_name)
-            yield from zip(activation, batch)
+            yield from zip(activation, batch, strict=True)
 
     return _split(contexts(), hook_name, excluded, eval_every, max_tokens, batches.description)
 

@@ -176,7 +176,7 @@ def generate(
         if len(eos_ids) and bool(finished.all()):
             break
     if from_text:
-        rows = tokens if mask is None else [row[keep.bool()] for row, keep in zip(tokens, mask)]
+        rows = tokens if mask is None else [row[keep.bool()] for row, keep in zip(tokens, mask, strict=True)]
         texts = [model.to_string(row[n_bos:]) for row in rows]
         return texts[0] if isinstance(tokens_or_text, str) else texts
     return tokens[0] if input_ndim == 1 else tokens

@@ -38,7 +38,7 @@ class PromptTestResult:
 
     def __str__(self) -> str:
         lines = [f"Tokenized prompt: {self.prompt_str_tokens}", f"Tokenized answer: {self.answer_str_tokens}"]
-        for prediction, top in zip(self.answer, self.top):
+        for prediction, top in zip(self.answer, self.top, strict=True):
             lines.append("")
             lines.append(f"Performance on answer token {prediction.token!r}:")
             lines.append(_line(f"Rank: {prediction.rank:<6}", prediction))

@@ -109,7 +109,7 @@ def _sum_across_processes(parameters: list, loss_sum: torch.Tensor) -> torch.Ten
     dist.all_reduce(has_grad)
     dist.all_reduce(flat)
     offset = 0
-    for p, present in zip(parameters, has_grad.tolist()):
+    for p, present in zip(parameters, has_grad.tolist(), strict=True):
         if present:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -91,7 +91,7 @@ class EncoderText:
             tokens_or_text = torch.tensor(tokens_or_text)
         if isinstance(tokens_or_text, (str, list)):
             encoded = model.to_tokens_and_mask(tokens_or_text)
-            rows = [ids[mask.bool()].tolist() for ids, mask in zip(encoded.tokens, encoded.attention_mask)]
+            rows = [ids[mask.bool()].tolist() for ids, mask in zip(encoded.tokens, encoded.attention_mask, strict=True)]
             pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
             return pieces[0] if isinstance(tokens_or_text, str) else pieces
         ids = check_tokens(tokens_or_text, model.cfg)

@@ -40,6 +40,15 @@ def rows_of(name: str) -> property:
     return property(lambda self: getattr(self, name).shape[0], doc=f"rows of ``{name}``")
 
 
+# ``AttributionGraph.label``'s spelling of each kind of node (``node_fields``)
+LABELS = {
+    "feature": "L{layer}/P{pos}/F{feature}",
+    "error": "err L{layer}/P{pos}",
+    "token": "tok P{pos} {text!r}",
+    "logit": "logit {text!r}",
+}
+
+
 @dataclass
 class AttributionGraph:
     """One prompt's attribution graph (module docstring)."""
@@ -139,20 +148,27 @@ class AttributionGraph:
             return -1, node - self.token_nodes.start
         return self.n_layers, self.n_pos - 1
 
-    def label(self, node: int) -> str:
-        """A short name: ``L1/P3/F17``, ``err L1/P3``, ``tok P3 'cat'``, ``logit ' dog'``."""
+    def node_fields(self, node: int) -> dict:
+        """What names a node, for a spelling's ``str.format``: its ``kind``, ``layer`` and ``pos``, a feature's
+        ``feature`` (its index in its transcoder), a token's or logit's ``token`` (id) and ``text`` (else None)."""
         kind = self.kind(node)
         layer, pos = self.layer_and_pos(node)
+        fields = dict(kind=kind, layer=layer, pos=pos, feature=None, token=None, text=None)
         if kind == "feature":
-            return f"L{layer}/P{pos}/F{int(self.active_features[node, 2])}"
-        if kind == "error":
-            return f"err L{layer}/P{pos}"
-        if kind == "token":
-            text = self.str_tokens[pos] if self.str_tokens else str(int(self.tokens[pos]))
-            return f"tok P{pos} {text!r}"
-        index = node - self.logits.start
-        text = self.logit_str_tokens[index] if self.logit_str_tokens else str(int(self.logit_tokens[index]))
-        return f"logit {text!r}"
+            fields["feature"] = int(self.active_features[node, 2])
+        elif kind in ("token", "logit"):
+            index = pos if kind == "token" else node - self.logits.start
+            ids, texts = (
+                (self.tokens, self.str_tokens) if kind == "token" else (self.logit_tokens, self.logit_str_tokens)
+            )
+            fields["token"] = int(ids[index])
+            fields["text"] = texts[index] if texts else str(fields["token"])
+        return fields
+
+    def label(self, node: int) -> str:
+        """A short name: ``L1/P3/F17``, ``err L1/P3``, ``tok P3 'cat'``, ``logit ' dog'``."""
+        fields = self.node_fields(node)
+        return LABELS[fields["kind"]].format(**fields)
 
     @property
     def values(self) -> Float[Tensor, "node"]:

@@ -54,18 +54,20 @@ POSITIVE = colours.DIVERGING[-1][1]
 NEGATIVE = colours.DIVERGING[0][1]
 
 
+# ``node_id``'s spelling of each kind of node (``AttributionGraph.node_fields``)
+NODE_IDS = {
+    "feature": "L{layer}:F{feature}@{pos}",
+    "error": "L{layer}:err@{pos}",
+    "token": "tok@{pos}",
+    "logit": "logit:{token}",
+}
+
+
 def node_id(graph: AttributionGraph, node: int) -> str:
     """A node's id in the view: ``L1:F17@3`` (feature 17 of layer 1 at position 3, the command line's spelling),
     ``L1:err@3``, ``tok@3``, ``logit:42`` (the logit of token id 42)."""
-    kind = graph.kind(node)
-    layer, pos = graph.layer_and_pos(node)
-    if kind == "feature":
-        return f"L{layer}:F{int(graph.active_features[node, 2])}@{pos}"
-    if kind == "error":
-        return f"L{layer}:err@{pos}"
-    if kind == "token":
-        return f"tok@{pos}"
-    return f"logit:{int(graph.logit_tokens[node - graph.logits.start])}"
+    fields = graph.node_fields(node)
+    return NODE_IDS[fields["kind"]].format(**fields)
 
 
 def logit_path_sums(graph: AttributionGraph) -> Float[Tensor, "logit node"]:

@@ -158,7 +158,8 @@ def test_the_package_reads_as_a_table_of_contents():
 
 
 def test_no_shim_keeps_an_old_module_path_and_transformerlens_paths_stay():
-    """Old paths raise ``ModuleNotFoundError`` (docs/CHANGELOG.md names the new import); TransformerLens' paths import."""
+    """Old paths raise ``ModuleNotFoundError`` (docs/CHANGELOG.md names the new import); TransformerLens' paths
+    import."""
     import importlib
     import sys
 

@@ -118,7 +118,9 @@ def test_every_hook_matches_hf(hf_and_ours):
         torch.testing.assert_close(output, reference.pop("logits"), rtol=1e-10, atol=1e-10)
     assert "logits" not in reference
     for name, expected in reference.items():
-        torch.testing.assert_close(cache[name], expected, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            cache[name], expected, rtol=1e-10, atol=1e-10, msg=lambda m, name=name: f"{name}: {m}"
+        )
     assert hf.config._attn_implementation == "sdpa", "the reference run must restore HF's attention implementation"
 
 

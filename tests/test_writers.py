@@ -75,7 +75,7 @@ def test_every_writer_record_rebuilds_its_output_hook(decoder):
         for writer in block.writers():
             torch.testing.assert_close(rebuilt(writer, cache), cache[writer.output], rtol=0, atol=1e-12)
             checked += 1
-    assert checked == sum(name.endswith(("hook_attn_out", "hook_mlp_out")) for name in cache.keys())
+    assert checked == sum(name.endswith(("hook_attn_out", "hook_mlp_out")) for name in cache)
 
 
 def test_the_walk_splits_the_logit_exactly(decoder):

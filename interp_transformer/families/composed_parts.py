@@ -127,6 +127,27 @@ def check_numerics(spec) -> None:
         raise TypeError(f"name must be a str, got {type(spec.name).__name__}")
 
 
+def _check_rotary(spec) -> None:
+    """The rotary options: an even d_head, a base above 1, a bool interleaving, an even rotary_dim within d_head."""
+    if spec.d_head % 2:
+        raise ValueError(f"positions='rotary' rotates pairs of dimensions: d_head must be even, got {spec.d_head}")
+    if spec.rotary_base is not None:
+        check_number("rotary_base", spec.rotary_base, above=1.0)
+    if spec.rotary_interleaved is not None:
+        check_bool("rotary_interleaved", spec.rotary_interleaved)
+    rotary_dim = getattr(spec, "rotary_dim", None)
+    if rotary_dim is not None and (
+        isinstance(rotary_dim, bool)
+        or not isinstance(rotary_dim, int)
+        or not 0 < rotary_dim <= spec.d_head
+        or rotary_dim % 2
+    ):
+        raise ValueError(
+            f"rotary_dim (the leading dimensions of each head that rotate, in pairs) must be an even int in "
+            f"[2, d_head={spec.d_head}], got {rotary_dim!r}"
+        )
+
+
 def check_positions(spec, allowed: tuple[str, ...]) -> None:
     """``positions`` one of ``allowed``, and each option of a kind of positions given only with it."""
     check_choice("positions", spec.positions, allowed)
@@ -148,23 +169,7 @@ def check_positions(spec, allowed: tuple[str, ...]) -> None:
             kind = " or ".join(repr(kind) for kind in kinds)
             raise ValueError(f"{option} is read only with positions={kind}, got positions={spec.positions!r}")
     if spec.positions == "rotary":
-        if spec.d_head % 2:
-            raise ValueError(f"positions='rotary' rotates pairs of dimensions: d_head must be even, got {spec.d_head}")
-        if spec.rotary_base is not None:
-            check_number("rotary_base", spec.rotary_base, above=1.0)
-        if spec.rotary_interleaved is not None:
-            check_bool("rotary_interleaved", spec.rotary_interleaved)
-        rotary_dim = getattr(spec, "rotary_dim", None)
-        if rotary_dim is not None and (
-            isinstance(rotary_dim, bool)
-            or not isinstance(rotary_dim, int)
-            or not 0 < rotary_dim <= spec.d_head
-            or rotary_dim % 2
-        ):
-            raise ValueError(
-                f"rotary_dim (the leading dimensions of each head that rotate, in pairs) must be an even int in "
-                f"[2, d_head={spec.d_head}], got {rotary_dim!r}"
-            )
+        _check_rotary(spec)
     if spec.positions == "alibi" and spec.alibi_slopes is not None:
         slopes = spec.alibi_slopes
         if not isinstance(slopes, tuple) or len(slopes) != spec.n_heads:

@@ -34,7 +34,7 @@ import contextlib
 import difflib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import torch
 from torch import nn

@@ -132,7 +132,7 @@ def byte_level_backend(metadata: Mapping[str, Any], tokens: list[str], token_typ
     alphabet = _byte_alphabet()
     spelled = set(alphabet.values())
     vocab: dict[str, int] = {}
-    for token_id, (token, token_type) in enumerate(zip(tokens, token_types)):
+    for token_id, (token, token_type) in enumerate(zip(tokens, token_types, strict=True)):
         if token_type not in (CONTROL, USER_DEFINED) and not set(token) <= spelled:
             # a plain token written as raw text: spell it in the byte alphabet, as BPE will produce it
             token = "".join(alphabet[byte] for byte in token.encode("utf-8"))
@@ -243,7 +243,7 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: str 
     backend.add_special_tokens(
         [
             AddedToken(token, special=True, normalized=False)
-            for token, kind in zip(tokens, token_types)
+            for token, kind in zip(tokens, token_types, strict=True)
             if kind == CONTROL
         ]
     )
@@ -251,7 +251,7 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], architecture: str 
     backend.add_tokens(
         [
             AddedToken(token, special=False, normalized=False)
-            for token, kind in zip(tokens, token_types)
+            for token, kind in zip(tokens, token_types, strict=True)
             if kind == USER_DEFINED and token in vocab
         ]
     )

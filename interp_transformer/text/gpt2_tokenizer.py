@@ -15,7 +15,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from transformers import GPT2TokenizerFast
+from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]  # an alias transformers 5 resolves lazily
 
 # sha256 of OpenAI's GPT-2 tokenizer files (tiktoken pins the same hashes).
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"

@@ -20,7 +20,7 @@ are ids and mask), ``why_not_ids_alone(encoded, ...)`` (None when the ids need n
 ``PromptMethods`` adds what only a decoder does with text: generate, test a prompt, find a token.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from jaxtyping import Int
 from torch import Tensor
@@ -76,7 +76,9 @@ def padded_rows_problem(attention_mask: Tensor) -> str | None:
 class DecoderText:
     """A decoder's text (see the module docstring)."""
 
-    def encode(self, tokenizer, text, n_ctx: int, prepend_bos: bool = True, padding_side: str = "right"):
+    def encode(
+        self, tokenizer, text, n_ctx: int, prepend_bos: bool = True, padding_side: Literal["right", "left"] = "right"
+    ):
         from interp_transformer.text import tokens as tok
 
         return tok.to_tokens_and_mask(tokenizer, text, prepend_bos=prepend_bos, padding_side=padding_side)
@@ -122,7 +124,9 @@ class PromptMethods:
 
         return test_prompt(self, prompt, answer, **kwargs)
 
-    def get_token_position(self, single_token, tokens_or_text, mode: str = "first", prepend_bos: bool = True) -> int:
+    def get_token_position(
+        self, single_token, tokens_or_text, mode: Literal["first", "last"] = "first", prepend_bos: bool = True
+    ) -> int:
         from interp_transformer.text import tokens as tok
 
         return tok.get_token_position(

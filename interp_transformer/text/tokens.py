@@ -34,7 +34,7 @@ tensor([[50256, 15496,   995]])
 
 import numbers
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeGuard
 
 import torch
 from jaxtyping import Int
@@ -120,11 +120,13 @@ def _as_text_list(text: str | Sequence[str]) -> list[str]:
     return list(text)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _as_id_rows(tokenizer: PreTrainedTokenizerBase, tokens: TokensLike, name: str) -> tuple[list[list[int]], int]:
+def _as_id_rows(
+    tokenizer: PreTrainedTokenizerBase, tokens: TokensLike | list[str], name: str
+) -> tuple[list[list[int]], int]:
     """Token ids as a list of rows, plus the input's number of dims (1 or 2); ids range-checked."""
     if _is_int(tokens):
         tokens = torch.tensor([int(tokens)])
@@ -213,7 +215,7 @@ def to_tokens_and_mask(
     texts = _as_text_list(text)
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', received {padding_side!r}")
-    if max_length is not None and not (_is_int(max_length) and max_length >= 1):
+    if max_length is not None and not (_is_int(max_length) and int(max_length) >= 1):
         raise ValueError(f"max_length must be a positive int or None, received {max_length!r}")
 
     # add_special_tokens=False: BOS is ours to add, and e.g. BERT's [SEP] is not wanted.
@@ -280,7 +282,7 @@ def to_str_tokens(
         and tokens_or_text
         and all(isinstance(item, str) for item in tokens_or_text)
     ):
-        return [to_str_tokens(tokenizer, text, prepend_bos) for text in tokens_or_text]
+        return [_decode_each(tokenizer, to_tokens(tokenizer, text, prepend_bos)[0].tolist()) for text in tokens_or_text]
     rows, ndim = _as_id_rows(tokenizer, tokens_or_text, "tokens_or_text")
     if ndim == 2 and len(rows) != 1:
         return [_decode_each(tokenizer, row) for row in rows]

@@ -140,6 +140,15 @@ def cached(cache: ActivationCache, name: str) -> Tensor:
     return activation if cache.has_batch_dim else activation.unsqueeze(0)
 
 
+def find(items, field: str, key, missing: str, shown: int | None = None):
+    """The first of ``items`` whose ``field`` equals ``key`` (a report's section, a feature's dashboard); else a
+    ``KeyError``: ``missing`` and the ``field`` values there are (the first ``shown``)."""
+    for item in items:
+        if getattr(item, field) == key:
+            return item
+    raise KeyError(f"{missing}: {[getattr(item, field) for item in items][:shown]}")
+
+
 def check_labels(labels: Sequence | None, size: int, axis: str) -> list[str] | None:
     """``labels`` as a list of str, one per entry of ``axis``; ``None`` stays ``None``."""
     if labels is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from .. import _checks
 from ..views import library_script
 from .context import ReportSection
 
@@ -56,10 +57,7 @@ class Report:
     summary: list[str] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> ReportSection:
-        for section in self.sections:
-            if section.key == key:
-                return section
-        raise KeyError(f"no section {key!r} in this report; sections: {[s.key for s in self.sections]}")
+        return _checks.find(self.sections, "key", key, f"no section {key!r} in this report; sections")
 
     @property
     def figures(self) -> list:

@@ -114,10 +114,7 @@ class FeatureDashboards:
         return iter(self.dashboards)
 
     def __getitem__(self, feature: int) -> FeatureDashboard:
-        for dashboard in self.dashboards:
-            if dashboard.feature == feature:
-                return dashboard
-        raise KeyError(f"no dashboard for feature {feature}; features: {[d.feature for d in self.dashboards][:20]}")
+        return _checks.find(self.dashboards, "feature", feature, f"no dashboard for feature {feature}; features", 20)
 
     @staticmethod
     def page_name(feature: int) -> str:

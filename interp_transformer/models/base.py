@@ -1,8 +1,9 @@
 """What every hooked model shares: its architecture's facts, stacked weights, circuits, init and checks.
 
 ``HookedTransformerBase`` is the one base of ``DemoTransformer`` (decoders of every
-architecture) and ``EncoderTransformer``. A subclass builds its parts in ``__init__``
-from ``self.architecture.build(cfg)``, calls ``self.finish_init(...)`` and writes its
+architecture), ``EncoderTransformer`` and ``EncoderDecoderTransformer``. ``__init__`` builds the
+parts from ``self.architecture.build(cfg)``, refused unless they are the subclass's ``parts_class``,
+hands them to the subclass's ``hold_parts`` and initializes; a subclass writes those two and its
 forward; everything below comes with it:
 
 - ``architecture``, ``capabilities``, ``hook_names``, ``act_name(...)``, ``final_norm``,
@@ -85,12 +86,27 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
 
     kind = "model"  # "decoder" or "encoder": what from_pretrained of a subclass accepts
 
-    def __init__(self, cfg, tokenizer=None):
+    parts_class: type  # what the architecture builds for this model class: DecoderParts, EncoderParts, ...
+
+    def __init__(
+        self,
+        cfg,
+        tokenizer=None,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device | None = None,
+        seed: int | None = None,
+    ):
         super().__init__()
         self.architecture: Architecture = architecture_of(cfg)
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.processing: list[str] = []  # weight-processing steps applied, in order
+        self.hold_parts(self.build_parts(self.parts_class))
+        self.finish_init(seed, dtype, device)
+
+    def hold_parts(self, parts) -> None:
+        """Keep the built ``parts`` as this model's modules, in forward order, with the model-level hook points."""
+        raise NotImplementedError(f"{type(self).__name__} must say how it holds its parts (hold_parts)")
 
     @property
     def tokenizer(self):

@@ -47,16 +47,9 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
     text_inputs = DecoderText()
     TOKENIZER_HINT = "e.g. model.tokenizer = interp_transformer.text.tokens.offline_gpt2_tokenizer()"
 
-    def __init__(
-        self,
-        cfg,
-        tokenizer=None,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device | None = None,
-        seed: int | None = None,
-    ):
-        super().__init__(cfg, tokenizer)
-        parts = self.build_parts(DecoderParts)
+    parts_class = DecoderParts
+
+    def hold_parts(self, parts: DecoderParts) -> None:
         self.embed = parts.embed
         self.hook_embed = HookPoint()
         self.pos_embed = parts.pos_embed
@@ -66,7 +59,6 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
         self.blocks = nn.ModuleList(parts.blocks)
         self.ln_final = parts.ln_final
         self.unembed = parts.unembed
-        self.finish_init(seed, dtype, device)
 
     def forward(
         self,

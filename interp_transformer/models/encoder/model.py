@@ -43,7 +43,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from interp_transformer.core.shape_checks import shape_checked
-from interp_transformer.families.bert.recipe import EncoderConfig, EncoderParts
+from interp_transformer.families.bert.recipe import EncoderParts
 from interp_transformer.hooks import HookPoint
 from interp_transformer.models.base import HookedTransformerBase, WeightView, unembedding_directions
 from interp_transformer.models.encoder.inputs import (
@@ -81,16 +81,9 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
     kind = "encoder"
     TOKENIZER_HINT = "a BERT tokenizer"
 
-    def __init__(
-        self,
-        cfg: EncoderConfig,
-        tokenizer=None,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device | None = None,
-        seed: int | None = None,
-    ):
-        super().__init__(cfg, tokenizer)
-        parts = self.build_parts(EncoderParts)
+    parts_class = EncoderParts
+
+    def hold_parts(self, parts: EncoderParts) -> None:
         self.embed = parts.embed
         self.hook_embed = HookPoint()
         self.pos_embed = parts.pos_embed
@@ -102,7 +95,6 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
         self.blocks = nn.ModuleList(parts.blocks)
         self.mlm_head = parts.mlm_head
         self.pooler = parts.pooler
-        self.finish_init(seed, dtype, device)
 
     # --- forward ---------------------------------------------------------------------------
     def forward(

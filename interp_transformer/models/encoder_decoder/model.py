@@ -16,7 +16,6 @@ The cross-attention pattern is ``[batch, head_index, query_pos, key_pos]`` with
 ``query_pos`` over the target and ``key_pos`` over the source.
 """
 
-import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -67,22 +66,14 @@ class EncoderDecoderTransformer(HookedTransformerBase):
     kind = "encoder-decoder"
     TOKENIZER_HINT = "the checkpoint's Hugging Face tokenizer"
 
-    def __init__(
-        self,
-        cfg,
-        tokenizer=None,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device | None = None,
-        seed: int | None = None,
-    ):
-        super().__init__(cfg, tokenizer)
-        parts = self.build_parts(EncoderDecoderParts)
+    parts_class = EncoderDecoderParts
+
+    def hold_parts(self, parts: EncoderDecoderParts) -> None:
         self.embed = parts.embed
         self.decoder_embed = parts.decoder_embed  # None: the decoder reads the source's embedding too
         self.encoder = EncoderStack(parts.encoder)
         self.decoder = DecoderStack(parts.decoder)
         self.unembed = parts.unembed
-        self.finish_init(seed, dtype, device)
 
     # --- forward -----------------------------------------------------------------------------
     def forward(

@@ -37,7 +37,7 @@ shapes and are not checked at run time, to keep ``@`` cheap.
 import functools
 import numbers
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, TypeGuard, TypeVar, Union
 
 import einops
 import torch
@@ -57,11 +57,11 @@ class TopK(NamedTuple):
     indices: Int[torch.Tensor, "*batch ldim k"]
 
 
-def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
+def _shape(tensor: Union[torch.Tensor, "FactoredMatrix"]) -> tuple[int, ...]:
     return tuple(tensor.shape)
 
 
-def _is_integer(index: Any) -> bool:
+def _is_integer(index: Any) -> TypeGuard[int | torch.Tensor]:
     """True for an index that removes an axis: a Python int or a 0-d integer tensor."""
     if isinstance(index, torch.Tensor):
         return index.ndim == 0 and not index.is_floating_point() and index.dtype != torch.bool
@@ -93,6 +93,9 @@ def _keep_axis(index: AxisIndex) -> slice | torch.Tensor:
     if index.ndim != 1:
         raise IndexError(f"row/column index must be 1-d, got shape {_shape(index)}")
     return index
+
+
+FactoredMatrixT = TypeVar("FactoredMatrixT", bound="FactoredMatrix")  # a subclass keeps its class through _new
 
 
 class FactoredMatrix:
@@ -391,7 +394,7 @@ class FactoredMatrix:
 
     # ---- helpers ----------------------------------------------------------------------
 
-    def _new(self, A: torch.Tensor, B: torch.Tensor) -> "FactoredMatrix":
+    def _new(self: "FactoredMatrixT", A: torch.Tensor, B: torch.Tensor) -> "FactoredMatrixT":
         """A factored matrix of this one's class (so that a subclass's results stay of the subclass)."""
         return type(self)(A, B)
 
@@ -439,4 +442,4 @@ def _chain(left: FactoredMatrix, right: FactoredMatrix) -> FactoredMatrix:
         )
     # (A1 B1)(A2 B2) = ((A1 B1) A2) B2: each product keeps the smaller inner dim, so the result's is
     # min(mdim1, rdim1, mdim2) and no factor bigger than the inputs is built
-    return (left @ right.A) @ right.B
+    return (left @ right.A) @ right.B  # type: ignore[return-value]  # right.A is a matrix: the product stays factored

@@ -68,8 +68,14 @@ def _copy_prompts(seed: int, V: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """A copy task's words ``x`` and their corrupted ``other``, and the prompts ``BOS x y z END``, clean and with ``x``
     replaced by ``other``."""
     x, y, z, other = _draws(seed + 1, V - 1, 4).unbind(-1)
-    bos, end = torch.zeros_like(x), torch.full_like(x, V - 1)
-    return x, other, torch.stack([bos, x, y, z, end], dim=1), torch.stack([bos, other, y, z, end], dim=1)
+    return x, other, _prompts(x, y, z, V - 1), _prompts(other, y, z, V - 1)
+
+
+def _prompts(*words) -> Tensor:
+    """``[N_PROMPTS, 1 + len(words)]``: ``BOS`` (token 0), then each of ``words`` (``[N_PROMPTS]`` ids, or one id for
+    every prompt)."""
+    columns = [torch.full((N_PROMPTS,), word) if isinstance(word, int) else word for word in words]
+    return torch.stack([torch.zeros(N_PROMPTS, dtype=torch.long), *columns], dim=1)
 
 
 def _attend_by_position(head: dict, pos: int, query_at: int, key_at: int) -> None:
@@ -124,9 +130,7 @@ def induction(dtype=torch.float64, seed: int = 0) -> GroundTruth:
     _copy_token(inducing, tok, out, V, 4.0)
     _read_out(model, out, V)
     a, b, c, d, e = _draws(seed + 1, V, 5).unbind(-1)
-    bos = torch.zeros_like(a)
-    clean = torch.stack([bos, a, b, c, a], dim=1)
-    corrupted = torch.stack([bos, d, b, c, e], dim=1)
+    clean, corrupted = _prompts(a, b, c, a), _prompts(d, b, c, e)
     edges = (("input", "L0K0.v"), ("L0H0", "L1K0.k"), ("input", "L1H0.q"), ("L1H0", "logits"))
     notes = (
         "Each of the four edges is needed (an AND): the previous-token head's value reads the first A, its output "
@@ -186,9 +190,7 @@ def mlp_moe(dtype=torch.float64, seed: int = 0) -> GroundTruth:
     x = torch.randint(4, 7, (N_PROMPTS,), generator=generator)
     small = torch.randint(1, 4, (N_PROMPTS,), generator=generator)
     y, z = torch.randint(1, 7, (2, N_PROMPTS), generator=generator)
-    bos, ends = torch.zeros_like(x), torch.full_like(x, end)
-    clean = torch.stack([bos, x, y, z, ends], dim=1)
-    corrupted = torch.stack([bos, small, y, z, ends], dim=1)
+    clean, corrupted = _prompts(x, y, z, end), _prompts(small, y, z, end)
     edges = (("input", "L0K0.v"), ("L0H0", "MLP0"), ("MLP0.E0", "logits"))
     notes = (
         "Two steps: L0H0 moves the first word to the last position, expert 0 turns it into the big-or-small feature "

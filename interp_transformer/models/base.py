@@ -81,6 +81,30 @@ class WeightView:
         return f"{self.name}: {reason}"
 
 
+# The weights a model (and a stack) gives stacked over blocks, per part, in this order, with their shapes
+ATTENTION_WEIGHTS = {
+    "W_Q": "layer head_index d_model d_head",
+    "W_K": "layer head_index d_model d_head",
+    "W_V": "layer head_index d_model d_head",
+    "W_O": "layer head_index d_head d_model",
+    "b_Q": "layer head_index d_head",
+    "b_K": "layer head_index d_head",
+    "b_V": "layer head_index d_head",
+    "b_O": "layer d_model",
+}
+MLP_WEIGHTS = {
+    "W_in": "layer d_model d_mlp",
+    "b_in": "layer d_mlp",
+    "W_out": "layer d_mlp d_model",
+    "b_out": "layer d_model",
+}
+
+
+def stacked_views(part: str, weights: dict[str, str]) -> tuple[WeightView, ...]:
+    """One ``WeightView`` per weight of ``weights`` (name -> shape), read from ``blocks[L].<part>``, in that order."""
+    return tuple(WeightView(part, weight, shape, stacked=True) for weight, shape in weights.items())
+
+
 class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
     """The shared base of hooked models (see the module docstring)."""
 
@@ -261,18 +285,8 @@ class HookedTransformerBase(TextMethods, CachingMixin, HookedRootModule):
     W_pos = WeightView("pos_embed", "W_pos", "n_ctx d_model")
     W_U = WeightView("unembed", "W_U", "d_model d_vocab")
     b_U = WeightView("unembed", "b_U", "d_vocab")
-    W_Q = WeightView("attn", "W_Q", "layer head_index d_model d_head", stacked=True)
-    W_K = WeightView("attn", "W_K", "layer head_index d_model d_head", stacked=True)
-    W_V = WeightView("attn", "W_V", "layer head_index d_model d_head", stacked=True)
-    W_O = WeightView("attn", "W_O", "layer head_index d_head d_model", stacked=True)
-    b_Q = WeightView("attn", "b_Q", "layer head_index d_head", stacked=True)
-    b_K = WeightView("attn", "b_K", "layer head_index d_head", stacked=True)
-    b_V = WeightView("attn", "b_V", "layer head_index d_head", stacked=True)
-    b_O = WeightView("attn", "b_O", "layer d_model", stacked=True)
-    W_in = WeightView("mlp", "W_in", "layer d_model d_mlp", stacked=True)
-    b_in = WeightView("mlp", "b_in", "layer d_mlp", stacked=True)
-    W_out = WeightView("mlp", "W_out", "layer d_mlp d_model", stacked=True)
-    b_out = WeightView("mlp", "b_out", "layer d_model", stacked=True)
+    W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O = stacked_views("attn", ATTENTION_WEIGHTS)
+    W_in, b_in, W_out, b_out = stacked_views("mlp", MLP_WEIGHTS)
 
     def __getattr__(self, name: str):
         try:
@@ -332,4 +346,11 @@ def unembedding_directions(W_U: Tensor, tokens) -> Tensor:
     return W_U[:, tokens.to(W_U.device)].movedim(0, -1)
 
 
-__all__ = ["HookedTransformerBase", "WeightView", "unembedding_directions"]
+__all__ = [
+    "ATTENTION_WEIGHTS",
+    "MLP_WEIGHTS",
+    "HookedTransformerBase",
+    "WeightView",
+    "stacked_views",
+    "unembedding_directions",
+]

@@ -21,15 +21,11 @@ from torch import Tensor, nn
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.families.encoder_decoder import StackParts
 from interp_transformer.hooks import HookPoint
-from interp_transformer.models.base import WeightView
+from interp_transformer.models.base import ATTENTION_WEIGHTS, MLP_WEIGHTS, stacked_views
 from interp_transformer.models.encoder_decoder.kv_cache import EncoderDecoderKVCache
 from interp_transformer.models.stack import ResidualStack, hold_no_parts
 from interp_transformer.parts import TokenLayout
 from interp_transformer.parts.cross_attention import CrossAttentionSource
-
-HEAD_SHAPE = "layer head_index d_model d_head"
-OUT_SHAPE = "layer head_index d_head d_model"
-BIAS_SHAPE = "layer head_index d_head"
 
 
 class EncoderStack(ResidualStack, nn.Module):
@@ -61,18 +57,8 @@ class EncoderStack(ResidualStack, nn.Module):
         return self.ln_final(self.run_blocks(residual, layout))
 
     # stacked weights, as a model gives them
-    W_Q = WeightView("attn", "W_Q", HEAD_SHAPE, stacked=True)
-    W_K = WeightView("attn", "W_K", HEAD_SHAPE, stacked=True)
-    W_V = WeightView("attn", "W_V", HEAD_SHAPE, stacked=True)
-    W_O = WeightView("attn", "W_O", OUT_SHAPE, stacked=True)
-    b_Q = WeightView("attn", "b_Q", BIAS_SHAPE, stacked=True)
-    b_K = WeightView("attn", "b_K", BIAS_SHAPE, stacked=True)
-    b_V = WeightView("attn", "b_V", BIAS_SHAPE, stacked=True)
-    b_O = WeightView("attn", "b_O", "layer d_model", stacked=True)
-    W_in = WeightView("mlp", "W_in", "layer d_model d_mlp", stacked=True)
-    b_in = WeightView("mlp", "b_in", "layer d_mlp", stacked=True)
-    W_out = WeightView("mlp", "W_out", "layer d_mlp d_model", stacked=True)
-    b_out = WeightView("mlp", "b_out", "layer d_model", stacked=True)
+    W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O = stacked_views("attn", ATTENTION_WEIGHTS)
+    W_in, b_in, W_out, b_out = stacked_views("mlp", MLP_WEIGHTS)
 
 
 class DecoderStack(EncoderStack):
@@ -93,14 +79,9 @@ class DecoderStack(EncoderStack):
         )
         return self.ln_final(residual)
 
-    W_Q_cross = WeightView("cross_attn", "W_Q", HEAD_SHAPE, stacked=True)
-    W_K_cross = WeightView("cross_attn", "W_K", HEAD_SHAPE, stacked=True)
-    W_V_cross = WeightView("cross_attn", "W_V", HEAD_SHAPE, stacked=True)
-    W_O_cross = WeightView("cross_attn", "W_O", OUT_SHAPE, stacked=True)
-    b_Q_cross = WeightView("cross_attn", "b_Q", BIAS_SHAPE, stacked=True)
-    b_K_cross = WeightView("cross_attn", "b_K", BIAS_SHAPE, stacked=True)
-    b_V_cross = WeightView("cross_attn", "b_V", BIAS_SHAPE, stacked=True)
-    b_O_cross = WeightView("cross_attn", "b_O", "layer d_model", stacked=True)
+    W_Q_cross, W_K_cross, W_V_cross, W_O_cross, b_Q_cross, b_K_cross, b_V_cross, b_O_cross = stacked_views(
+        "cross_attn", ATTENTION_WEIGHTS
+    )
 
     @property
     def QK_cross(self):

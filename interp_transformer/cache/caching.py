@@ -55,12 +55,11 @@ class _ActivationKeeper:
 
     def hook(self, suffix: str) -> HookFn:
         def keep(tensor: torch.Tensor, hook: HookPoint) -> None:
-            # a hook fires only on a named point (setup() names every one): name is a str here
-            self.kept[hook.name + suffix] = self._keep(tensor, hook.name)  # type: ignore[operator]
+            self.kept[hook.name + suffix] = self._keep(tensor, hook.name)
 
         return keep
 
-    def _keep(self, tensor: torch.Tensor, name: str | None) -> torch.Tensor:
+    def _keep(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         kept = tensor.detach()
         if self.remove_batch_dim:
             if kept.shape[0] != 1:
@@ -160,7 +159,7 @@ class CachingMixin:
         shapes: dict[str, tuple[int, ...]] = {}
 
         def record(tensor: torch.Tensor, hook: HookPoint) -> None:
-            shapes[hook.name] = tuple(tensor.shape)  # type: ignore[index]  # fired on a named point: a str
+            shapes[hook.name] = tuple(tensor.shape)
 
         self._meta_forward(batch, pos, [(lambda name: True, record)])
         return shapes

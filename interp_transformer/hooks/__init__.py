@@ -86,7 +86,9 @@ class HookPoint(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name: str | None = None
+        # None until the model's setup() names it; every hook and every reader of a part's hook names comes after
+        # that, so the name is typed as the str they read
+        self.name: str = None  # type: ignore[assignment]
         self._hooks: list[_Hook] = []  # seen by every thread
         self.ctx: dict = {}  # free space for hook functions to share state (TransformerLens' hook.ctx)
 

@@ -27,7 +27,6 @@ rounds only the product ``x_hat * (1 + w)`` to it (the difference from Llama's n
 calls out); this part does the same, and in float64 it stays in float64.
 """
 
-import einops
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
@@ -35,6 +34,7 @@ from torch import Tensor, nn
 
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.hooks import HookPoint
+from interp_transformer.parts.rms_norm import RMSAlgebra
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -42,7 +42,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-class GemmaRMSNorm(nn.Module):
+class GemmaRMSNorm(RMSAlgebra, nn.Module):
     """``normalized = x / sqrt(mean(x^2) + eps) * (1 + w_offset)`` over the last axis (see the module docstring).
 
     ``hook_scale`` is ``sqrt(mean(x^2) + eps)`` (``[batch, pos, 1]``, or ``[batch, pos,
@@ -52,8 +52,6 @@ class GemmaRMSNorm(nn.Module):
     formula. ``uses_fused_path()`` decides. ``hook_scale`` is in the dtype the norm computes
     in: the model's, or float32 for a half-precision model.
     """
-
-    removes_mean = False
 
     def __init__(self, d_model: int, eps: float):
         super().__init__()
@@ -68,10 +66,6 @@ class GemmaRMSNorm(nn.Module):
         """The gain ``1 + w_offset``: what the normalized input is multiplied by."""
         return 1 + self.w_offset
 
-    def uses_fused_path(self) -> bool:
-        """True when the fused kernel may run: nobody observes the scale."""
-        return self.use_fused_rms_norm and not self.hook_scale.has_hooks()
-
     @shape_checked
     def forward(self, x: Float[Tensor, "batch pos *head d_model"]) -> Float[Tensor, "batch pos *head d_model"]:
         wide = x.to(compute_dtype(x.dtype))
@@ -81,44 +75,12 @@ class GemmaRMSNorm(nn.Module):
         scale = self.hook_scale((wide.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized((wide / scale * gain).to(x.dtype))
 
-    # --- the algebra (see the module docstring) ---------------------------------------------
-    def apply_frozen(
-        self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
-    ) -> Float[Tensor, "... d_model"]:
-        """``x / scale * w``: the norm with ``scale`` frozen (there is no bias to leave out)."""
-        return x / scale * self.w
-
+    # --- the algebra (see the module docstring; the rest is RMSAlgebra's) ------------------
     def normalize(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         """The whole norm of ``x``, its scale computed from ``x`` itself; no hook fires."""
         wide = x.to(compute_dtype(x.dtype))
         gain = 1 + self.w_offset.to(wide.dtype)
         return F.rms_norm(wide, gain.shape, gain, self.eps).to(x.dtype)
-
-    def pull_back(
-        self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
-    ) -> Float[Tensor, "... d_model"]:
-        """``g = w * d / scale``, so that ``apply_frozen(x, scale) . d = x . g``; ``scale`` may be left out."""
-        weighted = direction * self.w
-        return weighted if scale is None else weighted / scale
-
-    def bias_term(self, direction: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
-        """0 for every direction: the norm has no bias."""
-        return direction.new_zeros(direction.shape[:-1])
-
-    @torch.no_grad()
-    def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
-        """In place: ``W <- diag(w) W`` (``w = 1 + w_offset``) for ``W [..., d_model, d_out]``; ``b_next`` is left as it
-        is.
-
-        ``center`` is refused (the mean of the input is not removed). Call ``reset()`` once
-        every reader is folded.
-        """
-        if center:
-            raise ValueError(
-                "GemmaRMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing "
-                "the mean of the weights that read it would change the output; fold with center=False"
-            )
-        W.mul_(einops.rearrange(self.w, "d_model -> d_model 1"))
 
     @torch.no_grad()
     def reset(self) -> None:

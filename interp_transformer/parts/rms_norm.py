@@ -19,6 +19,8 @@ TransformerLens' ``RMSNorm``: ``hook_normalized`` is taken **after** ``w`` (as f
 LayerNorm, and as Hugging Face's norm outputs), not before it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 import einops
 import torch
 import torch.nn.functional as F
@@ -29,48 +31,25 @@ from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.hooks import HookPoint
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm over the last axis: ``normalized = x / sqrt(mean(x^2) + eps) * w``.
+class RMSAlgebra:
+    """The algebra an RMS norm answers through its gain ``w`` (``RMSNorm``'s parameter, Gemma's ``1 + w_offset``):
+    no centring and no bias. The part holds ``w``, ``hook_scale`` and ``use_fused_rms_norm``."""
 
-    ``hook_scale`` is ``sqrt(mean(x^2) + eps)``, shape ``[batch, pos, 1]`` (``[batch, pos,
-    head_index, 1]`` for a norm over each head's ``d_head``, as Qwen3's q/k norms);
-    ``hook_normalized`` is the output, after ``w``. The explicit formula is the reference
-    and the only path that produces the scale; while nothing hooks or caches
-    ``hook_scale``, PyTorch's fused ``rms_norm`` (the same formula) runs instead.
-    ``uses_fused_path()`` decides.
-    """
+    if TYPE_CHECKING:  # a mixin of the part class: it reads that class's attributes
+
+        def __getattr__(self, name: str) -> Any: ...
 
     removes_mean = False
-
-    def __init__(self, d_model: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.w = nn.Parameter(torch.ones(d_model))
-        self.hook_scale = HookPoint()
-        self.hook_normalized = HookPoint()
-        self.use_fused_rms_norm = True  # set False to always run the explicit path
 
     def uses_fused_path(self) -> bool:
         """True when the fused kernel may run: nobody observes the scale."""
         return self.use_fused_rms_norm and not self.hook_scale.has_hooks()
 
-    @shape_checked
-    def forward(self, x: Float[Tensor, "batch pos *head d_model"]) -> Float[Tensor, "batch pos *head d_model"]:
-        if self.uses_fused_path():
-            return self.hook_normalized(F.rms_norm(x, self.w.shape, self.w, self.eps))
-        scale = self.hook_scale((x.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w)
-
-    # --- the algebra (see the module docstring) ---------------------------------------------
     def apply_frozen(
         self, x: Float[Tensor, "... d_model"], scale: Float[Tensor, "... 1"]
     ) -> Float[Tensor, "... d_model"]:
         """``x / scale * w``: the norm with ``scale`` frozen (there is no bias to leave out)."""
         return x / scale * self.w
-
-    def normalize(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
-        """The whole RMSNorm of ``x``, its scale computed from ``x`` itself; no hook fires."""
-        return F.rms_norm(x, self.w.shape, self.w, self.eps)
 
     def pull_back(
         self, direction: Float[Tensor, "... d_model"], scale: Tensor | None = None
@@ -81,23 +60,55 @@ class RMSNorm(nn.Module):
         return weighted if scale is None else weighted / scale
 
     def bias_term(self, direction: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
-        """0 for every direction: RMSNorm has no bias."""
+        """0 for every direction: the norm has no bias."""
         return direction.new_zeros(direction.shape[:-1])
 
     @torch.no_grad()
     def fold_into(self, W: Tensor, b_next: Tensor | None, center: bool = False) -> None:
         """In place: ``W <- diag(w) W`` for ``W [..., d_model, d_out]``; ``b_next`` is left as it is (no bias to fold).
 
-        ``center`` is refused: RMSNorm does not subtract the mean, so the mean over
+        ``center`` is refused: the norm does not subtract the mean, so the mean over
         ``d_model`` of the folded weights does reach the output. Call ``reset()`` once
         every reader is folded.
         """
         if center:
             raise ValueError(
-                "RMSNorm cannot fold with center=True: it does not subtract the mean of its input, so removing the "
-                "mean of the weights that read it would change the output; fold with center=False"
+                f"{type(self).__name__} cannot fold with center=True: it does not subtract the mean of its input, so "
+                "removing the mean of the weights that read it would change the output; fold with center=False"
             )
         W.mul_(einops.rearrange(self.w, "d_model -> d_model 1"))
+
+
+class RMSNorm(RMSAlgebra, nn.Module):
+    """RMSNorm over the last axis: ``normalized = x / sqrt(mean(x^2) + eps) * w``.
+
+    ``hook_scale`` is ``sqrt(mean(x^2) + eps)``, shape ``[batch, pos, 1]`` (``[batch, pos,
+    head_index, 1]`` for a norm over each head's ``d_head``, as Qwen3's q/k norms);
+    ``hook_normalized`` is the output, after ``w``. The explicit formula is the reference
+    and the only path that produces the scale; while nothing hooks or caches
+    ``hook_scale``, PyTorch's fused ``rms_norm`` (the same formula) runs instead.
+    ``uses_fused_path()`` decides.
+    """
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.w = nn.Parameter(torch.ones(d_model))
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+        self.use_fused_rms_norm = True  # set False to always run the explicit path
+
+    @shape_checked
+    def forward(self, x: Float[Tensor, "batch pos *head d_model"]) -> Float[Tensor, "batch pos *head d_model"]:
+        if self.uses_fused_path():
+            return self.hook_normalized(F.rms_norm(x, self.w.shape, self.w, self.eps))
+        scale = self.hook_scale((x.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w)
+
+    # --- the algebra (see the module docstring; the rest is RMSAlgebra's) ------------------
+    def normalize(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        """The whole RMSNorm of ``x``, its scale computed from ``x`` itself; no hook fires."""
+        return F.rms_norm(x, self.w.shape, self.w, self.eps)
 
     @torch.no_grad()
     def reset(self) -> None:
@@ -108,4 +119,4 @@ class RMSNorm(nn.Module):
         return f"d_model={self.w.shape[0]}, eps={self.eps}"
 
 
-__all__ = ["RMSNorm"]
+__all__ = ["RMSAlgebra", "RMSNorm"]

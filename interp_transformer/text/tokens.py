@@ -76,28 +76,28 @@ def _check_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
         )
 
 
-def bos_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """The id prepended when ``prepend_bos=True``: ``bos_token_id``, else ``cls_token_id``."""
-    for name in ("bos_token_id", "cls_token_id"):
+def _first_token_id(tokenizer: PreTrainedTokenizerBase, names: tuple[str, str], missing: str) -> int:
+    """The first of the tokenizer's ``names`` ids that is set; else ``ValueError``: neither ``<missing>``."""
+    for name in names:
         token_id = getattr(tokenizer, name, None)
         if token_id is not None:
             return token_id
-    raise ValueError(
-        f"{type(tokenizer).__name__} has neither a BOS nor a CLS token, so there is no BOS to "
-        "prepend: pass prepend_bos=False"
-    )
+    raise ValueError(f"{type(tokenizer).__name__} has neither {missing}")
+
+
+def bos_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id prepended when ``prepend_bos=True``: ``bos_token_id``, else ``cls_token_id``."""
+    missing = "a BOS nor a CLS token, so there is no BOS to prepend: pass prepend_bos=False"
+    return _first_token_id(tokenizer, ("bos_token_id", "cls_token_id"), missing)
 
 
 def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The id used for padding: ``pad_token_id``, else ``eos_token_id``."""
-    for name in ("pad_token_id", "eos_token_id"):
-        token_id = getattr(tokenizer, name, None)
-        if token_id is not None:
-            return token_id
-    raise ValueError(
-        f"{type(tokenizer).__name__} has neither a pad nor an EOS token, so texts of different "
-        "lengths cannot be padded: set tokenizer.pad_token, or tokenize one text at a time"
+    missing = (
+        "a pad nor an EOS token, so texts of different lengths cannot be padded: set tokenizer.pad_token, or "
+        "tokenize one text at a time"
     )
+    return _first_token_id(tokenizer, ("pad_token_id", "eos_token_id"), missing)
 
 
 def _as_text_list(text: str | Sequence[str]) -> list[str]:

@@ -15,11 +15,9 @@ import torch
 from interp_transformer.builder import build_decoder
 from interp_transformer.families.composed import DecoderSpec
 from interp_transformer.loading import from_pretrained
-from interp_transformer.parts import ParallelBlock
+from interp_transformer.parts import ParallelBlock, PreNormBlock
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
-from interp_transformer.parts.output_norm_block import OutputNormBlock
-from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.scaled_embed import ScaledEmbed
 
@@ -101,7 +99,7 @@ def test_each_field_builds_the_part_the_family_uses():
     )
     assert model.cfg.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
     attn = [block.attn for block in model.blocks]
-    assert all(isinstance(block, PrePostNormBlock) for block in model.blocks)
+    assert all(isinstance(block, PreNormBlock) and "ln2_post" in block._modules for block in model.blocks)
     assert all(a.softcap == 2.0 and not a.uses_fused_path() for a in attn)
     assert [a.key_window() for a in attn] == [2, None, 2]
     assert [a.rotary.base for a in attn] == [100.0, 1000.0, 100.0] and attn[0].rotary.rotary_dim == 2
@@ -119,7 +117,8 @@ def test_each_field_builds_the_part_the_family_uses():
     with pytest.raises(KeyError, match="resid_mid"):
         parallel.act_name("resid_mid", 0)
     output = build_decoder(**SHAPE, placement="output", seed=0)
-    assert isinstance(output.blocks[0], OutputNormBlock) and output.capabilities.additive_residual
+    assert isinstance(output.blocks[0], PreNormBlock) and "ln1" not in output.blocks[0]._modules
+    assert output.capabilities.additive_residual
     assert output.capabilities.final_norm == "ln_final" and output.act_name("scale", 1, "ln1_post") in output.hook_dict
     with pytest.raises(KeyError, match="ln1"):
         output.act_name("scale", 0, "ln1")

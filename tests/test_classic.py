@@ -66,16 +66,15 @@ def test_the_architecture_is_the_one_hugging_face_runs(family):
     blocks = {type(block).__name__ for block in model.blocks}
     expected = {
         "neox-parallel": "ParallelBlock",
-        "neox-sequential-tied": "TransformerBlock",
-        "gptj": "SharedNormParallelBlock",
+        "neox-sequential-tied": "PreNormBlock",
+        "gptj": "ParallelBlock",
         "opt-350m": "PostNormBlock",
-        "opt": "TransformerBlock",
-        "bloom": "TransformerBlock",
+        "opt": "PreNormBlock",
+        "bloom": "PreNormBlock",
     }
     assert blocks == {next(kind for prefix, kind in expected.items() if label.startswith(prefix))}
-    assert ("blocks.0.hook_resid_mid" in model.hook_dict) == (
-        blocks != {"ParallelBlock"} and blocks != {"SharedNormParallelBlock"}
-    )
+    assert ("blocks.0.hook_resid_mid" in model.hook_dict) == (blocks != {"ParallelBlock"})
+    assert ("ln2" in model.blocks[0]._modules) == (not label.startswith("gptj"))  # GPT-J shares ln1
 
 
 def test_a_broken_weight_is_found_at_its_hook(family64):

@@ -29,9 +29,9 @@ from interp_transformer.parts import (
     Embed,
     LayerNorm,
     PaddingMask,
+    PreNormBlock,
     SlidingWindowMask,
     TokenLayout,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -319,7 +319,7 @@ class LayerNormGatedConfig:
 
 
 def _toy_build(cfg):
-    block = TransformerBlock(LayerNorm(16, 1e-5), Attention(cfg), LayerNorm(16, 1e-5), GatedMLP(cfg))
+    block = PreNormBlock(LayerNorm(16, 1e-5), Attention(cfg), LayerNorm(16, 1e-5), GatedMLP(cfg))
     return DecoderParts(Embed(cfg), None, [block], LayerNorm(16, 1e-5), Unembed(cfg))
 
 

@@ -26,9 +26,9 @@ from interp_transformer.parts import (
     MLP,
     Attention,
     LayerNorm,
+    PreNormBlock,
     ScaledEmbed,
     SinusoidalPosEmbed,
-    TransformerBlock,
     UnbiasedLayerNorm,
     Unembed,
 )
@@ -274,7 +274,7 @@ def build_annotated(cfg: AnnotatedDecoderConfig) -> DecoderParts:
         embed=ScaledEmbed(cfg),  # lut(x) * sqrt(d_model)
         pos_embed=SinusoidalPosEmbed(cfg, interleaved=True),  # pe[:, 0::2] = sin, pe[:, 1::2] = cos
         # x + f(norm(x))
-        blocks=[TransformerBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
+        blocks=[PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
         ln_final=norm(),
         unembed=Unembed(cfg),  # the generator's proj; its log_softmax is not a part of the model
     )

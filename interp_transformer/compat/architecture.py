@@ -13,7 +13,7 @@ config                         part
                                ``None``: ``NoNorm`` (the identity); ``final_rms``: an RMS final norm
 ``positional_embedding_type``  ``"standard"``: ``PosEmbed`` added to the residual stream;
                                ``"shortformer"``: ``PosEmbed`` added to the query and key
-                               inputs only (``HookedBlock(shortformer=True)``); ``"rotary"``:
+                               inputs only (``PreNormBlock(shortformer=True)``); ``"rotary"``:
                                ``Rotary`` inside attention (``rotary_dim``, ``rotary_base``,
                                ``rotary_adjacent_pairs``); ``"alibi"``: ``ALiBi`` as the
                                attention's score bias (``blocks.L.attn.score_bias.hook_bias``)
@@ -22,7 +22,7 @@ config                         part
 ``window_size``,               (``SlidingWindowMask``) where ``attn_types[L] == "local"``,
 ``attn_types``,                rotating with ``rotary_base_local`` there if it is given
 ``rotary_base_local``          (Gemma 2 and 3)
-``use_normalization_``         ``PrePostNormBlock``: norms after attention and the MLP too,
+``use_normalization_``         ``PreNormBlock`` with norms after attention and the MLP too,
 ``before_and_after``           ``ln1_post`` and ``ln2_post`` (RMSNorm, or LayerNorm for ``"LN"``
                                and ``"LNPre"``; never folded), before ``hook_attn_out`` and
                                ``hook_mlp_out``
@@ -34,7 +34,7 @@ config                         part
                                ``resid_pre``; no ``hook_resid_mid``
 ``attention_dir``              ``CausalMask`` + ``PaddingMask``, or ``PaddingMask`` alone
 ``use_attn_result``            ``Attention(result_hook=True)`` (adds ``hook_result``)
-``use_split_qkv_input``,       ``HookedBlock`` with ``hook_q_input``/``k_input``/``v_input``,
+``use_split_qkv_input``,       ``PreNormBlock`` with ``hook_q_input``/``k_input``/``v_input``,
 ``use_attn_in``,               ``hook_attn_in``, ``hook_mlp_in``
 ``use_hook_mlp_in``
 ``attn_scale``,                the attention's scale ``1 / attn_scale`` (1 without
@@ -49,14 +49,13 @@ from types import SimpleNamespace
 
 from interp_transformer.compat.config import HookedTransformerConfig
 from interp_transformer.compat.errors import CompatValueError
-from interp_transformer.compat.parts import HookedBlock, PositionalEmbedding
+from interp_transformer.compat.parts import PositionalEmbedding
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families import Architecture, DecoderParts, register
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
     MLP,
     Attention,
-    AttnOnlyBlock,
     CausalMask,
     Embed,
     GatedMLP,
@@ -65,16 +64,15 @@ from interp_transformer.parts import (
     NoNorm,
     PaddingMask,
     ParallelBlock,
+    PreNormBlock,
     RMSNorm,
     RMSNormPre,
     Rotary,
     SlidingWindowMask,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.activations import ACTIVATIONS
 from interp_transformer.parts.alibi import ALiBi
-from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 
 # hook points that only the opt-in parts add (TransformerLens' use_split_qkv_input, use_attn_in, use_hook_mlp_in)
 TOGGLE_HOOKS = {
@@ -200,7 +198,7 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
 
 
 def block_flags(cfg: HookedTransformerConfig) -> dict:
-    """The ``HookedBlock`` flags ``cfg`` asks for."""
+    """The input hooks and positions ``cfg`` asks of a ``PreNormBlock`` (``attn_in=``, ...)."""
     return dict(
         attn_in=cfg.use_attn_in,
         split_qkv_input=cfg.use_split_qkv_input,
@@ -210,19 +208,15 @@ def block_flags(cfg: HookedTransformerConfig) -> dict:
 
 
 def build_block(cfg: HookedTransformerConfig, layer: int):
-    """One block: ``TransformerBlock``/``AttnOnlyBlock`` unless ``cfg`` asks for hooks or positions only ``HookedBlock``
-    has."""
+    """One block: a ``PreNormBlock`` with the input hooks, positions and post norms ``cfg`` asks for, or a
+    ``ParallelBlock``."""
     ln1, attn = _norm(cfg), _attention(cfg, layer)
     ln2, mlp = (None, None) if cfg.attn_only else (_norm(cfg), GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg))
     flags = block_flags(cfg)
     post = dict(ln1_post=_post_norm(cfg), ln2_post=_post_norm(cfg)) if cfg.use_normalization_before_and_after else {}
     if cfg.parallel_attn_mlp:
         return ParallelBlock(ln1, attn, ln2, mlp)
-    if any(flags.values()):
-        return HookedBlock(ln1, attn, ln2, mlp, **flags, **post)
-    if post:
-        return PrePostNormBlock(ln1, attn, post["ln1_post"], ln2, mlp, post["ln2_post"])
-    return AttnOnlyBlock(ln1, attn) if cfg.attn_only else TransformerBlock(ln1, attn, ln2, mlp)
+    return PreNormBlock(ln1, attn, ln2, mlp, **flags, **post)
 
 
 def build(cfg: HookedTransformerConfig) -> DecoderParts:

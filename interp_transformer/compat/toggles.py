@@ -4,7 +4,7 @@
 Each swaps parts in place and renames the hooks (``model.setup()``); none changes a value
 the model computes (``interp_transformer.compat.parts``). Turning one on puts in parts that
 share every parameter, hook point and hook already attached (``attn.set_result_hook``, in place;
-``HookedBlock.from_block``); turning it off takes the added hook points away again, with
+``PreNormBlock.with_input_hooks``); turning it off takes the added hook points away again, with
 the hooks on them. The config field of the same name follows (``model.cfg.use_attn_result``).
 
 Adding a hook to a point a toggle has not created raises ``KeyError`` naming the closest
@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from interp_transformer.compat.architecture import block_flags
 from interp_transformer.compat.errors import CompatValueError
-from interp_transformer.compat.parts import HookedBlock
-from interp_transformer.parts import AttnOnlyBlock, TransformerBlock
-from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
+from interp_transformer.parts import PreNormBlock
 
 
 class ToggleMethods:
@@ -64,26 +62,15 @@ class ToggleMethods:
         """Give every block the hook points the config's toggles ask for (the same parts and hooks otherwise)."""
         flags = block_flags(self.cfg)
         for layer, block in enumerate(self.blocks):
-            if any(flags.values()):
-                self.blocks[layer] = HookedBlock.from_block(block, **flags)
-            elif isinstance(block, HookedBlock):
-                self.blocks[layer] = _core_block(block)
+            if isinstance(block, PreNormBlock):
+                if block.input_hooks() != flags:
+                    self.blocks[layer] = block.with_input_hooks(**flags)
+            elif any(flags.values()):
+                raise CompatValueError(
+                    f"the input hooks {sorted(name for name, on in flags.items() if on)} are options of a pre-norm "
+                    f"block; block {layer} is a {type(block).__name__}"
+                )
         self.setup()
-
-
-def _core_block(block: HookedBlock):
-    """The core block of ``block``'s parts, keeping its hook points (and their hooks)."""
-    mlp = getattr(block, "mlp", None)
-    if hasattr(block, "ln1_post"):
-        core = PrePostNormBlock(block.ln1, block.attn, block.ln1_post, block.ln2, mlp, block.ln2_post)
-    elif mlp is None:
-        core = AttnOnlyBlock(block.ln1, block.attn)
-    else:
-        core = TransformerBlock(block.ln1, block.attn, block.ln2, mlp)
-    for name, module in core.named_children():
-        if name.startswith("hook_"):
-            setattr(core, name, getattr(block, name))
-    return core
 
 
 __all__ = ["ToggleMethods"]

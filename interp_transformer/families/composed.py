@@ -18,14 +18,14 @@ read-out), and every hook-name table lists exactly the hooks the parts have.
 Blocks:
 
 =====================  ==========================================================================================
-``placement="pre"``    ``TransformerBlock(norm, attn, norm, mlp)`` (``AttnOnlyBlock`` when ``d_mlp=None``), a final
+``placement="pre"``    ``PreNormBlock(norm, attn, norm, mlp)`` (no MLP when ``d_mlp=None``), a final
                        norm unless ``final_norm=False`` (then ``NoNorm``: logits stay linear in the residual)
 ``placement="post"``   ``PostNormBlock(attn, norm, mlp, norm)``: ``x = norm1(x + attn(x))``, ``x = norm2(x + mlp(x))``,
                        and a final norm only with ``final_norm=True``
-``placement="output"`` ``OutputNormBlock(attn, norm, mlp, norm)`` (OLMo 2): norms only on what each sublayer writes,
-                       ``x = x + norm1(attn(x))``, ``x = x + norm2(mlp(x))``; the stream stays a sum of writes
+``placement="output"`` ``PreNormBlock(None, attn, ln1_post=norm, ...)`` (OLMo 2): norms only on what each sublayer
+                       writes, ``x = x + norm1(attn(x))``, ``x = x + norm2(mlp(x))``; the stream stays a sum of writes
 ``parallel_residual``  ``ParallelBlock(norm, attn, norm, mlp)`` (GPT-NeoX): ``x = x + attn(norm1(x)) + mlp(norm2(x))``
-``post_norms``         ``PrePostNormBlock`` (Gemma 2/3): a pre-norm block whose sublayers' outputs are normalized
+``post_norms``         ``PreNormBlock`` with ``ln1_post``/``ln2_post`` (Gemma 2/3): sublayers' outputs normalized
                        too, ``x = x + norm1_post(attn(norm1(x)))``, ``x = x + norm2_post(mlp(norm2(x)))``
 =====================  ==========================================================================================
 
@@ -56,17 +56,14 @@ from interp_transformer.families.validation import check_positive_int
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
     MLP,
-    AttnOnlyBlock,
     GatedMLP,
     NoNorm,
     ParallelBlock,
     PostNormBlock,
-    TransformerBlock,
+    PreNormBlock,
     Unembed,
 )
 from interp_transformer.parts.moe import MixtureOfExperts
-from interp_transformer.parts.output_norm_block import OutputNormBlock
-from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 
 PLACEMENTS = parts.PLACEMENTS + ("output",)  # a decoder's blocks may also have norms only on their sublayers' outputs
 
@@ -113,7 +110,7 @@ class DecoderSpec:
     rotary_base_local: float | None = None  # positions="rotary": the sliding layers' theta (None: rotary_base)
     attn_softcap: float | None = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2)
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
-    post_norms: bool = False  # placement="pre": a norm on each sublayer's output too (Gemma 2/3's PrePostNormBlock)
+    post_norms: bool = False  # placement="pre": a norm on each sublayer's output too (Gemma 2/3's ln1_post, ln2_post)
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
@@ -213,7 +210,7 @@ def block(spec, layer: int = 0):
     if not spec.attn_bias:
         parts.hold_at_zero(attn, ATTENTION_BIASES)
     if spec.d_mlp is None:
-        return AttnOnlyBlock(parts.norm(spec), attn)
+        return PreNormBlock(parts.norm(spec), attn)
     feed_forward = mlp(spec)
     if not spec.mlp_bias:
         parts.hold_at_zero(feed_forward, MLP_BIASES)
@@ -224,12 +221,12 @@ def block(spec, layer: int = 0):
     if spec.placement == "post":
         return PostNormBlock(attn, norm(), feed_forward, norm())
     if spec.placement == "output":
-        return OutputNormBlock(attn, norm(), feed_forward, norm())
+        return PreNormBlock(None, attn, ln1_post=norm(), mlp=feed_forward, ln2_post=norm())
     if spec.parallel_residual:
         return ParallelBlock(norm(), attn, norm(), feed_forward)
     if spec.post_norms:
-        return PrePostNormBlock(norm(), attn, norm(), norm(), feed_forward, norm())
-    return TransformerBlock(norm(), attn, norm(), feed_forward)
+        return PreNormBlock(norm(), attn, ln1_post=norm(), ln2=norm(), mlp=feed_forward, ln2_post=norm())
+    return PreNormBlock(norm(), attn, norm(), feed_forward)
 
 
 def build(spec: DecoderSpec) -> DecoderParts:

@@ -2,10 +2,10 @@
 
 Each field alone (its type and range) and each combination no part makes, refused with a message naming the field,
 the rule and the value: ``parallel_residual`` and ``post_norms`` are pre-norm blocks (``ParallelBlock``,
-``PrePostNormBlock``) and not both; norms on the sublayers' outputs (``post_norms``, ``placement="output"``) need a
-norm; a sliding window is causal and read by some layer; ``rotary_base_local`` is the base of layers that slide. The
-rotary fields are checked with the positions (``composed_parts.check_positions``); what needs an MLP, with
-``d_mlp`` (``DecoderSpec.__post_init__``).
+``PreNormBlock`` with post norms) and not both; norms on the sublayers' outputs (``post_norms``,
+``placement="output"``) need a norm; a sliding window is causal and read by some layer; ``rotary_base_local`` is
+the base of layers that slide. The rotary fields are checked with the positions (``composed_parts.check_positions``);
+what needs an MLP, with ``d_mlp`` (``DecoderSpec.__post_init__``).
 """
 
 from interp_transformer.families import composed_parts as parts
@@ -36,7 +36,7 @@ def check_family_parts(spec) -> None:
         )
     if spec.post_norms and spec.placement != "pre":
         raise ValueError(
-            "post_norms=True adds a norm on each sublayer's output to a pre-norm block (PrePostNormBlock): it needs "
+            "post_norms=True adds a norm on each sublayer's output to a pre-norm block (ln1_post, ln2_post): it needs "
             f"placement='pre', got placement={spec.placement!r}"
             + (" (placement='output' blocks have only those norms already)" if spec.placement == "output" else "")
         )

@@ -7,7 +7,7 @@ picks them and a block or model composes them.
 from interp_transformer.parts.alibi import ALiBi
 from interp_transformer.parts.attention import Attention
 from interp_transformer.parts.bert_heads import MLMHead, Pooler
-from interp_transformer.parts.blocks import AttnOnlyBlock, PostNormBlock, TransformerBlock
+from interp_transformer.parts.blocks import ParallelBlock, PostNormBlock, PreNormBlock
 from interp_transformer.parts.clipped_relative_bias import ClippedRelativeBias
 from interp_transformer.parts.embed import Embed
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -18,7 +18,6 @@ from interp_transformer.parts.mlp import MLP, gelu_new
 from interp_transformer.parts.no_norm import NoNorm
 from interp_transformer.parts.norm_pre import LayerNormPre, RMSNormPre
 from interp_transformer.parts.normed_embed import NormedEmbed
-from interp_transformer.parts.parallel_blocks import ParallelBlock, SharedNormParallelBlock
 from interp_transformer.parts.pos_embed import PosEmbed
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
@@ -31,7 +30,6 @@ __all__ = [
     "ALiBi",
     "ClippedRelativeBias",
     "Attention",
-    "AttnOnlyBlock",
     "CausalMask",
     "Embed",
     "GatedMLP",
@@ -46,17 +44,16 @@ __all__ = [
     "Pooler",
     "PosEmbed",
     "PostNormBlock",
+    "PreNormBlock",
     "RMSNorm",
     "RMSNormPre",
     "RopeScaling",
     "Rotary",
     "ScaledEmbed",
-    "SharedNormParallelBlock",
     "SinusoidalPosEmbed",
     "SlidingWindowMask",
     "TokenLayout",
     "TokenTypeEmbed",
-    "TransformerBlock",
     "UnbiasedLayerNorm",
     "Unembed",
     "gelu_new",

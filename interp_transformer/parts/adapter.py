@@ -1,4 +1,4 @@
-"""A tanh-gated bottleneck adapter, and the decoder block that runs one beside its MLP.
+"""A tanh-gated bottleneck adapter, a writer a decoder block runs beside its MLP.
 
 The adapter (LLaMA-Adapter's and Flamingo's zero-initialised gate on a bottleneck MLP)::
 
@@ -8,13 +8,14 @@ The adapter (LLaMA-Adapter's and Flamingo's zero-initialised gate on a bottlenec
 
 ``gate`` starts at 0, so a freshly added adapter writes nothing until it is trained.
 
-It is a writer of the residual stream of its own kind (``components.writers``): its units
+It is a writer of the residual stream of its own kind (``parts.writers``): its units
 are its ``d_adapter`` bottleneck units, each writing ``tanh(gate) * post_u W_up[u]``, and its
 bias write is ``tanh(gate) * b_up``. It answers the writer questions itself
 (``write_units``, ``bias_hooks``, ``bias_write``), with the gate folded in, so direct logit
 attribution, ``decompose_resid`` and the report split it exactly without knowing it exists.
 
-``AdapterBlock`` runs it in parallel with the MLP, reading the MLP's normalized input::
+A ``PreNormBlock`` runs it beside the MLP (``beside_mlp={"adapter": adapter}``), reading the MLP's
+normalized input::
 
     resid_mid  = resid_pre + attn(ln1(resid_pre))
     resid_post = resid_mid + mlp(ln2(resid_mid)) + adapter(ln2(resid_mid))
@@ -24,13 +25,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from interp_transformer.core.kv_cache import LayerKVCache
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.hooks import HookPoint
 from interp_transformer.parts.activations import ACTIVATIONS
 from interp_transformer.parts.affine import affine
-from interp_transformer.parts.layout import TokenLayout
-from interp_transformer.parts.writers import Reader, Step, StreamBlock, Units, Writer
+from interp_transformer.parts.writers import Reader, Units
 
 
 class GatedAdapter(nn.Module):
@@ -81,49 +80,4 @@ class GatedAdapter(nn.Module):
         return f"d_adapter={self.W_down.shape[1]}"
 
 
-class AdapterBlock(StreamBlock):
-    """``resid_post = resid_mid + mlp(ln2(resid_mid)) + adapter(ln2(resid_mid))`` after pre-norm attention."""
-
-    def __init__(self, ln1: nn.Module, attn: nn.Module, ln2: nn.Module, mlp: nn.Module, adapter: GatedAdapter):
-        super().__init__()
-        self.hook_resid_pre = HookPoint()
-        self.ln1 = ln1
-        self.attn = attn
-        self.hook_attn_out = HookPoint()
-        self.hook_resid_mid = HookPoint()
-        self.ln2 = ln2
-        self.mlp = mlp
-        self.hook_mlp_out = HookPoint()
-        self.adapter = adapter
-        self.hook_adapter_out = HookPoint()
-        self.hook_resid_post = HookPoint()
-
-    def norm_readers(self) -> list[tuple[nn.Module, nn.Module]]:
-        """``(norm, part)``: ``ln2`` is read by the MLP and the adapter, so folding reaches both."""
-        return [(self.ln1, self.attn), (self.ln2, self.mlp), (self.ln2, self.adapter)]
-
-    def stream(self) -> list[Step]:
-        """Attention's, the MLP's and the adapter's writes."""
-        return [
-            Writer("attn", self.attn, self.hook_attn_out.name),
-            Writer("mlp", self.mlp, self.hook_mlp_out.name),
-            Writer("adapter", self.adapter, self.hook_adapter_out.name),
-        ]
-
-    @shape_checked
-    def forward(
-        self,
-        resid_pre: Float[Tensor, "batch pos d_model"],
-        layout: TokenLayout | None = None,
-        kv_cache: LayerKVCache | None = None,
-    ) -> Float[Tensor, "batch pos d_model"]:
-        resid_pre = self.hook_resid_pre(resid_pre)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre), layout, kv_cache))
-        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        normalized = self.ln2(resid_mid)
-        mlp_out = self.hook_mlp_out(self.mlp(normalized))
-        adapter_out = self.hook_adapter_out(self.adapter(normalized))
-        return self.hook_resid_post(resid_mid + mlp_out + adapter_out)
-
-
-__all__ = ["AdapterBlock", "GatedAdapter"]
+__all__ = ["GatedAdapter"]

@@ -194,7 +194,8 @@ def test_toggles_keep_every_value_and_generation_continues_past_the_window(gemma
     finally:
         model.set_use_attn_result(False)
         model.set_use_split_qkv_input(False)
-    assert type(model.blocks[0]).__name__ == "PrePostNormBlock" and torch.equal(model(TOKENS), logits)
+    assert "ln1_post" in model.blocks[0]._modules and not any(model.blocks[0].input_hooks().values())
+    assert torch.equal(model(TOKENS), logits)
     attn = model.blocks[0].attn
     assert attn.softcap == model.cfg.attn_scores_soft_cap and attn.split_inputs and not hasattr(attn, "hook_result")
     prompt = TOKENS[:1, :3]

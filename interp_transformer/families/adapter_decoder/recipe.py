@@ -10,7 +10,8 @@ from interp_transformer.families.gpt2.recipe import CAPABILITIES, TransformerCon
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES, HookNames
 from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, PosEmbed, Unembed
-from interp_transformer.parts.adapter import AdapterBlock, GatedAdapter
+from interp_transformer.parts.adapter import GatedAdapter
+from interp_transformer.parts.blocks import PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,12 @@ class AdapterDecoderConfig(TransformerConfig):
 
 
 def build(cfg: AdapterDecoderConfig) -> DecoderParts:
-    """GPT-2's parts, with ``AdapterBlock``s."""
+    """GPT-2's parts, with an adapter beside each block's MLP."""
 
     def block():
         norm = lambda: LayerNorm(cfg.d_model, cfg.layer_norm_eps)  # noqa: E731
         adapter = GatedAdapter(cfg.d_model, cfg.d_adapter, cfg.act_fn)
-        return AdapterBlock(norm(), Attention(cfg), norm(), MLP(cfg), adapter)
+        return PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg), beside_mlp={"adapter": adapter})
 
     return DecoderParts(
         embed=Embed(cfg),

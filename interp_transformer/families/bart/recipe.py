@@ -4,7 +4,8 @@ Parts of each stack (``EncoderDecoderTransformer`` composes them)::
 
     x = embed_ln(W_E[tokens] * embed_scale + W_pos[positions + 2])     OffsetPosEmbed, LayerNorm
     encoder blocks: PostNormBlock(Attention(PaddingMask), LayerNorm, MLP, LayerNorm)
-    decoder blocks: PostNormCrossAttentionBlock(Attention(causal), LayerNorm, CrossAttention, LayerNorm, MLP, LayerNorm)
+    decoder blocks: PostNormBlock(Attention(causal), LayerNorm, cross_attn=CrossAttention, cross_norm=LayerNorm,
+                                  mlp=MLP, ln2=LayerNorm)
     logits = x W_U + b_U                                              (lm_head, final_logits_bias)
 
 ``embed_scale`` is ``sqrt(d_model)`` when ``scale_embedding`` (off in BART's own
@@ -30,7 +31,6 @@ from interp_transformer.families.encoder_decoder import (
 from interp_transformer.families.registry import Architecture
 from interp_transformer.families.seq2seq.recipe import default_attention
 from interp_transformer.parts import MLP, Embed, LayerNorm, NoNorm, PostNormBlock, Unembed
-from interp_transformer.parts.cross_attention_blocks import PostNormCrossAttentionBlock
 from interp_transformer.parts.offset_pos_embed import OffsetPosEmbed
 from interp_transformer.parts.sinusoidal import ScaledEmbed
 
@@ -93,8 +93,10 @@ def build_post_norm(
     def encoder_block() -> PostNormBlock:
         return PostNormBlock(self_attention(False), norm(), MLP(cfg), norm())
 
-    def decoder_block() -> PostNormCrossAttentionBlock:
-        return PostNormCrossAttentionBlock(self_attention(True), norm(), cross_attention(), norm(), MLP(cfg), norm())
+    def decoder_block() -> PostNormBlock:
+        return PostNormBlock(
+            self_attention(True), norm(), cross_attn=cross_attention(), cross_norm=norm(), mlp=MLP(cfg), ln2=norm()
+        )
 
     def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:
         return StackParts(

@@ -20,7 +20,7 @@ from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.validation import check_bools, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, TransformerBlock, Unembed
+from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, PreNormBlock, Unembed
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def build(cfg: BloomConfig) -> DecoderParts:
         embed=NormedEmbed(cfg, norm()),
         pos_embed=None,  # positions are ALiBi's biases on the scores
         blocks=[
-            TransformerBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
+            PreNormBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
             for _ in range(cfg.n_layers)
         ],
         ln_final=norm(),

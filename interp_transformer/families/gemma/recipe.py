@@ -12,7 +12,7 @@ and the variants, as fields (Gemma 1 sets none of them):
 
 ============================  ==========================================================
 ``post_norms``                Gemma 2/3: norms after attention and the MLP too
-                              (``PrePostNormBlock``: ``ln1_post``, ``ln2_post``)
+                              (``PreNormBlock`` with ``ln1_post``, ``ln2_post``)
 ``query_pre_attn_scalar``     Gemma 2/3: scores scaled by ``query_pre_attn_scalar^-1/2``
                               instead of ``d_head^-1/2``
 ``attn_softcap``              Gemma 2: ``cap * tanh(scores / cap)`` before the softmax
@@ -41,10 +41,9 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import Attention, CausalMask, PaddingMask, SlidingWindowMask, TransformerBlock, Unembed
+from interp_transformer.parts import Attention, CausalMask, PaddingMask, PreNormBlock, SlidingWindowMask, Unembed
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
-from interp_transformer.parts.pre_post_norm_block import PrePostNormBlock
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 from interp_transformer.parts.scaled_embed import ScaledEmbed
 
@@ -217,8 +216,10 @@ def build(cfg: GemmaConfig) -> DecoderParts:
     def block(layer: int):
         d = cfg.d_model
         if cfg.post_norms:
-            return PrePostNormBlock(norm(d), attention(layer), norm(d), norm(d), GatedMLP(cfg), norm(d))
-        return TransformerBlock(norm(d), attention(layer), norm(d), GatedMLP(cfg))
+            return PreNormBlock(
+                norm(d), attention(layer), ln1_post=norm(d), ln2=norm(d), mlp=GatedMLP(cfg), ln2_post=norm(d)
+            )
+        return PreNormBlock(norm(d), attention(layer), norm(d), GatedMLP(cfg))
 
     return DecoderParts(
         embed=ScaledEmbed(cfg, round_scale=True),

@@ -5,8 +5,8 @@ change the math (post-norm encoders, rotary, RMSNorm, gated MLPs) get their own
 architecture module, config and parts instead of flags in this one.
 
 GPT-2 is a pre-LayerNorm decoder: learned absolute positions added to the token
-embeddings, blocks ``TransformerBlock(LayerNorm, Attention, LayerNorm, MLP)`` (or
-``AttnOnlyBlock`` when ``d_mlp=None``), a final LayerNorm and a linear unembedding.
+embeddings, blocks ``PreNormBlock(LayerNorm, Attention, LayerNorm, MLP)`` (no MLP when
+``d_mlp=None``), a final LayerNorm and a linear unembedding.
 """
 
 import dataclasses
@@ -19,11 +19,10 @@ from interp_transformer.hooks.names import DECODER_HOOK_NAMES
 from interp_transformer.parts import (
     MLP,
     Attention,
-    AttnOnlyBlock,
     Embed,
     LayerNorm,
     PosEmbed,
-    TransformerBlock,
+    PreNormBlock,
     Unembed,
 )
 
@@ -113,8 +112,8 @@ def build(cfg: TransformerConfig) -> DecoderParts:
     def block():
         ln1, attn = LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg)
         if cfg.attn_only:
-            return AttnOnlyBlock(ln1, attn)
-        return TransformerBlock(ln1, attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg))
+            return PreNormBlock(ln1, attn)
+        return PreNormBlock(ln1, attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg))
 
     return DecoderParts(
         embed=Embed(cfg),

@@ -8,7 +8,7 @@ A pre-LayerNorm causal decoder like GPT-2, with two parts changed:
 - parallel blocks (``ParallelBlock``): attention and MLP both read the block's input,
   ``resid_post = resid_pre + attn(ln1(resid_pre)) + mlp(ln2(resid_pre))``, so there is
   no ``hook_resid_mid``. ``parallel_residual=False`` (a GPT-NeoX config option) gives
-  GPT-2's sequential ``TransformerBlock`` instead, with its ``hook_resid_mid``.
+  GPT-2's sequential ``PreNormBlock`` instead, with its ``hook_resid_mid``.
 
 Pythia's MLP uses the exact (erf) GELU, not GPT-2's tanh approximation.
 """
@@ -21,7 +21,7 @@ from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
 from interp_transformer.families.validation import check_bools, check_positive_number, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, ParallelBlock, TransformerBlock, Unembed
+from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, ParallelBlock, PreNormBlock, Unembed
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
@@ -97,7 +97,7 @@ def build(cfg: GPTNeoXConfig) -> DecoderParts:
         attn = Attention(
             cfg, rotary=Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, scaling=cfg.rope_scaling)
         )
-        return (ParallelBlock if cfg.parallel_residual else TransformerBlock)(norm(), attn, norm(), MLP(cfg))
+        return (ParallelBlock if cfg.parallel_residual else PreNormBlock)(norm(), attn, norm(), MLP(cfg))
 
     return DecoderParts(
         embed=Embed(cfg),

@@ -39,8 +39,8 @@ from interp_transformer.parts import (
     CausalMask,
     Embed,
     PaddingMask,
+    PreNormBlock,
     SlidingWindowMask,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.attention_sinks import AttentionSinks
@@ -193,7 +193,7 @@ def build(cfg: GptOssConfig) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[TransformerBlock(norm(), attention(cfg, layer), norm(), mixture(cfg)) for layer in range(cfg.n_layers)],
+        blocks=[PreNormBlock(norm(), attention(cfg, layer), norm(), mixture(cfg)) for layer in range(cfg.n_layers)],
         ln_final=norm(),
         unembed=Unembed(cfg),
     )

@@ -1,7 +1,7 @@
 """GPT-J: config, parts, capabilities and hook names.
 
 A pre-LayerNorm causal decoder whose blocks have one norm read by both attention and
-MLP (``SharedNormParallelBlock``)::
+MLP (``ParallelBlock`` with a shared norm: ``ln2=None``)::
 
     normalized = ln1(resid_pre)
     resid_post = resid_pre + attn(normalized) + mlp(normalized)
@@ -19,7 +19,7 @@ from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.gpt_neox.recipe import HOOK_NAMES as NEOX_HOOK_NAMES
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, SharedNormParallelBlock, Unembed
+from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, ParallelBlock, Unembed
 from interp_transformer.parts.rotary import Rotary
 
 GPTJ_ROTARY_BASE = 10000.0  # fixed in GPT-J's code: its config has no field for it
@@ -64,9 +64,7 @@ def build(cfg: GPTJConfig) -> DecoderParts:
 
     def block():
         rotary = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=GPTJ_ROTARY_BASE, interleaved=True)
-        return SharedNormParallelBlock(
-            LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg, rotary=rotary), MLP(cfg)
-        )
+        return ParallelBlock(LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg, rotary=rotary), None, MLP(cfg))
 
     return DecoderParts(
         embed=Embed(cfg),

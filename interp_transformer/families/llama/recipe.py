@@ -36,8 +36,8 @@ from interp_transformer.parts import (
     CausalMask,
     Embed,
     PaddingMask,
+    PreNormBlock,
     SlidingWindowMask,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -125,7 +125,7 @@ def build(cfg: LlamaConfig) -> DecoderParts:
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
         blocks=[
-            TransformerBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
+            PreNormBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
             for _ in range(cfg.n_layers)
         ],
         ln_final=norm(cfg.d_model),

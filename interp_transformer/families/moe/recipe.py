@@ -35,7 +35,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import Embed, TransformerBlock, Unembed
+from interp_transformer.parts import Embed, PreNormBlock, Unembed
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.mlp import MLP
 from interp_transformer.parts.moe import MixtureOfExperts
@@ -214,7 +214,7 @@ def build(cfg: MoEConfig) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[TransformerBlock(norm(), rotary_attention(cfg), norm(), mlp(layer)) for layer in range(cfg.n_layers)],
+        blocks=[PreNormBlock(norm(), rotary_attention(cfg), norm(), mlp(layer)) for layer in range(cfg.n_layers)],
         ln_final=norm(),
         unembed=Unembed(cfg),
     )

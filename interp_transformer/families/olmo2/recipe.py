@@ -9,7 +9,7 @@ norms sit *after* each sublayer, on what it writes, and nowhere before it::
     resid_post = resid_mid + mlp_out
     logits     = ln_final(resid_final) W_U
 
-Attention and the MLP read the residual stream as it is (``OutputNormBlock``: its
+Attention and the MLP read the residual stream as it is (a ``PreNormBlock`` without pre norms: its
 ``norm_readers()`` is empty, so tools learn that no norm stands between the stream and a
 sublayer). The stream is still a sum of writes, each passed through its output norm (the
 writers' ``output_norm``), so direct logit attribution and the residual decompositions apply.
@@ -39,8 +39,8 @@ from interp_transformer.families.validation import check_bools, check_positive_i
 from interp_transformer.hooks.names import HookNames
 from interp_transformer.parts import Attention, CausalMask, Embed, PaddingMask, SlidingWindowMask, Unembed
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
+from interp_transformer.parts.blocks import PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
-from interp_transformer.parts.output_norm_block import OutputNormBlock
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
@@ -148,7 +148,10 @@ def build(cfg: Olmo2Config) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[OutputNormBlock(attention(cfg, layer), norm(), GatedMLP(cfg), norm()) for layer in range(cfg.n_layers)],
+        blocks=[
+            PreNormBlock(None, attention(cfg, layer), ln1_post=norm(), mlp=GatedMLP(cfg), ln2_post=norm())
+            for layer in range(cfg.n_layers)
+        ],
         ln_final=norm(),
         unembed=Unembed(cfg),
     )

@@ -3,7 +3,7 @@
 Every OPT is a causal decoder with learned positions, ReLU MLPs and biases everywhere,
 GPT-2's parts. The sizes differ in where the norms sit:
 
-- ``OPTConfig`` (125m, 1.3b and larger): pre-LayerNorm ``TransformerBlock``s and a final
+- ``OPTConfig`` (125m, 1.3b and larger): pre-LayerNorm ``PreNormBlock``s and a final
   LayerNorm, GPT-2's hooks and capabilities. ``final_norm=False`` is the old checkpoints'
   ``_remove_final_layer_norm``: the last block's output is read out directly.
 - ``OPTPostNormConfig`` (350m): post-LayerNorm ``PostNormBlock``s, ``x = ln1(x + attn(x))``,
@@ -34,7 +34,7 @@ from interp_transformer.parts import (
     NoNorm,
     PosEmbed,
     PostNormBlock,
-    TransformerBlock,
+    PreNormBlock,
     Unembed,
 )
 
@@ -96,7 +96,7 @@ def build(cfg: OPTConfig) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=PosEmbed(cfg),
-        blocks=[TransformerBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
+        blocks=[PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
         ln_final=norm() if cfg.final_norm else NoNorm(),
         unembed=Unembed(cfg),
     )

@@ -33,8 +33,8 @@ from interp_transformer.parts import (
     CausalMask,
     Embed,
     PaddingMask,
+    PreNormBlock,
     SlidingWindowMask,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -106,7 +106,7 @@ def build(cfg: Phi3Config) -> DecoderParts:
     return DecoderParts(
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside attention
-        blocks=[TransformerBlock(norm(), phi3_attention(cfg), norm(), GatedMLP(cfg)) for _ in range(cfg.n_layers)],
+        blocks=[PreNormBlock(norm(), phi3_attention(cfg), norm(), GatedMLP(cfg)) for _ in range(cfg.n_layers)],
         ln_final=norm(),
         unembed=Unembed(cfg),
     )

@@ -6,8 +6,9 @@ sines and cosines) and blocks, with the norm placement later found easier to tra
 ``nn.Transformer(norm_first=True)``, Xiong et al. 2020)::
 
     x = W_E[tokens] * sqrt(d_model) + sinusoidal(positions)     (separate_embeddings: the decoder's own W_E)
-    encoder blocks: TransformerBlock(LayerNorm, Attention(PaddingMask), LayerNorm, MLP)
-    decoder blocks: CrossAttentionBlock(LayerNorm, Attention(causal), LayerNorm, CrossAttention, LayerNorm, MLP)
+    encoder blocks: PreNormBlock(LayerNorm, Attention(PaddingMask), LayerNorm, MLP)
+    decoder blocks: PreNormBlock(LayerNorm, Attention(causal), cross_norm=LayerNorm, cross_attn=CrossAttention,
+                                 ln2=LayerNorm, mlp=MLP)
     each stack ends in its own LayerNorm (ln_final); logits = decoder.ln_final(x) W_U + b_U
 
 Pre-norm makes the decoder's residual stream a sum of every component's write (token
@@ -31,9 +32,8 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
-from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PaddingMask, TransformerBlock, Unembed
+from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PaddingMask, PreNormBlock, Unembed
 from interp_transformer.parts.cross_attention import CrossAttention
-from interp_transformer.parts.cross_attention_blocks import CrossAttentionBlock
 from interp_transformer.parts.sinusoidal import ScaledEmbed, SinusoidalPosEmbed
 
 
@@ -100,11 +100,13 @@ def build_pre_norm(
         cfg, self_attention, cross_attention, rel_pos_bias
     )
 
-    def encoder_block() -> TransformerBlock:
-        return TransformerBlock(norm(), self_attention(False), norm(), MLP(cfg))
+    def encoder_block() -> PreNormBlock:
+        return PreNormBlock(norm(), self_attention(False), norm(), MLP(cfg))
 
-    def decoder_block() -> CrossAttentionBlock:
-        return CrossAttentionBlock(norm(), self_attention(True), norm(), cross_attention(), norm(), MLP(cfg))
+    def decoder_block() -> PreNormBlock:
+        return PreNormBlock(
+            norm(), self_attention(True), cross_norm=norm(), cross_attn=cross_attention(), ln2=norm(), mlp=MLP(cfg)
+        )
 
     def last() -> nn.Module:
         return norm() if final_norm else NoNorm()

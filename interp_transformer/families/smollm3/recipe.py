@@ -25,8 +25,8 @@ from interp_transformer.parts import (
     CausalMask,
     Embed,
     PaddingMask,
+    PreNormBlock,
     SlidingWindowMask,
-    TransformerBlock,
     Unembed,
 )
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -105,7 +105,7 @@ def build(cfg: SmolLM3Config) -> DecoderParts:
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside the attention of the rotary layers
         blocks=[
-            TransformerBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg))
+            PreNormBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg))
             for layer in range(cfg.n_layers)
         ],
         ln_final=norm(),

@@ -5,9 +5,9 @@ Parts of each stack (``EncoderDecoderTransformer`` composes them)::
     x = W_E[tokens]                                   no position embedding
     bias = RelativePositionBias(stack)                one table per stack, bidirectional in the encoder, causal in the
                                                       decoder, added to every self-attention layer's scores
-    encoder blocks: TransformerBlock(T5LayerNorm, Attention(PaddingMask, scale=1, score_bias=SharedScoreBias),
+    encoder blocks: PreNormBlock(T5LayerNorm, Attention(PaddingMask, scale=1, score_bias=SharedScoreBias),
     T5LayerNorm, MLP)
-    decoder blocks: CrossAttentionBlock(T5LayerNorm, Attention(causal, scale=1, score_bias=SharedScoreBias),
+    decoder blocks: PreNormBlock(T5LayerNorm, Attention(causal, scale=1, score_bias=SharedScoreBias),
     T5LayerNorm,
                                         CrossAttention(scale=1), T5LayerNorm, MLP)
     each stack ends in its T5LayerNorm (ln_final); logits = decoder.ln_final(x) W_U
@@ -31,9 +31,8 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
-from interp_transformer.parts import MLP, Attention, Embed, PaddingMask, TransformerBlock, Unembed
+from interp_transformer.parts import MLP, Attention, Embed, PaddingMask, PreNormBlock, Unembed
 from interp_transformer.parts.cross_attention import CrossAttention
-from interp_transformer.parts.cross_attention_blocks import CrossAttentionBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.relative_position_bias import RelativePositionBias, SharedScoreBias
 from interp_transformer.parts.t5_layer_norm import T5LayerNorm
@@ -87,13 +86,15 @@ def build(cfg: T5Config) -> EncoderDecoderParts:
     def mlp():
         return GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
 
-    def encoder_block() -> TransformerBlock:
+    def encoder_block() -> PreNormBlock:
         attn = Attention(cfg, masks=(PaddingMask(),), scale=1.0, score_bias=SharedScoreBias())
-        return TransformerBlock(norm(), attn, norm(), mlp())
+        return PreNormBlock(norm(), attn, norm(), mlp())
 
-    def decoder_block() -> CrossAttentionBlock:
+    def decoder_block() -> PreNormBlock:
         attn = Attention(cfg, scale=1.0, score_bias=SharedScoreBias())
-        return CrossAttentionBlock(norm(), attn, norm(), CrossAttention(cfg, scale=1.0), norm(), mlp())
+        return PreNormBlock(
+            norm(), attn, cross_norm=norm(), cross_attn=CrossAttention(cfg, scale=1.0), ln2=norm(), mlp=mlp()
+        )
 
     def bias(bidirectional: bool) -> RelativePositionBias:
         return RelativePositionBias(cfg.n_heads, cfg.n_buckets, cfg.max_distance, bidirectional)

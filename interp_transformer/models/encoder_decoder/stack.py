@@ -6,7 +6,7 @@ the architecture says so (BART's ``embed_ln``), turns a relative position bias i
 
     residual = hook_embed(embed) + hook_pos_embed(pos_embed(positions))      (positions: if any)
     residual = embed_ln(residual)                                            (if any)
-    residual = block(residual, layout[, source, kv_cache])                   for each block
+    residual = block(residual, layout[, kv_cache, source])                   for each block
     output   = ln_final(residual)                                            (NoNorm in post-norm stacks)
 
 ``DecoderStack`` passes each block the encoder's output (``CrossAttentionSource``) and its
@@ -75,7 +75,7 @@ class DecoderStack(EncoderStack):
     ) -> Float[Tensor, "batch pos d_model"]:
         residual, layout = self.enter_stream(embed, tokens, layout)
         residual = self.run_blocks(
-            residual, layout, block_inputs=lambda layer: (source, kv_cache[layer] if kv_cache is not None else None)
+            residual, layout, block_inputs=lambda layer: (kv_cache[layer] if kv_cache is not None else None, source)
         )
         return self.ln_final(residual)
 

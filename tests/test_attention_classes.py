@@ -24,6 +24,7 @@ import torch
 import interp_transformer
 from interp_transformer import DemoTransformer, HookedTransformer, HookedTransformerConfig
 from interp_transformer.families.gemma.recipe import GemmaConfig
+from interp_transformer.parts import Attention, Unembed
 
 PACKAGE = pathlib.Path(interp_transformer.__file__).parent
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "attention_classes_snapshot.json"
@@ -227,3 +228,31 @@ def test_the_soft_capped_models_do_cap():
     _, cache = model.run_with_cache(TOKENS)
     assert cache["blocks.0.attn.hook_attn_scores_uncapped"].abs().nan_to_num(posinf=0, neginf=0).max() > 2 * 0.8
     assert cache["unembed.hook_logits_uncapped"].abs().max() > 2 * 1.5
+
+
+# --- the options, each refused by name when given wrong ---------------------------------------------------------
+def test_the_options_are_checked_where_they_enter():
+    cfg = GEMMA2
+    with pytest.raises(TypeError, match="split_inputs must be a bool, got 'yes'"):
+        Attention(cfg, split_inputs="yes")
+    with pytest.raises(TypeError, match="result_hook must be a bool, got 1"):
+        Attention(cfg, result_hook=1)
+    with pytest.raises(ValueError, match="a soft-cap must be a finite number > 0, got 0"):
+        Attention(cfg, softcap=0)
+    with pytest.raises(TypeError, match="in_out_hooks must be a bool, got None"):
+        Unembed(cfg, in_out_hooks=None)
+    x = torch.zeros(1, 3, cfg.d_model)
+    with pytest.raises(TypeError, match=r"build it with Attention\(\.\.\., split_inputs=True\)"):
+        Attention(cfg)(query_input=x)
+    with pytest.raises(TypeError, match="pass the input once"):
+        Attention(cfg, split_inputs=True)(x, query_input=x)
+
+
+def test_the_result_hook_is_added_last_and_taken_away_in_place():
+    model = HookedTransformer(HookedTransformerConfig(**TL))
+    attn = model.blocks[0].attn
+    model.set_use_attn_result(True)
+    assert model.blocks[0].attn is attn and list(attn._modules)[-1] == "hook_result"
+    assert "blocks.0.attn.hook_result" in model.hook_dict
+    model.set_use_attn_result(False)
+    assert "hook_result" not in attn._modules and "blocks.0.attn.hook_result" not in model.hook_dict

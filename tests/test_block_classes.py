@@ -294,3 +294,39 @@ def test_the_contract_test_sees_a_changed_block():
     after = contract(model)
     assert "blocks.0-1.hook_resid_mid 2x5x16" in before["hooks"] and after["state_dict"] == before["state_dict"]
     assert [name for name in after["hooks"] if "resid_mid" in name] == ["blocks.1.hook_resid_mid 2x5x16"]
+
+
+# --- the options' rules -------------------------------------------------------------------------------------------
+def test_a_part_that_needs_an_mlp_is_refused_by_name_on_an_attention_only_block():
+    from interp_transformer.parts import MLP, Attention, LayerNorm, PostNormBlock, PreNormBlock
+
+    cfg = config("gpt2")(**SHAPE)
+    norm = lambda: LayerNorm(cfg.d_model, 1e-5)  # noqa: E731
+    with pytest.raises(ValueError, match="ln2 needs an MLP"):
+        PreNormBlock(norm(), Attention(cfg), norm())
+    with pytest.raises(ValueError, match="beside_mlp needs an MLP"):
+        PreNormBlock(norm(), Attention(cfg), beside_mlp={"adapter": MLP(cfg)})
+    with pytest.raises(ValueError, match="ln1_post and ln2_post come together"):
+        PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg), ln1_post=norm())
+    with pytest.raises(ValueError, match="cross_attn and cross_norm come together"):
+        PostNormBlock(Attention(cfg), norm(), MLP(cfg), norm(), cross_attn=Attention(cfg))
+
+
+def test_input_hooks_are_refused_on_a_parallel_block_not_turned_into_a_sequential_one():
+    model = HookedTransformer(HookedTransformerConfig(**TL, parallel_attn_mlp=True))
+    logits = model(_tokens((2, 5), 3, 36))
+    with pytest.raises(ValueError, match="ParallelBlock"):
+        model.set_use_attn_in(True)
+    assert all(type(block).__name__ == "ParallelBlock" for block in model.blocks)
+    assert torch.equal(model(_tokens((2, 5), 3, 36)), logits)
+
+
+def test_toggled_input_hooks_keep_the_hooks_already_attached():
+    model = HookedTransformer(HookedTransformerConfig(**TL))
+    seen = []
+    model.blocks[0].hook_resid_mid.add_hook(lambda tensor, hook: seen.append(hook.name))
+    model.set_use_split_qkv_input(True)
+    model(_tokens((2, 5), 3, 36))
+    model.set_use_split_qkv_input(False)
+    model(_tokens((2, 5), 3, 36))
+    assert seen == ["blocks.0.hook_resid_mid"] * 2

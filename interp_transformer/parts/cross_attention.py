@@ -91,8 +91,8 @@ class CrossAttention(Attention):
 
     @staticmethod
     def _with_cached(kv_cache: LayerKVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if kv_cache.keys is None:
-            kv_cache.append(k, v)
+        if kv_cache.keys is None or kv_cache.values is None:  # empty (both are set together): fill it
+            return kv_cache.append(k, v)
         return kv_cache.keys, kv_cache.values
 
 

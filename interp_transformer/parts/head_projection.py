@@ -23,6 +23,8 @@ loaded model. ``project_heads`` follows the layout it is given: a layout changes
 values.
 """
 
+from typing import Any
+
 import einops
 import torch
 from torch import Tensor, nn
@@ -99,6 +101,7 @@ def set_head_layout(module: nn.Module, layout: str) -> nn.Module:
     where it lies otherwise); ``"auto"`` reads the thread count now. Returns ``module``.
     """
     checked_head_layout(layout)
+    part: Any  # any module: the ones that declare head_layout get it
     for part in module.modules():
         if not hasattr(part, "head_layout"):  # Attention and its subclasses declare it
             continue

@@ -58,7 +58,7 @@ stacked ``model.W_in`` (over layers) has no meaning here and raises, naming thes
 """
 
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import einops
 import torch
@@ -93,6 +93,8 @@ def routing_dtype(dtype: torch.dtype) -> torch.dtype:
 
 class MixtureOfExperts(nn.Module):
     """A router and ``n_experts`` gated MLPs, ``experts_per_token`` of them per token (see the module docstring)."""
+
+    experts: Any  # an nn.ModuleList of expert_part (GatedMLP, MLP) parts: its items read as the parts they are
 
     def __init__(
         self,

@@ -15,6 +15,8 @@ kernel (without weights) runs while nothing observes the scale, switched off as 
 their weighted parents (``use_fused_layer_norm``, ``use_fused_rms_norm``).
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
@@ -29,6 +31,10 @@ class _WeightlessNorm(nn.Module):
 
     removes_mean: bool
     fused_switch: str  # the attribute that allows the fused kernel
+
+    if TYPE_CHECKING:  # each subclass defines it
+
+        def normalize(self, x: Tensor) -> Tensor: ...
 
     def __init__(self, d_model: int, eps: float):
         super().__init__()

@@ -22,12 +22,13 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.parts.writers import Part
 
 
 class NormedEmbed(nn.Module):
     """``embed = ln(W_E[tokens])`` (see the module docstring)."""
 
-    def __init__(self, cfg, ln: nn.Module):
+    def __init__(self, cfg, ln: Part):
         super().__init__()
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.ln = ln

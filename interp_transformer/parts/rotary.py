@@ -228,7 +228,9 @@ class Rotary(nn.Module):
         self.interleaved, self.scaling = bool(interleaved), scaling
         self.inv_freq = rotary_frequencies(rotary_dim, self.base, scaling)  # float32, not a buffer (module docstring)
         long_rope = scaling is not None and scaling.kind == "longrope"
-        self.long_inv_freq = long_rope_frequencies(rotary_dim, self.base, scaling) if long_rope else None
+        self.long_inv_freq = (
+            long_rope_frequencies(rotary_dim, self.base, scaling) if scaling is not None and long_rope else None
+        )
         self.cos_sin_scale = 1.0 if scaling is None else scaling.cos_sin_scale()
 
     def length_thresholds(self) -> tuple[int, ...]:
@@ -236,13 +238,18 @@ class Rotary(nn.Module):
 
         Keys rotated while a row was no longer than a threshold are stale once it grows past it.
         """
-        return () if self.long_inv_freq is None else (self.scaling.original_max_position_embeddings,)
+        # long_inv_freq is set only with a (LongRoPE) scaling
+        return (
+            ()
+            if self.long_inv_freq is None or self.scaling is None
+            else (self.scaling.original_max_position_embeddings,)
+        )
 
     def frequencies(self, positions: Int[Tensor, "batch pos"]) -> Tensor:
         """``inv_freq`` as ``[half]``, or per row ``[batch, 1, half]`` for LongRoPE (long where the row is longer than
         the original context: its largest position + 1, the cached positions included)."""
         inv_freq = self.inv_freq.to(positions.device)
-        if self.long_inv_freq is None:
+        if self.long_inv_freq is None or self.scaling is None:  # set only with a (LongRoPE) scaling
             return inv_freq
         row_length = positions.max(dim=-1).values + 1
         is_long = (row_length > self.scaling.original_max_position_embeddings)[:, None, None]

@@ -60,12 +60,12 @@ def masked_scores(
     if allowed is None and score_bias is None:
         scores = torch.baddbmm(q_heads.new_empty(1, 1, 1), q_heads, k_heads, beta=0, alpha=scale)
     else:
-        if score_bias is None:
+        if score_bias is not None:
+            bias = additive_mask(allowed, score_bias.to(q.dtype))
+        elif allowed is not None:  # here one of the two is set
             bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
                 allowed.logical_not(), float("-inf")
             )
-        else:
-            bias = additive_mask(allowed, score_bias.to(q.dtype))
         if bias.shape[0] == 1 and bias.shape[1] == 1:  # one mask for every row and head: broadcast it
             bias = bias[0]
         else:  # a mask per row (padding): one bias matrix per (row, head)

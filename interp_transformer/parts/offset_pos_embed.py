@@ -6,37 +6,21 @@ the first two rows are never read. The table is kept whole, as the checkpoint ha
 so that ``W_pos`` is the checkpoint's tensor and the offset stays visible.
 """
 
-import torch
-from jaxtyping import Float, Int
-from torch import Tensor, nn
-
-from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.parts.pos_embed import PosEmbed
 
 
-class OffsetPosEmbed(nn.Module):
+class OffsetPosEmbed(PosEmbed):
     """``pos_embed[b, p] = W_pos[positions[b, p] + offset]``, ``W_pos [n_ctx + offset, d_model]``."""
 
     def __init__(self, cfg, offset: int = 2):
-        super().__init__()
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-        self.offset = offset
-        self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx + offset, cfg.d_model))
+        super().__init__(cfg, first_row=offset)
 
-    def output_weights(self) -> list[Tensor]:
-        """``W_pos``: what this part writes to the residual stream (``d_model`` last)."""
-        return [self.W_pos]
-
-    @shape_checked
-    def forward(
-        self, tokens: Int[Tensor, "batch pos"], offset: int = 0, positions: Int[Tensor, "batch pos"] | None = None
-    ) -> Float[Tensor, "batch pos d_model"]:
-        if positions is None:
-            positions = torch.arange(offset, offset + tokens.shape[1], device=self.W_pos.device).expand(tokens.shape)
-        return self.W_pos[positions + self.offset]
+    @property
+    def offset(self) -> int:
+        """The rows before position 0's (``first_row``)."""
+        return self.first_row
 
     def extra_repr(self) -> str:
         return f"offset={self.offset}"
-
-
-__all__ = ["OffsetPosEmbed"]

@@ -11,12 +11,14 @@ class PosEmbed(nn.Module):
     ``positions`` defaults to ``offset, offset + 1, ...`` in every row, where ``offset`` is
     the number of positions already processed (non-zero only when generating with a
     key/value cache). The result is a new tensor, never a view of ``W_pos``, so a hook
-    that edits it in place cannot write into the weights.
+    that edits it in place cannot write into the weights. ``first_row``: the row position 0
+    reads (``W_pos`` then has ``n_ctx + first_row`` rows; BART's ``OffsetPosEmbed``).
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, first_row: int = 0):
         super().__init__()
-        self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
+        self.first_row = first_row
+        self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx + first_row, cfg.d_model))
 
     def output_weights(self) -> list[Tensor]:
         """``W_pos``: what this part writes to the residual stream (``d_model`` last)."""
@@ -28,4 +30,4 @@ class PosEmbed(nn.Module):
     ) -> Float[Tensor, "batch pos d_model"]:
         if positions is None:
             positions = torch.arange(offset, offset + tokens.shape[1], device=self.W_pos.device).expand(tokens.shape)
-        return self.W_pos[positions]
+        return self.W_pos[positions + self.first_row if self.first_row else positions]

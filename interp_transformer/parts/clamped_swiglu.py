@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.hooks import HookPoint
 from interp_transformer.parts.affine import affine
+from interp_transformer.parts.mlp import mlp_weights
 from interp_transformer.parts.writers import NeuronWrites
 
 
@@ -47,10 +48,7 @@ class ClampedSwiGLU(NeuronWrites, nn.Module):
         self.alpha, self.limit = float(alpha), float(limit)
         self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
         self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp))
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
-        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.W_in, self.b_in, self.W_out, self.b_out = mlp_weights(cfg)
         self.hook_pre = HookPoint()
         self.hook_pre_linear = HookPoint()
         self.hook_post = HookPoint()

@@ -11,15 +11,23 @@ from interp_transformer.parts.affine import affine
 from interp_transformer.parts.writers import NeuronWrites
 
 
+def mlp_weights(cfg) -> tuple[nn.Parameter, nn.Parameter, nn.Parameter, nn.Parameter]:
+    """``W_in [d_model, d_mlp]``, ``b_in [d_mlp]``, ``W_out [d_mlp, d_model]``, ``b_out [d_model]``, in that order: the
+    weights every MLP part reads in and writes out with (the matrices uninitialized, the biases 0)."""
+    return (
+        nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp)),
+        nn.Parameter(torch.zeros(cfg.d_mlp)),
+        nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model)),
+        nn.Parameter(torch.zeros(cfg.d_model)),
+    )
+
+
 class MLP(NeuronWrites, nn.Module):
     """Two-layer MLP: ``pre = x W_in + b_in``, ``post = act(pre)``, ``out = post W_out + b_out``."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
-        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.W_in, self.b_in, self.W_out, self.b_out = mlp_weights(cfg)
         self.act_fn = ACTIVATIONS[cfg.act_fn]
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()

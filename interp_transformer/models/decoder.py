@@ -8,9 +8,8 @@ from interp_transformer.core.kv_cache import KeyShape, KeyValueCache, check_rota
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.core.token_checks import as_id_tensor, check_attention_mask, check_token_ids, is_text
 from interp_transformer.families import DecoderParts
-from interp_transformer.hooks import HookPoint
 from interp_transformer.models.base import HookedTransformerBase
-from interp_transformer.models.stack import ResidualStack, hold_no_parts
+from interp_transformer.models.stack import ResidualStack, hold_embedding_hooks, hold_no_parts
 from interp_transformer.parts import TokenLayout
 from interp_transformer.text.methods import DecoderText, PromptMethods
 
@@ -51,10 +50,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
 
     def hold_parts(self, parts: DecoderParts) -> None:
         self.embed = parts.embed
-        self.hook_embed = HookPoint()
-        self.pos_embed = parts.pos_embed
-        if parts.pos_embed is not None:
-            self.hook_pos_embed = HookPoint()
+        hold_embedding_hooks(self, parts.pos_embed)
         hold_no_parts(self, "token_type_embed", "embed_ln", "rel_pos_bias")
         self.blocks = nn.ModuleList(parts.blocks)
         self.ln_final = parts.ln_final

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_transformer.hooks import HookPoint
 from interp_transformer.parts import TokenLayout
 from interp_transformer.parts.relative_position_bias import BiasedLayout
 
@@ -71,6 +72,15 @@ class ResidualStack:
         return residual
 
 
+def hold_embedding_hooks(holder, pos_embed) -> None:
+    """Give ``holder`` ``hook_embed``, the ``pos_embed`` part (None: no learned or fixed positions) and, with one,
+    ``hook_pos_embed``, in that order."""
+    holder.hook_embed = HookPoint()
+    holder.pos_embed = pos_embed
+    if pos_embed is not None:
+        holder.hook_pos_embed = HookPoint()
+
+
 def hold_no_parts(holder, *names: str) -> None:
     """Set each of ``names`` (from ``STACK_PARTS``) to None on ``holder``: a stack without those parts."""
     unknown = set(names) - set(STACK_PARTS)
@@ -80,4 +90,4 @@ def hold_no_parts(holder, *names: str) -> None:
         setattr(holder, name, None)
 
 
-__all__ = ["ResidualStack", "STACK_PARTS", "hold_no_parts"]
+__all__ = ["ResidualStack", "STACK_PARTS", "hold_embedding_hooks", "hold_no_parts"]

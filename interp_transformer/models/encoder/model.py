@@ -53,7 +53,7 @@ from interp_transformer.models.encoder.inputs import (
     check_token_type_ids,
     check_tokens,
 )
-from interp_transformer.models.stack import ResidualStack, hold_no_parts
+from interp_transformer.models.stack import ResidualStack, hold_embedding_hooks, hold_no_parts
 from interp_transformer.parts import TokenLayout
 
 RETURN_TYPES = ("hidden", "mlm_logits", "pooled")
@@ -85,9 +85,7 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
 
     def hold_parts(self, parts: EncoderParts) -> None:
         self.embed = parts.embed
-        self.hook_embed = HookPoint()
-        self.pos_embed = parts.pos_embed
-        self.hook_pos_embed = HookPoint()
+        hold_embedding_hooks(self, parts.pos_embed)
         self.token_type_embed = parts.token_type_embed
         self.hook_token_type_embed = HookPoint()
         self.embed_ln = parts.embed_ln

@@ -20,10 +20,9 @@ from torch import Tensor, nn
 
 from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.families.encoder_decoder import StackParts
-from interp_transformer.hooks import HookPoint
 from interp_transformer.models.base import ATTENTION_WEIGHTS, MLP_WEIGHTS, stacked_views
 from interp_transformer.models.encoder_decoder.kv_cache import EncoderDecoderKVCache
-from interp_transformer.models.stack import ResidualStack, hold_no_parts
+from interp_transformer.models.stack import ResidualStack, hold_embedding_hooks, hold_no_parts
 from interp_transformer.parts import TokenLayout
 from interp_transformer.parts.cross_attention import CrossAttentionSource
 
@@ -35,10 +34,7 @@ class EncoderStack(ResidualStack, nn.Module):
         super().__init__()
         if not isinstance(parts, StackParts):
             raise TypeError(f"a stack is built from StackParts, got {type(parts).__name__}")
-        self.hook_embed = HookPoint()
-        self.pos_embed = parts.pos_embed
-        if parts.pos_embed is not None:
-            self.hook_pos_embed = HookPoint()
+        hold_embedding_hooks(self, parts.pos_embed)
         self.embed_ln = parts.embed_ln
         self.rel_pos_bias = parts.rel_pos_bias
         hold_no_parts(self, "token_type_embed")

@@ -330,5 +330,5 @@ def _parts(model) -> list[tuple[str, str]]:
     return [
         (name, "RMSNorm" if isinstance(module, GemmaRMSNorm) else type(module).__name__)
         for name, module in model.named_modules()
-        if not type(module).__name__ == "HookPoint"
+        if type(module).__name__ != "HookPoint"
     ]

@@ -74,9 +74,6 @@ LONG_FUNCTIONS = {
     "analysis/report/sections/logits.py::logits_section": (
         "one report section: the paragraphs and figures in the order the page shows them"
     ),
-    "interp_transformer/families/composed.py::hook_names": (
-        "one flat list of the hook names each optional part adds, in firing order"
-    ),
     "analysis/attribution_graphs/feature_info.py::feature_info_from": (
         "17 lines of signature and 8 of docstring; the body is 38 lines"
     ),

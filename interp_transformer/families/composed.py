@@ -262,6 +262,21 @@ def capabilities(spec: DecoderSpec) -> Capabilities:
     )
 
 
+def _mlp_hook_keys(spec: DecoderSpec, layer_keys: dict) -> None:
+    """The MLP's hooks in ``layer_keys``: ``pre_linear`` when gated, the router's in place of the neurons' for
+    experts, none (and no ``resid_mid``) in an attention-only block."""
+    if spec.gated_mlp or (spec.experts is not None and spec.experts.expert_mlp == "gated"):
+        layer_keys["pre_linear"] = "blocks.{layer}.mlp.hook_pre_linear"
+    if spec.experts is not None:  # each expert has its neurons (blocks.L.mlp.experts.E.hook_pre ...); the mixture none
+        for name in ("pre", "post", "pre_linear"):
+            layer_keys.pop(name, None)
+        for name in ("router_logits", "expert_weights", "expert_indices", "routing_weights"):
+            layer_keys[name] = f"blocks.{{layer}}.mlp.hook_{name}"
+    if spec.d_mlp is None:  # attention-only blocks
+        for name in ("resid_mid", "mlp_out", "pre", "post"):
+            del layer_keys[name]
+
+
 def hook_names(spec: DecoderSpec) -> HookNames:
     """The short names of exactly the hooks the parts have: GPT-2's, with ``rot_q``/``rot_k`` (rotary),
     ``score_bias`` and ``alibi`` or ``relative`` (a bias on the scores), ``pre_linear`` (gated MLPs), the router's
@@ -284,16 +299,7 @@ def hook_names(spec: DecoderSpec) -> HookNames:
     if spec.positions in ("alibi", "relative_clipped"):
         layer_keys["score_bias"] = "blocks.{layer}.attn.score_bias.hook_bias"
         layer_keys[spec.positions.split("_")[0]] = layer_keys["score_bias"]  # "alibi" or "relative"
-    if spec.gated_mlp or (spec.experts is not None and spec.experts.expert_mlp == "gated"):
-        layer_keys["pre_linear"] = "blocks.{layer}.mlp.hook_pre_linear"
-    if spec.experts is not None:  # each expert has its neurons (blocks.L.mlp.experts.E.hook_pre ...); the mixture none
-        for name in ("pre", "post", "pre_linear"):
-            layer_keys.pop(name, None)
-        for name in ("router_logits", "expert_weights", "expert_indices", "routing_weights"):
-            layer_keys[name] = f"blocks.{{layer}}.mlp.hook_{name}"
-    if spec.d_mlp is None:  # attention-only blocks
-        for name in ("resid_mid", "mlp_out", "pre", "post"):
-            del layer_keys[name]
+    _mlp_hook_keys(spec, layer_keys)
     if spec.parallel_residual:  # the MLP reads the block's input: there is no mid-point
         del layer_keys["resid_mid"]
     if spec.attn_softcap is not None:

@@ -108,7 +108,7 @@ def test_every_hook_of_the_core_model_holds_the_same_values(loaded):
     core_logits, core_cache = core.run_with_cache(TOKENS)
     assert set(cache.keys()) - set(core_cache.keys()) == {"unembed.hook_in", "unembed.hook_out"}
     assert set(core_cache.keys()) <= set(cache.keys())
-    for name in core_cache.keys():  # the same formulas in the same order: bit for bit (masked scores are -inf in both)
+    for name in core_cache:  # the same formulas in the same order: bit for bit (masked scores are -inf in both)
         torch.testing.assert_close(cache[name], core_cache[name], rtol=0, atol=0, equal_nan=True, msg=name)
     assert torch.equal(logits, core_logits)
     with torch.no_grad():

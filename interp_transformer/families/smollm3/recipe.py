@@ -105,8 +105,7 @@ def build(cfg: SmolLM3Config) -> DecoderParts:
         embed=Embed(cfg),
         pos_embed=None,  # positions act inside the attention of the rotary layers
         blocks=[
-            PreNormBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg))
-            for layer in range(cfg.n_layers)
+            PreNormBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg)) for layer in range(cfg.n_layers)
         ],
         ln_final=norm(),
         unembed=Unembed(cfg),

@@ -63,6 +63,19 @@ import einops
 import torch
 
 STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
+# The hooks (the last part of their names) on the residual stream, or writing to it, whose values
+# center_writing_weights changes: each loses its mean over d_model
+CENTERED_BY_CENTER_WRITING_WEIGHTS = frozenset(
+    {
+        "hook_embed",
+        "hook_pos_embed",
+        "hook_resid_pre",
+        "hook_resid_mid",
+        "hook_resid_post",
+        "hook_attn_out",
+        "hook_mlp_out",
+    }
+)
 
 
 def _pending(model, step: str) -> bool:
@@ -237,4 +250,12 @@ def process_weights(
     return model
 
 
-__all__ = ["STEPS", "center_unembed", "center_writing_weights", "fold_ln", "fold_value_biases", "process_weights"]
+__all__ = [
+    "CENTERED_BY_CENTER_WRITING_WEIGHTS",
+    "STEPS",
+    "center_unembed",
+    "center_writing_weights",
+    "fold_ln",
+    "fold_value_biases",
+    "process_weights",
+]

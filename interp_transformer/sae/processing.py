@@ -43,18 +43,7 @@ from interp_transformer.models import processing as steps
 # Hook-name leaves (the last dotted part) whose values each processing step changes.
 CHANGES: dict[str, frozenset[str]] = {
     "fold_ln": frozenset({"hook_normalized"}),
-    "center_writing_weights": frozenset(
-        {
-            "hook_embed",
-            "hook_pos_embed",
-            "hook_resid_pre",
-            "hook_resid_mid",
-            "hook_resid_post",
-            "hook_attn_out",
-            "hook_mlp_out",
-            "hook_result",
-        }
-    ),
+    "center_writing_weights": steps.CENTERED_BY_CENTER_WRITING_WEIGHTS | {"hook_result"},
     "center_unembed": frozenset(),
     "fold_value_biases": frozenset({"hook_v", "hook_z", "hook_result"}),
     # TransformerLens can refactor W_Q W_K^T and W_V W_O; interp_transformer has no such step.

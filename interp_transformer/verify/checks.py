@@ -3,19 +3,13 @@ inputs both models can take (one vocabulary), checked before either model runs. 
 
 from torch import Tensor
 
+from interp_transformer.models.processing import CENTERED_BY_CENTER_WRITING_WEIGHTS
+
 # Hooks whose values a processing step changes on purpose: the hook's last name component, or its last two
 # (fold_ln resets the residual-stream norms ln1, ln2 and ln_final, not an attention's q/k norms).
 CHANGED_BY_PROCESSING = {
     "fold_ln": {"ln1.hook_normalized", "ln2.hook_normalized", "ln_final.hook_normalized"},
-    "center_writing_weights": {
-        "hook_embed",
-        "hook_pos_embed",
-        "hook_resid_pre",
-        "hook_resid_mid",
-        "hook_resid_post",
-        "hook_attn_out",
-        "hook_mlp_out",
-    },
+    "center_writing_weights": set(CENTERED_BY_CENTER_WRITING_WEIGHTS),
     "fold_value_biases": {"hook_v", "hook_z"},
     "center_unembed": set(),  # logits shift by a constant per position: log-probs are compared instead
 }

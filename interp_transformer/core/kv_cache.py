@@ -17,6 +17,8 @@ KeyShape = tuple[int, int]  # (n_key_value_heads, d_head) of the keys a block ca
 class LayerKVCache:
     """Keys and values of one attention layer: ``[batch, pos_so_far, head_index, d_head]``."""
 
+    ENTRY_AXES = "batch cached_pos n_key_value_heads d_head"  # of entry_shape: what a part's entry check compares
+
     def __init__(self) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
@@ -24,6 +26,12 @@ class LayerKVCache:
     @property
     def n_positions(self) -> int:
         return 0 if self.keys is None else self.keys.shape[1]
+
+    @property
+    def entry_shape(self) -> torch.Size | None:
+        """The held keys' shape (``ENTRY_AXES``), None while empty: what ``shape_checked`` compares at a part's
+        entry with the part's ``n_key_value_heads`` and ``d_head`` and the input's ``batch``."""
+        return None if self.keys is None else self.keys.shape
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys/values; return all keys/values so far.

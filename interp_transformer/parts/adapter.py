@@ -37,6 +37,8 @@ class GatedAdapter(nn.Module):
 
     routes_tokens = False
 
+    axis_sizes = {"d_model": "W_down[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, d_model: int, d_adapter: int, act_fn: str):
         super().__init__()
         if act_fn not in ACTIVATIONS:

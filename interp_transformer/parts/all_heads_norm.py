@@ -39,6 +39,9 @@ class AllHeadsRMSNorm(RMSNorm):
     reads heads, normalizes them flattened and splits the result into heads again.
     """
 
+    # where the entry check finds this part's sizes (core.shape_checks)
+    axis_sizes = {"head_index": "n_heads", "d_head": "d_head"}
+
     def __init__(self, n_heads: int, d_head: int, eps: float):
         super().__init__(n_heads * d_head, eps)
         self.n_heads, self.d_head = n_heads, d_head

@@ -20,6 +20,8 @@ class MLMHead(nn.Module):
     Hugging Face ties ``W_U`` to the token embedding; here it is its own copy.
     """
 
+    axis_sizes = {"d_model": "W_transform[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, cfg):
         super().__init__()
         self.W_transform = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model))
@@ -48,6 +50,8 @@ class Pooler(nn.Module):
     Sentence-embedding models such as all-MiniLM-L6-v2 do not use it (they average
     over real tokens, see ``EncoderTransformer.mean_pooled_embedding``).
     """
+
+    axis_sizes = {"d_model": "W_pool[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
 
     def __init__(self, cfg):
         super().__init__()

@@ -53,6 +53,8 @@ class GemmaRMSNorm(RMSAlgebra, nn.Module):
     in: the model's, or float32 for a half-precision model.
     """
 
+    axis_sizes = {"d_model": "w_offset[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, d_model: int, eps: float):
         super().__init__()
         self.eps = eps

@@ -41,6 +41,8 @@ class LayerNorm(nn.Module):
 
     removes_mean = True
 
+    axis_sizes = {"d_model": "w[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, d_model: int, eps: float):
         super().__init__()
         self.eps = eps

@@ -96,6 +96,8 @@ class MixtureOfExperts(nn.Module):
 
     experts: Any  # an nn.ModuleList of expert_part (GatedMLP, MLP) parts: its items read as the parts they are
 
+    axis_sizes = {"d_model": "W_router[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(
         self,
         d_model: int,

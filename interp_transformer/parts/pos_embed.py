@@ -2,7 +2,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from interp_transformer.core.shape_checks import shape_checked
+from interp_transformer.core.shape_checks import check_positions_fit, shape_checked
 
 
 class PosEmbed(nn.Module):
@@ -29,5 +29,6 @@ class PosEmbed(nn.Module):
         self, tokens: Int[Tensor, "batch pos"], offset: int = 0, positions: Int[Tensor, "batch pos"] | None = None
     ) -> Float[Tensor, "batch pos d_model"]:
         if positions is None:
+            check_positions_fit(self, "tokens", tokens.shape[-1], offset, self.W_pos.shape[0] - self.first_row)
             positions = torch.arange(offset, offset + tokens.shape[1], device=self.W_pos.device).expand(tokens.shape)
         return self.W_pos[positions + self.first_row if self.first_row else positions]

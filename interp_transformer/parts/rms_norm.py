@@ -90,6 +90,8 @@ class RMSNorm(RMSAlgebra, nn.Module):
     ``uses_fused_path()`` decides.
     """
 
+    axis_sizes = {"d_model": "w[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, d_model: int, eps: float):
         super().__init__()
         self.eps = eps

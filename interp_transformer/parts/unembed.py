@@ -20,6 +20,8 @@ class Unembed(nn.Module):
       what tools ask of the read-out.
     """
 
+    axis_sizes = {"d_model": "W_U[0]"}  # where the entry check finds this part's sizes (core.shape_checks)
+
     def __init__(self, cfg, softcap: float | None = None, *, in_out_hooks: bool = False):
         super().__init__()
         if not isinstance(in_out_hooks, bool):

@@ -150,6 +150,9 @@ Step = Writer | StreamNorm
 class StreamBlock(nn.Module):
     """A block that lists its residual-stream steps (``stream()``); ``writers()`` are its ``Writer`` steps."""
 
+    # where the entry check finds this part's sizes (core.shape_checks)
+    axis_sizes = {"d_model": "attn.W_O[-1]", "n_key_value_heads": "attn.n_key_value_heads", "d_head": "attn.d_head"}
+
     def stream(self) -> list[Step]:
         raise NotImplementedError(f"{type(self).__name__} must list its residual-stream steps in stream()")
 
@@ -172,6 +175,8 @@ class HeadWrites:
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     routes_tokens = False
+    # where the entry check finds the part's sizes (core.shape_checks)
+    axis_sizes = {"d_model": "W_O[-1]", "n_key_value_heads": "n_key_value_heads", "d_head": "d_head"}
 
     def write_units(self) -> Units:
         """Heads; a cross-attention's (keys and values from the source) are lettered ``C``."""
@@ -194,6 +199,7 @@ class NeuronWrites:
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     routes_tokens = False
+    axis_sizes = {"d_model": "W_in[0]"}  # where the entry check finds the part's sizes (core.shape_checks)
 
     def write_units(self) -> Units:
         return Units("neuron", self.hook_post.name, self.W_out, "N")

@@ -46,6 +46,7 @@ config                         part
 """
 
 from types import SimpleNamespace
+from typing import Any
 
 from interp_transformer.compat.config import HookedTransformerConfig
 from interp_transformer.compat.errors import CompatValueError
@@ -174,7 +175,7 @@ def _attention(cfg: HookedTransformerConfig, layer: int):
     scale = 1.0 / cfg.attn_scale if cfg.use_attn_scale else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         scale = scale / (layer + 1)
-    parts = {}
+    parts: dict[str, Any] = {}  # the optional parts, each a module or (softcap) a number
     if cfg.positional_embedding_type == "rotary":
         base = cfg.rotary_base_local if local and cfg.rotary_base_local is not None else cfg.rotary_base
         parts["rotary"] = Rotary(

@@ -41,6 +41,7 @@ import difflib
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -322,7 +323,7 @@ def attention(spec, causal: bool, layer: int = 0) -> Attention:
     sliding = is_sliding(spec, layer)
     window = SlidingWindowMask(spec.sliding_window) if sliding else CausalMask()
     masks = (window, PaddingMask()) if causal else (PaddingMask(),)
-    parts = {}
+    parts: dict[str, Any] = {}  # the optional parts, each a module or (softcap) a number
     if spec.positions == "rotary":
         base = 10000.0 if spec.rotary_base is None else spec.rotary_base
         if sliding and getattr(spec, "rotary_base_local", None) is not None:  # the sliding layers' own base

@@ -48,7 +48,7 @@ class DemoTransformer(PromptMethods, ResidualStack, HookedTransformerBase):
 
     parts_class = DecoderParts
 
-    def hold_parts(self, parts: DecoderParts) -> None:
+    def hold_parts(self, parts) -> None:
         self.embed = parts.embed
         hold_embedding_hooks(self, parts.pos_embed)
         hold_no_parts(self, "token_type_embed", "embed_ln", "rel_pos_bias")

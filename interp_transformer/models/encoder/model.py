@@ -83,7 +83,7 @@ class EncoderTransformer(ResidualStack, HookedTransformerBase):
 
     parts_class = EncoderParts
 
-    def hold_parts(self, parts: EncoderParts) -> None:
+    def hold_parts(self, parts) -> None:
         self.embed = parts.embed
         hold_embedding_hooks(self, parts.pos_embed)
         self.token_type_embed = parts.token_type_embed

@@ -68,7 +68,7 @@ class EncoderDecoderTransformer(HookedTransformerBase):
 
     parts_class = EncoderDecoderParts
 
-    def hold_parts(self, parts: EncoderDecoderParts) -> None:
+    def hold_parts(self, parts) -> None:
         self.embed = parts.embed
         self.decoder_embed = parts.decoder_embed  # None: the decoder reads the source's embedding too
         self.encoder = EncoderStack(parts.encoder)

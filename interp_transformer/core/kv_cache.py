@@ -29,9 +29,10 @@ class LayerKVCache:
 
     @property
     def entry_shape(self) -> torch.Size | None:
-        """The held keys' shape (``ENTRY_AXES``), None while empty: what ``shape_checked`` compares at a part's
-        entry with the part's ``n_key_value_heads`` and ``d_head`` and the input's ``batch``."""
-        return None if self.keys is None else self.keys.shape
+        """The held keys' shape (``ENTRY_AXES``), None while no position is held: what ``shape_checked`` compares
+        at a part's entry with the part's ``n_key_value_heads`` and ``d_head`` and the input's ``batch``."""
+        keys = self.keys
+        return None if keys is None or keys.shape[1] == 0 else keys.shape
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys/values; return all keys/values so far.

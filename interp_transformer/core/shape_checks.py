@@ -139,12 +139,12 @@ def _dim_words(annotation) -> tuple[str, ...] | None:
     return None
 
 
-def _entry_classes(annotation) -> tuple[type, ...]:
-    """The classes an argument is annotated with (a union's, ``None`` aside) that declare ``ENTRY_AXES``."""
+def _annotated_classes(annotation) -> tuple[type, ...]:
+    """The classes an argument is annotated with: the class itself, or a union's (``None`` aside)."""
     return tuple(
         candidate
         for candidate in (annotation, *typing.get_args(annotation))
-        if isinstance(candidate, type) and hasattr(candidate, "ENTRY_AXES")
+        if isinstance(candidate, type) and candidate is not type(None)
     )
 
 
@@ -164,19 +164,20 @@ def _positioned(words: tuple[str, ...], fixed: bool = False) -> list[tuple[int, 
     return out
 
 
-def _annotated_axes(fn: Callable) -> list[tuple[int, str, Any, list]]:
+def _annotated_axes(fn: Callable) -> list[tuple[int, str, Any, list[tuple[Any, tuple[str, ...]]]]]:
     """``(index, name, kinds, [(class, axis words), ...])`` of each parameter annotated with an array (kinds None,
-    class None), or with classes that declare ``ENTRY_AXES`` (kinds: those classes; one pair per class, with the
-    axes of its ``entry_shape``)."""
-    out = []
+    class None), or with classes of which one declares ``ENTRY_AXES`` (kinds: every class of the annotation; one
+    pair per declaring class, with the axes of its ``entry_shape``)."""
+    out: list[tuple[int, str, Any, list[tuple[Any, tuple[str, ...]]]]] = []
     for index, parameter in enumerate(inspect.signature(fn).parameters.values()):
         words = _dim_words(parameter.annotation)
         if words is not None:
             out.append((index, parameter.name, None, [(None, words)]))
             continue
-        classes = _entry_classes(parameter.annotation)
-        if classes:
-            out.append((index, parameter.name, classes, [(cls, tuple(cls.ENTRY_AXES.split())) for cls in classes]))
+        classes = _annotated_classes(parameter.annotation)
+        declaring = [(cls, tuple(axes.split())) for cls in classes if (axes := getattr(cls, "ENTRY_AXES", None))]
+        if declaring:
+            out.append((index, parameter.name, classes, declaring))
     return out
 
 

@@ -62,8 +62,6 @@ class CrossAttentionSource:
 class DecoderLayerKVCache(NamedTuple):
     """What one decoder block keeps while generating: its self-attention's keys/values, and its cross-attention's."""
 
-    ENTRY_AXES = ""  # a part's entry check holds an argument annotated with it to this class (core.shape_checks)
-
     self_attn: LayerKVCache
     cross_attn: LayerKVCache
 

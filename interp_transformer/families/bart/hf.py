@@ -259,7 +259,10 @@ def record_bart_family(recorder: Recorder, body, n_heads: int, batch: int, embed
         recorder.output(module, out_name)
 
     for stack, hf_stack in (("encoder", body.encoder), ("decoder", body.decoder)):
-        scale = (lambda t: t) if embed_scale is None else (lambda t, s=embed_scale: t * s)
+
+        def scale(t: Tensor) -> Tensor:
+            return t if embed_scale is None else t * embed_scale
+
         recorder.output(hf_stack.embed_tokens, f"{stack}.hook_embed", scale)
         recorder.output(hf_stack.embed_positions, f"{stack}.hook_pos_embed", per_row)
         if hasattr(hf_stack, "layernorm_embedding"):

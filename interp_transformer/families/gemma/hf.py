@@ -199,6 +199,8 @@ def config_from_hf(hf_config) -> GemmaConfig:
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
     later = model_type != "gemma"  # Gemma 2 and 3
     activation = _activation(hf_config, problems)
+    if activation is None:  # unsupported_features has refused such a config already
+        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
     return GemmaConfig(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,

@@ -90,6 +90,8 @@ def config_from_hf(hf_config) -> TransformerConfig:
 def expected_hf_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face GPT-2 checkpoint (``transformer.`` prefix removed)."""
     d_model, d_mlp, d_vocab = cfg.d_model, cfg.d_mlp, cfg.d_vocab
+    if d_mlp is None:  # a Hugging Face GPT-2 has an MLP in every block
+        raise ValueError("a Hugging Face GPT-2 checkpoint has MLPs: the config's d_mlp must be set, got None")
     shapes: dict[str, tuple[int, ...]] = {"wte.weight": (d_vocab, d_model), "wpe.weight": (cfg.n_ctx, d_model)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."

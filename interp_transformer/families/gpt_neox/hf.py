@@ -48,7 +48,7 @@ IGNORED_KEYS = re.compile(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb
 SUPPORTED_ROPE_TYPES = ("default", "linear")
 
 
-def _rotary(hf_config, d_head: int) -> tuple[int, float, object]:
+def _rotary(hf_config, d_head: int) -> tuple[int, float, RopeScaling | None]:
     """``(rotary_dim, rotary_base, scaling)`` from ``rope_parameters``; ``ValueError`` for what we do not compute."""
     parameters = dict(getattr(hf_config, "rope_parameters", None) or {})
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
@@ -205,9 +205,11 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         recorder.norm(block.input_layernorm, q + "ln1.", centred=True)
         for index, letter in enumerate("qkv"):
             recorder.output(attn.query_key_value, q + f"attn.hook_{letter}", fused_qkv_activation(index, d_head))
-        recorder.kwargs(
-            attn, lambda kwargs, layer=layer: rotary_inputs.__setitem__(layer, kwargs["position_embeddings"])
-        )
+
+        def store(kwargs: dict, layer: int = layer) -> None:
+            rotary_inputs[layer] = kwargs["position_embeddings"]
+
+        recorder.kwargs(attn, store)
         recorder.output(attn, q + "attn.hook_pattern", index=1)
         recorder.input(attn.dense, q + "attn.hook_z", split_heads(d_head=d_head))
         recorder.output(attn, q + "hook_attn_out")

@@ -157,7 +157,12 @@ def preset(name: str) -> GptOssConfig:
 
 def attention(cfg: GptOssConfig, layer: int) -> Attention:
     """Rotary grouped-query attention with sinks, in a sliding window where ``layer_types`` says."""
-    window = SlidingWindowMask(cfg.sliding_window) if cfg.is_sliding(layer) else CausalMask()
+    # a sliding layer has its window (the config refuses one without)
+    window = (
+        SlidingWindowMask(cfg.sliding_window)
+        if cfg.is_sliding(layer) and cfg.sliding_window is not None
+        else CausalMask()
+    )
     return Attention(
         cfg,
         (window, PaddingMask()),

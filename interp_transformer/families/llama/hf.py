@@ -26,6 +26,7 @@ naming them, before any weight is read.
 """
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -197,7 +198,7 @@ def llama_fields(hf_config) -> dict:
     )
 
 
-def expected_hf_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+def expected_hf_shapes(cfg: Any) -> dict[str, tuple[int, ...]]:  # any config with Llama's fields (MoE, gpt-oss, Gemma)
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``model.`` prefix removed)."""
     d_model, d_head, d_mlp = cfg.d_model, cfg.d_head, cfg.d_mlp
     widths = {"q": cfg.n_heads * d_head, "k": cfg.n_key_value_heads * d_head, "v": cfg.n_key_value_heads * d_head}

@@ -140,8 +140,11 @@ def expected_hf_shapes(cfg: MoEConfig, model_type: str, stacked: bool) -> dict[s
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         if layer in cfg.dense_layers:
-            shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (cfg.d_mlp_dense, d_model)
-            shapes[p + "mlp.down_proj.weight"] = (d_model, cfg.d_mlp_dense)
+            d_dense = cfg.d_mlp_dense
+            if d_dense is None:  # MoEConfig refuses dense layers without their width
+                raise ValueError(f"dense layers {list(cfg.dense_layers)} need d_mlp_dense, got None")
+            shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (d_dense, d_model)
+            shapes[p + "mlp.down_proj.weight"] = (d_model, d_dense)
             continue
         module, gate, up, down = PER_EXPERT_NAMES[model_type]
         if stacked:

@@ -102,13 +102,15 @@ def _rotary(hf_config, problems: list[str]) -> dict:
         full = _rope(flat, "rope_parameters", default_base, problems)
         return {} if full is None else dict(rotary_base=full[0], rope_scaling=full[1])
     used = [kind for kind in LAYER_TYPES if kind in tuple(getattr(hf_config, "layer_types", None) or ())]
-    found = {}
+    found = {}  # kind -> its (base, scaling); a kind whose settings are refused has none
     for kind in used:
         values = parameters.get(kind)
         if not isinstance(values, dict):
             problems.append(f"rope_parameters[{kind}]={values!r} (a dict of rope settings for the {kind} layers)")
             continue
-        found[kind] = _rope(values, f"rope_parameters[{kind}]", default_base, problems)
+        rope = _rope(values, f"rope_parameters[{kind}]", default_base, problems)
+        if rope is not None:
+            found[kind] = rope
     if not used or any(found.get(kind) is None for kind in used):
         return {}
     full = found.get("full_attention") or found["sliding_attention"]  # the base of the layers that use it

@@ -128,7 +128,12 @@ def rotary(cfg: Olmo2Config, layer: int) -> Rotary:
 
 def attention(cfg: Olmo2Config, layer: int) -> Attention:
     """Rotary grouped-query attention with q/k norms over all heads; a sliding window where ``layer_types`` says."""
-    window = SlidingWindowMask(cfg.sliding_window) if cfg.is_sliding(layer) else CausalMask()
+    # a sliding layer has its window (the config refuses one without)
+    window = (
+        SlidingWindowMask(cfg.sliding_window)
+        if cfg.is_sliding(layer) and cfg.sliding_window is not None
+        else CausalMask()
+    )
     return Attention(
         cfg,
         (window, PaddingMask()),

@@ -100,7 +100,7 @@ def _long_rope(hf_config, parameters: dict, rotary_dim: int, problems: list[str]
     original = parameters.get("original_max_position_embeddings")
     if not _is_int(original) or original <= 0:
         problems.append(f"longrope original_max_position_embeddings={original!r} (a positive int is needed)")
-    factors = {}
+    factors: dict[str, tuple[float, ...]] = {}
     for name in ("short_factor", "long_factor"):
         value = parameters.get(name)
         if not isinstance(value, (list, tuple)) or not all(_is_number(x) and x > 0 for x in value):
@@ -120,14 +120,15 @@ def _long_rope(hf_config, parameters: dict, rotary_dim: int, problems: list[str]
     attention_factor = parameters.get("attention_factor")
     if attention_factor is not None and (not _is_number(attention_factor) or not attention_factor > 0):
         problems.append(f"longrope attention_factor={attention_factor!r} (a number > 0 or none is needed)")
-    if len(problems) > found:
+    if len(problems) > found or not _is_int(original) or not _is_number(factor):  # each of those is a problem
         return None
     return RopeScaling(
         "longrope",
         float(factor),
         original_max_position_embeddings=original,
         attention_factor=None if attention_factor is None else float(attention_factor),
-        **factors,
+        short_factor=factors["short_factor"],  # both are set when no problem was found
+        long_factor=factors["long_factor"],
     )
 
 

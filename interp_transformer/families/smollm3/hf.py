@@ -42,7 +42,8 @@ def _per_layer(hf_config, field: str, n_layers: int, problems: list[str]) -> lis
 
 def layer_choices(hf_config) -> tuple[dict, list[str]]:
     """``nope_layers``, ``sliding_window`` and ``sliding_layers`` from the config, and the problems found."""
-    n_layers, problems = hf_config.num_hidden_layers, []
+    n_layers = hf_config.num_hidden_layers
+    problems: list[str] = []
     uses_rope = _per_layer(hf_config, "no_rope_layers", n_layers, problems)
     if any(flag not in (0, 1) for flag in uses_rope):  # True and False are 1 and 0
         problems.append(f"no_rope_layers={uses_rope} (1 for a rotary layer, 0 for a NoPE layer)")

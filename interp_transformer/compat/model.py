@@ -16,7 +16,7 @@ what code written for TransformerLens' classic ``HookedTransformer`` calls:
 Our own keywords still work: ``model(tokens, attention_mask=mask, kv_cache=KeyValueCache(...))``.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float, Int
@@ -71,7 +71,8 @@ class Output(NamedTuple):
     loss: Tensor
 
 
-class HookedTransformer(
+# TransformerLens' own signatures of from_pretrained, generate and forward differ from the core model's on purpose
+class HookedTransformer(  # type: ignore[misc]
     TransformerLensTextMethods, ToggleMethods, PretrainedMethods, GenerationMethods, DemoTransformer
 ):
     """TransformerLens' ``HookedTransformer`` on our model (see the module docstring)."""
@@ -126,7 +127,7 @@ class HookedTransformer(
                     setattr(module, switch, self.fast_paths)
 
     # --- the forward pass ---------------------------------------------------------------------------
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         input,
         return_type: str | None = "logits",
@@ -363,12 +364,13 @@ class HookedTransformer(
         if mlp_input and layer >= self.cfg.n_layers:
             raise CompatValueError("Cannot include attn_bias from beyond the final layer")
         bias = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+        blocks: Any = self.blocks  # read through their parts' biases
         for l in range(layer):
-            bias = bias + self.blocks[l].attn.b_O
-            if include_mlp_biases and hasattr(self.blocks[l], "mlp"):
-                bias = bias + self.blocks[l].mlp.b_out
+            bias = bias + blocks[l].attn.b_O
+            if include_mlp_biases and hasattr(blocks[l], "mlp"):
+                bias = bias + blocks[l].mlp.b_out
         if mlp_input:
-            bias = bias + self.blocks[layer].attn.b_O
+            bias = bias + blocks[layer].attn.b_O
         return bias
 
     def all_composition_scores(self, mode: str) -> Float[Tensor, "layer head_index layer head_index"]:

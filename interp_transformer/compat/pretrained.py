@@ -126,7 +126,8 @@ def get_pretrained_model_config(
     cfg.device = str(device) if device is not None else cfg.device
     cfg.dtype = dtype
     if kwargs.get("fold_ln"):
-        cfg.normalization_type = {"LN": "LNPre", "RMS": "RMSPre"}[cfg.normalization_type]
+        # a model without norms (None) has nothing to fold: KeyError, as before
+        cfg.normalization_type = {"LN": "LNPre", "RMS": "RMSPre"}[cfg.normalization_type]  # type: ignore[index]
     return cfg
 
 
@@ -142,11 +143,13 @@ class PretrainedMethods:
 
         def __getattr__(self, name: str) -> Any: ...
 
+        ln_final: Any  # assigned here as well as read
+
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     @classmethod
     def from_pretrained(
-        cls,
+        cls: Any,  # the model class this is mixed into (HookedTransformer)
         model_name,
         fold_ln: bool = True,
         center_writing_weights: bool = True,

@@ -1,12 +1,13 @@
 """Small pieces every converter uses: activation names, prefixes, fresh tensors, fused q/k/v, linear weights."""
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 
 import einops
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import state_dict_shapes
+from interp_transformer.core.strict import check_checkpoint, check_layer_count, state_dict_shapes
 from interp_transformer.families.gpt2.hf import ACTIVATIONS as GPT2_ACTIVATIONS
 from interp_transformer.parts.head_projection import placed_copy
 
@@ -29,14 +30,60 @@ def fresh(tensor: Tensor) -> Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
-def without_prefix(
-    hf_state_dict: Mapping[str, Tensor], prefix: str
-) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
-    """``(names, shapes)`` keyed by name with ``prefix`` removed (a ``*ForCausalLM`` body's); ``names`` maps back."""
-    strip = lambda name: name[len(prefix) :] if name.startswith(prefix) else name  # noqa: E731
-    names = {strip(name): name for name in hf_state_dict}
-    shapes = {strip(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
-    return names, shapes
+class CheckedCheckpoint:
+    """A Hugging Face state dict whose names and shapes were checked: ``read(name)``, the name without its prefixes.
+
+    On construction each name loses ``prefixes`` in turn (``model.`` of a ``*ForCausalLM`` body), an old name in
+    ``aliases`` is read as its new one, then the layer count (``layers`` matching the layer index, ``layer_field`` the
+    config's field) and every name and shape are compared with ``expected_shapes(names)`` (``CheckpointError``
+    listing every problem; names matching ``ignored`` skipped); ``lm_head.weight`` may be absent only when
+    ``cfg.tied_embeddings``. No tensor is read before that.
+    """
+
+    def __init__(
+        self,
+        hf_state_dict: Mapping[str, Tensor],
+        cfg,
+        expected_shapes: Callable[[set], dict],
+        *,
+        prefixes: tuple[str, ...] = ("model.",),
+        layers: str = r"^layers\.(\d+)\.",
+        layer_field: str = "num_hidden_layers",
+        ignored: re.Pattern | None = None,
+        aliases: Mapping[str, str] | None = None,
+    ):
+        def strip(name: str) -> str:
+            for prefix in prefixes:
+                name = name[len(prefix) :] if name.startswith(prefix) else name
+            return name
+
+        self.hf_state_dict = hf_state_dict
+        self.names = {strip(name): name for name in hf_state_dict}
+        shapes = {strip(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
+        for old, new in (aliases or {}).items():
+            if old in self.names:
+                self.names[new], shapes[new] = self.names.pop(old), shapes.pop(old)
+        check_layer_count(shapes, layers, cfg.n_layers, f"{cfg.name} checkpoint", layer_field)
+        optional = ["lm_head.weight"] if cfg.tied_embeddings else []
+        check_checkpoint(
+            shapes, expected_shapes(set(self.names)), what=f"{cfg.name} checkpoint", ignored=ignored, optional=optional
+        )
+
+    def __call__(self, name: str) -> Tensor:
+        return self.hf_state_dict[self.names[name]]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+
+def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
+    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding;
+    ``b_U = 0``."""
+    lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
+    return {
+        "unembed.W_U": linear_to_ours(lm_head),
+        "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    }
 
 
 def linear_to_ours(weight: Tensor) -> Tensor:
@@ -105,7 +152,9 @@ def hf_model_loader(class_name: str, **from_pretrained_kwargs):
 
 __all__ = [
     "HF_ACTIVATIONS",
+    "CheckedCheckpoint",
     "activation",
+    "convert_read_out",
     "hf_model_loader",
     "fresh",
     "fused_qkv_activation",
@@ -114,5 +163,4 @@ __all__ = [
     "linear_to_ours",
     "per_head_bias",
     "split_fused_qkv",
-    "without_prefix",
 ]

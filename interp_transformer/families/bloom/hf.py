@@ -25,16 +25,17 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.bloom.recipe import BloomConfig
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_read_out,
     fresh,
     fused_qkv_activation,
     heads_out,
     hf_model_loader,
     linear_to_ours,
     split_fused_qkv,
-    without_prefix,
 )
 from interp_transformer.families.reference import (
     Recorder,
@@ -124,17 +125,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
     unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
-    names, shapes = without_prefix(hf_state_dict, "transformer.")
-    check_layer_count(shapes, r"^h\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "n_layer")
-    check_checkpoint(
-        shapes,
-        expected_hf_shapes(cfg),
-        what=f"{cfg.name} checkpoint",
-        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+    read = CheckedCheckpoint(
+        hf_state_dict,
+        cfg,
+        lambda names: expected_hf_shapes(cfg),
+        prefixes=("transformer.",),
+        layers=r"^h\.(\d+)\.",
+        layer_field="n_layer",
     )
-
-    def read(name: str) -> Tensor:
-        return hf_state_dict[names[name]]
 
     def norm(hf_name: str, ours_name: str) -> None:
         ours[ours_name + ".w"], ours[ours_name + ".b"] = (
@@ -163,9 +161,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
         ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.dense_4h_to_h.weight"))
         ours[q + "mlp.b_out"] = fresh(read(p + "mlp.dense_4h_to_h.bias"))
     norm("ln_f", "ln_final")
-    ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"])
-    W_E = ours["embed.W_E"]
-    ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device)  # BLOOM's read-out has no bias
+    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))  # BLOOM's read-out has no bias
     return ours
 
 

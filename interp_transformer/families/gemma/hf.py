@@ -29,15 +29,13 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import fresh
+from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
-    CheckedCheckpoint,
     convert_attention,
     convert_gated_mlp,
-    convert_read_out,
     load_hf_model,
     rope_from_parameters,
 )

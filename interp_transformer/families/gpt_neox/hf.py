@@ -26,19 +26,18 @@ from torch import Tensor
 
 from interp_transformer.core.strict import (
     DECODER_SHAPE_FIELDS,
-    check_checkpoint,
-    check_layer_count,
     require_config_fields,
 )
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
     activation,
+    convert_read_out,
     fresh,
     fused_qkv_activation,
     heads_out,
     hf_model_loader,
     linear_to_ours,
     split_fused_qkv,
-    without_prefix,
 )
 from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
 from interp_transformer.families.reference import Recorder, rotate_like_hf, run_reference, split_heads, with_positions
@@ -133,21 +132,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
     unexpected or mis-shaped tensor); the read-out may be named ``lm_head`` or
     ``embed_out``, and may be absent only when ``cfg.tied_embeddings``. Each input tensor is read once.
     """
-    names, shapes = without_prefix(hf_state_dict, "gpt_neox.")
-    if "embed_out.weight" in names:  # the read-out's name before transformers 5
-        names["lm_head.weight"] = names.pop("embed_out.weight")
-        shapes["lm_head.weight"] = shapes.pop("embed_out.weight")
-    check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-    check_checkpoint(
-        shapes,
-        expected_hf_shapes(cfg),
-        what=f"{cfg.name} checkpoint",
+    read = CheckedCheckpoint(
+        hf_state_dict,
+        cfg,
+        lambda names: expected_hf_shapes(cfg),
+        prefixes=("gpt_neox.",),
         ignored=IGNORED_KEYS,
-        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
+        aliases={"embed_out.weight": "lm_head.weight"},  # the read-out's name before transformers 5
     )
-
-    def read(name: str) -> Tensor:
-        return hf_state_dict[names[name]]
 
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_in.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
@@ -172,8 +164,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
         fresh(read("final_layer_norm.weight")),
         fresh(read("final_layer_norm.bias")),
     )
-    ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"])
-    ours["unembed.b_U"] = zeros(cfg.d_vocab)  # GPT-NeoX's read-out has no bias
+    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))  # GPT-NeoX's read-out has no bias
     return ours
 
 

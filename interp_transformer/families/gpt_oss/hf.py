@@ -37,13 +37,11 @@ import einops
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import fresh, linear_to_ours
+from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh, linear_to_ours
 from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
 from interp_transformer.families.llama.hf import (
-    CheckedCheckpoint,
     convert_attention,
-    convert_read_out,
     load_hf_model,
     rope_from_parameters,
 )

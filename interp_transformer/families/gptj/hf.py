@@ -18,15 +18,15 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
     activation,
     fresh,
     heads_in,
     heads_out,
     hf_model_loader,
     linear_to_ours,
-    without_prefix,
 )
 from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.reference import (
@@ -100,18 +100,15 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
     unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
-    names, shapes = without_prefix(hf_state_dict, "transformer.")
-    check_layer_count(shapes, r"^h\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "n_layer")
-    check_checkpoint(
-        shapes,
-        expected_hf_shapes(cfg),
-        what=f"{cfg.name} checkpoint",
+    read = CheckedCheckpoint(
+        hf_state_dict,
+        cfg,
+        lambda names: expected_hf_shapes(cfg),
+        prefixes=("transformer.",),
+        layers=r"^h\.(\d+)\.",
+        layer_field="n_layer",
         ignored=IGNORED_KEYS,
-        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
     )
-
-    def read(name: str) -> Tensor:
-        return hf_state_dict[names[name]]
 
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("wte.weight"))}
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
@@ -130,7 +127,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
         ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.fc_out.weight"))
         ours[q + "mlp.b_out"] = fresh(read(p + "mlp.fc_out.bias"))
     ours["ln_final.w"], ours["ln_final.b"] = fresh(read("ln_f.weight")), fresh(read("ln_f.bias"))
-    ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in names else ours["embed.W_E"])
+    ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in read else ours["embed.W_E"])
     ours["unembed.b_U"] = fresh(read("lm_head.bias"))
     return ours
 

@@ -31,14 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import (
-    DECODER_SHAPE_FIELDS,
-    check_checkpoint,
-    check_layer_count,
-    require_config_fields,
-    state_dict_shapes,
-)
+from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_read_out,
     fresh,
     heads_in,
     heads_out,
@@ -221,11 +217,6 @@ def expected_hf_shapes(cfg: Any) -> dict[str, tuple[int, ...]]:  # any config wi
     return shapes
 
 
-def _strip_prefix(name: str) -> str:
-    # *ForCausalLM checkpoints prefix the body with "model."; the bare *Model ones do not.
-    return name[len("model.") :] if name.startswith("model.") else name
-
-
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
     """Hugging Face Llama-family state dict -> ours. Pure: the input is not changed, the output shares no memory with
     it.
@@ -246,29 +237,6 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     ours["ln_final.w"] = fresh(read("norm.weight"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
     return ours
-
-
-class CheckedCheckpoint:
-    """A Hugging Face state dict whose names and shapes were checked: ``read(name)`` (without the ``model.`` prefix).
-
-    On construction, the layer count and then every name and shape are compared with
-    ``expected_shapes(names)`` (``CheckpointError`` listing every problem); ``lm_head.weight``
-    may be absent only when ``cfg.tied_embeddings``. No tensor is read before that.
-    """
-
-    def __init__(self, hf_state_dict: Mapping[str, Tensor], cfg, expected_shapes: Callable[[set], dict]):
-        self.hf_state_dict = hf_state_dict
-        self.names = {_strip_prefix(name): name for name in hf_state_dict}
-        shapes = {_strip_prefix(name): shape for name, shape in state_dict_shapes(hf_state_dict).items()}
-        check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-        optional = ["lm_head.weight"] if cfg.tied_embeddings else []
-        check_checkpoint(shapes, expected_shapes(set(self.names)), what=f"{cfg.name} checkpoint", optional=optional)
-
-    def __call__(self, name: str) -> Tensor:
-        return self.hf_state_dict[self.names[name]]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.names
 
 
 def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:
@@ -319,16 +287,6 @@ def convert_gated_mlp(
     }
 
 
-def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Tensor]:
-    """``W_U`` from ``lm_head.weight``, or (tied embeddings, no ``lm_head.weight``) the transposed token embedding;
-    ``b_U = 0``."""
-    lm_head = read("lm_head.weight") if "lm_head.weight" in read else W_E
-    return {
-        "unembed.W_U": linear_to_ours(lm_head),
-        "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=W_E.dtype, device=W_E.device),
-    }
-
-
 def load_hf_model(directory, *, dtype=torch.float32):
     """The Hugging Face reference model of a decoder directory (Llama family, Gemma, mixtures of experts), eager
     attention."""
@@ -338,12 +296,10 @@ def load_hf_model(directory, *, dtype=torch.float32):
 
 
 __all__ = [
-    "CheckedCheckpoint",
     "MODEL_TYPES",
     "config_from_hf",
     "convert_attention",
     "convert_gated_mlp",
-    "convert_read_out",
     "convert_state_dict",
     "expected_hf_shapes",
     "hf_reference_activations",

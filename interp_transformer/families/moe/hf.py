@@ -30,15 +30,13 @@ import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import fresh, linear_to_ours
+from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh, linear_to_ours
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
-    CheckedCheckpoint,
     _rope_scaling,
     _sliding_window,
     convert_attention,
     convert_gated_mlp,
-    convert_read_out,
     load_hf_model,
 )
 from interp_transformer.families.llama.hf import (

@@ -28,12 +28,10 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
-from interp_transformer.families.conversion import HF_ACTIVATIONS, fresh
+from interp_transformer.families.conversion import HF_ACTIVATIONS, CheckedCheckpoint, convert_read_out, fresh
 from interp_transformer.families.llama.hf import (
-    CheckedCheckpoint,
     convert_attention,
     convert_gated_mlp,
-    convert_read_out,
     load_hf_model,
     rope_from_parameters,
 )

@@ -31,8 +31,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.core.strict import check_checkpoint, check_layer_count, require_config_fields
+from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
     activation,
     fresh,
     heads_in,
@@ -40,7 +41,6 @@ from interp_transformer.families.conversion import (
     hf_model_loader,
     linear_to_ours,
     per_head_bias,
-    without_prefix,
 )
 from interp_transformer.families.opt.recipe import OPTConfig, OPTPostNormConfig
 from interp_transformer.families.reference import Recorder, run_reference, split_heads
@@ -125,12 +125,6 @@ def expected_hf_shapes(cfg) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _strip(name: str) -> str:
-    for prefix in ("model.", "decoder."):  # OPTForCausalLM: model.decoder.*; OPTModel: decoder.*
-        name = name[len(prefix) :] if name.startswith(prefix) else name
-    return name
-
-
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     """Hugging Face OPT state dict -> ours (see the module docstring). Pure: the input is not changed.
 
@@ -138,24 +132,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Te
     unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
     ``cfg.tied_embeddings``. The output shares no memory with the input.
     """
-    names, shapes = without_prefix(hf_state_dict, "")
-    names, shapes = {_strip(k): v for k, v in names.items()}, {_strip(k): v for k, v in shapes.items()}
-    check_layer_count(shapes, r"^layers\.(\d+)\.", cfg.n_layers, f"{cfg.name} checkpoint", "num_hidden_layers")
-    check_checkpoint(
-        shapes,
-        expected_hf_shapes(cfg),
-        what=f"{cfg.name} checkpoint",
-        optional=["lm_head.weight"] if cfg.tied_embeddings else [],
-    )
-
-    def read(name: str) -> Tensor:
-        return hf_state_dict[names[name]]
+    # OPTForCausalLM: model.decoder.*; OPTModel: decoder.*
+    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg), prefixes=("model.", "decoder."))
 
     embed_tokens = read("embed_tokens.weight")
     dtype, device = embed_tokens.dtype, embed_tokens.device
     zeros = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
     ones = lambda *shape: torch.ones(shape, dtype=dtype, device=device)  # noqa: E731
-    lm_head = read("lm_head.weight") if "lm_head.weight" in names else embed_tokens
+    lm_head = read("lm_head.weight") if "lm_head.weight" in read else embed_tokens
     ours = {"pos_embed.W_pos": fresh(read("embed_positions.weight")[POSITION_OFFSET:])}
     if cfg.d_embed is None:
         ours["embed.W_E"], ours["unembed.W_U"] = fresh(embed_tokens), linear_to_ours(lm_head)

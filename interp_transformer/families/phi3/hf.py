@@ -39,6 +39,8 @@ from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_read_out,
     fresh,
     heads_in,
     heads_out,
@@ -46,7 +48,7 @@ from interp_transformer.families.conversion import (
     per_head_bias,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
-from interp_transformer.families.llama.hf import CheckedCheckpoint, convert_read_out, load_hf_model
+from interp_transformer.families.llama.hf import load_hf_model
 from interp_transformer.families.llama.reference import llama_float64_patches
 from interp_transformer.families.phi3.recipe import Phi3Config
 from interp_transformer.families.reference import Recorder, reference_activations, split_heads

@@ -31,6 +31,12 @@ from typing import Any
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    grouped_attention,
+    rotary_positions_note,
+)
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
@@ -41,7 +47,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import Attention, CausalMask, PaddingMask, PreNormBlock, SlidingWindowMask, Unembed
+from interp_transformer.parts import Attention, PreNormBlock, Unembed
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.gemma_norm import GemmaRMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
@@ -198,9 +204,7 @@ def build(cfg: GemmaConfig) -> DecoderParts:
         return GemmaRMSNorm(width, cfg.rms_norm_eps)
 
     def attention(layer: int) -> Attention:
-        sliding = cfg.is_sliding(layer)
-        # is_sliding is False without a window
-        window = SlidingWindowMask(cfg.sliding_window) if sliding and cfg.sliding_window is not None else CausalMask()
+        sliding = cfg.is_sliding(layer)  # False without a window
         local_base = cfg.rotary_base_local if sliding else None  # Gemma 3's local layers: their own base, unscaled
         local = local_base is not None
         rotary = Rotary(
@@ -208,10 +212,9 @@ def build(cfg: GemmaConfig) -> DecoderParts:
             base=cfg.rotary_base if local_base is None else local_base,
             scaling=None if local else cfg.rope_scaling,
         )
-        parts: dict[str, Any] = dict(scale=cfg.attention_scale, n_key_value_heads=cfg.n_key_value_heads, rotary=rotary)
-        if cfg.qk_norm:
-            parts.update(q_norm=norm(cfg.d_head), k_norm=norm(cfg.d_head))
-        return Attention(cfg, (window, PaddingMask()), softcap=cfg.attn_softcap, **parts)
+        head_norms: dict[str, Any] = dict(q_norm=norm(cfg.d_head), k_norm=norm(cfg.d_head)) if cfg.qk_norm else {}
+        window = cfg.sliding_window if sliding else None
+        return grouped_attention(cfg, window, rotary, scale=cfg.attention_scale, softcap=cfg.attn_softcap, **head_norms)
 
     def block(layer: int):
         d = cfg.d_model
@@ -221,24 +224,13 @@ def build(cfg: GemmaConfig) -> DecoderParts:
             )
         return PreNormBlock(norm(d), attention(layer), norm(d), GatedMLP(cfg))
 
-    return DecoderParts(
-        embed=ScaledEmbed(cfg, round_scale=True),
-        pos_embed=None,  # positions act inside attention
-        blocks=[block(layer) for layer in range(cfg.n_layers)],
-        ln_final=norm(cfg.d_model),
-        unembed=Unembed(cfg, cfg.final_softcap),
-    )
+    embed = ScaledEmbed(cfg, round_scale=True)
+    return decoder_parts(cfg, block, lambda: norm(cfg.d_model), embed, unembed=Unembed(cfg, cfg.final_softcap))
 
 
 def capabilities(cfg: GemmaConfig) -> Capabilities:
     """A pre-norm causal decoder; Gemma 2/3 add the post norms, Gemma 2 the capped logits."""
-    return Capabilities(
-        causal=True,
-        norm_placement="pre",
-        final_norm="ln_final",
-        read_out="unembed",
-        next_token_logits=True,
-    )
+    return PRE_NORM_DECODER
 
 
 HOOK_NAMES = HookNames(
@@ -246,10 +238,7 @@ HOOK_NAMES = HookNames(
     global_keys={**LLAMA_HOOK_NAMES.global_keys, "logits_uncapped": "unembed.hook_logits_uncapped"},
     sublayers=("ln1", "ln2", "ln1_post", "ln2_post"),
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "a Gemma model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a Gemma model"),
 )
 
 ARCHITECTURE = Architecture(

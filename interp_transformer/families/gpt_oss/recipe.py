@@ -22,9 +22,15 @@ in every block, like Mixtral, with these parts changed:
 
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.moe.recipe import HOOK_NAMES as MOE_HOOK_NAMES
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    fixed_architecture,
+    grouped_attention,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
     attention_params,
@@ -34,15 +40,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import (
-    Attention,
-    CausalMask,
-    Embed,
-    PaddingMask,
-    PreNormBlock,
-    SlidingWindowMask,
-    Unembed,
-)
+from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.attention_sinks import AttentionSinks
 from interp_transformer.parts.clamped_swiglu import ClampedSwiGLU
 from interp_transformer.parts.moe import MixtureOfExperts
@@ -158,18 +156,9 @@ def preset(name: str) -> GptOssConfig:
 def attention(cfg: GptOssConfig, layer: int) -> Attention:
     """Rotary grouped-query attention with sinks, in a sliding window where ``layer_types`` says."""
     # a sliding layer has its window (the config refuses one without)
-    window = (
-        SlidingWindowMask(cfg.sliding_window)
-        if cfg.is_sliding(layer) and cfg.sliding_window is not None
-        else CausalMask()
-    )
-    return Attention(
-        cfg,
-        (window, PaddingMask()),
-        n_key_value_heads=cfg.n_key_value_heads,
-        rotary=Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling),
-        sinks=AttentionSinks(cfg.n_heads),
-    )
+    window = cfg.sliding_window if cfg.is_sliding(layer) else None
+    rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
+    return grouped_attention(cfg, window, rotary, sinks=AttentionSinks(cfg.n_heads))
 
 
 def mixture(cfg: GptOssConfig) -> MixtureOfExperts:
@@ -195,18 +184,10 @@ def build(cfg: GptOssConfig) -> DecoderParts:
     def norm() -> RMSNorm:
         return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[PreNormBlock(norm(), attention(cfg, layer), norm(), mixture(cfg)) for layer in range(cfg.n_layers)],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), attention(cfg, layer), norm(), mixture(cfg)), norm)
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 HOOK_NAMES = HookNames(
     layer_keys={
@@ -215,19 +196,10 @@ HOOK_NAMES = HookNames(
     },
     global_keys=dict(MOE_HOOK_NAMES.global_keys),
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "a gpt-oss model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a gpt-oss model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="gpt_oss",
-    config_class=GptOssConfig,
-    build=build,
-    capabilities=lambda cfg: CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("gpt_oss", GptOssConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = [
     "ARCHITECTURE",

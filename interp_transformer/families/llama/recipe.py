@@ -18,10 +18,16 @@ before the rotation), Llama 3.1's ``rope_scaling``. ``d_model`` need not equal
 """
 
 from dataclasses import dataclass
-from typing import Any
 
-from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    fixed_architecture,
+    grouped_attention,
+    head_rms_norms,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
     attention_params,
@@ -31,15 +37,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import (
-    Attention,
-    CausalMask,
-    Embed,
-    PaddingMask,
-    PreNormBlock,
-    SlidingWindowMask,
-    Unembed,
-)
+from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
@@ -104,38 +102,21 @@ def rotary_attention(cfg) -> Attention:
 
     ``cfg`` is any config with Llama's attention fields (``LlamaConfig``, ``MoEConfig``).
     """
-    window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
-    head_norms: dict[str, Any] = (
-        {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
-        if cfg.qk_norm
-        else {}
-    )
     rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling)
-    return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
+    return grouped_attention(cfg, cfg.sliding_window, rotary, **head_rms_norms(cfg))
 
 
 def build(cfg: LlamaConfig) -> DecoderParts:
     """Llama's parts: RMSNorm pre-norm blocks of rotary grouped-query attention and a gated MLP; no positional
     embedding."""
 
-    def norm(width: int) -> RMSNorm:
-        return RMSNorm(width, cfg.rms_norm_eps)
+    def norm() -> RMSNorm:
+        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[
-            PreNormBlock(norm(cfg.d_model), rotary_attention(cfg), norm(cfg.d_model), GatedMLP(cfg))
-            for _ in range(cfg.n_layers)
-        ],
-        ln_final=norm(cfg.d_model),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), rotary_attention(cfg), norm(), GatedMLP(cfg)), norm)
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 HOOK_NAMES = HookNames(
     layer_keys={
@@ -146,15 +127,10 @@ HOOK_NAMES = HookNames(
     },
     global_keys={"embed": "hook_embed", "scale": "ln_final.hook_scale", "normalized": "ln_final.hook_normalized"},
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "a Llama-family model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a Llama-family model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="llama", config_class=LlamaConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("llama", LlamaConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = [
     "ARCHITECTURE",

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES
 from interp_transformer.families.llama.recipe import rotary_attention
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
@@ -35,7 +36,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import Embed, PreNormBlock, Unembed
+from interp_transformer.parts import PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.mlp import MLP
 from interp_transformer.parts.moe import MixtureOfExperts
@@ -211,24 +212,12 @@ def build(cfg: MoEConfig) -> DecoderParts:
             router_bias=cfg.router_bias,
         )
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[PreNormBlock(norm(), rotary_attention(cfg), norm(), mlp(layer)) for layer in range(cfg.n_layers)],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), rotary_attention(cfg), norm(), mlp(layer)), norm)
 
 
 def capabilities(cfg: MoEConfig) -> Capabilities:
     """A pre-norm causal decoder whose MLPs (all but ``dense_layers``) are mixtures of experts."""
-    return Capabilities(
-        causal=True,
-        norm_placement="pre",
-        final_norm="ln_final",
-        read_out="unembed",
-        next_token_logits=True,
-    )
+    return PRE_NORM_DECODER
 
 
 HOOK_NAMES = HookNames(

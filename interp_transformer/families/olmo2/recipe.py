@@ -26,9 +26,15 @@ OLMo 2 is the config with ``layer_types=None`` (every block full attention).
 
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    fixed_architecture,
+    grouped_attention,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
     attention_params,
@@ -37,7 +43,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import Attention, CausalMask, Embed, PaddingMask, SlidingWindowMask, Unembed
+from interp_transformer.parts import Attention
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
 from interp_transformer.parts.blocks import PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -129,16 +135,10 @@ def rotary(cfg: Olmo2Config, layer: int) -> Rotary:
 def attention(cfg: Olmo2Config, layer: int) -> Attention:
     """Rotary grouped-query attention with q/k norms over all heads; a sliding window where ``layer_types`` says."""
     # a sliding layer has its window (the config refuses one without)
-    window = (
-        SlidingWindowMask(cfg.sliding_window)
-        if cfg.is_sliding(layer) and cfg.sliding_window is not None
-        else CausalMask()
-    )
-    return Attention(
+    return grouped_attention(
         cfg,
-        (window, PaddingMask()),
-        n_key_value_heads=cfg.n_key_value_heads,
-        rotary=rotary(cfg, layer),
+        cfg.sliding_window if cfg.is_sliding(layer) else None,
+        rotary(cfg, layer),
         q_norm=AllHeadsRMSNorm(cfg.n_heads, cfg.d_head, cfg.rms_norm_eps),
         k_norm=AllHeadsRMSNorm(cfg.n_key_value_heads, cfg.d_head, cfg.rms_norm_eps),
     )
@@ -150,36 +150,23 @@ def build(cfg: Olmo2Config) -> DecoderParts:
     def norm() -> RMSNorm:
         return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[
-            PreNormBlock(None, attention(cfg, layer), ln1_post=norm(), mlp=GatedMLP(cfg), ln2_post=norm())
-            for layer in range(cfg.n_layers)
-        ],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
-    )
+    def block(layer: int) -> PreNormBlock:
+        return PreNormBlock(None, attention(cfg, layer), ln1_post=norm(), mlp=GatedMLP(cfg), ln2_post=norm())
+
+    return decoder_parts(cfg, block, norm)
 
 
 # the stream is a sum of writes read by a final norm (module docstring): pre-norm's facts
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 HOOK_NAMES = HookNames(
     layer_keys=LLAMA_HOOK_NAMES.layer_keys,
     global_keys=LLAMA_HOOK_NAMES.global_keys,
     sublayers=("ln1_post", "ln2_post"),  # the only norms of a block: ("scale", L, "ln1_post") ...
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "an OLMo model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("an OLMo model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="olmo2", config_class=Olmo2Config, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("olmo2", Olmo2Config, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "CAPABILITIES", "HOOK_NAMES", "LAYER_TYPES", "Olmo2Config", "attention", "build", "rotary"]

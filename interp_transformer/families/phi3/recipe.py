@@ -19,7 +19,13 @@ and the gated MLP's ``hook_pre`` (gate), ``hook_pre_linear`` (up) and ``hook_pos
 from dataclasses import dataclass
 
 from interp_transformer.families.llama import recipe as llama
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    decoder_parts,
+    fixed_architecture,
+    grouped_attention,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
     attention_params,
@@ -28,15 +34,7 @@ from interp_transformer.families.rotary_decoder import (
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
 from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import (
-    Attention,
-    CausalMask,
-    Embed,
-    PaddingMask,
-    PreNormBlock,
-    SlidingWindowMask,
-    Unembed,
-)
+from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
@@ -92,9 +90,8 @@ class Phi3Config(RotaryDecoderConfig):
 
 def phi3_attention(cfg: Phi3Config) -> Attention:
     """Grouped-query attention rotating the first ``rotary_dim`` dimensions of each head (LongRoPE where asked)."""
-    window = CausalMask() if cfg.sliding_window is None else SlidingWindowMask(cfg.sliding_window)
     rotary = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, scaling=cfg.rope_scaling)
-    return Attention(cfg, (window, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary)
+    return grouped_attention(cfg, cfg.sliding_window, rotary)
 
 
 def build(cfg: Phi3Config) -> DecoderParts:
@@ -103,31 +100,16 @@ def build(cfg: Phi3Config) -> DecoderParts:
     def norm() -> RMSNorm:
         return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[PreNormBlock(norm(), phi3_attention(cfg), norm(), GatedMLP(cfg)) for _ in range(cfg.n_layers)],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), phi3_attention(cfg), norm(), GatedMLP(cfg)), norm)
 
 
 HOOK_NAMES = HookNames(
     layer_keys=dict(llama.HOOK_NAMES.layer_keys),
     global_keys=dict(llama.HOOK_NAMES.global_keys),
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "a Phi-3 model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a Phi-3 model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="phi3",
-    config_class=Phi3Config,
-    build=build,
-    capabilities=lambda cfg: llama.CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("phi3", Phi3Config, build, HOOK_NAMES, llama.CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "HOOK_NAMES", "Phi3Config", "build", "phi3_attention"]

@@ -14,21 +14,18 @@ The fields of ``LlamaConfig`` keep their meaning (``qk_norm``, ``attn_biases``,
 """
 
 from dataclasses import dataclass
-from typing import Any
 
 from interp_transformer.families.llama import recipe as llama
 from interp_transformer.families.llama.recipe import LlamaConfig
-from interp_transformer.families.registry import Architecture, DecoderParts
-from interp_transformer.hooks.names import HookNames
-from interp_transformer.parts import (
-    Attention,
-    CausalMask,
-    Embed,
-    PaddingMask,
-    PreNormBlock,
-    SlidingWindowMask,
-    Unembed,
+from interp_transformer.families.recipe_parts import (
+    decoder_parts,
+    fixed_architecture,
+    grouped_attention,
+    head_rms_norms,
 )
+from interp_transformer.families.registry import DecoderParts
+from interp_transformer.hooks.names import HookNames
+from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import Rotary
@@ -84,15 +81,8 @@ class SmolLM3Config(LlamaConfig):
 
 def smollm3_attention(cfg: SmolLM3Config, layer: int) -> Attention:
     """Llama's attention for block ``layer``: rotary unless it is a NoPE layer, a window where it slides."""
-    window = cfg.window(layer)
-    mask = CausalMask() if window is None else SlidingWindowMask(window)
     rotary = Rotary(cfg.d_head, base=cfg.rotary_base, scaling=cfg.rope_scaling) if cfg.uses_rotary(layer) else None
-    head_norms: dict[str, Any] = (
-        {"q_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps), "k_norm": RMSNorm(cfg.d_head, cfg.rms_norm_eps)}
-        if cfg.qk_norm
-        else {}
-    )
-    return Attention(cfg, (mask, PaddingMask()), n_key_value_heads=cfg.n_key_value_heads, rotary=rotary, **head_norms)
+    return grouped_attention(cfg, cfg.window(layer), rotary, **head_rms_norms(cfg))
 
 
 def build(cfg: SmolLM3Config) -> DecoderParts:
@@ -101,14 +91,9 @@ def build(cfg: SmolLM3Config) -> DecoderParts:
     def norm() -> RMSNorm:
         return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside the attention of the rotary layers
-        blocks=[
-            PreNormBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg)) for layer in range(cfg.n_layers)
-        ],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
+    # no positional embedding: positions act inside the attention of the rotary layers
+    return decoder_parts(
+        cfg, lambda layer: PreNormBlock(norm(), smollm3_attention(cfg, layer), norm(), GatedMLP(cfg)), norm
     )
 
 
@@ -122,12 +107,6 @@ HOOK_NAMES = HookNames(
     },
 )
 
-ARCHITECTURE = Architecture(
-    name="smollm3",
-    config_class=SmolLM3Config,
-    build=build,
-    capabilities=lambda cfg: llama.CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("smollm3", SmolLM3Config, build, HOOK_NAMES, llama.CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "HOOK_NAMES", "NOPE_INTERVAL", "SmolLM3Config", "build", "smollm3_attention"]

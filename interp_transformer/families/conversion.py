@@ -86,6 +86,24 @@ def convert_read_out(read: CheckedCheckpoint, W_E: Tensor, cfg) -> dict[str, Ten
     }
 
 
+def convert_llama_layout(
+    read: CheckedCheckpoint,
+    cfg,
+    convert_layer: Callable[[int, torch.dtype, torch.device], dict[str, Tensor]],
+    final_norm: str = "ln_final.w",
+) -> dict[str, Tensor]:
+    """A checkpoint in Llama's layout under our names: ``embed_tokens`` as ``W_E``, each layer's
+    ``convert_layer(layer, dtype, device)`` (the embedding's dtype and device), ``norm`` as ``final_norm``, then
+    the read-out (``convert_read_out``)."""
+    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
+    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
+    for layer in range(cfg.n_layers):
+        ours.update(convert_layer(layer, dtype, device))
+    ours[final_norm] = fresh(read("norm.weight"))
+    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
+    return ours
+
+
 def linear_to_ours(weight: Tensor) -> Tensor:
     """``nn.Linear``'s ``[d_out, d_in]`` weight as ours, ``[d_in, d_out]``."""
     return fresh(einops.rearrange(weight, "d_out d_in -> d_in d_out"))
@@ -154,6 +172,7 @@ __all__ = [
     "HF_ACTIVATIONS",
     "CheckedCheckpoint",
     "activation",
+    "convert_llama_layout",
     "convert_read_out",
     "hf_model_loader",
     "fresh",

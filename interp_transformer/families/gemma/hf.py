@@ -26,10 +26,11 @@ naming them all in one ``ValueError``.
 
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh
+from interp_transformer.families.conversion import CheckedCheckpoint, convert_llama_layout, fresh
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
@@ -260,18 +261,18 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GemmaConfig) ->
     ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    for layer in range(cfg.n_layers):
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        for hf_norm, our_norm in BLOCK_NORMS[cfg.post_norms].items():
-            ours[q + our_norm + ".w_offset"] = fresh(read(m + hf_norm + ".weight"))
+        ours = {
+            q + our_norm + ".w_offset": fresh(read(m + hf_norm + ".weight"))
+            for hf_norm, our_norm in BLOCK_NORMS[cfg.post_norms].items()
+        }
         for name, tensor in convert_attention(read, cfg, layer, dtype, device).items():
             ours[name + "_offset" if name.endswith("_norm.w") else name] = tensor  # q_norm.w -> q_norm.w_offset
-        ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-    ours["ln_final.w_offset"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return {**ours, **convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device)}
+
+    return convert_llama_layout(read, cfg, convert_layer, final_norm="ln_final.w_offset")
 
 
 __all__ = [

@@ -34,10 +34,16 @@ import math
 from collections.abc import Mapping
 
 import einops
+import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh, linear_to_ours
+from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_llama_layout,
+    fresh,
+    linear_to_ours,
+)
 from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
 from interp_transformer.families.llama.hf import (
@@ -207,18 +213,18 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GptOssConfig) -
     ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``. Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    for layer in range(cfg.n_layers):
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
-        ours.update(convert_attention(read, cfg, layer, dtype, device))
-        ours[q + "attn.sinks.logits"] = fresh(read(m + "self_attn.sinks"))
-        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
-        ours.update(_convert_mixture(read, cfg, layer))
-    ours["ln_final.w"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return {
+            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
+            **convert_attention(read, cfg, layer, dtype, device),
+            q + "attn.sinks.logits": fresh(read(m + "self_attn.sinks")),
+            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
+            **_convert_mixture(read, cfg, layer),
+        }
+
+    return convert_llama_layout(read, cfg, convert_layer)
 
 
 def _convert_mixture(read, cfg: GptOssConfig, layer: int) -> dict[str, Tensor]:

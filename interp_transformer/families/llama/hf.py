@@ -34,7 +34,7 @@ from torch import Tensor
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
-    convert_read_out,
+    convert_llama_layout,
     fresh,
     heads_in,
     heads_out,
@@ -226,17 +226,17 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    for layer in range(cfg.n_layers):
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
-        ours.update(convert_attention(read, cfg, layer, dtype, device))
-        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
-        ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-    ours["ln_final.w"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return {
+            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
+            **convert_attention(read, cfg, layer, dtype, device),
+            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
+            **convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device),
+        }
+
+    return convert_llama_layout(read, cfg, convert_layer)
 
 
 def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:

@@ -30,7 +30,12 @@ import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import CheckedCheckpoint, convert_read_out, fresh, linear_to_ours
+from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_llama_layout,
+    fresh,
+    linear_to_ours,
+)
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
     _rope_scaling,
@@ -181,21 +186,22 @@ def convert_state_dict(
     read = CheckedCheckpoint(
         hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg, model_type or _file_family(names), is_stacked(names))
     )
-    model_type, stacked = model_type or _file_family(read.names), is_stacked(read.names)
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    for layer in range(cfg.n_layers):
+    file_family, stacked = model_type or _file_family(read.names), is_stacked(read.names)
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
-        ours.update(convert_attention(read, cfg, layer, dtype, device))
-        ours[q + "ln2.w"] = fresh(read(m + "post_attention_layernorm.weight"))
-        if layer in cfg.dense_layers:
-            ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-        else:
-            ours.update(_convert_mixture(read, cfg, layer, model_type, stacked, dtype, device))
-    ours["ln_final.w"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return {
+            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
+            **convert_attention(read, cfg, layer, dtype, device),
+            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
+            **(
+                convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device)
+                if layer in cfg.dense_layers
+                else _convert_mixture(read, cfg, layer, file_family, stacked, dtype, device)
+            ),
+        }
+
+    return convert_llama_layout(read, cfg, convert_layer)
 
 
 def _convert_mixture(

@@ -25,10 +25,16 @@ training, and so not part of what a model in eval mode computes: ``attention_dro
 
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
-from interp_transformer.families.conversion import HF_ACTIVATIONS, CheckedCheckpoint, convert_read_out, fresh
+from interp_transformer.families.conversion import (
+    HF_ACTIVATIONS,
+    CheckedCheckpoint,
+    convert_llama_layout,
+    fresh,
+)
 from interp_transformer.families.llama.hf import (
     convert_attention,
     convert_gated_mlp,
@@ -203,17 +209,15 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Olmo2Config) ->
     ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    for layer in range(cfg.n_layers):
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
         m, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours.update(convert_attention(read, cfg, layer, dtype, device))  # q/k norms included (cfg.qk_norm)
+        ours = convert_attention(read, cfg, layer, dtype, device)  # q/k norms included (cfg.qk_norm)
         for hf_norm, our_norm in BLOCK_NORMS.items():
             ours[q + our_norm + ".w"] = fresh(read(m + hf_norm + ".weight"))
-        ours.update(convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device))
-    ours["ln_final.w"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return {**ours, **convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device)}
+
+    return convert_llama_layout(read, cfg, convert_layer)
 
 
 __all__ = [

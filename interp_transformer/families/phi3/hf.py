@@ -40,7 +40,7 @@ from torch import Tensor
 from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
-    convert_read_out,
+    convert_llama_layout,
     fresh,
     heads_in,
     heads_out,
@@ -212,13 +212,13 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Phi3Config) -> 
     ``cfg.tied_embeddings``. Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
-    ours: dict[str, Tensor] = {"embed.W_E": fresh(read("embed_tokens.weight"))}
-    dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
-    zeros = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
     kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...
     q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_key_value_heads * cfg.d_head
-    for layer in range(cfg.n_layers):
+
+    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
+        zeros = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         m, q = f"layers.{layer}.", f"blocks.{layer}."
+        ours: dict[str, Tensor] = {}
         ours[q + "ln1.w"] = fresh(read(m + "input_layernorm.weight"))
         W_Q, W_K, W_V = read(m + "self_attn.qkv_proj.weight").split((q_width, kv_width, kv_width))
         ours[q + "attn.W_Q"], ours[q + f"attn.{kv}W_K"], ours[q + f"attn.{kv}W_V"] = (
@@ -235,9 +235,9 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Phi3Config) -> 
         ours[q + "mlp.b_in"] = zeros(cfg.d_mlp)
         ours[q + "mlp.W_out"] = linear_to_ours(read(m + "mlp.down_proj.weight"))
         ours[q + "mlp.b_out"] = zeros(cfg.d_model)
-    ours["ln_final.w"] = fresh(read("norm.weight"))
-    ours.update(convert_read_out(read, ours["embed.W_E"], cfg))
-    return ours
+        return ours
+
+    return convert_llama_layout(read, cfg, convert_layer)
 
 
 def _fused_part(start: int, stop: int, d_head: int):

@@ -7,9 +7,10 @@ no tool names it. See ``docs/architecture.md``, "A new kind of writer".
 from dataclasses import dataclass
 
 from interp_transformer.families.gpt2.recipe import CAPABILITIES, TransformerConfig
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import decoder_parts, fixed_architecture
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES, HookNames
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, PosEmbed, Unembed
+from interp_transformer.parts import MLP, Attention, LayerNorm, PosEmbed
 from interp_transformer.parts.adapter import GatedAdapter
 from interp_transformer.parts.blocks import PreNormBlock
 
@@ -33,18 +34,14 @@ class AdapterDecoderConfig(TransformerConfig):
 def build(cfg: AdapterDecoderConfig) -> DecoderParts:
     """GPT-2's parts, with an adapter beside each block's MLP."""
 
-    def block():
-        norm = lambda: LayerNorm(cfg.d_model, cfg.layer_norm_eps)  # noqa: E731
+    def norm() -> LayerNorm:
+        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    def block(layer: int) -> PreNormBlock:
         adapter = GatedAdapter(cfg.d_model, cfg.d_adapter, cfg.act_fn)
         return PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg), beside_mlp={"adapter": adapter})
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=PosEmbed(cfg),
-        blocks=[block() for _ in range(cfg.n_layers)],
-        ln_final=LayerNorm(cfg.d_model, cfg.layer_norm_eps),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, block, norm, pos_embed=PosEmbed(cfg))
 
 
 HOOK_NAMES = HookNames(
@@ -57,10 +54,4 @@ HOOK_NAMES = HookNames(
     global_keys=dict(DECODER_HOOK_NAMES.global_keys),
 )
 
-ARCHITECTURE = Architecture(
-    name="adapter_decoder",
-    config_class=AdapterDecoderConfig,
-    build=build,
-    capabilities=lambda cfg: CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("adapter_decoder", AdapterDecoderConfig, build, HOOK_NAMES, CAPABILITIES)

@@ -16,11 +16,11 @@ residual identities hold unchanged with ``embed`` the only input writer.
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.validation import check_bools, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, PreNormBlock, Unembed
+from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -55,21 +55,14 @@ def build(cfg: BloomConfig) -> DecoderParts:
     def norm() -> LayerNorm:
         return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
-    return DecoderParts(
-        embed=NormedEmbed(cfg, norm()),
-        pos_embed=None,  # positions are ALiBi's biases on the scores
-        blocks=[
-            PreNormBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
-            for _ in range(cfg.n_layers)
-        ],
-        ln_final=norm(),
-        unembed=Unembed(cfg),
-    )
+    def block(layer: int) -> PreNormBlock:
+        return PreNormBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))
+
+    # no positional embedding: positions are ALiBi's biases on the scores
+    return decoder_parts(cfg, block, norm, NormedEmbed(cfg, norm()))
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 HOOK_NAMES = HookNames(
     layer_keys={**BLOCK_HOOKS, "alibi": "blocks.{layer}.attn.score_bias.hook_bias"},
@@ -81,8 +74,6 @@ HOOK_NAMES = HookNames(
     },
 )
 
-ARCHITECTURE = Architecture(
-    name="bloom", config_class=BloomConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("bloom", BloomConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "BloomConfig", "CAPABILITIES", "HOOK_NAMES", "build"]

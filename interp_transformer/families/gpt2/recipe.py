@@ -12,19 +12,12 @@ embeddings, blocks ``PreNormBlock(LayerNorm, Attention, LayerNorm, MLP)`` (no ML
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
+from interp_transformer.families.registry import DecoderParts
+from interp_transformer.families.rotary_decoder import find_preset
 from interp_transformer.families.validation import validate_common_fields
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES
-from interp_transformer.parts import (
-    MLP,
-    Attention,
-    Embed,
-    LayerNorm,
-    PosEmbed,
-    PreNormBlock,
-    Unembed,
-)
+from interp_transformer.parts import MLP, Attention, LayerNorm, PosEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -98,40 +91,23 @@ PRESETS: dict[str, TransformerConfig] = {
 
 def preset(name: str) -> TransformerConfig:
     """The config of a named GPT-2 family model, e.g. ``preset("gpt2")``."""
-    if name not in PRESETS:
-        import difflib
-
-        close = difflib.get_close_matches(name, PRESETS, n=3)
-        raise KeyError(f"unknown preset {name!r}; known: {sorted(PRESETS)}; closest: {close}")
-    return PRESETS[name]
+    return find_preset(PRESETS, name)
 
 
 def build(cfg: TransformerConfig) -> DecoderParts:
     """GPT-2's parts: learned positions, pre-LayerNorm blocks, final LayerNorm, linear unembedding."""
 
-    def block():
-        ln1, attn = LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg)
+    def norm() -> LayerNorm:
+        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    def block(layer: int) -> PreNormBlock:
         if cfg.attn_only:
-            return PreNormBlock(ln1, attn)
-        return PreNormBlock(ln1, attn, LayerNorm(cfg.d_model, cfg.layer_norm_eps), MLP(cfg))
+            return PreNormBlock(norm(), Attention(cfg))
+        return PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg))
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=PosEmbed(cfg),
-        blocks=[block() for _ in range(cfg.n_layers)],
-        ln_final=LayerNorm(cfg.d_model, cfg.layer_norm_eps),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, block, norm, pos_embed=PosEmbed(cfg))
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
-ARCHITECTURE = Architecture(
-    name="gpt2",
-    config_class=TransformerConfig,
-    build=build,
-    capabilities=lambda cfg: CAPABILITIES,
-    hook_names=DECODER_HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("gpt2", TransformerConfig, build, DECODER_HOOK_NAMES, CAPABILITIES)

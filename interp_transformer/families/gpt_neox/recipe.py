@@ -16,12 +16,17 @@ Pythia's MLP uses the exact (erf) GELU, not GPT-2's tanh approximation.
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    fixed_architecture,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
 from interp_transformer.families.validation import check_bools, check_positive_number, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, ParallelBlock, PreNormBlock, Unembed
+from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock, PreNormBlock
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
@@ -92,25 +97,19 @@ def build(cfg: GPTNeoXConfig) -> DecoderParts:
     """GPT-NeoX's parts: partial rotary attention, parallel (or sequential) pre-LayerNorm blocks, no positional
     embedding."""
 
-    def block():
-        norm = lambda: LayerNorm(cfg.d_model, cfg.layer_norm_eps)  # noqa: E731
+    def norm() -> LayerNorm:
+        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    def block(layer: int):
         attn = Attention(
             cfg, rotary=Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=cfg.rotary_base, scaling=cfg.rope_scaling)
         )
         return (ParallelBlock if cfg.parallel_residual else PreNormBlock)(norm(), attn, norm(), MLP(cfg))
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[block() for _ in range(cfg.n_layers)],
-        ln_final=LayerNorm(cfg.d_model, cfg.layer_norm_eps),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, block, norm)
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 # "resid_mid" stays in the table for the sequential variant; a parallel block has no such hook (the cache's
 # accumulated_resid(incl_mid=True) skips it, and asking for it names the hooks there are)
@@ -118,18 +117,9 @@ HOOK_NAMES = HookNames(
     layer_keys={**BLOCK_HOOKS, "rot_q": "blocks.{layer}.attn.hook_rot_q", "rot_k": "blocks.{layer}.attn.hook_rot_k"},
     global_keys={"embed": "hook_embed", "scale": "ln_final.hook_scale", "normalized": "ln_final.hook_normalized"},
     input_writers=("embed",),
-    unavailable={
-        "pos_embed": "a GPT-NeoX model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a GPT-NeoX model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="gpt_neox",
-    config_class=GPTNeoXConfig,
-    build=build,
-    capabilities=lambda cfg: CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("gpt_neox", GPTNeoXConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "CAPABILITIES", "GPTNeoXConfig", "HOOK_NAMES", "PRESETS", "build", "preset"]

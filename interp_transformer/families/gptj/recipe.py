@@ -15,11 +15,16 @@ rotary_dim/2)``. Attention has no biases; the MLP (tanh GELU) and the read-out d
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.gpt_neox.recipe import HOOK_NAMES as NEOX_HOOK_NAMES
-from interp_transformer.families.registry import Architecture, DecoderParts
+from interp_transformer.families.recipe_parts import (
+    PRE_NORM_DECODER,
+    decoder_parts,
+    fixed_architecture,
+    rotary_positions_note,
+)
+from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
-from interp_transformer.parts import MLP, Attention, Embed, LayerNorm, ParallelBlock, Unembed
+from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock
 from interp_transformer.parts.rotary import Rotary
 
 GPTJ_ROTARY_BASE = 10000.0  # fixed in GPT-J's code: its config has no field for it
@@ -62,35 +67,25 @@ class GPTJConfig:
 def build(cfg: GPTJConfig) -> DecoderParts:
     """GPT-J's parts: interleaved partial rotary attention and an MLP reading one shared LayerNorm per block."""
 
-    def block():
+    def norm() -> LayerNorm:
+        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+    def block(layer: int) -> ParallelBlock:
         rotary = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=GPTJ_ROTARY_BASE, interleaved=True)
-        return ParallelBlock(LayerNorm(cfg.d_model, cfg.layer_norm_eps), Attention(cfg, rotary=rotary), None, MLP(cfg))
+        return ParallelBlock(norm(), Attention(cfg, rotary=rotary), None, MLP(cfg))
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=None,  # positions act inside attention
-        blocks=[block() for _ in range(cfg.n_layers)],
-        ln_final=LayerNorm(cfg.d_model, cfg.layer_norm_eps),
-        unembed=Unembed(cfg),
-    )
+    return decoder_parts(cfg, block, norm)
 
 
-CAPABILITIES = Capabilities(
-    causal=True, norm_placement="pre", final_norm="ln_final", read_out="unembed", next_token_logits=True
-)
+CAPABILITIES = PRE_NORM_DECODER
 
 # GPT-NeoX's table with one norm per block: ("scale", L, "ln1") exists, ("scale", L, "ln2") is refused by name
 HOOK_NAMES = dataclasses.replace(
     NEOX_HOOK_NAMES,
     sublayers=("ln1",),
-    unavailable={
-        "pos_embed": "a GPT-J model has no positional embedding: its positions rotate q and k inside attention "
-        "(cache['rot_q', L], cache['rot_k', L])",
-    },
+    unavailable=rotary_positions_note("a GPT-J model"),
 )
 
-ARCHITECTURE = Architecture(
-    name="gptj", config_class=GPTJConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("gptj", GPTJConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "CAPABILITIES", "GPTJConfig", "HOOK_NAMES", "build"]

@@ -23,20 +23,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.core.capabilities import Capabilities
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, DECODER_HOOK_NAMES, HookNames
-from interp_transformer.parts import (
-    MLP,
-    Attention,
-    Embed,
-    LayerNorm,
-    NoNorm,
-    PosEmbed,
-    PostNormBlock,
-    PreNormBlock,
-    Unembed,
-)
+from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PosEmbed, PostNormBlock, PreNormBlock
 
 POSITIVE_INTS = ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
 
@@ -93,13 +84,10 @@ def build(cfg: OPTConfig) -> DecoderParts:
     def norm() -> LayerNorm:
         return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=PosEmbed(cfg),
-        blocks=[PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg)) for _ in range(cfg.n_layers)],
-        ln_final=norm() if cfg.final_norm else NoNorm(),
-        unembed=Unembed(cfg),
-    )
+    def block(layer: int) -> PreNormBlock:
+        return PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg))
+
+    return decoder_parts(cfg, block, norm if cfg.final_norm else NoNorm, pos_embed=PosEmbed(cfg))
 
 
 def build_post_norm(cfg: OPTPostNormConfig) -> DecoderParts:
@@ -108,28 +96,18 @@ def build_post_norm(cfg: OPTPostNormConfig) -> DecoderParts:
     def norm() -> LayerNorm:
         return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
-    return DecoderParts(
-        embed=Embed(cfg),
-        pos_embed=PosEmbed(cfg),
-        blocks=[PostNormBlock(Attention(cfg), norm(), MLP(cfg), norm()) for _ in range(cfg.n_layers)],
-        ln_final=NoNorm(),
-        unembed=Unembed(cfg),
-    )
+    def block(layer: int) -> PostNormBlock:
+        return PostNormBlock(Attention(cfg), norm(), MLP(cfg), norm())
+
+    return decoder_parts(cfg, block, NoNorm, pos_embed=PosEmbed(cfg))
 
 
 def capabilities(cfg: OPTConfig) -> Capabilities:
-    return Capabilities(
-        causal=True,
-        norm_placement="pre",
-        final_norm="ln_final" if cfg.final_norm else None,
-        read_out="unembed",
-        next_token_logits=True,
-    )
+    """GPT-2's facts; without the final norm (old checkpoints), none to name."""
+    return PRE_NORM_DECODER if cfg.final_norm else dataclasses.replace(PRE_NORM_DECODER, final_norm=None)
 
 
-POST_NORM_CAPABILITIES = Capabilities(
-    causal=True, norm_placement="post", final_norm=None, read_out="unembed", next_token_logits=True
-)
+POST_NORM_CAPABILITIES = dataclasses.replace(PRE_NORM_DECODER, norm_placement="post", final_norm=None)
 
 POST_NORM_HOOK_NAMES = HookNames(
     layer_keys={**BLOCK_HOOKS, "normalized_resid_post": "blocks.{layer}.hook_normalized_resid_post"},
@@ -146,12 +124,8 @@ POST_NORM_HOOK_NAMES = HookNames(
 ARCHITECTURE = Architecture(
     name="opt", config_class=OPTConfig, build=build, capabilities=capabilities, hook_names=DECODER_HOOK_NAMES
 )
-POST_NORM_ARCHITECTURE = Architecture(
-    name="opt-post-norm",
-    config_class=OPTPostNormConfig,
-    build=build_post_norm,
-    capabilities=lambda cfg: POST_NORM_CAPABILITIES,
-    hook_names=POST_NORM_HOOK_NAMES,
+POST_NORM_ARCHITECTURE = fixed_architecture(
+    "opt-post-norm", OPTPostNormConfig, build_post_norm, POST_NORM_HOOK_NAMES, POST_NORM_CAPABILITIES
 )
 
 __all__ = [

@@ -117,7 +117,12 @@ def check_supported(cfg: HookedTransformerConfig) -> None:
         )
     if cfg.n_key_value_heads is not None and (cfg.n_key_value_heads <= 0 or cfg.n_heads % cfg.n_key_value_heads):
         problems.append(f"n_key_value_heads={cfg.n_key_value_heads} (must divide n_heads={cfg.n_heads})")
-    if cfg.positional_embedding_type == "rotary" and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
+    rotary_dim = cfg.rotary_dim  # set by the config for rotary positions
+    if (
+        cfg.positional_embedding_type == "rotary"
+        and rotary_dim is not None
+        and (rotary_dim % 2 or rotary_dim > cfg.d_head)
+    ):
         problems.append(f"rotary_dim={cfg.rotary_dim} (an even number of dimensions, at most d_head={cfg.d_head})")
     if not cfg.attn_only and cfg.act_fn not in ACTIVATIONS:
         problems.append(
@@ -152,12 +157,14 @@ def _local_attention_problems(cfg: HookedTransformerConfig) -> list[str]:
 
 
 def _is_local(cfg: HookedTransformerConfig, layer: int) -> bool:
-    return cfg.use_local_attn and cfg.attn_types[layer] == "local"
+    # attn_types is set whenever use_local_attn is (the config refuses it otherwise)
+    return cfg.use_local_attn and cfg.attn_types is not None and cfg.attn_types[layer] == "local"
 
 
 def _norm(cfg: HookedTransformerConfig, final: bool = False):
     kind = cfg.normalization_type
-    if final and cfg.final_rms:  # TransformerLens' SoLU models: LayerNorm blocks, an RMSNorm final norm
+    # TransformerLens' SoLU models: LayerNorm blocks, an RMSNorm final norm
+    if final and cfg.final_rms and kind is not None:
         kind = {"LN": "RMS", "LNPre": "RMSPre"}.get(kind, kind)
     return NORMS[kind](cfg.d_model, cfg.eps) if kind is not None else NoNorm()
 
@@ -170,7 +177,8 @@ def _post_norm(cfg: HookedTransformerConfig):
 
 def _attention(cfg: HookedTransformerConfig, layer: int):
     local = _is_local(cfg, layer)
-    first = SlidingWindowMask(cfg.window_size) if local else CausalMask()
+    # window_size is set whenever local attention is (the config refuses it otherwise)
+    first = SlidingWindowMask(cfg.window_size) if local and cfg.window_size is not None else CausalMask()
     masks = (first, PaddingMask()) if cfg.attention_dir == "causal" else (PaddingMask(),)
     scale = 1.0 / cfg.attn_scale if cfg.use_attn_scale else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
@@ -216,7 +224,7 @@ def build_block(cfg: HookedTransformerConfig, layer: int):
     flags = block_flags(cfg)
     post = dict(ln1_post=_post_norm(cfg), ln2_post=_post_norm(cfg)) if cfg.use_normalization_before_and_after else {}
     if cfg.parallel_attn_mlp:
-        return ParallelBlock(ln1, attn, ln2, mlp)
+        return ParallelBlock(ln1, attn, ln2, mlp)  # type: ignore[arg-type]  # attn_only: no MLP, as before
     return PreNormBlock(ln1, attn, ln2, mlp, **flags, **post)
 
 

@@ -124,7 +124,8 @@ class GenerationMethods:
         if output_logits:
             from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-            return GenerateDecoderOnlyOutput(sequences=output_tokens, logits=tuple(step_logits))
+            # transformers annotates these as LongTensor and a tuple of one Tensor; a long tensor and one per step
+            return GenerateDecoderOnlyOutput(sequences=output_tokens, logits=tuple(step_logits))  # type: ignore[arg-type]
         return result
 
     def _generation_inputs(self, input, prepend_bos, padding_side):

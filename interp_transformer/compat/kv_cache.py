@@ -34,12 +34,13 @@ class HookedTransformerKeyValueCacheEntry(LayerKVCache):
     past_values: Float[Tensor, "batch pos_so_far head_index d_head"]
     frozen: bool = False
 
+    # read-only views of TransformerLens' fields where LayerKVCache has attributes: append here writes past_keys
     @property
-    def keys(self) -> Tensor:
+    def keys(self) -> Tensor:  # type: ignore[override]
         return self.past_keys
 
     @property
-    def values(self) -> Tensor:
+    def values(self) -> Tensor:  # type: ignore[override]
         return self.past_values
 
     @classmethod

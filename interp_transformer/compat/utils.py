@@ -106,7 +106,8 @@ def get_act_name(name: str, layer: int | str | None = None, layer_type: str | No
         name, layer, layer_type = compact
     if isinstance(layer, str) and layer.isdigit():
         layer = int(layer)
-    return ACT_NAMES.full_name(name, layer, layer_type)
+    # a layer still a str here is refused by full_name, by name (one place checks layers)
+    return ACT_NAMES.full_name(name, layer, layer_type)  # type: ignore[arg-type]
 
 
 def solu(input: Tensor) -> Tensor:

@@ -109,6 +109,38 @@ def linear_to_ours(weight: Tensor) -> Tensor:
     return fresh(einops.rearrange(weight, "d_out d_in -> d_in d_out"))
 
 
+def linear_shapes(name: str, d_out: int, d_in: int) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of an ``nn.Linear`` with a bias: ``name.weight`` ``[d_out, d_in]``, ``name.bias``
+    ``[d_out]``."""
+    return {name + ".weight": (d_out, d_in), name + ".bias": (d_out,)}
+
+
+def layer_norm_shapes(name: str, d_model: int) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of an ``nn.LayerNorm``: ``name.weight`` and ``name.bias``, ``[d_model]``."""
+    return {name + ".weight": (d_model,), name + ".bias": (d_model,)}
+
+
+def mlp_shapes(hf_in: str, hf_out: str, d_model: int, d_mlp: int) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of an MLP of two ``nn.Linear`` with biases, ``hf_in`` and ``hf_out``."""
+    return {**linear_shapes(hf_in, d_mlp, d_model), **linear_shapes(hf_out, d_model, d_mlp)}
+
+
+def convert_layer_norm(read: Callable[[str], Tensor], hf_name: str, ours_name: str) -> dict[str, Tensor]:
+    """An ``nn.LayerNorm``'s ``weight`` and ``bias`` as our ``w`` and ``b``."""
+    return {ours_name + ".w": fresh(read(hf_name + ".weight")), ours_name + ".b": fresh(read(hf_name + ".bias"))}
+
+
+def convert_mlp(read: Callable[[str], Tensor], hf_in: str, hf_out: str, prefix: str) -> dict[str, Tensor]:
+    """An MLP of two ``nn.Linear`` with biases, ``hf_in`` and ``hf_out``, as ``W_in``, ``b_in``, ``W_out``,
+    ``b_out``."""
+    return {
+        prefix + "W_in": linear_to_ours(read(hf_in + ".weight")),
+        prefix + "b_in": fresh(read(hf_in + ".bias")),
+        prefix + "W_out": linear_to_ours(read(hf_out + ".weight")),
+        prefix + "b_out": fresh(read(hf_out + ".bias")),
+    }
+
+
 def heads_in(weight: Tensor, d_head: int) -> Tensor:
     """An ``nn.Linear`` weight ``[(head_index d_head), d_model]`` as ``W_Q``/``W_K``/``W_V`` ``[head_index, d_model,
     d_head]``."""
@@ -172,14 +204,19 @@ __all__ = [
     "HF_ACTIVATIONS",
     "CheckedCheckpoint",
     "activation",
+    "convert_layer_norm",
     "convert_llama_layout",
+    "convert_mlp",
     "convert_read_out",
     "hf_model_loader",
     "fresh",
     "fused_qkv_activation",
     "heads_in",
     "heads_out",
+    "layer_norm_shapes",
+    "linear_shapes",
     "linear_to_ours",
+    "mlp_shapes",
     "per_head_bias",
     "split_fused_qkv",
 ]

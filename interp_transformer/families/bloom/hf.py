@@ -29,12 +29,16 @@ from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.bloom.recipe import BloomConfig
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
+    convert_layer_norm,
+    convert_mlp,
     convert_read_out,
     fresh,
     fused_qkv_activation,
     heads_out,
     hf_model_loader,
-    linear_to_ours,
+    layer_norm_shapes,
+    linear_shapes,
+    mlp_shapes,
     split_fused_qkv,
 )
 from interp_transformer.families.reference import (
@@ -91,30 +95,19 @@ def config_from_hf(hf_config) -> BloomConfig:
 def expected_hf_shapes(cfg: BloomConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``transformer.`` prefix removed)."""
     d, d_mlp = cfg.d_model, cfg.d_mlp
-    shapes = {
-        "word_embeddings.weight": (cfg.d_vocab, d),
-        "word_embeddings_layernorm.weight": (d,),
-        "word_embeddings_layernorm.bias": (d,),
-    }
+    shapes = {"word_embeddings.weight": (cfg.d_vocab, d), **layer_norm_shapes("word_embeddings_layernorm", d)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
         shapes.update(
             {
-                p + "input_layernorm.weight": (d,),
-                p + "input_layernorm.bias": (d,),
-                p + "self_attention.query_key_value.weight": (3 * d, d),
-                p + "self_attention.query_key_value.bias": (3 * d,),
-                p + "self_attention.dense.weight": (d, d),
-                p + "self_attention.dense.bias": (d,),
-                p + "post_attention_layernorm.weight": (d,),
-                p + "post_attention_layernorm.bias": (d,),
-                p + "mlp.dense_h_to_4h.weight": (d_mlp, d),
-                p + "mlp.dense_h_to_4h.bias": (d_mlp,),
-                p + "mlp.dense_4h_to_h.weight": (d, d_mlp),
-                p + "mlp.dense_4h_to_h.bias": (d,),
+                **layer_norm_shapes(p + "input_layernorm", d),
+                **linear_shapes(p + "self_attention.query_key_value", 3 * d, d),
+                **linear_shapes(p + "self_attention.dense", d, d),
+                **layer_norm_shapes(p + "post_attention_layernorm", d),
+                **mlp_shapes(p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", d, d_mlp),
             }
         )
-    shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,), "lm_head.weight": (cfg.d_vocab, d)})
+    shapes.update({**layer_norm_shapes("ln_f", d), "lm_head.weight": (cfg.d_vocab, d)})
     return shapes
 
 
@@ -134,17 +127,11 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
         layer_field="n_layer",
     )
 
-    def norm(hf_name: str, ours_name: str) -> None:
-        ours[ours_name + ".w"], ours[ours_name + ".b"] = (
-            fresh(read(hf_name + ".weight")),
-            fresh(read(hf_name + ".bias")),
-        )
-
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("word_embeddings.weight"))}
-    norm("word_embeddings_layernorm", "embed.ln")
+    ours.update(convert_layer_norm(read, "word_embeddings_layernorm", "embed.ln"))
     for layer in range(cfg.n_layers):
         p, q = f"h.{layer}.", f"blocks.{layer}."
-        norm(p + "input_layernorm", q + "ln1")
+        ours.update(convert_layer_norm(read, p + "input_layernorm", q + "ln1"))
         attn = p + "self_attention."
         ours.update(
             split_fused_qkv(
@@ -155,12 +142,9 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
             heads_out(read(attn + "dense.weight"), cfg.d_head),
             fresh(read(attn + "dense.bias")),
         )
-        norm(p + "post_attention_layernorm", q + "ln2")
-        ours[q + "mlp.W_in"] = linear_to_ours(read(p + "mlp.dense_h_to_4h.weight"))
-        ours[q + "mlp.b_in"] = fresh(read(p + "mlp.dense_h_to_4h.bias"))
-        ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.dense_4h_to_h.weight"))
-        ours[q + "mlp.b_out"] = fresh(read(p + "mlp.dense_4h_to_h.bias"))
-    norm("ln_f", "ln_final")
+        ours.update(convert_layer_norm(read, p + "post_attention_layernorm", q + "ln2"))
+        ours.update(convert_mlp(read, p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", q + "mlp."))
+    ours.update(convert_layer_norm(read, "ln_f", "ln_final"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))  # BLOOM's read-out has no bias
     return ours
 

@@ -31,12 +31,15 @@ from interp_transformer.core.strict import (
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     activation,
+    convert_layer_norm,
+    convert_mlp,
     convert_read_out,
     fresh,
     fused_qkv_activation,
     heads_out,
     hf_model_loader,
-    linear_to_ours,
+    layer_norm_shapes,
+    mlp_shapes,
     split_fused_qkv,
 )
 from interp_transformer.families.gpt_neox.recipe import GPTNeoXConfig
@@ -106,22 +109,16 @@ def expected_hf_shapes(cfg: GPTNeoXConfig) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"embed_in.weight": (cfg.d_vocab, d)}
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            shapes[p + f"{norm}.weight"] = shapes[p + f"{norm}.bias"] = (d,)
+        shapes.update(
+            {**layer_norm_shapes(p + "input_layernorm", d), **layer_norm_shapes(p + "post_attention_layernorm", d)}
+        )
         shapes[p + "attention.query_key_value.weight"] = (3 * d, d)
         shapes[p + "attention.dense.weight"] = (d, d)
         if cfg.attn_bias:
             shapes[p + "attention.query_key_value.bias"] = (3 * d,)
             shapes[p + "attention.dense.bias"] = (d,)
-        shapes.update(
-            {
-                p + "mlp.dense_h_to_4h.weight": (d_mlp, d),
-                p + "mlp.dense_h_to_4h.bias": (d_mlp,),
-                p + "mlp.dense_4h_to_h.weight": (d, d_mlp),
-                p + "mlp.dense_4h_to_h.bias": (d,),
-            }
-        )
-    shapes.update({"final_layer_norm.weight": (d,), "final_layer_norm.bias": (d,), "lm_head.weight": (cfg.d_vocab, d)})
+        shapes.update(mlp_shapes(p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", d, d_mlp))
+    shapes.update({**layer_norm_shapes("final_layer_norm", d), "lm_head.weight": (cfg.d_vocab, d)})
     return shapes
 
 
@@ -146,24 +143,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
     zeros = lambda *shape: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
     for layer in range(cfg.n_layers):
         p, q = f"layers.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"], ours[q + "ln1.b"] = (
-            fresh(read(p + "input_layernorm.weight")),
-            fresh(read(p + "input_layernorm.bias")),
-        )
+        ours.update(convert_layer_norm(read, p + "input_layernorm", q + "ln1"))
         qkv_bias = read(p + "attention.query_key_value.bias") if cfg.attn_bias else zeros(3 * cfg.d_model)
         ours.update(split_fused_qkv(read(p + "attention.query_key_value.weight"), qkv_bias, cfg.d_head, q + "attn."))
         ours[q + "attn.W_O"] = heads_out(read(p + "attention.dense.weight"), cfg.d_head)
         ours[q + "attn.b_O"] = fresh(read(p + "attention.dense.bias")) if cfg.attn_bias else zeros(cfg.d_model)
-        ours[q + "ln2.w"] = fresh(read(p + "post_attention_layernorm.weight"))
-        ours[q + "ln2.b"] = fresh(read(p + "post_attention_layernorm.bias"))
-        ours[q + "mlp.W_in"] = linear_to_ours(read(p + "mlp.dense_h_to_4h.weight"))
-        ours[q + "mlp.b_in"] = fresh(read(p + "mlp.dense_h_to_4h.bias"))
-        ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.dense_4h_to_h.weight"))
-        ours[q + "mlp.b_out"] = fresh(read(p + "mlp.dense_4h_to_h.bias"))
-    ours["ln_final.w"], ours["ln_final.b"] = (
-        fresh(read("final_layer_norm.weight")),
-        fresh(read("final_layer_norm.bias")),
-    )
+        ours.update(convert_layer_norm(read, p + "post_attention_layernorm", q + "ln2"))
+        ours.update(convert_mlp(read, p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", q + "mlp."))
+    ours.update(convert_layer_norm(read, "final_layer_norm", "ln_final"))
     ours.update(convert_read_out(read, ours["embed.W_E"], cfg))  # GPT-NeoX's read-out has no bias
     return ours
 

@@ -22,11 +22,16 @@ from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     activation,
+    convert_layer_norm,
+    convert_mlp,
     fresh,
     heads_in,
     heads_out,
     hf_model_loader,
+    layer_norm_shapes,
+    linear_shapes,
     linear_to_ours,
+    mlp_shapes,
 )
 from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.reference import (
@@ -76,20 +81,11 @@ def expected_hf_shapes(cfg: GPTJConfig) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"wte.weight": (cfg.d_vocab, d)}
     for layer in range(cfg.n_layers):
         p = f"h.{layer}."
-        shapes.update({p + "ln_1.weight": (d,), p + "ln_1.bias": (d,)})
+        shapes.update(layer_norm_shapes(p + "ln_1", d))
         for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
             shapes[p + f"attn.{projection}.weight"] = (d, d)
-        shapes.update(
-            {
-                p + "mlp.fc_in.weight": (d_mlp, d),
-                p + "mlp.fc_in.bias": (d_mlp,),
-                p + "mlp.fc_out.weight": (d, d_mlp),
-                p + "mlp.fc_out.bias": (d,),
-            }
-        )
-    shapes.update(
-        {"ln_f.weight": (d,), "ln_f.bias": (d,), "lm_head.weight": (cfg.d_vocab, d), "lm_head.bias": (cfg.d_vocab,)}
-    )
+        shapes.update(mlp_shapes(p + "mlp.fc_in", p + "mlp.fc_out", d, d_mlp))
+    shapes.update({**layer_norm_shapes("ln_f", d), **linear_shapes("lm_head", cfg.d_vocab, d)})
     return shapes
 
 
@@ -114,19 +110,14 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
     dtype, device = ours["embed.W_E"].dtype, ours["embed.W_E"].device
     for layer in range(cfg.n_layers):
         p, q = f"h.{layer}.", f"blocks.{layer}."
-        ours[q + "ln1.w"], ours[q + "ln1.b"] = fresh(read(p + "ln_1.weight")), fresh(read(p + "ln_1.bias"))
+        ours.update(convert_layer_norm(read, p + "ln_1", q + "ln1"))
         for letter in "QKV":
             ours[q + f"attn.W_{letter}"] = heads_in(read(p + f"attn.{letter.lower()}_proj.weight"), cfg.d_head)
             ours[q + f"attn.b_{letter}"] = torch.zeros(cfg.n_heads, cfg.d_head, dtype=dtype, device=device)
         ours[q + "attn.W_O"] = heads_out(read(p + "attn.out_proj.weight"), cfg.d_head)
         ours[q + "attn.b_O"] = torch.zeros(cfg.d_model, dtype=dtype, device=device)
-        ours[q + "mlp.W_in"], ours[q + "mlp.b_in"] = (
-            linear_to_ours(read(p + "mlp.fc_in.weight")),
-            fresh(read(p + "mlp.fc_in.bias")),
-        )
-        ours[q + "mlp.W_out"] = linear_to_ours(read(p + "mlp.fc_out.weight"))
-        ours[q + "mlp.b_out"] = fresh(read(p + "mlp.fc_out.bias"))
-    ours["ln_final.w"], ours["ln_final.b"] = fresh(read("ln_f.weight")), fresh(read("ln_f.bias"))
+        ours.update(convert_mlp(read, p + "mlp.fc_in", p + "mlp.fc_out", q + "mlp."))
+    ours.update(convert_layer_norm(read, "ln_f", "ln_final"))
     ours["unembed.W_U"] = linear_to_ours(read("lm_head.weight") if "lm_head.weight" in read else ours["embed.W_E"])
     ours["unembed.b_U"] = fresh(read("lm_head.bias"))
     return ours

@@ -356,6 +356,8 @@ class ResolvedSource:
             return self.weights(dtype)
         if self.hf_model is not None:
             return state_dict_of_model(self.hf_model, dtype)
+        if self.directory is None:  # every source is built with one of the three
+            raise ValueError("this source has no weights, model or directory to read the state dict from")
         return open_weights(self.directory, dtype)
 
     def load_tokenizer(self):

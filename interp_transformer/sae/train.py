@@ -233,7 +233,8 @@ def train_on_activations(
 @torch.no_grad()
 def _firing_counts(sae: SAE, x, chunk: int = 4096):
     """``[d_sae]``: on how many rows of ``x`` each feature is nonzero."""
-    return sum((sae.encode_with_state(rows, hooked=False)[0] != 0).sum(dim=0) for rows in x.split(chunk)).double()
+    counts = ((sae.encode_with_state(rows, hooked=False)[0] != 0).sum(dim=0) for rows in x.split(chunk))
+    return sum(counts, torch.zeros((), dtype=torch.long)).double()  # integer counts, summed exactly
 
 
 def train_sae(model, data, config: SAETrainingConfig, progress: bool = True) -> TrainedSAE:

@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -81,13 +82,14 @@ def card(plan: TrainingPlan, run: TrainingRun, world_size: int) -> dict:
 def save_trained(plan: TrainingPlan, run: TrainingRun, world_size: int = 1) -> tuple[Path, Path]:
     """Write the trained model and its card into ``plan.out_dir`` (see the module docstring)."""
     metadata = card(plan, run, world_size)
+    model: Any = run.model  # what training builds: a DemoTransformer or an EncoderDecoderTransformer
     if plan.shipped is not None:
-        return save_shipped(run.model, plan.shipped, metadata, directory=plan.out_dir)
+        return save_shipped(model, plan.shipped, metadata, directory=plan.out_dir)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     weights, meta = plan.out_dir / f"{MODEL_FILE}.safetensors", plan.out_dir / f"{MODEL_FILE}.json"
-    state = {k: v.detach().to(torch.float32).contiguous().cpu() for k, v in run.model.state_dict().items()}
+    state = {k: v.detach().to(torch.float32).contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(weights))
-    meta.write_text(json.dumps({"config": dataclasses.asdict(run.model.cfg), **metadata}, indent=1) + "\n")
+    meta.write_text(json.dumps({"config": dataclasses.asdict(model.cfg), **metadata}, indent=1) + "\n")
     return weights, meta
 
 

@@ -116,7 +116,12 @@ class EncoderDecoderTransformer(HookedTransformerBase):
                     f"this key/value cache has {len(kv_cache)} layers, the decoder {n_layers}: "
                     f"make it with EncoderDecoderKVCache({n_layers})"
                 )
-        batch = source.encoder_out.shape[0] if source.encoder_out is not None else len(source.key_is_real)
+        if source.encoder_out is not None:
+            batch = source.encoder_out.shape[0]
+        elif source.key_is_real is not None:
+            batch = len(source.key_is_real)
+        else:
+            raise ValueError("source holds neither the encoder's output nor its padding: pass what encode() returns")
         offset = kv_cache.n_positions if kv_cache is not None else 0
         decoder_input = check_decoder_input(decoder_input, batch, self.cfg, offset, allow_meta=self.W_E.is_meta)
         decoder_input = decoder_input.to(self.W_E.device)

@@ -61,7 +61,7 @@ class DecoderStack(EncoderStack):
     """The decoder: causal blocks over the target, each reading the source through cross-attention."""
 
     @shape_checked
-    def forward(
+    def forward(  # type: ignore[override]  # the decoder's forward also reads the source (and a cache)
         self,
         embed: Float[Tensor, "batch pos d_model"],
         tokens: Int[Tensor, "batch pos"],

@@ -27,9 +27,8 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from interp_transformer.families.llama.reference import llama_float64_patches, record_llama_block
-from interp_transformer.families.moe.reference import eager_experts
+from interp_transformer.families.moe.reference import eager_experts, record_mixture, with_expert_weights
 from interp_transformer.families.reference import HFModule, Recorder, reference_activations
-from interp_transformer.parts.moe import routing_dtype
 
 
 def gpt_oss_float64_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
@@ -51,25 +50,16 @@ def _record_sinks(rec: Recorder, attn: HFModule, prefix: str) -> None:
 
 def _record_mixture(rec: Recorder, mixture: HFModule, prefix: str, batch: int) -> None:
     """The router's outputs and every expert's hooks (derived on every token) of one mixture."""
-    per_token = lambda t: t.reshape(batch, -1, *t.shape[1:])  # noqa: E731  [(batch pos), ...] -> [batch, pos, ...]
-    rec.output(mixture.router, prefix + "hook_router_logits", per_token, index=0)
-    rec.output(mixture.router, prefix + "hook_routing_weights", per_token, index=1)
-    rec.output(mixture.router, prefix + "hook_expert_indices", per_token, index=2)
     experts = mixture.experts
 
-    def every_expert(module, args, kwargs):
-        x = args[0] if args else kwargs["hidden_states"]
-        for expert in range(experts.num_experts):
-            gate_up = x @ experts.gate_up_proj[expert] + experts.gate_up_proj_bias[expert]
-            pre, pre_linear = gate_up[..., ::2], gate_up[..., 1::2]  # interleaved: gate, up, gate, up, ...
-            gate = pre.clamp(max=experts.limit)
-            up = pre_linear.clamp(min=-experts.limit, max=experts.limit)
-            e = prefix + f"experts.{expert}."
-            rec.keep(e + "hook_pre", per_token(pre))
-            rec.keep(e + "hook_pre_linear", per_token(pre_linear))
-            rec.keep(e + "hook_post", per_token((up + 1) * (gate * torch.sigmoid(gate * experts.alpha))))
+    def expert_hooks(x: Tensor, expert: int) -> tuple[Tensor, Tensor, Tensor]:
+        gate_up = x @ experts.gate_up_proj[expert] + experts.gate_up_proj_bias[expert]
+        pre, pre_linear = gate_up[..., ::2], gate_up[..., 1::2]  # interleaved: gate, up, gate, up, ...
+        gate = pre.clamp(max=experts.limit)
+        up = pre_linear.clamp(min=-experts.limit, max=experts.limit)
+        return pre, pre_linear, (up + 1) * (gate * torch.sigmoid(gate * experts.alpha))
 
-    rec.handles.append(experts.register_forward_pre_hook(every_expert, with_kwargs=True))
+    record_mixture(rec, mixture.router, experts, prefix, batch, expert_hooks)
 
 
 def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forward_kwargs) -> dict[str, Tensor]:
@@ -80,13 +70,9 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         _record_sinks(rec, block.self_attn, prefix)
         _record_mixture(rec, block.mlp, prefix + "mlp.", tokens.shape[0])
 
-    acts = reference_activations(hf_model, tokens, forward_kwargs, record_block, gpt_oss_float64_patches)
-    for name in [name for name in acts if name.endswith("hook_router_logits")]:
-        logits = acts[name]
-        acts[name.replace("hook_router_logits", "hook_expert_weights")] = logits.softmax(
-            dim=-1, dtype=routing_dtype(logits.dtype)
-        )
-    return acts
+    return with_expert_weights(
+        reference_activations(hf_model, tokens, forward_kwargs, record_block, gpt_oss_float64_patches)
+    )
 
 
 __all__ = ["gpt_oss_float64_patches", "hf_reference_activations"]

@@ -19,6 +19,7 @@ eagerly.
 """
 
 import contextlib
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import torch
@@ -67,24 +68,54 @@ def moe_float64_patches(hf_model: nn.Module) -> list[AbstractContextManager]:
     )
 
 
-def _record_mixture(rec: Recorder, mixture: HFModule, prefix: str, batch: int) -> None:
-    """The router's outputs, every expert's hooks (derived on every token) and the shared expert of one mixture."""
+def record_mixture(
+    rec: Recorder,
+    router: HFModule,
+    experts: HFModule,
+    prefix: str,
+    batch: int,
+    expert_hooks: Callable[[Tensor, int], tuple[Tensor, Tensor, Tensor]],
+) -> Callable[[Tensor], Tensor]:
+    """The router's three outputs and, on every token, each expert's ``hook_pre``, ``hook_pre_linear`` and
+    ``hook_post``: ``expert_hooks(x, expert)``, the family's expert formula on the input its experts received.
+
+    Returns ``per_token``, which gives Hugging Face's ``[(batch pos), ...]`` as ``[batch, pos, ...]``.
+    """
     per_token = lambda t: t.reshape(batch, -1, *t.shape[1:])  # noqa: E731  [(batch pos), ...] -> [batch, pos, ...]
-    rec.output(mixture.gate, prefix + "hook_router_logits", per_token, index=0)
-    rec.output(mixture.gate, prefix + "hook_routing_weights", per_token, index=1)
-    rec.output(mixture.gate, prefix + "hook_expert_indices", per_token, index=2)
-    experts = mixture.experts
+    for index, name in enumerate(("hook_router_logits", "hook_routing_weights", "hook_expert_indices")):
+        rec.output(router, prefix + name, per_token, index=index)
 
     def every_expert(module, args, kwargs):
         x = args[0] if args else kwargs["hidden_states"]
         for expert in range(experts.num_experts):
-            gate, up = F.linear(x, experts.gate_up_proj[expert]).chunk(2, dim=-1)
             e = prefix + f"experts.{expert}."
-            rec.keep(e + "hook_pre", per_token(gate))
-            rec.keep(e + "hook_pre_linear", per_token(up))
-            rec.keep(e + "hook_post", per_token(experts.act_fn(gate) * up))
+            for name, value in zip(("hook_pre", "hook_pre_linear", "hook_post"), expert_hooks(x, expert), strict=True):
+                rec.keep(e + name, per_token(value))
 
     rec.handles.append(experts.register_forward_pre_hook(every_expert, with_kwargs=True))
+    return per_token
+
+
+def with_expert_weights(acts: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``acts`` with each router's ``hook_expert_weights``, the softmax of its ``hook_router_logits`` over every
+    expert (in the routing dtype)."""
+    for name in [name for name in acts if name.endswith("hook_router_logits")]:
+        logits = acts[name]
+        acts[name.replace("hook_router_logits", "hook_expert_weights")] = logits.softmax(
+            dim=-1, dtype=routing_dtype(logits.dtype)
+        )
+    return acts
+
+
+def _record_mixture(rec: Recorder, mixture: HFModule, prefix: str, batch: int) -> None:
+    """The router's outputs, every expert's hooks (derived on every token) and the shared expert of one mixture."""
+    experts = mixture.experts
+
+    def expert_hooks(x: Tensor, expert: int) -> tuple[Tensor, Tensor, Tensor]:
+        gate, up = F.linear(x, experts.gate_up_proj[expert]).chunk(2, dim=-1)
+        return gate, up, experts.act_fn(gate) * up
+
+    per_token = record_mixture(rec, mixture.gate, experts, prefix, batch, expert_hooks)
     if hasattr(mixture, "shared_expert"):
         record_gated_mlp(rec, mixture.shared_expert, prefix + "shared_expert.", per_token)
         rec.output(
@@ -103,13 +134,15 @@ def hf_reference_activations(hf_model, tokens: Int[Tensor, "batch pos"], **forwa
         else:
             record_gated_mlp(rec, block.mlp, prefix + "mlp.")
 
-    acts = reference_activations(hf_model, tokens, forward_kwargs, record_block, moe_float64_patches)
-    for name in [name for name in acts if name.endswith("hook_router_logits")]:
-        logits = acts[name]
-        acts[name.replace("hook_router_logits", "hook_expert_weights")] = logits.softmax(
-            dim=-1, dtype=routing_dtype(logits.dtype)
-        )
-    return acts
+    return with_expert_weights(
+        reference_activations(hf_model, tokens, forward_kwargs, record_block, moe_float64_patches)
+    )
 
 
-__all__ = ["eager_experts", "hf_reference_activations", "moe_float64_patches"]
+__all__ = [
+    "eager_experts",
+    "hf_reference_activations",
+    "moe_float64_patches",
+    "record_mixture",
+    "with_expert_weights",
+]

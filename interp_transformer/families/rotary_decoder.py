@@ -14,6 +14,9 @@ from interp_transformer.families.validation import ACTIVATION_FUNCTIONS, check_p
 from interp_transformer.parts.rotary import RopeScaling
 
 ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
+SHAPE_FIELDS = ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
+# a mixture of experts' shape: d_mlp is one expert's width, experts_per_token of n_experts serve each token
+MIXTURE_SHAPE_FIELDS = (*SHAPE_FIELDS[:6], "n_experts", "experts_per_token", *SHAPE_FIELDS[6:])
 
 
 class RotaryDecoderConfig:
@@ -29,7 +32,7 @@ class RotaryDecoderConfig:
         return dataclasses.replace(self, **changes)
 
 
-def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...]) -> None:
+def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...] = SHAPE_FIELDS) -> None:
     """The shared checks: ``positive_ints``, grouped heads, an even ``d_head``, act_fn, eps, init, rotary, biases,
     name."""
     for field in positive_ints:
@@ -57,6 +60,37 @@ def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...]) -> None:
         raise ValueError(f"attn_biases must be a tuple of distinct names from {ATTENTION_PROJECTIONS}, got {biases!r}")
     if not isinstance(cfg.name, str):
         raise TypeError(f"name must be a str, got {type(cfg.name).__name__}")
+
+
+def validate_mixture_decoder(cfg) -> None:
+    """The shared checks of a mixture of experts' config: ``validate_rotary_decoder``'s, then that the router picks
+    at most ``n_experts``."""
+    validate_rotary_decoder(cfg, MIXTURE_SHAPE_FIELDS)
+    if cfg.experts_per_token > cfg.n_experts:
+        raise ValueError(f"experts_per_token={cfg.experts_per_token} must be at most n_experts={cfg.n_experts}")
+
+
+def check_layer_types(cfg, names: tuple[str, ...]) -> None:
+    """``cfg.layer_types``: None, or a tuple of ``n_layers`` names from ``names``."""
+    if cfg.layer_types is None:
+        return
+    if not isinstance(cfg.layer_types, tuple) or len(cfg.layer_types) != cfg.n_layers:
+        raise ValueError(f"layer_types must be a tuple of n_layers={cfg.n_layers} names, got {cfg.layer_types!r}")
+    unknown = sorted(set(cfg.layer_types) - set(names))
+    if unknown:
+        raise ValueError(f"layer_types must each be one of {names}, got {unknown}")
+
+
+def gated_mlp_params(cfg, width: int, hugging_face: bool) -> int:
+    """A gated MLP of hidden width ``width``: three matrices and (not in Hugging Face's count) ``b_in``, ``b_out``."""
+    return 3 * cfg.d_model * width + (0 if hugging_face else width + cfg.d_model)
+
+
+def gated_decoder_params(cfg, hugging_face: bool, qk_norm: bool, norms: int = 2, extra: int = 0) -> int:
+    """Parameters of a decoder of ``norms`` norms, attention and a gated MLP per block (plus ``extra`` per block),
+    the embedding, final norm and read-out."""
+    block = norms * cfg.d_model + attention_params(cfg, hugging_face, qk_norm) + extra
+    return cfg.n_layers * (block + gated_mlp_params(cfg, cfg.d_mlp, hugging_face)) + embedding_params(cfg, hugging_face)
 
 
 def attention_params(cfg, hugging_face: bool, qk_norm: bool) -> int:
@@ -87,9 +121,15 @@ def find_preset(presets: dict, name: str):
 
 __all__ = [
     "ATTENTION_PROJECTIONS",
+    "MIXTURE_SHAPE_FIELDS",
+    "SHAPE_FIELDS",
     "RotaryDecoderConfig",
     "attention_params",
+    "check_layer_types",
     "embedding_params",
     "find_preset",
+    "gated_decoder_params",
+    "gated_mlp_params",
+    "validate_mixture_decoder",
     "validate_rotary_decoder",
 ]

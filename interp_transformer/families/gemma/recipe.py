@@ -40,9 +40,8 @@ from interp_transformer.families.recipe_parts import (
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
-    attention_params,
-    embedding_params,
     find_preset,
+    gated_decoder_params,
     validate_rotary_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
@@ -84,9 +83,7 @@ class GemmaConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
-        )
+        validate_rotary_decoder(self)
         optional = {"rotary_base_local": 1.0, "query_pre_attn_scalar": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0}
         for field, above in optional.items():
             if getattr(self, field) is not None:
@@ -121,9 +118,7 @@ class GemmaConfig(RotaryDecoderConfig):
         in ``attn_biases``, and no read-out matrix of its own when ``tied_embeddings``
         (Gemma 2 2B: 2,614,341,888).
         """
-        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
-        block = (4 if self.post_norms else 2) * self.d_model + attention_params(self, hugging_face, self.qk_norm) + mlp
-        return self.n_layers * block + embedding_params(self, hugging_face)
+        return gated_decoder_params(self, hugging_face, self.qk_norm, norms=4 if self.post_norms else 2)
 
 
 GEMMA_1: dict[str, Any] = dict(

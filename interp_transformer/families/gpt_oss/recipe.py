@@ -34,9 +34,10 @@ from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
     attention_params,
+    check_layer_types,
     embedding_params,
     find_preset,
-    validate_rotary_decoder,
+    validate_mixture_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import HookNames
@@ -78,31 +79,8 @@ class GptOssConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self,
-            (
-                "d_model",
-                "n_layers",
-                "n_heads",
-                "n_key_value_heads",
-                "d_head",
-                "d_mlp",
-                "n_experts",
-                "experts_per_token",
-                "d_vocab",
-                "n_ctx",
-            ),
-        )
-        if self.experts_per_token > self.n_experts:
-            raise ValueError(f"experts_per_token={self.experts_per_token} must be at most n_experts={self.n_experts}")
-        if self.layer_types is not None:
-            if not isinstance(self.layer_types, tuple) or len(self.layer_types) != self.n_layers:
-                raise ValueError(
-                    f"layer_types must be a tuple of n_layers={self.n_layers} names, got {self.layer_types!r}"
-                )
-            unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
-            if unknown:
-                raise ValueError(f"layer_types must each be one of {LAYER_TYPES}, got {unknown}")
+        validate_mixture_decoder(self)
+        check_layer_types(self, LAYER_TYPES)
         if self.sliding_window is not None:
             check_positive_int("sliding_window", self.sliding_window)
         elif any(self.is_sliding(layer) for layer in range(self.n_layers)):

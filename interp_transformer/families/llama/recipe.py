@@ -30,9 +30,8 @@ from interp_transformer.families.recipe_parts import (
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
-    attention_params,
-    embedding_params,
     find_preset,
+    gated_decoder_params,
     validate_rotary_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
@@ -67,9 +66,7 @@ class LlamaConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
-        )
+        validate_rotary_decoder(self)
         if self.sliding_window is not None:
             check_positive_int("sliding_window", self.sliding_window)
         check_bools(self, ("qk_norm", "tied_embeddings"))
@@ -81,9 +78,7 @@ class LlamaConfig(RotaryDecoderConfig):
         attention biases in ``attn_biases``, no MLP or unembedding biases, and no read-out
         matrix of its own when ``tied_embeddings`` (SmolLM2-135M: 134,515,008).
         """
-        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
-        block = 2 * self.d_model + attention_params(self, hugging_face, self.qk_norm) + mlp
-        return self.n_layers * block + embedding_params(self, hugging_face)
+        return gated_decoder_params(self, hugging_face, self.qk_norm)
 
 
 # Parameter counts as Hugging Face reports them, n_params(hugging_face=True).

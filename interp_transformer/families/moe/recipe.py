@@ -32,7 +32,8 @@ from interp_transformer.families.rotary_decoder import (
     attention_params,
     embedding_params,
     find_preset,
-    validate_rotary_decoder,
+    gated_mlp_params,
+    validate_mixture_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
 from interp_transformer.hooks.names import HookNames
@@ -78,23 +79,7 @@ class MoEConfig(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self,
-            (
-                "d_model",
-                "n_layers",
-                "n_heads",
-                "n_key_value_heads",
-                "d_head",
-                "d_mlp",
-                "n_experts",
-                "experts_per_token",
-                "d_vocab",
-                "n_ctx",
-            ),
-        )
-        if self.experts_per_token > self.n_experts:
-            raise ValueError(f"experts_per_token={self.experts_per_token} must be at most n_experts={self.n_experts}")
+        validate_mixture_decoder(self)
         if self.expert_mlp not in EXPERT_MLPS:
             raise ValueError(f"expert_mlp must be one of {tuple(EXPERT_MLPS)}, got {self.expert_mlp!r}")
         if not isinstance(self.router_bias, bool):
@@ -134,14 +119,13 @@ class MoEConfig(RotaryDecoderConfig):
         """
         d = self.d_model
 
-        def gated(width: int) -> int:
-            return 3 * d * width + (0 if hugging_face else width + d)
-
-        moe = d * self.n_experts + self.n_experts * gated(self.d_mlp)
+        moe = d * self.n_experts + self.n_experts * gated_mlp_params(self, self.d_mlp, hugging_face)
         if self.d_mlp_shared is not None:
-            moe += gated(self.d_mlp_shared) + d
+            moe += gated_mlp_params(self, self.d_mlp_shared, hugging_face) + d
         mlps = len(self.moe_layers) * moe + len(self.dense_layers) * (
-            gated(self.d_mlp_dense) if self.d_mlp_dense is not None else 0  # set exactly when dense_layers is
+            gated_mlp_params(self, self.d_mlp_dense, hugging_face)
+            if self.d_mlp_dense is not None
+            else 0  # set exactly when dense_layers is
         )
         attention = attention_params(self, hugging_face, self.qk_norm)
         return self.n_layers * (2 * d + attention) + mlps + embedding_params(self, hugging_face)

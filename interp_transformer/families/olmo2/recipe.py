@@ -37,8 +37,8 @@ from interp_transformer.families.recipe_parts import (
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
-    attention_params,
-    embedding_params,
+    check_layer_types,
+    gated_decoder_params,
     validate_rotary_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
@@ -79,18 +79,9 @@ class Olmo2Config(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
-        )
+        validate_rotary_decoder(self)
         check_bools(self, ("tied_embeddings",))
-        if self.layer_types is not None:
-            if not isinstance(self.layer_types, tuple) or len(self.layer_types) != self.n_layers:
-                raise ValueError(
-                    f"layer_types must be a tuple of n_layers={self.n_layers} names, got {self.layer_types!r}"
-                )
-            unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
-            if unknown:
-                raise ValueError(f"layer_types must each be one of {LAYER_TYPES}, got {unknown}")
+        check_layer_types(self, LAYER_TYPES)
         if self.sliding_window is not None:
             check_positive_int("sliding_window", self.sliding_window)
         if any(self.is_sliding(layer) for layer in range(self.n_layers)) and self.sliding_window is None:
@@ -118,10 +109,8 @@ class Olmo2Config(RotaryDecoderConfig):
         in ``attn_biases``, no MLP or read-out biases, and no read-out matrix of its own when
         ``tied_embeddings``.
         """
-        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
         qk_norms = (self.n_heads + self.n_key_value_heads) * self.d_head
-        block = 2 * self.d_model + attention_params(self, hugging_face, False) + qk_norms + mlp
-        return self.n_layers * block + embedding_params(self, hugging_face)
+        return gated_decoder_params(self, hugging_face, False, extra=qk_norms)
 
 
 def rotary(cfg: Olmo2Config, layer: int) -> Rotary:

@@ -28,8 +28,7 @@ from interp_transformer.families.recipe_parts import (
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
-    attention_params,
-    embedding_params,
+    gated_decoder_params,
     validate_rotary_decoder,
 )
 from interp_transformer.families.validation import check_bools, check_positive_int
@@ -64,9 +63,7 @@ class Phi3Config(RotaryDecoderConfig):
     name: str = "custom"  # free-form label shown in reports
 
     def __post_init__(self) -> None:
-        validate_rotary_decoder(
-            self, ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
-        )
+        validate_rotary_decoder(self)
         if self.rotary_dim is not None:
             check_positive_int("rotary_dim", self.rotary_dim)
             if self.rotary_dim > self.d_head or self.rotary_dim % 2:
@@ -83,9 +80,7 @@ class Phi3Config(RotaryDecoderConfig):
         ``hugging_face=True`` counts the way Hugging Face reports the checkpoint: no biases, and
         no read-out matrix of its own when ``tied_embeddings``.
         """
-        mlp = 3 * self.d_model * self.d_mlp + (0 if hugging_face else self.d_mlp + self.d_model)
-        block = 2 * self.d_model + attention_params(self, hugging_face, qk_norm=False) + mlp
-        return self.n_layers * block + embedding_params(self, hugging_face)
+        return gated_decoder_params(self, hugging_face, qk_norm=False)
 
 
 def phi3_attention(cfg: Phi3Config) -> Attention:

@@ -25,6 +25,20 @@ def activation(hf_name, what: str, field: str) -> str:
     return HF_ACTIVATIONS[hf_name]
 
 
+def read_model_type(hf_config, model_types: tuple[str, ...]) -> str:
+    """The config's ``model_type``; ``ValueError`` naming the ones ``config_from_hf`` reads unless it is one."""
+    model_type = hf_config.model_type
+    if model_type not in model_types:
+        raise ValueError(f"config_from_hf reads the model types {list(model_types)}, got {model_type!r}")
+    return model_type
+
+
+def refuse_features(model_type: str, problems: list[str]) -> None:
+    """``ValueError`` listing every feature of the config not implemented here, when there is one."""
+    if problems:
+        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+
+
 def fresh(tensor: Tensor) -> Tensor:
     """A contiguous copy: our weights never alias the source's (weight processing edits them in place)."""
     return tensor.clone(memory_format=torch.contiguous_format)
@@ -218,5 +232,7 @@ __all__ = [
     "linear_to_ours",
     "mlp_shapes",
     "per_head_bias",
+    "read_model_type",
+    "refuse_features",
     "split_fused_qkv",
 ]

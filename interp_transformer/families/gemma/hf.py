@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import CheckedCheckpoint, convert_llama_layout, fresh
+from interp_transformer.families.conversion import CheckedCheckpoint, convert_llama_layout, fresh, refuse_features
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
@@ -194,8 +194,7 @@ def config_from_hf(hf_config) -> GemmaConfig:
     )
     window, global_every = _window(hf_config, problems)
     rotary = _rotary(hf_config, hf_config.head_dim, problems)
-    if problems:
-        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+    refuse_features(model_type, problems)
     later = model_type != "gemma"  # Gemma 2 and 3
     activation = _activation(hf_config, problems)
     if activation is None:  # unsupported_features has refused such a config already

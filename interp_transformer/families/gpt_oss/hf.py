@@ -43,6 +43,8 @@ from interp_transformer.families.conversion import (
     convert_llama_layout,
     fresh,
     linear_to_ours,
+    read_model_type,
+    refuse_features,
 )
 from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
@@ -144,9 +146,7 @@ def unsupported_features(hf_config) -> list[str]:
 def config_from_hf(hf_config) -> GptOssConfig:
     """Our config from a ``transformers`` ``GptOssConfig``; ``ValueError`` naming every feature not computed
     here."""
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     require_config_fields(
         hf_config,
         model_type,
@@ -165,8 +165,7 @@ def config_from_hf(hf_config) -> GptOssConfig:
         positive_floats=("rms_norm_eps", "swiglu_alpha", "swiglu_limit"),
     )
     problems = unsupported_features(hf_config)
-    if problems:
-        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+    refuse_features(model_type, problems)
     return GptOssConfig(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,

@@ -40,6 +40,7 @@ from interp_transformer.families.conversion import (
     heads_out,
     linear_to_ours,
     per_head_bias,
+    read_model_type,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.recipe import LlamaConfig
@@ -143,9 +144,7 @@ def config_from_hf(hf_config) -> LlamaConfig:
     activation we do not have, rope types other than default/linear/llama3, partial
     rotary, per-layer rope parameters, a mix of full and sliding-window layers.
     """
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     return LlamaConfig(
         **llama_fields(hf_config), sliding_window=_sliding_window(hf_config), qk_norm=model_type == "qwen3"
     )

@@ -35,6 +35,7 @@ from interp_transformer.families.conversion import (
     convert_llama_layout,
     fresh,
     linear_to_ours,
+    read_model_type,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
@@ -70,9 +71,7 @@ def _dense_layers(hf_config) -> tuple[int, ...]:
 def config_from_hf(hf_config) -> MoEConfig:
     """Our config from a ``MixtralConfig``/``Qwen2MoeConfig``/``Qwen3MoeConfig``; ``ValueError`` naming what is not
     computed."""
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     experts_field = "num_local_experts" if model_type == "mixtral" else "num_experts"
     width_field = "intermediate_size" if model_type == "mixtral" else "moe_intermediate_size"
     require_config_fields(

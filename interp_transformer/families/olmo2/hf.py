@@ -34,6 +34,8 @@ from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     convert_llama_layout,
     fresh,
+    read_model_type,
+    refuse_features,
 )
 from interp_transformer.families.llama.hf import (
     convert_attention,
@@ -144,9 +146,7 @@ def config_from_hf(hf_config) -> Olmo2Config:
 
     ``ValueError`` naming every field value not computed here (see the module docstring).
     """
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     require_config_fields(
         hf_config,
         model_type,
@@ -154,8 +154,7 @@ def config_from_hf(hf_config) -> Olmo2Config:
         positive_floats=("rms_norm_eps",),
     )
     problems = unsupported_features(hf_config)
-    if problems:
-        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+    refuse_features(model_type, problems)
     layer_types, window = _layers(hf_config, problems)
     return Olmo2Config(
         d_model=hf_config.hidden_size,

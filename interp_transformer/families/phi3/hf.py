@@ -46,6 +46,8 @@ from interp_transformer.families.conversion import (
     heads_out,
     linear_to_ours,
     per_head_bias,
+    read_model_type,
+    refuse_features,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import load_hf_model
@@ -154,9 +156,7 @@ def unsupported_features(hf_config) -> list[str]:
 
 def config_from_hf(hf_config) -> Phi3Config:
     """Our config from a ``transformers.Phi3Config``; ``ValueError`` naming every feature not computed here."""
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     require_config_fields(
         hf_config,
         model_type,
@@ -166,8 +166,7 @@ def config_from_hf(hf_config) -> Phi3Config:
     problems = unsupported_features(hf_config)
     d_head = head_width(hf_config)
     rotary = _rotary(hf_config, d_head, problems)
-    if problems:
-        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+    refuse_features(model_type, problems)
     return Phi3Config(
         d_model=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,

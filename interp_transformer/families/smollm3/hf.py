@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from jaxtyping import Int
 from torch import Tensor
 
+from interp_transformer.families.conversion import read_model_type, refuse_features
 from interp_transformer.families.llama.hf import convert_state_dict as llama_convert_state_dict
 from interp_transformer.families.llama.hf import expected_hf_shapes, llama_fields, load_hf_model
 from interp_transformer.families.llama.reference import hf_reference_activations as llama_reference_activations
@@ -70,13 +71,10 @@ def layer_choices(hf_config) -> tuple[dict, list[str]]:
 
 def config_from_hf(hf_config) -> SmolLM3Config:
     """Our config from a ``transformers.SmolLM3Config``; ``ValueError`` naming what is not computed here."""
-    model_type = hf_config.model_type
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"config_from_hf reads the model types {list(MODEL_TYPES)}, got {model_type!r}")
+    model_type = read_model_type(hf_config, MODEL_TYPES)
     fields = llama_fields(hf_config)
     choices, problems = layer_choices(hf_config)
-    if problems:
-        raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+    refuse_features(model_type, problems)
     return SmolLM3Config(**fields, **choices)
 
 

@@ -13,7 +13,7 @@ from interp_transformer.core.shape_checks import shape_checked
 from interp_transformer.hooks import HookPoint
 from interp_transformer.hooks.thread_state import thread_table
 from interp_transformer.parts.affine import affine
-from interp_transformer.parts.attention_sinks import with_sink_key
+from interp_transformer.parts.attention_sinks import AttentionSinks, with_sink_key
 from interp_transformer.parts.head_projection import (
     DEFAULT_HEAD_LAYOUT,
     checked_head_layout,
@@ -110,7 +110,7 @@ class Attention(HeadWrites, nn.Module):
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
         score_bias: nn.Module | None = None,
-        sinks: nn.Module | None = None,
+        sinks: AttentionSinks | None = None,
         softcap: float | None = None,
         split_inputs: bool = False,
         result_hook: bool = False,
@@ -169,16 +169,17 @@ class Attention(HeadWrites, nn.Module):
         """
         if name not in GROUPED_WEIGHTS:
             raise KeyError(f"stored() holds the key/value weights {GROUPED_WEIGHTS}, got {name!r}")
-        return self._parameters[name] if name in self._parameters else self._parameters["_" + name]
+        params = self._parameters  # values typed Parameter | None; __init__ registers each as a Parameter
+        return params[name] if name in params else params["_" + name]  # type: ignore[return-value]
 
     def _per_query_head(self, name: str) -> Tensor:
         parameters = self._parameters
         if name in parameters:
-            return parameters[name]
+            return parameters[name]  # type: ignore[return-value]  # a Parameter (see stored)
         if "_" + name not in parameters:  # still being built
             raise AttributeError(name)
         group = self.n_heads // self.n_key_value_heads
-        return einops.repeat(parameters["_" + name], "kv_head ... -> (kv_head group) ...", group=group)
+        return einops.repeat(self.stored(name), "kv_head ... -> (kv_head group) ...", group=group)  # the "_" one
 
     W_K = property(
         lambda self: self._per_query_head("W_K"), doc="``[head_index, d_model, d_head]``: keys per query head."
@@ -203,7 +204,7 @@ class Attention(HeadWrites, nn.Module):
     def key_window(self) -> int | None:
         """The most keys one query may see, where a mask part bounds it (a sliding window, which declares
         ``window``); None where every allowed key may be seen."""
-        windows = [mask.window for mask in self.masks if getattr(mask, "window", None) is not None]
+        windows = [window for mask in self.masks if (window := getattr(mask, "window", None)) is not None]
         return min(windows) if windows else None
 
     def pattern_rows_sum_to_one(self) -> bool:
@@ -310,7 +311,7 @@ class Attention(HeadWrites, nn.Module):
             offset = kv_cache.n_positions if kv_cache is not None else 0
             layout = TokenLayout.contiguous(query_input.shape[0], query_input.shape[1], offset, query_input.device)
         q = self.hook_q(self._project(query_input, self.W_Q, self.b_Q))
-        k, v = self._new_keys_and_values(key_input, value_input, kv_cache)
+        k, v = self._new_keys_and_values(key_input, value_input, kv_cache)  # type: ignore[arg-type]  # None: cross
         if k.shape[0] != q.shape[0]:
             raise ValueError(f"the queries have batch {q.shape[0]}, the keys and values have batch {k.shape[0]}")
         q, k = self._normalize_and_rotate(q, k, layout)
@@ -333,7 +334,7 @@ class Attention(HeadWrites, nn.Module):
 
     def _normalize_and_rotate(self, q: Tensor, k: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
         """``rot_q = R(positions) q_norm(q)``, likewise for ``k``; each step only where its part is present."""
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # given together
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
             q = self.hook_rot_q(self.rotary(q, layout.positions))

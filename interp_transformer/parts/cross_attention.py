@@ -85,7 +85,7 @@ class CrossAttention(Attention):
     def _new_keys_and_values(self, key_input: Tensor | None, value_input: Tensor | None, kv_cache):
         if kv_cache is not None and kv_cache.keys is not None:  # computed at the first step of generation
             return kv_cache.keys, kv_cache.values
-        if key_input is None:
+        if key_input is None or value_input is None:  # both are kv_input
             raise ValueError("cross-attention reads the encoder's output: pass kv_input [batch, key_pos, d_model]")
         return super()._new_keys_and_values(key_input, value_input, kv_cache)
 

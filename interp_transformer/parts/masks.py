@@ -18,7 +18,7 @@ when the only restriction is a plain causal mask, which lets it skip the masked 
 =====================  =====================================================
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from jaxtyping import Bool
@@ -79,7 +79,7 @@ class PaddingMask(nn.Module):
         return False
 
 
-def allowed_keys(masks: Sequence[Any], layout: TokenLayout) -> Tensor | None:
+def allowed_keys(masks: Iterable[Any], layout: TokenLayout) -> Tensor | None:
     """Where every mask allows the key, broadcastable to ``[batch, head_index, query_pos, key_pos]``; None: anywhere.
 
     A query left with no key at all (a padding token before the first real one of its
@@ -99,7 +99,7 @@ def allowed_keys(masks: Sequence[Any], layout: TokenLayout) -> Tensor | None:
     return allowed
 
 
-def fused_is_causal(masks: Sequence[Any], layout: TokenLayout) -> bool:
+def fused_is_causal(masks: Iterable[Any], layout: TokenLayout) -> bool:
     """True when the masks amount to a plain causal mask (the fused kernel's ``is_causal=True``)."""
     restricting = [mask for mask in masks if mask.restricts(layout)]
     return len(restricting) == 1 and restricting[0].is_plain_causal(layout)

@@ -118,6 +118,17 @@ def convert_llama_layout(
     return ours
 
 
+def llama_layout_shapes(cfg, layer_shapes: Callable[[str], dict[str, tuple[int, ...]]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of Llama's layout (``model.`` prefix removed): ``embed_tokens``, each layer's
+    ``layer_shapes(prefix)`` (prefix ``layers.L.``), ``norm`` and ``lm_head``."""
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, cfg.d_model)}
+    for layer in range(cfg.n_layers):
+        shapes.update(layer_shapes(f"layers.{layer}."))
+    shapes["norm.weight"] = (cfg.d_model,)
+    shapes["lm_head.weight"] = (cfg.d_vocab, cfg.d_model)
+    return shapes
+
+
 def linear_to_ours(weight: Tensor) -> Tensor:
     """``nn.Linear``'s ``[d_out, d_in]`` weight as ours, ``[d_in, d_out]``."""
     return fresh(einops.rearrange(weight, "d_out d_in -> d_in d_out"))
@@ -230,6 +241,7 @@ __all__ = [
     "layer_norm_shapes",
     "linear_shapes",
     "linear_to_ours",
+    "llama_layout_shapes",
     "mlp_shapes",
     "per_head_bias",
     "read_model_type",

@@ -39,6 +39,7 @@ from interp_transformer.families.conversion import (
     heads_in,
     heads_out,
     linear_to_ours,
+    llama_layout_shapes,
     per_head_bias,
     read_model_type,
 )
@@ -195,25 +196,38 @@ def llama_fields(hf_config) -> dict:
 
 def expected_hf_shapes(cfg: Any) -> dict[str, tuple[int, ...]]:  # any config with Llama's fields (MoE, gpt-oss, Gemma)
     """Name -> shape of every tensor of a Hugging Face checkpoint of ``cfg`` (``model.`` prefix removed)."""
-    d_model, d_head, d_mlp = cfg.d_model, cfg.d_head, cfg.d_mlp
-    widths = {"q": cfg.n_heads * d_head, "k": cfg.n_key_value_heads * d_head, "v": cfg.n_key_value_heads * d_head}
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
-    for layer in range(cfg.n_layers):
-        p = f"layers.{layer}."
-        shapes[p + "input_layernorm.weight"] = (d_model,)
-        for letter, width in widths.items():
-            shapes[p + f"self_attn.{letter}_proj.weight"] = (width, d_model)
-        shapes[p + "self_attn.o_proj.weight"] = (d_model, widths["q"])
-        for letter in cfg.attn_biases:
-            shapes[p + f"self_attn.{letter}_proj.bias"] = (widths.get(letter, d_model),)
+
+    def layer_shapes(p: str) -> dict[str, tuple[int, ...]]:
+        shapes = {p + "input_layernorm.weight": (cfg.d_model,), **attention_shapes(cfg, p + "self_attn.")}
         if cfg.qk_norm:
-            shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (d_head,)
-        shapes[p + "post_attention_layernorm.weight"] = (d_model,)
-        shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (d_mlp, d_model)
-        shapes[p + "mlp.down_proj.weight"] = (d_model, d_mlp)
-    shapes["norm.weight"] = (d_model,)
-    shapes["lm_head.weight"] = (cfg.d_vocab, d_model)
+            shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (cfg.d_head,)
+        shapes[p + "post_attention_layernorm.weight"] = (cfg.d_model,)
+        return {**shapes, **gated_mlp_shapes(p + "mlp.", cfg.d_model, cfg.d_mlp)}
+
+    return llama_layout_shapes(cfg, layer_shapes)
+
+
+def attention_shapes(cfg, p: str) -> dict[str, tuple[int, ...]]:
+    """The shapes of one Llama-style attention's ``{q,k,v,o}_proj`` weights and the biases ``cfg.attn_biases``
+    names; ``p`` ends in ``self_attn.``."""
+    widths = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_key_value_heads * cfg.d_head}
+    widths["v"] = widths["k"]
+    shapes: dict[str, tuple[int, ...]] = {
+        p + f"{letter}_proj.weight": (width, cfg.d_model) for letter, width in widths.items()
+    }
+    shapes[p + "o_proj.weight"] = (cfg.d_model, widths["q"])
+    for letter in cfg.attn_biases:
+        shapes[p + f"{letter}_proj.bias"] = (widths.get(letter, cfg.d_model),)
     return shapes
+
+
+def gated_mlp_shapes(p: str, d_model: int, d_mlp: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of a gated MLP's ``gate_proj``, ``up_proj`` and ``down_proj`` weights; ``p`` ends in a dot."""
+    return {
+        p + "gate_proj.weight": (d_mlp, d_model),
+        p + "up_proj.weight": (d_mlp, d_model),
+        p + "down_proj.weight": (d_model, d_mlp),
+    }
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
@@ -300,7 +314,9 @@ __all__ = [
     "convert_attention",
     "convert_gated_mlp",
     "convert_state_dict",
+    "attention_shapes",
     "expected_hf_shapes",
+    "gated_mlp_shapes",
     "hf_reference_activations",
     "llama_fields",
     "load_hf_model",

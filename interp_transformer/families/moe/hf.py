@@ -43,6 +43,7 @@ from interp_transformer.families.llama.hf import (
     _sliding_window,
     convert_attention,
     convert_gated_mlp,
+    gated_mlp_shapes,
     load_hf_model,
 )
 from interp_transformer.families.llama.hf import (
@@ -145,8 +146,7 @@ def expected_hf_shapes(cfg: MoEConfig, model_type: str, stacked: bool) -> dict[s
             d_dense = cfg.d_mlp_dense
             if d_dense is None:  # MoEConfig refuses dense layers without their width
                 raise ValueError(f"dense layers {list(cfg.dense_layers)} need d_mlp_dense, got None")
-            shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (d_dense, d_model)
-            shapes[p + "mlp.down_proj.weight"] = (d_model, d_dense)
+            shapes.update(gated_mlp_shapes(p + "mlp.", d_model, d_dense))
             continue
         module, gate, up, down = PER_EXPERT_NAMES[model_type]
         if stacked:
@@ -160,11 +160,7 @@ def expected_hf_shapes(cfg: MoEConfig, model_type: str, stacked: bool) -> dict[s
                 shapes[e + f"{down}.weight"] = (d_model, d_mlp)
         shapes[p + f"{module}.gate.weight"] = (n_experts, d_model)
         if cfg.d_mlp_shared is not None:
-            shapes[p + "mlp.shared_expert.gate_proj.weight"] = shapes[p + "mlp.shared_expert.up_proj.weight"] = (
-                cfg.d_mlp_shared,
-                d_model,
-            )
-            shapes[p + "mlp.shared_expert.down_proj.weight"] = (d_model, cfg.d_mlp_shared)
+            shapes.update(gated_mlp_shapes(p + "mlp.shared_expert.", d_model, cfg.d_mlp_shared))
             shapes[p + "mlp.shared_expert_gate.weight"] = (1, d_model)
     return shapes
 

@@ -34,12 +34,15 @@ from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     convert_llama_layout,
     fresh,
+    llama_layout_shapes,
     read_model_type,
     refuse_features,
 )
 from interp_transformer.families.llama.hf import (
+    attention_shapes,
     convert_attention,
     convert_gated_mlp,
+    gated_mlp_shapes,
     load_hf_model,
     rope_from_parameters,
 )
@@ -179,26 +182,16 @@ def config_from_hf(hf_config) -> Olmo2Config:
 
 def expected_hf_shapes(cfg: Olmo2Config) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face OLMo 2/3 checkpoint of ``cfg`` (``model.`` prefix removed)."""
-    d_model, d_mlp = cfg.d_model, cfg.d_mlp
-    widths = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_key_value_heads * cfg.d_head}
-    widths["v"] = widths["k"]
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
-    for layer in range(cfg.n_layers):
-        p = f"layers.{layer}."
-        for letter, width in widths.items():
-            shapes[p + f"self_attn.{letter}_proj.weight"] = (width, d_model)
-        shapes[p + "self_attn.o_proj.weight"] = (d_model, widths["q"])
-        for letter in cfg.attn_biases:
-            shapes[p + f"self_attn.{letter}_proj.bias"] = (widths.get(letter, d_model),)
-        shapes[p + "self_attn.q_norm.weight"] = (widths["q"],)
-        shapes[p + "self_attn.k_norm.weight"] = (widths["k"],)
+
+    def layer_shapes(p: str) -> dict[str, tuple[int, ...]]:
+        shapes = attention_shapes(cfg, p + "self_attn.")
+        shapes[p + "self_attn.q_norm.weight"] = (cfg.n_heads * cfg.d_head,)
+        shapes[p + "self_attn.k_norm.weight"] = (cfg.n_key_value_heads * cfg.d_head,)
         for hf_norm in BLOCK_NORMS:
-            shapes[p + hf_norm + ".weight"] = (d_model,)
-        shapes[p + "mlp.gate_proj.weight"] = shapes[p + "mlp.up_proj.weight"] = (d_mlp, d_model)
-        shapes[p + "mlp.down_proj.weight"] = (d_model, d_mlp)
-    shapes["norm.weight"] = (d_model,)
-    shapes["lm_head.weight"] = (cfg.d_vocab, d_model)
-    return shapes
+            shapes[p + hf_norm + ".weight"] = (cfg.d_model,)
+        return {**shapes, **gated_mlp_shapes(p + "mlp.", cfg.d_model, cfg.d_mlp)}
+
+    return llama_layout_shapes(cfg, layer_shapes)
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Olmo2Config) -> dict[str, Tensor]:

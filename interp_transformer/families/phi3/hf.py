@@ -45,6 +45,7 @@ from interp_transformer.families.conversion import (
     heads_in,
     heads_out,
     linear_to_ours,
+    llama_layout_shapes,
     per_head_bias,
     read_model_type,
     refuse_features,
@@ -190,17 +191,18 @@ def expected_hf_shapes(cfg: Phi3Config) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor of a Hugging Face Phi-3 checkpoint of ``cfg`` (``model.`` prefix removed)."""
     d_model, d_mlp = cfg.d_model, cfg.d_mlp
     q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_key_value_heads * cfg.d_head
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.d_vocab, d_model)}
-    for layer in range(cfg.n_layers):
-        p = f"layers.{layer}."
-        shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (d_model,)
-        shapes[p + "self_attn.qkv_proj.weight"] = (q_width + 2 * kv_width, d_model)
-        shapes[p + "self_attn.o_proj.weight"] = (d_model, q_width)
-        shapes[p + "mlp.gate_up_proj.weight"] = (2 * d_mlp, d_model)
-        shapes[p + "mlp.down_proj.weight"] = (d_model, d_mlp)
-    shapes["norm.weight"] = (d_model,)
-    shapes["lm_head.weight"] = (cfg.d_vocab, d_model)
-    return shapes
+
+    def layer_shapes(p: str) -> dict[str, tuple[int, ...]]:
+        return {
+            p + "input_layernorm.weight": (d_model,),
+            p + "post_attention_layernorm.weight": (d_model,),
+            p + "self_attn.qkv_proj.weight": (q_width + 2 * kv_width, d_model),
+            p + "self_attn.o_proj.weight": (d_model, q_width),
+            p + "mlp.gate_up_proj.weight": (2 * d_mlp, d_model),
+            p + "mlp.down_proj.weight": (d_model, d_mlp),
+        }
+
+    return llama_layout_shapes(cfg, layer_shapes)
 
 
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Phi3Config) -> dict[str, Tensor]:

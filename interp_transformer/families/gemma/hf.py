@@ -256,8 +256,7 @@ BLOCK_NORMS = {
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GemmaConfig) -> dict[str, Tensor]:
     """Hugging Face Gemma state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
 
-    Every name and shape is checked first (``CheckpointError`` listing every problem);
-    ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``.
+    Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
 

@@ -208,8 +208,8 @@ def expected_hf_shapes(cfg: GptOssConfig) -> dict[str, tuple[int, ...]]:
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GptOssConfig) -> dict[str, Tensor]:
     """Hugging Face gpt-oss state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
 
-    Every name and shape is checked first (``CheckpointError`` listing every problem);
-    ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``. Each input tensor is read once.
+    Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
+    Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
 

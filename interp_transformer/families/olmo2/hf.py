@@ -197,8 +197,7 @@ def expected_hf_shapes(cfg: Olmo2Config) -> dict[str, tuple[int, ...]]:
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Olmo2Config) -> dict[str, Tensor]:
     """Hugging Face OLMo 2/3 state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
 
-    Every name and shape is checked first (``CheckpointError`` listing every problem);
-    ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``.
+    Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
 

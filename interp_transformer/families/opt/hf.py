@@ -128,9 +128,8 @@ def expected_hf_shapes(cfg) -> dict[str, tuple[int, ...]]:
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     """Hugging Face OPT state dict -> ours (see the module docstring). Pure: the input is not changed.
 
-    Every name and shape is checked first (``CheckpointError`` listing every missing,
-    unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
-    ``cfg.tied_embeddings``. The output shares no memory with the input.
+    Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
+    The output shares no memory with the input.
     """
     # OPTForCausalLM: model.decoder.*; OPTModel: decoder.*
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg), prefixes=("model.", "decoder."))

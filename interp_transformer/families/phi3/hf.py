@@ -208,9 +208,8 @@ def expected_hf_shapes(cfg: Phi3Config) -> dict[str, tuple[int, ...]]:
 def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: Phi3Config) -> dict[str, Tensor]:
     """Hugging Face Phi-3 state dict -> ours. Pure: the input is not changed, the output shares no memory with it.
 
-    Every name and shape is checked first (``CheckpointError`` listing every missing,
-    unexpected or mis-shaped tensor); ``lm_head.weight`` may be absent only when
-    ``cfg.tied_embeddings``. Each input tensor is read once.
+    Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
+    Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
     kv = "" if cfg.n_key_value_heads == cfg.n_heads else "_"  # grouped keys/values are stored as _W_K, _W_V, ...

@@ -306,7 +306,7 @@ def hook_names(spec: DecoderSpec) -> HookNames:
         layer_keys["attn_scores_uncapped"] = "blocks.{layer}.attn.hook_attn_scores_uncapped"
     if spec.final_softcap is not None:
         global_keys["logits_uncapped"] = "unembed.hook_logits_uncapped"
-    sublayers = {"output": ("ln1_post", "ln2_post")}.get(spec.placement, ("ln1", "ln2"))
+    sublayers: tuple[str, ...] = {"output": ("ln1_post", "ln2_post")}.get(spec.placement, ("ln1", "ln2"))
     if spec.post_norms:
         sublayers = ("ln1", "ln2", "ln1_post", "ln2_post")
     if spec.d_mlp is None:  # an attention-only block has one norm

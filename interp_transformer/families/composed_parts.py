@@ -289,7 +289,7 @@ def as_expert_spec(experts: None | dict | ExpertSpec) -> ExpertSpec | None:
 def norm(spec) -> nn.Module:
     """The norm ``spec.norm`` names, over ``d_model`` with ``spec.norm_eps``."""
     kind = NORMS[spec.norm]
-    return kind() if kind is NoNorm else kind(spec.d_model, spec.norm_eps)
+    return NoNorm() if kind is NoNorm else kind(spec.d_model, spec.norm_eps)
 
 
 def token_embed(spec) -> nn.Module:
@@ -369,6 +369,7 @@ def relative_bias(spec, bidirectional: bool) -> RelativePositionBias | None:
 def hold_at_zero(module: nn.Module, names: tuple[str, ...]) -> None:
     """Freeze each parameter of ``module`` (its submodules included) whose name is in ``names``: a bias the design
     does not have stays zero. Each part says which of its own it holds so in ``held_at_zero``."""
+    part: Any  # any submodule: the ones holding such a parameter get held_at_zero
     for part in module.modules():
         held = {name: param for name, param in part.named_parameters(recurse=False) if name.lstrip("_") in names}
         for param in held.values():

@@ -31,6 +31,7 @@ The names (``norm``, ``positions``, ``activation``, ``embed_scale``) are those o
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families import composed_parts as parts
@@ -53,6 +54,10 @@ NORMS_WITH_A_SCALE = ("layer", "layer_unbiased", "rms")
 
 class _PartNames:
     """The names the parts read (``act_fn``, ``layer_norm_eps``) and what every spec offers (``replace``)."""
+
+    if TYPE_CHECKING:  # fields of each spec dataclass this is mixed into
+        activation: str
+        norm_eps: float
 
     @property
     def act_fn(self) -> str:
@@ -225,7 +230,7 @@ def build_encoder_decoder(spec: EncoderDecoderSpec) -> EncoderDecoderParts:
     def norm():
         return parts.norm(spec)
 
-    stacks = dict(
+    stacks: dict[str, Any] = dict(
         self_attention=lambda causal: parts.attention(spec, causal),
         cross_attention=lambda: CrossAttention(spec, scale=spec.attn_scale),
         rel_pos_bias=lambda bidirectional: parts.relative_bias(spec, bidirectional),

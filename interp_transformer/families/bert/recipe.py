@@ -106,9 +106,9 @@ class EncoderParts:
     """The parts of a BERT-style encoder, in forward order: what ``EncoderTransformer`` composes."""
 
     embed: nn.Module
-    pos_embed: nn.Module
+    pos_embed: nn.Module | None
     token_type_embed: nn.Module
-    embed_ln: nn.Module
+    embed_ln: nn.Module | None
     blocks: list
     mlm_head: nn.Module | None
     pooler: nn.Module | None

@@ -23,14 +23,13 @@ from torch import nn
 
 from interp_transformer.families.encoder_decoder import (
     EncoderDecoderParts,
-    StackParts,
     encoder_decoder_capabilities,
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
-from interp_transformer.families.seq2seq.recipe import default_attention
-from interp_transformer.parts import MLP, Embed, LayerNorm, NoNorm, PostNormBlock, Unembed
+from interp_transformer.families.seq2seq.recipe import build_pre_norm
+from interp_transformer.parts import Embed
 from interp_transformer.parts.offset_pos_embed import OffsetPosEmbed
 from interp_transformer.parts.sinusoidal import ScaledEmbed
 
@@ -69,46 +68,12 @@ class BartConfig:
 
 
 def build_post_norm(
-    cfg,
-    embed: nn.Module,
-    pos_embed: Callable[[], nn.Module],
-    embed_ln: bool,
-    final_norm: bool = False,
-    norm: Callable[[], nn.Module] | None = None,
-    self_attention: Callable[[bool], nn.Module] | None = None,
-    cross_attention: Callable[[], nn.Module] | None = None,
-    rel_pos_bias: Callable[[bool], nn.Module | None] | None = None,
+    cfg, embed: nn.Module, pos_embed: Callable[[], nn.Module], embed_ln: bool, final_norm: bool = False, **parts
 ) -> EncoderDecoderParts:
-    """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, ``norm()`` each norm
-    (``LayerNorm`` by default); the attention parts as ``seq2seq.build_pre_norm`` takes them."""
-    if norm is None:
-
-        def norm() -> LayerNorm:
-            return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
-
-    self_attention, cross_attention, rel_pos_bias = default_attention(
-        cfg, self_attention, cross_attention, rel_pos_bias
-    )
-
-    def encoder_block() -> PostNormBlock:
-        return PostNormBlock(self_attention(False), norm(), MLP(cfg), norm())
-
-    def decoder_block() -> PostNormBlock:
-        return PostNormBlock(
-            self_attention(True), norm(), cross_attn=cross_attention(), cross_norm=norm(), mlp=MLP(cfg), ln2=norm()
-        )
-
-    def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:
-        return StackParts(
-            pos_embed(),
-            norm() if embed_ln else None,
-            rel_pos_bias(bidirectional),
-            [block() for _ in range(n_blocks)],
-            norm() if final_norm else NoNorm(),
-        )
-
-    encoder, decoder = stack(encoder_block, cfg.n_layers, True), stack(decoder_block, cfg.n_decoder_layers, False)
-    return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg))
+    """Post-norm stacks (BART, Marian): ``pos_embed()`` builds each stack's positions, a norm on each stack's
+    embedding where ``embed_ln``, no final norm unless ``final_norm``; the other parts (``norm``, the attention
+    parts) as ``seq2seq.build_pre_norm`` takes them."""
+    return build_pre_norm(cfg, embed, pos_embed, final_norm=final_norm, post_norm=True, embed_ln=embed_ln, **parts)
 
 
 def token_embedding(cfg, scale_embedding: bool) -> nn.Module:

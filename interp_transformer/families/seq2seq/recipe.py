@@ -32,7 +32,16 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
-from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PaddingMask, PreNormBlock, Unembed
+from interp_transformer.parts import (
+    MLP,
+    Attention,
+    LayerNorm,
+    NoNorm,
+    PaddingMask,
+    PostNormBlock,
+    PreNormBlock,
+    Unembed,
+)
 from interp_transformer.parts.cross_attention import CrossAttention
 from interp_transformer.parts.sinusoidal import ScaledEmbed, SinusoidalPosEmbed
 
@@ -86,35 +95,48 @@ def build_pre_norm(
     self_attention: Callable[[bool], nn.Module] | None = None,
     cross_attention: Callable[[], nn.Module] | None = None,
     rel_pos_bias: Callable[[bool], nn.Module | None] | None = None,
+    mlp: Callable[[], nn.Module] | None = None,
+    post_norm: bool = False,
+    embed_ln: bool = False,
 ) -> EncoderDecoderParts:
     """Pre-norm stacks: ``pos_embed()`` builds each stack's positions, ``norm()`` each norm (``LayerNorm`` by
-    default); each stack ends in a final norm unless ``final_norm=False`` (then ``NoNorm``). The parts
-    ``self_attention(causal)``, ``cross_attention()`` and ``rel_pos_bias(bidirectional)`` (a stack's relative
-    position bias, or None) default to the Transformer's (see ``default_attention``)."""
+    default), ``mlp()`` each MLP (``MLP`` by default); each stack ends in a final norm unless ``final_norm=False``
+    (then ``NoNorm``). The parts ``self_attention(causal)``, ``cross_attention()`` and
+    ``rel_pos_bias(bidirectional)`` (a stack's relative position bias, or None) default to the Transformer's (see
+    ``default_attention``). ``post_norm``: post-norm blocks instead (BART's, ``bart.build_post_norm``), and with
+    ``embed_ln`` a norm on each stack's embedding."""
     if norm is None:
 
         def norm() -> LayerNorm:
             return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
 
+    if mlp is None:
+
+        def mlp() -> MLP:
+            return MLP(cfg)
+
     self_attention, cross_attention, rel_pos_bias = default_attention(
         cfg, self_attention, cross_attention, rel_pos_bias
     )
 
-    def encoder_block() -> PreNormBlock:
-        return PreNormBlock(norm(), self_attention(False), norm(), MLP(cfg))
+    def encoder_block() -> nn.Module:
+        if post_norm:
+            return PostNormBlock(self_attention(False), norm(), mlp(), norm())
+        return PreNormBlock(norm(), self_attention(False), norm(), mlp())
 
-    def decoder_block() -> PreNormBlock:
-        return PreNormBlock(
-            norm(), self_attention(True), cross_norm=norm(), cross_attn=cross_attention(), ln2=norm(), mlp=MLP(cfg)
+    def decoder_block() -> nn.Module:
+        attn, ln1 = self_attention(True), norm()
+        writers = dict(cross_norm=norm(), cross_attn=cross_attention(), ln2=norm(), mlp=mlp())
+        return PostNormBlock(attn, ln1, **writers) if post_norm else PreNormBlock(ln1, attn, **writers)
+
+    def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:
+        blocks = [block() for _ in range(n_blocks)]
+        embedding_norm = norm() if embed_ln else None
+        return StackParts(
+            pos_embed(), embedding_norm, rel_pos_bias(bidirectional), blocks, norm() if final_norm else NoNorm()
         )
 
-    def last() -> nn.Module:
-        return norm() if final_norm else NoNorm()
-
-    encoder_blocks = [encoder_block() for _ in range(cfg.n_layers)]
-    encoder = StackParts(pos_embed(), None, rel_pos_bias(True), encoder_blocks, last())
-    decoder_blocks = [decoder_block() for _ in range(cfg.n_decoder_layers)]
-    decoder = StackParts(pos_embed(), None, rel_pos_bias(False), decoder_blocks, last())
+    encoder, decoder = stack(encoder_block, cfg.n_layers, True), stack(decoder_block, cfg.n_decoder_layers, False)
     return EncoderDecoderParts(embed, encoder, decoder, Unembed(cfg), decoder_embed)
 
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 from interp_transformer.families.encoder_decoder import (
     EncoderDecoderParts,
-    StackParts,
     encoder_decoder_capabilities,
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.registry import Architecture
-from interp_transformer.parts import MLP, Attention, Embed, PaddingMask, PreNormBlock, Unembed
+from interp_transformer.families.seq2seq.recipe import build_pre_norm
+from interp_transformer.parts import MLP, Attention, Embed, PaddingMask
 from interp_transformer.parts.cross_attention import CrossAttention
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.relative_position_bias import RelativePositionBias, SharedScoreBias
@@ -86,22 +86,23 @@ def build(cfg: T5Config) -> EncoderDecoderParts:
     def mlp():
         return GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
 
-    def encoder_block() -> PreNormBlock:
-        attn = Attention(cfg, masks=(PaddingMask(),), scale=1.0, score_bias=SharedScoreBias())
-        return PreNormBlock(norm(), attn, norm(), mlp())
-
-    def decoder_block() -> PreNormBlock:
-        attn = Attention(cfg, scale=1.0, score_bias=SharedScoreBias())
-        return PreNormBlock(
-            norm(), attn, cross_norm=norm(), cross_attn=CrossAttention(cfg, scale=1.0), ln2=norm(), mlp=mlp()
-        )
+    def self_attention(causal: bool) -> Attention:
+        masks = None if causal else (PaddingMask(),)
+        return Attention(cfg, masks, scale=1.0, score_bias=SharedScoreBias())
 
     def bias(bidirectional: bool) -> RelativePositionBias:
         return RelativePositionBias(cfg.n_heads, cfg.n_buckets, cfg.max_distance, bidirectional)
 
-    encoder = StackParts(None, None, bias(True), [encoder_block() for _ in range(cfg.n_layers)], norm())
-    decoder = StackParts(None, None, bias(False), [decoder_block() for _ in range(cfg.n_decoder_layers)], norm())
-    return EncoderDecoderParts(Embed(cfg), encoder, decoder, Unembed(cfg))
+    return build_pre_norm(
+        cfg,
+        Embed(cfg),
+        lambda: None,  # no position embedding: the relative position bias in the scores
+        norm=norm,
+        self_attention=self_attention,
+        cross_attention=lambda: CrossAttention(cfg, scale=1.0),
+        rel_pos_bias=bias,
+        mlp=mlp,
+    )
 
 
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)

@@ -39,6 +39,22 @@ def refuse_features(model_type: str, problems: list[str]) -> None:
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
 
 
+def rms_decoder_fields(hf_config, model_type: str) -> dict:
+    """The config fields every RMSNorm decoder of the Llama lineage (Llama, the mixtures, OLMo, Phi-3, gpt-oss, Gemma)
+    reads from its Hugging Face config alike: widths, counts, the norm's epsilon, tying, the init range and the name."""
+    return dict(
+        d_model=hf_config.hidden_size,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=hf_config.num_attention_heads,
+        d_vocab=hf_config.vocab_size,
+        n_ctx=hf_config.max_position_embeddings,
+        rms_norm_eps=float(hf_config.rms_norm_eps),
+        tied_embeddings=bool(hf_config.tie_word_embeddings),
+        init_range=float(hf_config.initializer_range),
+        name=getattr(hf_config, "name_or_path", "") or model_type,
+    )
+
+
 def fresh(tensor: Tensor) -> Tensor:
     """A contiguous copy: our weights never alias the source's (weight processing edits them in place)."""
     return tensor.clone(memory_format=torch.contiguous_format)
@@ -246,5 +262,6 @@ __all__ = [
     "per_head_bias",
     "read_model_type",
     "refuse_features",
+    "rms_decoder_fields",
     "split_fused_qkv",
 ]

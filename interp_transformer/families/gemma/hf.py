@@ -30,7 +30,13 @@ import torch
 from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
-from interp_transformer.families.conversion import CheckedCheckpoint, convert_llama_layout, fresh, refuse_features
+from interp_transformer.families.conversion import (
+    CheckedCheckpoint,
+    convert_llama_layout,
+    fresh,
+    refuse_features,
+    rms_decoder_fields,
+)
 from interp_transformer.families.gemma.recipe import GemmaConfig
 from interp_transformer.families.gemma.reference import hf_reference_activations
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
@@ -200,16 +206,10 @@ def config_from_hf(hf_config) -> GemmaConfig:
     if activation is None:  # unsupported_features has refused such a config already
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
     return GemmaConfig(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads,
         d_head=hf_config.head_dim,
         d_mlp=hf_config.intermediate_size,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
         act_fn=ACTIVATIONS[activation],
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         query_pre_attn_scalar=float(hf_config.query_pre_attn_scalar) if later else None,
         post_norms=later,
         qk_norm=model_type == "gemma3_text",
@@ -220,10 +220,8 @@ def config_from_hf(hf_config) -> GemmaConfig:
         sliding_window=window,
         global_every=global_every,
         attn_biases=("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else (),
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
         **rotary,
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

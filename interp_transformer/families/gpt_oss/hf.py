@@ -45,6 +45,7 @@ from interp_transformer.families.conversion import (
     linear_to_ours,
     read_model_type,
     refuse_features,
+    rms_decoder_fields,
 )
 from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
@@ -167,25 +168,17 @@ def config_from_hf(hf_config) -> GptOssConfig:
     problems = unsupported_features(hf_config)
     refuse_features(model_type, problems)
     return GptOssConfig(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads,
         d_head=hf_config.head_dim,
         d_mlp=hf_config.intermediate_size,
         n_experts=hf_config.num_local_experts,
         experts_per_token=hf_config.num_experts_per_tok,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         swiglu_alpha=float(hf_config.swiglu_alpha),
         swiglu_limit=float(hf_config.swiglu_limit),
         attn_biases=("q", "k", "v", "o") if getattr(hf_config, "attention_bias", True) else (),
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
         **_layers(hf_config, []),
         **_rotary(hf_config, []),
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

@@ -42,6 +42,7 @@ from interp_transformer.families.conversion import (
     llama_layout_shapes,
     per_head_bias,
     read_model_type,
+    rms_decoder_fields,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.recipe import LlamaConfig
@@ -175,22 +176,14 @@ def llama_fields(hf_config) -> dict:
     d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     rotary_base, rope_scaling = _rope_scaling(hf_config, d_head)
     return dict(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads or hf_config.num_attention_heads,
         d_head=d_head,
         d_mlp=hf_config.intermediate_size,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
         act_fn=ACTIVATIONS[activation],
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         rotary_base=rotary_base,
         rope_scaling=rope_scaling,
         attn_biases=_attn_biases(hf_config),
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

@@ -36,6 +36,7 @@ from interp_transformer.families.conversion import (
     fresh,
     linear_to_ours,
     read_model_type,
+    rms_decoder_fields,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
@@ -102,9 +103,6 @@ def config_from_hf(hf_config) -> MoEConfig:
         "qwen3_moe": ("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else (),
     }
     return MoEConfig(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads or hf_config.num_attention_heads,
         d_head=d_head,
         d_mlp=getattr(hf_config, width_field),
@@ -114,18 +112,13 @@ def config_from_hf(hf_config) -> MoEConfig:
         d_mlp_shared=hf_config.shared_expert_intermediate_size if model_type == "qwen2_moe" else None,
         dense_layers=dense,
         d_mlp_dense=hf_config.intermediate_size if dense else None,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
         act_fn=ACTIVATIONS[activation],
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         rotary_base=rotary_base,
         rope_scaling=rope_scaling,
         sliding_window=_sliding_window(hf_config) or None,  # Qwen2-MoE writes 0 for "no window"
         qk_norm=model_type == "qwen3_moe",
         attn_biases=biases[model_type],
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

@@ -37,6 +37,7 @@ from interp_transformer.families.conversion import (
     llama_layout_shapes,
     read_model_type,
     refuse_features,
+    rms_decoder_fields,
 )
 from interp_transformer.families.llama.hf import (
     attention_shapes,
@@ -160,23 +161,15 @@ def config_from_hf(hf_config) -> Olmo2Config:
     refuse_features(model_type, problems)
     layer_types, window = _layers(hf_config, problems)
     return Olmo2Config(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads or hf_config.num_attention_heads,
         d_head=_head_dim(hf_config, problems),
         d_mlp=hf_config.intermediate_size,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
         act_fn=HF_ACTIVATIONS[hf_config.hidden_act],
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         layer_types=layer_types,
         sliding_window=window,
         attn_biases=("q", "k", "v", "o") if getattr(hf_config, "attention_bias", False) else (),
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
         **_rotary(hf_config, problems),
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

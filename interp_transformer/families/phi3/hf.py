@@ -49,6 +49,7 @@ from interp_transformer.families.conversion import (
     per_head_bias,
     read_model_type,
     refuse_features,
+    rms_decoder_fields,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import load_hf_model
@@ -169,21 +170,13 @@ def config_from_hf(hf_config) -> Phi3Config:
     rotary = _rotary(hf_config, d_head, problems)
     refuse_features(model_type, problems)
     return Phi3Config(
-        d_model=hf_config.hidden_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_heads=hf_config.num_attention_heads,
         n_key_value_heads=hf_config.num_key_value_heads,
         d_head=d_head,
         d_mlp=hf_config.intermediate_size,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.max_position_embeddings,
         act_fn=ACTIVATIONS[hf_config.hidden_act],
-        rms_norm_eps=float(hf_config.rms_norm_eps),
         sliding_window=getattr(hf_config, "sliding_window", None),
-        tied_embeddings=bool(hf_config.tie_word_embeddings),
-        init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or model_type,
         **rotary,
+        **rms_decoder_fields(hf_config, model_type),
     )
 
 

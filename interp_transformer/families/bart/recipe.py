@@ -27,7 +27,7 @@ from interp_transformer.families.encoder_decoder import (
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
-from interp_transformer.families.registry import Architecture
+from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.families.seq2seq.recipe import build_pre_norm
 from interp_transformer.parts import Embed
 from interp_transformer.parts.offset_pos_embed import OffsetPosEmbed
@@ -91,9 +91,7 @@ def build(cfg: BartConfig) -> EncoderDecoderParts:
 CAPABILITIES = encoder_decoder_capabilities("post", final_norm=False, embedding_norm=True)
 HOOK_NAMES = encoder_decoder_hook_names(post_norm=True, pos_embed=True, embed_ln=True, final_norm=False)
 
-ARCHITECTURE = Architecture(
-    name="bart", config_class=BartConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("bart", BartConfig, build, HOOK_NAMES, CAPABILITIES)
 
 
 __all__ = ["ARCHITECTURE", "BartConfig", "POSITION_OFFSET", "build", "build_post_norm", "token_embedding"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.registry import Architecture
+from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.families.validation import validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
@@ -156,6 +156,4 @@ HOOK_NAMES = HookNames(
     unavailable={"scale": _NO_FINAL_NORM, "normalized": _NO_FINAL_NORM},
 )
 
-ARCHITECTURE = Architecture(
-    name="bert", config_class=EncoderConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("bert", EncoderConfig, build, HOOK_NAMES, CAPABILITIES)

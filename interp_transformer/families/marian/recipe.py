@@ -18,7 +18,7 @@ from interp_transformer.families.encoder_decoder import (
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
-from interp_transformer.families.registry import Architecture
+from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.parts.sinusoidal import SinusoidalPosEmbed
 
 
@@ -63,8 +63,6 @@ def build(cfg: MarianConfig) -> EncoderDecoderParts:
 CAPABILITIES = encoder_decoder_capabilities("post", final_norm=False, embedding_norm=False)
 HOOK_NAMES = encoder_decoder_hook_names(post_norm=True, pos_embed=True, final_norm=False)
 
-ARCHITECTURE = Architecture(
-    name="marian", config_class=MarianConfig, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("marian", MarianConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "MarianConfig", "build"]

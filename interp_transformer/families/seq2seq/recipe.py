@@ -31,7 +31,7 @@ from interp_transformer.families.encoder_decoder import (
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
-from interp_transformer.families.registry import Architecture
+from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.parts import (
     MLP,
     Attention,
@@ -158,12 +158,6 @@ def default_attention(cfg, self_attention=None, cross_attention=None, rel_pos_bi
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)
 HOOK_NAMES = encoder_decoder_hook_names(post_norm=False, pos_embed=True, final_norm=True)
 
-ARCHITECTURE = Architecture(
-    name="seq2seq-pre-ln",
-    config_class=Seq2SeqConfig,
-    build=build,
-    capabilities=lambda cfg: CAPABILITIES,
-    hook_names=HOOK_NAMES,
-)
+ARCHITECTURE = fixed_architecture("seq2seq-pre-ln", Seq2SeqConfig, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "Seq2SeqConfig", "build", "build_pre_norm", "default_attention"]

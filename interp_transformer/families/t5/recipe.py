@@ -29,7 +29,7 @@ from interp_transformer.families.encoder_decoder import (
     encoder_decoder_hook_names,
     validate_encoder_decoder_fields,
 )
-from interp_transformer.families.registry import Architecture
+from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.families.seq2seq.recipe import build_pre_norm
 from interp_transformer.parts import MLP, Attention, Embed, PaddingMask
 from interp_transformer.parts.cross_attention import CrossAttention
@@ -108,8 +108,6 @@ def build(cfg: T5Config) -> EncoderDecoderParts:
 CAPABILITIES = encoder_decoder_capabilities("pre", final_norm=True, embedding_norm=False)
 HOOK_NAMES = encoder_decoder_hook_names(post_norm=False, pos_embed=False, rel_pos_bias=True, final_norm=True)
 
-ARCHITECTURE = Architecture(
-    name="t5", config_class=T5Config, build=build, capabilities=lambda cfg: CAPABILITIES, hook_names=HOOK_NAMES
-)
+ARCHITECTURE = fixed_architecture("t5", T5Config, build, HOOK_NAMES, CAPABILITIES)
 
 __all__ = ["ARCHITECTURE", "T5Config", "build"]

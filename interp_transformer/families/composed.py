@@ -41,7 +41,6 @@ OLMo 3), ``attn_softcap`` and ``final_softcap`` (Gemma 2's ``cap * tanh(x / cap)
 ``Attention``'s and ``Unembed``'s ``softcap``). A combination no part makes is refused by name.
 """
 
-import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -69,7 +68,7 @@ PLACEMENTS = parts.PLACEMENTS + ("output",)  # a decoder's blocks may also have 
 
 
 @dataclass(frozen=True)
-class DecoderSpec:
+class DecoderSpec(parts.PartNames):
     """Which parts a decoder is made of, and how big it is (see the module docstring); validated on construction."""
 
     d_model: int = 64  # width of the residual stream
@@ -163,23 +162,9 @@ class DecoderSpec:
         parts.check_fits(self)
 
     @property
-    def act_fn(self) -> str:
-        """The activation under the name the parts read."""
-        return self.activation
-
-    @property
-    def layer_norm_eps(self) -> float:
-        """The norms' eps under the name the parts read."""
-        return self.norm_eps
-
-    @property
     def attn_only(self) -> bool:
         """True when the blocks have no MLP (``d_mlp=None``)."""
         return self.d_mlp is None
-
-    def replace(self, **changes) -> "DecoderSpec":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
 
     def is_sliding(self, layer: int) -> bool:
         """Whether block ``layer`` attends within ``sliding_window``."""

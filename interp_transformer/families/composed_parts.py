@@ -37,11 +37,12 @@ Every spec's ``norm_eps`` defaults to ``NORM_EPS`` (1e-5, PyTorch's ``nn.LayerNo
 machine's memory, by the fields that size them, before any weight exists.
 """
 
+import dataclasses
 import difflib
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -246,6 +247,33 @@ def check_fits(spec) -> None:
         f"float32 (the model is made in float32, then cast), more than this machine's {memory / 2**30:,.1f} GiB "
         f"of memory; by part, largest first: {parts}. Make the fields of the largest smaller"
     )
+
+
+class PartNames:
+    """The names the parts read (``act_fn``, ``layer_norm_eps``) and what every spec offers (``replace``)."""
+
+    if TYPE_CHECKING:  # fields of each spec dataclass this is mixed into
+        activation: str
+        norm_eps: float
+
+    @property
+    def act_fn(self) -> str:
+        """The activation under the name the parts read."""
+        return self.activation
+
+    @property
+    def layer_norm_eps(self) -> float:
+        """The norms' eps under the name the parts read."""
+        return self.norm_eps
+
+    @property
+    def attn_only(self) -> bool:
+        """Whether the blocks have no MLP: never, unless a spec says otherwise."""
+        return False
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)

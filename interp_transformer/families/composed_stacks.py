@@ -31,7 +31,7 @@ The names (``norm``, ``positions``, ``activation``, ``embed_scale``) are those o
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families import composed_parts as parts
@@ -52,32 +52,8 @@ from interp_transformer.parts.cross_attention import CrossAttention
 NORMS_WITH_A_SCALE = ("layer", "layer_unbiased", "rms")
 
 
-class _PartNames:
-    """The names the parts read (``act_fn``, ``layer_norm_eps``) and what every spec offers (``replace``)."""
-
-    if TYPE_CHECKING:  # fields of each spec dataclass this is mixed into
-        activation: str
-        norm_eps: float
-
-    @property
-    def act_fn(self) -> str:
-        return self.activation
-
-    @property
-    def layer_norm_eps(self) -> float:
-        return self.norm_eps
-
-    @property
-    def attn_only(self) -> bool:
-        return False
-
-    def replace(self, **changes):
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-
 @dataclass(frozen=True)
-class EncoderSpec(_PartNames):
+class EncoderSpec(parts.PartNames):
     """Which parts a BERT-style encoder is made of, and how big it is (see the module docstring)."""
 
     d_model: int = 64  # width of the residual stream
@@ -148,7 +124,7 @@ ENCODER_ARCHITECTURE = Architecture(
 
 
 @dataclass(frozen=True)
-class EncoderDecoderSpec(_PartNames):
+class EncoderDecoderSpec(parts.PartNames):
     """Which parts an encoder-decoder is made of, and how big it is (see the module docstring)."""
 
     d_model: int = 64  # width of the residual stream

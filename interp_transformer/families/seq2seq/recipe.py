@@ -21,6 +21,7 @@ attribution through the decoder's and the cross-attention's heads is exact. The 
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -126,7 +127,7 @@ def build_pre_norm(
 
     def decoder_block() -> nn.Module:
         attn, ln1 = self_attention(True), norm()
-        writers = dict(cross_norm=norm(), cross_attn=cross_attention(), ln2=norm(), mlp=mlp())
+        writers: dict[str, Any] = dict(cross_norm=norm(), cross_attn=cross_attention(), ln2=norm(), mlp=mlp())
         return PostNormBlock(attn, ln1, **writers) if post_norm else PreNormBlock(ln1, attn, **writers)
 
     def stack(block: Callable[[], nn.Module], n_blocks: int, bidirectional: bool) -> StackParts:

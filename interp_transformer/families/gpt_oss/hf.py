@@ -50,7 +50,7 @@ from interp_transformer.families.conversion import (
 from interp_transformer.families.gpt_oss.recipe import LAYER_TYPES, GptOssConfig
 from interp_transformer.families.gpt_oss.reference import hf_reference_activations
 from interp_transformer.families.llama.hf import (
-    convert_attention,
+    convert_llama_block,
     load_hf_model,
     rope_from_parameters,
 )
@@ -207,14 +207,8 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GptOssConfig) -
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
 
     def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
-        m, q = f"layers.{layer}.", f"blocks.{layer}."
-        return {
-            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
-            **convert_attention(read, cfg, layer, dtype, device),
-            q + "attn.sinks.logits": fresh(read(m + "self_attn.sinks")),
-            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
-            **_convert_mixture(read, cfg, layer),
-        }
+        block = convert_llama_block(read, cfg, layer, dtype, device, lambda: _convert_mixture(read, cfg, layer))
+        return {**block, f"blocks.{layer}.attn.sinks.logits": fresh(read(f"layers.{layer}.self_attn.sinks"))}
 
     return convert_llama_layout(read, cfg, convert_layer)
 

@@ -25,6 +25,7 @@ Variants not computed here are refused by ``config_from_hf`` with a ``ValueError
 naming them, before any weight is read.
 """
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -231,17 +232,26 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: LlamaConfig) ->
     Each input tensor is read once.
     """
     read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg))
+    return convert_llama_layout(read, cfg, functools.partial(convert_llama_block, read, cfg))
 
-    def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
-        m, q = f"layers.{layer}.", f"blocks.{layer}."
-        return {
-            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
-            **convert_attention(read, cfg, layer, dtype, device),
-            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
-            **convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device),
-        }
 
-    return convert_llama_layout(read, cfg, convert_layer)
+def convert_llama_block(
+    read: Callable[[str], Tensor],
+    cfg,
+    layer: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    convert_mlp: Callable[[], dict[str, Tensor]] | None = None,
+) -> dict[str, Tensor]:
+    """One Llama-style block under our names: ``input_layernorm`` as ``ln1``, the attention,
+    ``post_attention_layernorm`` as ``ln2``, then the MLP: ``convert_mlp()``, or by default the gated MLP."""
+    m, q = f"layers.{layer}.", f"blocks.{layer}."
+    return {
+        q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
+        **convert_attention(read, cfg, layer, dtype, device),
+        q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
+        **(convert_mlp() if convert_mlp else convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device)),
+    }
 
 
 def convert_attention(read: Callable[[str], Tensor], cfg, layer: int, dtype: torch.dtype, device) -> dict[str, Tensor]:
@@ -305,6 +315,7 @@ __all__ = [
     "config_from_hf",
     "convert_attention",
     "convert_gated_mlp",
+    "convert_llama_block",
     "convert_state_dict",
     "attention_shapes",
     "expected_hf_shapes",

@@ -42,8 +42,8 @@ from interp_transformer.families.gpt2.hf import ACTIVATIONS
 from interp_transformer.families.llama.hf import (
     _rope_scaling,
     _sliding_window,
-    convert_attention,
     convert_gated_mlp,
+    convert_llama_block,
     gated_mlp_shapes,
     load_hf_model,
 )
@@ -177,17 +177,10 @@ def convert_state_dict(
     file_family, stacked = model_type or _file_family(read.names), is_stacked(read.names)
 
     def convert_layer(layer: int, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
-        m, q = f"layers.{layer}.", f"blocks.{layer}."
-        return {
-            q + "ln1.w": fresh(read(m + "input_layernorm.weight")),
-            **convert_attention(read, cfg, layer, dtype, device),
-            q + "ln2.w": fresh(read(m + "post_attention_layernorm.weight")),
-            **(
-                convert_gated_mlp(read, m + "mlp.", q + "mlp.", dtype, device)
-                if layer in cfg.dense_layers
-                else _convert_mixture(read, cfg, layer, file_family, stacked, dtype, device)
-            ),
-        }
+        if layer in cfg.dense_layers:
+            return convert_llama_block(read, cfg, layer, dtype, device)
+        mixture = lambda: _convert_mixture(read, cfg, layer, file_family, stacked, dtype, device)  # noqa: E731
+        return convert_llama_block(read, cfg, layer, dtype, device, mixture)
 
     return convert_llama_layout(read, cfg, convert_layer)
 

@@ -127,7 +127,7 @@ class HookedTransformer(  # type: ignore[misc]
                     setattr(module, switch, self.fast_paths)
 
     # --- the forward pass ---------------------------------------------------------------------------
-    def forward(  # type: ignore[override]
+    def forward(  # type: ignore[override]  # TransformerLens' forward: its own arguments and return types
         self,
         input,
         return_type: str | None = "logits",

@@ -37,7 +37,6 @@ Every spec's ``norm_eps`` defaults to ``NORM_EPS`` (1e-5, PyTorch's ``nn.LayerNo
 machine's memory, by the fields that size them, before any weight exists.
 """
 
-import dataclasses
 import difflib
 import math
 import os
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from interp_transformer.families.validation import check_positive_int
+from interp_transformer.families.validation import Replaceable, check_positive_int
 from interp_transformer.parts import (
     ALiBi,
     Attention,
@@ -249,8 +248,8 @@ def check_fits(spec) -> None:
     )
 
 
-class PartNames:
-    """The names the parts read (``act_fn``, ``layer_norm_eps``) and what every spec offers (``replace``)."""
+class PartNames(Replaceable):
+    """The names the parts read (``act_fn``, ``layer_norm_eps``), and ``replace``."""
 
     if TYPE_CHECKING:  # fields of each spec dataclass this is mixed into
         activation: str
@@ -270,10 +269,6 @@ class PartNames:
     def attn_only(self) -> bool:
         """Whether the blocks have no MLP: never, unless a spec says otherwise."""
         return False
-
-    def replace(self, **changes):
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)

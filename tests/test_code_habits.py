@@ -93,9 +93,6 @@ LONG_FUNCTIONS = {
     "interp_transformer/families/gpt2/hf.py::convert_state_dict": (
         "one table of GPT-2's checkpoint names, checked together before any tensor is read"
     ),
-    "interp_transformer/families/gemma/hf.py::config_from_hf": (
-        "one config read field by field, refusing every feature not computed here by name"
-    ),
 }
 
 

@@ -37,6 +37,7 @@ Every spec's ``norm_eps`` defaults to ``NORM_EPS`` (1e-5, PyTorch's ``nn.LayerNo
 machine's memory, by the fields that size them, before any weight exists.
 """
 
+import dataclasses
 import difflib
 import math
 import os
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from interp_transformer.families.validation import Replaceable, check_positive_int
+from interp_transformer.families.validation import check_positive_int
 from interp_transformer.parts import (
     ALiBi,
     Attention,
@@ -248,8 +249,8 @@ def check_fits(spec) -> None:
     )
 
 
-class PartNames(Replaceable):
-    """The names the parts read (``act_fn``, ``layer_norm_eps``), and ``replace``."""
+class PartNames:
+    """The names the parts read (``act_fn``, ``layer_norm_eps``) and what every spec offers (``replace``)."""
 
     if TYPE_CHECKING:  # fields of each spec dataclass this is mixed into
         activation: str
@@ -269,6 +270,10 @@ class PartNames(Replaceable):
     def attn_only(self) -> bool:
         """Whether the blocks have no MLP: never, unless a spec says otherwise."""
         return False
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)

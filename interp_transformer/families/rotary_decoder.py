@@ -7,14 +7,10 @@ Each such config is a frozen dataclass with the fields ``d_model``, ``n_layers``
 ``validate_rotary_decoder`` before its own.
 """
 
+import dataclasses
 import difflib
 
-from interp_transformer.families.validation import (
-    ACTIVATION_FUNCTIONS,
-    Replaceable,
-    check_positive_int,
-    check_positive_number,
-)
+from interp_transformer.families.validation import ACTIVATION_FUNCTIONS, check_positive_int, check_positive_number
 from interp_transformer.parts.rotary import RopeScaling
 
 ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
@@ -23,13 +19,17 @@ SHAPE_FIELDS = ("d_model", "n_layers", "n_heads", "n_key_value_heads", "d_head",
 MIXTURE_SHAPE_FIELDS = (*SHAPE_FIELDS[:6], "n_experts", "experts_per_token", *SHAPE_FIELDS[6:])
 
 
-class RotaryDecoderConfig(Replaceable):
+class RotaryDecoderConfig:
     """Methods every rotary decoder config shares (a mixin of the frozen dataclasses)."""
 
     @property
     def attn_only(self) -> bool:
         """Always False: every block has an MLP (read by ``ActivationCache``)."""
         return False
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def validate_rotary_decoder(cfg, positive_ints: tuple[str, ...] = SHAPE_FIELDS) -> None:

@@ -1,20 +1,11 @@
 """Checks every model config shares: positive sizes, ``d_model = n_heads * d_head``, a known activation, eps and
 init."""
 
-import dataclasses
 import math
 
 from interp_transformer.parts.activations import ACTIVATIONS
 
 ACTIVATION_FUNCTIONS = tuple(ACTIVATIONS)  # the names components.activations computes
-
-
-class Replaceable:
-    """``replace``, which every config and spec (a frozen dataclass) offers: mixed into the dataclass."""
-
-    def replace(self, **changes):
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def validate_common_fields(cfg, positive_int_fields: tuple[str, ...]) -> None:

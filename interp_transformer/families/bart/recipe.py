@@ -15,6 +15,7 @@ The token embedding is shared by both stacks, as in every BART checkpoint.
 positions, no embedding LayerNorm).
 """
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,6 @@ from interp_transformer.families.encoder_decoder import (
 )
 from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.families.seq2seq.recipe import build_pre_norm
-from interp_transformer.families.validation import Replaceable
 from interp_transformer.parts import Embed
 from interp_transformer.parts.offset_pos_embed import OffsetPosEmbed
 from interp_transformer.parts.sinusoidal import ScaledEmbed
@@ -37,7 +37,7 @@ POSITION_OFFSET = 2  # BART reads position p from row p + 2 of its table
 
 
 @dataclass(frozen=True)
-class BartConfig(Replaceable):
+class BartConfig:
     """Shape, numerics and special tokens of a BART model (``facebook/bart-base`` by default)."""
 
     d_model: int = 768  # width of the residual stream
@@ -61,6 +61,10 @@ class BartConfig(Replaceable):
         validate_encoder_decoder_fields(self)
         if not isinstance(self.scale_embedding, bool):
             raise TypeError(f"scale_embedding must be a bool, got {self.scale_embedding!r}")
+
+    def replace(self, **changes) -> "BartConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build_post_norm(

@@ -11,13 +11,14 @@ BERT's parts: token, position and token-type embeddings summed and normalized
 LayerNorm)`` blocks, and the heads the checkpoint ships (MLM head, pooler).
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from torch import nn
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.recipe_parts import fixed_architecture
-from interp_transformer.families.validation import Replaceable, validate_common_fields
+from interp_transformer.families.validation import validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
     MLP,
@@ -34,7 +35,7 @@ from interp_transformer.parts import (
 
 
 @dataclass(frozen=True)
-class EncoderConfig(Replaceable):
+class EncoderConfig:
     """Shape and numerics of a BERT-style encoder.
 
     The heads are part of the config because they are part of the model: a
@@ -71,6 +72,10 @@ class EncoderConfig(Replaceable):
     def attn_only(self) -> bool:
         """Always False: every encoder block has an MLP (read by ``ActivationCache``)."""
         return False
+
+    def replace(self, **changes) -> "EncoderConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
     def n_params(self) -> int:
         """Number of parameters, counted from the shapes of ``EncoderTransformer``.

@@ -13,17 +13,18 @@ The residual stream entering block 0 is ``hook_embed`` alone, already normalized
 residual identities hold unchanged with ``embed`` the only input writer.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
 from interp_transformer.families.registry import DecoderParts
-from interp_transformer.families.validation import Replaceable, check_bools, validate_common_fields
+from interp_transformer.families.validation import check_bools, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
-class BloomConfig(Replaceable):
+class BloomConfig:
     """Shape and numerics of a BLOOM decoder (defaults: BLOOM-560m's shape)."""
 
     d_model: int = 1024  # width of the residual stream
@@ -42,6 +43,10 @@ class BloomConfig(Replaceable):
     def __post_init__(self) -> None:
         validate_common_fields(self, ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"))
         check_bools(self, ("tied_embeddings",))
+
+    def replace(self, **changes) -> "BloomConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build(cfg: BloomConfig) -> DecoderParts:

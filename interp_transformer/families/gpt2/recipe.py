@@ -9,18 +9,19 @@ embeddings, blocks ``PreNormBlock(LayerNorm, Attention, LayerNorm, MLP)`` (no ML
 ``d_mlp=None``), a final LayerNorm and a linear unembedding.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
-from interp_transformer.families.validation import Replaceable, validate_common_fields
+from interp_transformer.families.validation import validate_common_fields
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES
 from interp_transformer.parts import MLP, Attention, LayerNorm, PosEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
-class TransformerConfig(Replaceable):
+class TransformerConfig:
     """Shape and numerics of a GPT-2-style decoder (pre-LayerNorm, learned positions, causal).
 
     Set ``d_mlp=None`` for an attention-only model: its blocks have no MLP at all
@@ -49,6 +50,10 @@ class TransformerConfig(Replaceable):
     @property
     def attn_only(self) -> bool:
         return self.d_mlp is None
+
+    def replace(self, **changes) -> "TransformerConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
     def n_params(self, tied_embeddings: bool = False) -> int:
         """Number of parameters, counted from the shapes in DESIGN section 4.

@@ -13,6 +13,7 @@ A pre-LayerNorm causal decoder like GPT-2, with two parts changed:
 Pythia's MLP uses the exact (erf) GELU, not GPT-2's tanh approximation.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.families.recipe_parts import (
@@ -23,19 +24,14 @@ from interp_transformer.families.recipe_parts import (
 )
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
-from interp_transformer.families.validation import (
-    Replaceable,
-    check_bools,
-    check_positive_number,
-    validate_common_fields,
-)
+from interp_transformer.families.validation import check_bools, check_positive_number, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock, PreNormBlock
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
 @dataclass(frozen=True)
-class GPTNeoXConfig(Replaceable):
+class GPTNeoXConfig:
     """Shape and numerics of a GPT-NeoX decoder (defaults: Pythia-160m's shape)."""
 
     d_model: int = 768  # width of the residual stream
@@ -66,6 +62,10 @@ class GPTNeoXConfig(Replaceable):
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
         check_bools(self, ("parallel_residual", "attn_bias", "tied_embeddings"))
+
+    def replace(self, **changes) -> "GPTNeoXConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def _pythia(name: str, d_model: int, n_layers: int, n_heads: int) -> GPTNeoXConfig:

@@ -23,12 +23,7 @@ from interp_transformer.families.recipe_parts import (
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
-from interp_transformer.families.validation import (
-    Replaceable,
-    check_bools,
-    check_optional_positive_int,
-    validate_common_fields,
-)
+from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
 from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock
 from interp_transformer.parts.rotary import Rotary
 
@@ -36,7 +31,7 @@ GPTJ_ROTARY_BASE = 10000.0  # fixed in GPT-J's code: its config has no field for
 
 
 @dataclass(frozen=True)
-class GPTJConfig(Replaceable):
+class GPTJConfig:
     """Shape and numerics of a GPT-J decoder (defaults: GPT-J-6B's shape)."""
 
     d_model: int = 4096  # width of the residual stream
@@ -63,6 +58,10 @@ class GPTJConfig(Replaceable):
             )
         if self.rotary_dim is None and self.d_head % 2:
             raise ValueError(f"rotating whole heads needs an even d_head, got {self.d_head}")
+
+    def replace(self, **changes) -> "GPTJConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build(cfg: GPTJConfig) -> DecoderParts:

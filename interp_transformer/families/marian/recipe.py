@@ -8,6 +8,7 @@ no embedding LayerNorm and no final norm. The token embedding is shared by both 
 (``share_encoder_decoder_embeddings``, the default of every OPUS-MT checkpoint).
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.families.bart.recipe import build_post_norm, token_embedding
@@ -18,12 +19,11 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.recipe_parts import fixed_architecture
-from interp_transformer.families.validation import Replaceable
 from interp_transformer.parts.sinusoidal import SinusoidalPosEmbed
 
 
 @dataclass(frozen=True)
-class MarianConfig(Replaceable):
+class MarianConfig:
     """Shape, numerics and special tokens of a Marian model (``Helsinki-NLP/opus-mt-en-de`` by default)."""
 
     d_model: int = 512  # width of the residual stream
@@ -47,6 +47,10 @@ class MarianConfig(Replaceable):
         validate_encoder_decoder_fields(self)
         if not isinstance(self.scale_embedding, bool):
             raise TypeError(f"scale_embedding must be a bool, got {self.scale_embedding!r}")
+
+    def replace(self, **changes) -> "MarianConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build(cfg: MarianConfig) -> EncoderDecoderParts:

@@ -25,12 +25,7 @@ from dataclasses import dataclass
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
 from interp_transformer.families.registry import Architecture, DecoderParts
-from interp_transformer.families.validation import (
-    Replaceable,
-    check_bools,
-    check_optional_positive_int,
-    validate_common_fields,
-)
+from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, DECODER_HOOK_NAMES, HookNames
 from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PosEmbed, PostNormBlock, PreNormBlock
 
@@ -38,7 +33,7 @@ POSITIVE_INTS = ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab",
 
 
 @dataclass(frozen=True)
-class _OPTFields(Replaceable):
+class _OPTFields:
     """What both OPT block orders share: the shape, and the facts of the checkpoint the converter checks."""
 
     d_model: int = 768  # width of the residual stream
@@ -61,6 +56,10 @@ class _OPTFields(Replaceable):
         validate_common_fields(self, POSITIVE_INTS)
         check_optional_positive_int(self, "d_embed")
         check_bools(self, ("biases", "norm_weights", "tied_embeddings"))
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)

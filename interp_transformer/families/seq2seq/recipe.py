@@ -18,6 +18,7 @@ attribution through the decoder's and the cross-attention's heads is exact. The 
 ``translate-tiny`` model (``interp_transformer.pretrained.translation``) has this architecture.
 """
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,6 @@ from interp_transformer.families.encoder_decoder import (
     validate_encoder_decoder_fields,
 )
 from interp_transformer.families.recipe_parts import fixed_architecture
-from interp_transformer.families.validation import Replaceable
 from interp_transformer.parts import (
     MLP,
     Attention,
@@ -48,7 +48,7 @@ from interp_transformer.parts.sinusoidal import ScaledEmbed, SinusoidalPosEmbed
 
 
 @dataclass(frozen=True)
-class Seq2SeqConfig(Replaceable):
+class Seq2SeqConfig:
     """Shape, numerics and special tokens of a pre-LayerNorm Transformer encoder-decoder."""
 
     d_model: int = 512  # width of the residual stream (Transformer base)
@@ -74,6 +74,10 @@ class Seq2SeqConfig(Replaceable):
             raise TypeError(f"separate_embeddings must be a bool, got {self.separate_embeddings!r}")
         if self.d_model % 2:
             raise ValueError(f"interleaved sinusoidal positions need an even d_model, got {self.d_model}")
+
+    def replace(self, **changes) -> "Seq2SeqConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build(cfg: Seq2SeqConfig) -> EncoderDecoderParts:

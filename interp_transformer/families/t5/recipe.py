@@ -20,6 +20,7 @@ it; the converter folds that factor into ``W_U`` (``scaled_read_out`` records it
 ``logits = ln_final(x) W_U`` as in every other model.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.families.encoder_decoder import (
@@ -30,7 +31,6 @@ from interp_transformer.families.encoder_decoder import (
 )
 from interp_transformer.families.recipe_parts import fixed_architecture
 from interp_transformer.families.seq2seq.recipe import build_pre_norm
-from interp_transformer.families.validation import Replaceable
 from interp_transformer.parts import MLP, Attention, Embed, PaddingMask
 from interp_transformer.parts.cross_attention import CrossAttention
 from interp_transformer.parts.gated_mlp import GatedMLP
@@ -39,7 +39,7 @@ from interp_transformer.parts.t5_layer_norm import T5LayerNorm
 
 
 @dataclass(frozen=True)
-class T5Config(Replaceable):
+class T5Config:
     """Shape, numerics and special tokens of a T5 model (``t5-small`` by default)."""
 
     d_model: int = 512  # width of the residual stream
@@ -71,6 +71,10 @@ class T5Config(Replaceable):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    def replace(self, **changes) -> "T5Config":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 def build(cfg: T5Config) -> EncoderDecoderParts:

@@ -7,7 +7,13 @@ import einops
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import check_checkpoint, check_layer_count, state_dict_shapes
+from interp_transformer.core.strict import (
+    DECODER_SHAPE_FIELDS,
+    check_checkpoint,
+    check_layer_count,
+    require_config_fields,
+    state_dict_shapes,
+)
 from interp_transformer.families.gpt2.hf import ACTIVATIONS as GPT2_ACTIVATIONS
 from interp_transformer.parts.head_projection import placed_copy
 
@@ -37,6 +43,12 @@ def refuse_features(model_type: str, problems: list[str]) -> None:
     """``ValueError`` listing every feature of the config not implemented here, when there is one."""
     if problems:
         raise ValueError(f"{model_type} config has features not implemented here: {'; '.join(problems)}")
+
+
+def require_rms_decoder_fields(hf_config, model_type: str) -> None:
+    """``ValueError`` naming the field unless the shape fields of a Llama-lineage decoder are positive ints and its
+    ``rms_norm_eps`` a positive number."""
+    require_config_fields(hf_config, model_type, positive_ints=DECODER_SHAPE_FIELDS, positive_floats=("rms_norm_eps",))
 
 
 def rms_decoder_fields(hf_config, model_type: str) -> dict:
@@ -262,6 +274,7 @@ __all__ = [
     "per_head_bias",
     "read_model_type",
     "refuse_features",
+    "require_rms_decoder_fields",
     "rms_decoder_fields",
     "split_fused_qkv",
 ]

@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     convert_llama_layout,
@@ -43,6 +42,7 @@ from interp_transformer.families.conversion import (
     llama_layout_shapes,
     per_head_bias,
     read_model_type,
+    require_rms_decoder_fields,
     rms_decoder_fields,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
@@ -160,12 +160,7 @@ def llama_fields(hf_config) -> dict:
     other than default/linear/llama3, partial rotary and per-layer rope parameters.
     """
     model_type = hf_config.model_type
-    require_config_fields(
-        hf_config,
-        model_type,
-        positive_ints=DECODER_SHAPE_FIELDS,
-        positive_floats=("rms_norm_eps",),
-    )
+    require_rms_decoder_fields(hf_config, model_type)
     if getattr(hf_config, "mlp_bias", False):
         raise ValueError(
             f"{model_type} config has mlp_bias=True (biases on gate/up/down projections); only "

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
     HF_ACTIVATIONS,
     CheckedCheckpoint,
@@ -37,6 +36,7 @@ from interp_transformer.families.conversion import (
     llama_layout_shapes,
     read_model_type,
     refuse_features,
+    require_rms_decoder_fields,
     rms_decoder_fields,
 )
 from interp_transformer.families.llama.hf import (
@@ -151,12 +151,7 @@ def config_from_hf(hf_config) -> Olmo2Config:
     ``ValueError`` naming every field value not computed here (see the module docstring).
     """
     model_type = read_model_type(hf_config, MODEL_TYPES)
-    require_config_fields(
-        hf_config,
-        model_type,
-        positive_ints=DECODER_SHAPE_FIELDS,
-        positive_floats=("rms_norm_eps",),
-    )
+    require_rms_decoder_fields(hf_config, model_type)
     problems = unsupported_features(hf_config)
     refuse_features(model_type, problems)
     layer_types, window = _layers(hf_config, problems)

@@ -37,7 +37,6 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_transformer.core.strict import DECODER_SHAPE_FIELDS, require_config_fields
 from interp_transformer.families.conversion import (
     CheckedCheckpoint,
     convert_llama_layout,
@@ -49,6 +48,7 @@ from interp_transformer.families.conversion import (
     per_head_bias,
     read_model_type,
     refuse_features,
+    require_rms_decoder_fields,
     rms_decoder_fields,
 )
 from interp_transformer.families.gpt2.hf import ACTIVATIONS
@@ -159,12 +159,7 @@ def unsupported_features(hf_config) -> list[str]:
 def config_from_hf(hf_config) -> Phi3Config:
     """Our config from a ``transformers.Phi3Config``; ``ValueError`` naming every feature not computed here."""
     model_type = read_model_type(hf_config, MODEL_TYPES)
-    require_config_fields(
-        hf_config,
-        model_type,
-        positive_ints=DECODER_SHAPE_FIELDS,
-        positive_floats=("rms_norm_eps",),
-    )
+    require_rms_decoder_fields(hf_config, model_type)
     problems = unsupported_features(hf_config)
     d_head = head_width(hf_config)
     rotary = _rotary(hf_config, d_head, problems)

@@ -11,7 +11,7 @@ from torch import nn
 
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.registry import Architecture, DecoderParts
-from interp_transformer.parts import Attention, CausalMask, Embed, PaddingMask, SlidingWindowMask, Unembed
+from interp_transformer.parts import Attention, CausalMask, Embed, LayerNorm, PaddingMask, SlidingWindowMask, Unembed
 from interp_transformer.parts.rms_norm import RMSNorm
 
 # a causal decoder whose blocks read the stream through their norms, read out through ln_final and unembed
@@ -45,6 +45,16 @@ def decoder_parts(
         ln_final=norm(),
         unembed=Unembed(cfg) if unembed is None else unembed,
     )
+
+
+def layer_norms(cfg) -> Callable[[], LayerNorm]:
+    """Makes the LayerNorms of a config with ``layer_norm_eps``: each call a new ``LayerNorm`` over ``d_model``."""
+    return lambda: LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+
+def rms_norms(cfg) -> Callable[[], RMSNorm]:
+    """Makes the RMSNorms of a config with ``rms_norm_eps``: each call a new ``RMSNorm`` over ``d_model``."""
+    return lambda: RMSNorm(cfg.d_model, cfg.rms_norm_eps)
 
 
 def rotary_positions_note(model: str) -> dict[str, str]:
@@ -83,5 +93,7 @@ __all__ = [
     "fixed_architecture",
     "grouped_attention",
     "head_rms_norms",
+    "layer_norms",
+    "rms_norms",
     "rotary_positions_note",
 ]

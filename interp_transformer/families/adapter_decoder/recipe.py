@@ -7,10 +7,10 @@ no tool names it. See ``docs/architecture.md``, "A new kind of writer".
 from dataclasses import dataclass
 
 from interp_transformer.families.gpt2.recipe import CAPABILITIES, TransformerConfig
-from interp_transformer.families.recipe_parts import decoder_parts, fixed_architecture
+from interp_transformer.families.recipe_parts import decoder_parts, fixed_architecture, layer_norms
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES, HookNames
-from interp_transformer.parts import MLP, Attention, LayerNorm, PosEmbed
+from interp_transformer.parts import MLP, Attention, PosEmbed
 from interp_transformer.parts.adapter import GatedAdapter
 from interp_transformer.parts.blocks import PreNormBlock
 
@@ -34,8 +34,7 @@ class AdapterDecoderConfig(TransformerConfig):
 def build(cfg: AdapterDecoderConfig) -> DecoderParts:
     """GPT-2's parts, with an adapter beside each block's MLP."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> PreNormBlock:
         adapter = GatedAdapter(cfg.d_model, cfg.d_adapter, cfg.act_fn)

@@ -16,11 +16,11 @@ residual identities hold unchanged with ``embed`` the only input writer.
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture, layer_norms
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.validation import check_bools, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, ALiBi, Attention, LayerNorm, NormedEmbed, PreNormBlock
+from interp_transformer.parts import MLP, ALiBi, Attention, NormedEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class BloomConfig:
 def build(cfg: BloomConfig) -> DecoderParts:
     """BLOOM's parts: normalized embeddings, ALiBi attention in pre-LayerNorm blocks, no positional embedding."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> PreNormBlock:
         return PreNormBlock(norm(), Attention(cfg, score_bias=ALiBi(cfg.n_heads)), norm(), MLP(cfg))

@@ -12,12 +12,12 @@ embeddings, blocks ``PreNormBlock(LayerNorm, Attention, LayerNorm, MLP)`` (no ML
 import dataclasses
 from dataclasses import dataclass
 
-from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture, layer_norms
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
 from interp_transformer.families.validation import validate_common_fields
 from interp_transformer.hooks.names import DECODER_HOOK_NAMES
-from interp_transformer.parts import MLP, Attention, LayerNorm, PosEmbed, PreNormBlock
+from interp_transformer.parts import MLP, Attention, PosEmbed, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,7 @@ def preset(name: str) -> TransformerConfig:
 def build(cfg: TransformerConfig) -> DecoderParts:
     """GPT-2's parts: learned positions, pre-LayerNorm blocks, final LayerNorm, linear unembedding."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> PreNormBlock:
         if cfg.attn_only:

@@ -20,13 +20,14 @@ from interp_transformer.families.recipe_parts import (
     PRE_NORM_DECODER,
     decoder_parts,
     fixed_architecture,
+    layer_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.rotary_decoder import find_preset
 from interp_transformer.families.validation import check_bools, check_positive_number, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
-from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock, PreNormBlock
+from interp_transformer.parts import MLP, Attention, ParallelBlock, PreNormBlock
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
@@ -97,8 +98,7 @@ def build(cfg: GPTNeoXConfig) -> DecoderParts:
     """GPT-NeoX's parts: partial rotary attention, parallel (or sequential) pre-LayerNorm blocks, no positional
     embedding."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int):
         attn = Attention(

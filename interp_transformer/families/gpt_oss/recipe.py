@@ -28,6 +28,7 @@ from interp_transformer.families.recipe_parts import (
     decoder_parts,
     fixed_architecture,
     grouped_attention,
+    rms_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
@@ -45,7 +46,6 @@ from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.attention_sinks import AttentionSinks
 from interp_transformer.parts.clamped_swiglu import ClampedSwiGLU
 from interp_transformer.parts.moe import MixtureOfExperts
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -159,8 +159,7 @@ def build(cfg: GptOssConfig) -> DecoderParts:
     """gpt-oss's parts: RMSNorm pre-norm blocks of attention with sinks and a mixture of experts; no positional
     embedding."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), attention(cfg, layer), norm(), mixture(cfg)), norm)
 

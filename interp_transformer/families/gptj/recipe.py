@@ -20,11 +20,12 @@ from interp_transformer.families.recipe_parts import (
     PRE_NORM_DECODER,
     decoder_parts,
     fixed_architecture,
+    layer_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
-from interp_transformer.parts import MLP, Attention, LayerNorm, ParallelBlock
+from interp_transformer.parts import MLP, Attention, ParallelBlock
 from interp_transformer.parts.rotary import Rotary
 
 GPTJ_ROTARY_BASE = 10000.0  # fixed in GPT-J's code: its config has no field for it
@@ -67,8 +68,7 @@ class GPTJConfig:
 def build(cfg: GPTJConfig) -> DecoderParts:
     """GPT-J's parts: interleaved partial rotary attention and an MLP reading one shared LayerNorm per block."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> ParallelBlock:
         rotary = Rotary(cfg.d_head, rotary_dim=cfg.rotary_dim, base=GPTJ_ROTARY_BASE, interleaved=True)

@@ -25,6 +25,7 @@ from interp_transformer.families.recipe_parts import (
     fixed_architecture,
     grouped_attention,
     head_rms_norms,
+    rms_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
@@ -38,7 +39,6 @@ from interp_transformer.families.validation import check_bools, check_positive_i
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
@@ -105,8 +105,7 @@ def build(cfg: LlamaConfig) -> DecoderParts:
     """Llama's parts: RMSNorm pre-norm blocks of rotary grouped-query attention and a gated MLP; no positional
     embedding."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), rotary_attention(cfg), norm(), GatedMLP(cfg)), norm)
 

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from interp_transformer.core.capabilities import Capabilities
 from interp_transformer.families.llama.recipe import HOOK_NAMES as LLAMA_HOOK_NAMES
 from interp_transformer.families.llama.recipe import rotary_attention
-from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, rms_norms
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.rotary_decoder import (
     RotaryDecoderConfig,
@@ -41,7 +41,6 @@ from interp_transformer.parts import PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
 from interp_transformer.parts.mlp import MLP
 from interp_transformer.parts.moe import MixtureOfExperts
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling
 
 EXPERT_MLPS = {"gated": GatedMLP, "plain": MLP}  # MoEConfig.expert_mlp: the part each expert is
@@ -178,8 +177,7 @@ def preset(name: str) -> MoEConfig:
 def build(cfg: MoEConfig) -> DecoderParts:
     """Llama's parts with a ``MixtureOfExperts`` as the MLP of every block not in ``dense_layers``."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     def mlp(layer: int):
         if layer in cfg.dense_layers:

@@ -32,6 +32,7 @@ from interp_transformer.families.recipe_parts import (
     decoder_parts,
     fixed_architecture,
     grouped_attention,
+    rms_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
@@ -47,7 +48,6 @@ from interp_transformer.parts import Attention
 from interp_transformer.parts.all_heads_norm import AllHeadsRMSNorm
 from interp_transformer.parts.blocks import PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -136,8 +136,7 @@ def attention(cfg: Olmo2Config, layer: int) -> Attention:
 def build(cfg: Olmo2Config) -> DecoderParts:
     """OLMo's parts: blocks with norms after attention and the MLP only, a final RMSNorm, no positional embedding."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     def block(layer: int) -> PreNormBlock:
         return PreNormBlock(None, attention(cfg, layer), ln1_post=norm(), mlp=GatedMLP(cfg), ln2_post=norm())

@@ -23,11 +23,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from interp_transformer.core.capabilities import Capabilities
-from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture
+from interp_transformer.families.recipe_parts import PRE_NORM_DECODER, decoder_parts, fixed_architecture, layer_norms
 from interp_transformer.families.registry import Architecture, DecoderParts
 from interp_transformer.families.validation import check_bools, check_optional_positive_int, validate_common_fields
 from interp_transformer.hooks.names import BLOCK_HOOKS, DECODER_HOOK_NAMES, HookNames
-from interp_transformer.parts import MLP, Attention, LayerNorm, NoNorm, PosEmbed, PostNormBlock, PreNormBlock
+from interp_transformer.parts import MLP, Attention, NoNorm, PosEmbed, PostNormBlock, PreNormBlock
 
 POSITIVE_INTS = ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")
 
@@ -81,8 +81,7 @@ class OPTPostNormConfig(_OPTFields):
 def build(cfg: OPTConfig) -> DecoderParts:
     """Pre-norm OPT: GPT-2's parts (learned positions, pre-LayerNorm blocks, a final LayerNorm unless removed)."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> PreNormBlock:
         return PreNormBlock(norm(), Attention(cfg), norm(), MLP(cfg))
@@ -93,8 +92,7 @@ def build(cfg: OPTConfig) -> DecoderParts:
 def build_post_norm(cfg: OPTPostNormConfig) -> DecoderParts:
     """OPT-350m: learned positions, post-LayerNorm blocks, no final norm."""
 
-    def norm() -> LayerNorm:
-        return LayerNorm(cfg.d_model, cfg.layer_norm_eps)
+    norm = layer_norms(cfg)
 
     def block(layer: int) -> PostNormBlock:
         return PostNormBlock(Attention(cfg), norm(), MLP(cfg), norm())

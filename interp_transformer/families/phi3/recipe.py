@@ -23,6 +23,7 @@ from interp_transformer.families.recipe_parts import (
     decoder_parts,
     fixed_architecture,
     grouped_attention,
+    rms_norms,
     rotary_positions_note,
 )
 from interp_transformer.families.registry import DecoderParts
@@ -35,7 +36,6 @@ from interp_transformer.families.validation import check_bools, check_positive_i
 from interp_transformer.hooks.names import HookNames
 from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import RopeScaling, Rotary
 
 
@@ -92,8 +92,7 @@ def phi3_attention(cfg: Phi3Config) -> Attention:
 def build(cfg: Phi3Config) -> DecoderParts:
     """Phi-3's parts: Llama's RMSNorm pre-norm blocks, with partial (and LongRoPE) rotary attention."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     return decoder_parts(cfg, lambda layer: PreNormBlock(norm(), phi3_attention(cfg), norm(), GatedMLP(cfg)), norm)
 

@@ -22,12 +22,12 @@ from interp_transformer.families.recipe_parts import (
     fixed_architecture,
     grouped_attention,
     head_rms_norms,
+    rms_norms,
 )
 from interp_transformer.families.registry import DecoderParts
 from interp_transformer.hooks.names import HookNames
 from interp_transformer.parts import Attention, PreNormBlock
 from interp_transformer.parts.gated_mlp import GatedMLP
-from interp_transformer.parts.rms_norm import RMSNorm
 from interp_transformer.parts.rotary import Rotary
 
 NOPE_INTERVAL = 4  # without nope_layers, every fourth layer has no rotary positions (Hugging Face's default)
@@ -88,8 +88,7 @@ def smollm3_attention(cfg: SmolLM3Config, layer: int) -> Attention:
 def build(cfg: SmolLM3Config) -> DecoderParts:
     """SmolLM3's parts: Llama's blocks, each attention rotary or NoPE, windowed or not, as its layer says."""
 
-    def norm() -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+    norm = rms_norms(cfg)
 
     # no positional embedding: positions act inside the attention of the rotary layers
     return decoder_parts(

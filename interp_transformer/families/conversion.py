@@ -2,6 +2,7 @@
 
 import re
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import einops
 import torch
@@ -72,14 +73,27 @@ def fresh(tensor: Tensor) -> Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
+class Layout(NamedTuple):
+    """Where a checkpoint's names put the model: the prefixes a body's names may carry (removed in turn), the
+    pattern of a layer's names (its index the group) and the config field that counts the layers."""
+
+    prefixes: tuple[str, ...]
+    layers: str
+    layer_field: str
+
+
+LLAMA_LAYOUT = Layout(("model.",), r"^layers\.(\d+)\.", "num_hidden_layers")
+GPT2_LAYOUT = Layout(("transformer.",), r"^h\.(\d+)\.", "n_layer")
+
+
 class CheckedCheckpoint:
     """A Hugging Face state dict whose names and shapes were checked: ``read(name)``, the name without its prefixes.
 
-    On construction each name loses ``prefixes`` in turn (``model.`` of a ``*ForCausalLM`` body), an old name in
-    ``aliases`` is read as its new one, then the layer count (``layers`` matching the layer index, ``layer_field`` the
-    config's field) and every name and shape are compared with ``expected_shapes(names)`` (``CheckpointError``
-    listing every problem; names matching ``ignored`` skipped); ``lm_head.weight`` may be absent only when
-    ``cfg.tied_embeddings``. No tensor is read before that.
+    On construction each name loses the ``layout``'s prefixes in turn (``LLAMA_LAYOUT``: ``model.`` of a
+    ``*ForCausalLM`` body), an old name in ``aliases`` is read as its new one, then the layer count and every name
+    and shape are compared with ``expected_shapes(names)`` (``CheckpointError`` listing every problem; names
+    matching ``ignored`` skipped); ``lm_head.weight`` may be absent only when ``cfg.tied_embeddings``. No tensor is
+    read before that.
     """
 
     def __init__(
@@ -88,12 +102,12 @@ class CheckedCheckpoint:
         cfg,
         expected_shapes: Callable[[set], dict],
         *,
-        prefixes: tuple[str, ...] = ("model.",),
-        layers: str = r"^layers\.(\d+)\.",
-        layer_field: str = "num_hidden_layers",
+        layout: Layout = LLAMA_LAYOUT,
         ignored: re.Pattern | None = None,
         aliases: Mapping[str, str] | None = None,
     ):
+        prefixes, layers, layer_field = layout
+
         def strip(name: str) -> str:
             for prefix in prefixes:
                 name = name[len(prefix) :] if name.startswith(prefix) else name
@@ -256,6 +270,9 @@ def hf_model_loader(class_name: str, **from_pretrained_kwargs):
 __all__ = [
     "HF_ACTIVATIONS",
     "CheckedCheckpoint",
+    "GPT2_LAYOUT",
+    "LLAMA_LAYOUT",
+    "Layout",
     "activation",
     "convert_layer_norm",
     "convert_llama_layout",

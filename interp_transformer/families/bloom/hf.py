@@ -28,6 +28,7 @@ from torch import Tensor
 from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.bloom.recipe import BloomConfig
 from interp_transformer.families.conversion import (
+    GPT2_LAYOUT,
     CheckedCheckpoint,
     convert_layer_norm,
     convert_mlp,
@@ -117,14 +118,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: BloomConfig) ->
     Every name and shape is checked first (``CheckedCheckpoint``: ``lm_head.weight`` may be absent only when tied).
     Each input tensor is read once.
     """
-    read = CheckedCheckpoint(
-        hf_state_dict,
-        cfg,
-        lambda names: expected_hf_shapes(cfg),
-        prefixes=("transformer.",),
-        layers=r"^h\.(\d+)\.",
-        layer_field="n_layer",
-    )
+    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg), layout=GPT2_LAYOUT)
 
     ours: dict[str, Tensor] = {"embed.W_E": fresh(read("word_embeddings.weight"))}
     ours.update(convert_layer_norm(read, "word_embeddings_layernorm", "embed.ln"))

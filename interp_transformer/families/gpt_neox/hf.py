@@ -29,6 +29,7 @@ from interp_transformer.core.strict import (
     require_config_fields,
 )
 from interp_transformer.families.conversion import (
+    LLAMA_LAYOUT,
     CheckedCheckpoint,
     activation,
     convert_layer_norm,
@@ -133,7 +134,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTNeoXConfig) 
         hf_state_dict,
         cfg,
         lambda names: expected_hf_shapes(cfg),
-        prefixes=("gpt_neox.",),
+        layout=LLAMA_LAYOUT._replace(prefixes=("gpt_neox.",)),
         ignored=IGNORED_KEYS,
         aliases={"embed_out.weight": "lm_head.weight"},  # the read-out's name before transformers 5
     )

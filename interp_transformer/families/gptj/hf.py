@@ -20,6 +20,7 @@ from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.conversion import (
+    GPT2_LAYOUT,
     CheckedCheckpoint,
     activation,
     convert_layer_norm,
@@ -99,9 +100,7 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg: GPTJConfig) -> 
         hf_state_dict,
         cfg,
         lambda names: expected_hf_shapes(cfg),
-        prefixes=("transformer.",),
-        layers=r"^h\.(\d+)\.",
-        layer_field="n_layer",
+        layout=GPT2_LAYOUT,
         ignored=IGNORED_KEYS,
     )
 

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from interp_transformer.core.strict import require_config_fields
 from interp_transformer.families.conversion import (
+    LLAMA_LAYOUT,
     CheckedCheckpoint,
     activation,
     fresh,
@@ -132,7 +133,8 @@ def convert_state_dict(hf_state_dict: Mapping[str, Tensor], cfg) -> dict[str, Te
     The output shares no memory with the input.
     """
     # OPTForCausalLM: model.decoder.*; OPTModel: decoder.*
-    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg), prefixes=("model.", "decoder."))
+    layout = LLAMA_LAYOUT._replace(prefixes=("model.", "decoder."))
+    read = CheckedCheckpoint(hf_state_dict, cfg, lambda names: expected_hf_shapes(cfg), layout=layout)
 
     embed_tokens = read("embed_tokens.weight")
     dtype, device = embed_tokens.dtype, embed_tokens.device

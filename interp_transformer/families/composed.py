@@ -51,7 +51,7 @@ from interp_transformer.families import composed_parts as parts
 from interp_transformer.families.composed_family_checks import check_family_parts
 from interp_transformer.families.composed_parts import ATTENTION_BIASES, MLP_BIASES, ExpertSpec
 from interp_transformer.families.registry import Architecture, DecoderParts
-from interp_transformer.families.validation import check_positive_int
+from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.hooks.names import BLOCK_HOOKS, HookNames
 from interp_transformer.parts import (
     MLP,
@@ -122,22 +122,24 @@ class DecoderSpec(parts.PartNames):
             check_positive_int("d_mlp", self.d_mlp)
         parts.check_choice("norm", self.norm, parts.NORMS)
         parts.check_choice("placement", self.placement, PLACEMENTS)
-        for field in (
-            "final_norm",
-            "causal",
-            "gated_mlp",
-            "attn_bias",
-            "mlp_bias",
-            "readout_bias",
-            "parallel_residual",
-            "post_norms",
-        ):
-            parts.check_bool(field, getattr(self, field))
+        check_bools(
+            self,
+            (
+                "final_norm",
+                "causal",
+                "gated_mlp",
+                "attn_bias",
+                "mlp_bias",
+                "readout_bias",
+                "parallel_residual",
+                "post_norms",
+            ),
+        )
         parts.check_numerics(self)
         parts.check_positions(self, parts.POSITIONS)
         object.__setattr__(self, "experts", parts.as_expert_spec(self.experts))
         if self.attn_scale is not None:
-            parts.check_number("attn_scale", self.attn_scale)
+            check_positive_number("attn_scale", self.attn_scale)
         if self.placement == "post" and self.norm == "none":
             raise ValueError(
                 "placement='post' renormalizes the residual stream after each sum: it needs a norm, got norm='none'"

@@ -9,7 +9,7 @@ what needs an MLP, with ``d_mlp`` (``DecoderSpec.__post_init__``).
 """
 
 from interp_transformer.families import composed_parts as parts
-from interp_transformer.families.validation import check_positive_int
+from interp_transformer.families.validation import check_positive_int, check_positive_number
 
 
 def check_family_parts(spec) -> None:
@@ -26,7 +26,7 @@ def check_family_parts(spec) -> None:
         parts.check_choice("qk_norm", spec.qk_norm, parts.QK_NORMS)
     for field in ("attn_softcap", "final_softcap"):
         if getattr(spec, field) is not None:
-            parts.check_number(field, getattr(spec, field))
+            check_positive_number(field, getattr(spec, field))
     check_layer_types(spec)
     if spec.parallel_residual and (spec.placement != "pre" or spec.post_norms):
         raise ValueError(
@@ -75,7 +75,7 @@ def check_layer_types(spec) -> None:
             "causal=True, got causal=False"
         )
     if spec.rotary_base_local is not None:
-        parts.check_number("rotary_base_local", spec.rotary_base_local, above=1.0)
+        check_positive_number("rotary_base_local", spec.rotary_base_local, above=1.0)
         if not any(spec.is_sliding(layer) for layer in range(spec.n_layers)):
             raise ValueError(
                 f"rotary_base_local={spec.rotary_base_local!r} is the sliding layers' rotary base, and no layer "

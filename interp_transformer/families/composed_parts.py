@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from interp_transformer.families.validation import check_positive_int
+from interp_transformer.families.validation import check_bools, check_positive_int, check_positive_number
 from interp_transformer.parts import (
     ALiBi,
     Attention,
@@ -92,16 +92,6 @@ def check_choice(field: str, value, choices) -> None:
         raise ValueError(f"{field} must be one of {choices}, got {value!r}{hint}")
 
 
-def check_bool(field: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{field} must be a bool, got {value!r}")
-
-
-def check_number(field: str, value, above: float = 0.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > above:
-        raise ValueError(f"{field} must be a finite number > {above:g}, got {value!r}")
-
-
 def check_shape(spec, fields: tuple[str, ...]) -> None:
     """Positive sizes, and ``d_head`` (None: ``d_model // n_heads``, which must then divide) filled in."""
     for field in fields:
@@ -118,13 +108,13 @@ def check_shape(spec, fields: tuple[str, ...]) -> None:
 def check_numerics(spec) -> None:
     """The fields every spec shares: the norm, its eps, the activation, the embedding scale, the init, the name."""
     check_choice("activation", spec.activation, ACTIVATIONS)
-    check_number("norm_eps", spec.norm_eps)
-    check_number("init_range", spec.init_range)
+    check_positive_number("norm_eps", spec.norm_eps)
+    check_positive_number("init_range", spec.init_range)
     scale = spec.embed_scale
     if scale is not None and scale != SQRT_D_MODEL:
         if isinstance(scale, str):
             raise ValueError(f"embed_scale must be None, a number or {SQRT_D_MODEL!r}, got {scale!r}")
-        check_number("embed_scale", scale)
+        check_positive_number("embed_scale", scale)
     if not isinstance(spec.name, str):
         raise TypeError(f"name must be a str, got {type(spec.name).__name__}")
 
@@ -134,9 +124,9 @@ def _check_rotary(spec) -> None:
     if spec.d_head % 2:
         raise ValueError(f"positions='rotary' rotates pairs of dimensions: d_head must be even, got {spec.d_head}")
     if spec.rotary_base is not None:
-        check_number("rotary_base", spec.rotary_base, above=1.0)
+        check_positive_number("rotary_base", spec.rotary_base, above=1.0)
     if spec.rotary_interleaved is not None:
-        check_bool("rotary_interleaved", spec.rotary_interleaved)
+        check_bools(spec, ("rotary_interleaved",))
     rotary_dim = getattr(spec, "rotary_dim", None)
     if rotary_dim is not None and (
         isinstance(rotary_dim, bool)
@@ -295,8 +285,7 @@ class ExpertSpec:
         check_positive_int("top_k", self.top_k)
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k={self.top_k} must be at most n_experts={self.n_experts}")
-        check_bool("router_bias", self.router_bias)
-        check_bool("renormalize", self.renormalize)
+        check_bools(self, ("router_bias", "renormalize"))
         check_choice("expert_mlp", self.expert_mlp, EXPERT_MLPS)
 
 
@@ -426,11 +415,9 @@ __all__ = [
     "SQRT_D_MODEL",
     "as_expert_spec",
     "attention",
-    "check_bool",
     "check_choice",
     "check_fits",
     "check_numerics",
-    "check_number",
     "check_positions",
     "check_shape",
     "hold_at_zero",

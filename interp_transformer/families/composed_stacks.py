@@ -46,6 +46,7 @@ from interp_transformer.families.encoder_decoder import (
 )
 from interp_transformer.families.registry import Architecture
 from interp_transformer.families.seq2seq import recipe as seq2seq
+from interp_transformer.families.validation import check_bools, check_positive_number
 from interp_transformer.parts import MLP, MLMHead, Pooler, PostNormBlock, TokenTypeEmbed
 from interp_transformer.parts.cross_attention import CrossAttention
 
@@ -80,8 +81,7 @@ class EncoderSpec(parts.PartNames):
         parts.check_choice("norm", self.norm, NORMS_WITH_A_SCALE)
         parts.check_numerics(self)
         parts.check_positions(self, parts.ADDED_POSITIONS)
-        for field in ("embed_norm", "mlm_head", "pooler"):
-            parts.check_bool(field, getattr(self, field))
+        check_bools(self, ("embed_norm", "mlm_head", "pooler"))
         parts.check_fits(self)
 
     @property
@@ -163,10 +163,11 @@ class EncoderDecoderSpec(parts.PartNames):
         parts.check_choice("placement", self.placement, parts.PLACEMENTS)
         parts.check_numerics(self)
         parts.check_positions(self, parts.ENCODER_DECODER_POSITIONS)
-        for field in ("final_norm", "separate_embeddings", "share_positions", "attn_bias", "mlp_bias", "readout_bias"):
-            parts.check_bool(field, getattr(self, field))
+        check_bools(
+            self, ("final_norm", "separate_embeddings", "share_positions", "attn_bias", "mlp_bias", "readout_bias")
+        )
         if self.attn_scale is not None:
-            parts.check_number("attn_scale", self.attn_scale)
+            check_positive_number("attn_scale", self.attn_scale)
         if self.share_positions and self.positions != "learned":
             raise ValueError(
                 f"share_positions=True shares a learned table between the stacks: it needs positions='learned', got "

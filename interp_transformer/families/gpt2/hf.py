@@ -73,6 +73,15 @@ def config_from_hf(hf_config) -> TransformerConfig:
     if d_model % n_heads:
         raise ValueError(f"n_embd={d_model} must be divisible by n_head={n_heads}")
     return TransformerConfig(
+        act_fn=ACTIVATIONS[activation], name=getattr(hf_config, "name_or_path", "") or "gpt2", **gpt2_fields(hf_config)
+    )
+
+
+def gpt2_fields(hf_config) -> dict:
+    """The config fields a GPT-2-style Hugging Face config (GPT-2's, GPT-J's) gives alike: widths, counts, the norm's
+    epsilon and the init range; ``n_embd`` divisible by ``n_head`` is checked first by the caller."""
+    d_model, n_heads = hf_config.n_embd, hf_config.n_head
+    return dict(
         d_model=d_model,
         n_layers=hf_config.n_layer,
         n_heads=n_heads,
@@ -80,10 +89,8 @@ def config_from_hf(hf_config) -> TransformerConfig:
         d_mlp=hf_config.n_inner if hf_config.n_inner is not None else 4 * d_model,
         d_vocab=hf_config.vocab_size,
         n_ctx=hf_config.n_positions,
-        act_fn=ACTIVATIONS[activation],
         layer_norm_eps=float(hf_config.layer_norm_epsilon),
         init_range=float(hf_config.initializer_range),
-        name=getattr(hf_config, "name_or_path", "") or "gpt2",
     )
 
 

@@ -34,6 +34,7 @@ from interp_transformer.families.conversion import (
     linear_to_ours,
     mlp_shapes,
 )
+from interp_transformer.families.gpt2.hf import gpt2_fields
 from interp_transformer.families.gptj.recipe import GPTJConfig
 from interp_transformer.families.reference import (
     Recorder,
@@ -60,19 +61,11 @@ def config_from_hf(hf_config) -> GPTJConfig:
     if d_model % n_heads:
         raise ValueError(f"gptj n_embd={d_model} must be divisible by n_head={n_heads}")
     return GPTJConfig(
-        d_model=d_model,
-        n_layers=hf_config.n_layer,
-        n_heads=n_heads,
-        d_head=d_model // n_heads,
-        d_mlp=hf_config.n_inner if hf_config.n_inner is not None else 4 * d_model,
-        d_vocab=hf_config.vocab_size,
-        n_ctx=hf_config.n_positions,
         rotary_dim=hf_config.rotary_dim,
         tied_embeddings=bool(hf_config.tie_word_embeddings),
         act_fn=activation(hf_config.activation_function, "gptj", "activation_function"),
-        layer_norm_eps=float(hf_config.layer_norm_epsilon),
-        init_range=float(hf_config.initializer_range),
         name=getattr(hf_config, "name_or_path", "") or "gptj",
+        **gpt2_fields(hf_config),
     )
 
 

@@ -56,9 +56,9 @@ def folder_label(folder: str) -> str:
 def floors_figure(
     graph: Mapping[tuple[str, str], int], floors: Mapping[str, int], names: Mapping[int, str] = FLOOR_NAMES
 ) -> str:
-    """A mermaid flowchart (ground floor at the bottom, an arrow from importer to imported, labelled with the number
-    of import targets) and the same as a table; an import that goes up a floor is drawn dotted and named, and a
-    cycle of folders is named."""
+    """A mermaid flowchart (ground floor at the bottom, an arrow from importer to imported) and the same as a table;
+    an import that goes up a floor is drawn dotted and named, and a cycle of folders is named. Only which folder
+    imports which is drawn, not how many imports: the figure changes when the floors do, not with every import."""
     folders = sorted(set(floors) | {folder for edge in graph for folder in edge})
     by_floor: dict[object, list[str]] = {}
     for folder in folders:
@@ -71,16 +71,16 @@ def floors_figure(
         lines += [f'        {node_id(folder)}["{folder_label(folder)}"]' for folder in by_floor[floor]]
         lines.append("    end")
     upward = []
-    for (source, target), count in sorted(graph.items()):
+    for source, target in sorted(graph):
         goes_up = floors.get(target, -1) > floors.get(source, -1) or source not in floors or target not in floors
-        arrow = f"-. {count} .->" if goes_up else f"-->|{count}|"
+        arrow = "-.->" if goes_up else "-->"
         lines.append(f"    {node_id(source)} {arrow} {node_id(target)}")
         if goes_up:
-            upward.append(f"`{folder_label(source)}` -> `{folder_label(target)}` ({count})")
-    lines += ["```", "", "| floor | folder | imports (folder: import targets) |", "|---|---|---|"]
+            upward.append(f"`{folder_label(source)}` -> `{folder_label(target)}`")
+    lines += ["```", "", "| floor | folder | imports |", "|---|---|---|"]
     for floor in order:
         for folder in by_floor[floor]:
-            edges = [f"`{folder_label(t)}`: {n}" for (s, t), n in sorted(graph.items()) if s == folder]
+            edges = [f"`{folder_label(t)}`" for s, t in sorted(graph) if s == folder]
             lines.append(f"| {floor} | `{folder_label(folder)}` | {', '.join(edges) or 'nothing of the package'} |")
     lines.append("")
     if upward:

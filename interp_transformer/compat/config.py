@@ -176,7 +176,8 @@ class HookedTransformerConfig:
         norms)."""
         count = self.n_layers * self.d_model * self.d_head * self.n_heads * 4
         if not self.attn_only:
-            per_layer = self.d_model * self.d_mlp * (2 + self.gated_mlp)  # type: ignore[operator]  # set by __post_init__
+            # d_mlp is set by __post_init__
+            per_layer = self.d_model * self.d_mlp * (2 + self.gated_mlp)  # type: ignore[operator]
             if self.num_experts:
                 per_layer = (per_layer + self.d_model) * self.num_experts
             count += self.n_layers * per_layer

@@ -125,7 +125,8 @@ class GenerationMethods:
             from transformers.generation.utils import GenerateDecoderOnlyOutput
 
             # transformers annotates these as LongTensor and a tuple of one Tensor; a long tensor and one per step
-            return GenerateDecoderOnlyOutput(sequences=output_tokens, logits=tuple(step_logits))  # type: ignore[arg-type]
+            per_step = tuple(step_logits)
+            return GenerateDecoderOnlyOutput(sequences=output_tokens, logits=per_step)  # type: ignore[arg-type]
         return result
 
     def _generation_inputs(self, input, prepend_bos, padding_side):

@@ -18,10 +18,10 @@ FLOORS = {
     "circuits": 1,  # FactoredMatrix and its spectra
     "text": 1,  # tokenizers, prompts, token helpers, generation
     "parts": 2,  # one part per file: norms, embeddings, attention, MLPs, blocks
-    "families": 3,  # each family's recipe of parts, config and registry line
+    "families": 3,  # one folder per family: recipe, converter, reference recorder, GGUF entry, TL mapping
     "cache": 3,  # ActivationCache, run_with_cache, residual stacks
     "models": 4,  # the model classes (decoder, encoder, encoder-decoder) and weight processing
-    "loading": 5,  # sources, formats (safetensors, GGUF), converters, reference recorders
+    "loading": 5,  # sources, formats (safetensors, GGUF), build_model from a family's converted weights
     "pretrained": 6,  # the small models shipped in the wheel
     "harvest": 7,  # activations to disk, on one machine or many
     "sae": 8,  # sparse autoencoders: the module, its files, training

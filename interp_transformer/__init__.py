@@ -22,8 +22,8 @@ import sys
 
 from interp_transformer.cache.activations import ActivationCache
 
-# TransformerLens' classic API (a thin layer over the above; see interp_transformer.compat)
-from interp_transformer.compat import (  # noqa: E402  # noqa: E402
+# TransformerLens' classic API is a thin layer over the rest (see interp_transformer.compat)
+from interp_transformer.compat import (
     FactoredMatrix,
     HookedTransformer,
     HookedTransformerConfig,
@@ -114,3 +114,4 @@ TRANSFORMERLENS_MODULES = {
 for _name, _target in TRANSFORMERLENS_MODULES.items():
     _module = sys.modules.setdefault(f"{__name__}.{_name}", importlib.import_module(f"{__name__}.{_target}"))
     globals().setdefault(_name, _module)
+del _name, _target, _module
